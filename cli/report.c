@@ -1,0 +1,105 @@
+/* Reports of `echoflow run` (see report.h). */
+#include "report.h"
+
+#include <math.h>
+#include <string.h>
+
+static void json_string(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\')
+            fprintf(f, "\\%c", c);
+        else if (c < 0x20)
+            fprintf(f, "\\u%04x", c);
+        else
+            fputc(c, f);
+    }
+    fputc('"', f);
+}
+
+/* JSON has no inf or nan. */
+static void json_number(FILE *f, double v)
+{
+    if (isfinite(v))
+        fprintf(f, "%.9g", v);
+    else
+        fputs("null", f);
+}
+
+void report_json(FILE *f, const ef_pipeline *p, const run_info *ri)
+{
+    ef_pipeline_stats ps;
+    ef_pipeline_stats_get(p, &ps);
+    fputs("{\"spec\": ", f);
+    json_string(f, ri->spec);
+    fprintf(f, ", \"seed\": %llu, \"consume_us\": ", (unsigned long long)ri->seed);
+    json_number(f, ri->consume_us);
+    fputs(", \"status\": ", f);
+    json_string(f, ri->status == EF_END ? "ok" : ef_status_name(ri->status));
+    if (ri->status < 0) {
+        fputs(", \"error\": ", f);
+        json_string(f, ef_pipeline_error(p));
+    }
+    fprintf(f, ", \"items\": %llu, \"elapsed_s\": ", (unsigned long long)ps.items);
+    json_number(f, ps.elapsed_s);
+    fputs(", \"items_per_s\": ", f);
+    json_number(f, ps.elapsed_s > 0 ? (double)ps.items / ps.elapsed_s : 0);
+    fputs(", \"consumer_wait_s\": ", f);
+    json_number(f, ps.consumer_wait_s);
+    fputs(", \"consumer_wait_fraction\": ", f);
+    json_number(f, ps.consumer_wait_fraction);
+    fputs(", \"stages\": [", f);
+    for (int i = 0; i < ef_pipeline_stage_count(p); i++) {
+        ef_stage_stats st;
+        ef_pipeline_stage_stats(p, i, &st);
+        fprintf(f, "%s{\"name\": ", i ? ", " : "");
+        json_string(f, st.name);
+        fprintf(f, ", \"items_in\": %llu, \"items_out\": %llu, \"wait_up_s\": ",
+                (unsigned long long)st.items_in,
+                (unsigned long long)st.items_out);
+        json_number(f, st.wait_up_s);
+        fputs(", \"wait_down_s\": ", f);
+        json_number(f, st.wait_down_s);
+        for (int k = 0; k < st.nextra; k++) {
+            fputs(", ", f);
+            json_string(f, st.extra[k].key);
+            fputs(": ", f);
+            json_number(f, st.extra[k].value);
+        }
+        fputc('}', f);
+    }
+    fputs("]}\n", f);
+}
+
+void report_text(FILE *f, const ef_pipeline *p, const run_info *ri)
+{
+    ef_pipeline_stats ps;
+    ef_pipeline_stats_get(p, &ps);
+    fprintf(f, "items           %llu\n", (unsigned long long)ps.items);
+    fprintf(f, "elapsed         %.3f s\n", ps.elapsed_s);
+    fprintf(f, "rate            %.0f items/s\n",
+            ps.elapsed_s > 0 ? (double)ps.items / ps.elapsed_s : 0);
+    fprintf(f, "consumer waited %.1f%% of the time (%.3f s)\n",
+            100 * ps.consumer_wait_fraction, ps.consumer_wait_s);
+    if (ri->status < 0)
+        fprintf(f, "ended with      %s\n", ef_status_name(ri->status));
+    fprintf(f, "\n%-10s %12s %12s %10s %10s  %s\n", "stage", "items in",
+            "items out", "wait up s", "wait dn s", "details");
+    for (int i = 0; i < ef_pipeline_stage_count(p); i++) {
+        ef_stage_stats st;
+        ef_pipeline_stage_stats(p, i, &st);
+        fprintf(f, "%-10s %12llu %12llu %10.3f %10.3f ", st.name,
+                (unsigned long long)st.items_in,
+                (unsigned long long)st.items_out, st.wait_up_s, st.wait_down_s);
+        for (int k = 0; k < st.nextra; k++) {
+            double v = st.extra[k].value;
+            if (v == floor(v) && fabs(v) < 1e15)
+                fprintf(f, " %s=%.0f", st.extra[k].key, v);
+            else
+                fprintf(f, " %s=%.3f", st.extra[k].key, v);
+        }
+        fputc('\n', f);
+    }
+}

@@ -1,0 +1,20 @@
+/* Printing a finished run: a table for people, JSON for programs. */
+#ifndef EF_CLI_REPORT_H
+#define EF_CLI_REPORT_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "echoflow/echoflow.h"
+
+typedef struct {
+    const char *spec;
+    uint64_t seed;
+    double consume_us;
+    int status; /* how the run ended: EF_END, or an error */
+} run_info;
+
+void report_text(FILE *f, const ef_pipeline *p, const run_info *ri);
+void report_json(FILE *f, const ef_pipeline *p, const run_info *ri);
+
+#endif

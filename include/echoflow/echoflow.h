@@ -1,0 +1,286 @@
+/*
+ * echoflow: input pipelines for neural-network training, built around data
+ * echoing. This is the only public header.
+ *
+ * A pipeline is a chain of stages (read, decode, shuffle, augment, echo,
+ * batch, prefetch ...). The consumer pulls samples from the last stage with
+ * ef_pipeline_next(); asynchronous stages run on threads of their own.
+ *
+ * Conventions:
+ * - Functions return an ef_status: 0 is success, positive values are
+ *   non-error states (EF_END), negative values are errors.
+ * - Handles are opaque. Destroy functions accept NULL.
+ * - Every function that takes or returns a pointer says who frees it.
+ */
+#ifndef ECHOFLOW_H
+#define ECHOFLOW_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define EF_VERSION_MAJOR 0
+#define EF_VERSION_MINOR 1
+#define EF_VERSION_PATCH 0
+#define EF_VERSION_NUMBER \
+    (EF_VERSION_MAJOR * 10000 + EF_VERSION_MINOR * 100 + EF_VERSION_PATCH)
+
+/* The version of the library actually linked, as EF_VERSION_NUMBER. */
+unsigned ef_version_number(void);
+/* "MAJOR.MINOR.PATCH" of the linked library; static storage. */
+const char *ef_version_string(void);
+
+/* ------------------------------------------------------------------ */
+/* Status codes                                                        */
+
+/* X(NAME, value, text). One list, so names and texts never drift. */
+#define EF_STATUS_MAP(X)                                                    \
+    X(OK, 0, "success")                                                     \
+    X(END, 1, "end of data")                                                \
+    X(AGAIN, 2, "no item ready yet")                                        \
+    X(EINVAL, -1, "invalid argument")                                       \
+    X(ENOMEM, -2, "out of memory")                                          \
+    X(EIO, -3, "input/output error")                                        \
+    X(EFORMAT, -4, "malformed input data")                                  \
+    X(ESPEC, -5, "invalid pipeline specification")                          \
+    X(ECALLBACK, -6, "user callback failed")                                \
+    X(ECANCELED, -7, "pipeline was stopped")                                \
+    X(ESTATE, -8, "operation not allowed in this state")                    \
+    X(EUNSUPPORTED, -9, "feature not available in this build")              \
+    X(ESHAPE, -10, "tensor shapes or types do not match")
+
+typedef enum {
+#define EF__STATUS_ENUM(name, value, text) EF_##name = value,
+    EF_STATUS_MAP(EF__STATUS_ENUM)
+#undef EF__STATUS_ENUM
+} ef_status;
+
+/* A short text for a status code; static storage, never NULL. */
+const char *ef_strerror(int status);
+/* The code's name without the prefix ("EINVAL"); static storage. */
+const char *ef_status_name(int status);
+
+/* ------------------------------------------------------------------ */
+/* Buffers: reference-counted bytes. Thread-safe counting.             */
+
+typedef struct ef_buffer ef_buffer;
+
+/* A new buffer of `size` bytes (uninitialised), reference count 1.
+ * The caller owns the reference; NULL when out of memory. */
+ef_buffer *ef_buffer_new(size_t size);
+/* Wraps memory the buffer does not own: `release(user)` is called when the
+ * last reference goes. The caller owns the returned reference. */
+ef_buffer *ef_buffer_wrap(void *data, size_t size, void (*release)(void *user),
+                          void *user);
+/* Adds a reference and returns `b`; the caller owns the new reference. */
+ef_buffer *ef_buffer_retain(ef_buffer *b);
+/* Drops a reference; frees on the last. Accepts NULL. */
+void ef_buffer_release(ef_buffer *b);
+void *ef_buffer_data(const ef_buffer *b);
+size_t ef_buffer_size(const ef_buffer *b);
+/* Current reference count (a snapshot; for in-place decisions and tests). */
+unsigned ef_buffer_refcount(const ef_buffer *b);
+
+/* ------------------------------------------------------------------ */
+/* Samples: a small set of named tensor fields. A batch is a sample    */
+/* whose tensors have a leading batch dimension.                       */
+
+typedef enum { EF_U8 = 0, EF_I32, EF_I64, EF_F32, EF__DTYPE_COUNT } ef_dtype;
+
+#define EF_MAX_DIMS 6
+#define EF_MAX_FIELDS 8
+#define EF_MAX_NAME 24 /* field names: at most EF_MAX_NAME - 1 bytes */
+
+/* Bytes per element; 0 for an unknown dtype. */
+size_t ef_dtype_size(ef_dtype dtype);
+/* "u8", "i32", "i64", "f32"; "?" for an unknown dtype. */
+const char *ef_dtype_name(ef_dtype dtype);
+
+/* A read-only view of one field. `data` points into a buffer that lives at
+ * least as long as the sample it came from. */
+typedef struct {
+    const char *name;
+    ef_dtype dtype;
+    int ndim;
+    int64_t shape[EF_MAX_DIMS];
+    const void *data;
+    size_t nbytes;
+    ef_buffer *buffer; /* borrowed: retain it to keep data past the sample */
+} ef_tensor;
+
+/* Where a sample came from. Echoed copies share source index and epoch and
+ * differ in echo_copy (0 = the fresh item). */
+typedef struct {
+    int64_t index;     /* position in the source (or batch number) */
+    int64_t epoch;     /* pass over the source, from 0 */
+    int32_t echo_copy; /* 0 for a fresh item, k for its k-th echo */
+} ef_sample_id;
+
+typedef struct ef_sample ef_sample;
+
+/* A new empty sample with the given identity. The caller owns it; free it
+ * with ef_sample_free(). NULL when out of memory. */
+ef_sample *ef_sample_new(ef_sample_id id);
+/* Frees a sample and drops its buffer references. Accepts NULL. */
+void ef_sample_free(ef_sample *s);
+/* A new sample sharing every buffer of `s` (no payload copied). */
+ef_sample *ef_sample_clone(const ef_sample *s);
+
+/* Adds a field viewing `nbytes` of `buf` from byte `offset`. The sample takes
+ * a new reference to `buf` (the caller keeps its own). nbytes must equal
+ * the product of the shape times the dtype size and fit inside the buffer.
+ * EF_EINVAL for a bad name, shape or range, or a duplicate name. */
+int ef_sample_add(ef_sample *s, const char *name, ef_dtype dtype, int ndim,
+                  const int64_t *shape, ef_buffer *buf, size_t offset);
+/* Convenience: allocates a buffer for the field and adds it; `*data` (if not
+ * NULL) receives a pointer to fill before the sample is emitted. */
+int ef_sample_add_new(ef_sample *s, const char *name, ef_dtype dtype, int ndim,
+                      const int64_t *shape, void **data);
+
+int ef_sample_field_count(const ef_sample *s);
+/* Field `i` (0 <= i < count) into *out. EF_EINVAL when out of range. */
+int ef_sample_field(const ef_sample *s, int i, ef_tensor *out);
+/* The field called `name` into *out; EF_EINVAL when there is none. */
+int ef_sample_get(const ef_sample *s, const char *name, ef_tensor *out);
+ef_sample_id ef_sample_identity(const ef_sample *s);
+
+/* ------------------------------------------------------------------ */
+/* Map callbacks                                                       */
+
+typedef struct ef_map_ctx ef_map_ctx;
+
+/* Transforms `in` into `*out`. `in` is borrowed and immutable: build a new
+ * sample (ef_sample_clone() and replace fields, or ef_sample_new()). On
+ * success store a sample the pipeline will own in *out and return EF_OK; on
+ * failure return a negative status, optionally after ef_map_ctx_fail().
+ * Called from several threads at once when the map stage has threads > 1. */
+typedef int (*ef_map_fn)(const ef_sample *in, ef_sample **out,
+                         ef_map_ctx *ctx);
+
+/* The `user` pointer given to ef_pipeline_add_map(). */
+void *ef_map_ctx_user(const ef_map_ctx *ctx);
+/* A random 64-bit value keyed by (seed, stage, sample identity, draw
+ * number): the same sample and seed always get the same draws. */
+uint64_t ef_map_ctx_random(ef_map_ctx *ctx);
+/* A uniform double in [0, 1) from the same keyed stream. */
+double ef_map_ctx_uniform(ef_map_ctx *ctx);
+/* Records why the callback failed (printf-style); returns `status`. */
+int ef_map_ctx_fail(ef_map_ctx *ctx, int status, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+
+/* ------------------------------------------------------------------ */
+/* Pipelines                                                           */
+
+typedef struct ef_pipeline ef_pipeline;
+
+/* A new, empty pipeline. The caller owns *out; free with
+ * ef_pipeline_destroy(). */
+int ef_pipeline_create(ef_pipeline **out);
+/* Stops every thread, frees every buffered sample. Safe mid-stream. Accepts
+ * NULL. */
+void ef_pipeline_destroy(ef_pipeline *p);
+
+/* Seed for every random decision (default 0). Before the first next(). */
+int ef_pipeline_set_seed(ef_pipeline *p, uint64_t seed);
+
+/* Appends stages from a text spec: "idx:images=a,labels=b | echo:2 |
+ * batch:128". Stages are NAME[:OPT[,OPT...]] joined by '|'; OPT is
+ * key=value, or a bare value for the stage's first option. On error nothing
+ * is appended and ef_pipeline_error() names the stage and option. */
+int ef_pipeline_parse(ef_pipeline *p, const char *spec);
+/* Appends one stage by name with options "key=value,..." (may be NULL). */
+int ef_pipeline_add(ef_pipeline *p, const char *stage, const char *options);
+/* Appends a map stage running `fn` (options as for "map": threads, ordered).
+ * `user` is borrowed: it must outlive the pipeline. */
+int ef_pipeline_add_map(ef_pipeline *p, ef_map_fn fn, void *user,
+                        const char *options);
+
+/* The next sample into *out (the caller owns it: ef_sample_free()).
+ * EF_OK with a sample, EF_END at the end of the data (then again on every
+ * call), or a negative status: the pipeline has failed, ef_pipeline_error()
+ * says why, and every later call returns the same status. */
+int ef_pipeline_next(ef_pipeline *p, ef_sample **out);
+
+/* The detailed message of the last error (file, offset, option, what was
+ * expected); "" when none. Owned by the pipeline, valid until the next call
+ * on it. */
+const char *ef_pipeline_error(const ef_pipeline *p);
+
+/* ------------------------------------------------------------------ */
+/* Statistics                                                          */
+
+#define EF_MAX_STAT_EXTRAS 12
+
+typedef struct {
+    const char *key; /* static storage */
+    double value;
+} ef_stat_extra;
+
+typedef struct {
+    const char *name;   /* stage name, "echo"; owned by the pipeline */
+    uint64_t items_in;  /* items pulled from the upstream stage */
+    uint64_t items_out; /* items handed downstream */
+    double wait_up_s;   /* time spent waiting for the upstream */
+    double wait_down_s; /* time an asynchronous stage waited for room */
+    int nextra;         /* stage-specific figures (echo: fresh, echoed ...) */
+    ef_stat_extra extra[EF_MAX_STAT_EXTRAS];
+} ef_stage_stats;
+
+typedef struct {
+    uint64_t items;           /* samples handed to the consumer */
+    double elapsed_s;         /* since the first next() */
+    double consumer_wait_s;   /* time spent inside ef_pipeline_next() */
+    double consumer_wait_fraction; /* consumer_wait_s / elapsed_s */
+} ef_pipeline_stats;
+
+/* Consistent enough to read while the pipeline runs (counters are read
+ * atomically one by one). */
+int ef_pipeline_stats_get(const ef_pipeline *p, ef_pipeline_stats *out);
+int ef_pipeline_stage_count(const ef_pipeline *p);
+int ef_pipeline_stage_stats(const ef_pipeline *p, int i, ef_stage_stats *out);
+/* Looks up an extra figure by key; returns 1 and stores it when present. */
+int ef_stage_stats_extra(const ef_stage_stats *st, const char *key,
+                         double *value);
+
+/* ------------------------------------------------------------------ */
+/* The stage registry (self-documenting help)                          */
+
+typedef enum {
+    EF_OPT_INT = 0,
+    EF_OPT_FLOAT,
+    EF_OPT_BOOL,
+    EF_OPT_STRING,
+    EF_OPT_FACTOR /* a number >= 1, or "auto" */
+} ef_opt_type;
+
+typedef struct {
+    const char *name;
+    ef_opt_type type;
+    const char *default_value; /* NULL: required; "" for none */
+    const char *help;
+    double min, max; /* inclusive bounds for int, float and factor */
+} ef_option_info;
+
+typedef struct {
+    const char *name;
+    const char *help;
+    int noptions;
+    const ef_option_info *options;
+} ef_stage_info;
+
+int ef_stage_registry_count(void);
+/* Stage `i` of the registry; static storage. NULL when out of range. */
+const ef_stage_info *ef_stage_registry_get(int i);
+/* "int", "float", "bool", "string", "factor". */
+const char *ef_opt_type_name(ef_opt_type type);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* ECHOFLOW_H */

@@ -1,0 +1,124 @@
+/* The bounded queue (see queue.h).
+ *
+ * Lock rules: `mu` guards every field of the queue. Waiters re-check their
+ * condition in a loop; close() broadcasts both condition variables so no
+ * waiter sleeps through a shutdown. No callback runs under the lock. */
+#include "core/queue.h"
+
+#include "core/alloc.h"
+#include "core/clock.h"
+
+void ef__item_clear(ef__item *item)
+{
+    ef_sample_free(item->sample);
+    ef__free(item->msg);
+    item->sample = NULL;
+    item->msg = NULL;
+}
+
+int ef__queue_init(ef__queue *q, size_t capacity)
+{
+    q->ring = ef__calloc(capacity, sizeof *q->ring);
+    if (!q->ring)
+        return EF_ENOMEM;
+    q->cap = capacity;
+    q->head = q->count = 0;
+    q->closed = 0;
+    pthread_mutex_init(&q->mu, NULL);
+    pthread_cond_init(&q->not_empty, NULL);
+    pthread_cond_init(&q->not_full, NULL);
+    return EF_OK;
+}
+
+void ef__queue_destroy(ef__queue *q)
+{
+    if (!q->ring)
+        return;
+    for (size_t i = 0; i < q->count; i++)
+        ef__item_clear(&q->ring[(q->head + i) % q->cap]);
+    ef__free(q->ring);
+    q->ring = NULL;
+    pthread_mutex_destroy(&q->mu);
+    pthread_cond_destroy(&q->not_empty);
+    pthread_cond_destroy(&q->not_full);
+}
+
+int ef__queue_push(ef__queue *q, ef__item *item, uint64_t *waited_ns)
+{
+    pthread_mutex_lock(&q->mu);
+    if (q->count == q->cap && !q->closed) {
+        uint64_t t0 = ef__now_ns();
+        while (q->count == q->cap && !q->closed)
+            pthread_cond_wait(&q->not_full, &q->mu);
+        if (waited_ns)
+            *waited_ns += ef__now_ns() - t0;
+    }
+    if (q->closed) {
+        pthread_mutex_unlock(&q->mu);
+        return EF_ECANCELED;
+    }
+    q->ring[(q->head + q->count) % q->cap] = *item;
+    q->count++;
+    pthread_cond_signal(&q->not_empty);
+    pthread_mutex_unlock(&q->mu);
+    return EF_OK;
+}
+
+/* Takes the head item; the lock is held and the queue is not empty. */
+static void take_head(ef__queue *q, ef__item *item)
+{
+    *item = q->ring[q->head];
+    q->head = (q->head + 1) % q->cap;
+    q->count--;
+    pthread_cond_signal(&q->not_full);
+}
+
+int ef__queue_pop(ef__queue *q, ef__item *item, uint64_t *waited_ns)
+{
+    pthread_mutex_lock(&q->mu);
+    if (q->count == 0 && !q->closed) {
+        uint64_t t0 = ef__now_ns();
+        while (q->count == 0 && !q->closed)
+            pthread_cond_wait(&q->not_empty, &q->mu);
+        if (waited_ns)
+            *waited_ns += ef__now_ns() - t0;
+    }
+    if (q->closed) {
+        pthread_mutex_unlock(&q->mu);
+        return EF_ECANCELED;
+    }
+    take_head(q, item);
+    pthread_mutex_unlock(&q->mu);
+    return EF_OK;
+}
+
+int ef__queue_try_pop(ef__queue *q, ef__item *item)
+{
+    int rc = EF_AGAIN;
+    pthread_mutex_lock(&q->mu);
+    if (q->closed) {
+        rc = EF_ECANCELED;
+    } else if (q->count > 0) {
+        take_head(q, item);
+        rc = EF_OK;
+    }
+    pthread_mutex_unlock(&q->mu);
+    return rc;
+}
+
+void ef__queue_close(ef__queue *q)
+{
+    pthread_mutex_lock(&q->mu);
+    q->closed = 1;
+    pthread_cond_broadcast(&q->not_empty);
+    pthread_cond_broadcast(&q->not_full);
+    pthread_mutex_unlock(&q->mu);
+}
+
+size_t ef__queue_count(ef__queue *q)
+{
+    pthread_mutex_lock(&q->mu);
+    size_t n = q->count;
+    pthread_mutex_unlock(&q->mu);
+    return n;
+}

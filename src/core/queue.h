@@ -1,0 +1,49 @@
+/* The bounded queue every asynchronous stage uses.
+ *
+ * A ring of items guarded by one mutex, with two condition variables
+ * (not_empty, not_full) and a closed flag. Closing wakes every waiter;
+ * afterwards push and pop fail with EF_ECANCELED. End of data and errors are
+ * ordinary items (a status with no sample), so they reach the consumer in
+ * order. */
+#ifndef EF_CORE_QUEUE_H
+#define EF_CORE_QUEUE_H
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "echoflow/echoflow.h"
+
+typedef struct {
+    int status;        /* EF_OK with a sample, else END or an error */
+    ef_sample *sample; /* owned by whoever holds the item */
+    char *msg;         /* error message (ef__malloc'd) or NULL */
+} ef__item;
+
+typedef struct {
+    pthread_mutex_t mu; /* guards every field below */
+    pthread_cond_t not_empty;
+    pthread_cond_t not_full;
+    ef__item *ring;
+    size_t cap, head, count;
+    int closed;
+} ef__queue;
+
+int ef__queue_init(ef__queue *q, size_t capacity);
+/* Frees items still queued. No thread may use the queue any more. */
+void ef__queue_destroy(ef__queue *q);
+/* Blocks while full. On EF_OK the queue owns the item; on EF_ECANCELED the
+ * caller keeps it. Adds the time spent blocked to *waited_ns if not NULL. */
+int ef__queue_push(ef__queue *q, ef__item *item, uint64_t *waited_ns);
+/* Blocks while empty. EF_OK (caller owns *item) or EF_ECANCELED. */
+int ef__queue_pop(ef__queue *q, ef__item *item, uint64_t *waited_ns);
+/* Never blocks: EF_OK, EF_AGAIN when empty, or EF_ECANCELED. */
+int ef__queue_try_pop(ef__queue *q, ef__item *item);
+/* Wakes every waiter; later calls fail with EF_ECANCELED. */
+void ef__queue_close(ef__queue *q);
+size_t ef__queue_count(ef__queue *q);
+
+/* Frees what an item owns. */
+void ef__item_clear(ef__item *item);
+
+#endif

@@ -1,0 +1,311 @@
+/* Typed stage options: parsing "key=value,..." against a stage's schema.
+ * Out-of-range and malformed values are errors naming the stage, the option
+ * and what is allowed; nothing is clamped. */
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "core/alloc.h"
+#include "stage.h"
+
+static int find_def(const ef__stage_def *def, const char *key, size_t len)
+{
+    for (int i = 0; i < def->info.noptions; i++) {
+        const char *name = def->info.options[i].name;
+        if (strlen(name) == len && strncmp(name, key, len) == 0)
+            return i;
+    }
+    return -1;
+}
+
+static void list_options(const ef__stage_def *def, char *buf, size_t cap)
+{
+    size_t used = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < def->info.noptions && used < cap; i++)
+        used += (size_t)snprintf(buf + used, cap - used, "%s%s", i ? ", " : "",
+                                 def->info.options[i].name);
+    if (def->info.noptions == 0)
+        snprintf(buf, cap, "none");
+}
+
+static void trim(const char **s, size_t *len)
+{
+    while (*len && isspace((unsigned char)**s)) {
+        (*s)++;
+        (*len)--;
+    }
+    while (*len && isspace((unsigned char)(*s)[*len - 1]))
+        (*len)--;
+}
+
+/* Splits the next comma-separated token; a value in double quotes may hold
+ * commas. Returns 0 at the end of the text. */
+static int next_token(const char **p, const char *end, const char **tok,
+                      size_t *len)
+{
+    if (*p > end)
+        return 0;
+    const char *s = *p;
+    int quoted = 0;
+    const char *q = s;
+    for (; q < end; q++) {
+        if (*q == '"')
+            quoted = !quoted;
+        else if (*q == ',' && !quoted)
+            break;
+    }
+    *tok = s;
+    *len = (size_t)(q - s);
+    *p = q + 1;
+    return 1;
+}
+
+static int range_error(const ef__stage_def *def, const ef__option_def *od,
+                       const char *raw, ef__err *err)
+{
+    if (od->max >= 1e300)
+        return ef__err_set(err, EF_ESPEC,
+                           "stage '%s': option '%s' must be >= %g (got %s)",
+                           def->info.name, od->name, od->min, raw);
+    return ef__err_set(err, EF_ESPEC,
+                       "stage '%s': option '%s' must be between %g and %g "
+                       "(got %s)",
+                       def->info.name, od->name, od->min, od->max, raw);
+}
+
+static int convert(const ef__stage_def *def, const ef__option_def *od,
+                   const char *raw, ef__opt_value *v, ef__err *err)
+{
+    char *endp;
+    const char *what = ef_opt_type_name(od->type);
+    switch (od->type) {
+    case EF_OPT_INT: {
+        errno = 0;
+        long long x = strtoll(raw, &endp, 10);
+        if (!*raw || *endp || errno)
+            break;
+        if ((double)x < od->min || (double)x > od->max)
+            return range_error(def, od, raw, err);
+        v->i = x;
+        return EF_OK;
+    }
+    case EF_OPT_FACTOR:
+        if (strcmp(raw, "auto") == 0) {
+            v->f = 0;
+            return EF_OK;
+        }
+        /* fall through */
+    case EF_OPT_FLOAT: {
+        errno = 0;
+        double x = strtod(raw, &endp);
+        if (!*raw || *endp || errno || !isfinite(x))
+            break;
+        if (x < od->min || x > od->max)
+            return range_error(def, od, raw, err);
+        v->f = x;
+        return EF_OK;
+    }
+    case EF_OPT_BOOL:
+        if (!strcasecmp(raw, "true") || !strcmp(raw, "1") ||
+            !strcasecmp(raw, "yes") || !strcasecmp(raw, "on")) {
+            v->b = 1;
+            return EF_OK;
+        }
+        if (!strcasecmp(raw, "false") || !strcmp(raw, "0") ||
+            !strcasecmp(raw, "no") || !strcasecmp(raw, "off")) {
+            v->b = 0;
+            return EF_OK;
+        }
+        what = "bool (true or false)";
+        break;
+    case EF_OPT_STRING:
+        v->s = raw;
+        return EF_OK;
+    }
+    if (od->type == EF_OPT_FACTOR)
+        what = "number >= 1 or 'auto'";
+    return ef__err_set(err, EF_ESPEC,
+                       "stage '%s': option '%s' expects %s %s, got '%s'",
+                       def->info.name, od->name,
+                       od->type == EF_OPT_INT ? "an" : "a", what, raw);
+}
+
+/* Copies a value, dropping surrounding double quotes. */
+static char *copy_value(const char *v, size_t len)
+{
+    if (len >= 2 && v[0] == '"' && v[len - 1] == '"') {
+        v++;
+        len -= 2;
+    }
+    char *s = ef__malloc(len + 1);
+    if (s) {
+        memcpy(s, v, len);
+        s[len] = '\0';
+    }
+    return s;
+}
+
+int ef__opts_parse(ef__opts *o, const ef__stage_def *def, const char *text,
+                   size_t len, ef__err *err)
+{
+    const char *name = def->info.name;
+    char *given[EF__MAX_OPTIONS] = {0};
+    int rc = EF_OK;
+    memset(o, 0, sizeof *o);
+    o->n = def->info.noptions;
+    o->defs = def->info.options;
+
+    const char *p = text, *end = text + len;
+    const char *tok;
+    size_t tlen;
+    int ntok = 0;
+    trim(&p, &len);
+    end = p + len;
+    while (len && rc == EF_OK && next_token(&p, end, &tok, &tlen)) {
+        trim(&tok, &tlen);
+        const char *eq = memchr(tok, '=', tlen);
+        int idx;
+        const char *val;
+        size_t vlen;
+        if (tlen == 0) {
+            rc = ef__err_set(err, EF_ESPEC, "stage '%s': empty option", name);
+            break;
+        }
+        if (eq) {
+            size_t klen = (size_t)(eq - tok);
+            const char *key = tok;
+            trim(&key, &klen);
+            idx = find_def(def, key, klen);
+            if (klen == 0) {
+                rc = ef__err_set(err, EF_ESPEC,
+                                 "stage '%s': option '%.*s' has no name",
+                                 name, (int)tlen, tok);
+                break;
+            }
+            if (idx < 0) {
+                char opts[256];
+                list_options(def, opts, sizeof opts);
+                rc = ef__err_set(err, EF_ESPEC,
+                                 "stage '%s': unknown option '%.*s' (options: "
+                                 "%s)",
+                                 name, (int)klen, key, opts);
+                break;
+            }
+            val = eq + 1;
+            vlen = tlen - (size_t)(val - tok);
+            trim(&val, &vlen);
+        } else {
+            if (ntok > 0 || def->info.noptions == 0) {
+                rc = ef__err_set(err, EF_ESPEC,
+                                 "stage '%s': '%.*s' needs a name (key=value); "
+                                 "only the first option may be given bare",
+                                 name, (int)tlen, tok);
+                break;
+            }
+            idx = 0;
+            val = tok;
+            vlen = tlen;
+        }
+        if (given[idx]) {
+            rc = ef__err_set(err, EF_ESPEC,
+                             "stage '%s': option '%s' given twice", name,
+                             def->info.options[idx].name);
+            break;
+        }
+        given[idx] = copy_value(val, vlen);
+        if (!given[idx])
+            rc = ef__err_set(err, EF_ENOMEM, "out of memory");
+        ntok++;
+    }
+
+    for (int i = 0; i < o->n && rc == EF_OK; i++) {
+        const ef__option_def *od = &def->info.options[i];
+        if (!given[i]) {
+            if (!od->default_value) {
+                rc = ef__err_set(err, EF_ESPEC,
+                                 "stage '%s': option '%s' is required (%s)",
+                                 name, od->name, od->help);
+                break;
+            }
+            given[i] = ef__strdup(od->default_value);
+            if (!given[i]) {
+                rc = ef__err_set(err, EF_ENOMEM, "out of memory");
+                break;
+            }
+            if (!given[i][0]) /* no default: leave the value zero */
+                continue;
+        }
+        rc = convert(def, od, given[i], &o->values[i], err);
+    }
+    for (int i = 0; i < EF__MAX_OPTIONS; i++)
+        o->strings[i] = given[i];
+    if (rc != EF_OK)
+        ef__opts_free(o);
+    return rc;
+}
+
+void ef__opts_free(ef__opts *o)
+{
+    for (int i = 0; i < EF__MAX_OPTIONS; i++) {
+        ef__free(o->strings[i]);
+        o->strings[i] = NULL;
+    }
+}
+
+static int index_of(const ef__opts *o, const char *name)
+{
+    for (int i = 0; i < o->n; i++)
+        if (strcmp(o->defs[i].name, name) == 0)
+            return i;
+    /* asking for an option the schema lacks is a programming error */
+    fprintf(stderr, "echoflow: internal error: no option '%s'\n", name);
+    abort();
+}
+
+int64_t ef__opt_int(const ef__opts *o, const char *name)
+{
+    return o->values[index_of(o, name)].i;
+}
+
+double ef__opt_float(const ef__opts *o, const char *name)
+{
+    return o->values[index_of(o, name)].f;
+}
+
+double ef__opt_factor(const ef__opts *o, const char *name)
+{
+    return o->values[index_of(o, name)].f;
+}
+
+int ef__opt_bool(const ef__opts *o, const char *name)
+{
+    return o->values[index_of(o, name)].b;
+}
+
+const char *ef__opt_string(const ef__opts *o, const char *name)
+{
+    const char *s = o->strings[index_of(o, name)];
+    return s ? s : "";
+}
+
+const char *ef_opt_type_name(ef_opt_type type)
+{
+    switch (type) {
+    case EF_OPT_INT:
+        return "int";
+    case EF_OPT_FLOAT:
+        return "float";
+    case EF_OPT_BOOL:
+        return "bool";
+    case EF_OPT_STRING:
+        return "string";
+    case EF_OPT_FACTOR:
+        return "factor";
+    }
+    return "?";
+}

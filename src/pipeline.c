@@ -1,0 +1,283 @@
+/* A pipeline: the chain of stages, building from specs, pulling, stopping,
+ * statistics.
+ *
+ * Stages are created (options checked) when added, opened on the first
+ * next(), cancelled then destroyed from the last to the first on
+ * destroy: cancelling first wakes every thread, so no join can hang. */
+#include <stdio.h>
+#include <string.h>
+
+#include "core/alloc.h"
+#include "core/clock.h"
+#include "spec.h"
+#include "stage.h"
+
+#define MAX_STAGES 64
+
+struct ef_pipeline {
+    ef__ctx ctx;
+    ef__stage *stages[MAX_STAGES];
+    int nstages;
+    int started;
+    int final_status; /* END or an error, once reached */
+    ef__err err;
+    uint64_t t_start_ns;
+    _Atomic uint64_t t_last_ns; /* end of the last next() */
+    _Atomic uint64_t items, consumer_wait_ns;
+};
+
+int ef_pipeline_create(ef_pipeline **out)
+{
+    if (!out)
+        return EF_EINVAL;
+    ef_pipeline *p = ef__calloc(1, sizeof *p);
+    *out = p;
+    if (!p)
+        return EF_ENOMEM;
+    atomic_init(&p->ctx.cancelled, 0);
+    pthread_mutex_init(&p->ctx.mu, NULL);
+    pthread_condattr_t attr;
+    pthread_condattr_init(&attr);
+    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+    pthread_cond_init(&p->ctx.cond, &attr);
+    pthread_condattr_destroy(&attr);
+    return EF_OK;
+}
+
+void ef_pipeline_destroy(ef_pipeline *p)
+{
+    if (!p)
+        return;
+    pthread_mutex_lock(&p->ctx.mu);
+    atomic_store_explicit(&p->ctx.cancelled, 1, memory_order_release);
+    pthread_cond_broadcast(&p->ctx.cond);
+    pthread_mutex_unlock(&p->ctx.mu);
+    for (int i = 0; i < p->nstages; i++)
+        if (p->stages[i]->def->cancel)
+            p->stages[i]->def->cancel(p->stages[i]);
+    for (int i = p->nstages - 1; i >= 0; i--)
+        ef__stage_free(p->stages[i]);
+    pthread_mutex_destroy(&p->ctx.mu);
+    pthread_cond_destroy(&p->ctx.cond);
+    ef__free(p);
+}
+
+static int check_state(ef_pipeline *p)
+{
+    if (p->started)
+        return ef__err_set(&p->err, EF_ESTATE,
+                           "the pipeline is running: stages and the seed can "
+                           "only be set before the first next()");
+    return EF_OK;
+}
+
+int ef_pipeline_set_seed(ef_pipeline *p, uint64_t seed)
+{
+    if (!p)
+        return EF_EINVAL;
+    int rc = check_state(p);
+    if (rc == EF_OK)
+        p->ctx.seed = seed;
+    return rc;
+}
+
+/* Stages being added by one call: committed together or not at all. */
+typedef struct {
+    ef_pipeline *p;
+    ef__stage *added[MAX_STAGES];
+    int n;
+    ef_map_fn fn;
+    void *user;
+} pending;
+
+static int add_stage(pending *pd, const char *name, size_t name_len,
+                     const char *opts, size_t opts_len, ef__err *err)
+{
+    char buf[64];
+    if (name_len >= sizeof buf)
+        name_len = sizeof buf - 1;
+    memcpy(buf, name, name_len);
+    buf[name_len] = '\0';
+    const ef__stage_def *def = ef__stage_find(buf);
+    if (!def) {
+        char names[512];
+        size_t used = 0;
+        for (int i = 0; i < ef_stage_registry_count(); i++)
+            used += (size_t)snprintf(names + used, sizeof names - used,
+                                     "%s%s", i ? ", " : "",
+                                     ef_stage_registry_get(i)->name);
+        return ef__err_set(err, EF_ESPEC, "unknown stage '%s' (stages: %s)",
+                           buf, names);
+    }
+    int position = pd->p->nstages + pd->n;
+    if (position >= MAX_STAGES)
+        return ef__err_set(err, EF_ESPEC, "too many stages (at most %d)",
+                           MAX_STAGES);
+    if (position == 0 && !def->is_source)
+        return ef__err_set(err, EF_ESPEC,
+                           "stage '%s' needs an upstream: a pipeline starts "
+                           "with a source (range, idx)",
+                           buf);
+    if (position > 0 && def->is_source)
+        return ef__err_set(err, EF_ESPEC,
+                           "stage '%s' is a source: it can only be the first "
+                           "stage",
+                           buf);
+    ef__stage *s;
+    int rc = ef__stage_create(&s, def, opts, opts_len, &pd->p->ctx, pd->fn,
+                              pd->user, err);
+    if (rc != EF_OK)
+        return rc;
+    s->index = position;
+    s->up = position == 0 ? NULL
+            : pd->n > 0   ? pd->added[pd->n - 1]
+                          : pd->p->stages[pd->p->nstages - 1];
+    pd->added[pd->n++] = s;
+    return EF_OK;
+}
+
+static int commit(pending *pd, int rc)
+{
+    if (rc == EF_OK) {
+        for (int i = 0; i < pd->n; i++)
+            pd->p->stages[pd->p->nstages++] = pd->added[i];
+    } else {
+        for (int i = pd->n - 1; i >= 0; i--)
+            ef__stage_free(pd->added[i]);
+    }
+    return rc;
+}
+
+static int spec_stage(void *arg, const ef__spec_stage *st, ef__err *err)
+{
+    return add_stage(arg, st->name, st->name_len, st->opts, st->opts_len,
+                     err);
+}
+
+int ef_pipeline_parse(ef_pipeline *p, const char *spec)
+{
+    if (!p || !spec)
+        return EF_EINVAL;
+    int rc = check_state(p);
+    if (rc != EF_OK)
+        return rc;
+    pending pd = {.p = p};
+    return commit(&pd, ef__spec_parse(spec, spec_stage, &pd, &p->err));
+}
+
+int ef_pipeline_add(ef_pipeline *p, const char *stage, const char *options)
+{
+    if (!p || !stage)
+        return EF_EINVAL;
+    int rc = check_state(p);
+    if (rc != EF_OK)
+        return rc;
+    pending pd = {.p = p};
+    const char *o = options ? options : "";
+    return commit(&pd, add_stage(&pd, stage, strlen(stage), o, strlen(o),
+                                 &p->err));
+}
+
+int ef_pipeline_add_map(ef_pipeline *p, ef_map_fn fn, void *user,
+                        const char *options)
+{
+    if (!p || !fn)
+        return EF_EINVAL;
+    int rc = check_state(p);
+    if (rc != EF_OK)
+        return rc;
+    pending pd = {.p = p, .fn = fn, .user = user};
+    const char *o = options ? options : "";
+    return commit(&pd, add_stage(&pd, "map", 3, o, strlen(o), &p->err));
+}
+
+static int start(ef_pipeline *p)
+{
+    p->started = 1;
+    p->t_start_ns = ef__now_ns();
+    atomic_store(&p->t_last_ns, p->t_start_ns);
+    if (p->nstages == 0)
+        return ef__err_set(&p->err, EF_ESPEC, "the pipeline has no stages");
+    for (int i = 0; i < p->nstages; i++) {
+        ef__stage *s = p->stages[i];
+        if (s->def->open) {
+            int rc = s->def->open(s, &p->err);
+            if (rc != EF_OK)
+                return rc;
+        }
+    }
+    return EF_OK;
+}
+
+int ef_pipeline_next(ef_pipeline *p, ef_sample **out)
+{
+    if (!p || !out)
+        return EF_EINVAL;
+    *out = NULL;
+    if (p->final_status)
+        return p->final_status;
+    if (!p->started) {
+        int rc = start(p);
+        if (rc != EF_OK)
+            return p->final_status = rc;
+    }
+    ef__stage *last = p->stages[p->nstages - 1];
+    uint64_t t0 = ef__now_ns();
+    int rc = last->def->next(last, out, &p->err);
+    uint64_t t1 = ef__now_ns();
+    ef__stat_add(&p->consumer_wait_ns, t1 - t0);
+    atomic_store_explicit(&p->t_last_ns, t1, memory_order_relaxed);
+    if (rc == EF_OK) {
+        ef__stat_add(&p->items, 1);
+        ef__stat_add(&last->items_out, 1);
+        return EF_OK;
+    }
+    if (rc != EF_END && !p->err.msg[0])
+        ef__err_set(&p->err, rc, "%s", ef_strerror(rc));
+    return p->final_status = rc;
+}
+
+const char *ef_pipeline_error(const ef_pipeline *p)
+{
+    return p ? p->err.msg : "";
+}
+
+int ef_pipeline_stats_get(const ef_pipeline *p, ef_pipeline_stats *out)
+{
+    if (!p || !out)
+        return EF_EINVAL;
+    memset(out, 0, sizeof *out);
+    out->items = ef__stat_get(&p->items);
+    if (!p->started)
+        return EF_OK;
+    /* while running, elapsed time runs to now; once ended, to the last
+     * next(), so time spent after the end is not counted */
+    uint64_t end = p->final_status ? atomic_load(&((ef_pipeline *)p)->t_last_ns)
+                                   : ef__now_ns();
+    out->elapsed_s = (double)(end - p->t_start_ns) * 1e-9;
+    out->consumer_wait_s = (double)ef__stat_get(&p->consumer_wait_ns) * 1e-9;
+    out->consumer_wait_fraction =
+        out->elapsed_s > 0 ? out->consumer_wait_s / out->elapsed_s : 0;
+    return EF_OK;
+}
+
+int ef_pipeline_stage_count(const ef_pipeline *p)
+{
+    return p ? p->nstages : 0;
+}
+
+int ef_pipeline_stage_stats(const ef_pipeline *p, int i, ef_stage_stats *out)
+{
+    if (!p || !out || i < 0 || i >= p->nstages)
+        return EF_EINVAL;
+    const ef__stage *s = p->stages[i];
+    memset(out, 0, sizeof *out);
+    out->name = s->def->info.name;
+    out->items_in = ef__stat_get(&s->items_in);
+    out->items_out = ef__stat_get(&s->items_out);
+    out->wait_up_s = (double)ef__stat_get(&s->wait_up_ns) * 1e-9;
+    out->wait_down_s = (double)ef__stat_get(&s->wait_down_ns) * 1e-9;
+    if (s->def->stats)
+        s->def->stats(s, out);
+    return EF_OK;
+}

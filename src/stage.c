@@ -1,0 +1,140 @@
+/* Helpers shared by every stage: timed pulls, resets, keyed RNG, creation,
+ * cancellable sleeps. */
+#include <errno.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/alloc.h"
+#include "core/clock.h"
+#include "stage.h"
+
+int ef__stage_pull(ef__stage *s, ef_sample **out, ef__err *err)
+{
+    *out = NULL;
+    if (s->ended)
+        return EF_END;
+    uint64_t t0 = ef__now_ns();
+    int rc = s->up->def->next(s->up, out, err);
+    ef__stat_add(&s->wait_up_ns, ef__now_ns() - t0);
+    if (rc == EF_OK) {
+        ef__stat_add(&s->items_in, 1);
+        ef__stat_add(&s->up->items_out, 1);
+    } else if (rc == EF_END) {
+        s->ended = 1;
+    }
+    return rc;
+}
+
+int ef__stage_poll(ef__stage *s, ef_sample **out, ef__err *err)
+{
+    *out = NULL;
+    if (s->ended)
+        return EF_END;
+    int rc = s->up->def->poll(s->up, out, err);
+    if (rc == EF_OK) {
+        ef__stat_add(&s->items_in, 1);
+        ef__stat_add(&s->up->items_out, 1);
+    } else if (rc == EF_END) {
+        s->ended = 1;
+    }
+    return rc;
+}
+
+int ef__stage_reset(ef__stage *s, int64_t epoch, ef__err *err)
+{
+    s->epoch = epoch;
+    s->ended = 0;
+    if (s->def->reset)
+        return s->def->reset(s, epoch, err);
+    return ef__stage_reset_upstream(s, epoch, err);
+}
+
+int ef__stage_reset_upstream(ef__stage *s, int64_t epoch, ef__err *err)
+{
+    s->ended = 0;
+    return s->up ? ef__stage_reset(s->up, epoch, err) : EF_OK;
+}
+
+void ef__stage_rng(const ef__stage *s, ef__rng *r, ef_sample_id id)
+{
+    ef__rng_init(r, s->ctx->seed, (uint64_t)s->index, id.index, id.epoch,
+                 id.echo_copy);
+}
+
+void ef__stats_extra(ef_stage_stats *st, const char *key, double value)
+{
+    if (st->nextra < EF_MAX_STAT_EXTRAS) {
+        st->extra[st->nextra].key = key;
+        st->extra[st->nextra].value = value;
+        st->nextra++;
+    }
+}
+
+int ef_stage_stats_extra(const ef_stage_stats *st, const char *key,
+                         double *value)
+{
+    for (int i = 0; i < st->nextra; i++) {
+        if (strcmp(st->extra[i].key, key) == 0) {
+            *value = st->extra[i].value;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+int ef__stage_create(ef__stage **out, const ef__stage_def *def,
+                     const char *opts, size_t len, ef__ctx *ctx,
+                     ef_map_fn fn, void *user, ef__err *err)
+{
+    *out = NULL;
+    ef__stage *s = ef__calloc(1, sizeof *s);
+    if (!s)
+        return ef__err_set(err, EF_ENOMEM, "out of memory");
+    s->def = def;
+    s->ctx = ctx;
+    s->user_fn = fn;
+    s->user_data = user;
+    int rc = ef__opts_parse(&s->opts, def, opts ? opts : "", len, err);
+    if (rc == EF_OK)
+        rc = def->create(s, &s->opts, err);
+    if (rc != EF_OK) {
+        ef__opts_free(&s->opts);
+        ef__free(s);
+        return rc;
+    }
+    *out = s;
+    return EF_OK;
+}
+
+void ef__stage_free(ef__stage *s)
+{
+    if (!s)
+        return;
+    if (s->def->destroy)
+        s->def->destroy(s);
+    ef__opts_free(&s->opts);
+    ef__free(s);
+}
+
+int ef__ctx_is_cancelled(ef__ctx *ctx)
+{
+    return atomic_load_explicit(&ctx->cancelled, memory_order_acquire);
+}
+
+int ef__ctx_sleep_until(ef__ctx *ctx, uint64_t deadline_ns)
+{
+    struct timespec ts = {.tv_sec = (time_t)(deadline_ns / 1000000000u),
+                          .tv_nsec = (long)(deadline_ns % 1000000000u)};
+    int rc = EF_OK;
+    pthread_mutex_lock(&ctx->mu);
+    for (;;) {
+        if (ef__ctx_is_cancelled(ctx)) {
+            rc = EF_ECANCELED;
+            break;
+        }
+        if (pthread_cond_timedwait(&ctx->cond, &ctx->mu, &ts) == ETIMEDOUT)
+            break;
+    }
+    pthread_mutex_unlock(&ctx->mu);
+    return rc;
+}

@@ -1,0 +1,165 @@
+/* The stage interface: a small vtable, typed options, and the helpers every
+ * stage uses to pull from its upstream and keep its statistics.
+ *
+ * Threading: a stage is pulled by one thread at a time (its downstream's
+ * thread, or under a lock held by a parallel map). Asynchronous stages own
+ * threads of their own; cancel() must wake every one of them, destroy()
+ * joins them. Statistics counters have a single writer and are read with
+ * relaxed atomics from any thread. */
+#ifndef EF_STAGE_H
+#define EF_STAGE_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "core/err.h"
+#include "core/rng.h"
+#include "echoflow/echoflow.h"
+
+/* ---- options ---------------------------------------------------- */
+
+typedef ef_option_info ef__option_def;
+
+typedef union {
+    int64_t i;
+    double f;     /* float, and factor (0 means "auto") */
+    int b;
+    const char *s; /* points into the stage's option storage */
+} ef__opt_value;
+
+#define EF__MAX_OPTIONS 16
+
+/* Options of one stage, checked against its schema and typed. */
+typedef struct {
+    int n;
+    const ef__option_def *defs;
+    ef__opt_value values[EF__MAX_OPTIONS];
+    char *strings[EF__MAX_OPTIONS]; /* owned copies of string values */
+} ef__opts;
+
+int64_t ef__opt_int(const ef__opts *o, const char *name);
+double ef__opt_float(const ef__opts *o, const char *name);
+int ef__opt_bool(const ef__opts *o, const char *name);
+/* "" when the option has no value; never NULL. */
+const char *ef__opt_string(const ef__opts *o, const char *name);
+/* Factor options: 0 means "auto". */
+double ef__opt_factor(const ef__opts *o, const char *name);
+
+/* ---- the per-pipeline context ------------------------------------ */
+
+typedef struct {
+    uint64_t seed;
+    atomic_int cancelled;
+    pthread_mutex_t mu; /* guards nothing but the wait below */
+    pthread_cond_t cond; /* signalled once on cancel */
+} ef__ctx;
+
+/* Sleeps until the monotonic deadline; EF_ECANCELED if the pipeline is
+ * stopped first. */
+int ef__ctx_sleep_until(ef__ctx *ctx, uint64_t deadline_ns);
+int ef__ctx_is_cancelled(ef__ctx *ctx);
+
+/* ---- stages ------------------------------------------------------ */
+
+typedef struct ef__stage ef__stage;
+
+typedef struct {
+    ef_stage_info info; /* name, help, option schema */
+    int is_source;               /* takes no upstream */
+    /* Checks cross-option rules and allocates s->state. Options were
+     * already type- and range-checked. */
+    int (*create)(ef__stage *s, const ef__opts *o, ef__err *err);
+    /* Starts threads. The upstream is already open. Optional. */
+    int (*open)(ef__stage *s, ef__err *err);
+    /* The next item into *out: EF_OK, EF_END, or an error in err. */
+    int (*next)(ef__stage *s, ef_sample **out, ef__err *err);
+    /* Like next but never blocks: EF_AGAIN when nothing is ready. Only
+     * stages with a queue offer it. Optional. */
+    int (*poll)(ef__stage *s, ef_sample **out, ef__err *err);
+    /* Starts a new pass numbered `epoch` after EF_END. Optional: the
+     * default resets the upstream. */
+    int (*reset)(ef__stage *s, int64_t epoch, ef__err *err);
+    /* Wakes every thread and waiter; must not block. Optional. */
+    void (*cancel)(ef__stage *s);
+    /* Joins threads and frees the state. Optional. */
+    void (*destroy)(ef__stage *s);
+    /* Adds stage-specific figures to out->extra. Optional. */
+    void (*stats)(const ef__stage *s, ef_stage_stats *out);
+} ef__stage_def;
+
+struct ef__stage {
+    const ef__stage_def *def;
+    ef__stage *up; /* NULL for sources */
+    ef__ctx *ctx;
+    int index;     /* position in the pipeline, for RNG keys */
+    int64_t epoch; /* current pass, set by reset */
+    int ended;     /* the last pull returned EF_END (sticky until reset) */
+    void *state;
+    ef__opts opts;
+    ef_map_fn user_fn; /* map stages added by ef_pipeline_add_map() */
+    void *user_data;
+    /* statistics: one writer each, see ef__stat_add */
+    _Atomic uint64_t items_in, items_out, wait_up_ns, wait_down_ns;
+};
+
+/* Pulls the next item from s->up, timing the wait into s->wait_up_ns and
+ * counting items. Once the upstream has ended, returns EF_END without
+ * calling it again. */
+int ef__stage_pull(ef__stage *s, ef_sample **out, ef__err *err);
+/* Non-blocking pull through the upstream's poll(). */
+int ef__stage_poll(ef__stage *s, ef_sample **out, ef__err *err);
+/* Starts pass `epoch` of `s` and everything above it (after EF_END). */
+int ef__stage_reset(ef__stage *s, int64_t epoch, ef__err *err);
+/* Resets only the stages above `s` (for stages with a reset of their own). */
+int ef__stage_reset_upstream(ef__stage *s, int64_t epoch, ef__err *err);
+/* Keyed generator for a decision of stage `s` about a sample. */
+void ef__stage_rng(const ef__stage *s, ef__rng *r, ef_sample_id id);
+
+static inline void ef__stat_add(_Atomic uint64_t *c, uint64_t n)
+{
+    /* single writer: a relaxed load and store, no locked instruction */
+    atomic_store_explicit(c, atomic_load_explicit(c, memory_order_relaxed) + n,
+                          memory_order_relaxed);
+}
+
+static inline uint64_t ef__stat_get(const _Atomic uint64_t *c)
+{
+    return atomic_load_explicit((_Atomic uint64_t *)c, memory_order_relaxed);
+}
+
+/* Appends an extra figure to a stats record (ignored when full). */
+void ef__stats_extra(ef_stage_stats *st, const char *key, double value);
+
+/* ---- creation ---------------------------------------------------- */
+
+/* Parses `text` (len bytes of "key=value,..." or a bare first value; may be
+ * empty) against the stage's schema. On error `o` holds nothing. */
+int ef__opts_parse(ef__opts *o, const ef__stage_def *def, const char *text,
+                   size_t len, ef__err *err);
+void ef__opts_free(ef__opts *o);
+
+/* A new stage: options parsed and checked, state created. The caller owns
+ * *out (ef__stage_free). */
+int ef__stage_create(ef__stage **out, const ef__stage_def *def,
+                     const char *opts, size_t len, ef__ctx *ctx,
+                     ef_map_fn fn, void *user, ef__err *err);
+void ef__stage_free(ef__stage *s);
+
+/* ---- the registry ------------------------------------------------ */
+
+const ef__stage_def *ef__stage_find(const char *name);
+
+/* One per stage file. */
+extern const ef__stage_def ef__stage_range;
+extern const ef__stage_def ef__stage_idx;
+extern const ef__stage_def ef__stage_map;
+extern const ef__stage_def ef__stage_shuffle;
+extern const ef__stage_def ef__stage_echo;
+extern const ef__stage_def ef__stage_batch;
+extern const ef__stage_def ef__stage_prefetch;
+extern const ef__stage_def ef__stage_repeat;
+extern const ef__stage_def ef__stage_take;
+extern const ef__stage_def ef__stage_throttle;
+
+#endif

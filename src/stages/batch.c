@@ -1,0 +1,162 @@
+/* batch: stacks `size` samples into one whose fields have a leading batch
+ * dimension. Every sample of a batch must have the same fields, dtypes and
+ * shapes; a mismatch is an error naming the sample and the field. */
+#include <string.h>
+
+#include "core/alloc.h"
+#include "core/sample.h"
+#include "stage.h"
+
+typedef struct {
+    int64_t size;
+    int drop_remainder;
+    ef_sample **parts; /* the samples of the batch being built */
+    int64_t batch_no;  /* batches emitted this epoch: the batch's index */
+} batch_state;
+
+static int batch_create(ef__stage *s, const ef__opts *o, ef__err *err)
+{
+    batch_state *st = ef__calloc(1, sizeof *st);
+    int64_t size = ef__opt_int(o, "size");
+    if (st)
+        st->parts = ef__calloc((size_t)size, sizeof *st->parts);
+    if (!st || !st->parts) {
+        ef__free(st);
+        return ef__err_set(err, EF_ENOMEM,
+                           "batch: out of memory for size %lld",
+                           (long long)size);
+    }
+    st->size = size;
+    st->drop_remainder = ef__opt_bool(o, "drop_remainder");
+    s->state = st;
+    return EF_OK;
+}
+
+static int check_like(const ef_sample *first, const ef_sample *other,
+                      int64_t pos, ef__err *err)
+{
+    char a[96], b[96];
+    if (other->nfields != first->nfields)
+        return ef__err_set(err, EF_ESHAPE,
+                           "batch: sample %lld of the batch (index %lld) has "
+                           "%d fields, the first had %d",
+                           (long long)pos, (long long)other->id.index,
+                           other->nfields, first->nfields);
+    for (int f = 0; f < first->nfields; f++) {
+        const ef__field *x = &first->fields[f];
+        int j = ef__sample_find(other, x->name);
+        const ef__field *y = j >= 0 ? &other->fields[j] : NULL;
+        if (y && y->dtype == x->dtype && y->ndim == x->ndim &&
+            memcmp(y->shape, x->shape, sizeof(int64_t) * (size_t)x->ndim) == 0)
+            continue;
+        if (!y)
+            return ef__err_set(err, EF_ESHAPE,
+                               "batch: sample %lld of the batch (index %lld) "
+                               "has no field '%s'",
+                               (long long)pos, (long long)other->id.index,
+                               x->name);
+        ef__shape_format(a, sizeof a, x->ndim, x->shape);
+        ef__shape_format(b, sizeof b, y->ndim, y->shape);
+        return ef__err_set(err, EF_ESHAPE,
+                           "batch: field '%s' of sample %lld of the batch "
+                           "(index %lld) is %s %s, expected %s %s as in the "
+                           "first",
+                           x->name, (long long)pos,
+                           (long long)other->id.index, ef_dtype_name(y->dtype),
+                           b, ef_dtype_name(x->dtype), a);
+    }
+    return EF_OK;
+}
+
+/* Builds the batch from parts[0..n). */
+static int stack(ef__stage *s, int64_t n, ef_sample **out, ef__err *err)
+{
+    batch_state *st = s->state;
+    const ef_sample *first = st->parts[0];
+    for (int64_t i = 1; i < n; i++) {
+        int rc = check_like(first, st->parts[i], i, err);
+        if (rc != EF_OK)
+            return rc;
+    }
+    ef_sample *b = ef_sample_new((ef_sample_id){st->batch_no, s->epoch, 0});
+    if (!b)
+        return ef__err_set(err, EF_ENOMEM, "batch: out of memory");
+    for (int f = 0; f < first->nfields; f++) {
+        const ef__field *x = &first->fields[f];
+        int64_t shape[EF_MAX_DIMS];
+        if (x->ndim == EF_MAX_DIMS) {
+            ef_sample_free(b);
+            return ef__err_set(err, EF_ESHAPE,
+                               "batch: field '%s' already has %d dimensions, "
+                               "the most a tensor can have",
+                               x->name, EF_MAX_DIMS);
+        }
+        shape[0] = n;
+        memcpy(shape + 1, x->shape, sizeof(int64_t) * (size_t)x->ndim);
+        unsigned char *dst;
+        int rc = ef_sample_add_new(b, x->name, x->dtype, x->ndim + 1, shape,
+                                   (void **)&dst);
+        if (rc != EF_OK) {
+            ef_sample_free(b);
+            return ef__err_set(err, rc, "batch: out of memory");
+        }
+        for (int64_t i = 0; i < n; i++) {
+            const ef__field *y =
+                &st->parts[i]->fields[ef__sample_find(st->parts[i], x->name)];
+            memcpy(dst + (size_t)i * x->nbytes,
+                   (const unsigned char *)ef_buffer_data(y->buf) + y->offset,
+                   x->nbytes);
+        }
+    }
+    st->batch_no++;
+    *out = b;
+    return EF_OK;
+}
+
+static int batch_next(ef__stage *s, ef_sample **out, ef__err *err)
+{
+    batch_state *st = s->state;
+    int64_t n = 0;
+    int rc = EF_OK;
+    while (n < st->size) {
+        rc = ef__stage_pull(s, &st->parts[n], err);
+        if (rc != EF_OK)
+            break;
+        n++;
+    }
+    if (rc == EF_OK || (rc == EF_END && n > 0 && !st->drop_remainder))
+        rc = stack(s, n, out, err);
+    for (int64_t i = 0; i < n; i++) {
+        ef_sample_free(st->parts[i]);
+        st->parts[i] = NULL;
+    }
+    return rc;
+}
+
+static int batch_reset(ef__stage *s, int64_t epoch, ef__err *err)
+{
+    ((batch_state *)s->state)->batch_no = 0;
+    return ef__stage_reset_upstream(s, epoch, err);
+}
+
+static void batch_destroy(ef__stage *s)
+{
+    batch_state *st = s->state;
+    ef__free(st->parts);
+    ef__free(st);
+}
+
+static const ef__option_def batch_options[] = {
+    {"size", EF_OPT_INT, NULL, "samples per batch", 1, 1 << 24},
+    {"drop_remainder", EF_OPT_BOOL, "false",
+     "drop a last batch smaller than size", 0, 0},
+};
+
+const ef__stage_def ef__stage_batch = {
+    .info = {"batch", "stack samples into a batch (leading dimension)", 2,
+             batch_options},
+    .create = batch_create,
+    .next = batch_next,
+    .reset = batch_reset,
+    .destroy = batch_destroy,
+};

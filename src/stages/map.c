@@ -1,0 +1,447 @@
+/* map: runs a transform (a user callback or a built-in) on `threads`
+ * threads.
+ *
+ * Ordered mode (the default) keeps the upstream's order with a ring of
+ * slots: a worker takes sequence number `submit` while it pulls an item,
+ * puts the result in slot seq % cap, and the consumer emits slots in order
+ * (`emit`). Unordered mode hands results over through a queue as they
+ * finish.
+ *
+ * Lock rules: `in_mu` serialises pulls from the upstream and guards
+ * `input_done` and `submit`; `mu` guards the ring, `emit`, `stopped` and
+ * `active`. A worker may take `mu` while holding `in_mu`, never the other
+ * way round. The transform runs under neither lock. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "core/alloc.h"
+#include "core/clock.h"
+#include "core/queue.h"
+#include "core/sample.h"
+#include "stage.h"
+
+struct ef_map_ctx {
+    void *user;
+    ef__rng rng;
+    ef__err *err;
+};
+
+typedef struct {
+    int done;
+    ef__item item;
+} slot;
+
+typedef struct {
+    ef_map_fn fn;
+    void *user;
+    int nthreads, ordered;
+    pthread_t *threads;
+    int started; /* threads running or to be joined */
+    pthread_mutex_t in_mu, mu;
+    pthread_cond_t can_submit, can_emit;
+    slot *ring;
+    size_t cap;
+    uint64_t submit, emit;
+    int input_done, stopped, active;
+    int emit_waiting;   /* the consumer sleeps on can_emit */
+    int submit_waiters; /* workers sleeping on can_submit */
+    int final_status; /* what the consumer got last: END or an error */
+    ef__err final_err;
+    ef__queue out; /* unordered mode */
+} map_state;
+
+/* ---- the built-in transforms ------------------------------------ */
+
+static int map_noop(const ef_sample *in, ef_sample **out, ef_map_ctx *ctx)
+{
+    *out = ef_sample_clone(in);
+    return *out ? EF_OK : ef_map_ctx_fail(ctx, EF_ENOMEM, "out of memory");
+}
+
+/* Every u8 field becomes f32 in [0, 1]; other fields are shared. */
+static int map_to_f32(const ef_sample *in, ef_sample **out, ef_map_ctx *ctx)
+{
+    ef_sample *o = ef_sample_new(in->id);
+    int rc = o ? EF_OK : EF_ENOMEM;
+    for (int i = 0; i < in->nfields && rc == EF_OK; i++) {
+        const ef__field *f = &in->fields[i];
+        if (f->dtype != EF_U8) {
+            rc = ef_sample_add(o, f->name, f->dtype, f->ndim, f->shape, f->buf,
+                               f->offset);
+            continue;
+        }
+        float *dst;
+        rc = ef_sample_add_new(o, f->name, EF_F32, f->ndim, f->shape,
+                               (void **)&dst);
+        if (rc != EF_OK)
+            break;
+        const unsigned char *src =
+            (const unsigned char *)ef_buffer_data(f->buf) + f->offset;
+        for (size_t j = 0; j < f->nbytes; j++)
+            dst[j] = (float)src[j] * (1.0f / 255.0f);
+    }
+    if (rc != EF_OK) {
+        ef_sample_free(o);
+        return ef_map_ctx_fail(ctx, rc, "%s", ef_strerror(rc));
+    }
+    *out = o;
+    return EF_OK;
+}
+
+static const struct {
+    const char *name;
+    ef_map_fn fn;
+} builtins[] = {
+    {"noop", map_noop},
+    {"to_f32", map_to_f32},
+};
+
+/* ---- the callback context --------------------------------------- */
+
+void *ef_map_ctx_user(const ef_map_ctx *ctx)
+{
+    return ctx->user;
+}
+
+uint64_t ef_map_ctx_random(ef_map_ctx *ctx)
+{
+    return ef__rng_u64(&ctx->rng);
+}
+
+double ef_map_ctx_uniform(ef_map_ctx *ctx)
+{
+    return ef__rng_uniform(&ctx->rng);
+}
+
+int ef_map_ctx_fail(ef_map_ctx *ctx, int status, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(ctx->err->msg, sizeof ctx->err->msg, fmt, ap);
+    va_end(ap);
+    ctx->err->status = status;
+    return status;
+}
+
+/* Runs the transform on `in` (consumed) into an item. */
+static void transform(ef__stage *s, map_state *st, ef_sample *in,
+                      ef__item *item)
+{
+    ef__err err;
+    ef__err_clear(&err);
+    ef_map_ctx ctx = {.user = st->user, .err = &err};
+    ef__stage_rng(s, &ctx.rng, in->id);
+    ef_sample *out = NULL;
+    int rc = st->fn(in, &out, &ctx);
+    if (rc == EF_OK && !out)
+        rc = ef__err_set(&err, EF_ECALLBACK, "returned success but no sample");
+    if (rc > 0)
+        rc = ef__err_set(&err, EF_ECALLBACK,
+                         "returned %d, not a success or an error", rc);
+    if (rc == EF_OK) {
+        item->status = EF_OK;
+        item->sample = out;
+    } else {
+        ef_sample_free(out);
+        item->status = rc;
+        item->msg = ef__malloc(EF__ERR_MAX + 128);
+        if (item->msg)
+            snprintf(item->msg, EF__ERR_MAX + 128,
+                     "map: item %lld (epoch %lld): %s", (long long)in->id.index,
+                     (long long)in->id.epoch,
+                     err.msg[0] ? err.msg : ef_strerror(rc));
+    }
+    ef_sample_free(in);
+}
+
+/* ---- workers ------------------------------------------------------ */
+
+/* Pulls one item under in_mu. Ordered mode first reserves a slot. Returns
+ * 0 when the worker should stop. */
+static int take_input(ef__stage *s, map_state *st, uint64_t *seq,
+                      ef__item *item)
+{
+    int go = 0;
+    pthread_mutex_lock(&st->in_mu);
+    if (!st->input_done) {
+        go = 1;
+        if (st->ordered) {
+            pthread_mutex_lock(&st->mu);
+            if (st->submit - st->emit >= st->cap && !st->stopped) {
+                uint64_t t0 = ef__now_ns();
+                st->submit_waiters++;
+                while (st->submit - st->emit >= st->cap && !st->stopped)
+                    pthread_cond_wait(&st->can_submit, &st->mu);
+                st->submit_waiters--;
+                ef__stat_add(&s->wait_down_ns, ef__now_ns() - t0);
+            }
+            go = !st->stopped;
+            *seq = st->submit++;
+            pthread_mutex_unlock(&st->mu);
+        }
+    }
+    if (go) {
+        ef__err err;
+        ef__err_clear(&err);
+        item->status = ef__stage_pull(s, &item->sample, &err);
+        if (item->status != EF_OK) {
+            st->input_done = 1;
+            if (item->status < 0)
+                item->msg = ef__strdup(err.msg);
+        }
+    }
+    pthread_mutex_unlock(&st->in_mu);
+    return go;
+}
+
+static void stop_input(map_state *st)
+{
+    pthread_mutex_lock(&st->in_mu);
+    st->input_done = 1;
+    pthread_mutex_unlock(&st->in_mu);
+}
+
+/* Hands a result over; returns 0 when the worker should stop. */
+static int deliver(ef__stage *s, map_state *st, uint64_t seq, ef__item *item)
+{
+    if (!st->ordered) {
+        uint64_t waited = 0;
+        int rc = ef__queue_push(&st->out, item, &waited);
+        ef__stat_add(&s->wait_down_ns, waited);
+        if (rc != EF_OK)
+            ef__item_clear(item);
+        return rc == EF_OK;
+    }
+    pthread_mutex_lock(&st->mu);
+    slot *sl = &st->ring[seq % st->cap];
+    sl->item = *item;
+    sl->done = 1;
+    if (st->emit_waiting && seq == st->emit)
+        pthread_cond_signal(&st->can_emit);
+    pthread_mutex_unlock(&st->mu);
+    return 1;
+}
+
+static void *worker_main(void *arg)
+{
+    ef__stage *s = arg;
+    map_state *st = s->state;
+    for (;;) {
+        uint64_t seq = 0;
+        ef__item item = {0};
+        if (!take_input(s, st, &seq, &item))
+            break;
+        int last = item.status != EF_OK;
+        if (item.status == EF_OK) {
+            transform(s, st, item.sample, &item);
+            if (item.status != EF_OK) {
+                stop_input(st);
+                last = 1;
+            }
+        }
+        /* unordered: END goes out only from the last worker, below */
+        if (!st->ordered && item.status == EF_END)
+            break;
+        if (!deliver(s, st, seq, &item) || last)
+            break;
+    }
+    if (!st->ordered) {
+        pthread_mutex_lock(&st->mu);
+        int last_one = --st->active == 0;
+        pthread_mutex_unlock(&st->mu);
+        if (last_one) {
+            ef__item end = {.status = EF_END};
+            ef__queue_push(&st->out, &end, NULL);
+        }
+    }
+    return NULL;
+}
+
+/* ---- the stage ---------------------------------------------------- */
+
+static int start_threads(ef__stage *s, ef__err *err)
+{
+    map_state *st = s->state;
+    st->active = st->nthreads;
+    for (int i = 0; i < st->nthreads; i++) {
+        int rc = pthread_create(&st->threads[i], NULL, worker_main, s);
+        if (rc != 0) {
+            /* the threads already started stop on their own at cancel */
+            st->active -= st->nthreads - i;
+            st->started = i;
+            return ef__err_set(err, EF_ENOMEM, "map: cannot start thread %d: "
+                               "%s", i, strerror(rc));
+        }
+    }
+    st->started = st->nthreads;
+    return EF_OK;
+}
+
+static void join_threads(map_state *st)
+{
+    for (int i = 0; i < st->started; i++)
+        pthread_join(st->threads[i], NULL);
+    st->started = 0;
+}
+
+static int map_create(ef__stage *s, const ef__opts *o, ef__err *err)
+{
+    const char *name = ef__opt_string(o, "fn");
+    ef_map_fn fn = s->user_fn;
+    if (fn && name[0])
+        return ef__err_set(err, EF_ESPEC,
+                           "stage 'map': option 'fn' cannot be combined with a "
+                           "C callback");
+    for (size_t i = 0; !fn && i < sizeof builtins / sizeof builtins[0]; i++)
+        if (strcmp(builtins[i].name, name) == 0)
+            fn = builtins[i].fn;
+    if (!fn)
+        return ef__err_set(err, EF_ESPEC,
+                           "stage 'map': option 'fn' %s '%s' (built-ins: noop, "
+                           "to_f32)",
+                           name[0] ? "names no built-in transform" : "is required,"
+                                                                  " got",
+                           name);
+    map_state *st = ef__calloc(1, sizeof *st);
+    if (!st)
+        return ef__err_set(err, EF_ENOMEM, "map: out of memory");
+    st->fn = fn;
+    st->user = s->user_data;
+    st->nthreads = (int)ef__opt_int(o, "threads");
+    st->ordered = ef__opt_bool(o, "ordered");
+    st->cap = (size_t)st->nthreads * 16;
+    st->threads = ef__calloc((size_t)st->nthreads, sizeof *st->threads);
+    st->ring = ef__calloc(st->cap, sizeof *st->ring);
+    int qrc = ef__queue_init(&st->out, st->cap);
+    if (!st->threads || !st->ring || qrc != EF_OK) {
+        if (qrc == EF_OK)
+            ef__queue_destroy(&st->out);
+        ef__free(st->threads);
+        ef__free(st->ring);
+        ef__free(st);
+        return ef__err_set(err, EF_ENOMEM, "map: out of memory");
+    }
+    pthread_mutex_init(&st->in_mu, NULL);
+    pthread_mutex_init(&st->mu, NULL);
+    pthread_cond_init(&st->can_submit, NULL);
+    pthread_cond_init(&st->can_emit, NULL);
+    s->state = st;
+    return EF_OK;
+}
+
+static int map_open(ef__stage *s, ef__err *err)
+{
+    return start_threads(s, err);
+}
+
+static int finish(map_state *st, ef__item *item, ef__err *err)
+{
+    st->final_status = item->status;
+    if (item->status < 0) {
+        ef__err_set(&st->final_err, item->status, "%s",
+                    item->msg ? item->msg : ef_strerror(item->status));
+        memcpy(err, &st->final_err, sizeof *err);
+    }
+    ef__item_clear(item);
+    return st->final_status;
+}
+
+static int map_next(ef__stage *s, ef_sample **out, ef__err *err)
+{
+    map_state *st = s->state;
+    *out = NULL;
+    if (st->final_status) {
+        if (st->final_status < 0)
+            memcpy(err, &st->final_err, sizeof *err);
+        return st->final_status;
+    }
+    ef__item item;
+    if (!st->ordered) {
+        if (ef__queue_pop(&st->out, &item, NULL) != EF_OK)
+            return ef__err_set(err, EF_ECANCELED, "map: stopped");
+    } else {
+        pthread_mutex_lock(&st->mu);
+        slot *sl = &st->ring[st->emit % st->cap];
+        st->emit_waiting = 1;
+        while (!sl->done && !st->stopped)
+            pthread_cond_wait(&st->can_emit, &st->mu);
+        st->emit_waiting = 0;
+        if (st->stopped) {
+            pthread_mutex_unlock(&st->mu);
+            return ef__err_set(err, EF_ECANCELED, "map: stopped");
+        }
+        item = sl->item;
+        sl->done = 0;
+        memset(&sl->item, 0, sizeof sl->item);
+        if (item.status == EF_OK) {
+            st->emit++;
+            /* wake workers in bulk, once half the ring is free: fewer
+             * context switches than one wake-up per item */
+            if (st->submit_waiters && st->submit - st->emit <= st->cap / 2)
+                pthread_cond_broadcast(&st->can_submit);
+        }
+        pthread_mutex_unlock(&st->mu);
+    }
+    if (item.status != EF_OK)
+        return finish(st, &item, err);
+    *out = item.sample;
+    return EF_OK;
+}
+
+static int map_reset(ef__stage *s, int64_t epoch, ef__err *err)
+{
+    map_state *st = s->state;
+    join_threads(st); /* they ended at the END the consumer took */
+    st->input_done = 0;
+    st->final_status = 0;
+    st->submit = st->emit = 0;
+    int rc = ef__stage_reset_upstream(s, epoch, err);
+    return rc == EF_OK ? start_threads(s, err) : rc;
+}
+
+static void map_cancel(ef__stage *s)
+{
+    map_state *st = s->state;
+    pthread_mutex_lock(&st->mu);
+    st->stopped = 1;
+    pthread_cond_broadcast(&st->can_submit);
+    pthread_cond_broadcast(&st->can_emit);
+    pthread_mutex_unlock(&st->mu);
+    ef__queue_close(&st->out);
+}
+
+static void map_destroy(ef__stage *s)
+{
+    map_state *st = s->state;
+    map_cancel(s);
+    join_threads(st);
+    for (size_t i = 0; i < st->cap; i++)
+        if (st->ring[i].done)
+            ef__item_clear(&st->ring[i].item);
+    ef__queue_destroy(&st->out);
+    pthread_mutex_destroy(&st->in_mu);
+    pthread_mutex_destroy(&st->mu);
+    pthread_cond_destroy(&st->can_submit);
+    pthread_cond_destroy(&st->can_emit);
+    ef__free(st->ring);
+    ef__free(st->threads);
+    ef__free(st);
+}
+
+static const ef__option_def map_options[] = {
+    {"fn", EF_OPT_STRING, "", "built-in transform: noop, to_f32", 0, 0},
+    {"threads", EF_OPT_INT, "1", "worker threads", 1, 256},
+    {"ordered", EF_OPT_BOOL, "true",
+     "keep the upstream's order (deterministic)", 0, 0},
+};
+
+const ef__stage_def ef__stage_map = {
+    .info = {"map", "apply a transform on worker threads", 3, map_options},
+    .create = map_create,
+    .open = map_open,
+    .next = map_next,
+    .reset = map_reset,
+    .cancel = map_cancel,
+    .destroy = map_destroy,
+};

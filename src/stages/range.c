@@ -1,0 +1,79 @@
+/* range: a synthetic source of N samples, for tests and benchmarks.
+ * Field `index` (i64 scalar) and, with bytes=B, field `data` (u8 [B]) whose
+ * byte j is (index + j) mod 256. */
+#include "core/alloc.h"
+#include "stage.h"
+
+typedef struct {
+    int64_t n, bytes;
+    int64_t next; /* next index to emit in this pass */
+} range_state;
+
+static int range_create(ef__stage *s, const ef__opts *o, ef__err *err)
+{
+    range_state *st = ef__calloc(1, sizeof *st);
+    if (!st)
+        return ef__err_set(err, EF_ENOMEM, "range: out of memory");
+    st->n = ef__opt_int(o, "n");
+    st->bytes = ef__opt_int(o, "bytes");
+    s->state = st;
+    return EF_OK;
+}
+
+static int range_next(ef__stage *s, ef_sample **out, ef__err *err)
+{
+    range_state *st = s->state;
+    if (st->next >= st->n)
+        return EF_END;
+    int64_t index = st->next;
+    ef_sample *smp = ef_sample_new((ef_sample_id){index, s->epoch, 0});
+    int64_t *value = NULL;
+    unsigned char *data = NULL;
+    int rc = smp ? ef_sample_add_new(smp, "index", EF_I64, 0, NULL,
+                                     (void **)&value)
+                 : EF_ENOMEM;
+    if (rc == EF_OK && st->bytes > 0) {
+        int64_t shape[1] = {st->bytes};
+        rc = ef_sample_add_new(smp, "data", EF_U8, 1, shape, (void **)&data);
+    }
+    if (rc != EF_OK) {
+        ef_sample_free(smp);
+        return ef__err_set(err, rc, "range: out of memory at item %lld",
+                           (long long)index);
+    }
+    *value = index;
+    for (int64_t j = 0; j < st->bytes; j++)
+        data[j] = (unsigned char)((index + j) & 0xff);
+    st->next++;
+    *out = smp;
+    return EF_OK;
+}
+
+static int range_reset(ef__stage *s, int64_t epoch, ef__err *err)
+{
+    (void)epoch;
+    (void)err;
+    ((range_state *)s->state)->next = 0;
+    return EF_OK;
+}
+
+static void range_destroy(ef__stage *s)
+{
+    ef__free(s->state);
+}
+
+static const ef__option_def range_options[] = {
+    {"n", EF_OPT_INT, NULL, "number of samples", 0, 9.2e18},
+    {"bytes", EF_OPT_INT, "0", "size of the u8 'data' field (0: none)", 0,
+     1 << 30},
+};
+
+const ef__stage_def ef__stage_range = {
+    .info = {"range", "synthetic source: samples 0..n-1 (fields index, data)",
+             2, range_options},
+    .is_source = 1,
+    .create = range_create,
+    .next = range_next,
+    .reset = range_reset,
+    .destroy = range_destroy,
+};

@@ -1,0 +1,69 @@
+/* repeat: passes over the upstream `count` times (forever without a count).
+ * Each pass resets the upstream with a new epoch number, so sources stamp
+ * it into samples and shuffles draw a new order. */
+#include "core/alloc.h"
+#include "stage.h"
+
+typedef struct {
+    int64_t count; /* 0: forever */
+    int64_t items_this_pass;
+} repeat_state;
+
+static int repeat_create(ef__stage *s, const ef__opts *o, ef__err *err)
+{
+    repeat_state *st = ef__calloc(1, sizeof *st);
+    if (!st)
+        return ef__err_set(err, EF_ENOMEM, "repeat: out of memory");
+    st->count = ef__opt_int(o, "count");
+    s->state = st;
+    return EF_OK;
+}
+
+static int repeat_next(ef__stage *s, ef_sample **out, ef__err *err)
+{
+    repeat_state *st = s->state;
+    for (;;) {
+        int rc = ef__stage_pull(s, out, err);
+        if (rc != EF_END) {
+            st->items_this_pass += rc == EF_OK;
+            return rc;
+        }
+        int64_t next_epoch = s->epoch + 1;
+        /* an empty pass would make "forever" spin: end instead */
+        if (st->items_this_pass == 0 || (st->count && next_epoch >= st->count))
+            return EF_END;
+        st->items_this_pass = 0;
+        s->epoch = next_epoch;
+        rc = ef__stage_reset_upstream(s, next_epoch, err);
+        if (rc != EF_OK)
+            return rc;
+    }
+}
+
+static int repeat_reset(ef__stage *s, int64_t epoch, ef__err *err)
+{
+    /* a repeat inside a repeat: restart our own count of passes */
+    (void)epoch;
+    ((repeat_state *)s->state)->items_this_pass = 0;
+    s->epoch = 0;
+    return ef__stage_reset_upstream(s, 0, err);
+}
+
+static void repeat_destroy(ef__stage *s)
+{
+    ef__free(s->state);
+}
+
+static const ef__option_def repeat_options[] = {
+    {"count", EF_OPT_INT, "", "passes over the data (none: forever)", 1,
+     9.2e18},
+};
+
+const ef__stage_def ef__stage_repeat = {
+    .info = {"repeat", "pass over the upstream count times, or forever", 1,
+             repeat_options},
+    .create = repeat_create,
+    .next = repeat_next,
+    .reset = repeat_reset,
+    .destroy = repeat_destroy,
+};

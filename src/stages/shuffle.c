@@ -1,0 +1,70 @@
+/* shuffle: a seeded shuffle buffer; a new order every epoch. */
+#include "core/alloc.h"
+#include "stage.h"
+#include "stages/shuffle_buffer.h"
+
+typedef struct {
+    ef__shufbuf buf;
+    ef__rng rng; /* keyed by (seed, stage, epoch): one stream per pass */
+} shuffle_state;
+
+static void start_epoch(ef__stage *s)
+{
+    shuffle_state *st = s->state;
+    ef__rng_init(&st->rng, s->ctx->seed, (uint64_t)s->index, 0, s->epoch, 0);
+}
+
+static int shuffle_create(ef__stage *s, const ef__opts *o, ef__err *err)
+{
+    shuffle_state *st = ef__calloc(1, sizeof *st);
+    if (!st || ef__shufbuf_init(&st->buf, (size_t)ef__opt_int(o, "buffer"))) {
+        ef__free(st);
+        return ef__err_set(err, EF_ENOMEM,
+                           "shuffle: out of memory for a buffer of %lld",
+                           (long long)ef__opt_int(o, "buffer"));
+    }
+    s->state = st;
+    start_epoch(s);
+    return EF_OK;
+}
+
+static int pull(void *arg, ef_sample **out, ef__err *err)
+{
+    return ef__stage_pull(arg, out, err);
+}
+
+static int shuffle_next(ef__stage *s, ef_sample **out, ef__err *err)
+{
+    shuffle_state *st = s->state;
+    return ef__shufbuf_next(&st->buf, pull, s, &st->rng, out, err);
+}
+
+static int shuffle_reset(ef__stage *s, int64_t epoch, ef__err *err)
+{
+    shuffle_state *st = s->state;
+    (void)epoch;
+    ef__shufbuf_reset(&st->buf);
+    start_epoch(s);
+    return ef__stage_reset_upstream(s, epoch, err);
+}
+
+static void shuffle_destroy(ef__stage *s)
+{
+    shuffle_state *st = s->state;
+    ef__shufbuf_destroy(&st->buf);
+    ef__free(st);
+}
+
+static const ef__option_def shuffle_options[] = {
+    {"buffer", EF_OPT_INT, NULL, "items held in the shuffle buffer", 1,
+     1 << 26},
+};
+
+const ef__stage_def ef__stage_shuffle = {
+    .info = {"shuffle", "seeded shuffle through a buffer; new order each epoch",
+             1, shuffle_options},
+    .create = shuffle_create,
+    .next = shuffle_next,
+    .reset = shuffle_reset,
+    .destroy = shuffle_destroy,
+};

@@ -1,0 +1,30 @@
+/* A shuffle buffer: filled from a producer, emptied at random positions.
+ * Used by the shuffle stage and by the echo stage's copy spreading. */
+#ifndef EF_STAGES_SHUFFLE_BUFFER_H
+#define EF_STAGES_SHUFFLE_BUFFER_H
+
+#include <stddef.h>
+
+#include "core/err.h"
+#include "core/rng.h"
+
+typedef int (*ef__producer)(void *arg, ef_sample **out, ef__err *err);
+
+typedef struct {
+    ef_sample **items;
+    size_t cap, n;
+    int ended; /* the producer returned EF_END */
+} ef__shufbuf;
+
+int ef__shufbuf_init(ef__shufbuf *b, size_t cap);
+/* Frees the samples still held. */
+void ef__shufbuf_destroy(ef__shufbuf *b);
+/* Tops the buffer up from `produce`, then hands out a random item (the
+ * caller owns it). EF_END once the producer has ended and the buffer is
+ * empty; errors from the producer pass through. */
+int ef__shufbuf_next(ef__shufbuf *b, ef__producer produce, void *arg,
+                     ef__rng *rng, ef_sample **out, ef__err *err);
+/* Ready for another pass (after EF_END). */
+void ef__shufbuf_reset(ef__shufbuf *b);
+
+#endif

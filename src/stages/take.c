@@ -1,0 +1,51 @@
+/* take: the first `count` items, then the end (the upstream is not pulled
+ * further). */
+#include "core/alloc.h"
+#include "stage.h"
+
+typedef struct {
+    int64_t count, taken;
+} take_state;
+
+static int take_create(ef__stage *s, const ef__opts *o, ef__err *err)
+{
+    take_state *st = ef__calloc(1, sizeof *st);
+    if (!st)
+        return ef__err_set(err, EF_ENOMEM, "take: out of memory");
+    st->count = ef__opt_int(o, "count");
+    s->state = st;
+    return EF_OK;
+}
+
+static int take_next(ef__stage *s, ef_sample **out, ef__err *err)
+{
+    take_state *st = s->state;
+    if (st->taken >= st->count)
+        return EF_END;
+    int rc = ef__stage_pull(s, out, err);
+    st->taken += rc == EF_OK;
+    return rc;
+}
+
+static int take_reset(ef__stage *s, int64_t epoch, ef__err *err)
+{
+    ((take_state *)s->state)->taken = 0;
+    return ef__stage_reset_upstream(s, epoch, err);
+}
+
+static void take_destroy(ef__stage *s)
+{
+    ef__free(s->state);
+}
+
+static const ef__option_def take_options[] = {
+    {"count", EF_OPT_INT, NULL, "items to pass", 0, 9.2e18},
+};
+
+const ef__stage_def ef__stage_take = {
+    .info = {"take", "the first count items", 1, take_options},
+    .create = take_create,
+    .next = take_next,
+    .reset = take_reset,
+    .destroy = take_destroy,
+};

@@ -1,0 +1,56 @@
+/* throttle: at most `rate` items per second, by sleeping (never spinning).
+ * Emulates a slow upstream (disk, network) in experiments. The schedule
+ * never banks time: after a slow stretch it does not burst to catch up. */
+#include "core/alloc.h"
+#include "core/clock.h"
+#include "stage.h"
+
+typedef struct {
+    double interval_ns;
+    double next_ns; /* earliest time for the next item; 0 before the first */
+} throttle_state;
+
+static int throttle_create(ef__stage *s, const ef__opts *o, ef__err *err)
+{
+    throttle_state *st = ef__calloc(1, sizeof *st);
+    if (!st)
+        return ef__err_set(err, EF_ENOMEM, "throttle: out of memory");
+    st->interval_ns = 1e9 / ef__opt_float(o, "rate");
+    s->state = st;
+    return EF_OK;
+}
+
+static int throttle_next(ef__stage *s, ef_sample **out, ef__err *err)
+{
+    throttle_state *st = s->state;
+    int rc = ef__stage_pull(s, out, err);
+    if (rc != EF_OK)
+        return rc;
+    double now = (double)ef__now_ns();
+    if (st->next_ns < now)
+        st->next_ns = now;
+    else if (ef__ctx_sleep_until(s->ctx, (uint64_t)st->next_ns) != EF_OK) {
+        ef_sample_free(*out);
+        *out = NULL;
+        return ef__err_set(err, EF_ECANCELED, "throttle: stopped");
+    }
+    st->next_ns += st->interval_ns;
+    return EF_OK;
+}
+
+static void throttle_destroy(ef__stage *s)
+{
+    ef__free(s->state);
+}
+
+static const ef__option_def throttle_options[] = {
+    {"rate", EF_OPT_FLOAT, NULL, "items per second at most", 1e-6, 1e12},
+};
+
+const ef__stage_def ef__stage_throttle = {
+    .info = {"throttle", "at most rate items/s (emulates a slow upstream)", 1,
+             throttle_options},
+    .create = throttle_create,
+    .next = throttle_next,
+    .destroy = throttle_destroy,
+};
