@@ -44,6 +44,8 @@ void report_json(FILE *f, const ef_pipeline *p, const run_info *ri)
     }
     fprintf(f, ", \"items\": %llu, \"elapsed_s\": ", (unsigned long long)ps.items);
     json_number(f, ps.elapsed_s);
+    fputs(", \"startup_s\": ", f);
+    json_number(f, ps.startup_s);
     fputs(", \"items_per_s\": ", f);
     json_number(f, ps.elapsed_s > 0 ? (double)ps.items / ps.elapsed_s : 0);
     fputs(", \"consumer_wait_s\": ", f);
@@ -78,6 +80,8 @@ void report_text(FILE *f, const ef_pipeline *p, const run_info *ri)
     ef_pipeline_stats ps;
     ef_pipeline_stats_get(p, &ps);
     fprintf(f, "items           %llu\n", (unsigned long long)ps.items);
+    fprintf(f, "startup         %.3f s (opening stages, not counted below)\n",
+            ps.startup_s);
     fprintf(f, "elapsed         %.3f s\n", ps.elapsed_s);
     fprintf(f, "rate            %.0f items/s\n",
             ps.elapsed_s > 0 ? (double)ps.items / ps.elapsed_s : 0);

@@ -21,7 +21,7 @@ struct ef_pipeline {
     int started;
     int final_status; /* END or an error, once reached */
     ef__err err;
-    uint64_t t_start_ns;
+    uint64_t t_open_ns, t_start_ns; /* first next(); end of startup */
     _Atomic uint64_t t_last_ns; /* end of the last next() */
     _Atomic uint64_t items, consumer_wait_ns;
 };
@@ -194,7 +194,7 @@ int ef_pipeline_add_map(ef_pipeline *p, ef_map_fn fn, void *user,
 static int start(ef_pipeline *p)
 {
     p->started = 1;
-    p->t_start_ns = ef__now_ns();
+    p->t_open_ns = p->t_start_ns = ef__now_ns();
     atomic_store(&p->t_last_ns, p->t_start_ns);
     if (p->nstages == 0)
         return ef__err_set(&p->err, EF_ESPEC, "the pipeline has no stages");
@@ -206,6 +206,8 @@ static int start(ef_pipeline *p)
                 return rc;
         }
     }
+    p->t_start_ns = ef__now_ns();
+    atomic_store(&p->t_last_ns, p->t_start_ns);
     return EF_OK;
 }
 
@@ -254,6 +256,7 @@ int ef_pipeline_stats_get(const ef_pipeline *p, ef_pipeline_stats *out)
      * next(), so time spent after the end is not counted */
     uint64_t end = p->final_status ? atomic_load(&((ef_pipeline *)p)->t_last_ns)
                                    : ef__now_ns();
+    out->startup_s = (double)(p->t_start_ns - p->t_open_ns) * 1e-9;
     out->elapsed_s = (double)(end - p->t_start_ns) * 1e-9;
     out->consumer_wait_s = (double)ef__stat_get(&p->consumer_wait_ns) * 1e-9;
     out->consumer_wait_fraction =

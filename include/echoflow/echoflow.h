@@ -232,10 +232,14 @@ typedef struct {
     ef_stat_extra extra[EF_MAX_STAT_EXTRAS];
 } ef_stage_stats;
 
+/* Times count from the end of startup (the first next() opens every stage:
+ * reading index files, starting threads), which is reported apart. */
 typedef struct {
-    uint64_t items;           /* samples handed to the consumer */
-    double elapsed_s;         /* since the first next() */
-    double consumer_wait_s;   /* time spent inside ef_pipeline_next() */
+    uint64_t items;                /* samples handed to the consumer */
+    double startup_s;              /* opening the stages */
+    double elapsed_s;              /* from the end of startup to the last
+                                      next() (to now while running) */
+    double consumer_wait_s;        /* time spent inside ef_pipeline_next() */
     double consumer_wait_fraction; /* consumer_wait_s / elapsed_s */
 } ef_pipeline_stats;
 

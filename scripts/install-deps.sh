@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Installs the Debian packages echoflow needs to build, test and run its
+# demo. Idempotent: installs only what is missing and says what that is.
+set -euo pipefail
+
+packages=(
+  gcc make cmake pkg-config   # the build
+  zlib1g-dev                  # gzip-compressed IDX files
+  libcmocka-dev               # the test suite
+  python3                     # the command-line tests read JSON with it
+  dataset-fashion-mnist       # the real data: /usr/share/datasets/fashion-mnist
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install-deps: all ${#packages[@]} packages already installed"
+  exit 0
+fi
+
+sudo=""
+if [ "$(id -u)" -ne 0 ]; then
+  command -v sudo >/dev/null || { echo "install-deps: run as root (missing: ${missing[*]})" >&2; exit 1; }
+  sudo="sudo"
+fi
+echo "install-deps: installing ${missing[*]}"
+$sudo apt-get update -q
+DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends "${missing[@]}"
