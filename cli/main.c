@@ -60,15 +60,33 @@ static int parse_number(const char *opt, const char *text, double min,
     return 0;
 }
 
-/* Sleeps until t + us microseconds: an absolute deadline, so oversleeping
- * in one step is not added to the next. */
-static void consume(double us)
+/* The emulated training step. Steps follow a schedule: a step starts when
+ * the previous one ended plus the time the consumer then waited for data,
+ * and lasts `us`. A late wake-up (the scheduler's, tens of microseconds on a
+ * busy machine) is caught up by a shorter sleep next time, so steps last
+ * `us` on average; a stall beyond CATCH_UP restarts the schedule. */
+#define CATCH_UP_NS 2000000LL
+
+typedef struct {
+    long long end_ns; /* when the current step is due to end */
+} step_clock;
+
+static long long mono_ns(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
-    long long ns = ts.tv_nsec + (long long)(us * 1000.0);
-    ts.tv_sec += (time_t)(ns / 1000000000);
-    ts.tv_nsec = (long)(ns % 1000000000);
+    return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+static void step(step_clock *c, double us, long long waited_ns)
+{
+    long long now = mono_ns();
+    long long start = c->end_ns + waited_ns;
+    if (c->end_ns == 0 || start < now - CATCH_UP_NS)
+        start = now;
+    c->end_ns = start + (long long)(us * 1000.0);
+    struct timespec ts = {.tv_sec = (time_t)(c->end_ns / 1000000000LL),
+                          .tv_nsec = (long)(c->end_ns % 1000000000LL)};
     while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)
         ;
 }
@@ -126,10 +144,15 @@ static int cmd_run(int argc, char **argv)
         return 2;
     }
     ef_sample *s;
-    while ((rc = ef_pipeline_next(p, &s)) == EF_OK) {
+    step_clock clock = {0};
+    for (;;) {
+        long long t0 = mono_ns();
+        rc = ef_pipeline_next(p, &s);
+        if (rc != EF_OK)
+            break;
         ef_sample_free(s);
         if (ri.consume_us > 0)
-            consume(ri.consume_us);
+            step(&clock, ri.consume_us, mono_ns() - t0);
     }
     ri.status = rc;
     if (rc < 0)

@@ -106,4 +106,22 @@ void report_text(FILE *f, const ef_pipeline *p, const run_info *ri)
         }
         fputc('\n', f);
     }
+    for (int i = 0; i < ef_pipeline_stage_count(p); i++) {
+        ef_stage_stats st;
+        double is_auto, r, busy, factor;
+        ef_pipeline_stage_stats(p, i, &st);
+        if (strcmp(st.name, "echo") != 0 ||
+            !ef_stage_stats_extra(&st, "auto", &is_auto) || is_auto ||
+            !ef_stage_stats_extra(&st, "r_estimate", &r) ||
+            !ef_stage_stats_extra(&st, "upstream_busy", &busy) ||
+            !ef_stage_stats_extra(&st, "effective_factor", &factor))
+            continue;
+        if (r > 0 && busy < 0.9)
+            fprintf(f,
+                    "\nnote: stage %d (echo) is the bottleneck: its factor "
+                    "%.2f exceeds the measured R = %.2f, so the upstream "
+                    "idles %.0f%% of the time. Use a factor of about %.1f, "
+                    "or factor=auto.\n",
+                    i + 1, factor, r, 100 * (1 - busy), r < 1 ? 1.0 : r);
+    }
 }

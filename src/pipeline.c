@@ -198,6 +198,10 @@ static int start(ef_pipeline *p)
     atomic_store(&p->t_last_ns, p->t_start_ns);
     if (p->nstages == 0)
         return ef__err_set(&p->err, EF_ESPEC, "the pipeline has no stages");
+    for (int i = 0; i < p->nstages; i++)
+        p->stages[i]->pulled_ns = i + 1 < p->nstages
+                                      ? &p->stages[i + 1]->wait_up_ns
+                                      : &p->consumer_wait_ns;
     for (int i = 0; i < p->nstages; i++) {
         ef__stage *s = p->stages[i];
         if (s->def->open) {

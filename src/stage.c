@@ -98,8 +98,7 @@ int ef__stage_create(ef__stage **out, const ef__stage_def *def,
     if (rc == EF_OK)
         rc = def->create(s, &s->opts, err);
     if (rc != EF_OK) {
-        ef__opts_free(&s->opts);
-        ef__free(s);
+        ef__stage_free(s); /* destroy() also frees a partial state */
         return rc;
     }
     *out = s;
@@ -110,7 +109,7 @@ void ef__stage_free(ef__stage *s)
 {
     if (!s)
         return;
-    if (s->def->destroy)
+    if (s->state && s->def->destroy)
         s->def->destroy(s);
     ef__opts_free(&s->opts);
     ef__free(s);

@@ -101,6 +101,10 @@ struct ef__stage {
     void *user_data;
     /* statistics: one writer each, see ef__stat_add */
     _Atomic uint64_t items_in, items_out, wait_up_ns, wait_down_ns;
+    /* the counter of time spent inside this stage's next() by whoever pulls
+     * it (the next stage's wait_up_ns, or the consumer's wait); set before
+     * open */
+    const _Atomic uint64_t *pulled_ns;
 };
 
 /* Pulls the next item from s->up, timing the wait into s->wait_up_ns and

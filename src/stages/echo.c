@@ -1,49 +1,124 @@
-/* echo: data echoing. Each item from upstream is emitted `factor` times
- * (fractional factors: floor(factor) times, plus once more with probability
- * frac(factor), drawn per item with the keyed RNG). Copies share the payload
- * buffers: an echo is a new sample header, never a copy of the data.
- * Before `batch` this is example echoing, after it batch echoing.
- * shuffle=N spreads copies apart through a shuffle buffer of N items. */
+/* echo: data echoing.
+ *
+ * Fixed factor F: each item from upstream is emitted F times (fractional F:
+ * floor(F) times, plus once more with probability frac(F), drawn per item
+ * with the keyed RNG). Copies follow one another, or are spread apart by a
+ * shuffle buffer (shuffle=N).
+ *
+ * factor=auto: echo only when the downstream would otherwise wait. The
+ * upstream is read through a queue that can be polled (the upstream's own,
+ * or a pump this stage starts). On each request a fresh item, when one is
+ * ready, always goes first; when none is, an item from the pool of the
+ * `pool` most recent fresh items is emitted again, chosen at random among
+ * the least-echoed, never more than `max` times in all; when every pooled
+ * item is used up, the stage waits for fresh data.
+ *
+ * Either way copies share the payload buffers: an echo is a new sample
+ * header, never a copy of the data. Before `batch` this is example echoing,
+ * after it batch echoing. */
 #include <math.h>
 
 #include "core/alloc.h"
 #include "core/sample.h"
 #include "stage.h"
+#include "stages/echo_rates.h"
+#include "stages/pump.h"
 #include "stages/shuffle_buffer.h"
 
 typedef struct {
-    double factor;
+    ef_sample *sample; /* a header of our own, sharing the payload */
+    int uses;          /* times emitted so far, fresh included */
+    size_t pos;        /* index in by_uses[uses] */
+} pooled;
+
+typedef struct {
+    double factor; /* 0: auto */
+    int max;
     size_t shuffle;
+    /* fixed factor */
     ef_sample *held; /* the fresh item whose copies are still due */
     int copies_left; /* copies of `held` still to emit */
     int next_copy;   /* echo_copy number of the next copy */
+    /* auto */
+    ef__pump *pump; /* when the upstream cannot be polled */
+    pooled *pool;
+    size_t pool_cap, pool_n, pool_next; /* ring: pool_next is the oldest */
+    /* by_uses[u] lists the pooled items used u times (u < max), so the
+     * least-used are found without scanning the pool: each list is an
+     * array of pool indices of capacity pool_cap, n_uses[u] long */
+    size_t **by_uses, *n_uses;
+    int least;      /* no list below this one is non-empty */
+    uint64_t draws; /* RNG counter for pool choices */
+    /* both */
     ef__shufbuf buf;
     ef__rng rng; /* shuffle draws, keyed per epoch */
-    _Atomic uint64_t echoed; /* copies emitted, fresh items not counted */
+    ef__rates rates;
+    _Atomic uint64_t fresh, echoed; /* items emitted: new, and copies */
+    const _Atomic uint64_t *up_ns, *up_items; /* where t_up is measured */
 } echo_state;
 
 static int echo_create(ef__stage *s, const ef__opts *o, ef__err *err)
 {
-    double factor = ef__opt_factor(o, "factor");
-    if (factor == 0)
-        return ef__err_set(err, EF_EUNSUPPORTED,
-                           "stage 'echo': option 'factor' = auto is not "
-                           "available yet; give a number >= 1");
     echo_state *st = ef__calloc(1, sizeof *st);
     if (!st)
         return ef__err_set(err, EF_ENOMEM, "echo: out of memory");
-    st->factor = factor;
+    s->state = st;
+    st->factor = ef__opt_factor(o, "factor");
+    st->max = (int)ef__opt_int(o, "max");
     st->shuffle = (size_t)ef__opt_int(o, "shuffle");
-    if (st->shuffle && ef__shufbuf_init(&st->buf, st->shuffle) != EF_OK) {
-        ef__free(st);
+    st->pool_cap = (size_t)ef__opt_int(o, "pool");
+    if (st->factor == 0) {
+        int ok = (st->pool = ef__calloc(st->pool_cap, sizeof *st->pool)) &&
+                 (st->n_uses = ef__calloc((size_t)st->max,
+                                          sizeof *st->n_uses)) &&
+                 (st->by_uses = ef__calloc((size_t)st->max,
+                                           sizeof *st->by_uses));
+        for (int u = 1; ok && u < st->max; u++)
+            ok = (st->by_uses[u] = ef__calloc(st->pool_cap,
+                                              sizeof(size_t))) != NULL;
+        if (!ok)
+            return ef__err_set(err, EF_ENOMEM,
+                               "echo: out of memory for a pool of %zu",
+                               st->pool_cap);
+        st->least = st->max;
+    }
+    if (st->shuffle && ef__shufbuf_init(&st->buf, st->shuffle) != EF_OK)
         return ef__err_set(err, EF_ENOMEM,
                            "echo: out of memory for a shuffle buffer of %zu",
                            st->shuffle);
-    }
-    s->state = st;
     ef__rng_init(&st->rng, s->ctx->seed, (uint64_t)s->index, -1, 0, 0);
     return EF_OK;
 }
+
+static int echo_open(ef__stage *s, ef__err *err)
+{
+    echo_state *st = s->state;
+    /* t_up is measured where the upstream's work is timed: by the thread
+     * of an asynchronous upstream, or by our own pulls (ours or our
+     * pump's) */
+    int async_up = s->up->def->poll != NULL;
+    st->up_ns = async_up ? &s->up->wait_up_ns : &s->wait_up_ns;
+    st->up_items = async_up ? &s->up->items_in : &s->items_in;
+    ef__rates_init(&st->rates, st->up_ns, st->up_items, s->pulled_ns,
+                   &s->items_out);
+    if (st->factor == 0 && !async_up) {
+        st->pump = ef__calloc(1, sizeof *st->pump);
+        if (!st->pump)
+            return ef__err_set(err, EF_ENOMEM, "echo: out of memory");
+        int rc = ef__pump_init(st->pump, s, st->pool_cap, err);
+        if (rc == EF_OK)
+            rc = ef__pump_start(st->pump, err);
+        if (rc != EF_OK) {
+            ef__pump_destroy(st->pump);
+            ef__free(st->pump);
+            st->pump = NULL;
+            return rc;
+        }
+    }
+    return EF_OK;
+}
+
+/* ---- fixed factor --------------------------------------------------- */
 
 /* How many times to emit `smp` in all (>= 1). */
 static int copies_for(const ef__stage *s, const echo_state *st,
@@ -61,7 +136,7 @@ static int copies_for(const ef__stage *s, const echo_state *st,
 }
 
 /* The copies in order: the fresh item, then its echoes. */
-static int repeat_next(void *arg, ef_sample **out, ef__err *err)
+static int fixed_next(void *arg, ef_sample **out, ef__err *err)
 {
     ef__stage *s = arg;
     echo_state *st = s->state;
@@ -82,6 +157,7 @@ static int repeat_next(void *arg, ef_sample **out, ef__err *err)
             st->copies_left = n - 1;
             st->next_copy = 1;
         }
+        ef__stat_add(&st->fresh, 1);
         *out = fresh;
         return EF_OK;
     }
@@ -100,12 +176,130 @@ static int repeat_next(void *arg, ef_sample **out, ef__err *err)
     return EF_OK;
 }
 
+/* ---- automatic ------------------------------------------------------ */
+
+static int take_fresh(ef__stage *s, echo_state *st, int block,
+                      ef_sample **out, ef__err *err)
+{
+    if (st->pump)
+        return ef__pump_next(st->pump, out, block, err);
+    return block ? ef__stage_pull(s, out, err) : ef__stage_poll(s, out, err);
+}
+
+static void list_add(echo_state *st, size_t i)
+{
+    pooled *p = &st->pool[i];
+    if (p->uses >= st->max)
+        return; /* used up: in no list */
+    p->pos = st->n_uses[p->uses]++;
+    st->by_uses[p->uses][p->pos] = i;
+    if (p->uses < st->least)
+        st->least = p->uses;
+}
+
+static void list_remove(echo_state *st, size_t i)
+{
+    pooled *p = &st->pool[i];
+    if (p->uses >= st->max)
+        return;
+    size_t *list = st->by_uses[p->uses];
+    size_t last = list[--st->n_uses[p->uses]];
+    list[p->pos] = last;
+    st->pool[last].pos = p->pos;
+}
+
+/* Adds a fresh item (used once) to the pool, evicting the oldest when
+ * full. */
+static int pool_add(echo_state *st, const ef_sample *fresh)
+{
+    ef_sample *own = ef_sample_clone(fresh);
+    if (!own)
+        return EF_ENOMEM;
+    size_t i;
+    if (st->pool_n < st->pool_cap) {
+        i = (st->pool_next + st->pool_n++) % st->pool_cap;
+    } else {
+        i = st->pool_next;
+        st->pool_next = (st->pool_next + 1) % st->pool_cap;
+        list_remove(st, i);
+        ef_sample_free(st->pool[i].sample);
+    }
+    st->pool[i].sample = own;
+    st->pool[i].uses = 1;
+    list_add(st, i);
+    return EF_OK;
+}
+
+/* A pooled item used fewer than max times, at random among the least
+ * used, counted as used once more; NULL when every one is used up. */
+static pooled *pool_pick(ef__stage *s, echo_state *st)
+{
+    while (st->least < st->max && st->n_uses[st->least] == 0)
+        st->least++;
+    if (st->least >= st->max)
+        return NULL;
+    ef__rng r;
+    ef__rng_init(&r, s->ctx->seed, (uint64_t)s->index, (int64_t)st->draws++,
+                 s->epoch, 0);
+    size_t *list = st->by_uses[st->least];
+    size_t i = list[ef__rng_below(&r, st->n_uses[st->least])];
+    list_remove(st, i);
+    st->pool[i].uses++;
+    list_add(st, i);
+    return &st->pool[i];
+}
+
+static int auto_next(void *arg, ef_sample **out, ef__err *err)
+{
+    ef__stage *s = arg;
+    echo_state *st = s->state;
+    ef_sample *fresh;
+    int rc = take_fresh(s, st, 0, &fresh, err);
+    if (rc == EF_AGAIN) {
+        pooled *p = pool_pick(s, st);
+        if (p) {
+            ef_sample *copy = ef_sample_clone(p->sample);
+            if (!copy)
+                return ef__err_set(err, EF_ENOMEM, "echo: out of memory");
+            copy->id.echo_copy = p->uses - 1;
+            ef__stat_add(&st->echoed, 1);
+            *out = copy;
+            return EF_OK;
+        }
+        rc = take_fresh(s, st, 1, &fresh, err); /* nothing left: wait */
+    }
+    if (rc != EF_OK)
+        return rc;
+    if (st->max > 1 && pool_add(st, fresh) != EF_OK) {
+        ef_sample_free(fresh);
+        return ef__err_set(err, EF_ENOMEM, "echo: out of memory");
+    }
+    ef__stat_add(&st->fresh, 1);
+    *out = fresh;
+    return EF_OK;
+}
+
+/* ---- the stage ------------------------------------------------------ */
+
 static int echo_next(ef__stage *s, ef_sample **out, ef__err *err)
 {
     echo_state *st = s->state;
-    if (!st->shuffle)
-        return repeat_next(s, out, err);
-    return ef__shufbuf_next(&st->buf, repeat_next, s, &st->rng, out, err);
+    ef__producer produce = st->factor == 0 ? auto_next : fixed_next;
+    int rc = st->shuffle
+                 ? ef__shufbuf_next(&st->buf, produce, s, &st->rng, out, err)
+                 : produce(s, out, err);
+    ef__rates_tick(&st->rates, rc != EF_OK);
+    return rc;
+}
+
+static void pool_clear(echo_state *st)
+{
+    for (size_t k = 0; k < st->pool_n; k++)
+        ef_sample_free(st->pool[(st->pool_next + k) % st->pool_cap].sample);
+    st->pool_n = st->pool_next = 0;
+    for (int u = 1; u < st->max; u++)
+        st->n_uses[u] = 0;
+    st->least = st->max;
 }
 
 static int echo_reset(ef__stage *s, int64_t epoch, ef__err *err)
@@ -114,44 +308,97 @@ static int echo_reset(ef__stage *s, int64_t epoch, ef__err *err)
     if (st->shuffle)
         ef__shufbuf_reset(&st->buf);
     ef__rng_init(&st->rng, s->ctx->seed, (uint64_t)s->index, -1, epoch, 0);
+    if (st->pool)
+        pool_clear(st);
+    if (st->pump)
+        return ef__pump_restart(st->pump, epoch, err);
     return ef__stage_reset_upstream(s, epoch, err);
+}
+
+static void echo_cancel(ef__stage *s)
+{
+    echo_state *st = s->state;
+    if (st->pump)
+        ef__pump_cancel(st->pump);
 }
 
 static void echo_destroy(ef__stage *s)
 {
     echo_state *st = s->state;
+    if (!st)
+        return;
+    if (st->pump) {
+        ef__pump_destroy(st->pump);
+        ef__free(st->pump);
+    }
+    if (st->up_ns)
+        ef__rates_destroy(&st->rates);
     ef_sample_free(st->held);
-    if (st->shuffle)
+    if (st->pool && st->n_uses && st->by_uses)
+        pool_clear(st);
+    for (int u = 1; st->by_uses && u < st->max; u++)
+        ef__free(st->by_uses[u]);
+    ef__free(st->by_uses);
+    ef__free(st->n_uses);
+    ef__free(st->pool);
+    if (st->buf.items)
         ef__shufbuf_destroy(&st->buf);
     ef__free(st);
 }
 
 static void echo_stats(const ef__stage *s, ef_stage_stats *out)
 {
-    const echo_state *st = s->state;
-    double fresh = (double)out->items_in;
+    echo_state *st = s->state;
+    double fresh = (double)ef__stat_get(&st->fresh);
     double echoed = (double)ef__stat_get(&st->echoed);
-    ef__stats_extra(out, "factor", st->factor);
+    double factor = fresh > 0 ? (fresh + echoed) / fresh : 0;
+    ef__stats_extra(out, "auto", st->factor == 0);
+    ef__stats_extra(out, st->factor == 0 ? "max" : "factor",
+                    st->factor == 0 ? st->max : st->factor);
     ef__stats_extra(out, "fresh", fresh);
     ef__stats_extra(out, "echoed", echoed);
-    ef__stats_extra(out, "effective_factor",
-                    fresh > 0 ? (fresh + echoed) / fresh : 0);
+    ef__stats_extra(out, "effective_factor", factor);
+    ef__stats_extra(out, "fresh_fraction",
+                    fresh + echoed > 0 ? fresh / (fresh + echoed) : 0);
+    if (!st->up_ns)
+        return; /* not opened yet */
+    ef__rate_estimate e;
+    ef__rates_estimate(&st->rates, &e);
+    ef__stats_extra(out, "r_estimate", e.r);
+    ef__stats_extra(out, "upstream_rate", e.upstream_rate);
+    ef__stats_extra(out, "downstream_rate", e.downstream_rate);
+    /* fresh items the downstream asks for, against what the upstream could
+     * give: below 1, the upstream idles and the echo stage is the
+     * bottleneck (a fixed factor above R) */
+    ef__stats_extra(out, "upstream_busy",
+                    e.r > 0 && factor > 0 ? fmin(1.0, e.r / factor) : 0);
+    ef__stats_extra(out, "downstream_wait_s",
+                    (double)ef__stat_get(s->pulled_ns) * 1e-9);
 }
 
 static const ef__option_def echo_options[] = {
     {"factor", EF_OPT_FACTOR, "2",
-     "times each item is emitted (>= 1; fractional: stochastic rounding)", 1,
-     1e6},
+     "times each item is emitted (>= 1; fractional: stochastic rounding), or "
+     "auto: echo only when the downstream would wait",
+     1, 1e6},
     {"shuffle", EF_OPT_INT, "0",
      "buffer that spreads copies apart (0: copies consecutive)", 0, 1 << 26},
+    {"max", EF_OPT_INT, "8", "auto: most times one item is emitted in all", 1,
+     1 << 20},
+    {"pool", EF_OPT_INT, "64",
+     "auto: recent fresh items kept for echoing (and read ahead)", 1,
+     1 << 20},
 };
 
 const ef__stage_def ef__stage_echo = {
-    .info = {"echo", "data echoing: re-emit each item (zero copy)", 2,
-             echo_options},
+    .info = {"echo", "data echoing: re-emit items, fixed factor or auto (zero "
+                     "copy)",
+             4, echo_options},
     .create = echo_create,
+    .open = echo_open,
     .next = echo_next,
     .reset = echo_reset,
+    .cancel = echo_cancel,
     .destroy = echo_destroy,
     .stats = echo_stats,
 };

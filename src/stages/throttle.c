@@ -4,9 +4,10 @@
  * Items follow a schedule, one every 1/rate seconds. A late wake-up (the
  * scheduler's, a few microseconds to a few hundred) is caught up by
  * emitting the next items without sleeping, so the long-run rate is the
- * one asked for; but when the stream falls behind by more than CATCH_UP
- * (a slow upstream, a full queue downstream), the schedule restarts from
- * now rather than bursting. */
+ * one asked for. Time the downstream keeps the throttle idle (between
+ * handing an item over and being asked for the next) shifts the schedule
+ * instead: a source does not produce faster after a pause, so none is
+ * banked. A stream behind by more than CATCH_UP restarts from now. */
 #include "core/alloc.h"
 #include "core/clock.h"
 #include "stage.h"
@@ -15,7 +16,8 @@
 
 typedef struct {
     double interval_ns;
-    double next_ns; /* earliest time for the next item; 0 before the first */
+    double next_ns;     /* earliest time for the next item; 0 before the first */
+    uint64_t returned_ns; /* when the last item was handed over */
 } throttle_state;
 
 static int throttle_create(ef__stage *s, const ef__opts *o, ef__err *err)
@@ -31,6 +33,9 @@ static int throttle_create(ef__stage *s, const ef__opts *o, ef__err *err)
 static int throttle_next(ef__stage *s, ef_sample **out, ef__err *err)
 {
     throttle_state *st = s->state;
+    uint64_t entry = ef__now_ns();
+    if (st->returned_ns)
+        st->next_ns += (double)(entry - st->returned_ns);
     int rc = ef__stage_pull(s, out, err);
     if (rc != EF_OK)
         return rc;
@@ -44,6 +49,7 @@ static int throttle_next(ef__stage *s, ef_sample **out, ef__err *err)
         return ef__err_set(err, EF_ECANCELED, "throttle: stopped");
     }
     st->next_ns += st->interval_ns;
+    st->returned_ns = ef__now_ns();
     return EF_OK;
 }
 

@@ -1,0 +1,77 @@
+/* Moving-window R estimate (see echo_rates.h). */
+#include "stages/echo_rates.h"
+
+#include "core/clock.h"
+
+#define SNAPSHOT_NS 250000000u /* a reading every 0.25 s: 2 s of window */
+#define CHECK_EVERY 16         /* items between clock reads */
+
+static void read_counters(ef__rates *r, ef__rate_snap *s, uint64_t now)
+{
+    s->t_ns = now;
+    s->up_ns = ef__stat_get(r->up_ns);
+    s->up_items = ef__stat_get(r->up_items);
+    s->in_echo_ns = ef__stat_get(r->in_echo_ns);
+    s->out_items = ef__stat_get(r->out_items);
+}
+
+void ef__rates_init(ef__rates *r, const _Atomic uint64_t *up_ns,
+                    const _Atomic uint64_t *up_items,
+                    const _Atomic uint64_t *in_echo_ns,
+                    const _Atomic uint64_t *out_items)
+{
+    r->up_ns = up_ns;
+    r->up_items = up_items;
+    r->in_echo_ns = in_echo_ns;
+    r->out_items = out_items;
+    pthread_mutex_init(&r->mu, NULL);
+    r->calls = 0;
+    read_counters(r, &r->ring[0], ef__now_ns());
+    r->last = r->ring[0];
+    r->nsnaps = 1;
+    r->head = 0;
+}
+
+void ef__rates_destroy(ef__rates *r)
+{
+    pthread_mutex_destroy(&r->mu);
+}
+
+void ef__rates_tick(ef__rates *r, int force)
+{
+    if (!force && ++r->calls % CHECK_EVERY)
+        return;
+    ef__rate_snap s;
+    read_counters(r, &s, ef__now_ns());
+    pthread_mutex_lock(&r->mu);
+    r->last = s;
+    int newest = (r->head + r->nsnaps - 1) % EF__RATE_SNAPSHOTS;
+    if (s.t_ns - r->ring[newest].t_ns >= SNAPSHOT_NS) {
+        if (r->nsnaps < EF__RATE_SNAPSHOTS) {
+            r->ring[(r->head + r->nsnaps) % EF__RATE_SNAPSHOTS] = s;
+            r->nsnaps++;
+        } else {
+            r->ring[r->head] = s;
+            r->head = (r->head + 1) % EF__RATE_SNAPSHOTS;
+        }
+    }
+    pthread_mutex_unlock(&r->mu);
+}
+
+void ef__rates_estimate(ef__rates *r, ef__rate_estimate *out)
+{
+    pthread_mutex_lock(&r->mu);
+    ef__rate_snap a = r->ring[r->head], b = r->last;
+    pthread_mutex_unlock(&r->mu);
+    double up_items = (double)(b.up_items - a.up_items);
+    double out_items = (double)(b.out_items - a.out_items);
+    double up_s = (double)(b.up_ns - a.up_ns) * 1e-9;
+    double busy_s =
+        ((double)(b.t_ns - a.t_ns) - (double)(b.in_echo_ns - a.in_echo_ns)) *
+        1e-9;
+    out->upstream_rate = up_s > 0 && up_items > 0 ? up_items / up_s : 0;
+    out->downstream_rate = busy_s > 0 && out_items > 0 ? out_items / busy_s : 0;
+    out->r = out->upstream_rate > 0 && out->downstream_rate > 0
+                 ? out->downstream_rate / out->upstream_rate
+                 : 0;
+}

@@ -1,0 +1,51 @@
+/* The echo stage's estimate of R = t_up / t_down over a moving window.
+ *
+ * t_up is the time the upstream takes to produce one item: the time spent
+ * inside its next() (on whichever thread pulls it), per item. t_down is the
+ * time the downstream takes per item when it is not waiting on the echo
+ * stage: wall time minus the time spent inside echo's next(), per item
+ * emitted. Both come from counters the pipeline keeps anyway; the window
+ * is a ring of snapshots taken at most every SNAPSHOT interval, so the
+ * per-item cost is a counter test. */
+#ifndef EF_STAGES_ECHO_RATES_H
+#define EF_STAGES_ECHO_RATES_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+#include "stage.h"
+
+#define EF__RATE_SNAPSHOTS 8
+
+typedef struct {
+    uint64_t t_ns, up_ns, up_items, in_echo_ns, out_items;
+} ef__rate_snap;
+
+typedef struct {
+    /* the counters read (owned by the stages and the pipeline) */
+    const _Atomic uint64_t *up_ns, *up_items, *in_echo_ns, *out_items;
+    pthread_mutex_t mu; /* guards the ring: written by the echo thread,
+                           read by whoever asks for stats */
+    ef__rate_snap ring[EF__RATE_SNAPSHOTS];
+    int nsnaps, head;   /* head: the oldest snapshot */
+    ef__rate_snap last; /* the newest reading */
+    unsigned calls;
+} ef__rates;
+
+typedef struct {
+    double r;              /* t_up / t_down; 0 when unknown */
+    double upstream_rate;  /* items/s the upstream can produce */
+    double downstream_rate; /* items/s the downstream can consume */
+} ef__rate_estimate;
+
+void ef__rates_init(ef__rates *r, const _Atomic uint64_t *up_ns,
+                    const _Atomic uint64_t *up_items,
+                    const _Atomic uint64_t *in_echo_ns,
+                    const _Atomic uint64_t *out_items);
+void ef__rates_destroy(ef__rates *r);
+/* Called on every item the stage emits; takes a reading now and then.
+ * force: take one now (at the end of the data). */
+void ef__rates_tick(ef__rates *r, int force);
+void ef__rates_estimate(ef__rates *r, ef__rate_estimate *out);
+
+#endif
