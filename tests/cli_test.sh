@@ -1,0 +1,210 @@
+#!/usr/bin/env bash
+# Tests of the `echoflow` command.
+# Usage: cli_test.sh PATH/TO/echoflow FASHION_MNIST_DIR
+set -u
+
+CLI=${1:?usage: cli_test.sh ECHOFLOW_BINARY FASHION_MNIST_DIR}
+FMNIST=${2:-/usr/share/datasets/fashion-mnist}
+PY=/usr/bin/python3
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/ef_cli.XXXXXX")
+trap 'rm -rf "$TMP"' EXIT
+
+failures=0
+fail() {
+    echo "FAIL: $*" >&2
+    failures=$((failures + 1))
+}
+pass() {
+    echo "ok: $*"
+}
+
+# run NAME ARGS...: runs the CLI, stdout to $TMP/NAME.out, stderr to
+# $TMP/NAME.err, exit status in $rc.
+run() {
+    local name=$1
+    shift
+    "$CLI" "$@" >"$TMP/$name.out" 2>"$TMP/$name.err"
+    rc=$?
+}
+
+# check_json NAME PYTHON_EXPR_FILE: runs the Python checks on $TMP/NAME.out.
+check_json() {
+    local name=$1 checks=$2
+    if "$PY" - "$TMP/$name.out" <"$checks"; then
+        pass "$name json"
+    else
+        fail "$name: json checks failed; stdout was:"
+        sed 's/^/    /' "$TMP/$name.out" >&2
+    fi
+}
+
+# Common JSON helpers, prepended to every check script.
+cat >"$TMP/common.py" <<'EOF'
+import json, sys
+text = open(sys.argv[1]).read()
+try:
+    doc = json.loads(text)
+except ValueError as e:
+    sys.exit("stdout is not one JSON object: %s" % e)
+if not isinstance(doc, dict):
+    sys.exit("the JSON is not an object")
+
+def need(cond, msg):
+    if not cond:
+        sys.exit(msg)
+
+def figure(entry, key):
+    # a stage figure, at the top of the entry or inside a nested object
+    if key in entry:
+        return entry[key]
+    for v in entry.values():
+        if isinstance(v, dict) and key in v:
+            return v[key]
+        if isinstance(v, list):
+            for x in v:
+                if isinstance(x, dict) and x.get("key") == key:
+                    return x.get("value")
+    sys.exit("stage %r has no figure %r: %r" % (entry.get("name"), key, entry))
+
+for k in ("items", "elapsed_s", "consumer_wait_fraction", "stages"):
+    need(k in doc, "missing key %r in %r" % (k, sorted(doc)))
+need(isinstance(doc["stages"], list), "stages is not a list")
+for st in doc["stages"]:
+    need(isinstance(st, dict), "a stage entry is not an object")
+    need("name" in st and "items_out" in st, "stage entry lacks name/items_out: %r" % st)
+need(isinstance(doc["elapsed_s"], (int, float)) and doc["elapsed_s"] >= 0, "elapsed_s")
+need(0 <= doc["consumer_wait_fraction"] <= 1.000001, "consumer_wait_fraction out of [0,1]")
+names = [st["name"] for st in doc["stages"]]
+def stage(name):
+    need(name in names, "no stage %r in %r" % (name, names))
+    return doc["stages"][names.index(name)]
+EOF
+
+# ---- echoflow stages ------------------------------------------------
+run stages stages
+if [ "$rc" -ne 0 ]; then
+    fail "echoflow stages exited $rc: $(cat "$TMP/stages.err")"
+else
+    missing=""
+    for s in range idx map shuffle echo batch prefetch repeat take throttle; do
+        grep -qw "$s" "$TMP/stages.out" || missing="$missing $s"
+    done
+    if [ -n "$missing" ]; then
+        fail "echoflow stages does not list:$missing"
+    else
+        pass "stages lists every stage"
+    fi
+    # options are documented too
+    for o in factor buffer size depth drop_remainder images labels; do
+        grep -qw "$o" "$TMP/stages.out" || fail "echoflow stages does not mention option $o"
+    done
+fi
+
+# ---- run --json on a synthetic pipeline -----------------------------
+run range_json run --json "range:n=1000 | echo:2 | batch:128"
+if [ "$rc" -ne 0 ]; then
+    fail "run --json range exited $rc: $(cat "$TMP/range_json.err")"
+else
+    cat "$TMP/common.py" - >"$TMP/range.py" <<'EOF'
+# 1000 items echoed twice = 2000 items, in batches of 128: 16 batches
+need(doc["items"] == 16, "items = %r, expected 16 batches" % doc["items"])
+need(names == ["range", "echo", "batch"], "stage names %r" % names)
+need(stage("range")["items_out"] == 1000, "range items_out")
+e = stage("echo")
+need(e["items_out"] == 2000, "echo items_out = %r" % e["items_out"])
+need(figure(e, "fresh") == 1000, "echo fresh = %r" % figure(e, "fresh"))
+need(figure(e, "echoed") == 1000, "echo echoed = %r" % figure(e, "echoed"))
+need(abs(figure(e, "effective_factor") - 2.0) < 1e-9, "effective_factor")
+need(stage("batch")["items_out"] == 16, "batch items_out")
+EOF
+    check_json range_json "$TMP/range.py"
+fi
+
+# whitespace-free spec, seed and consume options
+run seeded run --seed 7 --consume-us 10 --json "range:n=300|echo:1.5|batch:10"
+if [ "$rc" -ne 0 ]; then
+    fail "run --seed --consume-us exited $rc: $(cat "$TMP/seeded.err")"
+else
+    cat "$TMP/common.py" - >"$TMP/seeded.py" <<'EOF'
+e = stage("echo")
+need(figure(e, "fresh") == 300, "fresh")
+need(e["items_out"] == 300 + figure(e, "echoed"), "echo items_out vs echoed")
+need(doc["items"] == (e["items_out"] + 9) // 10, "items vs batches")
+EOF
+    check_json seeded "$TMP/seeded.py"
+    # the same seed gives the same figures
+    run seeded2 run --seed 7 --json "range:n=300|echo:1.5|batch:10"
+    cat "$TMP/common.py" - >"$TMP/seeded2.py" <<EOF
+other = json.load(open("$TMP/seeded.out"))
+oe = [s for s in other["stages"] if s["name"] == "echo"][0]
+need(figure(stage("echo"), "echoed") == figure(oe, "echoed"), "seed 7 twice: different echo counts")
+EOF
+    if [ "$rc" -ne 0 ]; then
+        fail "run --seed 7 (second) exited $rc: $(cat "$TMP/seeded2.err")"
+    else
+        check_json seeded2 "$TMP/seeded2.py"
+    fi
+fi
+
+# plain (non-JSON) report
+run plain run "range:n=100 | batch:10"
+if [ "$rc" -ne 0 ]; then
+    fail "run without --json exited $rc: $(cat "$TMP/plain.err")"
+elif [ ! -s "$TMP/plain.out" ]; then
+    fail "run without --json printed nothing"
+else
+    pass "plain report"
+fi
+
+# ---- errors ---------------------------------------------------------
+expect_spec_error() {
+    local name=$1 spec=$2 word=$3
+    run "$name" run --json "$spec"
+    if [ "$rc" -eq 0 ]; then
+        fail "run \"$spec\" exited 0"
+    elif ! grep -q -- "$word" "$TMP/$name.err"; then
+        fail "run \"$spec\": stderr does not name \"$word\": $(cat "$TMP/$name.err")"
+    else
+        pass "bad spec \"$spec\""
+    fi
+}
+expect_spec_error bad_size "range:n=10 | batch:size=0" size
+expect_spec_error bad_option "range:n=10 | batch:sise=4" sise
+expect_spec_error bad_stage "range:n=10 | bogus:4" bogus
+expect_spec_error bad_factor "range:n=10 | echo:factor=0.5" factor
+expect_spec_error bad_file "idx:images=$TMP/nonexistent-images" "$TMP/nonexistent-images"
+
+run no_args
+[ "$rc" -ne 0 ] || fail "echoflow with no arguments exited 0"
+run bad_cmd frobnicate
+[ "$rc" -ne 0 ] || fail "echoflow frobnicate exited 0"
+run no_spec run --json
+[ "$rc" -ne 0 ] || fail "echoflow run --json (no spec) exited 0"
+
+# ---- Fashion-MNIST ----------------------------------------------------
+IMG="$FMNIST/train-images-idx3-ubyte.gz"
+LAB="$FMNIST/train-labels-idx1-ubyte.gz"
+if [ ! -r "$IMG" ] || [ ! -r "$LAB" ]; then
+    fail "Fashion-MNIST is missing under $FMNIST: apt-get install dataset-fashion-mnist"
+else
+    run fmnist run --json "idx:images=$IMG,labels=$LAB | echo:2 | batch:128"
+    if [ "$rc" -ne 0 ]; then
+        fail "run on Fashion-MNIST exited $rc: $(cat "$TMP/fmnist.err")"
+    else
+        cat "$TMP/common.py" - >"$TMP/fmnist.py" <<'EOF'
+need(stage("idx")["items_out"] == 60000, "idx items_out")
+e = stage("echo")
+need(figure(e, "fresh") == 60000, "fresh = %r" % figure(e, "fresh"))
+need(figure(e, "echoed") == 60000, "echoed = %r" % figure(e, "echoed"))
+need(e["items_out"] == 120000, "echo items_out = %r" % e["items_out"])
+need(doc["items"] == 938, "items = %r, expected 938 batches" % doc["items"])
+EOF
+        check_json fmnist "$TMP/fmnist.py"
+    fi
+fi
+
+if [ "$failures" -ne 0 ]; then
+    echo "$failures CLI check(s) failed" >&2
+    exit 1
+fi
+echo "all CLI checks passed"

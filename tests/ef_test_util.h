@@ -1,0 +1,170 @@
+/* Small helpers shared by the test programs. Everything is static inline so
+ * that a test which uses only some of them still compiles warning-free.
+ * Include after <cmocka.h>. */
+#ifndef EF_TEST_UTIL_H
+#define EF_TEST_UTIL_H
+
+#include <ctype.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "echoflow/echoflow.h"
+
+/* A pipeline built from `spec` with `seed`; fails the test (naming the
+ * library's message) when creation or parsing fails. */
+static inline ef_pipeline *eft_pipeline(const char *spec, uint64_t seed)
+{
+    ef_pipeline *p = NULL;
+    int rc = ef_pipeline_create(&p);
+    if (rc != EF_OK || p == NULL)
+        fail_msg("ef_pipeline_create: %d", rc);
+    rc = ef_pipeline_set_seed(p, seed);
+    if (rc != EF_OK)
+        fail_msg("ef_pipeline_set_seed: %d (%s)", rc, ef_pipeline_error(p));
+    rc = ef_pipeline_parse(p, spec);
+    if (rc != EF_OK)
+        fail_msg("ef_pipeline_parse(\"%s\") = %s: %s", spec,
+                 ef_status_name(rc), ef_pipeline_error(p));
+    return p;
+}
+
+/* Appends `spec` to p, failing the test with the library's message. */
+static inline void eft_parse(ef_pipeline *p, const char *spec)
+{
+    int rc = ef_pipeline_parse(p, spec);
+    if (rc != EF_OK)
+        fail_msg("ef_pipeline_parse(\"%s\") = %s: %s", spec,
+                 ef_status_name(rc), ef_pipeline_error(p));
+}
+
+/* The next sample; fails the test unless EF_OK. */
+static inline ef_sample *eft_next(ef_pipeline *p)
+{
+    ef_sample *s = NULL;
+    int rc = ef_pipeline_next(p, &s);
+    if (rc != EF_OK || s == NULL)
+        fail_msg("ef_pipeline_next = %s (%d): %s", ef_status_name(rc), rc,
+                 ef_pipeline_error(p));
+    return s;
+}
+
+/* Asserts that the pipeline has ended (twice: END is sticky). */
+static inline void eft_expect_end(ef_pipeline *p)
+{
+    for (int k = 0; k < 2; k++) {
+        ef_sample *s = NULL;
+        int rc = ef_pipeline_next(p, &s);
+        if (rc != EF_END) {
+            ef_sample_free(rc == EF_OK ? s : NULL);
+            fail_msg("expected EF_END (call %d), got %s (%d): %s", k + 1,
+                     ef_status_name(rc), rc, ef_pipeline_error(p));
+        }
+    }
+}
+
+/* Pulls everything; returns the number of samples; fails on an error. */
+static inline long eft_drain(ef_pipeline *p)
+{
+    long n = 0;
+    for (;;) {
+        ef_sample *s = NULL;
+        int rc = ef_pipeline_next(p, &s);
+        if (rc == EF_END)
+            return n;
+        if (rc != EF_OK)
+            fail_msg("ef_pipeline_next after %ld items = %s: %s", n,
+                     ef_status_name(rc), ef_pipeline_error(p));
+        ef_sample_free(s);
+        n++;
+    }
+}
+
+/* Field `name` of s; fails the test when absent. */
+static inline ef_tensor eft_field(const ef_sample *s, const char *name)
+{
+    ef_tensor t;
+    memset(&t, 0, sizeof t);
+    int rc = ef_sample_get(s, name, &t);
+    if (rc != EF_OK)
+        fail_msg("sample has no field \"%s\" (%d)", name, rc);
+    return t;
+}
+
+/* The scalar EF_I64 field `name`. */
+static inline int64_t eft_i64(const ef_sample *s, const char *name)
+{
+    ef_tensor t = eft_field(s, name);
+    if (t.dtype != EF_I64 || t.ndim != 0 || t.nbytes != 8 || t.data == NULL)
+        fail_msg("field \"%s\": expected an i64 scalar, got dtype %d ndim %d "
+                 "nbytes %zu", name, (int)t.dtype, t.ndim, t.nbytes);
+    int64_t v;
+    memcpy(&v, t.data, sizeof v);
+    return v;
+}
+
+/* Index of the first stage called `name`, or -1. */
+static inline int eft_stage_index(const ef_pipeline *p, const char *name)
+{
+    int n = ef_pipeline_stage_count(p);
+    for (int i = 0; i < n; i++) {
+        ef_stage_stats st;
+        memset(&st, 0, sizeof st);
+        if (ef_pipeline_stage_stats(p, i, &st) == EF_OK && st.name != NULL &&
+            strcmp(st.name, name) == 0)
+            return i;
+    }
+    return -1;
+}
+
+/* Stats of the first stage called `name`; fails when absent. */
+static inline ef_stage_stats eft_stage(const ef_pipeline *p, const char *name)
+{
+    ef_stage_stats st;
+    memset(&st, 0, sizeof st);
+    int i = eft_stage_index(p, name);
+    if (i < 0)
+        fail_msg("no stage called \"%s\" in the pipeline stats", name);
+    if (ef_pipeline_stage_stats(p, i, &st) != EF_OK)
+        fail_msg("ef_pipeline_stage_stats(%d) failed", i);
+    return st;
+}
+
+/* An extra figure of a stage; fails when absent. */
+static inline double eft_extra(const ef_stage_stats *st, const char *key)
+{
+    double v = -1.0;
+    if (ef_stage_stats_extra(st, key, &v) != 1)
+        fail_msg("stage \"%s\" has no stats extra \"%s\"",
+                 st->name ? st->name : "?", key);
+    return v;
+}
+
+/* Case-insensitive substring test (ASCII). */
+static inline int eft_contains_ci(const char *hay, const char *needle)
+{
+    if (hay == NULL || needle == NULL)
+        return 0;
+    size_t n = strlen(needle);
+    for (const char *h = hay;; h++) {
+        size_t k = 0;
+        while (k < n && h[k] &&
+               tolower((unsigned char)h[k]) == tolower((unsigned char)needle[k]))
+            k++;
+        if (k == n)
+            return 1;
+        if (*h == '\0')
+            return 0;
+    }
+}
+
+static inline double eft_now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+#endif

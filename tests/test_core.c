@@ -1,0 +1,595 @@
+/* Core API: status codes, versions, dtypes, buffers, samples, and
+ * allocation-failure injection through the whole pipeline. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/alloc.h"
+#include "echoflow/echoflow.h"
+#include "ef_test_util.h"
+
+/* ---- status codes ------------------------------------------------- */
+
+typedef struct {
+    int code;
+    const char *name;
+    const char *text;
+} status_row;
+
+static const status_row k_status[] = {
+#define ROW(name, value, text) {value, #name, text},
+    EF_STATUS_MAP(ROW)
+#undef ROW
+};
+#define NSTATUS ((int)(sizeof k_status / sizeof k_status[0]))
+
+static void test_status_names_and_texts(void **state)
+{
+    (void)state;
+    assert_int_equal(NSTATUS, 13);
+    for (int i = 0; i < NSTATUS; i++) {
+        const char *text = ef_strerror(k_status[i].code);
+        const char *name = ef_status_name(k_status[i].code);
+        assert_non_null(text);
+        assert_non_null(name);
+        assert_true(strlen(text) > 0);
+        assert_true(strlen(name) > 0);
+        assert_string_equal(name, k_status[i].name);
+        assert_string_equal(text, k_status[i].text);
+        for (int j = 0; j < i; j++) {
+            assert_string_not_equal(text, ef_strerror(k_status[j].code));
+            assert_string_not_equal(name, ef_status_name(k_status[j].code));
+        }
+    }
+    /* the sign convention of the header */
+    assert_int_equal(EF_OK, 0);
+    assert_true(EF_END > 0);
+    assert_true(EF_EINVAL < 0 && EF_ENOMEM < 0 && EF_ESHAPE < 0);
+}
+
+static void test_status_unknown_code(void **state)
+{
+    (void)state;
+    int weird[] = {12345, -12345, 3, -11, 1 << 30};
+    for (size_t i = 0; i < sizeof weird / sizeof weird[0]; i++) {
+        const char *t = ef_strerror(weird[i]);
+        const char *n = ef_status_name(weird[i]);
+        assert_non_null(t);
+        assert_non_null(n);
+        assert_true(strlen(t) > 0);
+        assert_true(strlen(n) > 0);
+    }
+}
+
+static void test_version(void **state)
+{
+    (void)state;
+    assert_int_equal(ef_version_number(), EF_VERSION_NUMBER);
+    char want[32];
+    snprintf(want, sizeof want, "%d.%d.%d", EF_VERSION_MAJOR,
+             EF_VERSION_MINOR, EF_VERSION_PATCH);
+    assert_string_equal(ef_version_string(), want);
+}
+
+static void test_dtypes(void **state)
+{
+    (void)state;
+    assert_int_equal(ef_dtype_size(EF_U8), 1);
+    assert_int_equal(ef_dtype_size(EF_I32), 4);
+    assert_int_equal(ef_dtype_size(EF_I64), 8);
+    assert_int_equal(ef_dtype_size(EF_F32), 4);
+    assert_int_equal(ef_dtype_size(EF__DTYPE_COUNT), 0);
+    assert_int_equal(ef_dtype_size((ef_dtype)99), 0);
+    assert_string_equal(ef_dtype_name(EF_U8), "u8");
+    assert_string_equal(ef_dtype_name(EF_I32), "i32");
+    assert_string_equal(ef_dtype_name(EF_I64), "i64");
+    assert_string_equal(ef_dtype_name(EF_F32), "f32");
+    assert_string_equal(ef_dtype_name(EF__DTYPE_COUNT), "?");
+    assert_string_equal(ef_dtype_name((ef_dtype)99), "?");
+}
+
+static void test_opt_type_names(void **state)
+{
+    (void)state;
+    assert_string_equal(ef_opt_type_name(EF_OPT_INT), "int");
+    assert_string_equal(ef_opt_type_name(EF_OPT_FLOAT), "float");
+    assert_string_equal(ef_opt_type_name(EF_OPT_BOOL), "bool");
+    assert_string_equal(ef_opt_type_name(EF_OPT_STRING), "string");
+    assert_string_equal(ef_opt_type_name(EF_OPT_FACTOR), "factor");
+}
+
+/* ---- buffers ------------------------------------------------------ */
+
+static void test_buffer_refcount(void **state)
+{
+    (void)state;
+    ef_buffer *b = ef_buffer_new(16);
+    assert_non_null(b);
+    assert_non_null(ef_buffer_data(b));
+    assert_int_equal(ef_buffer_size(b), 16);
+    assert_int_equal(ef_buffer_refcount(b), 1);
+    memset(ef_buffer_data(b), 0xab, 16); /* writable, all 16 bytes */
+
+    assert_ptr_equal(ef_buffer_retain(b), b);
+    assert_int_equal(ef_buffer_refcount(b), 2);
+    assert_ptr_equal(ef_buffer_retain(b), b);
+    assert_int_equal(ef_buffer_refcount(b), 3);
+    ef_buffer_release(b);
+    assert_int_equal(ef_buffer_refcount(b), 2);
+    ef_buffer_release(b);
+    assert_int_equal(ef_buffer_refcount(b), 1);
+    assert_int_equal(((unsigned char *)ef_buffer_data(b))[15], 0xab);
+    ef_buffer_release(b); /* frees: ASan reports a leak otherwise */
+    ef_buffer_release(NULL);
+}
+
+typedef struct {
+    int calls;
+    void *last_user;
+} release_log;
+
+static void on_release(void *user)
+{
+    release_log *log = user;
+    log->calls++;
+    log->last_user = user;
+}
+
+static void test_buffer_wrap(void **state)
+{
+    (void)state;
+    static unsigned char mem[10] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
+    release_log log = {0, NULL};
+    ef_buffer *b = ef_buffer_wrap(mem, sizeof mem, on_release, &log);
+    assert_non_null(b);
+    assert_ptr_equal(ef_buffer_data(b), mem);
+    assert_int_equal(ef_buffer_size(b), sizeof mem);
+    assert_int_equal(ef_buffer_refcount(b), 1);
+    ef_buffer_retain(b);
+    ef_buffer_release(b);
+    assert_int_equal(log.calls, 0);
+
+    /* a sample holding the buffer keeps it alive */
+    ef_sample_id id = {3, 0, 0};
+    ef_sample *s = ef_sample_new(id);
+    assert_non_null(s);
+    int64_t shape[1] = {10};
+    assert_int_equal(ef_sample_add(s, "bytes", EF_U8, 1, shape, b, 0), EF_OK);
+    assert_int_equal(ef_buffer_refcount(b), 2);
+    ef_buffer_release(b);
+    assert_int_equal(log.calls, 0);
+    ef_tensor t = eft_field(s, "bytes");
+    assert_ptr_equal(t.data, mem);
+    ef_sample_free(s);
+    assert_int_equal(log.calls, 1);
+    assert_ptr_equal(log.last_user, &log);
+}
+
+/* ---- samples ------------------------------------------------------ */
+
+static ef_buffer *filled_buffer(size_t n)
+{
+    ef_buffer *b = ef_buffer_new(n);
+    assert_non_null(b);
+    unsigned char *d = ef_buffer_data(b);
+    for (size_t i = 0; i < n; i++)
+        d[i] = (unsigned char)(i * 7 + 1);
+    return b;
+}
+
+static void test_sample_add_and_get(void **state)
+{
+    (void)state;
+    ef_sample_id id = {42, 3, 2};
+    ef_sample *s = ef_sample_new(id);
+    assert_non_null(s);
+    assert_int_equal(ef_sample_field_count(s), 0);
+    ef_sample_id got = ef_sample_identity(s);
+    assert_int_equal(got.index, 42);
+    assert_int_equal(got.epoch, 3);
+    assert_int_equal(got.echo_copy, 2);
+
+    ef_buffer *b = filled_buffer(64);
+    int64_t shape2[2] = {2, 3};
+    /* 6 i32 = 24 bytes from offset 8 */
+    assert_int_equal(ef_sample_add(s, "mat", EF_I32, 2, shape2, b, 8), EF_OK);
+    assert_int_equal(ef_buffer_refcount(b), 2);
+    int64_t scalar_shape[1] = {0};
+    assert_int_equal(ef_sample_add(s, "scalar", EF_I64, 0, scalar_shape, b, 56),
+                     EF_OK);
+    assert_int_equal(ef_buffer_refcount(b), 3);
+    assert_int_equal(ef_sample_field_count(s), 2);
+
+    ef_tensor t;
+    assert_int_equal(ef_sample_get(s, "mat", &t), EF_OK);
+    assert_string_equal(t.name, "mat");
+    assert_int_equal(t.dtype, EF_I32);
+    assert_int_equal(t.ndim, 2);
+    assert_int_equal(t.shape[0], 2);
+    assert_int_equal(t.shape[1], 3);
+    assert_int_equal(t.nbytes, 24);
+    assert_ptr_equal(t.data, (unsigned char *)ef_buffer_data(b) + 8);
+    assert_ptr_equal(t.buffer, b);
+
+    assert_int_equal(ef_sample_get(s, "scalar", &t), EF_OK);
+    assert_int_equal(t.ndim, 0);
+    assert_int_equal(t.nbytes, 8);
+    assert_ptr_equal(t.data, (unsigned char *)ef_buffer_data(b) + 56);
+
+    /* by position */
+    assert_int_equal(ef_sample_field(s, 0, &t), EF_OK);
+    assert_string_equal(t.name, "mat");
+    assert_int_equal(ef_sample_field(s, 1, &t), EF_OK);
+    assert_string_equal(t.name, "scalar");
+    assert_int_equal(ef_sample_field(s, 2, &t), EF_EINVAL);
+    assert_int_equal(ef_sample_field(s, -1, &t), EF_EINVAL);
+    assert_int_equal(ef_sample_get(s, "nope", &t), EF_EINVAL);
+    assert_int_equal(ef_sample_get(s, "ma", &t), EF_EINVAL);
+
+    ef_buffer_release(b); /* the sample still holds two references */
+    assert_int_equal(ef_buffer_refcount(b), 2);
+    ef_sample_free(s);
+    ef_sample_free(NULL);
+}
+
+static void test_sample_add_validation(void **state)
+{
+    (void)state;
+    ef_sample_id id = {0, 0, 0};
+    ef_sample *s = ef_sample_new(id);
+    assert_non_null(s);
+    ef_buffer *b = filled_buffer(16);
+    int64_t four[1] = {4};
+    int64_t five[1] = {5};
+
+    /* names: EF_MAX_NAME - 1 bytes is the longest allowed */
+    char name_ok[EF_MAX_NAME];
+    char name_long[EF_MAX_NAME + 1];
+    memset(name_ok, 'a', sizeof name_ok);
+    name_ok[EF_MAX_NAME - 1] = '\0';
+    memset(name_long, 'b', sizeof name_long);
+    name_long[EF_MAX_NAME] = '\0';
+    assert_int_equal(ef_sample_add(s, name_long, EF_U8, 1, four, b, 0),
+                     EF_EINVAL);
+    assert_int_equal(ef_sample_add(s, "", EF_U8, 1, four, b, 0), EF_EINVAL);
+    assert_int_equal(ef_sample_add(s, NULL, EF_U8, 1, four, b, 0), EF_EINVAL);
+
+    /* size and range: 4 x i32 = 16 bytes fits only at offset 0 */
+    assert_int_equal(ef_sample_add(s, "x", EF_I32, 1, five, b, 0), EF_EINVAL);
+    assert_int_equal(ef_sample_add(s, "x", EF_I32, 1, four, b, 4), EF_EINVAL);
+    assert_int_equal(ef_sample_add(s, "x", EF_U8, 1, four, b, 13), EF_EINVAL);
+    assert_int_equal(ef_sample_add(s, "x", EF_U8, 1, four, b, 17), EF_EINVAL);
+    assert_int_equal(ef_sample_add(s, "x", EF_U8, 1, four, b, (size_t)-1),
+                     EF_EINVAL);
+    assert_int_equal(ef_sample_add(s, "x", EF_U8, 1, four, b, (size_t)-3),
+                     EF_EINVAL);
+    int64_t huge[2] = {INT64_C(1) << 40, INT64_C(1) << 40}; /* overflows */
+    assert_int_equal(ef_sample_add(s, "x", EF_U8, 2, huge, b, 0), EF_EINVAL);
+    int64_t negative[1] = {-4};
+    assert_int_equal(ef_sample_add(s, "x", EF_U8, 1, negative, b, 0),
+                     EF_EINVAL);
+    int64_t dims7[EF_MAX_DIMS + 1] = {1, 1, 1, 1, 1, 1, 1};
+    assert_int_equal(ef_sample_add(s, "x", EF_U8, EF_MAX_DIMS + 1, dims7, b, 0),
+                     EF_EINVAL);
+    assert_int_equal(ef_sample_add(s, "x", EF_U8, -1, four, b, 0), EF_EINVAL);
+    assert_int_equal(ef_sample_add(s, "x", EF__DTYPE_COUNT, 1, four, b, 0),
+                     EF_EINVAL);
+    assert_int_equal(ef_sample_add(s, "x", EF_U8, 1, four, NULL, 0), EF_EINVAL);
+
+    /* nothing was added and no reference was taken by the failures */
+    assert_int_equal(ef_sample_field_count(s), 0);
+    assert_int_equal(ef_buffer_refcount(b), 1);
+
+    /* good ones, then a duplicate name */
+    assert_int_equal(ef_sample_add(s, name_ok, EF_U8, 1, four, b, 12), EF_OK);
+    assert_int_equal(ef_sample_add(s, "x", EF_I32, 1, four, b, 0), EF_OK);
+    assert_int_equal(ef_sample_add(s, "x", EF_U8, 1, four, b, 0), EF_EINVAL);
+    assert_int_equal(ef_sample_field_count(s), 2);
+    assert_int_equal(ef_buffer_refcount(b), 3);
+    ef_tensor t = eft_field(s, name_ok);
+    assert_int_equal(t.nbytes, 4);
+    t = eft_field(s, "x");
+    assert_int_equal(t.dtype, EF_I32); /* the duplicate did not replace it */
+
+    /* at most EF_MAX_FIELDS fields */
+    int64_t one[1] = {1};
+    for (int i = 2; i < EF_MAX_FIELDS; i++) {
+        char nm[8];
+        snprintf(nm, sizeof nm, "f%d", i);
+        assert_int_equal(ef_sample_add(s, nm, EF_U8, 1, one, b, 0), EF_OK);
+    }
+    assert_int_equal(ef_sample_field_count(s), EF_MAX_FIELDS);
+    unsigned rc_before = ef_buffer_refcount(b);
+    assert_true(ef_sample_add(s, "onemore", EF_U8, 1, one, b, 0) < 0);
+    assert_int_equal(ef_sample_field_count(s), EF_MAX_FIELDS);
+    assert_int_equal(ef_buffer_refcount(b), rc_before);
+
+    ef_sample_free(s);
+    assert_int_equal(ef_buffer_refcount(b), 1);
+    ef_buffer_release(b);
+}
+
+static void test_sample_add_new(void **state)
+{
+    (void)state;
+    ef_sample_id id = {1, 0, 0};
+    ef_sample *s = ef_sample_new(id);
+    assert_non_null(s);
+    int64_t shape[2] = {3, 5};
+    void *data = NULL;
+    assert_int_equal(ef_sample_add_new(s, "f", EF_F32, 2, shape, &data), EF_OK);
+    assert_non_null(data);
+    float *f = data;
+    for (int i = 0; i < 15; i++)
+        f[i] = (float)i * 0.5f;
+    ef_tensor t = eft_field(s, "f");
+    assert_ptr_equal(t.data, data);
+    assert_int_equal(t.nbytes, 60);
+    assert_int_equal(t.dtype, EF_F32);
+    assert_true(((const float *)t.data)[14] == 7.0f);
+    assert_int_equal(ef_sample_add_new(s, "f", EF_U8, 2, shape, NULL),
+                     EF_EINVAL);
+    assert_int_equal(ef_sample_add_new(s, "g", EF_U8, 2, shape, NULL), EF_OK);
+    assert_int_equal(ef_sample_field_count(s), 2);
+    ef_sample_free(s);
+}
+
+static void test_sample_clone(void **state)
+{
+    (void)state;
+    ef_sample_id id = {7, 2, 1};
+    ef_sample *s = ef_sample_new(id);
+    assert_non_null(s);
+    ef_buffer *b = filled_buffer(32);
+    int64_t shape[1] = {8};
+    assert_int_equal(ef_sample_add(s, "a", EF_U8, 1, shape, b, 0), EF_OK);
+    assert_int_equal(ef_sample_add(s, "b", EF_I32, 1, shape, b, 0), EF_OK);
+    unsigned before = ef_buffer_refcount(b);
+
+    ef_sample *c = ef_sample_clone(s);
+    assert_non_null(c);
+    assert_true(ef_buffer_refcount(b) > before); /* shares, not copies */
+    ef_sample_id cid = ef_sample_identity(c);
+    assert_int_equal(cid.index, 7);
+    assert_int_equal(cid.epoch, 2);
+    assert_int_equal(cid.echo_copy, 1);
+    assert_int_equal(ef_sample_field_count(c), 2);
+    for (int i = 0; i < 2; i++) {
+        ef_tensor ts, tc;
+        assert_int_equal(ef_sample_field(s, i, &ts), EF_OK);
+        assert_int_equal(ef_sample_field(c, i, &tc), EF_OK);
+        assert_string_equal(ts.name, tc.name);
+        assert_ptr_equal(ts.data, tc.data);
+        assert_ptr_equal(ts.buffer, tc.buffer);
+        assert_int_equal(ts.dtype, tc.dtype);
+        assert_int_equal(ts.nbytes, tc.nbytes);
+        assert_int_equal(ts.ndim, tc.ndim);
+        assert_int_equal(ts.shape[0], tc.shape[0]);
+    }
+    /* a clone is independent: adding to it leaves the original alone */
+    assert_int_equal(ef_sample_add_new(c, "extra", EF_U8, 1, shape, NULL),
+                     EF_OK);
+    assert_int_equal(ef_sample_field_count(c), 3);
+    assert_int_equal(ef_sample_field_count(s), 2);
+
+    /* the clone outlives the original */
+    ef_buffer_release(b);
+    ef_sample_free(s);
+    ef_tensor t = eft_field(c, "a");
+    const unsigned char *d = t.data;
+    for (int i = 0; i < 8; i++)
+        assert_int_equal(d[i], (unsigned char)(i * 7 + 1));
+    /* a retained buffer outlives the clone */
+    ef_buffer *keep = ef_buffer_retain(t.buffer);
+    ef_sample_free(c);
+    assert_int_equal(ef_buffer_refcount(keep), 1);
+    assert_int_equal(((unsigned char *)ef_buffer_data(keep))[3], 22);
+    ef_buffer_release(keep);
+}
+
+/* ---- registry ----------------------------------------------------- */
+
+static void test_registry(void **state)
+{
+    (void)state;
+    static const char *const want[] = {"range", "idx",     "map",
+                                       "shuffle", "echo",  "batch",
+                                       "prefetch", "repeat", "take",
+                                       "throttle"};
+    int n = ef_stage_registry_count();
+    assert_true(n >= (int)(sizeof want / sizeof want[0]));
+    assert_null(ef_stage_registry_get(-1));
+    assert_null(ef_stage_registry_get(n));
+    for (size_t w = 0; w < sizeof want / sizeof want[0]; w++) {
+        const ef_stage_info *found = NULL;
+        for (int i = 0; i < n; i++) {
+            const ef_stage_info *si = ef_stage_registry_get(i);
+            assert_non_null(si);
+            if (strcmp(si->name, want[w]) == 0)
+                found = si;
+        }
+        if (!found)
+            fail_msg("stage \"%s\" is not in the registry", want[w]);
+        assert_non_null(found->help);
+        assert_true(strlen(found->help) > 0);
+        for (int o = 0; o < found->noptions; o++) {
+            assert_non_null(found->options[o].name);
+            assert_non_null(found->options[o].help);
+            assert_true(strlen(found->options[o].name) > 0);
+        }
+    }
+    /* option schemas the spec syntax relies on: the first option */
+    static const struct {
+        const char *stage, *first;
+    } firsts[] = {{"range", "n"},      {"idx", "images"},    {"map", "fn"},
+                  {"shuffle", "buffer"}, {"echo", "factor"}, {"batch", "size"},
+                  {"prefetch", "depth"}, {"repeat", "count"}, {"take", "count"},
+                  {"throttle", "rate"}};
+    for (size_t k = 0; k < sizeof firsts / sizeof firsts[0]; k++) {
+        for (int i = 0; i < n; i++) {
+            const ef_stage_info *si = ef_stage_registry_get(i);
+            if (strcmp(si->name, firsts[k].stage) != 0)
+                continue;
+            assert_true(si->noptions >= 1);
+            if (strcmp(si->options[0].name, firsts[k].first) != 0)
+                fail_msg("stage %s: first option is \"%s\", expected \"%s\"",
+                         si->name, si->options[0].name, firsts[k].first);
+        }
+    }
+}
+
+/* ---- allocation failure injection --------------------------------- */
+
+static void test_alloc_hook_basic(void **state)
+{
+    (void)state;
+    ef__alloc_fail_after(1);
+    ef_buffer *b = ef_buffer_new(8);
+    ef__alloc_fail_after(0);
+    assert_null(b);
+
+    ef_sample_id id = {0, 0, 0};
+    ef__alloc_fail_after(1);
+    ef_sample *s = ef_sample_new(id);
+    ef__alloc_fail_after(0);
+    ef_sample_free(s); /* NULL expected, but never leak if not */
+    assert_null(s);
+
+    s = ef_sample_new(id);
+    assert_non_null(s);
+    int64_t shape[1] = {4};
+    ef__alloc_fail_after(1);
+    int rc = ef_sample_add_new(s, "x", EF_U8, 1, shape, NULL);
+    ef__alloc_fail_after(0);
+    assert_int_equal(rc, EF_ENOMEM);
+    assert_int_equal(ef_sample_field_count(s), 0);
+
+    assert_int_equal(ef_sample_add_new(s, "x", EF_U8, 1, shape, NULL), EF_OK);
+    ef__alloc_fail_after(1);
+    ef_sample *c = ef_sample_clone(s);
+    ef__alloc_fail_after(0);
+    ef_sample_free(c);
+    assert_null(c);
+    ef_sample_free(s);
+
+    ef_pipeline *p = NULL;
+    ef__alloc_fail_after(1);
+    rc = ef_pipeline_create(&p);
+    ef__alloc_fail_after(0);
+    assert_int_equal(rc, EF_ENOMEM);
+    assert_null(p);
+}
+
+/* One run of the pipeline with the n-th allocation failing. Returns 1 when
+ * the run completed with the right output, 0 when it failed with ENOMEM. */
+static int alloc_run(long n)
+{
+    static const char *spec = "range:n=10,bytes=4 | echo:2 | batch:3";
+    ef_pipeline *p = NULL;
+    int ok = 0;
+    ef__alloc_fail_after(n);
+    int rc = ef_pipeline_create(&p);
+    if (rc != EF_OK) {
+        ef__alloc_fail_after(0);
+        if (rc != EF_ENOMEM)
+            fail_msg("n=%ld: ef_pipeline_create = %d, expected ENOMEM", n, rc);
+        return 0;
+    }
+    rc = ef_pipeline_parse(p, spec);
+    if (rc != EF_OK) {
+        int count = ef_pipeline_stage_count(p);
+        ef__alloc_fail_after(0);
+        if (rc != EF_ENOMEM)
+            fail_msg("n=%ld: parse = %s (%s), expected ENOMEM", n,
+                     ef_status_name(rc), ef_pipeline_error(p));
+        if (count != 0)
+            fail_msg("n=%ld: a failed parse left %d stages", n, count);
+        ef_pipeline_destroy(p);
+        return 0;
+    }
+    long items = 0, rows = 0;
+    for (;;) {
+        ef_sample *s = NULL;
+        rc = ef_pipeline_next(p, &s);
+        if (rc == EF_OK) {
+            ef_tensor t;
+            if (ef_sample_get(s, "index", &t) == EF_OK && t.ndim == 1)
+                rows += t.shape[0];
+            ef_sample_free(s);
+            items++;
+            continue;
+        }
+        break;
+    }
+    if (rc == EF_END) {
+        ef__alloc_fail_after(0);
+        if (items != 7 || rows != 20)
+            fail_msg("n=%ld: completed with %ld batches / %ld rows, expected "
+                     "7 / 20", n, items, rows);
+        ok = 1;
+    } else {
+        /* the failure is sticky, even while allocation still fails */
+        ef_sample *s = NULL;
+        int again = ef_pipeline_next(p, &s);
+        ef__alloc_fail_after(0);
+        if (rc != EF_ENOMEM)
+            fail_msg("n=%ld: next failed with %s (%s), expected ENOMEM", n,
+                     ef_status_name(rc), ef_pipeline_error(p));
+        if (again != rc) {
+            if (again == EF_OK)
+                ef_sample_free(s);
+            fail_msg("n=%ld: next after ENOMEM = %s, expected the same "
+                     "error again", n, ef_status_name(again));
+        }
+    }
+    ef_pipeline_destroy(p);
+    return ok;
+}
+
+static void test_alloc_failure_pipeline(void **state)
+{
+    (void)state;
+    int successes_in_a_row = 0;
+    long failures = 0;
+    long n;
+    for (n = 1; n <= 3000 && successes_in_a_row < 8; n++) {
+        if (alloc_run(n))
+            successes_in_a_row++;
+        else {
+            successes_in_a_row = 0;
+            failures++;
+        }
+    }
+    ef__alloc_fail_after(0);
+    assert_true(successes_in_a_row >= 8); /* reached the allocation count */
+    assert_true(failures >= 3);           /* the hook really did something */
+    /* and a normal run afterwards is unaffected */
+    assert_int_equal(alloc_run(0), 1);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_status_names_and_texts),
+        cmocka_unit_test(test_status_unknown_code),
+        cmocka_unit_test(test_version),
+        cmocka_unit_test(test_dtypes),
+        cmocka_unit_test(test_opt_type_names),
+        cmocka_unit_test(test_buffer_refcount),
+        cmocka_unit_test(test_buffer_wrap),
+        cmocka_unit_test(test_sample_add_and_get),
+        cmocka_unit_test(test_sample_add_validation),
+        cmocka_unit_test(test_sample_add_new),
+        cmocka_unit_test(test_sample_clone),
+        cmocka_unit_test(test_registry),
+        cmocka_unit_test(test_alloc_hook_basic),
+        cmocka_unit_test(test_alloc_failure_pipeline),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

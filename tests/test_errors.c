@@ -1,0 +1,657 @@
+/* Failures and their messages: map callbacks that fail, IDX files that are
+ * truncated, mismatched, malformed or missing, and bad pipeline specs. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "echoflow/echoflow.h"
+#include "ef_test_util.h"
+
+/* ---- map callbacks that fail -------------------------------------- */
+
+typedef struct {
+    int64_t fail_at;
+    int status;       /* what to return at fail_at */
+    int with_message; /* through ef_map_ctx_fail */
+} fail_cfg;
+
+static int failing_map(const ef_sample *in, ef_sample **out, ef_map_ctx *ctx)
+{
+    const fail_cfg *cfg = ef_map_ctx_user(ctx);
+    int64_t index = ef_sample_identity(in).index;
+    if (index == cfg->fail_at) {
+        if (cfg->with_message)
+            return ef_map_ctx_fail(ctx, cfg->status, "bad item %d",
+                                   (int)index);
+        return cfg->status;
+    }
+    *out = ef_sample_clone(in);
+    return *out ? EF_OK : EF_ENOMEM;
+}
+
+/* before | MAP(threads) | after, failing at item k: exactly k items in
+ * order, then the error, then the same error again. */
+static void run_failing(const char *before, const char *after, int64_t k,
+                        int threads, int status, int with_message)
+{
+    fail_cfg cfg = {k, status, with_message};
+    char opts[48];
+    snprintf(opts, sizeof opts, "threads=%d,ordered=true", threads);
+    ef_pipeline *p = eft_pipeline(before, 0);
+    if (ef_pipeline_add_map(p, failing_map, &cfg, opts) != EF_OK)
+        fail_msg("add_map(%s): %s", opts, ef_pipeline_error(p));
+    if (after)
+        eft_parse(p, after);
+    for (int64_t i = 0; i < k; i++) {
+        ef_sample *s = NULL;
+        int rc = ef_pipeline_next(p, &s);
+        if (rc != EF_OK)
+            fail_msg("k=%lld threads=%d: item %lld gave %s (%s); expected "
+                     "the %lld items before the failing one", (long long)k,
+                     threads, (long long)i, ef_status_name(rc),
+                     ef_pipeline_error(p), (long long)k);
+        ef_sample_id id = ef_sample_identity(s);
+        if (id.index != i)
+            fail_msg("k=%lld threads=%d: item %lld has index %lld",
+                     (long long)k, threads, (long long)i, (long long)id.index);
+        ef_sample_free(s);
+    }
+    char want[32];
+    snprintf(want, sizeof want, "bad item %d", (int)k);
+    for (int again = 0; again < 3; again++) {
+        ef_sample *s = NULL;
+        int rc = ef_pipeline_next(p, &s);
+        if (rc == EF_OK) {
+            ef_sample_id id = ef_sample_identity(s);
+            ef_sample_free(s);
+            fail_msg("k=%lld threads=%d: got item %lld where the failure "
+                     "was expected (call %d)", (long long)k, threads,
+                     (long long)id.index, again + 1);
+        }
+        if (rc != status)
+            fail_msg("k=%lld threads=%d: next = %s (call %d), expected %s; "
+                     "message: %s", (long long)k, threads, ef_status_name(rc),
+                     again + 1, ef_status_name(status), ef_pipeline_error(p));
+        const char *msg = ef_pipeline_error(p);
+        assert_non_null(msg);
+        if (with_message && strstr(msg, want) == NULL)
+            fail_msg("k=%lld threads=%d: error message \"%s\" lacks \"%s\"",
+                     (long long)k, threads, msg, want);
+        if (!with_message && msg[0] == '\0')
+            fail_msg("k=%lld threads=%d: empty error message", (long long)k,
+                     threads);
+    }
+    ef_pipeline_destroy(p);
+}
+
+static void test_map_failure_ordered(void **state)
+{
+    (void)state;
+    static const int64_t ks[] = {0, 1, 57};
+    static const int threads[] = {1, 4};
+    for (size_t a = 0; a < 3; a++)
+        for (size_t b = 0; b < 2; b++)
+            run_failing("range:n=200", NULL, ks[a], threads[b], EF_ECALLBACK,
+                        1);
+}
+
+static void test_map_failure_through_queues(void **state)
+{
+    (void)state;
+    /* the failure travels through prefetch queues in order */
+    run_failing("range:n=300 | prefetch:depth=4", "prefetch:depth=3", 57, 4,
+                EF_ECALLBACK, 1);
+    run_failing("range:n=300 | prefetch:depth=4", "prefetch:depth=3", 0, 1,
+                EF_ECALLBACK, 1);
+}
+
+static void test_map_failure_unordered(void **state)
+{
+    (void)state;
+    /* unordered: some items (never the failing one, none twice), then the
+     * error, sticky */
+    for (int r = 0; r < 3; r++) {
+        fail_cfg cfg = {57, EF_ECALLBACK, 1};
+        ef_pipeline *p = eft_pipeline("range:n=200", 0);
+        assert_int_equal(
+            ef_pipeline_add_map(p, failing_map, &cfg, "threads=4,ordered=false"),
+            EF_OK);
+        unsigned char seen[200];
+        memset(seen, 0, sizeof seen);
+        int rc, n = 0;
+        for (;;) {
+            ef_sample *s = NULL;
+            rc = ef_pipeline_next(p, &s);
+            if (rc != EF_OK)
+                break;
+            int64_t ix = ef_sample_identity(s).index;
+            ef_sample_free(s);
+            assert_true(ix >= 0 && ix < 200 && ix != 57);
+            assert_int_equal(seen[ix], 0);
+            seen[ix] = 1;
+            n++;
+        }
+        if (rc != EF_ECALLBACK)
+            fail_msg("unordered: next = %s after %d items: %s",
+                     ef_status_name(rc), n, ef_pipeline_error(p));
+        assert_non_null(strstr(ef_pipeline_error(p), "bad item 57"));
+        ef_sample *s = NULL;
+        assert_int_equal(ef_pipeline_next(p, &s), EF_ECALLBACK);
+        ef_pipeline_destroy(p);
+    }
+}
+
+static void test_map_failure_plain_status(void **state)
+{
+    (void)state;
+    /* a bare negative status, no message: the pipeline still fails with
+     * that status and some message */
+    run_failing("range:n=100", NULL, 10, 1, EF_ECALLBACK, 0);
+    run_failing("range:n=100", NULL, 10, 4, EF_ECALLBACK, 0);
+    run_failing("range:n=100", NULL, 3, 4, EF_EFORMAT, 1);
+}
+
+/* ---- IDX fixtures ------------------------------------------------- */
+
+typedef struct {
+    char dir[64];
+} fixture;
+
+static void write_file(const char *dir, const char *name, const void *data,
+                       size_t n)
+{
+    char path[256];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    if (n)
+        assert_int_equal(fwrite(data, 1, n, f), n);
+    assert_int_equal(fclose(f), 0);
+}
+
+static size_t put_be32(unsigned char *p, uint32_t v)
+{
+    p[0] = (unsigned char)(v >> 24);
+    p[1] = (unsigned char)(v >> 16);
+    p[2] = (unsigned char)(v >> 8);
+    p[3] = (unsigned char)v;
+    return 4;
+}
+
+/* A u8 IDX file: dims[0] items of dims[1..] each, pixel = item*10 + j;
+ * `keep` bytes of the payload (all when -1), magic overridable. */
+static void write_idx(const char *dir, const char *name, int ndim,
+                      const uint32_t *dims, long keep, uint32_t magic)
+{
+    unsigned char buf[4096];
+    size_t n = 0;
+    n += put_be32(buf + n, magic ? magic : (0x0800u | (uint32_t)ndim));
+    size_t items = 1;
+    for (int d = 0; d < ndim; d++) {
+        n += put_be32(buf + n, dims[d]);
+        items *= dims[d];
+    }
+    size_t per = ndim > 1 ? items / dims[0] : 1;
+    for (size_t i = 0; i < items; i++) {
+        size_t item = i / per, j = i % per;
+        buf[n++] = (unsigned char)(ndim > 1 ? item * 10 + j : item);
+    }
+    size_t header = 4 + 4 * (size_t)ndim;
+    if (keep >= 0)
+        n = header + (size_t)keep;
+    assert_true(n <= sizeof buf);
+    write_file(dir, name, buf, n);
+}
+
+static const char *const k_fixture_files[] = {
+    "ok-images",    "ok-labels",   "vec-images",    "trunc-images",
+    "head-images",  "many-images", "few-labels",    "magic-images",
+    "magic-labels", "empty-images"};
+
+static int fixture_setup(void **state)
+{
+    fixture *fx = calloc(1, sizeof *fx);
+    if (!fx)
+        return -1;
+    snprintf(fx->dir, sizeof fx->dir, "/tmp/ef_idx_XXXXXX");
+    if (mkdtemp(fx->dir) == NULL) {
+        free(fx);
+        return -1;
+    }
+    uint32_t img[3] = {5, 2, 3}, lab[1] = {5}, vec4[2] = {3, 4};
+    uint32_t many[3] = {13, 2, 3}, few[1] = {11};
+    write_idx(fx->dir, "ok-images", 3, img, -1, 0);
+    write_idx(fx->dir, "ok-labels", 1, lab, -1, 0);
+    write_idx(fx->dir, "vec-images", 2, vec4, -1, 0);
+    write_idx(fx->dir, "trunc-images", 3, img, 20, 0); /* 30 bytes due */
+    write_idx(fx->dir, "many-images", 3, many, -1, 0);
+    write_idx(fx->dir, "few-labels", 1, few, -1, 0);
+    write_idx(fx->dir, "magic-images", 3, img, -1, 0x12345678u);
+    write_idx(fx->dir, "magic-labels", 1, lab, -1, 0x00000803u);
+    write_file(fx->dir, "empty-images", "", 0);
+    /* a header cut in the middle of the dimensions */
+    static const unsigned char head[6] = {0, 0, 8, 3, 0, 0};
+    write_file(fx->dir, "head-images", head, sizeof head);
+    *state = fx;
+    return 0;
+}
+
+static int fixture_teardown(void **state)
+{
+    fixture *fx = *state;
+    for (size_t i = 0; i < sizeof k_fixture_files / sizeof *k_fixture_files;
+         i++) {
+        char path[256];
+        snprintf(path, sizeof path, "%s/%s", fx->dir, k_fixture_files[i]);
+        unlink(path);
+    }
+    rmdir(fx->dir);
+    free(fx);
+    return 0;
+}
+
+static void test_idx_valid(void **state)
+{
+    fixture *fx = *state;
+    char spec[512];
+    snprintf(spec, sizeof spec, "idx:images=%s/ok-images,labels=%s/ok-labels",
+             fx->dir, fx->dir);
+    ef_pipeline *p = eft_pipeline(spec, 0);
+    for (int i = 0; i < 5; i++) {
+        ef_sample *s = eft_next(p);
+        ef_sample_id id = ef_sample_identity(s);
+        assert_int_equal(id.index, i);
+        assert_int_equal(id.epoch, 0);
+        assert_int_equal(id.echo_copy, 0);
+        ef_tensor im = eft_field(s, "image");
+        assert_int_equal(im.dtype, EF_U8);
+        assert_int_equal(im.ndim, 2);
+        assert_int_equal(im.shape[0], 2);
+        assert_int_equal(im.shape[1], 3);
+        assert_int_equal(im.nbytes, 6);
+        const unsigned char *px = im.data;
+        for (int j = 0; j < 6; j++)
+            assert_int_equal(px[j], i * 10 + j);
+        assert_int_equal(eft_i64(s, "label"), i);
+        ef_sample_free(s);
+    }
+    eft_expect_end(p);
+    ef_pipeline_destroy(p);
+
+    /* images alone: no label field */
+    snprintf(spec, sizeof spec, "idx:%s/ok-images", fx->dir);
+    p = eft_pipeline(spec, 0);
+    for (int i = 0; i < 5; i++) {
+        ef_sample *s = eft_next(p);
+        ef_tensor t;
+        assert_int_equal(ef_sample_get(s, "label", &t), EF_EINVAL);
+        assert_int_equal(((const unsigned char *)eft_field(s, "image").data)[5],
+                         i * 10 + 5);
+        ef_sample_free(s);
+    }
+    eft_expect_end(p);
+    ef_pipeline_destroy(p);
+
+    /* through the C builder, and batched */
+    char opts[512];
+    snprintf(opts, sizeof opts, "images=%s/ok-images,labels=%s/ok-labels",
+             fx->dir, fx->dir);
+    assert_int_equal(ef_pipeline_create(&p), EF_OK);
+    if (ef_pipeline_add(p, "idx", opts) != EF_OK)
+        fail_msg("ef_pipeline_add(idx, %s): %s", opts, ef_pipeline_error(p));
+    eft_parse(p, "batch:size=2");
+    static const int64_t rows[3] = {2, 2, 1};
+    for (int b = 0; b < 3; b++) {
+        ef_sample *s = eft_next(p);
+        ef_tensor im = eft_field(s, "image"), lb = eft_field(s, "label");
+        assert_int_equal(im.ndim, 3);
+        assert_int_equal(im.shape[0], rows[b]);
+        assert_int_equal(im.shape[1], 2);
+        assert_int_equal(im.shape[2], 3);
+        assert_int_equal(lb.ndim, 1);
+        assert_int_equal(lb.dtype, EF_I64);
+        assert_int_equal(lb.shape[0], rows[b]);
+        for (int r = 0; r < rows[b]; r++) {
+            assert_int_equal(((const int64_t *)lb.data)[r], b * 2 + r);
+            assert_int_equal(((const unsigned char *)im.data)[r * 6 + 4],
+                             (b * 2 + r) * 10 + 4);
+        }
+        ef_sample_free(s);
+    }
+    eft_expect_end(p);
+    ef_pipeline_destroy(p);
+
+    /* a 2-D IDX file: each item is a vector */
+    snprintf(spec, sizeof spec, "idx:images=%s/vec-images", fx->dir);
+    p = eft_pipeline(spec, 0);
+    for (int i = 0; i < 3; i++) {
+        ef_sample *s = eft_next(p);
+        ef_tensor im = eft_field(s, "image");
+        assert_int_equal(im.ndim, 1);
+        assert_int_equal(im.shape[0], 4);
+        assert_int_equal(((const unsigned char *)im.data)[3], i * 10 + 3);
+        ef_sample_free(s);
+    }
+    eft_expect_end(p);
+    ef_pipeline_destroy(p);
+}
+
+/* Builds `spec`; the failure must come from parse or from the first next.
+ * Copies the message into msg. Returns the status. */
+static int first_failure(const char *spec, char *msg, size_t cap)
+{
+    ef_pipeline *p = NULL;
+    assert_int_equal(ef_pipeline_create(&p), EF_OK);
+    int rc = ef_pipeline_parse(p, spec);
+    if (rc != EF_OK) {
+        assert_int_equal(ef_pipeline_stage_count(p), 0);
+    } else {
+        ef_sample *s = NULL;
+        rc = ef_pipeline_next(p, &s);
+        if (rc == EF_OK) {
+            ef_sample_free(s);
+            ef_pipeline_destroy(p);
+            fail_msg("%s: the first next returned a sample; expected an "
+                     "error", spec);
+        }
+        if (rc == EF_END) {
+            ef_pipeline_destroy(p);
+            fail_msg("%s: the first next returned END; expected an error",
+                     spec);
+        }
+        /* sticky */
+        assert_int_equal(ef_pipeline_next(p, &s), rc);
+    }
+    snprintf(msg, cap, "%s", ef_pipeline_error(p));
+    ef_pipeline_destroy(p);
+    return rc;
+}
+
+/* The message with every occurrence of `cut` removed (so that digits in a
+ * temporary path cannot satisfy a search for a count). */
+static void strip(char *msg, const char *cut)
+{
+    size_t n = strlen(cut);
+    char *at;
+    while (n && (at = strstr(msg, cut)) != NULL)
+        memmove(at, at + n, strlen(at + n) + 1);
+}
+
+static void expect_idx_error(const char *spec, int want, const char *path,
+                             const char *const *words, int nwords,
+                             const char *dir)
+{
+    char msg[1024];
+    int rc = first_failure(spec, msg, sizeof msg);
+    if (rc != want)
+        fail_msg("%s: status %s, expected %s; message: %s", spec,
+                 ef_status_name(rc), ef_status_name(want), msg);
+    if (path && strstr(msg, path) == NULL)
+        fail_msg("%s: message \"%s\" does not name the file %s", spec, msg,
+                 path);
+    strip(msg, dir);
+    if (nwords == 0)
+        return;
+    int any = 0;
+    for (int i = 0; i < nwords; i++)
+        any |= eft_contains_ci(msg, words[i]);
+    if (!any)
+        fail_msg("%s: message (paths removed) \"%s\" lacks \"%s\"", spec, msg,
+                 words[0]);
+}
+
+static void test_idx_truncated(void **state)
+{
+    fixture *fx = *state;
+    char spec[512], path[256];
+    static const char *const trunc_words[] = {"truncated", "expected"};
+    snprintf(path, sizeof path, "%s/trunc-images", fx->dir);
+    snprintf(spec, sizeof spec, "idx:images=%s,labels=%s/ok-labels", path,
+             fx->dir);
+    expect_idx_error(spec, EF_EFORMAT, path, trunc_words, 2, fx->dir);
+
+    snprintf(path, sizeof path, "%s/head-images", fx->dir);
+    snprintf(spec, sizeof spec, "idx:images=%s", path);
+    expect_idx_error(spec, EF_EFORMAT, path, trunc_words, 2, fx->dir);
+
+    snprintf(path, sizeof path, "%s/empty-images", fx->dir);
+    snprintf(spec, sizeof spec, "idx:images=%s", path);
+    expect_idx_error(spec, EF_EFORMAT, path, NULL, 0, fx->dir);
+}
+
+static void test_idx_count_mismatch(void **state)
+{
+    fixture *fx = *state;
+    char spec[512];
+    snprintf(spec, sizeof spec, "idx:images=%s/many-images,labels=%s/few-labels",
+             fx->dir, fx->dir);
+    static const char *const w13[] = {"13"};
+    static const char *const w11[] = {"11"};
+    expect_idx_error(spec, EF_EFORMAT, NULL, w13, 1, fx->dir);
+    expect_idx_error(spec, EF_EFORMAT, NULL, w11, 1, fx->dir);
+}
+
+static void test_idx_bad_magic(void **state)
+{
+    fixture *fx = *state;
+    char spec[512], path[256];
+    snprintf(path, sizeof path, "%s/magic-images", fx->dir);
+    snprintf(spec, sizeof spec, "idx:images=%s,labels=%s/ok-labels", path,
+             fx->dir);
+    expect_idx_error(spec, EF_EFORMAT, path, NULL, 0, fx->dir);
+
+    /* an image file given as labels */
+    snprintf(path, sizeof path, "%s/magic-labels", fx->dir);
+    snprintf(spec, sizeof spec, "idx:images=%s/ok-images,labels=%s", fx->dir,
+             path);
+    expect_idx_error(spec, EF_EFORMAT, path, NULL, 0, fx->dir);
+}
+
+static void test_idx_missing_file(void **state)
+{
+    fixture *fx = *state;
+    char spec[512], path[256];
+    snprintf(path, sizeof path, "%s/no-such-images", fx->dir);
+    snprintf(spec, sizeof spec, "idx:images=%s,labels=%s/ok-labels", path,
+             fx->dir);
+    expect_idx_error(spec, EF_EIO, path, NULL, 0, fx->dir);
+
+    snprintf(path, sizeof path, "%s/no-such-labels", fx->dir);
+    snprintf(spec, sizeof spec, "idx:images=%s/ok-images,labels=%s", fx->dir,
+             path);
+    expect_idx_error(spec, EF_EIO, path, NULL, 0, fx->dir);
+}
+
+/* ---- bad specs ---------------------------------------------------- */
+
+typedef struct {
+    const char *spec;
+    int status;
+    const char *words[2]; /* must appear in the message */
+} bad_spec;
+
+static const bad_spec k_bad[] = {
+    {"range:n=3 | nosuch:1", EF_ESPEC, {"nosuch", NULL}},
+    {"range:n=3,foo=1", EF_ESPEC, {"range", "foo"}},
+    {"range:n=3 | batch:size=abc", EF_ESPEC, {"batch", "size"}},
+    {"range:n=3 | batch:size=2.5", EF_ESPEC, {"batch", "size"}},
+    {"range:n=3 | batch:size=99999999999999999999999", EF_ESPEC,
+     {"batch", "size"}},
+    {"range:n=3 | take:count=1x", EF_ESPEC, {"take", "count"}},
+    {"range:n=3 | echo:factor=0.5", EF_ESPEC, {"echo", "factor"}},
+    {"range:n=3 | echo:factor=-2", EF_ESPEC, {"echo", "factor"}},
+    {"range:n=3 | echo:factor=abc", EF_ESPEC, {"echo", "factor"}},
+    {"range:n=3 | batch:size=0", EF_ESPEC, {"batch", "size"}},
+    {"range:n=3 | shuffle:buffer=0", EF_ESPEC, {"shuffle", "buffer"}},
+    {"range:n=3 | prefetch:depth=0", EF_ESPEC, {"prefetch", "depth"}},
+    {"range:n=3 | map:fn=noop,threads=0", EF_ESPEC, {"map", "threads"}},
+    {"range:n=3 | throttle:rate=abc", EF_ESPEC, {"throttle", "rate"}},
+    {"range:n=3 | batch", EF_ESPEC, {"batch", "size"}},
+    {"idx:labels=/nonexistent/labels", EF_ESPEC, {"idx", "images"}},
+    {"range:n=3 | batch:size=2,size=3", EF_ESPEC, {"batch", "size"}},
+    {"range:n=3 | batch:2,size=3", EF_ESPEC, {"batch", "size"}},
+    {"range:n=3 | echo:3,factor=2", EF_ESPEC, {"echo", "factor"}},
+    {"range:n=3 | batch:size=2,drop_remainder=maybe", EF_ESPEC,
+     {"batch", "drop_remainder"}},
+    {"range:n=3 | map:fn=noop,ordered=perhaps", EF_ESPEC, {"map", "ordered"}},
+    {"range:n=3 | batch:", EF_ESPEC, {"batch", NULL}},
+    {"range:n=3 | batch:size=", EF_ESPEC, {"batch", "size"}},
+    {"range:n=3 | batch:size=2,", EF_ESPEC, {"batch", NULL}},
+    {"range:n=3 | batch:size=2,=3", EF_ESPEC, {"batch", NULL}},
+    {"range:n=3 | range:n=4", EF_ESPEC, {"range", NULL}},
+    {"range:n=3 || batch:2", EF_ESPEC, {NULL, NULL}},
+    {"range:n=3 |", EF_ESPEC, {NULL, NULL}},
+    {"| range:n=3", EF_ESPEC, {NULL, NULL}},
+    {"", EF_ESPEC, {NULL, NULL}},
+    {"   ", EF_ESPEC, {NULL, NULL}},
+};
+
+static void test_bad_specs(void **state)
+{
+    (void)state;
+    size_t n = sizeof k_bad / sizeof k_bad[0];
+    assert_true(n >= 15);
+    for (size_t i = 0; i < n; i++) {
+        const bad_spec *b = &k_bad[i];
+        ef_pipeline *p = NULL;
+        assert_int_equal(ef_pipeline_create(&p), EF_OK);
+        int rc = ef_pipeline_parse(p, b->spec);
+        char msg[1024];
+        snprintf(msg, sizeof msg, "%s", ef_pipeline_error(p));
+        int count = ef_pipeline_stage_count(p);
+        ef_pipeline_destroy(p);
+        if (rc != b->status)
+            fail_msg("\"%s\": parse = %s (%d), expected %s; message: %s",
+                     b->spec, ef_status_name(rc), rc, ef_status_name(b->status),
+                     msg);
+        if (count != 0)
+            fail_msg("\"%s\": the failed parse left %d stages", b->spec, count);
+        if (msg[0] == '\0')
+            fail_msg("\"%s\": empty error message", b->spec);
+        for (int w = 0; w < 2; w++)
+            if (b->words[w] && strstr(msg, b->words[w]) == NULL)
+                fail_msg("\"%s\": message \"%s\" does not name \"%s\"",
+                         b->spec, msg, b->words[w]);
+    }
+}
+
+static void test_failed_parse_leaves_pipeline_unchanged(void **state)
+{
+    (void)state;
+    ef_pipeline *p = eft_pipeline("range:n=5", 0);
+    assert_int_equal(ef_pipeline_stage_count(p), 1);
+    assert_int_equal(ef_pipeline_parse(p, "batch:size=0"), EF_ESPEC);
+    assert_int_equal(ef_pipeline_stage_count(p), 1);
+    /* a valid stage followed by a bad one: nothing appended */
+    assert_int_equal(ef_pipeline_parse(p, "batch:size=2 | nosuch"), EF_ESPEC);
+    assert_int_equal(ef_pipeline_stage_count(p), 1);
+    assert_non_null(strstr(ef_pipeline_error(p), "nosuch"));
+    assert_int_equal(ef_pipeline_parse(p, "echo:2 | range:n=3"), EF_ESPEC);
+    assert_int_equal(ef_pipeline_stage_count(p), 1);
+    assert_int_equal(ef_pipeline_add(p, "nosuch", NULL), EF_ESPEC);
+    assert_non_null(strstr(ef_pipeline_error(p), "nosuch"));
+    assert_int_equal(ef_pipeline_add(p, "batch", "size=0"), EF_ESPEC);
+    assert_non_null(strstr(ef_pipeline_error(p), "size"));
+    assert_int_equal(ef_pipeline_add(p, "batch", "sise=2"), EF_ESPEC);
+    assert_non_null(strstr(ef_pipeline_error(p), "sise"));
+    assert_int_equal(ef_pipeline_add_map(p, failing_map, NULL, "threads=0"),
+                     EF_ESPEC);
+    assert_non_null(strstr(ef_pipeline_error(p), "threads"));
+    assert_int_equal(ef_pipeline_stage_count(p), 1);
+    /* still usable */
+    eft_parse(p, "batch:size=2");
+    assert_int_equal(ef_pipeline_stage_count(p), 2);
+    assert_int_equal(eft_drain(p), 3);
+    eft_expect_end(p);
+    ef_pipeline_destroy(p);
+}
+
+static void test_bad_arguments(void **state)
+{
+    (void)state;
+    assert_int_equal(ef_pipeline_create(NULL), EF_EINVAL);
+    ef_pipeline_destroy(NULL);
+    ef_pipeline *p = NULL;
+    assert_int_equal(ef_pipeline_create(&p), EF_OK);
+    assert_non_null(p);
+    assert_string_equal(ef_pipeline_error(p), "");
+    assert_int_equal(ef_pipeline_parse(p, NULL), EF_EINVAL);
+    assert_int_equal(ef_pipeline_add(p, NULL, NULL), EF_EINVAL);
+    assert_int_equal(ef_pipeline_add_map(p, NULL, NULL, NULL), EF_EINVAL);
+    assert_int_equal(ef_pipeline_stage_count(p), 0);
+    /* nothing to pull from */
+    ef_sample *s = NULL;
+    int rc = ef_pipeline_next(p, &s);
+    assert_true(rc < 0);
+    ef_pipeline_destroy(p);
+
+    p = eft_pipeline("range:n=3", 0);
+    assert_int_equal(ef_pipeline_next(p, NULL), EF_EINVAL);
+    ef_stage_stats st;
+    assert_int_equal(ef_pipeline_stage_stats(p, 1, &st), EF_EINVAL);
+    assert_int_equal(ef_pipeline_stage_stats(p, -1, &st), EF_EINVAL);
+    ef_pipeline_destroy(p);
+}
+
+static void test_spec_whitespace_and_bare_values(void **state)
+{
+    (void)state;
+    ef_pipeline *p = eft_pipeline("  range:n=7   |   batch:3  ", 0);
+    assert_int_equal(ef_pipeline_stage_count(p), 2);
+    assert_int_equal(eft_drain(p), 3);
+    ef_pipeline_destroy(p);
+    p = eft_pipeline("range:7|batch:size=3,drop_remainder=true", 0);
+    assert_int_equal(eft_drain(p), 2);
+    ef_pipeline_destroy(p);
+    p = eft_pipeline("range:n=7 |take:2", 0);
+    assert_int_equal(eft_drain(p), 2);
+    ef_pipeline_destroy(p);
+}
+
+static void test_missing_source(void **state)
+{
+    (void)state;
+    char msg[1024];
+    int rc = first_failure("echo:2", msg, sizeof msg);
+    assert_true(rc < 0);
+    if (!eft_contains_ci(msg, "source"))
+        fail_msg("\"echo:2\": message \"%s\" does not say a source is needed",
+                 msg);
+    rc = first_failure("range:n=3 | map:fn=nosuchfn", msg, sizeof msg);
+    assert_true(rc < 0);
+    if (strstr(msg, "nosuchfn") == NULL)
+        fail_msg("map:fn=nosuchfn: message \"%s\" does not name it", msg);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_map_failure_ordered),
+        cmocka_unit_test(test_map_failure_through_queues),
+        cmocka_unit_test(test_map_failure_unordered),
+        cmocka_unit_test(test_map_failure_plain_status),
+        cmocka_unit_test_setup_teardown(test_idx_valid, fixture_setup,
+                                        fixture_teardown),
+        cmocka_unit_test_setup_teardown(test_idx_truncated, fixture_setup,
+                                        fixture_teardown),
+        cmocka_unit_test_setup_teardown(test_idx_count_mismatch, fixture_setup,
+                                        fixture_teardown),
+        cmocka_unit_test_setup_teardown(test_idx_bad_magic, fixture_setup,
+                                        fixture_teardown),
+        cmocka_unit_test_setup_teardown(test_idx_missing_file, fixture_setup,
+                                        fixture_teardown),
+        cmocka_unit_test(test_bad_specs),
+        cmocka_unit_test(test_failed_parse_leaves_pipeline_unchanged),
+        cmocka_unit_test(test_bad_arguments),
+        cmocka_unit_test(test_spec_whitespace_and_bare_values),
+        cmocka_unit_test(test_missing_source),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
