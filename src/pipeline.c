@@ -44,7 +44,7 @@ int ef_pipeline_create(ef_pipeline **out)
     return EF_OK;
 }
 
-void ef_pipeline_destroy(ef_pipeline *p)
+void ef_pipeline_stop(ef_pipeline *p)
 {
     if (!p)
         return;
@@ -52,9 +52,17 @@ void ef_pipeline_destroy(ef_pipeline *p)
     atomic_store_explicit(&p->ctx.cancelled, 1, memory_order_release);
     pthread_cond_broadcast(&p->ctx.cond);
     pthread_mutex_unlock(&p->ctx.mu);
+    /* every cancel hook is idempotent and never blocks */
     for (int i = 0; i < p->nstages; i++)
         if (p->stages[i]->def->cancel)
             p->stages[i]->def->cancel(p->stages[i]);
+}
+
+void ef_pipeline_destroy(ef_pipeline *p)
+{
+    if (!p)
+        return;
+    ef_pipeline_stop(p);
     for (int i = p->nstages - 1; i >= 0; i--)
         ef__stage_free(p->stages[i]);
     pthread_mutex_destroy(&p->ctx.mu);
@@ -86,9 +94,12 @@ typedef struct {
     ef_pipeline *p;
     ef__stage *added[MAX_STAGES];
     int n;
-    ef_map_fn fn;
+    void (*fn)(void); /* a C callback for the stage */
     void *user;
 } pending;
+
+static int add_def(pending *pd, const ef__stage_def *def, const char *opts,
+                   size_t opts_len, ef__err *err);
 
 static int add_stage(pending *pd, const char *name, size_t name_len,
                      const char *opts, size_t opts_len, ef__err *err)
@@ -109,6 +120,13 @@ static int add_stage(pending *pd, const char *name, size_t name_len,
         return ef__err_set(err, EF_ESPEC, "unknown stage '%s' (stages: %s)",
                            buf, names);
     }
+    return add_def(pd, def, opts, opts_len, err);
+}
+
+static int add_def(pending *pd, const ef__stage_def *def, const char *opts,
+                   size_t opts_len, ef__err *err)
+{
+    const char *buf = def->info.name;
     int position = pd->p->nstages + pd->n;
     if (position >= MAX_STAGES)
         return ef__err_set(err, EF_ESPEC, "too many stages (at most %d)",
@@ -186,9 +204,22 @@ int ef_pipeline_add_map(ef_pipeline *p, ef_map_fn fn, void *user,
     int rc = check_state(p);
     if (rc != EF_OK)
         return rc;
-    pending pd = {.p = p, .fn = fn, .user = user};
+    pending pd = {.p = p, .fn = (void (*)(void))fn, .user = user};
     const char *o = options ? options : "";
     return commit(&pd, add_stage(&pd, "map", 3, o, strlen(o), &p->err));
+}
+
+int ef_pipeline_add_source(ef_pipeline *p, ef_source_fn fn, void *user,
+                           const char *options)
+{
+    if (!p || !fn)
+        return EF_EINVAL;
+    int rc = check_state(p);
+    if (rc != EF_OK)
+        return rc;
+    pending pd = {.p = p, .fn = (void (*)(void))fn, .user = user};
+    const char *o = options ? options : "";
+    return commit(&pd, add_def(&pd, &ef__stage_source, o, strlen(o), &p->err));
 }
 
 static int start(ef_pipeline *p)
@@ -222,6 +253,9 @@ int ef_pipeline_next(ef_pipeline *p, ef_sample **out)
     *out = NULL;
     if (p->final_status)
         return p->final_status;
+    if (ef__ctx_is_cancelled(&p->ctx))
+        return p->final_status =
+                   ef__err_set(&p->err, EF_ECANCELED, "the pipeline was stopped");
     if (!p->started) {
         int rc = start(p);
         if (rc != EF_OK)
@@ -238,6 +272,8 @@ int ef_pipeline_next(ef_pipeline *p, ef_sample **out)
         ef__stat_add(&last->items_out, 1);
         return EF_OK;
     }
+    if (rc != EF_END && ef__ctx_is_cancelled(&p->ctx))
+        rc = ef__err_set(&p->err, EF_ECANCELED, "the pipeline was stopped");
     if (rc != EF_END && !p->err.msg[0])
         ef__err_set(&p->err, rc, "%s", ef_strerror(rc));
     return p->final_status = rc;

@@ -30,8 +30,10 @@ int ef__stage_poll(ef__stage *s, ef_sample **out, ef__err *err)
     *out = NULL;
     if (s->ended)
         return EF_END;
+    uint64_t t0 = ef__now_ns();
     int rc = s->up->def->poll(s->up, out, err);
     if (rc == EF_OK) {
+        ef__stat_add(&s->wait_up_ns, ef__now_ns() - t0);
         ef__stat_add(&s->items_in, 1);
         ef__stat_add(&s->up->items_out, 1);
     } else if (rc == EF_END) {
@@ -84,7 +86,7 @@ int ef_stage_stats_extra(const ef_stage_stats *st, const char *key,
 
 int ef__stage_create(ef__stage **out, const ef__stage_def *def,
                      const char *opts, size_t len, ef__ctx *ctx,
-                     ef_map_fn fn, void *user, ef__err *err)
+                     void (*fn)(void), void *user, ef__err *err)
 {
     *out = NULL;
     ef__stage *s = ef__calloc(1, sizeof *s);

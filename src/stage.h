@@ -97,7 +97,7 @@ struct ef__stage {
     int ended;     /* the last pull returned EF_END (sticky until reset) */
     void *state;
     ef__opts opts;
-    ef_map_fn user_fn; /* map stages added by ef_pipeline_add_map() */
+    void (*user_fn)(void); /* the C callback of a map or source stage */
     void *user_data;
     /* statistics: one writer each, see ef__stat_add */
     _Atomic uint64_t items_in, items_out, wait_up_ns, wait_down_ns;
@@ -147,7 +147,7 @@ void ef__opts_free(ef__opts *o);
  * *out (ef__stage_free). */
 int ef__stage_create(ef__stage **out, const ef__stage_def *def,
                      const char *opts, size_t len, ef__ctx *ctx,
-                     ef_map_fn fn, void *user, ef__err *err);
+                     void (*fn)(void), void *user, ef__err *err);
 void ef__stage_free(ef__stage *s);
 
 /* ---- the registry ------------------------------------------------ */
@@ -165,5 +165,8 @@ extern const ef__stage_def ef__stage_prefetch;
 extern const ef__stage_def ef__stage_repeat;
 extern const ef__stage_def ef__stage_take;
 extern const ef__stage_def ef__stage_throttle;
+/* C callback sources: not in the registry, added by
+ * ef_pipeline_add_source() only. */
+extern const ef__stage_def ef__stage_source;
 
 #endif

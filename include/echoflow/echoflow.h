@@ -196,10 +196,30 @@ int ef_pipeline_set_seed(ef_pipeline *p, uint64_t seed);
 int ef_pipeline_parse(ef_pipeline *p, const char *spec);
 /* Appends one stage by name with options "key=value,..." (may be NULL). */
 int ef_pipeline_add(ef_pipeline *p, const char *stage, const char *options);
+/* A source written in C. With block = 1 it stores the next sample in *out
+ * and returns EF_OK, returns EF_END at the end of the pass, or a negative
+ * status on failure; with block = 0 it may also return EF_AGAIN when no
+ * sample is ready yet (stages that poll, such as echo:factor=auto, then do
+ * something else meanwhile). The pipeline owns the samples it is given;
+ * their identity is the callback's to set (ef_sample_new). `epoch` counts
+ * passes (repeat starts a new one). Called from one thread at a time. */
+typedef int (*ef_source_fn)(void *user, int64_t epoch, int block,
+                            ef_sample **out);
+
+/* Appends a source running `fn`; it must be the first stage. `user` is
+ * borrowed: it must outlive the pipeline. No options yet (NULL or ""). */
+int ef_pipeline_add_source(ef_pipeline *p, ef_source_fn fn, void *user,
+                           const char *options);
+
 /* Appends a map stage running `fn` (options as for "map": threads, ordered).
  * `user` is borrowed: it must outlive the pipeline. */
 int ef_pipeline_add_map(ef_pipeline *p, ef_map_fn fn, void *user,
                         const char *options);
+
+/* Stops the pipeline from any thread: every thread and every waiting
+ * next() wakes up, and next() returns EF_ECANCELED from then on. The
+ * pipeline must still be destroyed. */
+void ef_pipeline_stop(ef_pipeline *p);
 
 /* The next sample into *out (the caller owns it: ef_sample_free()).
  * EF_OK with a sample, EF_END at the end of the data (then again on every

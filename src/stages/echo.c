@@ -96,12 +96,12 @@ static int echo_open(ef__stage *s, ef__err *err)
     /* t_up is measured where the upstream's work is timed: by the thread
      * of an asynchronous upstream, or by our own pulls (ours or our
      * pump's) */
-    int async_up = s->up->def->poll != NULL;
+    int async_up = s->up->def->poll != NULL && s->up->up != NULL;
     st->up_ns = async_up ? &s->up->wait_up_ns : &s->wait_up_ns;
     st->up_items = async_up ? &s->up->items_in : &s->items_in;
     ef__rates_init(&st->rates, st->up_ns, st->up_items, s->pulled_ns,
                    &s->items_out);
-    if (st->factor == 0 && !async_up) {
+    if (st->factor == 0 && !s->up->def->poll) {
         st->pump = ef__calloc(1, sizeof *st->pump);
         if (!st->pump)
             return ef__err_set(err, EF_ENOMEM, "echo: out of memory");

@@ -8,9 +8,12 @@
  * finish.
  *
  * Lock rules: `in_mu` serialises pulls from the upstream and guards
- * `input_done` and `submit`; `mu` guards the ring, `emit`, `stopped` and
- * `active`. A worker may take `mu` while holding `in_mu`, never the other
- * way round. The transform runs under neither lock. */
+ * `submit`; `mu` guards the ring, `emit`, `stopped` and `active`. A worker
+ * may take `mu` while holding `in_mu` (and wait there for room in the
+ * ring), never the other way round. `input_done` is atomic so a worker
+ * whose transform failed can stop the input without taking `in_mu`, which
+ * a worker waiting for room may hold. The transform runs under neither
+ * lock. */
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -43,7 +46,8 @@ typedef struct {
     slot *ring;
     size_t cap;
     uint64_t submit, emit;
-    int input_done, stopped, active;
+    atomic_int input_done;
+    int stopped, active;
     int emit_waiting;   /* the consumer sleeps on can_emit */
     int submit_waiters; /* workers sleeping on can_submit */
     int final_status; /* what the consumer got last: END or an error */
@@ -145,6 +149,7 @@ static void transform(ef__stage *s, map_state *st, ef_sample *in,
     } else {
         ef_sample_free(out);
         item->status = rc;
+        item->sample = NULL;
         item->msg = ef__malloc(EF__ERR_MAX + 128);
         if (item->msg)
             snprintf(item->msg, EF__ERR_MAX + 128,
@@ -164,7 +169,7 @@ static int take_input(ef__stage *s, map_state *st, uint64_t *seq,
 {
     int go = 0;
     pthread_mutex_lock(&st->in_mu);
-    if (!st->input_done) {
+    if (!atomic_load(&st->input_done)) {
         go = 1;
         if (st->ordered) {
             pthread_mutex_lock(&st->mu);
@@ -186,20 +191,13 @@ static int take_input(ef__stage *s, map_state *st, uint64_t *seq,
         ef__err_clear(&err);
         item->status = ef__stage_pull(s, &item->sample, &err);
         if (item->status != EF_OK) {
-            st->input_done = 1;
+            atomic_store(&st->input_done, 1);
             if (item->status < 0)
                 item->msg = ef__strdup(err.msg);
         }
     }
     pthread_mutex_unlock(&st->in_mu);
     return go;
-}
-
-static void stop_input(map_state *st)
-{
-    pthread_mutex_lock(&st->in_mu);
-    st->input_done = 1;
-    pthread_mutex_unlock(&st->in_mu);
 }
 
 /* Hands a result over; returns 0 when the worker should stop. */
@@ -236,7 +234,7 @@ static void *worker_main(void *arg)
         if (item.status == EF_OK) {
             transform(s, st, item.sample, &item);
             if (item.status != EF_OK) {
-                stop_input(st);
+                atomic_store(&st->input_done, 1);
                 last = 1;
             }
         }
@@ -288,7 +286,7 @@ static void join_threads(map_state *st)
 static int map_create(ef__stage *s, const ef__opts *o, ef__err *err)
 {
     const char *name = ef__opt_string(o, "fn");
-    ef_map_fn fn = s->user_fn;
+    ef_map_fn fn = (ef_map_fn)s->user_fn;
     if (fn && name[0])
         return ef__err_set(err, EF_ESPEC,
                            "stage 'map': option 'fn' cannot be combined with a "
@@ -393,7 +391,7 @@ static int map_reset(ef__stage *s, int64_t epoch, ef__err *err)
 {
     map_state *st = s->state;
     join_threads(st); /* they ended at the END the consumer took */
-    st->input_done = 0;
+    atomic_store(&st->input_done, 0);
     st->final_status = 0;
     st->submit = st->emit = 0;
     int rc = ef__stage_reset_upstream(s, epoch, err);
