@@ -69,8 +69,7 @@ static int cmp_double(const void *a, const void *b)
 }
 
 /* Median over `repeats` runs of items/s and echo self time. */
-static int measure(const char *spec, int repeats, double *rate,
-                   double *echo_ns)
+static int measure(const char *spec, int repeats, double *rate, double *echo_ns)
 {
     double rates[64], selfs[64];
     for (int i = 0; i < repeats; i++) {
@@ -92,7 +91,8 @@ int main(int argc, char **argv)
     long items = argc > 1 ? atol(argv[1]) : 2000000;
     int repeats = argc > 2 ? atoi(argv[2]) : 5;
     if (items < 1000 || repeats < 1 || repeats > 64) {
-        fprintf(stderr, "usage: bench_pipeline [ITEMS >= 1000] [REPEATS 1..64]\n");
+        fprintf(stderr,
+                "usage: bench_pipeline [ITEMS >= 1000] [REPEATS 1..64]\n");
         return 2;
     }
     char specs[5][256];

@@ -12,16 +12,16 @@
 
 static void usage(FILE *f)
 {
-    fprintf(f,
-            "usage: echoflow stages\n"
-            "       echoflow run [--seed S] [--consume-us U] [--json] SPEC\n"
-            "       echoflow version\n"
-            "\n"
-            "SPEC is stages joined by '|', each NAME[:OPT[,OPT...]], OPT being\n"
-            "key=value or a bare value for the first option, for example\n"
-            "  \"range:n=100000 | echo:2 | batch:128\"\n"
-            "--consume-us U emulates a training step: U microseconds of sleep\n"
-            "per item pulled from the last stage.\n");
+    fprintf(
+        f, "usage: echoflow stages\n"
+           "       echoflow run [--seed S] [--consume-us U] [--json] SPEC\n"
+           "       echoflow version\n"
+           "\n"
+           "SPEC is stages joined by '|', each NAME[:OPT[,OPT...]], OPT being\n"
+           "key=value or a bare value for the first option, for example\n"
+           "  \"range:n=100000 | echo:2 | batch:128\"\n"
+           "--consume-us U emulates a training step: U microseconds of sleep\n"
+           "per item pulled from the last stage.\n");
 }
 
 static int cmd_stages(void)
@@ -52,8 +52,9 @@ static int parse_number(const char *opt, const char *text, double min,
     errno = 0;
     double v = strtod(text, &end);
     if (!*text || *end || errno || v < min) {
-        fprintf(stderr, "echoflow: option %s expects a number >= %g, got '%s'\n",
-                opt, min, text);
+        fprintf(stderr,
+                "echoflow: option %s expects a number >= %g, got '%s'\n", opt,
+                min, text);
         return -1;
     }
     *out = v;
@@ -99,7 +100,8 @@ static int cmd_run(int argc, char **argv)
         double v;
         if (!strcmp(argv[i], "--json")) {
             json = 1;
-        } else if (!strcmp(argv[i], "--seed") || !strcmp(argv[i], "--consume-us")) {
+        } else if (!strcmp(argv[i], "--seed") ||
+                   !strcmp(argv[i], "--consume-us")) {
             if (i + 1 >= argc) {
                 fprintf(stderr, "echoflow: option %s needs a value\n", argv[i]);
                 return 2;
@@ -116,7 +118,8 @@ static int cmd_run(int argc, char **argv)
             usage(stderr);
             return 2;
         } else if (ri.spec) {
-            fprintf(stderr, "echoflow: one SPEC only (quote it): '%s'\n", argv[i]);
+            fprintf(stderr, "echoflow: one SPEC only (quote it): '%s'\n",
+                    argv[i]);
             return 2;
         } else {
             ri.spec = argv[i];

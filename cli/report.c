@@ -34,7 +34,8 @@ void report_json(FILE *f, const ef_pipeline *p, const run_info *ri)
     ef_pipeline_stats_get(p, &ps);
     fputs("{\"spec\": ", f);
     json_string(f, ri->spec);
-    fprintf(f, ", \"seed\": %llu, \"consume_us\": ", (unsigned long long)ri->seed);
+    fprintf(f,
+            ", \"seed\": %llu, \"consume_us\": ", (unsigned long long)ri->seed);
     json_number(f, ri->consume_us);
     fputs(", \"status\": ", f);
     json_string(f, ri->status == EF_END ? "ok" : ef_status_name(ri->status));
@@ -42,7 +43,8 @@ void report_json(FILE *f, const ef_pipeline *p, const run_info *ri)
         fputs(", \"error\": ", f);
         json_string(f, ef_pipeline_error(p));
     }
-    fprintf(f, ", \"items\": %llu, \"elapsed_s\": ", (unsigned long long)ps.items);
+    fprintf(f,
+            ", \"items\": %llu, \"elapsed_s\": ", (unsigned long long)ps.items);
     json_number(f, ps.elapsed_s);
     fputs(", \"startup_s\": ", f);
     json_number(f, ps.startup_s);

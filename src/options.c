@@ -183,8 +183,8 @@ int ef__opts_parse(ef__opts *o, const ef__stage_def *def, const char *text,
             idx = find_def(def, key, klen);
             if (klen == 0) {
                 rc = ef__err_set(err, EF_ESPEC,
-                                 "stage '%s': option '%.*s' has no name",
-                                 name, (int)tlen, tok);
+                                 "stage '%s': option '%.*s' has no name", name,
+                                 (int)tlen, tok);
                 break;
             }
             if (idx < 0) {

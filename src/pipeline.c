@@ -22,7 +22,7 @@ struct ef_pipeline {
     int final_status; /* END or an error, once reached */
     ef__err err;
     uint64_t t_open_ns, t_start_ns; /* first next(); end of startup */
-    _Atomic uint64_t t_last_ns; /* end of the last next() */
+    _Atomic uint64_t t_last_ns;     /* end of the last next() */
     _Atomic uint64_t items, consumer_wait_ns;
 };
 
@@ -114,9 +114,9 @@ static int add_stage(pending *pd, const char *name, size_t name_len,
         char names[512];
         size_t used = 0;
         for (int i = 0; i < ef_stage_registry_count(); i++)
-            used += (size_t)snprintf(names + used, sizeof names - used,
-                                     "%s%s", i ? ", " : "",
-                                     ef_stage_registry_get(i)->name);
+            used +=
+                (size_t)snprintf(names + used, sizeof names - used, "%s%s",
+                                 i ? ", " : "", ef_stage_registry_get(i)->name);
         return ef__err_set(err, EF_ESPEC, "unknown stage '%s' (stages: %s)",
                            buf, names);
     }
@@ -168,8 +168,7 @@ static int commit(pending *pd, int rc)
 
 static int spec_stage(void *arg, const ef__spec_stage *st, ef__err *err)
 {
-    return add_stage(arg, st->name, st->name_len, st->opts, st->opts_len,
-                     err);
+    return add_stage(arg, st->name, st->name_len, st->opts, st->opts_len, err);
 }
 
 int ef_pipeline_parse(ef_pipeline *p, const char *spec)
@@ -192,8 +191,8 @@ int ef_pipeline_add(ef_pipeline *p, const char *stage, const char *options)
         return rc;
     pending pd = {.p = p};
     const char *o = options ? options : "";
-    return commit(&pd, add_stage(&pd, stage, strlen(stage), o, strlen(o),
-                                 &p->err));
+    return commit(&pd,
+                  add_stage(&pd, stage, strlen(stage), o, strlen(o), &p->err));
 }
 
 int ef_pipeline_add_map(ef_pipeline *p, ef_map_fn fn, void *user,
@@ -254,8 +253,8 @@ int ef_pipeline_next(ef_pipeline *p, ef_sample **out)
     if (p->final_status)
         return p->final_status;
     if (ef__ctx_is_cancelled(&p->ctx))
-        return p->final_status =
-                   ef__err_set(&p->err, EF_ECANCELED, "the pipeline was stopped");
+        return p->final_status = ef__err_set(&p->err, EF_ECANCELED,
+                                             "the pipeline was stopped");
     if (!p->started) {
         int rc = start(p);
         if (rc != EF_OK)

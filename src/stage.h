@@ -23,7 +23,7 @@ typedef ef_option_info ef__option_def;
 
 typedef union {
     int64_t i;
-    double f;     /* float, and factor (0 means "auto") */
+    double f; /* float, and factor (0 means "auto") */
     int b;
     const char *s; /* points into the stage's option storage */
 } ef__opt_value;
@@ -51,7 +51,7 @@ double ef__opt_factor(const ef__opts *o, const char *name);
 typedef struct {
     uint64_t seed;
     atomic_int cancelled;
-    pthread_mutex_t mu; /* guards nothing but the wait below */
+    pthread_mutex_t mu;  /* guards nothing but the wait below */
     pthread_cond_t cond; /* signalled once on cancel */
 } ef__ctx;
 
@@ -66,7 +66,7 @@ typedef struct ef__stage ef__stage;
 
 typedef struct {
     ef_stage_info info; /* name, help, option schema */
-    int is_source;               /* takes no upstream */
+    int is_source;      /* takes no upstream */
     /* Checks cross-option rules and allocates s->state. Options were
      * already type- and range-checked. */
     int (*create)(ef__stage *s, const ef__opts *o, ef__err *err);

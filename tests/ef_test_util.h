@@ -26,8 +26,8 @@ static inline ef_pipeline *eft_pipeline(const char *spec, uint64_t seed)
         fail_msg("ef_pipeline_set_seed: %d (%s)", rc, ef_pipeline_error(p));
     rc = ef_pipeline_parse(p, spec);
     if (rc != EF_OK)
-        fail_msg("ef_pipeline_parse(\"%s\") = %s: %s", spec,
-                 ef_status_name(rc), ef_pipeline_error(p));
+        fail_msg("ef_pipeline_parse(\"%s\") = %s: %s", spec, ef_status_name(rc),
+                 ef_pipeline_error(p));
     return p;
 }
 
@@ -36,8 +36,8 @@ static inline void eft_parse(ef_pipeline *p, const char *spec)
 {
     int rc = ef_pipeline_parse(p, spec);
     if (rc != EF_OK)
-        fail_msg("ef_pipeline_parse(\"%s\") = %s: %s", spec,
-                 ef_status_name(rc), ef_pipeline_error(p));
+        fail_msg("ef_pipeline_parse(\"%s\") = %s: %s", spec, ef_status_name(rc),
+                 ef_pipeline_error(p));
 }
 
 /* The next sample; fails the test unless EF_OK. */
@@ -99,7 +99,8 @@ static inline int64_t eft_i64(const ef_sample *s, const char *name)
     ef_tensor t = eft_field(s, name);
     if (t.dtype != EF_I64 || t.ndim != 0 || t.nbytes != 8 || t.data == NULL)
         fail_msg("field \"%s\": expected an i64 scalar, got dtype %d ndim %d "
-                 "nbytes %zu", name, (int)t.dtype, t.ndim, t.nbytes);
+                 "nbytes %zu",
+                 name, (int)t.dtype, t.ndim, t.nbytes);
     int64_t v;
     memcpy(&v, t.data, sizeof v);
     return v;
@@ -151,7 +152,8 @@ static inline int eft_contains_ci(const char *hay, const char *needle)
     for (const char *h = hay;; h++) {
         size_t k = 0;
         while (k < n && h[k] &&
-               tolower((unsigned char)h[k]) == tolower((unsigned char)needle[k]))
+               tolower((unsigned char)h[k]) ==
+                   tolower((unsigned char)needle[k]))
             k++;
         if (k == n)
             return 1;

@@ -72,8 +72,8 @@ static void test_version(void **state)
     (void)state;
     assert_int_equal(ef_version_number(), EF_VERSION_NUMBER);
     char want[32];
-    snprintf(want, sizeof want, "%d.%d.%d", EF_VERSION_MAJOR,
-             EF_VERSION_MINOR, EF_VERSION_PATCH);
+    snprintf(want, sizeof want, "%d.%d.%d", EF_VERSION_MAJOR, EF_VERSION_MINOR,
+             EF_VERSION_PATCH);
     assert_string_equal(ef_version_string(), want);
 }
 
@@ -398,10 +398,9 @@ static void test_sample_clone(void **state)
 static void test_registry(void **state)
 {
     (void)state;
-    static const char *const want[] = {"range", "idx",     "map",
-                                       "shuffle", "echo",  "batch",
-                                       "prefetch", "repeat", "take",
-                                       "throttle"};
+    static const char *const want[] = {
+        "range", "idx",      "map",    "shuffle", "echo",
+        "batch", "prefetch", "repeat", "take",    "throttle"};
     int n = ef_stage_registry_count();
     assert_true(n >= (int)(sizeof want / sizeof want[0]));
     assert_null(ef_stage_registry_get(-1));
@@ -427,8 +426,8 @@ static void test_registry(void **state)
     /* option schemas the spec syntax relies on: the first option */
     static const struct {
         const char *stage, *first;
-    } firsts[] = {{"range", "n"},      {"idx", "images"},    {"map", "fn"},
-                  {"shuffle", "buffer"}, {"echo", "factor"}, {"batch", "size"},
+    } firsts[] = {{"range", "n"},        {"idx", "images"},   {"map", "fn"},
+                  {"shuffle", "buffer"}, {"echo", "factor"},  {"batch", "size"},
                   {"prefetch", "depth"}, {"repeat", "count"}, {"take", "count"},
                   {"throttle", "rate"}};
     for (size_t k = 0; k < sizeof firsts / sizeof firsts[0]; k++) {
@@ -531,7 +530,8 @@ static int alloc_run(long n)
         ef__alloc_fail_after(0);
         if (items != 7 || rows != 20)
             fail_msg("n=%ld: completed with %ld batches / %ld rows, expected "
-                     "7 / 20", n, items, rows);
+                     "7 / 20",
+                     n, items, rows);
         ok = 1;
     } else {
         /* the failure is sticky, even while allocation still fails */
@@ -545,7 +545,8 @@ static int alloc_run(long n)
             if (again == EF_OK)
                 ef_sample_free(s);
             fail_msg("n=%ld: next after ENOMEM = %s, expected the same "
-                     "error again", n, ef_status_name(again));
+                     "error again",
+                     n, ef_status_name(again));
         }
     }
     ef_pipeline_destroy(p);

@@ -121,9 +121,9 @@ static void test_echo3_consecutive(void **state)
         ef_sample_id id = ef_sample_identity(s);
         if (id.index != k / 3 || id.echo_copy != k % 3 || id.epoch != 0)
             fail_msg("item %lld: identity (%lld, epoch %lld, copy %d), "
-                     "expected (%lld, 0, %lld)", (long long)k,
-                     (long long)id.index, (long long)id.epoch, id.echo_copy,
-                     (long long)(k / 3), (long long)(k % 3));
+                     "expected (%lld, 0, %lld)",
+                     (long long)k, (long long)id.index, (long long)id.epoch,
+                     id.echo_copy, (long long)(k / 3), (long long)(k % 3));
         assert_int_equal(eft_i64(s, "index"), k / 3);
         if (k % 3 != 0) {
             /* a copy shares the payload of the item before it */
@@ -207,7 +207,8 @@ static void test_echo3_shuffle(void **state)
         fail_msg("echo:3,shuffle=100 gave the unshuffled order");
     if (adjacent_same >= 1000)
         fail_msg("echo:3,shuffle=100: %ld adjacent pairs share an index "
-                 "(2000 when unshuffled)", adjacent_same);
+                 "(2000 when unshuffled)",
+                 adjacent_same);
     free(st.r);
 
     ef_pipeline *p = eft_pipeline("range:n=1000 | echo:3,shuffle=100", 0);
@@ -248,9 +249,9 @@ static void test_echo_fractional_large(void **state)
             /* a copy right after its original */
             if (id.echo_copy != 1 || id.index != last_index || last_copy != 0)
                 fail_msg("item %lld: copy %d of index %lld after (%lld, copy "
-                         "%lld)", (long long)total, id.echo_copy,
-                         (long long)id.index, (long long)last_index,
-                         (long long)last_copy);
+                         "%lld)",
+                         (long long)total, id.echo_copy, (long long)id.index,
+                         (long long)last_index, (long long)last_copy);
         }
         count[id.index]++;
         last_index = id.index;
@@ -266,7 +267,8 @@ static void test_echo_fractional_large(void **state)
     free(count);
     if (total < 148500 || total > 151500)
         fail_msg("echo:1.5 on 100000 items gave %lld items, expected "
-                 "150000 +- 1%%", (long long)total);
+                 "150000 +- 1%%",
+                 (long long)total);
     assert_int_equal(total, n + twice);
 
     ef_stage_stats es = eft_stage(p, "echo");
@@ -295,7 +297,8 @@ static void test_echo_shares_payload_shuffled(void **state)
     (void)state;
     /* keep every sample alive so that addresses cannot be reused */
     enum { N = 200, F = 3 };
-    ef_pipeline *p = eft_pipeline("range:n=200,bytes=16 | echo:3,shuffle=20", 0);
+    ef_pipeline *p =
+        eft_pipeline("range:n=200,bytes=16 | echo:3,shuffle=20", 0);
     ef_sample *all[N * F];
     const void *data_of[N];
     memset(data_of, 0, sizeof data_of);
@@ -340,7 +343,8 @@ static void test_echo_after_batch(void **state)
                          ef_sample_field_count(second));
 
         ef_tensor d1 = eft_field(first, "data"), d2 = eft_field(second, "data");
-        ef_tensor x1 = eft_field(first, "index"), x2 = eft_field(second, "index");
+        ef_tensor x1 = eft_field(first, "index"),
+                  x2 = eft_field(second, "index");
         assert_ptr_equal(d1.data, d2.data);
         assert_ptr_equal(x1.data, x2.data);
         assert_int_equal(d1.nbytes, d2.nbytes);

@@ -28,8 +28,7 @@ static int failing_map(const ef_sample *in, ef_sample **out, ef_map_ctx *ctx)
     int64_t index = ef_sample_identity(in).index;
     if (index == cfg->fail_at) {
         if (cfg->with_message)
-            return ef_map_ctx_fail(ctx, cfg->status, "bad item %d",
-                                   (int)index);
+            return ef_map_ctx_fail(ctx, cfg->status, "bad item %d", (int)index);
         return cfg->status;
     }
     *out = ef_sample_clone(in);
@@ -54,8 +53,8 @@ static void run_failing(const char *before, const char *after, int64_t k,
         int rc = ef_pipeline_next(p, &s);
         if (rc != EF_OK)
             fail_msg("k=%lld threads=%d: item %lld gave %s (%s); expected "
-                     "the %lld items before the failing one", (long long)k,
-                     threads, (long long)i, ef_status_name(rc),
+                     "the %lld items before the failing one",
+                     (long long)k, threads, (long long)i, ef_status_name(rc),
                      ef_pipeline_error(p), (long long)k);
         ef_sample_id id = ef_sample_identity(s);
         if (id.index != i)
@@ -72,13 +71,14 @@ static void run_failing(const char *before, const char *after, int64_t k,
             ef_sample_id id = ef_sample_identity(s);
             ef_sample_free(s);
             fail_msg("k=%lld threads=%d: got item %lld where the failure "
-                     "was expected (call %d)", (long long)k, threads,
-                     (long long)id.index, again + 1);
+                     "was expected (call %d)",
+                     (long long)k, threads, (long long)id.index, again + 1);
         }
         if (rc != status)
             fail_msg("k=%lld threads=%d: next = %s (call %d), expected %s; "
-                     "message: %s", (long long)k, threads, ef_status_name(rc),
-                     again + 1, ef_status_name(status), ef_pipeline_error(p));
+                     "message: %s",
+                     (long long)k, threads, ef_status_name(rc), again + 1,
+                     ef_status_name(status), ef_pipeline_error(p));
         const char *msg = ef_pipeline_error(p);
         assert_non_null(msg);
         if (with_message && strstr(msg, want) == NULL)
@@ -120,9 +120,9 @@ static void test_map_failure_unordered(void **state)
     for (int r = 0; r < 3; r++) {
         fail_cfg cfg = {57, EF_ECALLBACK, 1};
         ef_pipeline *p = eft_pipeline("range:n=200", 0);
-        assert_int_equal(
-            ef_pipeline_add_map(p, failing_map, &cfg, "threads=4,ordered=false"),
-            EF_OK);
+        assert_int_equal(ef_pipeline_add_map(p, failing_map, &cfg,
+                                             "threads=4,ordered=false"),
+                         EF_OK);
         unsigned char seen[200];
         memset(seen, 0, sizeof seen);
         int rc, n = 0;
@@ -211,8 +211,8 @@ static void write_idx(const char *dir, const char *name, int ndim,
 }
 
 static const char *const k_fixture_files[] = {
-    "ok-images",    "ok-labels",   "vec-images",    "trunc-images",
-    "head-images",  "many-images", "few-labels",    "magic-images",
+    "ok-images",    "ok-labels",   "vec-images", "trunc-images",
+    "head-images",  "many-images", "few-labels", "magic-images",
     "magic-labels", "empty-images"};
 
 static int fixture_setup(void **state)
@@ -359,7 +359,8 @@ static int first_failure(const char *spec, char *msg, size_t cap)
             ef_sample_free(s);
             ef_pipeline_destroy(p);
             fail_msg("%s: the first next returned a sample; expected an "
-                     "error", spec);
+                     "error",
+                     spec);
         }
         if (rc == EF_END) {
             ef_pipeline_destroy(p);
@@ -430,8 +431,9 @@ static void test_idx_count_mismatch(void **state)
 {
     fixture *fx = *state;
     char spec[512];
-    snprintf(spec, sizeof spec, "idx:images=%s/many-images,labels=%s/few-labels",
-             fx->dir, fx->dir);
+    snprintf(spec, sizeof spec,
+             "idx:images=%s/many-images,labels=%s/few-labels", fx->dir,
+             fx->dir);
     static const char *const w13[] = {"13"};
     static const char *const w11[] = {"11"};
     expect_idx_error(spec, EF_EFORMAT, NULL, w13, 1, fx->dir);
@@ -482,7 +484,8 @@ static const bad_spec k_bad[] = {
     {"range:n=3,foo=1", EF_ESPEC, {"range", "foo"}},
     {"range:n=3 | batch:size=abc", EF_ESPEC, {"batch", "size"}},
     {"range:n=3 | batch:size=2.5", EF_ESPEC, {"batch", "size"}},
-    {"range:n=3 | batch:size=99999999999999999999999", EF_ESPEC,
+    {"range:n=3 | batch:size=99999999999999999999999",
+     EF_ESPEC,
      {"batch", "size"}},
     {"range:n=3 | take:count=1x", EF_ESPEC, {"take", "count"}},
     {"range:n=3 | echo:factor=0.5", EF_ESPEC, {"echo", "factor"}},
@@ -498,7 +501,8 @@ static const bad_spec k_bad[] = {
     {"range:n=3 | batch:size=2,size=3", EF_ESPEC, {"batch", "size"}},
     {"range:n=3 | batch:2,size=3", EF_ESPEC, {"batch", "size"}},
     {"range:n=3 | echo:3,factor=2", EF_ESPEC, {"echo", "factor"}},
-    {"range:n=3 | batch:size=2,drop_remainder=maybe", EF_ESPEC,
+    {"range:n=3 | batch:size=2,drop_remainder=maybe",
+     EF_ESPEC,
      {"batch", "drop_remainder"}},
     {"range:n=3 | map:fn=noop,ordered=perhaps", EF_ESPEC, {"map", "ordered"}},
     {"range:n=3 | batch:", EF_ESPEC, {"batch", NULL}},
@@ -537,8 +541,8 @@ static void test_bad_specs(void **state)
             fail_msg("\"%s\": empty error message", b->spec);
         for (int w = 0; w < 2; w++)
             if (b->words[w] && strstr(msg, b->words[w]) == NULL)
-                fail_msg("\"%s\": message \"%s\" does not name \"%s\"",
-                         b->spec, msg, b->words[w]);
+                fail_msg("\"%s\": message \"%s\" does not name \"%s\"", b->spec,
+                         msg, b->words[w]);
     }
 }
 

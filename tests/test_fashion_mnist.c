@@ -24,7 +24,8 @@ static void need_file(const char *path)
     if (access(path, R_OK) != 0)
         fail_msg("Fashion-MNIST file %s is missing: install it with "
                  "`apt-get install dataset-fashion-mnist` (or configure with "
-                 "-DEF_FASHION_MNIST_DIR=...)", path);
+                 "-DEF_FASHION_MNIST_DIR=...)",
+                 path);
 }
 
 /* A gzip -dc pipe positioned after the IDX header; checks the header. */
@@ -35,8 +36,7 @@ static FILE *open_ref(const char *path, uint32_t magic, uint32_t count,
     snprintf(cmd, sizeof cmd, "gzip -dc '%s'", path);
     FILE *f = popen(cmd, "r");
     if (f == NULL)
-        fail_msg("cannot run gzip for the reference decompression of %s",
-                 path);
+        fail_msg("cannot run gzip for the reference decompression of %s", path);
     unsigned char h[16];
     size_t hn = 8 + 4 * (size_t)ndim_after;
     if (fread(h, 1, hn, f) != hn)
@@ -87,9 +87,9 @@ static void check_set(const char *prefix, int64_t n)
         if (im.dtype != EF_U8 || im.ndim != 2 || im.shape[0] != 28 ||
             im.shape[1] != 28 || im.nbytes != 784)
             fail_msg("%s item %lld: image %s ndim %d [%lld,%lld], expected "
-                     "u8 [28,28]", prefix, (long long)i,
-                     ef_dtype_name(im.dtype), im.ndim, (long long)im.shape[0],
-                     (long long)im.shape[1]);
+                     "u8 [28,28]",
+                     prefix, (long long)i, ef_dtype_name(im.dtype), im.ndim,
+                     (long long)im.shape[0], (long long)im.shape[1]);
         assert_int_equal(fread(ref, 1, 784, ri), 784);
         if (memcmp(ref, im.data, 784) != 0)
             fail_msg("%s item %lld: image bytes differ from gzip -dc", prefix,

@@ -205,7 +205,8 @@ static const int64_t *i64_rows(const ef_sample *s, const char *name,
     ef_tensor t = eft_field(s, name);
     if (t.dtype != EF_I64 || t.ndim != 1 || t.shape[0] != rows)
         fail_msg("batch field %s: dtype %d ndim %d rows %lld, expected i64 "
-                 "[%lld]", name, (int)t.dtype, t.ndim, (long long)t.shape[0],
+                 "[%lld]",
+                 name, (int)t.dtype, t.ndim, (long long)t.shape[0],
                  (long long)rows);
     return t.data;
 }
@@ -312,7 +313,8 @@ static void test_determinism_threads(void **state)
     vec s2 = run_det(2, 4);
     if (!vec_equal(&t1, &t4))
         fail_msg("seed 1: threads=1 and threads=4 gave different streams "
-                 "(%zu vs %zu values)", t1.n, t4.n);
+                 "(%zu vs %zu values)",
+                 t1.n, t4.n);
     if (!vec_equal(&t1, &t3))
         fail_msg("seed 1: threads=1 and threads=3 gave different streams");
     if (vec_equal(&t1, &s2))

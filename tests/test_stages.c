@@ -241,8 +241,8 @@ static void test_map_builtins(void **state)
         ef_pipeline_destroy(p);
     }
 
-    ef_pipeline *p = eft_pipeline("range:n=300,bytes=4 | map:fn=to_f32,threads=2",
-                                  0);
+    ef_pipeline *p =
+        eft_pipeline("range:n=300,bytes=4 | map:fn=to_f32,threads=2", 0);
     for (int64_t i = 0; i < 300; i++) {
         ef_sample *s = eft_next(p);
         ef_tensor d = eft_field(s, "data");
@@ -254,8 +254,8 @@ static void test_map_builtins(void **state)
         for (int j = 0; j < 4; j++) {
             float want = (float)((i + j) & 0xff) / 255.0f;
             if (fabsf(f[j] - want) > 1e-6f)
-                fail_msg("to_f32 item %lld[%d] = %g, expected %g",
-                         (long long)i, j, (double)f[j], (double)want);
+                fail_msg("to_f32 item %lld[%d] = %g, expected %g", (long long)i,
+                         j, (double)f[j], (double)want);
         }
         assert_int_equal(eft_i64(s, "index"), i); /* not u8: unchanged */
         ef_sample_free(s);
@@ -317,7 +317,8 @@ static void test_map_callbacks(void **state)
     atomic_store(&cs.calls, 0);
     p = eft_pipeline("range:n=1000", 0);
     assert_int_equal(
-        ef_pipeline_add_map(p, twice_fn, &cs, "threads=4,ordered=false"), EF_OK);
+        ef_pipeline_add_map(p, twice_fn, &cs, "threads=4,ordered=false"),
+        EF_OK);
     unsigned char seen[1000];
     memset(seen, 0, sizeof seen);
     for (int64_t i = 0; i < 1000; i++) {
@@ -379,7 +380,8 @@ static void test_pipeline_stats(void **state)
         assert_int_equal(ef_pipeline_stage_stats(p, i, &st), EF_OK);
         if (st.items_out != out[i] || (i > 0 && st.items_in != in[i]))
             fail_msg("stage %d (%s): in %llu out %llu, expected in %llu out "
-                     "%llu", i, st.name, (unsigned long long)st.items_in,
+                     "%llu",
+                     i, st.name, (unsigned long long)st.items_in,
                      (unsigned long long)st.items_out,
                      (unsigned long long)in[i], (unsigned long long)out[i]);
         assert_true(st.wait_up_s >= 0.0);

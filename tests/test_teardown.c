@@ -27,10 +27,10 @@ static void test_destroy_mid_stream_full_queues(void **state)
 {
     (void)state;
     for (int r = 0; r < REPEATS; r++) {
-        ef_pipeline *p = eft_pipeline(
-            "range:n=1000000,bytes=64 | map:fn=noop,threads=4 | "
-            "prefetch:depth=8 | echo:2 | prefetch:depth=4",
-            (uint64_t)r);
+        ef_pipeline *p =
+            eft_pipeline("range:n=1000000,bytes=64 | map:fn=noop,threads=4 | "
+                         "prefetch:depth=8 | echo:2 | prefetch:depth=4",
+                         (uint64_t)r);
         for (int i = 0; i < 10; i++) {
             ef_sample *s = eft_next(p);
             ef_sample_id id = ef_sample_identity(s);
@@ -46,10 +46,10 @@ static void test_destroy_mid_stream_shuffle_repeat_forever(void **state)
 {
     (void)state;
     for (int r = 0; r < REPEATS; r++) {
-        ef_pipeline *p = eft_pipeline(
-            "range:n=100,bytes=8 | repeat | shuffle:buffer=50 | "
-            "map:fn=to_f32,threads=2 | prefetch:depth=4",
-            (uint64_t)r);
+        ef_pipeline *p =
+            eft_pipeline("range:n=100,bytes=8 | repeat | shuffle:buffer=50 | "
+                         "map:fn=to_f32,threads=2 | prefetch:depth=4",
+                         (uint64_t)r);
         pull(p, 250 + r);
         ef_pipeline_destroy(p);
     }

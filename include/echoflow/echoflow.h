@@ -25,7 +25,7 @@ extern "C" {
 #define EF_VERSION_MAJOR 0
 #define EF_VERSION_MINOR 1
 #define EF_VERSION_PATCH 0
-#define EF_VERSION_NUMBER \
+#define EF_VERSION_NUMBER                                                      \
     (EF_VERSION_MAJOR * 10000 + EF_VERSION_MINOR * 100 + EF_VERSION_PATCH)
 
 /* The version of the library actually linked, as EF_VERSION_NUMBER. */
@@ -37,19 +37,19 @@ const char *ef_version_string(void);
 /* Status codes                                                        */
 
 /* X(NAME, value, text). One list, so names and texts never drift. */
-#define EF_STATUS_MAP(X)                                                    \
-    X(OK, 0, "success")                                                     \
-    X(END, 1, "end of data")                                                \
-    X(AGAIN, 2, "no item ready yet")                                        \
-    X(EINVAL, -1, "invalid argument")                                       \
-    X(ENOMEM, -2, "out of memory")                                          \
-    X(EIO, -3, "input/output error")                                        \
-    X(EFORMAT, -4, "malformed input data")                                  \
-    X(ESPEC, -5, "invalid pipeline specification")                          \
-    X(ECALLBACK, -6, "user callback failed")                                \
-    X(ECANCELED, -7, "pipeline was stopped")                                \
-    X(ESTATE, -8, "operation not allowed in this state")                    \
-    X(EUNSUPPORTED, -9, "feature not available in this build")              \
+#define EF_STATUS_MAP(X)                                                       \
+    X(OK, 0, "success")                                                        \
+    X(END, 1, "end of data")                                                   \
+    X(AGAIN, 2, "no item ready yet")                                           \
+    X(EINVAL, -1, "invalid argument")                                          \
+    X(ENOMEM, -2, "out of memory")                                             \
+    X(EIO, -3, "input/output error")                                           \
+    X(EFORMAT, -4, "malformed input data")                                     \
+    X(ESPEC, -5, "invalid pipeline specification")                             \
+    X(ECALLBACK, -6, "user callback failed")                                   \
+    X(ECANCELED, -7, "pipeline was stopped")                                   \
+    X(ESTATE, -8, "operation not allowed in this state")                       \
+    X(EUNSUPPORTED, -9, "feature not available in this build")                 \
     X(ESHAPE, -10, "tensor shapes or types do not match")
 
 typedef enum {
@@ -157,8 +157,7 @@ typedef struct ef_map_ctx ef_map_ctx;
  * success store a sample the pipeline will own in *out and return EF_OK; on
  * failure return a negative status, optionally after ef_map_ctx_fail().
  * Called from several threads at once when the map stage has threads > 1. */
-typedef int (*ef_map_fn)(const ef_sample *in, ef_sample **out,
-                         ef_map_ctx *ctx);
+typedef int (*ef_map_fn)(const ef_sample *in, ef_sample **out, ef_map_ctx *ctx);
 
 /* The `user` pointer given to ef_pipeline_add_map(). */
 void *ef_map_ctx_user(const ef_map_ctx *ctx);

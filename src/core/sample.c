@@ -38,8 +38,8 @@ void ef__shape_format(char *buf, size_t cap, int ndim, const int64_t *shape)
 {
     size_t used = (size_t)snprintf(buf, cap, "[");
     for (int i = 0; i < ndim && used < cap; i++)
-        used += (size_t)snprintf(buf + used, cap - used, "%s%lld",
-                                 i ? "," : "", (long long)shape[i]);
+        used += (size_t)snprintf(buf + used, cap - used, "%s%lld", i ? "," : "",
+                                 (long long)shape[i]);
     if (used < cap)
         snprintf(buf + used, cap - used, "]");
 }
@@ -66,8 +66,8 @@ void ef_sample_free(ef_sample *s)
 ef_sample *ef_sample_clone(const ef_sample *s)
 {
     /* copy only the fields in use: samples are cloned once per echo */
-    size_t used = offsetof(ef_sample, fields) +
-                  (size_t)s->nfields * sizeof(s->fields[0]);
+    size_t used =
+        offsetof(ef_sample, fields) + (size_t)s->nfields * sizeof(s->fields[0]);
     ef_sample *c = ef__malloc(sizeof *c);
     if (!c)
         return NULL;
@@ -89,8 +89,8 @@ int ef_sample_add(ef_sample *s, const char *name, ef_dtype dtype, int ndim,
                   const int64_t *shape, ef_buffer *buf, size_t offset)
 {
     if (!s || !name || !buf || !name[0] || strlen(name) >= EF_MAX_NAME ||
-        s->nfields >= EF_MAX_FIELDS || ef_dtype_size(dtype) == 0 ||
-        ndim < 0 || ndim > EF_MAX_DIMS || (ndim > 0 && !shape) ||
+        s->nfields >= EF_MAX_FIELDS || ef_dtype_size(dtype) == 0 || ndim < 0 ||
+        ndim > EF_MAX_DIMS || (ndim > 0 && !shape) ||
         ef__sample_find(s, name) >= 0)
         return EF_EINVAL;
     uint64_t count = 1;

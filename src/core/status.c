@@ -4,8 +4,8 @@
 const char *ef_strerror(int status)
 {
     switch (status) {
-#define EF__STATUS_TEXT(name, value, text) \
-    case value:                            \
+#define EF__STATUS_TEXT(name, value, text)                                     \
+    case value:                                                                \
         return text;
         EF_STATUS_MAP(EF__STATUS_TEXT)
 #undef EF__STATUS_TEXT
@@ -16,8 +16,8 @@ const char *ef_strerror(int status)
 const char *ef_status_name(int status)
 {
     switch (status) {
-#define EF__STATUS_NAME(name, value, text) \
-    case value:                            \
+#define EF__STATUS_NAME(name, value, text)                                     \
+    case value:                                                                \
         return #name;
         EF_STATUS_MAP(EF__STATUS_NAME)
 #undef EF__STATUS_NAME

@@ -47,23 +47,26 @@ static int finish(growbuf *g, ef_buffer **out, const char *path, ef__err *err)
     return EF_OK;
 }
 
-static int read_plain(FILE *f, const char *path, ef_buffer **out,
-                      ef__err *err)
+static int read_plain(FILE *f, const char *path, ef_buffer **out, ef__err *err)
 {
     growbuf g = {0};
     for (;;) {
         if (!grow(&g, 1 << 16)) {
             ef__free(g.data);
-            return ef__err_set(err, EF_ENOMEM, "%s: out of memory after %zu "
-                               "bytes", path, g.size);
+            return ef__err_set(err, EF_ENOMEM,
+                               "%s: out of memory after %zu "
+                               "bytes",
+                               path, g.size);
         }
         size_t n = fread(g.data + g.size, 1, g.cap - g.size, f);
         g.size += n;
         if (n == 0) {
             if (ferror(f)) {
                 ef__free(g.data);
-                return ef__err_set(err, EF_EIO, "%s: read error at byte %zu: "
-                                   "%s", path, g.size, strerror(errno));
+                return ef__err_set(err, EF_EIO,
+                                   "%s: read error at byte %zu: "
+                                   "%s",
+                                   path, g.size, strerror(errno));
             }
             break;
         }
@@ -83,13 +86,15 @@ static int read_gzip(const char *path, ef_buffer **out, ef__err *err)
     int rc = EF_OK;
     for (;;) {
         if (!grow(&g, 1 << 20)) {
-            rc = ef__err_set(err, EF_ENOMEM, "%s: out of memory after %zu "
-                             "bytes", path, g.size);
+            rc = ef__err_set(err, EF_ENOMEM,
+                             "%s: out of memory after %zu "
+                             "bytes",
+                             path, g.size);
             break;
         }
         size_t room = g.cap - g.size;
-        int n = gzread(gz, g.data + g.size, room > (1u << 30) ? 1u << 30
-                                                               : (unsigned)room);
+        int n = gzread(gz, g.data + g.size,
+                       room > (1u << 30) ? 1u << 30 : (unsigned)room);
         int errnum = Z_OK;
         const char *msg = gzerror(gz, &errnum);
         if (n < 0 || (errnum != Z_OK && errnum != Z_STREAM_END)) {

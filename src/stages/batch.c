@@ -22,8 +22,7 @@ static int batch_create(ef__stage *s, const ef__opts *o, ef__err *err)
         st->parts = ef__calloc((size_t)size, sizeof *st->parts);
     if (!st || !st->parts) {
         ef__free(st);
-        return ef__err_set(err, EF_ENOMEM,
-                           "batch: out of memory for size %lld",
+        return ef__err_set(err, EF_ENOMEM, "batch: out of memory for size %lld",
                            (long long)size);
     }
     st->size = size;
@@ -61,9 +60,9 @@ static int check_like(const ef_sample *first, const ef_sample *other,
                            "batch: field '%s' of sample %lld of the batch "
                            "(index %lld) is %s %s, expected %s %s as in the "
                            "first",
-                           x->name, (long long)pos,
-                           (long long)other->id.index, ef_dtype_name(y->dtype),
-                           b, ef_dtype_name(x->dtype), a);
+                           x->name, (long long)pos, (long long)other->id.index,
+                           ef_dtype_name(y->dtype), b, ef_dtype_name(x->dtype),
+                           a);
     }
     return EF_OK;
 }

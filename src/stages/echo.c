@@ -68,14 +68,13 @@ static int echo_create(ef__stage *s, const ef__opts *o, ef__err *err)
     st->shuffle = (size_t)ef__opt_int(o, "shuffle");
     st->pool_cap = (size_t)ef__opt_int(o, "pool");
     if (st->factor == 0) {
-        int ok = (st->pool = ef__calloc(st->pool_cap, sizeof *st->pool)) &&
-                 (st->n_uses = ef__calloc((size_t)st->max,
-                                          sizeof *st->n_uses)) &&
-                 (st->by_uses = ef__calloc((size_t)st->max,
-                                           sizeof *st->by_uses));
+        int ok =
+            (st->pool = ef__calloc(st->pool_cap, sizeof *st->pool)) &&
+            (st->n_uses = ef__calloc((size_t)st->max, sizeof *st->n_uses)) &&
+            (st->by_uses = ef__calloc((size_t)st->max, sizeof *st->by_uses));
         for (int u = 1; ok && u < st->max; u++)
-            ok = (st->by_uses[u] = ef__calloc(st->pool_cap,
-                                              sizeof(size_t))) != NULL;
+            ok = (st->by_uses[u] = ef__calloc(st->pool_cap, sizeof(size_t))) !=
+                 NULL;
         if (!ok)
             return ef__err_set(err, EF_ENOMEM,
                                "echo: out of memory for a pool of %zu",
@@ -178,8 +177,8 @@ static int fixed_next(void *arg, ef_sample **out, ef__err *err)
 
 /* ---- automatic ------------------------------------------------------ */
 
-static int take_fresh(ef__stage *s, echo_state *st, int block,
-                      ef_sample **out, ef__err *err)
+static int take_fresh(ef__stage *s, echo_state *st, int block, ef_sample **out,
+                      ef__err *err)
 {
     if (st->pump)
         return ef__pump_next(st->pump, out, block, err);
@@ -386,13 +385,13 @@ static const ef__option_def echo_options[] = {
     {"max", EF_OPT_INT, "8", "auto: most times one item is emitted in all", 1,
      1 << 20},
     {"pool", EF_OPT_INT, "64",
-     "auto: recent fresh items kept for echoing (and read ahead)", 1,
-     1 << 20},
+     "auto: recent fresh items kept for echoing (and read ahead)", 1, 1 << 20},
 };
 
 const ef__stage_def ef__stage_echo = {
-    .info = {"echo", "data echoing: re-emit items, fixed factor or auto (zero "
-                     "copy)",
+    .info = {"echo",
+             "data echoing: re-emit items, fixed factor or auto (zero "
+             "copy)",
              4, echo_options},
     .create = echo_create,
     .open = echo_open,

@@ -33,8 +33,8 @@ typedef struct {
 } ef__rates;
 
 typedef struct {
-    double r;              /* t_up / t_down; 0 when unknown */
-    double upstream_rate;  /* items/s the upstream can produce */
+    double r;               /* t_up / t_down; 0 when unknown */
+    double upstream_rate;   /* items/s the upstream can produce */
     double downstream_rate; /* items/s the downstream can consume */
 } ef__rate_estimate;
 

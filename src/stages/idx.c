@@ -41,8 +41,7 @@ static int load_labels(idx_state *st, const char *path, ef__err *err)
         rc = ef__err_set(err, EF_EFORMAT,
                          "idx: %s has %lld labels but the images file has "
                          "%lld images",
-                         path, (long long)lh.dims[0],
-                         (long long)st->h.dims[0]);
+                         path, (long long)lh.dims[0], (long long)st->h.dims[0]);
     if (rc == EF_OK) {
         st->labels = ef_buffer_new((size_t)lh.dims[0] * sizeof(int64_t));
         if (!st->labels)
@@ -80,11 +79,11 @@ static int idx_next(ef__stage *s, ef_sample **out, ef__err *err)
         return EF_END;
     int64_t i = st->next;
     ef_sample *smp = ef_sample_new((ef_sample_id){i, s->epoch, 0});
-    int rc = smp ? ef_sample_add(smp, "image", st->h.dtype, st->h.ndim - 1,
-                                 st->h.dims + 1, st->images,
-                                 st->h.header_bytes + (size_t)i *
-                                                          st->h.item_bytes)
-                 : EF_ENOMEM;
+    int rc =
+        smp ? ef_sample_add(smp, "image", st->h.dtype, st->h.ndim - 1,
+                            st->h.dims + 1, st->images,
+                            st->h.header_bytes + (size_t)i * st->h.item_bytes)
+            : EF_ENOMEM;
     if (rc == EF_OK && st->labels)
         rc = ef_sample_add(smp, "label", EF_I64, 0, NULL, st->labels,
                            (size_t)i * sizeof(int64_t));
@@ -124,8 +123,8 @@ static void idx_stats(const ef__stage *s, ef_stage_stats *out)
 
 static const ef__option_def idx_options[] = {
     {"images", EF_OPT_STRING, NULL, "IDX images file (gzip or raw)", 0, 0},
-    {"labels", EF_OPT_STRING, "", "IDX labels file, paired with the images",
-     0, 0},
+    {"labels", EF_OPT_STRING, "", "IDX labels file, paired with the images", 0,
+     0},
 };
 
 const ef__stage_def ef__stage_idx = {

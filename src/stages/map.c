@@ -50,7 +50,7 @@ typedef struct {
     int stopped, active;
     int emit_waiting;   /* the consumer sleeps on can_emit */
     int submit_waiters; /* workers sleeping on can_submit */
-    int final_status; /* what the consumer got last: END or an error */
+    int final_status;   /* what the consumer got last: END or an error */
     ef__err final_err;
     ef__queue out; /* unordered mode */
 } map_state;
@@ -268,8 +268,10 @@ static int start_threads(ef__stage *s, ef__err *err)
             /* the threads already started stop on their own at cancel */
             st->active -= st->nthreads - i;
             st->started = i;
-            return ef__err_set(err, EF_ENOMEM, "map: cannot start thread %d: "
-                               "%s", i, strerror(rc));
+            return ef__err_set(err, EF_ENOMEM,
+                               "map: cannot start thread %d: "
+                               "%s",
+                               i, strerror(rc));
         }
     }
     st->started = st->nthreads;
@@ -298,8 +300,9 @@ static int map_create(ef__stage *s, const ef__opts *o, ef__err *err)
         return ef__err_set(err, EF_ESPEC,
                            "stage 'map': option 'fn' %s '%s' (built-ins: noop, "
                            "to_f32)",
-                           name[0] ? "names no built-in transform" : "is required,"
-                                                                  " got",
+                           name[0] ? "names no built-in transform"
+                                   : "is required,"
+                                     " got",
                            name);
     map_state *st = ef__calloc(1, sizeof *st);
     if (!st)

@@ -36,8 +36,10 @@ int ef__pump_init(ef__pump *p, ef__stage *owner, size_t depth, ef__err *err)
     memset(p, 0, sizeof *p);
     p->owner = owner;
     if (ef__queue_init(&p->q, depth) != EF_OK)
-        return ef__err_set(err, EF_ENOMEM, "%s: out of memory for a queue of "
-                           "%zu", owner->def->info.name, depth);
+        return ef__err_set(err, EF_ENOMEM,
+                           "%s: out of memory for a queue of "
+                           "%zu",
+                           owner->def->info.name, depth);
     return EF_OK;
 }
 

@@ -29,9 +29,9 @@ static int range_next(ef__stage *s, ef_sample **out, ef__err *err)
     ef_sample *smp = ef_sample_new((ef_sample_id){index, s->epoch, 0});
     int64_t *value = NULL;
     unsigned char *data = NULL;
-    int rc = smp ? ef_sample_add_new(smp, "index", EF_I64, 0, NULL,
-                                     (void **)&value)
-                 : EF_ENOMEM;
+    int rc =
+        smp ? ef_sample_add_new(smp, "index", EF_I64, 0, NULL, (void **)&value)
+            : EF_ENOMEM;
     if (rc == EF_OK && st->bytes > 0) {
         int64_t shape[1] = {st->bytes};
         rc = ef_sample_add_new(smp, "data", EF_U8, 1, shape, (void **)&data);

@@ -10,7 +10,8 @@ static int callback_error(ef__stage *s, int rc, ef__err *err)
                            "source: the callback returned %d, not a sample, "
                            "the end or an error",
                            rc);
-    return ef__err_set(err, rc, "source: the callback failed in epoch %lld "
+    return ef__err_set(err, rc,
+                       "source: the callback failed in epoch %lld "
                        "after %llu items: %s",
                        (long long)s->epoch,
                        (unsigned long long)ef__stat_get(&s->items_out),

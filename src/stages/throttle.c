@@ -16,7 +16,7 @@
 
 typedef struct {
     double interval_ns;
-    double next_ns;     /* earliest time for the next item; 0 before the first */
+    double next_ns; /* earliest time for the next item; 0 before the first */
     uint64_t returned_ns; /* when the last item was handed over */
 } throttle_state;
 
