@@ -156,7 +156,7 @@ static void test_buffer_wrap(void **state)
     assert_int_equal(log.calls, 0);
 
     /* a sample holding the buffer keeps it alive */
-    ef_sample_id id = {3, 0, 0};
+    ef_sample_id id = {.index = 3};
     ef_sample *s = ef_sample_new(id);
     assert_non_null(s);
     int64_t shape[1] = {10};
@@ -186,7 +186,7 @@ static ef_buffer *filled_buffer(size_t n)
 static void test_sample_add_and_get(void **state)
 {
     (void)state;
-    ef_sample_id id = {42, 3, 2};
+    ef_sample_id id = {.index = 42, .epoch = 3, .echo_copy = 2};
     ef_sample *s = ef_sample_new(id);
     assert_non_null(s);
     assert_int_equal(ef_sample_field_count(s), 0);
@@ -241,7 +241,7 @@ static void test_sample_add_and_get(void **state)
 static void test_sample_add_validation(void **state)
 {
     (void)state;
-    ef_sample_id id = {0, 0, 0};
+    ef_sample_id id = {.index = 0};
     ef_sample *s = ef_sample_new(id);
     assert_non_null(s);
     ef_buffer *b = filled_buffer(16);
@@ -318,7 +318,7 @@ static void test_sample_add_validation(void **state)
 static void test_sample_add_new(void **state)
 {
     (void)state;
-    ef_sample_id id = {1, 0, 0};
+    ef_sample_id id = {.index = 1};
     ef_sample *s = ef_sample_new(id);
     assert_non_null(s);
     int64_t shape[2] = {3, 5};
@@ -343,7 +343,7 @@ static void test_sample_add_new(void **state)
 static void test_sample_clone(void **state)
 {
     (void)state;
-    ef_sample_id id = {7, 2, 1};
+    ef_sample_id id = {.index = 7, .epoch = 2, .echo_copy = 1};
     ef_sample *s = ef_sample_new(id);
     assert_non_null(s);
     ef_buffer *b = filled_buffer(32);
@@ -453,7 +453,7 @@ static void test_alloc_hook_basic(void **state)
     ef__alloc_fail_after(0);
     assert_null(b);
 
-    ef_sample_id id = {0, 0, 0};
+    ef_sample_id id = {.index = 0};
     ef__alloc_fail_after(1);
     ef_sample *s = ef_sample_new(id);
     ef__alloc_fail_after(0);

@@ -117,6 +117,8 @@ typedef struct {
     int64_t index;     /* position in the source (or batch number) */
     int64_t epoch;     /* pass over the source, from 0 */
     int32_t echo_copy; /* 0 for a fresh item, k for its k-th echo */
+    int32_t fresh;     /* batches: how many of its examples were fresh
+                          (echo_copy 0) when batched; 0 for examples */
 } ef_sample_id;
 
 typedef struct ef_sample ef_sample;

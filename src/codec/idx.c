@@ -54,17 +54,27 @@ int ef__idx_parse(const unsigned char *data, size_t size, const char *path,
         return ef__err_set(err, EF_EFORMAT,
                            "%s: truncated IDX header: %zu bytes, expected %zu",
                            path, size, h->header_bytes);
-    /* dims are u32, at most 7 of them: the product can overflow 64 bits,
-     * so check each step against the file size */
-    uint64_t items = 1;
+    /* dims are u32, at most 7 of them: products can overflow 64 bits. A
+     * record (dims after the first) is capped at 1 GiB, which also bounds
+     * every offset computed later; the whole is checked against the file
+     * size step by step. */
     size_t esize = ef_dtype_size(h->dtype);
+    uint64_t record = esize;
+    for (int i = 0; i < h->ndim; i++)
+        h->dims[i] = be32(data + 4 + 4 * i);
+    for (int i = 1; i < h->ndim; i++) {
+        if (h->dims[i] && record > (UINT64_C(1) << 30) / (uint64_t)h->dims[i])
+            return ef__err_set(err, EF_EFORMAT,
+                               "%s: IDX records too large: dimension %d is "
+                               "%lld, records over 1 GiB are not supported",
+                               path, i, (long long)h->dims[i]);
+        record *= (uint64_t)h->dims[i];
+    }
+    uint64_t items = 1;
     uint64_t limit = (uint64_t)size / esize + 1;
     for (int i = 0; i < h->ndim; i++) {
-        h->dims[i] = be32(data + 4 + 4 * i);
         if (h->dims[i] && items > limit / (uint64_t)h->dims[i]) {
             items = limit; /* more than the file could hold */
-            for (int j = i + 1; j < h->ndim; j++)
-                h->dims[j] = be32(data + 4 + 4 * j);
             break;
         }
         items *= (uint64_t)h->dims[i];
@@ -87,9 +97,7 @@ int ef__idx_parse(const unsigned char *data, size_t size, const char *path,
                            "%llu",
                            path, size - (size_t)expected,
                            (unsigned long long)expected);
-    h->item_bytes = esize;
-    for (int i = 1; i < h->ndim; i++)
-        h->item_bytes *= (size_t)h->dims[i];
+    h->item_bytes = (size_t)record;
     return EF_OK;
 }
 

@@ -77,7 +77,11 @@ static int stack(ef__stage *s, int64_t n, ef_sample **out, ef__err *err)
         if (rc != EF_OK)
             return rc;
     }
-    ef_sample *b = ef_sample_new((ef_sample_id){st->batch_no, s->epoch, 0});
+    int32_t fresh = 0;
+    for (int64_t i = 0; i < n; i++)
+        fresh += st->parts[i]->id.echo_copy == 0;
+    ef_sample *b =
+        ef_sample_new((ef_sample_id){st->batch_no, s->epoch, 0, fresh});
     if (!b)
         return ef__err_set(err, EF_ENOMEM, "batch: out of memory");
     for (int f = 0; f < first->nfields; f++) {
