@@ -7,6 +7,7 @@
 #include <sys/prctl.h>
 #include <time.h>
 
+#include "cli.h"
 #include "echoflow/echoflow.h"
 #include "report.h"
 
@@ -178,6 +179,8 @@ int main(int argc, char **argv)
         return cmd_stages();
     if (!strcmp(argv[1], "run"))
         return cmd_run(argc - 2, argv + 2);
+    if (!strcmp(argv[1], "train"))
+        return cmd_train(argc - 2, argv + 2);
     if (!strcmp(argv[1], "version") || !strcmp(argv[1], "--version")) {
         printf("echoflow %s\n", ef_version_string());
         return 0;

@@ -165,6 +165,8 @@ extern const ef__stage_def ef__stage_prefetch;
 extern const ef__stage_def ef__stage_repeat;
 extern const ef__stage_def ef__stage_take;
 extern const ef__stage_def ef__stage_throttle;
+extern const ef__stage_def ef__stage_random_crop;
+extern const ef__stage_def ef__stage_flip;
 /* C callback sources: not in the registry, added by
  * ef_pipeline_add_source() only. */
 extern const ef__stage_def ef__stage_source;

@@ -23,6 +23,7 @@
 #include "core/queue.h"
 #include "core/sample.h"
 #include "stage.h"
+#include "stages/map.h"
 
 struct ef_map_ctx {
     void *user;
@@ -153,7 +154,8 @@ static void transform(ef__stage *s, map_state *st, ef_sample *in,
         item->msg = ef__malloc(EF__ERR_MAX + 128);
         if (item->msg)
             snprintf(item->msg, EF__ERR_MAX + 128,
-                     "map: item %lld (epoch %lld): %s", (long long)in->id.index,
+                     "%s: item %lld (epoch %lld): %s", s->def->info.name,
+                     (long long)in->id.index,
                      (long long)in->id.epoch,
                      err.msg[0] ? err.msg : ef_strerror(rc));
     }
@@ -304,13 +306,21 @@ static int map_create(ef__stage *s, const ef__opts *o, ef__err *err)
                                    : "is required,"
                                      " got",
                            name);
+    return ef__map_setup(s, fn, s->user_data, (int)ef__opt_int(o, "threads"),
+                         ef__opt_bool(o, "ordered"), err);
+}
+
+int ef__map_setup(ef__stage *s, ef_map_fn fn, void *user, int threads,
+                  int ordered, ef__err *err)
+{
     map_state *st = ef__calloc(1, sizeof *st);
     if (!st)
-        return ef__err_set(err, EF_ENOMEM, "map: out of memory");
+        return ef__err_set(err, EF_ENOMEM, "%s: out of memory",
+                           s->def->info.name);
     st->fn = fn;
-    st->user = s->user_data;
-    st->nthreads = (int)ef__opt_int(o, "threads");
-    st->ordered = ef__opt_bool(o, "ordered");
+    st->user = user;
+    st->nthreads = threads;
+    st->ordered = ordered;
     st->cap = (size_t)st->nthreads * 16;
     st->threads = ef__calloc((size_t)st->nthreads, sizeof *st->threads);
     st->ring = ef__calloc(st->cap, sizeof *st->ring);
@@ -321,7 +331,8 @@ static int map_create(ef__stage *s, const ef__opts *o, ef__err *err)
         ef__free(st->threads);
         ef__free(st->ring);
         ef__free(st);
-        return ef__err_set(err, EF_ENOMEM, "map: out of memory");
+        return ef__err_set(err, EF_ENOMEM, "%s: out of memory",
+                           s->def->info.name);
     }
     pthread_mutex_init(&st->in_mu, NULL);
     pthread_mutex_init(&st->mu, NULL);
@@ -331,7 +342,7 @@ static int map_create(ef__stage *s, const ef__opts *o, ef__err *err)
     return EF_OK;
 }
 
-static int map_open(ef__stage *s, ef__err *err)
+int ef__map_open(ef__stage *s, ef__err *err)
 {
     return start_threads(s, err);
 }
@@ -348,7 +359,7 @@ static int finish(map_state *st, ef__item *item, ef__err *err)
     return st->final_status;
 }
 
-static int map_next(ef__stage *s, ef_sample **out, ef__err *err)
+int ef__map_next(ef__stage *s, ef_sample **out, ef__err *err)
 {
     map_state *st = s->state;
     *out = NULL;
@@ -390,7 +401,7 @@ static int map_next(ef__stage *s, ef_sample **out, ef__err *err)
     return EF_OK;
 }
 
-static int map_reset(ef__stage *s, int64_t epoch, ef__err *err)
+int ef__map_reset(ef__stage *s, int64_t epoch, ef__err *err)
 {
     map_state *st = s->state;
     join_threads(st); /* they ended at the END the consumer took */
@@ -401,7 +412,7 @@ static int map_reset(ef__stage *s, int64_t epoch, ef__err *err)
     return rc == EF_OK ? start_threads(s, err) : rc;
 }
 
-static void map_cancel(ef__stage *s)
+void ef__map_cancel(ef__stage *s)
 {
     map_state *st = s->state;
     pthread_mutex_lock(&st->mu);
@@ -412,10 +423,10 @@ static void map_cancel(ef__stage *s)
     ef__queue_close(&st->out);
 }
 
-static void map_destroy(ef__stage *s)
+void ef__map_destroy(ef__stage *s)
 {
     map_state *st = s->state;
-    map_cancel(s);
+    ef__map_cancel(s);
     join_threads(st);
     for (size_t i = 0; i < st->cap; i++)
         if (st->ring[i].done)
@@ -437,12 +448,17 @@ static const ef__option_def map_options[] = {
      "keep the upstream's order (deterministic)", 0, 0},
 };
 
+void *ef__map_user(const ef__stage *s)
+{
+    return ((const map_state *)s->state)->user;
+}
+
 const ef__stage_def ef__stage_map = {
     .info = {"map", "apply a transform on worker threads", 3, map_options},
     .create = map_create,
-    .open = map_open,
-    .next = map_next,
-    .reset = map_reset,
-    .cancel = map_cancel,
-    .destroy = map_destroy,
+    .open = ef__map_open,
+    .next = ef__map_next,
+    .reset = ef__map_reset,
+    .cancel = ef__map_cancel,
+    .destroy = ef__map_destroy,
 };

@@ -1,0 +1,394 @@
+/* `echoflow train`: the reference trainer behind an echoflow pipeline.
+ * Uses the public API and train/ only. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "echoflow/echoflow.h"
+
+#ifndef EF_HAVE_TRAINER
+int cmd_train(int argc, char **argv)
+{
+    (void)argc;
+    (void)argv;
+    fprintf(stderr, "echoflow: train needs OpenBLAS, which this build lacks: "
+                    "apt-get install libopenblas-dev, then rebuild\n");
+    return 2;
+}
+#else
+#include <cblas.h>
+
+#include "trainer.h"
+
+#define FMNIST "/usr/share/datasets/fashion-mnist"
+
+typedef struct {
+    eft_config cfg;
+    const char *data, *spec, *test_spec, *echo, *echo_at;
+    double throttle;
+    int threads, json;
+    char spec_buf[4096], test_buf[1024];
+} train_opts;
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: echoflow train [options]\n"
+            "data (one of):\n"
+            "  --data fashion-mnist      the Debian package's files, shuffled,"
+            " normalised;\n"
+            "                            random crop and flip for the cnn\n"
+            "  --spec SPEC --test-spec SPEC  your own pipelines: training "
+            "batches and\n"
+            "                            the held-out set (fields image, "
+            "label)\n"
+            "echoing (with --data):\n"
+            "  --echo OPTS               echo stage options, e.g. factor=2,"
+            "shuffle=1000\n"
+            "                            or factor=auto,max=8\n"
+            "  --echo-at WHERE           before-augment (default), "
+            "after-augment, batch\n"
+            "  --throttle RATE           emulate a slow upstream: RATE "
+            "examples/s\n"
+            "training:\n"
+            "  --model mlp|cnn  --batch N  --lr X  --momentum X  "
+            "--weight-decay X\n"
+            "  --schedule constant|linear  --warmup STEPS  --seed S  "
+            "--threads N\n"
+            "  --target-acc A   --eval-every N (fresh examples)  --max-fresh "
+            "N  --json\n");
+}
+
+static int number(const char *opt, const char *v, double min, double max,
+                  double *out)
+{
+    char *end;
+    errno = 0;
+    double x = strtod(v, &end);
+    if (!*v || *end || errno || x < min || x > max) {
+        fprintf(stderr,
+                "echoflow train: %s expects a number from %g to %g, got "
+                "'%s'\n",
+                opt, min, max, v);
+        return -1;
+    }
+    *out = x;
+    return 0;
+}
+
+static int parse(train_opts *o, int argc, char **argv)
+{
+    eft_config_defaults(&o->cfg);
+    o->echo_at = "before-augment";
+    o->threads = 2;
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--json")) {
+            o->json = 1;
+            continue;
+        }
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage(stdout);
+            exit(0);
+        }
+        if (i + 1 >= argc) {
+            fprintf(stderr, "echoflow train: unknown option or missing value: "
+                            "'%s'\n",
+                    a);
+            usage(stderr);
+            return -1;
+        }
+        const char *v = argv[++i];
+        double x;
+        eft_config *c = &o->cfg;
+        if (!strcmp(a, "--data"))
+            o->data = v;
+        else if (!strcmp(a, "--spec"))
+            o->spec = v;
+        else if (!strcmp(a, "--test-spec"))
+            o->test_spec = v;
+        else if (!strcmp(a, "--echo"))
+            o->echo = v;
+        else if (!strcmp(a, "--echo-at"))
+            o->echo_at = v;
+        else if (!strcmp(a, "--model")) {
+            if (eft_arch_parse(v, &c->arch)) {
+                fprintf(stderr, "echoflow train: --model expects mlp or cnn, "
+                                "got '%s'\n",
+                        v);
+                return -1;
+            }
+        } else if (!strcmp(a, "--schedule")) {
+            if (!strcmp(v, "constant"))
+                c->schedule = EFT_LR_CONSTANT;
+            else if (!strcmp(v, "linear"))
+                c->schedule = EFT_LR_LINEAR;
+            else {
+                fprintf(stderr, "echoflow train: --schedule expects constant "
+                                "or linear, got '%s'\n",
+                        v);
+                return -1;
+            }
+        } else if (!strcmp(a, "--batch") && !number(a, v, 1, 65536, &x))
+            c->batch = (int)x;
+        else if (!strcmp(a, "--lr") && !number(a, v, 0, 100, &x))
+            c->lr = x;
+        else if (!strcmp(a, "--momentum") && !number(a, v, 0, 0.9999, &x))
+            c->momentum = x;
+        else if (!strcmp(a, "--weight-decay") && !number(a, v, 0, 1, &x))
+            c->weight_decay = x;
+        else if (!strcmp(a, "--warmup") && !number(a, v, 0, 1e12, &x))
+            c->warmup_steps = (long)x;
+        else if (!strcmp(a, "--seed") && !number(a, v, 0, 1e18, &x))
+            c->seed = (uint64_t)x;
+        else if (!strcmp(a, "--target-acc") && !number(a, v, 0, 1, &x))
+            c->target_acc = x;
+        else if (!strcmp(a, "--eval-every") && !number(a, v, 1, 1e12, &x))
+            c->eval_every = (long)x;
+        else if (!strcmp(a, "--max-fresh") && !number(a, v, 1, 1e15, &x))
+            c->max_fresh = (long)x;
+        else if (!strcmp(a, "--threads") && !number(a, v, 1, 256, &x))
+            o->threads = (int)x;
+        else if (!strcmp(a, "--throttle") && !number(a, v, 1e-3, 1e12, &x))
+            o->throttle = x;
+        else {
+            if (strncmp(a, "--", 2) == 0 &&
+                strstr("--batch --lr --momentum --weight-decay --warmup "
+                       "--seed --target-acc --eval-every --max-fresh "
+                       "--threads --throttle",
+                       a))
+                return -1; /* a bad number, already reported */
+            fprintf(stderr, "echoflow train: unknown option '%s'\n", a);
+            usage(stderr);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* The preset pipelines for --data fashion-mnist. */
+static int preset(train_opts *o)
+{
+    if (strcmp(o->data, "fashion-mnist") != 0) {
+        fprintf(stderr, "echoflow train: --data knows fashion-mnist only, "
+                        "got '%s' (use --spec for other data)\n",
+                o->data);
+        return -1;
+    }
+    const char *where[] = {"before-augment", "after-augment", "batch"};
+    int at = -1;
+    for (int i = 0; i < 3; i++)
+        if (!strcmp(o->echo_at, where[i]))
+            at = i;
+    if (at < 0) {
+        fprintf(stderr, "echoflow train: --echo-at expects before-augment, "
+                        "after-augment or batch, got '%s'\n",
+                o->echo_at);
+        return -1;
+    }
+    char echo[256] = "", slow[64] = "";
+    if (o->echo)
+        snprintf(echo, sizeof echo, "echo:%s | ", o->echo);
+    if (o->throttle > 0)
+        /* the prefetch lets the slow upstream run ahead of the trainer */
+        snprintf(slow, sizeof slow, "throttle:rate=%g | prefetch:256 | ",
+                 o->throttle);
+    const char *augment = o->cfg.arch == EFT_CNN
+                              ? "random_crop:pad=2 | flip:p=0.5 | "
+                              : "";
+    int n = snprintf(o->spec_buf, sizeof o->spec_buf,
+                     "idx:images=" FMNIST "/train-images-idx3-ubyte.gz,"
+                     "labels=" FMNIST "/train-labels-idx1-ubyte.gz | "
+                     "shuffle:60000 | repeat | %s%s%s%sbatch:%d | %sprefetch:4",
+                     slow, at == 0 ? echo : "", augment, at == 1 ? echo : "",
+                     o->cfg.batch, at == 2 ? echo : "");
+    if (n >= (int)sizeof o->spec_buf) {
+        fprintf(stderr, "echoflow train: --echo options too long\n");
+        return -1;
+    }
+    snprintf(o->test_buf, sizeof o->test_buf,
+             "idx:images=" FMNIST "/t10k-images-idx3-ubyte.gz,"
+             "labels=" FMNIST "/t10k-labels-idx1-ubyte.gz | batch:1000");
+    o->spec = o->spec_buf;
+    o->test_spec = o->test_buf;
+    return 0;
+}
+
+static ef_pipeline *build(const char *spec, uint64_t seed, const char *what)
+{
+    ef_pipeline *p;
+    if (ef_pipeline_create(&p) != EF_OK)
+        return NULL;
+    if (ef_pipeline_set_seed(p, seed) != EF_OK ||
+        ef_pipeline_parse(p, spec) != EF_OK) {
+        fprintf(stderr, "echoflow train: %s pipeline: %s\n", what,
+                ef_pipeline_error(p));
+        ef_pipeline_destroy(p);
+        return NULL;
+    }
+    return p;
+}
+
+/* The echo stage's stats, or -1 when the pipeline has none. */
+static int echo_stage(const ef_pipeline *p, ef_stage_stats *st)
+{
+    for (int i = 0; i < ef_pipeline_stage_count(p); i++) {
+        ef_pipeline_stage_stats(p, i, st);
+        if (!strcmp(st->name, "echo"))
+            return i;
+    }
+    return -1;
+}
+
+typedef struct {
+    ef_pipeline *p;
+    int tty;
+} progress_ctx;
+
+static void on_progress(void *user, const eft_progress *pr, int evaluated)
+{
+    progress_ctx *pc = user;
+    ef_pipeline_stats ps;
+    ef_stage_stats st;
+    ef_pipeline_stats_get(pc->p, &ps);
+    double factor = 1;
+    if (echo_stage(pc->p, &st) >= 0)
+        ef_stage_stats_extra(&st, "effective_factor", &factor);
+    if (!evaluated && !pc->tty)
+        return; /* plain lines only at evaluations */
+    fprintf(stderr,
+            "%sfresh %8ld  steps %6ld  train loss %.4f  test acc %s%.4f  "
+            "echo %.2f  waited %4.1f%%  %6.1f s%s",
+            pc->tty ? "\r" : "", pr->fresh, pr->steps, pr->train_loss,
+            pr->evaluated ? "" : "~", pr->evaluated ? pr->accuracy : 0.0,
+            factor > 0 ? factor : 1, 100 * ps.consumer_wait_fraction,
+            pr->train_s, pc->tty ? (evaluated ? "\n" : "") : "\n");
+}
+
+static void report(const train_opts *o, const ef_pipeline *p,
+                   const eft_result *r, int json)
+{
+    ef_pipeline_stats ps;
+    ef_stage_stats st;
+    ef_pipeline_stats_get(p, &ps);
+    int has_echo = echo_stage(p, &st) >= 0;
+    if (json) {
+        printf("{\"model\": \"%s\", \"reached\": %s, \"target_acc\": %g, "
+               "\"fresh_to_target\": %ld, \"steps_to_target\": %ld, "
+               "\"time_to_target_s\": %.6g, \"eval_time_s\": %.6g, "
+               "\"train_time_s\": %.6g, \"fresh\": %ld, \"steps\": %ld, "
+               "\"examples\": %ld, \"final_accuracy\": %.6g, "
+               "\"final_loss\": %.6g, \"train_examples_per_s\": %.6g, "
+               "\"consumer_wait_fraction\": %.6g, \"seed\": %llu, "
+               "\"lr\": %g, \"batch\": %d, \"echo\": ",
+               eft_arch_name(o->cfg.arch), r->reached ? "true" : "false",
+               o->cfg.target_acc, r->fresh_to_target, r->steps_to_target,
+               r->time_to_target_s, r->final.eval_s, r->final.train_s,
+               r->final.fresh, r->final.steps, r->final.examples,
+               r->final.accuracy, r->final.loss, r->train_examples_per_s,
+               ps.consumer_wait_fraction, (unsigned long long)o->cfg.seed,
+               o->cfg.lr, o->cfg.batch);
+        if (!has_echo) {
+            printf("null");
+        } else {
+            printf("{");
+            for (int k = 0; k < st.nextra; k++)
+                printf("%s\"%s\": %.6g", k ? ", " : "", st.extra[k].key,
+                       st.extra[k].value);
+            printf("}");
+        }
+        printf("}\n");
+        return;
+    }
+    printf("model %s, batch %d, lr %g, seed %llu\n", eft_arch_name(o->cfg.arch),
+           o->cfg.batch, o->cfg.lr, (unsigned long long)o->cfg.seed);
+    if (o->cfg.target_acc > 0 && r->reached)
+        printf("reached %.2f%% test accuracy after %ld fresh examples, %ld "
+               "steps, %.2f s of training\n",
+               100 * o->cfg.target_acc, r->fresh_to_target,
+               r->steps_to_target, r->time_to_target_s);
+    else if (o->cfg.target_acc > 0)
+        printf("did not reach %.2f%% within %ld fresh examples\n",
+               100 * o->cfg.target_acc, o->cfg.max_fresh);
+    printf("final test accuracy %.4f, loss %.4f\n", r->final.accuracy,
+           r->final.loss);
+    printf("trained on %ld examples (%ld fresh) in %.2f s: %.0f examples/s; "
+           "evaluation took %.2f s apart\n",
+           r->final.examples, r->final.fresh, r->final.train_s,
+           r->train_examples_per_s, r->final.eval_s);
+    printf("the trainer waited for data %.1f%% of the time\n",
+           100 * ps.consumer_wait_fraction);
+    if (has_echo) {
+        double v;
+        printf("echo:");
+        for (int k = 0; k < st.nextra; k++) {
+            v = st.extra[k].value;
+            printf(" %s=%.4g", st.extra[k].key, v);
+        }
+        printf("\n");
+    }
+}
+
+int cmd_train(int argc, char **argv)
+{
+    train_opts o;
+    memset(&o, 0, sizeof o);
+    if (parse(&o, argc, argv))
+        return 2;
+    if (o.data && (o.spec || o.test_spec)) {
+        fprintf(stderr, "echoflow train: give --data or --spec/--test-spec, "
+                        "not both\n");
+        return 2;
+    }
+    if (!o.data && (!o.spec || !o.test_spec)) {
+        fprintf(stderr, "echoflow train: give --data fashion-mnist, or both "
+                        "--spec and --test-spec\n");
+        usage(stderr);
+        return 2;
+    }
+    if (!o.data && (o.echo || o.throttle > 0)) {
+        fprintf(stderr, "echoflow train: --echo and --throttle shape the "
+                        "--data pipeline; with --spec, write the stages in "
+                        "the spec\n");
+        return 2;
+    }
+    if (o.data && preset(&o))
+        return 2;
+    openblas_set_num_threads(o.threads);
+
+    ef_pipeline *test_p = build(o.test_spec, o.cfg.seed, "test");
+    ef_pipeline *train_p = test_p ? build(o.spec, o.cfg.seed, "training")
+                                  : NULL;
+    if (!train_p) {
+        ef_pipeline_destroy(test_p);
+        return 2;
+    }
+    char err[1024];
+    eft_dataset test;
+    if (eft_dataset_load(test_p, o.cfg.mean, o.cfg.std, &test, err,
+                         sizeof err)) {
+        fprintf(stderr, "echoflow train: %s\n", err);
+        ef_pipeline_destroy(test_p);
+        ef_pipeline_destroy(train_p);
+        return 1;
+    }
+    ef_pipeline_destroy(test_p);
+    if (!o.json)
+        fprintf(stderr, "training on: %s\n", o.spec);
+    progress_ctx pc = {train_p, isatty(2)};
+    eft_result r;
+    int rc = eft_train(&o.cfg, train_p, &test, on_progress, 20, &pc, &r, err,
+                       sizeof err);
+    if (rc)
+        fprintf(stderr, "echoflow train: %s\n", err);
+    else
+        report(&o, train_p, &r, o.json);
+    free((void *)test.x);
+    free((void *)test.y);
+    ef_pipeline_destroy(train_p);
+    return rc ? 1 : 0;
+}
+#endif

@@ -1,0 +1,331 @@
+/* The reference trainer: finite-difference gradient checks for every layer
+ * and both whole models, SGD's update rule, and a short run on
+ * Fashion-MNIST that must lower the test loss. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+#include <cblas.h>
+#include <math.h>
+
+#include "ef_test_util.h"
+#include "model.h"
+#include "trainer.h"
+
+static uint64_t rng_state = 12345;
+
+static float urand(void) /* uniform in [-1, 1) */
+{
+    rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
+    return (float)((double)(rng_state >> 11) * 0x1.0p-53 * 2 - 1);
+}
+
+static void fill(float *x, size_t n, float scale)
+{
+    for (size_t i = 0; i < n; i++)
+        x[i] = urand() * scale;
+}
+
+/* |a - b| relative to their size, with a floor for values near zero. */
+static double rel_err(double a, double b)
+{
+    return fabs(a - b) / fmax(1e-2, fabs(a) + fabs(b));
+}
+
+/* L = sum(out * g): a scalar whose gradient with respect to the layer's
+ * output is g. */
+static double layer_objective(eft_layer *l, const float *in, const float *g,
+                              int n)
+{
+    eft_layer_forward(l, in, n);
+    double s = 0;
+    for (size_t i = 0; i < (size_t)n * eft_layer_out_size(l); i++)
+        s += (double)l->out[i] * g[i];
+    return s;
+}
+
+/* Checks dW, db and din of one layer against central differences. */
+static void check_layer(eft_layer *l, int n)
+{
+    assert_int_equal(eft_layer_alloc(l, n), 0);
+    size_t in_n = (size_t)n * eft_layer_in_size(l);
+    size_t out_n = (size_t)n * eft_layer_out_size(l);
+    float *in = malloc(in_n * sizeof(float));
+    float *g = malloc(out_n * sizeof(float));
+    float *din = malloc(in_n * sizeof(float));
+    fill(in, in_n, 1);
+    fill(g, out_n, 1);
+    if (l->w) {
+        fill(l->w, l->nw, 0.5f);
+        fill(l->b, (size_t)l->out_c, 0.5f);
+    }
+    layer_objective(l, in, g, n);
+    eft_layer_backward(l, g, din, n);
+    const float eps = 1e-2f;
+    double worst = 0;
+    /* probe up to 40 entries of each tensor */
+    float *tensors[3] = {in, l->w, l->b};
+    float *grads[3] = {din, l->dw, l->db};
+    size_t sizes[3] = {in_n, l->nw, l->w ? (size_t)l->out_c : 0};
+    for (int t = 0; t < 3; t++) {
+        if (!tensors[t])
+            continue;
+        /* the analytic gradient is overwritten by later forwards: copy */
+        float *grad = malloc(sizes[t] * sizeof(float));
+        memcpy(grad, grads[t], sizes[t] * sizeof(float));
+        for (size_t k = 0; k < 40 && k < sizes[t]; k++) {
+            size_t i = (k * 7919) % sizes[t];
+            float keep = tensors[t][i];
+            tensors[t][i] = keep + eps;
+            double up = layer_objective(l, in, g, n);
+            tensors[t][i] = keep - eps;
+            double down = layer_objective(l, in, g, n);
+            tensors[t][i] = keep;
+            double numeric = (up - down) / (2 * eps);
+            worst = fmax(worst, rel_err(numeric, grad[i]));
+        }
+        free(grad);
+    }
+    if (worst > 1e-2)
+        fail_msg("layer kind %d: worst relative error %g", l->kind, worst);
+    eft_layer_free(l);
+    free(in);
+    free(g);
+    free(din);
+}
+
+static void dense_gradients(void **state)
+{
+    (void)state;
+    eft_layer l = {.kind = EFT_DENSE, .in_h = 1, .in_w = 1, .in_c = 7,
+                   .out_h = 1, .out_w = 1, .out_c = 5};
+    check_layer(&l, 3);
+}
+
+static void conv_gradients(void **state)
+{
+    (void)state;
+    eft_layer l = {.kind = EFT_CONV, .in_h = 6, .in_w = 5, .in_c = 3,
+                   .out_h = 6, .out_w = 5, .out_c = 4, .k = 3};
+    check_layer(&l, 2);
+    eft_layer l5 = {.kind = EFT_CONV, .in_h = 7, .in_w = 7, .in_c = 2,
+                    .out_h = 7, .out_w = 7, .out_c = 3, .k = 5};
+    check_layer(&l5, 2);
+}
+
+static void relu_gradients(void **state)
+{
+    (void)state;
+    eft_layer l = {.kind = EFT_RELU, .in_h = 3, .in_w = 3, .in_c = 2,
+                   .out_h = 3, .out_w = 3, .out_c = 2};
+    check_layer(&l, 2);
+}
+
+static void pool_gradients(void **state)
+{
+    (void)state;
+    /* odd sizes exercise the ragged last row and column */
+    eft_layer l = {.kind = EFT_POOL, .in_h = 5, .in_w = 4, .in_c = 3,
+                   .out_h = 3, .out_w = 2, .out_c = 3};
+    check_layer(&l, 2);
+}
+
+static void softmax_gradients(void **state)
+{
+    (void)state;
+    float z[3 * 4], dz[3 * 4], tmp[3 * 4];
+    int64_t y[3] = {0, 3, 2};
+    fill(z, 12, 2);
+    eft_softmax_xent(z, y, 3, 4, dz, NULL);
+    for (int i = 0; i < 12; i++) {
+        memcpy(tmp, z, sizeof z);
+        tmp[i] += 1e-3f;
+        double up = eft_softmax_xent(tmp, y, 3, 4, NULL, NULL);
+        tmp[i] -= 2e-3f;
+        double down = eft_softmax_xent(tmp, y, 3, 4, NULL, NULL);
+        assert_true(rel_err((up - down) / 2e-3, dz[i]) < 1e-2);
+    }
+    /* a label out of range counts as wrong and adds no gradient */
+    int64_t bad[3] = {0, 9, -1};
+    int correct;
+    eft_softmax_xent(z, bad, 3, 4, dz, &correct);
+    for (int c = 0; c < 4; c++)
+        assert_true(dz[4 + c] == 0 && dz[8 + c] == 0);
+}
+
+/* The whole model: parameter gradients of the mean cross-entropy. */
+static void check_model(eft_arch arch)
+{
+    const int n = 3;
+    eft_model *m = eft_model_create(arch, n, 7);
+    assert_non_null(m);
+    float *x = malloc((size_t)n * 784 * sizeof(float));
+    fill(x, (size_t)n * 784, 1);
+    int64_t y[3] = {1, 4, 9};
+    eft_model_forward(m, x, n);
+    eft_model_backward(m, y, n, NULL);
+    double worst = 0;
+    for (int t = 0; t < eft_model_param_count(m); t++) {
+        float *v, *g;
+        size_t cnt;
+        eft_model_param(m, t, &v, &g, &cnt);
+        float *grad = malloc(cnt * sizeof(float));
+        memcpy(grad, g, cnt * sizeof(float));
+        for (size_t k = 0; k < 12; k++) {
+            size_t i = (k * 104729) % cnt;
+            float keep = v[i];
+            /* small: the logits of a He-initialised net on random inputs
+             * are large, and a bigger step meets their curvature */
+            const float eps = 1e-3f;
+            v[i] = keep + eps;
+            double up = eft_softmax_xent(eft_model_forward(m, x, n), y, n, 10,
+                                         NULL, NULL);
+            v[i] = keep - eps;
+            double down = eft_softmax_xent(eft_model_forward(m, x, n), y, n,
+                                           10, NULL, NULL);
+            v[i] = keep;
+            worst = fmax(worst, rel_err((up - down) / (2 * eps), grad[i]));
+        }
+        free(grad);
+    }
+    if (worst > 2e-2)
+        fail_msg("%s: worst relative error %g", eft_arch_name(arch), worst);
+    free(x);
+    eft_model_destroy(m);
+}
+
+static void mlp_gradients(void **state)
+{
+    (void)state;
+    check_model(EFT_MLP);
+}
+
+static void cnn_gradients(void **state)
+{
+    (void)state;
+    check_model(EFT_CNN);
+}
+
+/* One step by hand: PyTorch's SGD with Nesterov momentum and decay. */
+static void sgd_rule(void **state)
+{
+    (void)state;
+    eft_model *m = eft_model_create(EFT_MLP, 1, 1);
+    float *v, *g;
+    size_t n;
+    eft_model_param(m, 1, &v, &g, &n); /* first bias */
+    v[0] = 0.5f;
+    g[0] = 0.2f;
+    /* zero every other gradient so the step only moves what we watch */
+    for (int t = 0; t < eft_model_param_count(m); t++) {
+        float *vv, *gg;
+        size_t k;
+        eft_model_param(m, t, &vv, &gg, &k);
+        if (t != 1)
+            memset(gg, 0, k * sizeof(float));
+    }
+    eft_sgd opt = {.momentum = 0.9, .weight_decay = 0.1, .nesterov = 1};
+    eft_model_sgd_step(m, &opt, 0.1);
+    /* g' = 0.2 + 0.1 * 0.5 = 0.25; v = 0.25; step = 0.25 + 0.9 * 0.25 */
+    assert_true(fabs(v[0] - (0.5 - 0.1 * 0.475)) < 1e-6);
+    g[0] = 0.2f;
+    eft_model_sgd_step(m, &opt, 0.1);
+    double p1 = 0.5 - 0.1 * 0.475;
+    double g2 = 0.2 + 0.1 * p1, v2 = 0.9 * 0.25 + g2;
+    assert_true(fabs(v[0] - (p1 - 0.1 * (g2 + 0.9 * v2))) < 1e-6);
+    eft_model_destroy(m);
+}
+
+static ef_pipeline *fmnist(const char *tail, uint64_t seed)
+{
+    char spec[1024];
+    snprintf(spec, sizeof spec,
+             "idx:images=" EF_FASHION_MNIST_DIR "/%s-images-idx3-ubyte.gz,"
+             "labels=" EF_FASHION_MNIST_DIR "/%s-labels-idx1-ubyte.gz | %s",
+             strstr(tail, "shuffle") ? "train" : "t10k",
+             strstr(tail, "shuffle") ? "train" : "t10k", tail);
+    return eft_pipeline(spec, seed);
+}
+
+/* A short run on the real data lowers the test loss and beats chance by
+ * far: the whole path from IDX files to SGD works. */
+static void short_run_learns(void **state)
+{
+    (void)state;
+    char err[512];
+    eft_dataset test;
+    ef_pipeline *tp = fmnist("take:2000 | batch:500", 1);
+    assert_int_equal(eft_dataset_load(tp, 0.286, 0.353, &test, err, sizeof err),
+                     0);
+    assert_int_equal(test.n, 2000);
+    ef_pipeline_destroy(tp);
+
+    eft_config cfg;
+    eft_config_defaults(&cfg);
+    cfg.max_fresh = 12800;
+    cfg.eval_every = 1000000; /* only the final evaluation */
+    eft_model *m = eft_model_create(EFT_MLP, 500, cfg.seed);
+    double loss0, acc0;
+    eft_model_evaluate(m, test.x, test.y, test.n, &loss0, &acc0);
+    eft_model_destroy(m);
+
+    ef_pipeline *p = fmnist("shuffle:10000 | echo:2 | batch:128", 1);
+    eft_result r;
+    assert_int_equal(
+        eft_train(&cfg, p, &test, NULL, 0, NULL, &r, err, sizeof err), 0);
+    assert_int_equal(r.final.fresh, 12800);
+    /* every other example was an echo */
+    assert_true(r.final.examples >= 2 * 12800 - 128);
+    assert_true(r.final.evaluated);
+    assert_true(r.final.loss < loss0 * 0.6);
+    assert_true(r.final.accuracy > 0.7);
+    ef_pipeline_destroy(p);
+    free((void *)test.x);
+    free((void *)test.y);
+}
+
+static void bad_batches_fail_cleanly(void **state)
+{
+    (void)state;
+    char err[512];
+    eft_config cfg;
+    eft_config_defaults(&cfg);
+    cfg.max_fresh = 1000;
+    eft_result r;
+    /* no label field */
+    ef_pipeline *p = eft_pipeline("range:n=10,bytes=784 | batch:5", 1);
+    assert_int_equal(eft_train(&cfg, p, NULL, NULL, 0, NULL, &r, err,
+                               sizeof err),
+                     -1);
+    assert_non_null(strstr(err, "label"));
+    ef_pipeline_destroy(p);
+    /* a batch larger than the configured one */
+    cfg.batch = 4;
+    p = fmnist("batch:8", 1);
+    assert_int_equal(eft_train(&cfg, p, NULL, NULL, 0, NULL, &r, err,
+                               sizeof err),
+                     -1);
+    assert_non_null(strstr(err, "at most 4"));
+    ef_pipeline_destroy(p);
+}
+
+int main(void)
+{
+    /* BLAS threads are invisible to the thread sanitizer: keep it to one */
+    openblas_set_num_threads(1);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(dense_gradients),
+        cmocka_unit_test(conv_gradients),
+        cmocka_unit_test(relu_gradients),
+        cmocka_unit_test(pool_gradients),
+        cmocka_unit_test(softmax_gradients),
+        cmocka_unit_test(mlp_gradients),
+        cmocka_unit_test(cnn_gradients),
+        cmocka_unit_test(sgd_rule),
+        cmocka_unit_test(short_run_learns),
+        cmocka_unit_test(bad_batches_fail_cleanly),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,270 @@
+/* Layer forward and backward passes (see layers.h). The heavy work is three
+ * GEMMs per dense or conv layer, done by BLAS. */
+#include "layers.h"
+
+#include <cblas.h>
+#include <float.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+size_t eft_layer_in_size(const eft_layer *l)
+{
+    return (size_t)l->in_h * l->in_w * l->in_c;
+}
+
+size_t eft_layer_out_size(const eft_layer *l)
+{
+    return (size_t)l->out_h * l->out_w * l->out_c;
+}
+
+static float *falloc(size_t n)
+{
+    return calloc(n ? n : 1, sizeof(float));
+}
+
+int eft_layer_alloc(eft_layer *l, int max_batch)
+{
+    l->max_batch = max_batch;
+    size_t nb = (size_t)max_batch;
+    l->out = falloc(nb * eft_layer_out_size(l));
+    if (!l->out)
+        return -1;
+    if (l->kind == EFT_DENSE || l->kind == EFT_CONV) {
+        size_t fan_in = l->kind == EFT_DENSE ? eft_layer_in_size(l)
+                                             : (size_t)l->k * l->k * l->in_c;
+        l->nw = fan_in * (size_t)l->out_c;
+        l->w = falloc(l->nw);
+        l->dw = falloc(l->nw);
+        l->b = falloc((size_t)l->out_c);
+        l->db = falloc((size_t)l->out_c);
+        if (!l->w || !l->dw || !l->b || !l->db)
+            return -1;
+        if (l->kind == EFT_CONV) {
+            l->col = falloc(nb * (size_t)l->out_h * l->out_w * fan_in);
+            if (!l->col)
+                return -1;
+        }
+    }
+    if (l->kind == EFT_POOL) {
+        l->argmax = calloc(nb * eft_layer_out_size(l), sizeof(int32_t));
+        if (!l->argmax)
+            return -1;
+    }
+    return 0;
+}
+
+void eft_layer_free(eft_layer *l)
+{
+    free(l->out);
+    free(l->w);
+    free(l->dw);
+    free(l->b);
+    free(l->db);
+    free(l->col);
+    free(l->argmax);
+    memset(l, 0, sizeof *l);
+}
+
+/* ---- convolution helpers: stride 1, same padding, NHWC ---------- */
+
+/* col[(n*H + y)*W + x][(dy*k + dx)*C + c] = in[n][y+dy-p][x+dx-p][c] */
+static void im2col(const eft_layer *l, const float *in, float *col, int n)
+{
+    const int H = l->in_h, W = l->in_w, C = l->in_c, k = l->k, p = k / 2;
+    const size_t row = (size_t)k * k * C;
+    for (int i = 0; i < n; i++)
+        for (int y = 0; y < H; y++)
+            for (int x = 0; x < W; x++) {
+                float *dst = col + (((size_t)i * H + y) * W + x) * row;
+                for (int dy = 0; dy < k; dy++) {
+                    int sy = y + dy - p;
+                    for (int dx = 0; dx < k; dx++, dst += C) {
+                        int sx = x + dx - p;
+                        if (sy < 0 || sy >= H || sx < 0 || sx >= W)
+                            memset(dst, 0, sizeof(float) * (size_t)C);
+                        else
+                            memcpy(dst,
+                                   in + (((size_t)i * H + sy) * W + sx) * C,
+                                   sizeof(float) * (size_t)C);
+                    }
+                }
+            }
+}
+
+/* The adjoint of im2col: din gets the sum of every patch entry. */
+static void col2im(const eft_layer *l, const float *col, float *din, int n)
+{
+    const int H = l->in_h, W = l->in_w, C = l->in_c, k = l->k, p = k / 2;
+    const size_t row = (size_t)k * k * C;
+    memset(din, 0, sizeof(float) * (size_t)n * H * W * C);
+    for (int i = 0; i < n; i++)
+        for (int y = 0; y < H; y++)
+            for (int x = 0; x < W; x++) {
+                const float *src = col + (((size_t)i * H + y) * W + x) * row;
+                for (int dy = 0; dy < k; dy++) {
+                    int sy = y + dy - p;
+                    for (int dx = 0; dx < k; dx++, src += C) {
+                        int sx = x + dx - p;
+                        if (sy < 0 || sy >= H || sx < 0 || sx >= W)
+                            continue;
+                        float *d = din + (((size_t)i * H + sy) * W + sx) * C;
+                        for (int c = 0; c < C; c++)
+                            d[c] += src[c];
+                    }
+                }
+            }
+}
+
+/* ---- forward ------------------------------------------------------- */
+
+/* out[rows, out_c] = a[rows, fan_in] x W + b */
+static void affine(const eft_layer *l, const float *a, int rows, int fan_in)
+{
+    for (int r = 0; r < rows; r++)
+        memcpy(l->out + (size_t)r * l->out_c, l->b,
+               sizeof(float) * (size_t)l->out_c);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, l->out_c,
+                fan_in, 1.0f, a, fan_in, l->w, l->out_c, 1.0f, l->out,
+                l->out_c);
+}
+
+static void pool_forward(eft_layer *l, const float *in, int n)
+{
+    const int H = l->in_h, W = l->in_w, C = l->in_c;
+    const int OH = l->out_h, OW = l->out_w;
+    for (int i = 0; i < n; i++)
+        for (int y = 0; y < OH; y++)
+            for (int x = 0; x < OW; x++)
+                for (int c = 0; c < C; c++) {
+                    float best = -FLT_MAX;
+                    int32_t at = 0;
+                    for (int dy = 0; dy < 2; dy++)
+                        for (int dx = 0; dx < 2; dx++) {
+                            int sy = 2 * y + dy, sx = 2 * x + dx;
+                            if (sy >= H || sx >= W)
+                                continue;
+                            int32_t idx = (int32_t)(((size_t)i * H + sy) * W +
+                                                    sx) * C + c;
+                            if (in[idx] > best) {
+                                best = in[idx];
+                                at = idx;
+                            }
+                        }
+                    size_t o = (((size_t)i * OH + y) * OW + x) * C + c;
+                    l->out[o] = best;
+                    l->argmax[o] = at;
+                }
+}
+
+void eft_layer_forward(eft_layer *l, const float *in, int n)
+{
+    size_t out_n = (size_t)n * eft_layer_out_size(l);
+    l->in = in;
+    switch (l->kind) {
+    case EFT_DENSE:
+        affine(l, in, n, (int)eft_layer_in_size(l));
+        break;
+    case EFT_CONV:
+        im2col(l, in, l->col, n);
+        affine(l, l->col, n * l->out_h * l->out_w, l->k * l->k * l->in_c);
+        break;
+    case EFT_RELU:
+        for (size_t i = 0; i < out_n; i++)
+            l->out[i] = in[i] > 0 ? in[i] : 0;
+        break;
+    case EFT_POOL:
+        pool_forward(l, in, n);
+        break;
+    }
+}
+
+/* ---- backward ------------------------------------------------------ */
+
+/* Gradients of out = a x W + b: dw = a^T dout, db = sum dout,
+ * da = dout W^T (when wanted). */
+static void affine_backward(eft_layer *l, const float *a, const float *dout,
+                            float *da, int rows, int fan_in)
+{
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, fan_in, l->out_c,
+                rows, 1.0f, a, fan_in, dout, l->out_c, 0.0f, l->dw, l->out_c);
+    memset(l->db, 0, sizeof(float) * (size_t)l->out_c);
+    for (int r = 0; r < rows; r++) {
+        const float *d = dout + (size_t)r * l->out_c;
+        for (int c = 0; c < l->out_c; c++)
+            l->db[c] += d[c];
+    }
+    if (da)
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, fan_in,
+                    l->out_c, 1.0f, dout, l->out_c, l->w, l->out_c, 0.0f, da,
+                    fan_in);
+}
+
+void eft_layer_backward(eft_layer *l, const float *dout, float *din, int n)
+{
+    size_t out_n = (size_t)n * eft_layer_out_size(l);
+    switch (l->kind) {
+    case EFT_DENSE:
+        affine_backward(l, l->in, dout, din, n, (int)eft_layer_in_size(l));
+        break;
+    case EFT_CONV: {
+        int rows = n * l->out_h * l->out_w, fan_in = l->k * l->k * l->in_c;
+        /* the input gradient goes through the col buffer, which forward
+         * filled and the weight gradient has already used */
+        affine_backward(l, l->col, dout, NULL, rows, fan_in);
+        if (din) {
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, fan_in,
+                        l->out_c, 1.0f, dout, l->out_c, l->w, l->out_c, 0.0f,
+                        l->col, fan_in);
+            col2im(l, l->col, din, n);
+        }
+        break;
+    }
+    case EFT_RELU:
+        if (din)
+            for (size_t i = 0; i < out_n; i++)
+                din[i] = l->out[i] > 0 ? dout[i] : 0;
+        break;
+    case EFT_POOL:
+        if (din) {
+            memset(din, 0, sizeof(float) * (size_t)n * eft_layer_in_size(l));
+            for (size_t i = 0; i < out_n; i++)
+                din[l->argmax[i]] += dout[i];
+        }
+        break;
+    }
+}
+
+double eft_softmax_xent(const float *logits, const int64_t *labels, int n,
+                        int classes, float *dlogits, int *correct)
+{
+    double loss = 0;
+    int hits = 0;
+    for (int i = 0; i < n; i++) {
+        const float *z = logits + (size_t)i * classes;
+        float *dz = dlogits ? dlogits + (size_t)i * classes : NULL;
+        int best = 0;
+        float zmax = z[0];
+        for (int c = 1; c < classes; c++)
+            if (z[c] > zmax) {
+                zmax = z[c];
+                best = c;
+            }
+        double sum = 0;
+        for (int c = 0; c < classes; c++)
+            sum += exp((double)(z[c] - zmax));
+        int64_t y = labels[i];
+        int valid = y >= 0 && y < classes;
+        hits += valid && best == y;
+        if (valid)
+            loss += log(sum) - (double)(z[y] - zmax);
+        if (dz)
+            for (int c = 0; c < classes; c++) {
+                double p = exp((double)(z[c] - zmax)) / sum;
+                dz[c] = valid ? (float)((p - (c == y)) / n) : 0.0f;
+            }
+    }
+    if (correct)
+        *correct = hits;
+    return loss / n;
+}

@@ -1,0 +1,47 @@
+/* Layers of the reference trainer: dense, 2-D convolution (im2col + GEMM),
+ * ReLU, 2x2 max-pooling, softmax cross-entropy. Activations are NHWC floats,
+ * batch first; every layer keeps what its backward pass needs. */
+#ifndef EFT_LAYERS_H
+#define EFT_LAYERS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum { EFT_DENSE, EFT_CONV, EFT_RELU, EFT_POOL } eft_layer_kind;
+
+typedef struct {
+    eft_layer_kind kind;
+    int in_h, in_w, in_c;    /* input per example (dense: 1 x 1 x features) */
+    int out_h, out_w, out_c; /* output per example */
+    int k;                   /* conv: kernel size (odd; same padding) */
+    int max_batch;
+    /* parameters (dense, conv): W is [fan_in, out_c], fan_in = k*k*in_c */
+    float *w, *b, *dw, *db;
+    size_t nw; /* elements of w */
+    /* saved for backward */
+    const float *in; /* the input of the last forward (borrowed) */
+    float *out;      /* [batch, out] */
+    float *col;      /* conv: im2col of the input */
+    int32_t *argmax; /* pool: where each output came from */
+} eft_layer;
+
+/* Sizes one layer; its buffers are allocated by eft_layer_alloc. */
+int eft_layer_alloc(eft_layer *l, int max_batch);
+void eft_layer_free(eft_layer *l);
+size_t eft_layer_in_size(const eft_layer *l);
+size_t eft_layer_out_size(const eft_layer *l);
+
+/* out = f(in) for `n` examples; `in` must stay valid until backward. */
+void eft_layer_forward(eft_layer *l, const float *in, int n);
+/* Accumulates nothing: overwrites dw/db with this batch's gradients and,
+ * if din is not NULL, writes the gradient with respect to the input. */
+void eft_layer_backward(eft_layer *l, const float *dout, float *din, int n);
+
+/* Mean softmax cross-entropy of logits [n, classes] against labels; the
+ * gradient with respect to the logits goes to dlogits (may be NULL).
+ * Labels out of range count as wrong and add no gradient. Returns the mean
+ * loss; *correct gets the number of argmax hits. */
+double eft_softmax_xent(const float *logits, const int64_t *labels, int n,
+                        int classes, float *dlogits, int *correct);
+
+#endif

@@ -1,0 +1,238 @@
+/* The training loop (see trainer.h). */
+#include "trainer.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define IMAGE_SIZE 784
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int fail(char *err, size_t errlen, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+void eft_config_defaults(eft_config *c)
+{
+    memset(c, 0, sizeof *c);
+    c->arch = EFT_MLP;
+    c->batch = 128;
+    c->lr = 0.03;
+    c->momentum = 0.9;
+    c->nesterov = 1;
+    c->eval_every = 10000;
+    c->max_fresh = 3000000;
+    c->mean = 0.2860; /* Fashion-MNIST training set */
+    c->std = 0.3530;
+}
+
+/* Converts a batch's images to normalised floats in x; *n gets the batch
+ * size. Accepts u8 (normalised here) or f32 (taken as they are) images of
+ * 784 values each, and i64 labels. */
+static int unpack(const ef_sample *s, double mean, double std, int max,
+                  float *x, int64_t *y, int *n, char *err, size_t errlen)
+{
+    ef_tensor img, lab;
+    if (ef_sample_get(s, "image", &img) != EF_OK ||
+        ef_sample_get(s, "label", &lab) != EF_OK)
+        return fail(err, errlen,
+                    "train: each batch needs fields 'image' and 'label'");
+    if (img.ndim < 2 || lab.ndim != 1 || lab.dtype != EF_I64 ||
+        lab.shape[0] != img.shape[0])
+        return fail(err, errlen,
+                    "train: expected a batch: image [B,28,28] and label "
+                    "[B] i64 (got %d-d image, %d-d %s label)",
+                    img.ndim, lab.ndim, ef_dtype_name(lab.dtype));
+    int64_t b = img.shape[0], per = 1;
+    for (int d = 1; d < img.ndim; d++)
+        per *= img.shape[d];
+    if (per != IMAGE_SIZE || b > max || b < 1)
+        return fail(err, errlen,
+                    "train: batch of %lld images of %lld values: expected at "
+                    "most %d images of 28x28",
+                    (long long)b, (long long)per, max);
+    size_t count = (size_t)b * IMAGE_SIZE;
+    if (img.dtype == EF_U8) {
+        const unsigned char *src = img.data;
+        const float scale = (float)(1.0 / (255.0 * std));
+        const float shift = (float)(mean / std);
+        for (size_t i = 0; i < count; i++)
+            x[i] = (float)src[i] * scale - shift;
+    } else if (img.dtype == EF_F32) {
+        memcpy(x, img.data, count * sizeof(float));
+    } else {
+        return fail(err, errlen, "train: images must be u8 or f32, not %s",
+                    ef_dtype_name(img.dtype));
+    }
+    memcpy(y, lab.data, (size_t)b * sizeof(int64_t));
+    *n = (int)b;
+    return 0;
+}
+
+int eft_dataset_load(ef_pipeline *p, double mean, double std, eft_dataset *out,
+                     char *err, size_t errlen)
+{
+    size_t cap = 0, n = 0;
+    float *x = NULL;
+    int64_t *y = NULL;
+    ef_sample *s;
+    int rc;
+    memset(out, 0, sizeof *out);
+    while ((rc = ef_pipeline_next(p, &s)) == EF_OK) {
+        ef_tensor img;
+        int64_t b = ef_sample_get(s, "image", &img) == EF_OK && img.ndim == 3
+                        ? img.shape[0]
+                        : 1;
+        if (n + (size_t)b > cap) {
+            cap = (n + (size_t)b) * 2;
+            float *nx = realloc(x, cap * IMAGE_SIZE * sizeof(float));
+            int64_t *ny = realloc(y, cap * sizeof(int64_t));
+            x = nx ? nx : x;
+            y = ny ? ny : y;
+            if (!nx || !ny) {
+                ef_sample_free(s);
+                free(x);
+                free(y);
+                return fail(err, errlen, "evaluation set: out of memory");
+            }
+        }
+        int got;
+        if (img.ndim == 3)
+            rc = unpack(s, mean, std, (int)b, x + n * IMAGE_SIZE, y + n, &got,
+                        err, errlen);
+        else
+            rc = fail(err, errlen, "evaluation set: end the spec with batch");
+        ef_sample_free(s);
+        if (rc != 0) {
+            free(x);
+            free(y);
+            return -1;
+        }
+        n += (size_t)got;
+    }
+    if (rc != EF_END) {
+        free(x);
+        free(y);
+        return fail(err, errlen, "evaluation set: %s", ef_pipeline_error(p));
+    }
+    out->x = x;
+    out->y = y;
+    out->n = (int)n;
+    return 0;
+}
+
+static double lr_at(const eft_config *c, long steps, long fresh)
+{
+    double lr = c->lr;
+    if (c->schedule == EFT_LR_LINEAR && c->max_fresh > 0)
+        lr *= 1.0 - (double)fresh / (double)c->max_fresh;
+    if (c->warmup_steps > 0 && steps < c->warmup_steps)
+        lr *= (double)(steps + 1) / (double)c->warmup_steps;
+    return lr > 0 ? lr : 0;
+}
+
+int eft_train(const eft_config *cfg, ef_pipeline *train,
+              const eft_dataset *test, eft_progress_fn progress,
+              long every_steps, void *user, eft_result *res, char *err,
+              size_t errlen)
+{
+    memset(res, 0, sizeof *res);
+    eft_model *m = eft_model_create(cfg->arch, cfg->batch, cfg->seed);
+    float *x = malloc((size_t)cfg->batch * IMAGE_SIZE * sizeof(float));
+    int64_t *y = malloc((size_t)cfg->batch * sizeof(int64_t));
+    if (!m || !x || !y) {
+        eft_model_destroy(m);
+        free(x);
+        free(y);
+        return fail(err, errlen, "train: out of memory");
+    }
+    const eft_sgd opt = {cfg->momentum, cfg->weight_decay, cfg->nesterov};
+    eft_progress *p = &res->final;
+    long next_eval = cfg->eval_every;
+    double loss_window[50] = {0};
+    int rc = 0;
+    double t0 = now_s();
+    while (p->fresh < cfg->max_fresh) {
+        ef_sample *s;
+        int st = ef_pipeline_next(train, &s);
+        if (st == EF_END)
+            break; /* the data ran out before the budget */
+        if (st != EF_OK) {
+            rc = fail(err, errlen, "%s", ef_pipeline_error(train));
+            break;
+        }
+        ef_sample_id id = ef_sample_identity(s);
+        int n;
+        rc = unpack(s, cfg->mean, cfg->std, cfg->batch, x, y, &n, err,
+                    errlen);
+        ef_sample_free(s);
+        if (rc != 0)
+            break;
+        double loss = eft_model_train_batch(
+            m, x, y, n, &opt, lr_at(cfg, p->steps, p->fresh), NULL);
+        loss_window[p->steps % 50] = loss;
+        p->steps++;
+        p->examples += n;
+        p->fresh += id.echo_copy == 0 ? id.fresh : 0;
+        int window = p->steps < 50 ? (int)p->steps : 50;
+        p->train_loss = 0;
+        for (int i = 0; i < window; i++)
+            p->train_loss += loss_window[i] / window;
+
+        int evaluate = test && p->fresh >= next_eval;
+        if (evaluate) {
+            double te = now_s();
+            p->train_s = te - t0 - p->eval_s;
+            eft_model_evaluate(m, test->x, test->y, test->n, &p->loss,
+                               &p->accuracy);
+            p->evaluated = 1;
+            p->eval_s += now_s() - te;
+            while (next_eval <= p->fresh)
+                next_eval += cfg->eval_every;
+            if (!res->reached && cfg->target_acc > 0 &&
+                p->accuracy >= cfg->target_acc) {
+                res->reached = 1;
+                res->fresh_to_target = p->fresh;
+                res->steps_to_target = p->steps;
+                res->time_to_target_s = p->train_s;
+            }
+        }
+        p->train_s = now_s() - t0 - p->eval_s;
+        if (progress && (evaluate || (every_steps > 0 &&
+                                      p->steps % every_steps == 0)))
+            progress(user, p, evaluate);
+        if (res->reached)
+            break;
+    }
+    /* a final evaluation when the last one is stale */
+    if (rc == 0 && test && !res->reached && (!p->evaluated ||
+                                             next_eval - cfg->eval_every <
+                                                 p->fresh)) {
+        double te = now_s();
+        eft_model_evaluate(m, test->x, test->y, test->n, &p->loss,
+                           &p->accuracy);
+        p->evaluated = 1;
+        p->eval_s += now_s() - te;
+        if (progress)
+            progress(user, p, 1);
+    }
+    res->train_examples_per_s =
+        p->train_s > 0 ? (double)p->examples / p->train_s : 0;
+    eft_model_destroy(m);
+    free(x);
+    free(y);
+    return rc;
+}
