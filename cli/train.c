@@ -29,7 +29,7 @@ typedef struct {
     eft_config cfg;
     const char *data, *spec, *test_spec, *echo, *echo_at;
     double throttle;
-    int threads, json;
+    int json;
     char spec_buf[4096], test_buf[1024];
 } train_opts;
 
@@ -83,7 +83,7 @@ static int parse(train_opts *o, int argc, char **argv)
 {
     eft_config_defaults(&o->cfg);
     o->echo_at = "before-augment";
-    o->threads = 2;
+    o->cfg.threads = 2;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--json")) {
@@ -150,8 +150,8 @@ static int parse(train_opts *o, int argc, char **argv)
             c->eval_every = (long)x;
         else if (!strcmp(a, "--max-fresh") && !number(a, v, 1, 1e15, &x))
             c->max_fresh = (long)x;
-        else if (!strcmp(a, "--threads") && !number(a, v, 1, 256, &x))
-            o->threads = (int)x;
+        else if (!strcmp(a, "--threads") && !number(a, v, 1, 16, &x))
+            c->threads = (int)x;
         else if (!strcmp(a, "--throttle") && !number(a, v, 1e-3, 1e12, &x))
             o->throttle = x;
         else {
@@ -357,7 +357,8 @@ int cmd_train(int argc, char **argv)
     }
     if (o.data && preset(&o))
         return 2;
-    openblas_set_num_threads(o.threads);
+    /* the trainer's threads split each batch; BLAS stays on one */
+    openblas_set_num_threads(1);
 
     ef_pipeline *test_p = build(o.test_spec, o.cfg.seed, "test");
     ef_pipeline *train_p = test_p ? build(o.spec, o.cfg.seed, "training")

@@ -23,7 +23,7 @@ static float *falloc(size_t n)
     return calloc(n ? n : 1, sizeof(float));
 }
 
-int eft_layer_alloc(eft_layer *l, int max_batch)
+int eft_layer_alloc(eft_layer *l, int max_batch, const eft_layer *share)
 {
     l->max_batch = max_batch;
     size_t nb = (size_t)max_batch;
@@ -34,9 +34,10 @@ int eft_layer_alloc(eft_layer *l, int max_batch)
         size_t fan_in = l->kind == EFT_DENSE ? eft_layer_in_size(l)
                                              : (size_t)l->k * l->k * l->in_c;
         l->nw = fan_in * (size_t)l->out_c;
-        l->w = falloc(l->nw);
+        l->shares_wb = share != NULL;
+        l->w = share ? share->w : falloc(l->nw);
+        l->b = share ? share->b : falloc((size_t)l->out_c);
         l->dw = falloc(l->nw);
-        l->b = falloc((size_t)l->out_c);
         l->db = falloc((size_t)l->out_c);
         if (!l->w || !l->dw || !l->b || !l->db)
             return -1;
@@ -57,9 +58,11 @@ int eft_layer_alloc(eft_layer *l, int max_batch)
 void eft_layer_free(eft_layer *l)
 {
     free(l->out);
-    free(l->w);
+    if (!l->shares_wb) {
+        free(l->w);
+        free(l->b);
+    }
     free(l->dw);
-    free(l->b);
     free(l->db);
     free(l->col);
     free(l->argmax);
@@ -68,7 +71,9 @@ void eft_layer_free(eft_layer *l)
 
 /* ---- convolution helpers: stride 1, same padding, NHWC ---------- */
 
-/* col[(n*H + y)*W + x][(dy*k + dx)*C + c] = in[n][y+dy-p][x+dx-p][c] */
+/* col[(n*H + y)*W + x][(dy*k + dx)*C + c] = in[n][y+dy-p][x+dx-p][c]
+ * For one (y, dy) the k*C values of a patch row are contiguous in the
+ * input, so each is one copy clipped at the borders. */
 static void im2col(const eft_layer *l, const float *in, float *col, int n)
 {
     const int H = l->in_h, W = l->in_w, C = l->in_c, k = l->k, p = k / 2;
@@ -77,17 +82,21 @@ static void im2col(const eft_layer *l, const float *in, float *col, int n)
         for (int y = 0; y < H; y++)
             for (int x = 0; x < W; x++) {
                 float *dst = col + (((size_t)i * H + y) * W + x) * row;
-                for (int dy = 0; dy < k; dy++) {
+                int dx0 = p - x > 0 ? p - x : 0;               /* clipped */
+                int dx1 = W - x + p < k ? W - x + p : k;       /* left, right */
+                for (int dy = 0; dy < k; dy++, dst += (size_t)k * C) {
                     int sy = y + dy - p;
-                    for (int dx = 0; dx < k; dx++, dst += C) {
-                        int sx = x + dx - p;
-                        if (sy < 0 || sy >= H || sx < 0 || sx >= W)
-                            memset(dst, 0, sizeof(float) * (size_t)C);
-                        else
-                            memcpy(dst,
-                                   in + (((size_t)i * H + sy) * W + sx) * C,
-                                   sizeof(float) * (size_t)C);
+                    if (sy < 0 || sy >= H) {
+                        memset(dst, 0, sizeof(float) * (size_t)k * C);
+                        continue;
                     }
+                    const float *src =
+                        in + (((size_t)i * H + sy) * W + (x + dx0 - p)) * C;
+                    memset(dst, 0, sizeof(float) * (size_t)dx0 * C);
+                    memcpy(dst + (size_t)dx0 * C, src,
+                           sizeof(float) * (size_t)(dx1 - dx0) * C);
+                    memset(dst + (size_t)dx1 * C, 0,
+                           sizeof(float) * (size_t)(k - dx1) * C);
                 }
             }
 }
@@ -102,16 +111,18 @@ static void col2im(const eft_layer *l, const float *col, float *din, int n)
         for (int y = 0; y < H; y++)
             for (int x = 0; x < W; x++) {
                 const float *src = col + (((size_t)i * H + y) * W + x) * row;
-                for (int dy = 0; dy < k; dy++) {
+                int dx0 = p - x > 0 ? p - x : 0;
+                int dx1 = W - x + p < k ? W - x + p : k;
+                for (int dy = 0; dy < k; dy++, src += (size_t)k * C) {
                     int sy = y + dy - p;
-                    for (int dx = 0; dx < k; dx++, src += C) {
-                        int sx = x + dx - p;
-                        if (sy < 0 || sy >= H || sx < 0 || sx >= W)
-                            continue;
-                        float *d = din + (((size_t)i * H + sy) * W + sx) * C;
-                        for (int c = 0; c < C; c++)
-                            d[c] += src[c];
-                    }
+                    if (sy < 0 || sy >= H)
+                        continue;
+                    float *d =
+                        din + (((size_t)i * H + sy) * W + (x + dx0 - p)) * C;
+                    const float *s = src + (size_t)dx0 * C;
+                    size_t len = (size_t)(dx1 - dx0) * C;
+                    for (size_t j = 0; j < len; j++)
+                        d[j] += s[j];
                 }
             }
 }
@@ -121,12 +132,14 @@ static void col2im(const eft_layer *l, const float *col, float *din, int n)
 /* out[rows, out_c] = a[rows, fan_in] x W + b */
 static void affine(const eft_layer *l, const float *a, int rows, int fan_in)
 {
-    for (int r = 0; r < rows; r++)
-        memcpy(l->out + (size_t)r * l->out_c, l->b,
-               sizeof(float) * (size_t)l->out_c);
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, l->out_c,
-                fan_in, 1.0f, a, fan_in, l->w, l->out_c, 1.0f, l->out,
+                fan_in, 1.0f, a, fan_in, l->w, l->out_c, 0.0f, l->out,
                 l->out_c);
+    for (int r = 0; r < rows; r++) {
+        float *o = l->out + (size_t)r * l->out_c;
+        for (int c = 0; c < l->out_c; c++)
+            o[c] += l->b[c];
+    }
 }
 
 static void pool_forward(eft_layer *l, const float *in, int n)
@@ -236,7 +249,8 @@ void eft_layer_backward(eft_layer *l, const float *dout, float *din, int n)
 }
 
 double eft_softmax_xent(const float *logits, const int64_t *labels, int n,
-                        int classes, float *dlogits, int *correct)
+                        int classes, float *dlogits, double norm,
+                        int *correct)
 {
     double loss = 0;
     int hits = 0;
@@ -261,10 +275,10 @@ double eft_softmax_xent(const float *logits, const int64_t *labels, int n,
         if (dz)
             for (int c = 0; c < classes; c++) {
                 double p = exp((double)(z[c] - zmax)) / sum;
-                dz[c] = valid ? (float)((p - (c == y)) / n) : 0.0f;
+                dz[c] = valid ? (float)((p - (c == y)) / norm) : 0.0f;
             }
     }
     if (correct)
         *correct = hits;
-    return loss / n;
+    return loss;
 }

@@ -17,7 +17,8 @@ typedef struct {
     int max_batch;
     /* parameters (dense, conv): W is [fan_in, out_c], fan_in = k*k*in_c */
     float *w, *b, *dw, *db;
-    size_t nw; /* elements of w */
+    size_t nw;      /* elements of w */
+    int shares_wb;  /* w and b belong to another layer (a replica) */
     /* saved for backward */
     const float *in; /* the input of the last forward (borrowed) */
     float *out;      /* [batch, out] */
@@ -25,8 +26,11 @@ typedef struct {
     int32_t *argmax; /* pool: where each output came from */
 } eft_layer;
 
-/* Sizes one layer; its buffers are allocated by eft_layer_alloc. */
-int eft_layer_alloc(eft_layer *l, int max_batch);
+/* Allocates a sized layer's buffers for batches of up to max_batch. With
+ * `share` (a layer of the same shape), w and b are share's: replicas of a
+ * model for data-parallel threads keep one set of parameters and their
+ * own activations and gradients. Returns 0, or -1 when out of memory. */
+int eft_layer_alloc(eft_layer *l, int max_batch, const eft_layer *share);
 void eft_layer_free(eft_layer *l);
 size_t eft_layer_in_size(const eft_layer *l);
 size_t eft_layer_out_size(const eft_layer *l);
@@ -37,11 +41,13 @@ void eft_layer_forward(eft_layer *l, const float *in, int n);
  * if din is not NULL, writes the gradient with respect to the input. */
 void eft_layer_backward(eft_layer *l, const float *dout, float *din, int n);
 
-/* Mean softmax cross-entropy of logits [n, classes] against labels; the
- * gradient with respect to the logits goes to dlogits (may be NULL).
- * Labels out of range count as wrong and add no gradient. Returns the mean
- * loss; *correct gets the number of argmax hits. */
+/* Softmax cross-entropy of logits [n, classes] against labels, summed;
+ * the gradient of the sum divided by `norm` (the whole batch when n is a
+ * shard of it) goes to dlogits (may be NULL).
+ * Labels out of range count as wrong and add no gradient. Returns the sum
+ * of the losses; *correct gets the number of argmax hits. */
 double eft_softmax_xent(const float *logits, const int64_t *labels, int n,
-                        int classes, float *dlogits, int *correct);
+                        int classes, float *dlogits, double norm,
+                        int *correct);
 
 #endif

@@ -1,4 +1,10 @@
-/* Models, backpropagation and SGD (see model.h). */
+/* Models, data-parallel backpropagation and SGD (see model.h).
+ *
+ * Lock rules: `mu` guards generation, pending and stop. A job is published
+ * by filling the replicas, then bumping generation under mu and
+ * broadcasting `start`; each worker runs its replica and decrements
+ * pending, the last one signalling `done`. The caller runs reps[0] itself
+ * meanwhile, then waits for pending to reach zero. */
 #include "model.h"
 
 #include <math.h>
@@ -9,7 +15,7 @@
 
 static eft_layer *push(eft_model *m, eft_layer_kind kind)
 {
-    eft_layer *l = &m->layers[m->nlayers];
+    eft_layer *l = &m->reps[0].layers[m->nlayers];
     memset(l, 0, sizeof *l);
     l->kind = kind;
     if (m->nlayers == 0) {
@@ -17,7 +23,7 @@ static eft_layer *push(eft_model *m, eft_layer_kind kind)
         l->in_w = 28;
         l->in_c = 1;
     } else {
-        const eft_layer *prev = &m->layers[m->nlayers - 1];
+        const eft_layer *prev = &m->reps[0].layers[m->nlayers - 1];
         l->in_h = prev->out_h;
         l->in_w = prev->out_w;
         l->in_c = prev->out_c;
@@ -77,7 +83,7 @@ static void he_init(eft_model *m, uint64_t seed)
 {
     uint64_t s = seed * 0x2545f4914f6cdd1dull + 1;
     for (int i = 0; i < m->nlayers; i++) {
-        eft_layer *l = &m->layers[i];
+        eft_layer *l = &m->reps[0].layers[i];
         if (!l->w)
             continue;
         double std = sqrt(2.0 / (double)(l->nw / (size_t)l->out_c));
@@ -86,14 +92,96 @@ static void he_init(eft_model *m, uint64_t seed)
     }
 }
 
-eft_model *eft_model_create(eft_arch arch, int max_batch, uint64_t seed)
+/* Allocates replica r's buffers; its layers' shapes are copied from
+ * reps[0], its parameters shared with it. */
+static int replica_alloc(eft_model *m, int r, int shard)
 {
+    eft_replica *rep = &m->reps[r];
+    size_t widest = 0;
+    for (int i = 0; i < m->nlayers; i++) {
+        eft_layer *l = &rep->layers[i];
+        const eft_layer *master = &m->reps[0].layers[i];
+        if (r > 0) {
+            *l = *master;
+            l->w = l->b = l->dw = l->db = l->out = l->col = NULL;
+            l->argmax = NULL;
+        }
+        if (eft_layer_alloc(l, shard, r > 0 ? master : NULL) != 0)
+            return -1;
+        if (eft_layer_in_size(l) > widest)
+            widest = eft_layer_in_size(l);
+    }
+    size_t n = (size_t)shard * widest;
+    rep->grad_a = calloc(n, sizeof(float));
+    rep->grad_b = calloc(n, sizeof(float));
+    rep->dlogits = calloc((size_t)shard * m->classes, sizeof(float));
+    return rep->grad_a && rep->grad_b && rep->dlogits ? 0 : -1;
+}
+
+/* Forward, and backward when asked, over the replica's shard. */
+static void run_replica(eft_model *m, eft_replica *rep)
+{
+    const float *a = rep->x;
+    rep->loss = 0;
+    rep->correct = 0;
+    if (rep->n == 0)
+        return;
+    for (int i = 0; i < m->nlayers; i++) {
+        eft_layer_forward(&rep->layers[i], a, rep->n);
+        a = rep->layers[i].out;
+    }
+    rep->loss = eft_softmax_xent(a, rep->y, rep->n, m->classes,
+                                 rep->backward ? rep->dlogits : NULL,
+                                 rep->norm, &rep->correct);
+    if (!rep->backward)
+        return;
+    const float *dout = rep->dlogits;
+    float *bufs[2] = {rep->grad_a, rep->grad_b};
+    for (int i = m->nlayers - 1; i >= 0; i--) {
+        float *din = i > 0 ? bufs[i % 2] : NULL; /* no gradient for x */
+        eft_layer_backward(&rep->layers[i], dout, din, rep->n);
+        dout = din;
+    }
+}
+
+static void *worker_loop(void *arg)
+{
+    struct eft_worker_arg *wa = arg;
+    eft_model *m = wa->model;
+    uint64_t seen = 0;
+    for (;;) {
+        pthread_mutex_lock(&m->mu);
+        while (m->generation == seen && !m->stop)
+            pthread_cond_wait(&m->start, &m->mu);
+        if (m->stop) {
+            pthread_mutex_unlock(&m->mu);
+            return NULL;
+        }
+        seen = m->generation;
+        pthread_mutex_unlock(&m->mu);
+        run_replica(m, &m->reps[wa->r]);
+        pthread_mutex_lock(&m->mu);
+        if (--m->pending == 0)
+            pthread_cond_signal(&m->done);
+        pthread_mutex_unlock(&m->mu);
+    }
+}
+
+eft_model *eft_model_create(eft_arch arch, int max_batch, int threads,
+                            uint64_t seed)
+{
+    if (threads < 1 || threads > EFT_MAX_THREADS || max_batch < 1)
+        return NULL;
     eft_model *m = calloc(1, sizeof *m);
     if (!m)
         return NULL;
     m->arch = arch;
     m->classes = 10;
     m->max_batch = max_batch;
+    m->threads = threads;
+    pthread_mutex_init(&m->mu, NULL);
+    pthread_cond_init(&m->start, NULL);
+    pthread_cond_init(&m->done, NULL);
     if (arch == EFT_MLP) {
         dense(m, 256);
         relu(m);
@@ -111,25 +199,25 @@ eft_model *eft_model_create(eft_arch arch, int max_batch, uint64_t seed)
         relu(m);
         dense(m, 10);
     }
-    size_t widest = 0;
+    int shard = (max_batch + threads - 1) / threads;
     int ok = 1;
+    for (int r = 0; r < threads && ok; r++)
+        ok = replica_alloc(m, r, r == 0 ? max_batch : shard) == 0;
     for (int i = 0; i < m->nlayers && ok; i++) {
-        eft_layer *l = &m->layers[i];
-        ok = eft_layer_alloc(l, max_batch) == 0;
-        if (eft_layer_in_size(l) > widest)
-            widest = eft_layer_in_size(l);
-        if (ok && l->w) {
+        const eft_layer *l = &m->reps[0].layers[i];
+        if (l->w) {
             m->vel[i][0] = calloc(l->nw, sizeof(float));
             m->vel[i][1] = calloc((size_t)l->out_c, sizeof(float));
             ok = m->vel[i][0] && m->vel[i][1];
         }
     }
-    size_t n = (size_t)max_batch * widest;
-    if (ok) {
-        m->grad_a = calloc(n, sizeof(float));
-        m->grad_b = calloc(n, sizeof(float));
-        m->dlogits = calloc((size_t)max_batch * m->classes, sizeof(float));
-        ok = m->grad_a && m->grad_b && m->dlogits;
+    for (int r = 1; r < threads && ok; r++) {
+        m->worker_args[r].model = m;
+        m->worker_args[r].r = r;
+        ok = pthread_create(&m->workers[r], NULL, worker_loop,
+                            &m->worker_args[r]) == 0;
+        if (ok)
+            m->started = r;
     }
     if (!ok) {
         eft_model_destroy(m);
@@ -143,14 +231,28 @@ void eft_model_destroy(eft_model *m)
 {
     if (!m)
         return;
+    pthread_mutex_lock(&m->mu);
+    m->stop = 1;
+    pthread_cond_broadcast(&m->start);
+    pthread_mutex_unlock(&m->mu);
+    for (int r = 1; r <= m->started; r++)
+        pthread_join(m->workers[r], NULL);
+    /* replicas share reps[0]'s parameters: free those last */
+    for (int r = m->threads - 1; r >= 0; r--) {
+        eft_replica *rep = &m->reps[r];
+        for (int i = 0; i < m->nlayers; i++)
+            eft_layer_free(&rep->layers[i]);
+        free(rep->grad_a);
+        free(rep->grad_b);
+        free(rep->dlogits);
+    }
     for (int i = 0; i < m->nlayers; i++) {
-        eft_layer_free(&m->layers[i]);
         free(m->vel[i][0]);
         free(m->vel[i][1]);
     }
-    free(m->grad_a);
-    free(m->grad_b);
-    free(m->dlogits);
+    pthread_mutex_destroy(&m->mu);
+    pthread_cond_destroy(&m->start);
+    pthread_cond_destroy(&m->done);
     free(m);
 }
 
@@ -172,30 +274,67 @@ const char *eft_arch_name(eft_arch arch)
 
 /* ---- training ------------------------------------------------------ */
 
-const float *eft_model_forward(eft_model *m, const float *x, int n)
+/* Adds every replica's gradients into reps[0]'s. */
+static void reduce_gradients(eft_model *m)
 {
-    const float *a = x;
-    for (int i = 0; i < m->nlayers; i++) {
-        eft_layer_forward(&m->layers[i], a, n);
-        a = m->layers[i].out;
+    for (int r = 1; r < m->threads; r++) {
+        if (m->reps[r].n == 0)
+            continue;
+        for (int i = 0; i < m->nlayers; i++) {
+            eft_layer *dst = &m->reps[0].layers[i];
+            const eft_layer *src = &m->reps[r].layers[i];
+            if (!dst->w)
+                continue;
+            for (size_t j = 0; j < dst->nw; j++)
+                dst->dw[j] += src->dw[j];
+            for (int j = 0; j < dst->out_c; j++)
+                dst->db[j] += src->db[j];
+        }
     }
-    return a;
 }
 
-double eft_model_backward(eft_model *m, const int64_t *labels, int n,
-                          int *correct)
+double eft_model_run(eft_model *m, const float *x, const int64_t *labels,
+                     int n, int backward, int *correct)
 {
-    const float *logits = m->layers[m->nlayers - 1].out;
-    double loss = eft_softmax_xent(logits, labels, n, m->classes, m->dlogits,
-                                   correct);
-    const float *dout = m->dlogits;
-    float *bufs[2] = {m->grad_a, m->grad_b};
-    for (int i = m->nlayers - 1; i >= 0; i--) {
-        float *din = i > 0 ? bufs[i % 2] : NULL; /* no gradient for x */
-        eft_layer_backward(&m->layers[i], dout, din, n);
-        dout = din;
+    size_t in = eft_layer_in_size(&m->reps[0].layers[0]);
+    /* shards of at most `shard` examples; reps[0] takes the first */
+    int shard = (n + m->threads - 1) / m->threads;
+    int workers = 0;
+    for (int r = 0; r < m->threads; r++) {
+        eft_replica *rep = &m->reps[r];
+        int at = r * shard;
+        rep->n = at >= n ? 0 : (n - at < shard ? n - at : shard);
+        rep->x = x + (size_t)(at < n ? at : 0) * in;
+        rep->y = labels + (at < n ? at : 0);
+        rep->backward = backward;
+        rep->norm = n;
+        workers += r > 0;
     }
-    return loss;
+    if (workers > 0) {
+        pthread_mutex_lock(&m->mu);
+        m->pending = workers;
+        m->generation++;
+        pthread_cond_broadcast(&m->start);
+        pthread_mutex_unlock(&m->mu);
+    }
+    run_replica(m, &m->reps[0]);
+    if (workers > 0) {
+        pthread_mutex_lock(&m->mu);
+        while (m->pending > 0)
+            pthread_cond_wait(&m->done, &m->mu);
+        pthread_mutex_unlock(&m->mu);
+    }
+    if (backward)
+        reduce_gradients(m);
+    double loss = 0;
+    int hits = 0;
+    for (int r = 0; r < m->threads; r++) {
+        loss += m->reps[r].loss;
+        hits += m->reps[r].correct;
+    }
+    if (correct)
+        *correct = hits;
+    return n ? loss / n : 0;
 }
 
 static void sgd(float *p, const float *g, float *v, size_t n, double lr,
@@ -203,17 +342,26 @@ static void sgd(float *p, const float *g, float *v, size_t n, double lr,
 {
     const float mu = (float)o->momentum, wd = (float)o->weight_decay;
     const float step = (float)lr;
-    for (size_t i = 0; i < n; i++) {
-        float gi = g[i] + wd * p[i];
-        v[i] = mu * v[i] + gi;
-        p[i] -= step * (o->nesterov ? gi + mu * v[i] : v[i]);
+    if (o->nesterov) {
+        for (size_t i = 0; i < n; i++) {
+            float gi = g[i] + wd * p[i];
+            float vi = mu * v[i] + gi;
+            v[i] = vi;
+            p[i] -= step * (gi + mu * vi);
+        }
+    } else {
+        for (size_t i = 0; i < n; i++) {
+            float vi = mu * v[i] + g[i] + wd * p[i];
+            v[i] = vi;
+            p[i] -= step * vi;
+        }
     }
 }
 
 void eft_model_sgd_step(eft_model *m, const eft_sgd *opt, double lr)
 {
     for (int i = 0; i < m->nlayers; i++) {
-        eft_layer *l = &m->layers[i];
+        eft_layer *l = &m->reps[0].layers[i];
         if (!l->w)
             continue;
         sgd(l->w, l->dw, m->vel[i][0], l->nw, lr, opt);
@@ -225,8 +373,7 @@ double eft_model_train_batch(eft_model *m, const float *x,
                              const int64_t *labels, int n, const eft_sgd *opt,
                              double lr, int *correct)
 {
-    eft_model_forward(m, x, n);
-    double loss = eft_model_backward(m, labels, n, correct);
+    double loss = eft_model_run(m, x, labels, n, 1, correct);
     eft_model_sgd_step(m, opt, lr);
     return loss;
 }
@@ -236,13 +383,11 @@ void eft_model_evaluate(eft_model *m, const float *x, const int64_t *labels,
 {
     double total = 0;
     long hits = 0;
-    size_t in = eft_layer_in_size(&m->layers[0]);
+    size_t in = eft_layer_in_size(&m->reps[0].layers[0]);
     for (int at = 0; at < n; at += m->max_batch) {
         int k = n - at < m->max_batch ? n - at : m->max_batch;
-        const float *logits = eft_model_forward(m, x + (size_t)at * in, k);
         int c;
-        total += eft_softmax_xent(logits, labels + at, k, m->classes, NULL,
-                                  &c) *
+        total += eft_model_run(m, x + (size_t)at * in, labels + at, k, 0, &c) *
                  k;
         hits += c;
     }
@@ -254,7 +399,7 @@ int eft_model_param_count(const eft_model *m)
 {
     int n = 0;
     for (int i = 0; i < m->nlayers; i++)
-        n += m->layers[i].w ? 2 : 0;
+        n += m->reps[0].layers[i].w ? 2 : 0;
     return n;
 }
 
@@ -262,7 +407,7 @@ void eft_model_param(eft_model *m, int i, float **value, float **grad,
                      size_t *n)
 {
     for (int k = 0; k < m->nlayers; k++) {
-        eft_layer *l = &m->layers[k];
+        eft_layer *l = &m->reps[0].layers[k];
         if (!l->w)
             continue;
         if (i == 0) {

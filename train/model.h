@@ -3,10 +3,17 @@
  * mlp: 784-256-256-10 with ReLU. cnn: conv5x5x32 - pool - conv5x5x64 - pool
  * - fc256 - fc10, same padding, ReLU after each hidden layer. Inputs are
  * 28x28x1 floats (NHWC), outputs 10 logits. Weights start He-normal
- * (std sqrt(2 / fan_in)), biases at zero. */
+ * (std sqrt(2 / fan_in)), biases at zero.
+ *
+ * With threads > 1 a batch is split into shards, one per thread; each
+ * thread runs a replica of the layers (its own activations and gradients,
+ * the shared parameters) with single-threaded BLAS, and the gradients are
+ * summed before the update. On few cores this beats threading inside each
+ * GEMM, whose matrices are small. */
 #ifndef EFT_MODEL_H
 #define EFT_MODEL_H
 
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -15,15 +22,38 @@
 typedef enum { EFT_MLP = 0, EFT_CNN } eft_arch;
 
 #define EFT_MAX_LAYERS 12
+#define EFT_MAX_THREADS 16
+
+/* One thread's copy of the layers and its share of the work. */
+typedef struct {
+    eft_layer layers[EFT_MAX_LAYERS];
+    float *grad_a, *grad_b; /* ping-pong buffers for activation gradients */
+    float *dlogits;
+    /* the current job */
+    const float *x;
+    const int64_t *y;
+    int n, backward;
+    double norm; /* the whole batch's size: gradients are of its mean */
+    double loss; /* summed over the shard */
+    int correct;
+} eft_replica;
 
 typedef struct {
     eft_arch arch;
-    int nlayers;
-    eft_layer layers[EFT_MAX_LAYERS];
-    int classes, max_batch;
-    float *grad_a, *grad_b; /* ping-pong buffers for activation gradients */
-    float *dlogits;
-    float *vel[EFT_MAX_LAYERS][2]; /* momentum for w and b */
+    int nlayers, classes, max_batch, threads;
+    eft_replica reps[EFT_MAX_THREADS]; /* reps[0] owns the parameters */
+    float *vel[EFT_MAX_LAYERS][2];     /* momentum for w and b */
+    /* the worker pool: reps[1..threads) run on workers */
+    pthread_t workers[EFT_MAX_THREADS];
+    struct eft_worker_arg {
+        void *model;
+        int r;
+    } worker_args[EFT_MAX_THREADS];
+    int started; /* workers running */
+    pthread_mutex_t mu;
+    pthread_cond_t start, done;
+    uint64_t generation; /* bumped for each job */
+    int pending, stop;
 } eft_model;
 
 /* SGD with (Nesterov) momentum and L2 weight decay, as PyTorch's SGD:
@@ -33,19 +63,20 @@ typedef struct {
     int nesterov;
 } eft_sgd;
 
-/* NULL when out of memory. Free with eft_model_destroy. */
-eft_model *eft_model_create(eft_arch arch, int max_batch, uint64_t seed);
+/* NULL when out of memory or threads is out of 1..EFT_MAX_THREADS. Free
+ * with eft_model_destroy. */
+eft_model *eft_model_create(eft_arch arch, int max_batch, int threads,
+                            uint64_t seed);
 void eft_model_destroy(eft_model *m);
 /* "mlp" or "cnn" into *arch; -1 for anything else. */
 int eft_arch_parse(const char *name, eft_arch *arch);
 const char *eft_arch_name(eft_arch arch);
 
-/* Logits [n, classes] for n <= max_batch inputs; owned by the model. */
-const float *eft_model_forward(eft_model *m, const float *x, int n);
-/* Gradients of the mean cross-entropy of the last forward, into every
- * layer's dw and db. Returns the loss; *correct gets the hits. */
-double eft_model_backward(eft_model *m, const int64_t *labels, int n,
-                          int *correct);
+/* Forward (and, with labels and backward, backward) over n <= max_batch
+ * inputs. Returns the mean loss; *correct (if not NULL) gets the hits.
+ * After a backward pass the parameters' gradients hold the batch's. */
+double eft_model_run(eft_model *m, const float *x, const int64_t *labels,
+                     int n, int backward, int *correct);
 void eft_model_sgd_step(eft_model *m, const eft_sgd *opt, double lr);
 /* One training step on a batch; returns the loss. */
 double eft_model_train_batch(eft_model *m, const float *x,

@@ -30,6 +30,7 @@ void eft_config_defaults(eft_config *c)
     memset(c, 0, sizeof *c);
     c->arch = EFT_MLP;
     c->batch = 128;
+    c->threads = 1;
     c->lr = 0.03;
     c->momentum = 0.9;
     c->nesterov = 1;
@@ -150,7 +151,8 @@ int eft_train(const eft_config *cfg, ef_pipeline *train,
               size_t errlen)
 {
     memset(res, 0, sizeof *res);
-    eft_model *m = eft_model_create(cfg->arch, cfg->batch, cfg->seed);
+    eft_model *m =
+        eft_model_create(cfg->arch, cfg->batch, cfg->threads, cfg->seed);
     float *x = malloc((size_t)cfg->batch * IMAGE_SIZE * sizeof(float));
     int64_t *y = malloc((size_t)cfg->batch * sizeof(int64_t));
     if (!m || !x || !y) {

@@ -15,7 +15,8 @@ typedef enum { EFT_LR_CONSTANT = 0, EFT_LR_LINEAR } eft_schedule;
 
 typedef struct {
     eft_arch arch;
-    int batch; /* the largest batch the pipeline yields */
+    int batch;   /* the largest batch the pipeline yields */
+    int threads; /* data-parallel threads (see model.h) */
     uint64_t seed;
     double lr, momentum, weight_decay;
     int nesterov;
