@@ -79,11 +79,36 @@ static int number(const char *opt, const char *v, double min, double max,
     return 0;
 }
 
+/* Numeric options: where each goes and the values it accepts. */
+typedef struct {
+    const char *name;
+    double min, max;
+    double value;
+    int given;
+} numeric_opt;
+
+enum { N_BATCH, N_LR, N_MOMENTUM, N_DECAY, N_WARMUP, N_SEED, N_TARGET,
+       N_EVAL, N_MAX_FRESH, N_THREADS, N_THROTTLE, N_COUNT };
+
 static int parse(train_opts *o, int argc, char **argv)
 {
-    eft_config_defaults(&o->cfg);
+    numeric_opt num[N_COUNT] = {
+        [N_BATCH] = {"--batch", 1, 65536, 0, 0},
+        [N_LR] = {"--lr", 0, 100, 0, 0},
+        [N_MOMENTUM] = {"--momentum", 0, 0.9999, 0, 0},
+        [N_DECAY] = {"--weight-decay", 0, 1, 0, 0},
+        [N_WARMUP] = {"--warmup", 0, 1e12, 0, 0},
+        [N_SEED] = {"--seed", 0, 1e18, 0, 0},
+        [N_TARGET] = {"--target-acc", 0, 1, 0, 0},
+        [N_EVAL] = {"--eval-every", 1, 1e12, 0, 0},
+        [N_MAX_FRESH] = {"--max-fresh", 1, 1e15, 0, 0},
+        [N_THREADS] = {"--threads", 1, 16, 0, 0},
+        [N_THROTTLE] = {"--throttle", 1e-3, 1e12, 0, 0},
+    };
+    eft_config *c = &o->cfg;
+    eft_config_defaults(c);
     o->echo_at = "before-augment";
-    o->cfg.threads = 2;
+    c->threads = 2;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--json")) {
@@ -102,19 +127,24 @@ static int parse(train_opts *o, int argc, char **argv)
             return -1;
         }
         const char *v = argv[++i];
-        double x;
-        eft_config *c = &o->cfg;
-        if (!strcmp(a, "--data"))
+        int k = 0;
+        while (k < N_COUNT && strcmp(a, num[k].name) != 0)
+            k++;
+        if (k < N_COUNT) {
+            if (number(a, v, num[k].min, num[k].max, &num[k].value))
+                return -1;
+            num[k].given = 1;
+        } else if (!strcmp(a, "--data")) {
             o->data = v;
-        else if (!strcmp(a, "--spec"))
+        } else if (!strcmp(a, "--spec")) {
             o->spec = v;
-        else if (!strcmp(a, "--test-spec"))
+        } else if (!strcmp(a, "--test-spec")) {
             o->test_spec = v;
-        else if (!strcmp(a, "--echo"))
+        } else if (!strcmp(a, "--echo")) {
             o->echo = v;
-        else if (!strcmp(a, "--echo-at"))
+        } else if (!strcmp(a, "--echo-at")) {
             o->echo_at = v;
-        else if (!strcmp(a, "--model")) {
+        } else if (!strcmp(a, "--model")) {
             if (eft_arch_parse(v, &c->arch)) {
                 fprintf(stderr, "echoflow train: --model expects mlp or cnn, "
                                 "got '%s'\n",
@@ -122,50 +152,42 @@ static int parse(train_opts *o, int argc, char **argv)
                 return -1;
             }
         } else if (!strcmp(a, "--schedule")) {
-            if (!strcmp(v, "constant"))
-                c->schedule = EFT_LR_CONSTANT;
-            else if (!strcmp(v, "linear"))
-                c->schedule = EFT_LR_LINEAR;
-            else {
+            if (!strcmp(v, "constant") || !strcmp(v, "linear")) {
+                c->schedule = v[0] == 'c' ? EFT_LR_CONSTANT : EFT_LR_LINEAR;
+            } else {
                 fprintf(stderr, "echoflow train: --schedule expects constant "
                                 "or linear, got '%s'\n",
                         v);
                 return -1;
             }
-        } else if (!strcmp(a, "--batch") && !number(a, v, 1, 65536, &x))
-            c->batch = (int)x;
-        else if (!strcmp(a, "--lr") && !number(a, v, 0, 100, &x))
-            c->lr = x;
-        else if (!strcmp(a, "--momentum") && !number(a, v, 0, 0.9999, &x))
-            c->momentum = x;
-        else if (!strcmp(a, "--weight-decay") && !number(a, v, 0, 1, &x))
-            c->weight_decay = x;
-        else if (!strcmp(a, "--warmup") && !number(a, v, 0, 1e12, &x))
-            c->warmup_steps = (long)x;
-        else if (!strcmp(a, "--seed") && !number(a, v, 0, 1e18, &x))
-            c->seed = (uint64_t)x;
-        else if (!strcmp(a, "--target-acc") && !number(a, v, 0, 1, &x))
-            c->target_acc = x;
-        else if (!strcmp(a, "--eval-every") && !number(a, v, 1, 1e12, &x))
-            c->eval_every = (long)x;
-        else if (!strcmp(a, "--max-fresh") && !number(a, v, 1, 1e15, &x))
-            c->max_fresh = (long)x;
-        else if (!strcmp(a, "--threads") && !number(a, v, 1, 16, &x))
-            c->threads = (int)x;
-        else if (!strcmp(a, "--throttle") && !number(a, v, 1e-3, 1e12, &x))
-            o->throttle = x;
-        else {
-            if (strncmp(a, "--", 2) == 0 &&
-                strstr("--batch --lr --momentum --weight-decay --warmup "
-                       "--seed --target-acc --eval-every --max-fresh "
-                       "--threads --throttle",
-                       a))
-                return -1; /* a bad number, already reported */
+        } else {
             fprintf(stderr, "echoflow train: unknown option '%s'\n", a);
             usage(stderr);
             return -1;
         }
     }
+    if (num[N_BATCH].given)
+        c->batch = (int)num[N_BATCH].value;
+    if (num[N_LR].given)
+        c->lr = num[N_LR].value;
+    if (num[N_MOMENTUM].given)
+        c->momentum = num[N_MOMENTUM].value;
+    if (num[N_DECAY].given)
+        c->weight_decay = num[N_DECAY].value;
+    if (num[N_WARMUP].given)
+        c->warmup_steps = (long)num[N_WARMUP].value;
+    if (num[N_SEED].given)
+        c->seed = (uint64_t)num[N_SEED].value;
+    if (num[N_TARGET].given)
+        c->target_acc = num[N_TARGET].value;
+    if (num[N_EVAL].given)
+        c->eval_every = (long)num[N_EVAL].value;
+    if (num[N_MAX_FRESH].given)
+        c->max_fresh = (long)num[N_MAX_FRESH].value;
+    if (num[N_THREADS].given)
+        c->threads = (int)num[N_THREADS].value;
+    if (num[N_THROTTLE].given)
+        o->throttle = num[N_THROTTLE].value;
     return 0;
 }
 
@@ -245,7 +267,7 @@ static int echo_stage(const ef_pipeline *p, ef_stage_stats *st)
 
 typedef struct {
     ef_pipeline *p;
-    int tty;
+    int tty, quiet;
 } progress_ctx;
 
 static void on_progress(void *user, const eft_progress *pr, int evaluated)
@@ -257,7 +279,7 @@ static void on_progress(void *user, const eft_progress *pr, int evaluated)
     double factor = 1;
     if (echo_stage(pc->p, &st) >= 0)
         ef_stage_stats_extra(&st, "effective_factor", &factor);
-    if (!evaluated && !pc->tty)
+    if (pc->quiet || (!evaluated && !pc->tty))
         return; /* plain lines only at evaluations */
     fprintf(stderr,
             "%sfresh %8ld  steps %6ld  train loss %.4f  test acc %s%.4f  "
@@ -379,7 +401,8 @@ int cmd_train(int argc, char **argv)
     ef_pipeline_destroy(test_p);
     if (!o.json)
         fprintf(stderr, "training on: %s\n", o.spec);
-    progress_ctx pc = {train_p, isatty(2)};
+    /* --json keeps stderr for errors unless a person is watching */
+    progress_ctx pc = {train_p, isatty(2), o.json && !isatty(2)};
     eft_result r;
     int rc = eft_train(&o.cfg, train_p, &test, on_progress, 20, &pc, &r, err,
                        sizeof err);

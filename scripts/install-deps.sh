@@ -1,15 +1,22 @@
 #!/usr/bin/env bash
 # Installs the Debian packages echoflow needs to build, test and run its
-# demo. Idempotent: installs only what is missing and says what that is.
+# demo; with --bench, also what the benchmarks compare against (PyTorch).
+# Idempotent: installs only what is missing and says what that is.
 set -euo pipefail
 
 packages=(
   gcc make cmake pkg-config   # the build
   zlib1g-dev                  # gzip-compressed IDX files
+  libopenblas-dev             # the reference trainer's matrix products
   libcmocka-dev               # the test suite
   python3                     # the command-line tests read JSON with it
   dataset-fashion-mnist       # the real data: /usr/share/datasets/fashion-mnist
 )
+if [ "${1:-}" = "--bench" ]; then
+  # Debian's torch uses the reference BLAS unless an optimised one is
+  # installed; libopenblas0-pthread makes the comparison fair
+  packages+=(python3-torch python3-numpy libopenblas0-pthread)
+fi
 
 missing=()
 for p in "${packages[@]}"; do

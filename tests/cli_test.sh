@@ -203,6 +203,58 @@ EOF
     fi
 fi
 
+# ---- train -------------------------------------------------------------
+run train_help train --help
+if [ "$rc" -eq 2 ] && grep -q "needs OpenBLAS" "$TMP/train_help.err"; then
+    pass "train: this build has no trainer, and says which package to install"
+else
+    [ "$rc" -eq 0 ] && grep -q -- "--echo-at" "$TMP/train_help.out" ||
+        fail "train --help: rc $rc"
+    for bad in "--model rnn" "--lr x" "--batch 0" "--echo-at middle" \
+               "--schedule cosine" "--bogus 1"; do
+        # shellcheck disable=SC2086
+        run train_bad train --data fashion-mnist $bad
+        if [ "$rc" -ne 2 ] || [ ! -s "$TMP/train_bad.err" ]; then
+            fail "train $bad: exit $rc (expected 2 with a message)"
+        else
+            pass "train $bad refused: $(head -n 1 "$TMP/train_bad.err")"
+        fi
+    done
+    for bad in "--data imagenet" "--spec range:n=1"; do
+        # shellcheck disable=SC2086
+        run train_bad train $bad
+        [ "$rc" -eq 2 ] && [ -s "$TMP/train_bad.err" ] ||
+            fail "train $bad: exit $rc (expected 2 with a message)"
+    done
+    # a bad echo option is named by the pipeline
+    run train_bad_echo train --data fashion-mnist --echo factor=0.5
+    grep -q "factor" "$TMP/train_bad_echo.err" && [ "$rc" -ne 0 ] ||
+        fail "train --echo factor=0.5: rc $rc, $(cat "$TMP/train_bad_echo.err")"
+    # a short real run, echoed, with the JSON a script reads
+    run train_short train --data fashion-mnist --max-fresh 2560 \
+        --eval-every 1280 --echo factor=2 --threads 2 --json
+    if [ "$rc" -ne 0 ]; then
+        fail "train short run exited $rc: $(cat "$TMP/train_short.err")"
+    else
+        cat >"$TMP/train_short.py" <<'EOF'
+import json, sys
+doc = json.load(open(sys.argv[1]))
+def need(cond, msg):
+    if not cond:
+        sys.exit(msg)
+for k in ("reached", "fresh_to_target", "steps_to_target", "time_to_target_s",
+          "eval_time_s", "final_accuracy", "train_examples_per_s", "echo"):
+    need(k in doc, "missing key " + k)
+need(doc["fresh"] == 2560, "fresh = %r" % doc["fresh"])
+need(doc["steps"] == 40, "steps = %r (20 fresh batches, each twice)" % doc["steps"])
+need(doc["echo"]["effective_factor"] == 2, "echo = %r" % doc["echo"])
+need(0.3 < doc["final_accuracy"] <= 1, "accuracy %r" % doc["final_accuracy"])
+need(doc["reached"] is False, "no target was set")
+EOF
+        check_json train_short "$TMP/train_short.py"
+    fi
+fi
+
 if [ "$failures" -ne 0 ]; then
     echo "$failures CLI check(s) failed" >&2
     exit 1
