@@ -16,7 +16,9 @@
  * Either way copies share the payload buffers: an echo is a new sample
  * header, never a copy of the data. Before `batch` this is example echoing,
  * after it batch echoing. */
+#include <assert.h>
 #include <math.h>
+#include <string.h>
 
 #include "core/alloc.h"
 #include "core/sample.h"
@@ -28,8 +30,15 @@
 typedef struct {
     ef_sample *sample; /* a header of our own, sharing the payload */
     int uses;          /* times emitted so far, fresh included */
-    size_t pos;        /* index in by_uses[uses] */
+    size_t pos;        /* index in by_uses[uses].items */
 } pooled;
+
+/* The pooled items used u times: an array that grows and shrinks with its
+ * count, so all lists together take memory in proportion to the pool. */
+typedef struct {
+    size_t *items;
+    size_t n, cap;
+} use_list;
 
 typedef struct {
     double factor; /* 0: auto */
@@ -44,9 +53,8 @@ typedef struct {
     pooled *pool;
     size_t pool_cap, pool_n, pool_next; /* ring: pool_next is the oldest */
     /* by_uses[u] lists the pooled items used u times (u < max), so the
-     * least-used are found without scanning the pool: each list is an
-     * array of pool indices of capacity pool_cap, n_uses[u] long */
-    size_t **by_uses, *n_uses;
+     * least-used are found without scanning the pool */
+    use_list *by_uses;
     int least;      /* no list below this one is non-empty */
     uint64_t draws; /* RNG counter for pool choices */
     /* both */
@@ -68,14 +76,9 @@ static int echo_create(ef__stage *s, const ef__opts *o, ef__err *err)
     st->shuffle = (size_t)ef__opt_int(o, "shuffle");
     st->pool_cap = (size_t)ef__opt_int(o, "pool");
     if (st->factor == 0) {
-        int ok =
-            (st->pool = ef__calloc(st->pool_cap, sizeof *st->pool)) &&
-            (st->n_uses = ef__calloc((size_t)st->max, sizeof *st->n_uses)) &&
-            (st->by_uses = ef__calloc((size_t)st->max, sizeof *st->by_uses));
-        for (int u = 1; ok && u < st->max; u++)
-            ok = (st->by_uses[u] = ef__calloc(st->pool_cap, sizeof(size_t))) !=
-                 NULL;
-        if (!ok)
+        st->pool = ef__calloc(st->pool_cap, sizeof *st->pool);
+        st->by_uses = ef__calloc((size_t)st->max, sizeof *st->by_uses);
+        if (!st->pool || !st->by_uses)
             return ef__err_set(err, EF_ENOMEM,
                                "echo: out of memory for a pool of %zu",
                                st->pool_cap);
@@ -185,13 +188,30 @@ static int take_fresh(ef__stage *s, echo_state *st, int block, ef_sample **out,
     return block ? ef__stage_pull(s, out, err) : ef__stage_poll(s, out, err);
 }
 
+/* Room for one more item in list u; -1 when out of memory. */
+static int list_reserve(echo_state *st, int u)
+{
+    use_list *l = &st->by_uses[u];
+    if (u >= st->max || l->n < l->cap)
+        return 0;
+    size_t cap = l->cap ? 2 * l->cap : 8;
+    size_t *items = ef__realloc(l->items, cap * sizeof *items);
+    if (!items)
+        return -1;
+    l->items = items;
+    l->cap = cap;
+    return 0;
+}
+
 static void list_add(echo_state *st, size_t i)
 {
     pooled *p = &st->pool[i];
     if (p->uses >= st->max)
         return; /* used up: in no list */
-    p->pos = st->n_uses[p->uses]++;
-    st->by_uses[p->uses][p->pos] = i;
+    use_list *l = &st->by_uses[p->uses];
+    assert(l->n < l->cap); /* reserved by the caller */
+    p->pos = l->n++;
+    l->items[p->pos] = i;
     if (p->uses < st->least)
         st->least = p->uses;
 }
@@ -201,10 +221,21 @@ static void list_remove(echo_state *st, size_t i)
     pooled *p = &st->pool[i];
     if (p->uses >= st->max)
         return;
-    size_t *list = st->by_uses[p->uses];
-    size_t last = list[--st->n_uses[p->uses]];
-    list[p->pos] = last;
+    use_list *l = &st->by_uses[p->uses];
+    size_t last = l->items[--l->n];
+    l->items[p->pos] = last;
     st->pool[last].pos = p->pos;
+    if (l->n == 0) {
+        ef__free(l->items);
+        l->items = NULL;
+        l->cap = 0;
+    } else if (l->n < l->cap / 4) {
+        size_t *items = ef__realloc(l->items, l->cap / 2 * sizeof *items);
+        if (items) { /* a failed shrink keeps the larger array */
+            l->items = items;
+            l->cap /= 2;
+        }
+    }
 }
 
 /* Adds a fresh item (used once) to the pool, evicting the oldest when
@@ -212,8 +243,10 @@ static void list_remove(echo_state *st, size_t i)
 static int pool_add(echo_state *st, const ef_sample *fresh)
 {
     ef_sample *own = ef_sample_clone(fresh);
-    if (!own)
+    if (!own || list_reserve(st, 1) != 0) {
+        ef_sample_free(own);
         return EF_ENOMEM;
+    }
     size_t i;
     if (st->pool_n < st->pool_cap) {
         i = (st->pool_next + st->pool_n++) % st->pool_cap;
@@ -230,22 +263,26 @@ static int pool_add(echo_state *st, const ef_sample *fresh)
 }
 
 /* A pooled item used fewer than max times, at random among the least
- * used, counted as used once more; NULL when every one is used up. */
-static pooled *pool_pick(ef__stage *s, echo_state *st)
+ * used, counted as used once more: EF_OK, EF_AGAIN when every one is used
+ * up, or EF_ENOMEM. */
+static int pool_pick(ef__stage *s, echo_state *st, pooled **out)
 {
-    while (st->least < st->max && st->n_uses[st->least] == 0)
+    while (st->least < st->max && st->by_uses[st->least].n == 0)
         st->least++;
     if (st->least >= st->max)
-        return NULL;
+        return EF_AGAIN;
+    if (list_reserve(st, st->least + 1) != 0)
+        return EF_ENOMEM;
     ef__rng r;
     ef__rng_init(&r, s->ctx->seed, (uint64_t)s->index, (int64_t)st->draws++,
                  s->epoch, 0);
-    size_t *list = st->by_uses[st->least];
-    size_t i = list[ef__rng_below(&r, st->n_uses[st->least])];
+    use_list *l = &st->by_uses[st->least];
+    size_t i = l->items[ef__rng_below(&r, l->n)];
     list_remove(st, i);
     st->pool[i].uses++;
     list_add(st, i);
-    return &st->pool[i];
+    *out = &st->pool[i];
+    return EF_OK;
 }
 
 static int auto_next(void *arg, ef_sample **out, ef__err *err)
@@ -255,8 +292,11 @@ static int auto_next(void *arg, ef_sample **out, ef__err *err)
     ef_sample *fresh;
     int rc = take_fresh(s, st, 0, &fresh, err);
     if (rc == EF_AGAIN) {
-        pooled *p = pool_pick(s, st);
-        if (p) {
+        pooled *p;
+        rc = pool_pick(s, st, &p);
+        if (rc == EF_ENOMEM)
+            return ef__err_set(err, rc, "echo: out of memory");
+        if (rc == EF_OK) {
             ef_sample *copy = ef_sample_clone(p->sample);
             if (!copy)
                 return ef__err_set(err, EF_ENOMEM, "echo: out of memory");
@@ -296,8 +336,10 @@ static void pool_clear(echo_state *st)
     for (size_t k = 0; k < st->pool_n; k++)
         ef_sample_free(st->pool[(st->pool_next + k) % st->pool_cap].sample);
     st->pool_n = st->pool_next = 0;
-    for (int u = 1; u < st->max; u++)
-        st->n_uses[u] = 0;
+    for (int u = 1; u < st->max; u++) {
+        ef__free(st->by_uses[u].items);
+        memset(&st->by_uses[u], 0, sizeof st->by_uses[u]);
+    }
     st->least = st->max;
 }
 
@@ -333,12 +375,9 @@ static void echo_destroy(ef__stage *s)
     if (st->up_ns)
         ef__rates_destroy(&st->rates);
     ef_sample_free(st->held);
-    if (st->pool && st->n_uses && st->by_uses)
+    if (st->pool && st->by_uses)
         pool_clear(st);
-    for (int u = 1; st->by_uses && u < st->max; u++)
-        ef__free(st->by_uses[u]);
     ef__free(st->by_uses);
-    ef__free(st->n_uses);
     ef__free(st->pool);
     if (st->buf.items)
         ef__shufbuf_destroy(&st->buf);
@@ -383,7 +422,7 @@ static const ef__option_def echo_options[] = {
     {"shuffle", EF_OPT_INT, "0",
      "buffer that spreads copies apart (0: copies consecutive)", 0, 1 << 26},
     {"max", EF_OPT_INT, "8", "auto: most times one item is emitted in all", 1,
-     1 << 20},
+     65536},
     {"pool", EF_OPT_INT, "64",
      "auto: recent fresh items kept for echoing (and read ahead)", 1, 1 << 20},
 };
