@@ -127,6 +127,44 @@ static void col2im(const eft_layer *l, const float *col, float *din, int n)
             }
 }
 
+/* ---- elementwise kernels ------------------------------------------- */
+
+EFT_VECTOR
+static void add_bias(float *restrict out, const float *restrict b, int rows,
+                     int cols)
+{
+    for (int r = 0; r < rows; r++, out += cols)
+        for (int c = 0; c < cols; c++)
+            out[c] += b[c];
+}
+
+EFT_VECTOR
+static void relu_forward(float *restrict out, const float *restrict in,
+                         size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        out[i] = in[i] > 0 ? in[i] : 0;
+}
+
+EFT_VECTOR
+static void relu_backward(float *restrict din, const float *restrict out,
+                          const float *restrict dout, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        din[i] = out[i] > 0 ? dout[i] : 0;
+}
+
+/* db[c] = sum over rows of d[r][c] */
+EFT_VECTOR
+static void column_sums(float *restrict db, const float *restrict d, int rows,
+                        int cols)
+{
+    memset(db, 0, sizeof(float) * (size_t)cols);
+    for (int r = 0; r < rows; r++, d += cols)
+        for (int c = 0; c < cols; c++)
+            db[c] += d[c];
+}
+
 /* ---- forward ------------------------------------------------------- */
 
 /* out[rows, out_c] = a[rows, fan_in] x W + b */
@@ -135,11 +173,7 @@ static void affine(const eft_layer *l, const float *a, int rows, int fan_in)
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, l->out_c,
                 fan_in, 1.0f, a, fan_in, l->w, l->out_c, 0.0f, l->out,
                 l->out_c);
-    for (int r = 0; r < rows; r++) {
-        float *o = l->out + (size_t)r * l->out_c;
-        for (int c = 0; c < l->out_c; c++)
-            o[c] += l->b[c];
-    }
+    add_bias(l->out, l->b, rows, l->out_c);
 }
 
 static void pool_forward(eft_layer *l, const float *in, int n)
@@ -183,8 +217,7 @@ void eft_layer_forward(eft_layer *l, const float *in, int n)
         affine(l, l->col, n * l->out_h * l->out_w, l->k * l->k * l->in_c);
         break;
     case EFT_RELU:
-        for (size_t i = 0; i < out_n; i++)
-            l->out[i] = in[i] > 0 ? in[i] : 0;
+        relu_forward(l->out, in, out_n);
         break;
     case EFT_POOL:
         pool_forward(l, in, n);
@@ -201,12 +234,7 @@ static void affine_backward(eft_layer *l, const float *a, const float *dout,
 {
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, fan_in, l->out_c,
                 rows, 1.0f, a, fan_in, dout, l->out_c, 0.0f, l->dw, l->out_c);
-    memset(l->db, 0, sizeof(float) * (size_t)l->out_c);
-    for (int r = 0; r < rows; r++) {
-        const float *d = dout + (size_t)r * l->out_c;
-        for (int c = 0; c < l->out_c; c++)
-            l->db[c] += d[c];
-    }
+    column_sums(l->db, dout, rows, l->out_c);
     if (da)
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, fan_in,
                     l->out_c, 1.0f, dout, l->out_c, l->w, l->out_c, 0.0f, da,
@@ -235,8 +263,7 @@ void eft_layer_backward(eft_layer *l, const float *dout, float *din, int n)
     }
     case EFT_RELU:
         if (din)
-            for (size_t i = 0; i < out_n; i++)
-                din[i] = l->out[i] > 0 ? dout[i] : 0;
+            relu_backward(din, l->out, dout, out_n);
         break;
     case EFT_POOL:
         if (din) {

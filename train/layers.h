@@ -7,6 +7,14 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* Elementwise loops run many times a step: on x86-64 they are also built
+ * for AVX2 and the best version is chosen when the program starts. */
+#if defined(__x86_64__) && defined(__GNUC__)
+#define EFT_VECTOR __attribute__((target_clones("avx2", "default")))
+#else
+#define EFT_VECTOR
+#endif
+
 typedef enum { EFT_DENSE, EFT_CONV, EFT_RELU, EFT_POOL } eft_layer_kind;
 
 typedef struct {

@@ -274,6 +274,13 @@ const char *eft_arch_name(eft_arch arch)
 
 /* ---- training ------------------------------------------------------ */
 
+EFT_VECTOR
+static void add_into(float *restrict dst, const float *restrict src, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        dst[i] += src[i];
+}
+
 /* Adds every replica's gradients into reps[0]'s. */
 static void reduce_gradients(eft_model *m)
 {
@@ -285,10 +292,8 @@ static void reduce_gradients(eft_model *m)
             const eft_layer *src = &m->reps[r].layers[i];
             if (!dst->w)
                 continue;
-            for (size_t j = 0; j < dst->nw; j++)
-                dst->dw[j] += src->dw[j];
-            for (int j = 0; j < dst->out_c; j++)
-                dst->db[j] += src->db[j];
+            add_into(dst->dw, src->dw, dst->nw);
+            add_into(dst->db, src->db, (size_t)dst->out_c);
         }
     }
 }
@@ -337,8 +342,9 @@ double eft_model_run(eft_model *m, const float *x, const int64_t *labels,
     return n ? loss / n : 0;
 }
 
-static void sgd(float *p, const float *g, float *v, size_t n, double lr,
-                const eft_sgd *o)
+EFT_VECTOR
+static void sgd(float *restrict p, const float *restrict g, float *restrict v,
+                size_t n, double lr, const eft_sgd *o)
 {
     const float mu = (float)o->momentum, wd = (float)o->weight_decay;
     const float step = (float)lr;

@@ -40,6 +40,14 @@ void eft_config_defaults(eft_config *c)
     c->std = 0.3530;
 }
 
+EFT_VECTOR
+static void normalise(float *restrict x, const unsigned char *restrict src,
+                      size_t n, float scale, float shift)
+{
+    for (size_t i = 0; i < n; i++)
+        x[i] = (float)src[i] * scale - shift;
+}
+
 /* Converts a batch's images to normalised floats in x; *n gets the batch
  * size. Accepts u8 (normalised here) or f32 (taken as they are) images of
  * 784 values each, and i64 labels. */
@@ -67,11 +75,8 @@ static int unpack(const ef_sample *s, double mean, double std, int max,
                     (long long)b, (long long)per, max);
     size_t count = (size_t)b * IMAGE_SIZE;
     if (img.dtype == EF_U8) {
-        const unsigned char *src = img.data;
-        const float scale = (float)(1.0 / (255.0 * std));
-        const float shift = (float)(mean / std);
-        for (size_t i = 0; i < count; i++)
-            x[i] = (float)src[i] * scale - shift;
+        normalise(x, img.data, count, (float)(1.0 / (255.0 * std)),
+                  (float)(mean / std));
     } else if (img.dtype == EF_F32) {
         memcpy(x, img.data, count * sizeof(float));
     } else {
@@ -164,12 +169,15 @@ int eft_train(const eft_config *cfg, ef_pipeline *train,
     const eft_sgd opt = {cfg->momentum, cfg->weight_decay, cfg->nesterov};
     eft_progress *p = &res->final;
     long next_eval = cfg->eval_every;
+    long evaluated_at = -1; /* fresh count of the last evaluation */
     double loss_window[50] = {0};
     int rc = 0;
-    double t0 = now_s();
+    double t0 = 0; /* set at the first batch: startup is the pipeline's */
     while (p->fresh < cfg->max_fresh) {
         ef_sample *s;
         int st = ef_pipeline_next(train, &s);
+        if (t0 == 0)
+            t0 = now_s();
         if (st == EF_END)
             break; /* the data ran out before the budget */
         if (st != EF_OK) {
@@ -201,6 +209,7 @@ int eft_train(const eft_config *cfg, ef_pipeline *train,
             eft_model_evaluate(m, test->x, test->y, test->n, &p->loss,
                                &p->accuracy);
             p->evaluated = 1;
+            evaluated_at = p->fresh;
             p->eval_s += now_s() - te;
             while (next_eval <= p->fresh)
                 next_eval += cfg->eval_every;
@@ -220,9 +229,7 @@ int eft_train(const eft_config *cfg, ef_pipeline *train,
             break;
     }
     /* a final evaluation when the last one is stale */
-    if (rc == 0 && test && !res->reached && (!p->evaluated ||
-                                             next_eval - cfg->eval_every <
-                                                 p->fresh)) {
+    if (rc == 0 && test && !res->reached && evaluated_at != p->fresh) {
         double te = now_s();
         eft_model_evaluate(m, test->x, test->y, test->n, &p->loss,
                            &p->accuracy);
