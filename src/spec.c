@@ -59,6 +59,13 @@ int ef__spec_parse(const char *spec,
                    int (*fn)(void *arg, const ef__spec_stage *st, ef__err *err),
                    void *arg, ef__err *err)
 {
+    int quotes = 0;
+    for (const char *p = spec; *p; p++)
+        quotes += *p == '"';
+    if (quotes % 2)
+        return ef__err_set(err, EF_ESPEC,
+                           "unbalanced '\"' in the spec: quotes come in pairs "
+                           "around a value");
     const char *start = spec;
     int quoted = 0, position = 1;
     for (const char *p = spec;; p++) {
@@ -74,7 +81,5 @@ int ef__spec_parse(const char *spec,
             start = p + 1;
         }
     }
-    if (quoted)
-        return ef__err_set(err, EF_ESPEC, "unbalanced '\"' in the spec");
     return EF_OK;
 }

@@ -107,6 +107,28 @@ static void crop_shifts_and_zero_fills(void **state)
     ef_pipeline_destroy(p);
 }
 
+/* Padding wider than the image: every shift is legal, most leave only
+ * zeros, and none writes outside the image. */
+static void crop_padding_wider_than_the_image(void **state)
+{
+    (void)state;
+    ef_pipeline *p = images("random_crop:pad=9", 5);
+    ef_sample *s;
+    int blank = 0, n = 0;
+    while (ef_pipeline_next(p, &s) == EF_OK) {
+        ef_tensor t = eft_field(s, "image");
+        int nonzero = 0;
+        for (int i = 0; i < 12; i++)
+            nonzero += ((const unsigned char *)t.data)[i] != 0;
+        blank += nonzero == 0;
+        ef_sample_free(s);
+        n++;
+    }
+    assert_int_equal(n, 50);
+    assert_true(blank > 25);
+    ef_pipeline_destroy(p);
+}
+
 static void flip_mirrors_rows(void **state)
 {
     (void)state;
@@ -184,6 +206,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(crop_without_padding_is_identity),
         cmocka_unit_test(crop_shifts_and_zero_fills),
+        cmocka_unit_test(crop_padding_wider_than_the_image),
         cmocka_unit_test(flip_mirrors_rows),
         cmocka_unit_test(echoed_copies_differ),
         cmocka_unit_test(wrong_input_is_an_error),

@@ -161,6 +161,30 @@ static void pool_keeps_the_most_recent(void **state)
     ef_pipeline_destroy(p);
 }
 
+/* A pool of one: every fresh item evicts the only pooled one, emptying
+ * the list of once-used items just before the new item joins it. */
+static void pool_of_one(void **state)
+{
+    (void)state;
+    gated g = {.total = 100, .ready = 3};
+    ef_pipeline *p = gated_pipeline(&g, "echo:factor=auto,max=3,pool=1");
+    int64_t idx;
+    int copy;
+    for (int64_t i = 0; i < 3; i++) {
+        pull(p, &idx, &copy);
+        assert_int_equal(idx, i);
+    }
+    for (int k = 1; k <= 2; k++) {
+        pull(p, &idx, &copy);
+        assert_int_equal(idx, 2);
+        assert_int_equal(copy, k);
+    }
+    g.closed = 1;
+    ef_sample *s;
+    assert_int_equal(ef_pipeline_next(p, &s), EF_END);
+    ef_pipeline_destroy(p);
+}
+
 static void max_one_never_echoes(void **state)
 {
     (void)state;
@@ -306,6 +330,7 @@ int main(void)
         cmocka_unit_test(least_echoed_first),
         cmocka_unit_test(cap_holds),
         cmocka_unit_test(pool_keeps_the_most_recent),
+        cmocka_unit_test(pool_of_one),
         cmocka_unit_test(max_one_never_echoes),
         cmocka_unit_test(stop_while_waiting),
         cmocka_unit_test(pump_keeps_every_item),

@@ -55,11 +55,11 @@ void ef_buffer_release(ef_buffer *b)
 {
     if (!b)
         return;
-    /* release/acquire so every write made through other references happens
-     * before the free */
-    if (atomic_fetch_sub_explicit(&b->refs, 1, memory_order_release) != 1)
+    /* acq_rel: every write made through other references happens before
+     * the free (a release decrement plus an acquire fence would do, but
+     * the thread sanitizer does not model lone fences) */
+    if (atomic_fetch_sub_explicit(&b->refs, 1, memory_order_acq_rel) != 1)
         return;
-    atomic_thread_fence(memory_order_acquire);
     if (b->release)
         b->release(b->user);
     ef__free(b);

@@ -92,7 +92,13 @@ static int random_crop_fn(const ef_sample *in, ef_sample **out,
             memset(row, 0, (size_t)w * px);
             continue;
         }
+        /* columns [x0, x1) have a source pixel; a shift of the whole
+         * width or more (pad >= w) leaves none */
         int64_t x0 = ox < 0 ? -ox : 0, x1 = ox > 0 ? w - ox : w;
+        if (x0 > w)
+            x0 = w;
+        if (x1 < x0)
+            x1 = x0;
         memset(row, 0, (size_t)x0 * px);
         memcpy(row + (size_t)x0 * px, src + (size_t)(sy * w + x0 + ox) * px,
                (size_t)(x1 - x0) * px);

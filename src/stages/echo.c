@@ -243,10 +243,8 @@ static void list_remove(echo_state *st, size_t i)
 static int pool_add(echo_state *st, const ef_sample *fresh)
 {
     ef_sample *own = ef_sample_clone(fresh);
-    if (!own || list_reserve(st, 1) != 0) {
-        ef_sample_free(own);
+    if (!own)
         return EF_ENOMEM;
-    }
     size_t i;
     if (st->pool_n < st->pool_cap) {
         i = (st->pool_next + st->pool_n++) % st->pool_cap;
@@ -255,6 +253,14 @@ static int pool_add(echo_state *st, const ef_sample *fresh)
         st->pool_next = (st->pool_next + 1) % st->pool_cap;
         list_remove(st, i);
         ef_sample_free(st->pool[i].sample);
+    }
+    /* reserve after the eviction, which may have shrunk list 1 */
+    if (list_reserve(st, 1) != 0) {
+        /* leave the slot empty and used up: in no list, never picked */
+        st->pool[i].sample = NULL;
+        st->pool[i].uses = st->max;
+        ef_sample_free(own);
+        return EF_ENOMEM;
     }
     st->pool[i].sample = own;
     st->pool[i].uses = 1;
