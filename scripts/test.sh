@@ -9,7 +9,7 @@ jobs=$(nproc)
 run_suite() {
   local dir=$1; shift
   echo "== $dir: $*"
-  cmake -S . -B "$dir" -DEF_DEV=ON "$@" >/dev/null
+  cmake -S . -B "$dir" -DEF_DEV=ON -DEF_BUILD_TESTS=ON "$@" >/dev/null
   cmake --build "$dir" -j "$jobs"
   (cd "$dir" && ctest --output-on-failure -j "$jobs")
 }
