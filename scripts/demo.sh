@@ -47,7 +47,7 @@ def row(name, r):
           "{:,}".format(r["fresh_to_target"] if r["reached"] else r["fresh"]),
           "{:,}".format(r["steps_to_target"] if r["reached"] else r["steps"]),
           e, 100 * r["consumer_wait_fraction"]))
-print("\nMLP on Fashion-MNIST to 88%% test accuracy, upstream at a quarter of the trainer's rate")
+print("\nMLP on Fashion-MNIST to 88% test accuracy, upstream at a quarter of the trainer's rate")
 print("%-12s %12s %14s %10s %10s %13s" % ("", "time to 88%", "fresh examples",
       "steps", "echo e", "step waited"))
 row("no echo", base)

@@ -8,8 +8,10 @@
 #include <stdint.h>
 
 /* Elementwise loops run many times a step: on x86-64 they are also built
- * for AVX2 and the best version is chosen when the program starts. */
-#if defined(__x86_64__) && defined(__GNUC__)
+ * for AVX2 and the best version is chosen when the program starts (an
+ * ifunc). Sanitizer builds leave that out: the choice runs before the
+ * thread sanitizer's runtime is up. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(EFT_NO_CLONES)
 #define EFT_VECTOR __attribute__((target_clones("avx2", "default")))
 #else
 #define EFT_VECTOR
