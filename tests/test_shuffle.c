@@ -325,6 +325,32 @@ static void test_determinism_threads(void **state)
     free(s2.v);
 }
 
+/* The seed may be set before or after the stages are added: the stream is
+ * the same either way. */
+static void test_seed_after_parse(void **state)
+{
+    (void)state;
+    const char *spec = "range:n=500 | shuffle:50 | echo:1.5,shuffle=10";
+    int64_t first[1000], n1 = 0, n2 = 0; /* at most 500 x 2 */
+    ef_pipeline *p = eft_pipeline(spec, 77);
+    ef_sample *s;
+    while (n1 < 1000 && ef_pipeline_next(p, &s) == EF_OK) {
+        first[n1++] = eft_i64(s, "index");
+        ef_sample_free(s);
+    }
+    ef_pipeline_destroy(p);
+
+    assert_int_equal(ef_pipeline_create(&p), EF_OK);
+    eft_parse(p, spec);
+    assert_int_equal(ef_pipeline_set_seed(p, 77), EF_OK);
+    while (n2 < 1000 && ef_pipeline_next(p, &s) == EF_OK) {
+        assert_int_equal(eft_i64(s, "index"), first[n2++]);
+        ef_sample_free(s);
+    }
+    assert_int_equal(n1, n2);
+    ef_pipeline_destroy(p);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -332,6 +358,7 @@ int main(void)
         cmocka_unit_test(test_shuffle_bare_value),
         cmocka_unit_test(test_shuffle_epochs_differ),
         cmocka_unit_test(test_shuffle_seeds),
+        cmocka_unit_test(test_seed_after_parse),
         cmocka_unit_test(test_determinism_threads),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

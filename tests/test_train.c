@@ -130,6 +130,10 @@ static void pool_gradients(void **state)
     eft_layer l = {.kind = EFT_POOL, .in_h = 5, .in_w = 4, .in_c = 3,
                    .out_h = 3, .out_w = 2, .out_c = 3};
     check_layer(&l, 2);
+    /* even sizes take the vector path */
+    eft_layer e = {.kind = EFT_POOL, .in_h = 6, .in_w = 4, .in_c = 5,
+                   .out_h = 3, .out_w = 2, .out_c = 5};
+    check_layer(&e, 2);
 }
 
 static void softmax_gradients(void **state)

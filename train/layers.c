@@ -176,8 +176,88 @@ static void affine(const eft_layer *l, const float *a, int rows, int fan_in)
     add_bias(l->out, l->b, rows, l->out_c);
 }
 
+/* Even sizes (all the models use): windows tile the input exactly, so
+ * the maximum of four rows of C values is a vector loop, and backward finds
+ * the winner again by comparing with the output (the first of equal values
+ * wins) instead of keeping indices. */
+EFT_VECTOR
+static void max4(float *restrict o, const float *restrict a,
+                 const float *restrict b, const float *restrict c,
+                 const float *restrict d, int n)
+{
+    for (int k = 0; k < n; k++) {
+        float ab = a[k] > b[k] ? a[k] : b[k];
+        float cd = c[k] > d[k] ? c[k] : d[k];
+        o[k] = ab > cd ? ab : cd;
+    }
+}
+
+EFT_VECTOR
+static void max4_backward(float *restrict da, float *restrict db,
+                          float *restrict dc, float *restrict dd,
+                          const float *restrict a, const float *restrict b,
+                          const float *restrict c, const float *restrict o,
+                          const float *restrict g, int n)
+{
+    for (int k = 0; k < n; k++) {
+        int ia = a[k] == o[k];
+        int ib = !ia && b[k] == o[k];
+        int ic = !ia && !ib && c[k] == o[k];
+        int id = !ia && !ib && !ic;
+        da[k] = ia ? g[k] : 0;
+        db[k] = ib ? g[k] : 0;
+        dc[k] = ic ? g[k] : 0;
+        dd[k] = id ? g[k] : 0;
+    }
+}
+
+static int pool_is_even(const eft_layer *l)
+{
+    return l->in_h % 2 == 0 && l->in_w % 2 == 0;
+}
+
+/* The four input rows of window (i, y, x): pointers into `base`. */
+#define POOL_WINDOW(base, i, y, x)                                             \
+    float *w00 = (base) + (((size_t)(i) * H + 2 * (y)) * W + 2 * (x)) * C,     \
+          *w01 = w00 + C, *w10 = w00 + (size_t)W * C, *w11 = w10 + C
+
+static void pool_forward_even(eft_layer *l, const float *in, int n)
+{
+    const int H = l->in_h, W = l->in_w, C = l->in_c;
+    const int OH = l->out_h, OW = l->out_w;
+    for (int i = 0; i < n; i++)
+        for (int y = 0; y < OH; y++)
+            for (int x = 0; x < OW; x++) {
+                POOL_WINDOW((float *)in, i, y, x);
+                max4(l->out + (((size_t)i * OH + y) * OW + x) * C, w00, w01,
+                     w10, w11, C);
+            }
+}
+
+static void pool_backward_even(const eft_layer *l, const float *dout,
+                               float *din, int n)
+{
+    const int H = l->in_h, W = l->in_w, C = l->in_c;
+    const int OH = l->out_h, OW = l->out_w;
+    for (int i = 0; i < n; i++)
+        for (int y = 0; y < OH; y++)
+            for (int x = 0; x < OW; x++) {
+                size_t o = (((size_t)i * OH + y) * OW + x) * C;
+                POOL_WINDOW((float *)l->in, i, y, x);
+                float *d00 = din + (w00 - l->in), *d01 = din + (w01 - l->in);
+                float *d10 = din + (w10 - l->in), *d11 = din + (w11 - l->in);
+                (void)w11;
+                max4_backward(d00, d01, d10, d11, w00, w01, w10, l->out + o,
+                              dout + o, C);
+            }
+}
+
 static void pool_forward(eft_layer *l, const float *in, int n)
 {
+    if (pool_is_even(l)) {
+        pool_forward_even(l, in, n);
+        return;
+    }
     const int H = l->in_h, W = l->in_w, C = l->in_c;
     const int OH = l->out_h, OW = l->out_w;
     for (int i = 0; i < n; i++)
@@ -266,7 +346,9 @@ void eft_layer_backward(eft_layer *l, const float *dout, float *din, int n)
             relu_backward(din, l->out, dout, out_n);
         break;
     case EFT_POOL:
-        if (din) {
+        if (din && pool_is_even(l)) {
+            pool_backward_even(l, dout, din, n);
+        } else if (din) {
             memset(din, 0, sizeof(float) * (size_t)n * eft_layer_in_size(l));
             for (size_t i = 0; i < out_n; i++)
                 din[l->argmax[i]] += dout[i];

@@ -88,13 +88,14 @@ static int echo_create(ef__stage *s, const ef__opts *o, ef__err *err)
         return ef__err_set(err, EF_ENOMEM,
                            "echo: out of memory for a shuffle buffer of %zu",
                            st->shuffle);
-    ef__rng_init(&st->rng, s->ctx->seed, (uint64_t)s->index, -1, 0, 0);
     return EF_OK;
 }
 
 static int echo_open(ef__stage *s, ef__err *err)
 {
     echo_state *st = s->state;
+    /* keyed at open: the seed may be set after the stage was added */
+    ef__rng_init(&st->rng, s->ctx->seed, (uint64_t)s->index, -1, 0, 0);
     /* t_up is measured where the upstream's work is timed: by the thread
      * of an asynchronous upstream, or by our own pulls (ours or our
      * pump's) */

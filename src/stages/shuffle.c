@@ -24,6 +24,13 @@ static int shuffle_create(ef__stage *s, const ef__opts *o, ef__err *err)
                            (long long)ef__opt_int(o, "buffer"));
     }
     s->state = st;
+    return EF_OK;
+}
+
+/* Keyed at open: the seed may be set after the stage was added. */
+static int shuffle_open(ef__stage *s, ef__err *err)
+{
+    (void)err;
     start_epoch(s);
     return EF_OK;
 }
@@ -64,6 +71,7 @@ const ef__stage_def ef__stage_shuffle = {
     .info = {"shuffle", "seeded shuffle through a buffer; new order each epoch",
              1, shuffle_options},
     .create = shuffle_create,
+    .open = shuffle_open,
     .next = shuffle_next,
     .reset = shuffle_reset,
     .destroy = shuffle_destroy,
