@@ -182,17 +182,26 @@ int ef_pipeline_parse(ef_pipeline *p, const char *spec)
     return commit(&pd, ef__spec_parse(spec, spec_stage, &pd, &p->err));
 }
 
+/* One stage, by registry name or by definition, with an optional C
+ * callback: the path every ef_pipeline_add* call takes. */
+static int add_one(ef_pipeline *p, const char *name, const ef__stage_def *def,
+                   void (*fn)(void), void *user, const char *options)
+{
+    int rc = check_state(p);
+    if (rc != EF_OK)
+        return rc;
+    pending pd = {.p = p, .fn = fn, .user = user};
+    const char *o = options ? options : "";
+    return commit(&pd, def ? add_def(&pd, def, o, strlen(o), &p->err)
+                           : add_stage(&pd, name, strlen(name), o, strlen(o),
+                                       &p->err));
+}
+
 int ef_pipeline_add(ef_pipeline *p, const char *stage, const char *options)
 {
     if (!p || !stage)
         return EF_EINVAL;
-    int rc = check_state(p);
-    if (rc != EF_OK)
-        return rc;
-    pending pd = {.p = p};
-    const char *o = options ? options : "";
-    return commit(&pd,
-                  add_stage(&pd, stage, strlen(stage), o, strlen(o), &p->err));
+    return add_one(p, stage, NULL, NULL, NULL, options);
 }
 
 int ef_pipeline_add_map(ef_pipeline *p, ef_map_fn fn, void *user,
@@ -200,12 +209,7 @@ int ef_pipeline_add_map(ef_pipeline *p, ef_map_fn fn, void *user,
 {
     if (!p || !fn)
         return EF_EINVAL;
-    int rc = check_state(p);
-    if (rc != EF_OK)
-        return rc;
-    pending pd = {.p = p, .fn = (void (*)(void))fn, .user = user};
-    const char *o = options ? options : "";
-    return commit(&pd, add_stage(&pd, "map", 3, o, strlen(o), &p->err));
+    return add_one(p, NULL, &ef__stage_map, (void (*)(void))fn, user, options);
 }
 
 int ef_pipeline_add_source(ef_pipeline *p, ef_source_fn fn, void *user,
@@ -213,12 +217,8 @@ int ef_pipeline_add_source(ef_pipeline *p, ef_source_fn fn, void *user,
 {
     if (!p || !fn)
         return EF_EINVAL;
-    int rc = check_state(p);
-    if (rc != EF_OK)
-        return rc;
-    pending pd = {.p = p, .fn = (void (*)(void))fn, .user = user};
-    const char *o = options ? options : "";
-    return commit(&pd, add_def(&pd, &ef__stage_source, o, strlen(o), &p->err));
+    return add_one(p, NULL, &ef__stage_source, (void (*)(void))fn, user,
+                   options);
 }
 
 static int start(ef_pipeline *p)
