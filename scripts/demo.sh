@@ -57,9 +57,16 @@ if base["reached"] and echo["reached"]:
     print("\nspeedup from echoing, measured in this run: %.2fx "
           "(ceiling min(e, R) = %.1f; the paper's headline, ResNet-50 on ImageNet "
           "over a network: 3.25x)" % (s, min(echo["echo"]["effective_factor"], 4)))
-    print("fresh examples: %.2fx as many with echoing; an echoed example is "
-          "worth less than a fresh one, which is what caps the gain" %
-          (echo["fresh_to_target"] / base["fresh_to_target"]))
+    ratio = echo["fresh_to_target"] / base["fresh_to_target"]
+    if ratio < 1:
+        print("fresh examples: %.2fx as many with echoing: the echoes stood in "
+              "for fresh data, though each is worth less than a fresh "
+              "example, which keeps the gain under the ceiling" % ratio)
+    else:
+        print("fresh examples: %.2fx as many with echoing: on this model and "
+              "target the echoes did not stand in for fresh data, so echoing "
+              "cannot pay here (docs/echoing.md has the learning-rate sweep)"
+              % ratio)
 else:
     print("\none run did not reach 88% within its budget: no speedup to report")
 PY
