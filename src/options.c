@@ -68,14 +68,23 @@ static int next_token(const char **p, const char *end, const char **tok,
 static int range_error(const ef__stage_def *def, const ef__option_def *od,
                        const char *raw, ef__err *err)
 {
+    /* integer bounds print whole: "1 and 16777216", not "1.67772e+07" */
+    char lo[32], hi[32];
+    if (od->type == EF_OPT_INT) {
+        snprintf(lo, sizeof lo, "%.0f", od->min);
+        snprintf(hi, sizeof hi, "%.0f", od->max);
+    } else {
+        snprintf(lo, sizeof lo, "%g", od->min);
+        snprintf(hi, sizeof hi, "%g", od->max);
+    }
     if (od->max >= 1e300)
         return ef__err_set(err, EF_ESPEC,
-                           "stage '%s': option '%s' must be >= %g (got %s)",
-                           def->info.name, od->name, od->min, raw);
+                           "stage '%s': option '%s' must be >= %s (got %s)",
+                           def->info.name, od->name, lo, raw);
     return ef__err_set(err, EF_ESPEC,
-                       "stage '%s': option '%s' must be between %g and %g "
+                       "stage '%s': option '%s' must be between %s and %s "
                        "(got %s)",
-                       def->info.name, od->name, od->min, od->max, raw);
+                       def->info.name, od->name, lo, hi, raw);
 }
 
 static int convert(const ef__stage_def *def, const ef__option_def *od,
@@ -89,7 +98,9 @@ static int convert(const ef__stage_def *def, const ef__option_def *od,
         long long x = strtoll(raw, &endp, 10);
         if (!*raw || *endp || errno)
             break;
-        if ((double)x < od->min || (double)x > od->max)
+        /* compare as integers: near 2^63 a double cannot tell n from n+1
+         * (every bound in the schemas is an exact integer below 2^63) */
+        if (x < (long long)od->min || x > (long long)od->max)
             return range_error(def, od, raw, err);
         v->i = x;
         return EF_OK;
