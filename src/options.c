@@ -1,7 +1,6 @@
 /* Typed stage options: parsing "key=value,..." against a stage's schema.
  * Out-of-range and malformed values are errors naming the stage, the option
  * and what is allowed; nothing is clamped. */
-#include <ctype.h>
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -10,6 +9,7 @@
 #include <strings.h>
 
 #include "core/alloc.h"
+#include "spec.h"
 #include "stage.h"
 
 static int find_def(const ef__stage_def *def, const char *key, size_t len)
@@ -31,16 +31,6 @@ static void list_options(const ef__stage_def *def, char *buf, size_t cap)
                                  def->info.options[i].name);
     if (def->info.noptions == 0)
         snprintf(buf, cap, "none");
-}
-
-static void trim(const char **s, size_t *len)
-{
-    while (*len && isspace((unsigned char)**s)) {
-        (*s)++;
-        (*len)--;
-    }
-    while (*len && isspace((unsigned char)(*s)[*len - 1]))
-        (*len)--;
 }
 
 /* Splits the next comma-separated token; a value in double quotes may hold
@@ -175,10 +165,10 @@ int ef__opts_parse(ef__opts *o, const ef__stage_def *def, const char *text,
     const char *tok;
     size_t tlen;
     int ntok = 0;
-    trim(&p, &len);
+    ef__trim(&p, &len);
     end = p + len;
     while (len && rc == EF_OK && next_token(&p, end, &tok, &tlen)) {
-        trim(&tok, &tlen);
+        ef__trim(&tok, &tlen);
         const char *eq = memchr(tok, '=', tlen);
         int idx;
         const char *val;
@@ -190,7 +180,7 @@ int ef__opts_parse(ef__opts *o, const ef__stage_def *def, const char *text,
         if (eq) {
             size_t klen = (size_t)(eq - tok);
             const char *key = tok;
-            trim(&key, &klen);
+            ef__trim(&key, &klen);
             idx = find_def(def, key, klen);
             if (klen == 0) {
                 rc = ef__err_set(err, EF_ESPEC,
@@ -209,7 +199,7 @@ int ef__opts_parse(ef__opts *o, const ef__stage_def *def, const char *text,
             }
             val = eq + 1;
             vlen = tlen - (size_t)(val - tok);
-            trim(&val, &vlen);
+            ef__trim(&val, &vlen);
         } else {
             if (ntok > 0 || def->info.noptions == 0) {
                 rc = ef__err_set(err, EF_ESPEC,

@@ -4,7 +4,7 @@
 #include <ctype.h>
 #include <string.h>
 
-static void trim(const char **s, size_t *len)
+void ef__trim(const char **s, size_t *len)
 {
     while (*len && isspace((unsigned char)**s)) {
         (*s)++;
@@ -20,7 +20,7 @@ static int parse_stage(const char *text, size_t len, int position,
 {
     ef__spec_stage st = {0};
     st.position = position;
-    trim(&text, &len);
+    ef__trim(&text, &len);
     if (len == 0)
         return ef__err_set(err, EF_ESPEC,
                            "stage %d of the spec is empty (two '|' in a row, "
@@ -29,7 +29,7 @@ static int parse_stage(const char *text, size_t len, int position,
     const char *colon = memchr(text, ':', len);
     st.name = text;
     st.name_len = colon ? (size_t)(colon - text) : len;
-    trim(&st.name, &st.name_len);
+    ef__trim(&st.name, &st.name_len);
     if (st.name_len == 0)
         return ef__err_set(err, EF_ESPEC, "stage %d of the spec has no name",
                            position);
@@ -42,7 +42,7 @@ static int parse_stage(const char *text, size_t len, int position,
     if (colon) {
         st.opts = colon + 1;
         st.opts_len = len - (size_t)(st.opts - text);
-        trim(&st.opts, &st.opts_len);
+        ef__trim(&st.opts, &st.opts_len);
         if (st.opts_len == 0)
             return ef__err_set(err, EF_ESPEC,
                                "stage '%.*s': ':' must be followed by options "

@@ -14,6 +14,9 @@ typedef struct {
     int position; /* 1-based, for messages */
 } ef__spec_stage;
 
+/* Narrows [*s, *s + *len) to drop leading and trailing white space. */
+void ef__trim(const char **s, size_t *len);
+
 /* Calls `fn` for each stage of `spec` in order; stops at the first error
  * (from the syntax or from fn). Double quotes protect '|' and ','. */
 int ef__spec_parse(const char *spec,

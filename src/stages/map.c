@@ -298,13 +298,14 @@ static int map_create(ef__stage *s, const ef__opts *o, ef__err *err)
     for (size_t i = 0; !fn && i < sizeof builtins / sizeof builtins[0]; i++)
         if (strcmp(builtins[i].name, name) == 0)
             fn = builtins[i].fn;
+    if (!fn && !name[0])
+        return ef__err_set(err, EF_ESPEC,
+                           "stage 'map': option 'fn' is required (built-ins: "
+                           "noop, to_f32)");
     if (!fn)
         return ef__err_set(err, EF_ESPEC,
-                           "stage 'map': option 'fn' %s '%s' (built-ins: noop, "
-                           "to_f32)",
-                           name[0] ? "names no built-in transform"
-                                   : "is required,"
-                                     " got",
+                           "stage 'map': option 'fn' names no built-in "
+                           "transform: '%s' (built-ins: noop, to_f32)",
                            name);
     return ef__map_setup(s, fn, s->user_data, (int)ef__opt_int(o, "threads"),
                          ef__opt_bool(o, "ordered"), err);
