@@ -87,8 +87,20 @@ typedef struct {
     int given;
 } numeric_opt;
 
-enum { N_BATCH, N_LR, N_MOMENTUM, N_DECAY, N_WARMUP, N_SEED, N_TARGET,
-       N_EVAL, N_MAX_FRESH, N_THREADS, N_THROTTLE, N_COUNT };
+enum {
+    N_BATCH,
+    N_LR,
+    N_MOMENTUM,
+    N_DECAY,
+    N_WARMUP,
+    N_SEED,
+    N_TARGET,
+    N_EVAL,
+    N_MAX_FRESH,
+    N_THREADS,
+    N_THROTTLE,
+    N_COUNT
+};
 
 static int parse(train_opts *o, int argc, char **argv)
 {
@@ -120,8 +132,9 @@ static int parse(train_opts *o, int argc, char **argv)
             exit(0);
         }
         if (i + 1 >= argc) {
-            fprintf(stderr, "echoflow train: unknown option or missing value: "
-                            "'%s'\n",
+            fprintf(stderr,
+                    "echoflow train: unknown option or missing value: "
+                    "'%s'\n",
                     a);
             usage(stderr);
             return -1;
@@ -146,8 +159,9 @@ static int parse(train_opts *o, int argc, char **argv)
             o->echo_at = v;
         } else if (!strcmp(a, "--model")) {
             if (eft_arch_parse(v, &c->arch)) {
-                fprintf(stderr, "echoflow train: --model expects mlp or cnn, "
-                                "got '%s'\n",
+                fprintf(stderr,
+                        "echoflow train: --model expects mlp or cnn, "
+                        "got '%s'\n",
                         v);
                 return -1;
             }
@@ -155,8 +169,9 @@ static int parse(train_opts *o, int argc, char **argv)
             if (!strcmp(v, "constant") || !strcmp(v, "linear")) {
                 c->schedule = v[0] == 'c' ? EFT_LR_CONSTANT : EFT_LR_LINEAR;
             } else {
-                fprintf(stderr, "echoflow train: --schedule expects constant "
-                                "or linear, got '%s'\n",
+                fprintf(stderr,
+                        "echoflow train: --schedule expects constant "
+                        "or linear, got '%s'\n",
                         v);
                 return -1;
             }
@@ -195,8 +210,9 @@ static int parse(train_opts *o, int argc, char **argv)
 static int preset(train_opts *o)
 {
     if (strcmp(o->data, "fashion-mnist") != 0) {
-        fprintf(stderr, "echoflow train: --data knows fashion-mnist only, "
-                        "got '%s' (use --spec for other data)\n",
+        fprintf(stderr,
+                "echoflow train: --data knows fashion-mnist only, "
+                "got '%s' (use --spec for other data)\n",
                 o->data);
         return -1;
     }
@@ -206,8 +222,9 @@ static int preset(train_opts *o)
         if (!strcmp(o->echo_at, where[i]))
             at = i;
     if (at < 0) {
-        fprintf(stderr, "echoflow train: --echo-at expects before-augment, "
-                        "after-augment or batch, got '%s'\n",
+        fprintf(stderr,
+                "echoflow train: --echo-at expects before-augment, "
+                "after-augment or batch, got '%s'\n",
                 o->echo_at);
         return -1;
     }
@@ -218,9 +235,8 @@ static int preset(train_opts *o)
         /* the prefetch lets the slow upstream run ahead of the trainer */
         snprintf(slow, sizeof slow, "throttle:rate=%g | prefetch:256 | ",
                  o->throttle);
-    const char *augment = o->cfg.arch == EFT_CNN
-                              ? "random_crop:pad=2 | flip:p=0.5 | "
-                              : "";
+    const char *augment =
+        o->cfg.arch == EFT_CNN ? "random_crop:pad=2 | flip:p=0.5 | " : "";
     int n = snprintf(o->spec_buf, sizeof o->spec_buf,
                      "idx:images=" FMNIST "/train-images-idx3-ubyte.gz,"
                      "labels=" FMNIST "/train-labels-idx1-ubyte.gz | "
@@ -330,8 +346,8 @@ static void report(const train_opts *o, const ef_pipeline *p,
     if (o->cfg.target_acc > 0 && r->reached)
         printf("reached %.2f%% test accuracy after %ld fresh examples, %ld "
                "steps, %.2f s of training\n",
-               100 * o->cfg.target_acc, r->fresh_to_target,
-               r->steps_to_target, r->time_to_target_s);
+               100 * o->cfg.target_acc, r->fresh_to_target, r->steps_to_target,
+               r->time_to_target_s);
     else if (o->cfg.target_acc > 0)
         printf("did not reach %.2f%% within %ld fresh examples\n",
                100 * o->cfg.target_acc, o->cfg.max_fresh);
@@ -383,8 +399,8 @@ int cmd_train(int argc, char **argv)
     openblas_set_num_threads(1);
 
     ef_pipeline *test_p = build(o.test_spec, o.cfg.seed, "test");
-    ef_pipeline *train_p = test_p ? build(o.spec, o.cfg.seed, "training")
-                                  : NULL;
+    ef_pipeline *train_p =
+        test_p ? build(o.spec, o.cfg.seed, "training") : NULL;
     if (!train_p) {
         ef_pipeline_destroy(test_p);
         return 2;

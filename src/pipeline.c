@@ -192,9 +192,9 @@ static int add_one(ef_pipeline *p, const char *name, const ef__stage_def *def,
         return rc;
     pending pd = {.p = p, .fn = fn, .user = user};
     const char *o = options ? options : "";
-    return commit(&pd, def ? add_def(&pd, def, o, strlen(o), &p->err)
-                           : add_stage(&pd, name, strlen(name), o, strlen(o),
-                                       &p->err));
+    return commit(
+        &pd, def ? add_def(&pd, def, o, strlen(o), &p->err)
+                 : add_stage(&pd, name, strlen(name), o, strlen(o), &p->err));
 }
 
 int ef_pipeline_add(ef_pipeline *p, const char *stage, const char *options)

@@ -17,15 +17,14 @@ static int image_source(void *user, int64_t epoch, int block, ef_sample **out)
     (void)block;
     if (*next >= 50)
         return EF_END;
-    ef_sample *s = ef_sample_new((ef_sample_id){.index = *next, .epoch = epoch});
+    ef_sample *s =
+        ef_sample_new((ef_sample_id){.index = *next, .epoch = epoch});
     int64_t shape[2] = {3, 4}, *idx;
     unsigned char *img;
-    assert_int_equal(ef_sample_add_new(s, "index", EF_I64, 0, NULL,
-                                       (void **)&idx),
-                     EF_OK);
-    assert_int_equal(ef_sample_add_new(s, "image", EF_U8, 2, shape,
-                                       (void **)&img),
-                     EF_OK);
+    assert_int_equal(
+        ef_sample_add_new(s, "index", EF_I64, 0, NULL, (void **)&idx), EF_OK);
+    assert_int_equal(
+        ef_sample_add_new(s, "image", EF_U8, 2, shape, (void **)&img), EF_OK);
     *idx = *next;
     for (int i = 0; i < 12; i++)
         img[i] = (unsigned char)(*next + i);
@@ -42,9 +41,8 @@ static ef_pipeline *images(const char *stages, uint64_t seed)
     source_state = 0;
     assert_int_equal(ef_pipeline_create(&p), EF_OK);
     assert_int_equal(ef_pipeline_set_seed(p, seed), EF_OK);
-    assert_int_equal(ef_pipeline_add_source(p, image_source, &source_state,
-                                            NULL),
-                     EF_OK);
+    assert_int_equal(
+        ef_pipeline_add_source(p, image_source, &source_state, NULL), EF_OK);
     eft_parse(p, stages);
     return p;
 }
@@ -157,8 +155,7 @@ static void echoed_copies_differ(void **state)
     (void)state;
     unsigned char first[2][50][12];
     for (int run = 0; run < 2; run++) {
-        ef_pipeline *p = images("echo:2 | random_crop:pad=1,threads=3",
-                                9);
+        ef_pipeline *p = images("echo:2 | random_crop:pad=1,threads=3", 9);
         int differ = 0;
         for (int i = 0; i < 50; i++) {
             ef_sample *a = eft_next(p), *b = eft_next(p);
@@ -196,8 +193,7 @@ static void wrong_input_is_an_error(void **state)
     assert_non_null(strstr(ef_pipeline_error(q), "'p'"));
     assert_int_equal(ef_pipeline_parse(q, "range:n=1 | random_crop:pad=-1"),
                      EF_ESPEC);
-    assert_int_equal(ef_pipeline_parse(q, "range:n=1 | flip:field="),
-                     EF_ESPEC);
+    assert_int_equal(ef_pipeline_parse(q, "range:n=1 | flip:field="), EF_ESPEC);
     ef_pipeline_destroy(q);
 }
 

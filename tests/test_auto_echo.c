@@ -34,7 +34,8 @@ static int gated_fn(void *user, int64_t epoch, int block, ef_sample **out)
                  "it to wait for");
     }
     g->ready--;
-    ef_sample *s = ef_sample_new((ef_sample_id){.index = g->next, .epoch = epoch});
+    ef_sample *s =
+        ef_sample_new((ef_sample_id){.index = g->next, .epoch = epoch});
     int64_t *v;
     assert_int_equal(
         ef_sample_add_new(s, "index", EF_I64, 0, NULL, (void **)&v), EF_OK);

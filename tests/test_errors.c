@@ -493,8 +493,7 @@ static const bad_spec k_bad[] = {
     {"range:n=3 | echo:factor=abc", EF_ESPEC, {"echo", "factor"}},
     {"range:n=3 | batch:size=0", EF_ESPEC, {"batch", "size"}},
     /* one past the bound, where a double cannot tell the two apart */
-    {"range:n=9200000000000000001", EF_ESPEC,
-     {"range", "9200000000000000000"}},
+    {"range:n=9200000000000000001", EF_ESPEC, {"range", "9200000000000000000"}},
     {"range:n=3 | shuffle:buffer=0", EF_ESPEC, {"shuffle", "buffer"}},
     {"range:n=3 | prefetch:depth=0", EF_ESPEC, {"prefetch", "depth"}},
     {"range:n=3 | map:fn=noop,threads=0", EF_ESPEC, {"map", "threads"}},

@@ -99,27 +99,49 @@ static void check_layer(eft_layer *l, int n)
 static void dense_gradients(void **state)
 {
     (void)state;
-    eft_layer l = {.kind = EFT_DENSE, .in_h = 1, .in_w = 1, .in_c = 7,
-                   .out_h = 1, .out_w = 1, .out_c = 5};
+    eft_layer l = {.kind = EFT_DENSE,
+                   .in_h = 1,
+                   .in_w = 1,
+                   .in_c = 7,
+                   .out_h = 1,
+                   .out_w = 1,
+                   .out_c = 5};
     check_layer(&l, 3);
 }
 
 static void conv_gradients(void **state)
 {
     (void)state;
-    eft_layer l = {.kind = EFT_CONV, .in_h = 6, .in_w = 5, .in_c = 3,
-                   .out_h = 6, .out_w = 5, .out_c = 4, .k = 3};
+    eft_layer l = {.kind = EFT_CONV,
+                   .in_h = 6,
+                   .in_w = 5,
+                   .in_c = 3,
+                   .out_h = 6,
+                   .out_w = 5,
+                   .out_c = 4,
+                   .k = 3};
     check_layer(&l, 2);
-    eft_layer l5 = {.kind = EFT_CONV, .in_h = 7, .in_w = 7, .in_c = 2,
-                    .out_h = 7, .out_w = 7, .out_c = 3, .k = 5};
+    eft_layer l5 = {.kind = EFT_CONV,
+                    .in_h = 7,
+                    .in_w = 7,
+                    .in_c = 2,
+                    .out_h = 7,
+                    .out_w = 7,
+                    .out_c = 3,
+                    .k = 5};
     check_layer(&l5, 2);
 }
 
 static void relu_gradients(void **state)
 {
     (void)state;
-    eft_layer l = {.kind = EFT_RELU, .in_h = 3, .in_w = 3, .in_c = 2,
-                   .out_h = 3, .out_w = 3, .out_c = 2};
+    eft_layer l = {.kind = EFT_RELU,
+                   .in_h = 3,
+                   .in_w = 3,
+                   .in_c = 2,
+                   .out_h = 3,
+                   .out_w = 3,
+                   .out_c = 2};
     check_layer(&l, 2);
 }
 
@@ -127,12 +149,22 @@ static void pool_gradients(void **state)
 {
     (void)state;
     /* odd sizes exercise the ragged last row and column */
-    eft_layer l = {.kind = EFT_POOL, .in_h = 5, .in_w = 4, .in_c = 3,
-                   .out_h = 3, .out_w = 2, .out_c = 3};
+    eft_layer l = {.kind = EFT_POOL,
+                   .in_h = 5,
+                   .in_w = 4,
+                   .in_c = 3,
+                   .out_h = 3,
+                   .out_w = 2,
+                   .out_c = 3};
     check_layer(&l, 2);
     /* even sizes take the vector path */
-    eft_layer e = {.kind = EFT_POOL, .in_h = 6, .in_w = 4, .in_c = 5,
-                   .out_h = 3, .out_w = 2, .out_c = 5};
+    eft_layer e = {.kind = EFT_POOL,
+                   .in_h = 6,
+                   .in_w = 4,
+                   .in_c = 5,
+                   .out_h = 3,
+                   .out_w = 2,
+                   .out_c = 5};
     check_layer(&e, 2);
 }
 
@@ -342,17 +374,15 @@ static void bad_batches_fail_cleanly(void **state)
     eft_result r;
     /* no label field */
     ef_pipeline *p = eft_pipeline("range:n=10,bytes=784 | batch:5", 1);
-    assert_int_equal(eft_train(&cfg, p, NULL, NULL, 0, NULL, &r, err,
-                               sizeof err),
-                     -1);
+    assert_int_equal(
+        eft_train(&cfg, p, NULL, NULL, 0, NULL, &r, err, sizeof err), -1);
     assert_non_null(strstr(err, "label"));
     ef_pipeline_destroy(p);
     /* a batch larger than the configured one */
     cfg.batch = 4;
     p = fmnist("batch:8", 1);
-    assert_int_equal(eft_train(&cfg, p, NULL, NULL, 0, NULL, &r, err,
-                               sizeof err),
-                     -1);
+    assert_int_equal(
+        eft_train(&cfg, p, NULL, NULL, 0, NULL, &r, err, sizeof err), -1);
     assert_non_null(strstr(err, "at most 4"));
     ef_pipeline_destroy(p);
 }

@@ -82,8 +82,8 @@ static void im2col(const eft_layer *l, const float *in, float *col, int n)
         for (int y = 0; y < H; y++)
             for (int x = 0; x < W; x++) {
                 float *dst = col + (((size_t)i * H + y) * W + x) * row;
-                int dx0 = p - x > 0 ? p - x : 0;               /* clipped */
-                int dx1 = W - x + p < k ? W - x + p : k;       /* left, right */
+                int dx0 = p - x > 0 ? p - x : 0;         /* clipped */
+                int dx1 = W - x + p < k ? W - x + p : k; /* left, right */
                 for (int dy = 0; dy < k; dy++, dst += (size_t)k * C) {
                     int sy = y + dy - p;
                     if (sy < 0 || sy >= H) {
@@ -218,7 +218,7 @@ static int pool_is_even(const eft_layer *l)
 
 /* The four input rows of window (i, y, x): pointers into `base`. */
 #define POOL_WINDOW(base, i, y, x)                                             \
-    float *w00 = (base) + (((size_t)(i) * H + 2 * (y)) * W + 2 * (x)) * C,     \
+    float *w00 = (base) + (((size_t)(i)*H + 2 * (y)) * W + 2 * (x)) * C,       \
           *w01 = w00 + C, *w10 = w00 + (size_t)W * C, *w11 = w10 + C
 
 static void pool_forward_even(eft_layer *l, const float *in, int n)
@@ -271,8 +271,9 @@ static void pool_forward(eft_layer *l, const float *in, int n)
                             int sy = 2 * y + dy, sx = 2 * x + dx;
                             if (sy >= H || sx >= W)
                                 continue;
-                            int32_t idx = (int32_t)(((size_t)i * H + sy) * W +
-                                                    sx) * C + c;
+                            int32_t idx =
+                                (int32_t)(((size_t)i * H + sy) * W + sx) * C +
+                                c;
                             if (in[idx] > best) {
                                 best = in[idx];
                                 at = idx;
@@ -312,8 +313,8 @@ void eft_layer_forward(eft_layer *l, const float *in, int n)
 static void affine_backward(eft_layer *l, const float *a, const float *dout,
                             float *da, int rows, int fan_in)
 {
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, fan_in, l->out_c,
-                rows, 1.0f, a, fan_in, dout, l->out_c, 0.0f, l->dw, l->out_c);
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, fan_in, l->out_c, rows,
+                1.0f, a, fan_in, dout, l->out_c, 0.0f, l->dw, l->out_c);
     column_sums(l->db, dout, rows, l->out_c);
     if (da)
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, fan_in,
@@ -358,8 +359,7 @@ void eft_layer_backward(eft_layer *l, const float *dout, float *din, int n)
 }
 
 double eft_softmax_xent(const float *logits, const int64_t *labels, int n,
-                        int classes, float *dlogits, double norm,
-                        int *correct)
+                        int classes, float *dlogits, double norm, int *correct)
 {
     double loss = 0;
     int hits = 0;

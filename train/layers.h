@@ -27,8 +27,8 @@ typedef struct {
     int max_batch;
     /* parameters (dense, conv): W is [fan_in, out_c], fan_in = k*k*in_c */
     float *w, *b, *dw, *db;
-    size_t nw;      /* elements of w */
-    int shares_wb;  /* w and b belong to another layer (a replica) */
+    size_t nw;     /* elements of w */
+    int shares_wb; /* w and b belong to another layer (a replica) */
     /* saved for backward */
     const float *in; /* the input of the last forward (borrowed) */
     float *out;      /* [batch, out] */
@@ -57,7 +57,6 @@ void eft_layer_backward(eft_layer *l, const float *dout, float *din, int n);
  * Labels out of range count as wrong and add no gradient. Returns the sum
  * of the losses; *correct gets the number of argmax hits. */
 double eft_softmax_xent(const float *logits, const int64_t *labels, int n,
-                        int classes, float *dlogits, double norm,
-                        int *correct);
+                        int classes, float *dlogits, double norm, int *correct);
 
 #endif

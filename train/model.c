@@ -131,8 +131,8 @@ static void run_replica(eft_model *m, eft_replica *rep)
         a = rep->layers[i].out;
     }
     rep->loss = eft_softmax_xent(a, rep->y, rep->n, m->classes,
-                                 rep->backward ? rep->dlogits : NULL,
-                                 rep->norm, &rep->correct);
+                                 rep->backward ? rep->dlogits : NULL, rep->norm,
+                                 &rep->correct);
     if (!rep->backward)
         return;
     const float *dout = rep->dlogits;
@@ -298,8 +298,8 @@ static void reduce_gradients(eft_model *m)
     }
 }
 
-double eft_model_run(eft_model *m, const float *x, const int64_t *labels,
-                     int n, int backward, int *correct)
+double eft_model_run(eft_model *m, const float *x, const int64_t *labels, int n,
+                     int backward, int *correct)
 {
     size_t in = eft_layer_in_size(&m->reps[0].layers[0]);
     /* shards of at most `shard` examples; reps[0] takes the first */
@@ -393,8 +393,8 @@ void eft_model_evaluate(eft_model *m, const float *x, const int64_t *labels,
     for (int at = 0; at < n; at += m->max_batch) {
         int k = n - at < m->max_batch ? n - at : m->max_batch;
         int c;
-        total += eft_model_run(m, x + (size_t)at * in, labels + at, k, 0, &c) *
-                 k;
+        total +=
+            eft_model_run(m, x + (size_t)at * in, labels + at, k, 0, &c) * k;
         hits += c;
     }
     *loss = n ? total / n : 0;

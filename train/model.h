@@ -75,8 +75,8 @@ const char *eft_arch_name(eft_arch arch);
 /* Forward (and, with labels and backward, backward) over n <= max_batch
  * inputs. Returns the mean loss; *correct (if not NULL) gets the hits.
  * After a backward pass the parameters' gradients hold the batch's. */
-double eft_model_run(eft_model *m, const float *x, const int64_t *labels,
-                     int n, int backward, int *correct);
+double eft_model_run(eft_model *m, const float *x, const int64_t *labels, int n,
+                     int backward, int *correct);
 void eft_model_sgd_step(eft_model *m, const eft_sgd *opt, double lr);
 /* One training step on a batch; returns the loss. */
 double eft_model_train_batch(eft_model *m, const float *x,

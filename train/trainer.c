@@ -186,8 +186,7 @@ int eft_train(const eft_config *cfg, ef_pipeline *train,
         }
         ef_sample_id id = ef_sample_identity(s);
         int n;
-        rc = unpack(s, cfg->mean, cfg->std, cfg->batch, x, y, &n, err,
-                    errlen);
+        rc = unpack(s, cfg->mean, cfg->std, cfg->batch, x, y, &n, err, errlen);
         ef_sample_free(s);
         if (rc != 0)
             break;
@@ -222,8 +221,8 @@ int eft_train(const eft_config *cfg, ef_pipeline *train,
             }
         }
         p->train_s = now_s() - t0 - p->eval_s;
-        if (progress && (evaluate || (every_steps > 0 &&
-                                      p->steps % every_steps == 0)))
+        if (progress &&
+            (evaluate || (every_steps > 0 && p->steps % every_steps == 0)))
             progress(user, p, evaluate);
         if (res->reached)
             break;

@@ -66,8 +66,7 @@ static const unsigned char *field_data(const ef_sample *s, int i)
            s->fields[i].offset;
 }
 
-static int random_crop_fn(const ef_sample *in, ef_sample **out,
-                          ef_map_ctx *ctx)
+static int random_crop_fn(const ef_sample *in, ef_sample **out, ef_map_ctx *ctx)
 {
     const augment_params *ap = ef_map_ctx_user(ctx);
     int i;

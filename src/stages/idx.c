@@ -78,7 +78,8 @@ static int idx_next(ef__stage *s, ef_sample **out, ef__err *err)
     if (st->next >= st->h.dims[0])
         return EF_END;
     int64_t i = st->next;
-    ef_sample *smp = ef_sample_new((ef_sample_id){.index = i, .epoch = s->epoch});
+    ef_sample *smp =
+        ef_sample_new((ef_sample_id){.index = i, .epoch = s->epoch});
     int rc =
         smp ? ef_sample_add(smp, "image", st->h.dtype, st->h.ndim - 1,
                             st->h.dims + 1, st->images,

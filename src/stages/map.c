@@ -155,8 +155,7 @@ static void transform(ef__stage *s, map_state *st, ef_sample *in,
         if (item->msg)
             snprintf(item->msg, EF__ERR_MAX + 128,
                      "%s: item %lld (epoch %lld): %s", s->def->info.name,
-                     (long long)in->id.index,
-                     (long long)in->id.epoch,
+                     (long long)in->id.index, (long long)in->id.epoch,
                      err.msg[0] ? err.msg : ef_strerror(rc));
     }
     ef_sample_free(in);

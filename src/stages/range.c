@@ -26,7 +26,8 @@ static int range_next(ef__stage *s, ef_sample **out, ef__err *err)
     if (st->next >= st->n)
         return EF_END;
     int64_t index = st->next;
-    ef_sample *smp = ef_sample_new((ef_sample_id){.index = index, .epoch = s->epoch});
+    ef_sample *smp =
+        ef_sample_new((ef_sample_id){.index = index, .epoch = s->epoch});
     int64_t *value = NULL;
     unsigned char *data = NULL;
     int rc =
