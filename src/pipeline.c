@@ -36,6 +36,7 @@ int ef_pipeline_create(ef_pipeline **out)
         return EF_ENOMEM;
     atomic_init(&p->ctx.cancelled, 0);
     pthread_mutex_init(&p->ctx.mu, NULL);
+    pthread_mutex_init(&p->ctx.skip_mu, NULL);
     pthread_condattr_t attr;
     pthread_condattr_init(&attr);
     pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
@@ -66,6 +67,7 @@ void ef_pipeline_destroy(ef_pipeline *p)
     for (int i = p->nstages - 1; i >= 0; i--)
         ef__stage_free(p->stages[i]);
     pthread_mutex_destroy(&p->ctx.mu);
+    pthread_mutex_destroy(&p->ctx.skip_mu);
     pthread_cond_destroy(&p->ctx.cond);
     ef__free(p);
 }
@@ -87,6 +89,28 @@ int ef_pipeline_set_seed(ef_pipeline *p, uint64_t seed)
     if (rc == EF_OK)
         p->ctx.seed = seed;
     return rc;
+}
+
+int ef_pipeline_set_on_error(ef_pipeline *p, ef_on_error policy)
+{
+    if (!p || (policy != EF_ON_ERROR_FAIL && policy != EF_ON_ERROR_SKIP))
+        return EF_EINVAL;
+    int rc = check_state(p);
+    if (rc == EF_OK)
+        p->ctx.skip_bad = policy == EF_ON_ERROR_SKIP;
+    return rc;
+}
+
+uint64_t ef_pipeline_skipped(ef_pipeline *p, char *buf, size_t cap)
+{
+    if (!p)
+        return 0;
+    if (buf && cap) {
+        pthread_mutex_lock(&p->ctx.skip_mu);
+        snprintf(buf, cap, "%s", p->ctx.skip_msg);
+        pthread_mutex_unlock(&p->ctx.skip_mu);
+    }
+    return atomic_load(&p->ctx.skipped);
 }
 
 /* Stages being added by one call: committed together or not at all. */
@@ -289,6 +313,7 @@ int ef_pipeline_stats_get(const ef_pipeline *p, ef_pipeline_stats *out)
         return EF_EINVAL;
     memset(out, 0, sizeof *out);
     out->items = ef__stat_get(&p->items);
+    out->skipped = atomic_load(&((ef_pipeline *)p)->ctx.skipped);
     if (!p->started)
         return EF_OK;
     /* while running, elapsed time runs to now; once ended, to the last
@@ -319,6 +344,7 @@ int ef_pipeline_stage_stats(const ef_pipeline *p, int i, ef_stage_stats *out)
     out->items_out = ef__stat_get(&s->items_out);
     out->wait_up_s = (double)ef__stat_get(&s->wait_up_ns) * 1e-9;
     out->wait_down_s = (double)ef__stat_get(&s->wait_down_ns) * 1e-9;
+    out->skipped = atomic_load(&((ef__stage *)s)->skipped);
     if (s->def->stats)
         s->def->stats(s, out);
     return EF_OK;

@@ -1,6 +1,7 @@
 /* Helpers shared by every stage: timed pulls, resets, keyed RNG, creation,
  * cancellable sleeps. */
 #include <errno.h>
+#include <stdio.h>
 #include <string.h>
 #include <time.h>
 
@@ -61,6 +62,41 @@ void ef__stage_rng(const ef__stage *s, ef__rng *r, ef_sample_id id)
 {
     ef__rng_init(r, s->ctx->seed, (uint64_t)s->index, id.index, id.epoch,
                  id.echo_copy);
+}
+
+int ef__shard_parse(const ef__stage *s, const ef__opts *o, ef__shard *out,
+                    ef__err *err)
+{
+    const char *text = ef__opt_string(o, "shard");
+    long long i, n;
+    int used = 0;
+    if (sscanf(text, "%lld/%lld%n", &i, &n, &used) != 2 ||
+        (size_t)used != strlen(text) || n < 1 || n > 1000000 || i < 0 ||
+        i >= n)
+        return ef__err_set(err, EF_ESPEC,
+                           "stage '%s': option 'shard' must be I/N with "
+                           "0 <= I < N <= 1000000 (got '%s')",
+                           s->def->info.name, text);
+    out->i = i;
+    out->n = n;
+    return EF_OK;
+}
+
+int ef__stage_skip(ef__stage *s, ef__err *err)
+{
+    ef__ctx *ctx = s->ctx;
+    int about_data = err->status == EF_EFORMAT || err->status == EF_EIO ||
+                     err->status == EF_ESHAPE || err->status == EF_ECALLBACK;
+    if (!ctx->skip_bad || !about_data || ef__ctx_is_cancelled(ctx))
+        return 0;
+    atomic_fetch_add_explicit(&s->skipped, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&ctx->skipped, 1, memory_order_relaxed);
+    pthread_mutex_lock(&ctx->skip_mu);
+    if (!ctx->skip_msg[0])
+        memcpy(ctx->skip_msg, err->msg, sizeof ctx->skip_msg);
+    pthread_mutex_unlock(&ctx->skip_mu);
+    ef__err_clear(err);
+    return 1;
 }
 
 void ef__stats_extra(ef_stage_stats *st, const char *key, double value)

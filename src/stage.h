@@ -53,6 +53,10 @@ typedef struct {
     atomic_int cancelled;
     pthread_mutex_t mu;  /* guards nothing but the wait below */
     pthread_cond_t cond; /* signalled once on cancel */
+    int skip_bad;        /* on_error=skip: drop bad samples, count them */
+    _Atomic uint64_t skipped;  /* bad samples dropped, all stages */
+    pthread_mutex_t skip_mu;   /* guards skip_msg */
+    char skip_msg[EF__ERR_MAX]; /* why the first one was dropped */
 } ef__ctx;
 
 /* Sleeps until the monotonic deadline; EF_ECANCELED if the pipeline is
@@ -101,6 +105,7 @@ struct ef__stage {
     void *user_data;
     /* statistics: one writer each, see ef__stat_add */
     _Atomic uint64_t items_in, items_out, wait_up_ns, wait_down_ns;
+    _Atomic uint64_t skipped; /* bad samples dropped (several writers) */
     /* the counter of time spent inside this stage's next() by whoever pulls
      * it (the next stage's wait_up_ns, or the consumer's wait); set before
      * open */
@@ -117,6 +122,13 @@ int ef__stage_poll(ef__stage *s, ef_sample **out, ef__err *err);
 int ef__stage_reset(ef__stage *s, int64_t epoch, ef__err *err);
 /* Resets only the stages above `s` (for stages with a reset of their own). */
 int ef__stage_reset_upstream(ef__stage *s, int64_t epoch, ef__err *err);
+/* Applies the pipeline's error policy to a failure about one sample (or
+ * one unreadable part of the input) described by err. With on_error=skip
+ * and a status about the data (EF_EFORMAT, EF_EIO, EF_ESHAPE,
+ * EF_ECALLBACK), counts the skip, keeps the first message, clears err and
+ * returns 1: the caller drops what failed and goes on. Otherwise returns 0
+ * and the caller fails as usual. Thread-safe. */
+int ef__stage_skip(ef__stage *s, ef__err *err);
 /* Keyed generator for a decision of stage `s` about a sample. */
 void ef__stage_rng(const ef__stage *s, ef__rng *r, ef_sample_id id);
 
@@ -134,6 +146,23 @@ static inline uint64_t ef__stat_get(const _Atomic uint64_t *c)
 
 /* Appends an extra figure to a stats record (ignored when full). */
 void ef__stats_extra(ef_stage_stats *st, const char *key, double value);
+
+/* ---- sharding ---------------------------------------------------- */
+
+/* A source's share of the data, from its `shard` option "I/N": this
+ * process reads the parts p with p % n == i. */
+typedef struct {
+    int64_t i, n;
+} ef__shard;
+
+/* Parses the `shard` option of stage `s` ("I/N", 0 <= I < N). */
+int ef__shard_parse(const ef__stage *s, const ef__opts *o, ef__shard *out,
+                    ef__err *err);
+
+/* The option every source declares; its default reads everything. */
+#define EF__SHARD_OPTION                                                       \
+    {"shard", EF_OPT_STRING, "0/1",                                            \
+     "I/N: read only part I of N (0 <= I < N), for N processes", 0, 0}
 
 /* ---- creation ---------------------------------------------------- */
 

@@ -217,6 +217,22 @@ int ef_pipeline_add_source(ef_pipeline *p, ef_source_fn fn, void *user,
 int ef_pipeline_add_map(ef_pipeline *p, ef_map_fn fn, void *user,
                         const char *options);
 
+/* What a bad sample does: a corrupt record or image, a truncated file, an
+ * HTTP source that gave up, a map callback that failed on it. */
+typedef enum {
+    EF_ON_ERROR_FAIL = 0, /* the pipeline fails with a message (default) */
+    EF_ON_ERROR_SKIP = 1  /* the sample (or the unreadable rest of its
+                             file) is dropped and counted in the stats */
+} ef_on_error;
+
+/* Sets the policy for bad samples. Before the first next(). */
+int ef_pipeline_set_on_error(ef_pipeline *p, ef_on_error policy);
+
+/* Why the first skipped sample was dropped (file, offset, what was wrong),
+ * copied into buf (NUL-terminated, cut to cap); "" when none was. Returns
+ * the number of samples skipped so far. Any thread. */
+uint64_t ef_pipeline_skipped(ef_pipeline *p, char *buf, size_t cap);
+
 /* Stops the pipeline from any thread: every thread and every waiting
  * next() wakes up, and next() returns EF_ECANCELED from then on. The
  * pipeline must still be destroyed. */
@@ -249,6 +265,7 @@ typedef struct {
     uint64_t items_out; /* items handed downstream */
     double wait_up_s;   /* time spent waiting for the upstream */
     double wait_down_s; /* time an asynchronous stage waited for room */
+    uint64_t skipped;   /* bad samples this stage dropped (on_error=skip) */
     int nextra;         /* stage-specific figures (echo: fresh, echoed ...) */
     ef_stat_extra extra[EF_MAX_STAT_EXTRAS];
 } ef_stage_stats;
@@ -262,6 +279,7 @@ typedef struct {
                                       next() (to now while running) */
     double consumer_wait_s;        /* time spent inside ef_pipeline_next() */
     double consumer_wait_fraction; /* consumer_wait_s / elapsed_s */
+    uint64_t skipped;              /* bad samples dropped, all stages */
 } ef_pipeline_stats;
 
 /* Consistent enough to read while the pipeline runs (counters are read

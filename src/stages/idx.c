@@ -1,6 +1,7 @@
 /* idx: MNIST-style IDX files as a source. Images and labels are read whole
  * at open (gzip or not), checked against each other, and every sample's
- * fields are views into those two buffers: no per-sample copy. */
+ * fields are views into those two buffers: no per-sample copy. shard=I/N
+ * keeps the records r with r % N == I. */
 #include <string.h>
 
 #include "codec/idx.h"
@@ -12,14 +13,19 @@ typedef struct {
     ef_buffer *images; /* the whole images file, host byte order */
     ef_buffer *labels; /* i64 per record, or NULL without labels */
     ef__idx_header h;
-    int64_t next;
+    ef__shard shard;
+    int64_t next; /* next record of this pass */
 } idx_state;
 
 static int idx_create(ef__stage *s, const ef__opts *o, ef__err *err)
 {
-    (void)o;
-    s->state = ef__calloc(1, sizeof(idx_state));
-    return s->state ? EF_OK : ef__err_set(err, EF_ENOMEM, "idx: out of memory");
+    idx_state *st = ef__calloc(1, sizeof *st);
+    s->state = st;
+    if (!st)
+        return ef__err_set(err, EF_ENOMEM, "idx: out of memory");
+    int rc = ef__shard_parse(s, o, &st->shard, err);
+    st->next = st->shard.i;
+    return rc;
 }
 
 /* Reads the labels file into one i64 per record. */
@@ -93,7 +99,7 @@ static int idx_next(ef__stage *s, ef_sample **out, ef__err *err)
         return ef__err_set(err, rc, "idx: cannot build sample %lld: %s",
                            (long long)i, ef_strerror(rc));
     }
-    st->next++;
+    st->next += st->shard.n;
     *out = smp;
     return EF_OK;
 }
@@ -102,7 +108,8 @@ static int idx_reset(ef__stage *s, int64_t epoch, ef__err *err)
 {
     (void)epoch;
     (void)err;
-    ((idx_state *)s->state)->next = 0;
+    idx_state *st = s->state;
+    st->next = st->shard.i;
     return EF_OK;
 }
 
@@ -126,10 +133,11 @@ static const ef__option_def idx_options[] = {
     {"images", EF_OPT_STRING, NULL, "IDX images file (gzip or raw)", 0, 0},
     {"labels", EF_OPT_STRING, "", "IDX labels file, paired with the images", 0,
      0},
+    EF__SHARD_OPTION,
 };
 
 const ef__stage_def ef__stage_idx = {
-    .info = {"idx", "MNIST/Fashion-MNIST IDX files (fields image, label)", 2,
+    .info = {"idx", "MNIST/Fashion-MNIST IDX files (fields image, label)", 3,
              idx_options},
     .is_source = 1,
     .create = idx_create,

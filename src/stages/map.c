@@ -149,14 +149,21 @@ static void transform(ef__stage *s, map_state *st, ef_sample *in,
         item->sample = out;
     } else {
         ef_sample_free(out);
-        item->status = rc;
         item->sample = NULL;
-        item->msg = ef__malloc(EF__ERR_MAX + 128);
-        if (item->msg)
-            snprintf(item->msg, EF__ERR_MAX + 128,
-                     "%s: item %lld (epoch %lld): %s", s->def->info.name,
-                     (long long)in->id.index, (long long)in->id.epoch,
-                     err.msg[0] ? err.msg : ef_strerror(rc));
+        char where[96];
+        snprintf(where, sizeof where, "%s: item %lld (epoch %lld)",
+                 s->def->info.name, (long long)in->id.index,
+                 (long long)in->id.epoch);
+        if (!err.msg[0])
+            ef__err_set(&err, rc, "%s", ef_strerror(rc));
+        err.status = rc;
+        ef__err_prefix(&err, where);
+        if (ef__stage_skip(s, &err)) {
+            item->status = EF_OK; /* no sample: dropped, see map_next */
+        } else {
+            item->status = rc;
+            item->msg = ef__strdup(err.msg);
+        }
     }
     ef_sample_free(in);
 }
@@ -369,6 +376,7 @@ int ef__map_next(ef__stage *s, ef_sample **out, ef__err *err)
         return st->final_status;
     }
     ef__item item;
+again:
     if (!st->ordered) {
         if (ef__queue_pop(&st->out, &item, NULL) != EF_OK)
             return ef__err_set(err, EF_ECANCELED, "map: stopped");
@@ -397,6 +405,8 @@ int ef__map_next(ef__stage *s, ef_sample **out, ef__err *err)
     }
     if (item.status != EF_OK)
         return finish(st, &item, err);
+    if (!item.sample)
+        goto again; /* a bad sample dropped under on_error=skip */
     *out = item.sample;
     return EF_OK;
 }

@@ -1,11 +1,13 @@
 /* range: a synthetic source of N samples, for tests and benchmarks.
  * Field `index` (i64 scalar) and, with bytes=B, field `data` (u8 [B]) whose
- * byte j is (index + j) mod 256. */
+ * byte j is (index + j) mod 256. With shard=I/N, only the indices i with
+ * i % N == I. */
 #include "core/alloc.h"
 #include "stage.h"
 
 typedef struct {
     int64_t n, bytes;
+    ef__shard shard;
     int64_t next; /* next index to emit in this pass */
 } range_state;
 
@@ -17,7 +19,9 @@ static int range_create(ef__stage *s, const ef__opts *o, ef__err *err)
     st->n = ef__opt_int(o, "n");
     st->bytes = ef__opt_int(o, "bytes");
     s->state = st;
-    return EF_OK;
+    int rc = ef__shard_parse(s, o, &st->shard, err);
+    st->next = st->shard.i;
+    return rc;
 }
 
 static int range_next(ef__stage *s, ef_sample **out, ef__err *err)
@@ -45,7 +49,7 @@ static int range_next(ef__stage *s, ef_sample **out, ef__err *err)
     *value = index;
     for (int64_t j = 0; j < st->bytes; j++)
         data[j] = (unsigned char)((index + j) & 0xff);
-    st->next++;
+    st->next += st->shard.n;
     *out = smp;
     return EF_OK;
 }
@@ -54,7 +58,8 @@ static int range_reset(ef__stage *s, int64_t epoch, ef__err *err)
 {
     (void)epoch;
     (void)err;
-    ((range_state *)s->state)->next = 0;
+    range_state *st = s->state;
+    st->next = st->shard.i;
     return EF_OK;
 }
 
@@ -67,11 +72,12 @@ static const ef__option_def range_options[] = {
     {"n", EF_OPT_INT, NULL, "number of samples", 0, 9.2e18},
     {"bytes", EF_OPT_INT, "0", "size of the u8 'data' field (0: none)", 0,
      1 << 30},
+    EF__SHARD_OPTION,
 };
 
 const ef__stage_def ef__stage_range = {
     .info = {"range", "synthetic source: samples 0..n-1 (fields index, data)",
-             2, range_options},
+             3, range_options},
     .is_source = 1,
     .create = range_create,
     .next = range_next,

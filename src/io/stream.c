@@ -1,0 +1,403 @@
+/* Byte streams (see stream.h): a raw backend (file, memory or HTTP) with
+ * optional gzip inflation, the offset, cancellation and statistics. */
+#include "io/stream.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "core/alloc.h"
+#include "core/clock.h"
+#include "io/stream_backend.h"
+
+#ifdef EF_HAVE_ZLIB
+#include <zlib.h>
+#endif
+
+#define RAW_CHUNK (1u << 16)
+
+struct ef__stream {
+    const ef__stream_backend *backend;
+    void *impl;
+    char *name;
+    const atomic_int *cancelled;
+    uint64_t offset;    /* inflated bytes handed out */
+    uint64_t raw_bytes; /* bytes the backend gave */
+    uint64_t read_ns;
+    int gzip; /* after sniffing: 0 or 1 */
+    /* raw bytes read ahead (for sniffing, and as gzip input) */
+    unsigned char *in;
+    size_t in_pos, in_len;
+    int raw_end; /* the backend has no more */
+#ifdef EF_HAVE_ZLIB
+    z_stream z;
+    int z_ready, z_member_done;
+#endif
+};
+
+/* ---- file and memory backends ------------------------------------ */
+
+typedef struct {
+    FILE *f;
+    const char *name;
+} file_impl;
+
+static int file_read(void *impl, void *buf, size_t n, size_t *got,
+                     ef__err *err)
+{
+    file_impl *fi = impl;
+    *got = fread(buf, 1, n, fi->f);
+    if (*got < n && ferror(fi->f))
+        return ef__err_set(err, EF_EIO, "%s: read error: %s", fi->name,
+                           strerror(errno));
+    return EF_OK;
+}
+
+static void file_close(void *impl)
+{
+    file_impl *fi = impl;
+    fclose(fi->f);
+    ef__free(fi);
+}
+
+static const ef__stream_backend file_backend = {file_read, NULL, file_close};
+
+typedef struct {
+    const unsigned char *data;
+    size_t size, pos;
+} memory_impl;
+
+static int memory_read(void *impl, void *buf, size_t n, size_t *got,
+                       ef__err *err)
+{
+    (void)err;
+    memory_impl *m = impl;
+    *got = m->size - m->pos < n ? m->size - m->pos : n;
+    memcpy(buf, m->data + m->pos, *got);
+    m->pos += *got;
+    return EF_OK;
+}
+
+static void memory_close(void *impl)
+{
+    ef__free(impl);
+}
+
+static const ef__stream_backend memory_backend = {memory_read, NULL,
+                                                  memory_close};
+
+/* ---- opening ----------------------------------------------------- */
+
+void ef__stream_opts_init(ef__stream_opts *o)
+{
+    *o = (ef__stream_opts){
+        .gzip = -1, .tries = 5, .timeout_s = 30, .backoff_s = 0.1};
+}
+
+static int is_url(const char *s)
+{
+    return strncmp(s, "http://", 7) == 0 || strncmp(s, "https://", 8) == 0;
+}
+
+/* Wraps an opened backend; sniffs for gzip. Frees impl on failure. */
+static int finish_open(ef__stream **out, const ef__stream_backend *b,
+                       void *impl, const char *name, const ef__stream_opts *o,
+                       ef__err *err)
+{
+    ef__stream_opts def;
+    if (!o) {
+        ef__stream_opts_init(&def);
+        o = &def;
+    }
+    ef__stream *s = ef__calloc(1, sizeof *s);
+    if (s) {
+        s->name = ef__strdup(name);
+        s->in = ef__malloc(RAW_CHUNK);
+    }
+    if (!s || !s->name || !s->in) {
+        b->close(impl);
+        if (s) {
+            ef__free(s->name);
+            ef__free(s->in);
+            ef__free(s);
+        }
+        return ef__err_set(err, EF_ENOMEM, "%s: out of memory", name);
+    }
+    s->backend = b;
+    s->impl = impl;
+    s->cancelled = o->cancelled;
+    s->gzip = o->gzip;
+    *out = s;
+    return EF_OK;
+}
+
+int ef__stream_open(ef__stream **out, const char *location,
+                    const ef__stream_opts *o, ef__err *err)
+{
+    *out = NULL;
+    if (is_url(location)) {
+        void *impl;
+        const ef__stream_backend *b;
+        ef__stream_opts def;
+        if (!o) {
+            ef__stream_opts_init(&def);
+            o = &def;
+        }
+        int rc = ef__http_open(&impl, &b, location, o, err);
+        return rc == EF_OK ? finish_open(out, b, impl, location, o, err) : rc;
+    }
+    file_impl *fi = ef__calloc(1, sizeof *fi);
+    if (!fi)
+        return ef__err_set(err, EF_ENOMEM, "%s: out of memory", location);
+    fi->f = fopen(location, "rb");
+    if (!fi->f) {
+        int e = errno;
+        ef__free(fi);
+        return ef__err_set(err, EF_EIO, "%s: cannot open: %s", location,
+                           strerror(e));
+    }
+    int rc = finish_open(out, &file_backend, fi, location, o, err);
+    if (rc == EF_OK)
+        fi->name = (*out)->name;
+    return rc;
+}
+
+int ef__stream_open_memory(ef__stream **out, const void *data, size_t size,
+                           const char *name, const ef__stream_opts *o,
+                           ef__err *err)
+{
+    *out = NULL;
+    memory_impl *m = ef__calloc(1, sizeof *m);
+    if (!m)
+        return ef__err_set(err, EF_ENOMEM, "%s: out of memory", name);
+    m->data = data;
+    m->size = size;
+    return finish_open(out, &memory_backend, m, name, o, err);
+}
+
+void ef__stream_close(ef__stream *s)
+{
+    if (!s)
+        return;
+#ifdef EF_HAVE_ZLIB
+    if (s->z_ready)
+        inflateEnd(&s->z);
+#endif
+    s->backend->close(s->impl);
+    ef__free(s->in);
+    ef__free(s->name);
+    ef__free(s);
+}
+
+/* ---- reading ----------------------------------------------------- */
+
+static int check_cancel(const ef__stream *s, ef__err *err)
+{
+    if (s->cancelled && atomic_load(s->cancelled))
+        return ef__err_set(err, EF_ECANCELED, "%s: pipeline stopped",
+                           s->name);
+    return EF_OK;
+}
+
+/* Refills s->in when it is used up; leaves in_len == in_pos at the end. */
+static int fill_raw(ef__stream *s, ef__err *err)
+{
+    if (s->in_pos < s->in_len || s->raw_end)
+        return EF_OK;
+    int rc = check_cancel(s, err);
+    if (rc != EF_OK)
+        return rc;
+    size_t got = 0;
+    rc = s->backend->read(s->impl, s->in, RAW_CHUNK, &got, err);
+    if (rc != EF_OK)
+        return rc;
+    s->in_pos = 0;
+    s->in_len = got;
+    s->raw_bytes += got;
+    if (got == 0)
+        s->raw_end = 1;
+    return EF_OK;
+}
+
+static int read_raw(ef__stream *s, unsigned char *buf, size_t n, size_t *got,
+                    ef__err *err)
+{
+    *got = 0;
+    while (*got < n) {
+        int rc = fill_raw(s, err);
+        if (rc != EF_OK)
+            return rc;
+        if (s->in_pos == s->in_len)
+            break;
+        size_t k = s->in_len - s->in_pos;
+        if (k > n - *got)
+            k = n - *got;
+        memcpy(buf + *got, s->in + s->in_pos, k);
+        s->in_pos += k;
+        *got += k;
+    }
+    return EF_OK;
+}
+
+#ifdef EF_HAVE_ZLIB
+static int read_gzip(ef__stream *s, unsigned char *buf, size_t n, size_t *got,
+                     ef__err *err)
+{
+    *got = 0;
+    if (!s->z_ready) {
+        if (inflateInit2(&s->z, 15 + 16) != Z_OK) /* gzip wrapper only */
+            return ef__err_set(err, EF_ENOMEM, "%s: cannot start inflating",
+                               s->name);
+        s->z_ready = 1;
+    }
+    while (*got < n) {
+        int rc = fill_raw(s, err);
+        if (rc != EF_OK)
+            return rc;
+        if (s->in_pos == s->in_len) {
+            if (!s->z_member_done)
+                return ef__err_set(err, EF_EFORMAT,
+                                   "%s: gzip stream truncated after %llu "
+                                   "compressed bytes (%llu inflated)",
+                                   s->name, (unsigned long long)s->raw_bytes,
+                                   (unsigned long long)(s->offset + *got));
+            break;
+        }
+        if (s->z_member_done) { /* another gzip member follows */
+            inflateReset(&s->z);
+            s->z_member_done = 0;
+        }
+        s->z.next_in = s->in + s->in_pos;
+        s->z.avail_in = (uInt)(s->in_len - s->in_pos);
+        s->z.next_out = buf + *got;
+        size_t room = n - *got;
+        s->z.avail_out = room > (1u << 30) ? 1u << 30 : (uInt)room;
+        uInt before = s->z.avail_out;
+        int zr = inflate(&s->z, Z_NO_FLUSH);
+        s->in_pos = s->in_len - s->z.avail_in;
+        *got += before - s->z.avail_out;
+        if (zr == Z_STREAM_END)
+            s->z_member_done = 1;
+        else if (zr != Z_OK && zr != Z_BUF_ERROR)
+            return ef__err_set(
+                err, EF_EFORMAT,
+                "%s: corrupt gzip data near compressed offset %llu: %s",
+                s->name,
+                (unsigned long long)(s->raw_bytes - (s->in_len - s->in_pos)),
+                s->z.msg ? s->z.msg : "inflate failed");
+    }
+    return EF_OK;
+}
+#endif
+
+/* Decides gzip or not from the first two raw bytes, once. */
+static int sniff(ef__stream *s, ef__err *err)
+{
+    if (s->gzip >= 0)
+        return EF_OK;
+    int rc = fill_raw(s, err);
+    if (rc != EF_OK)
+        return rc;
+    /* a one-byte first read cannot show the magic; gzip data never comes
+     * that short from a file, and a short HTTP chunk only delays nothing
+     * but this guess, so read on until two bytes are here */
+    while (s->in_len - s->in_pos == 1 && !s->raw_end) {
+        unsigned char first = s->in[s->in_pos];
+        size_t got = 0;
+        rc = s->backend->read(s->impl, s->in + 1, RAW_CHUNK - 1, &got, err);
+        if (rc != EF_OK)
+            return rc;
+        s->in[0] = first;
+        s->in_pos = 0;
+        s->in_len = 1 + got;
+        s->raw_bytes += got;
+        if (got == 0)
+            s->raw_end = 1;
+    }
+    s->gzip = s->in_len - s->in_pos >= 2 && s->in[s->in_pos] == 0x1f &&
+              s->in[s->in_pos + 1] == 0x8b;
+    return EF_OK;
+}
+
+int ef__stream_read(ef__stream *s, void *buf, size_t n, size_t *got,
+                    ef__err *err)
+{
+    *got = 0;
+    uint64_t t0 = ef__now_ns();
+    int rc = sniff(s, err);
+    if (rc == EF_OK) {
+        if (s->gzip) {
+#ifdef EF_HAVE_ZLIB
+            rc = read_gzip(s, buf, n, got, err);
+#else
+            rc = ef__err_set(err, EF_EUNSUPPORTED,
+                             "%s: gzip data, but echoflow was built without "
+                             "zlib (apt-get install zlib1g-dev, then rebuild)",
+                             s->name);
+#endif
+        } else {
+            rc = read_raw(s, buf, n, got, err);
+        }
+    }
+    s->offset += *got;
+    s->read_ns += ef__now_ns() - t0;
+    return rc;
+}
+
+int ef__stream_read_full(ef__stream *s, void *buf, size_t n, const char *what,
+                         ef__err *err)
+{
+    uint64_t start = s->offset;
+    size_t got;
+    int rc = ef__stream_read(s, buf, n, &got, err);
+    if (rc != EF_OK || got == n)
+        return rc;
+    if (got == 0)
+        return EF_END;
+    return ef__err_set(err, EF_EFORMAT,
+                       "%s: truncated %s at offset %llu: expected %zu bytes, "
+                       "the data ends after %zu",
+                       s->name, what, (unsigned long long)start, n, got);
+}
+
+int ef__stream_skip(ef__stream *s, uint64_t n, const char *what,
+                    ef__err *err)
+{
+    unsigned char scratch[4096];
+    uint64_t start = s->offset;
+    while (n > 0) {
+        size_t k = n < sizeof scratch ? (size_t)n : sizeof scratch;
+        size_t got;
+        int rc = ef__stream_read(s, scratch, k, &got, err);
+        if (rc != EF_OK)
+            return rc;
+        if (got < k) {
+            if (s->offset == start)
+                return EF_END;
+            return ef__err_set(err, EF_EFORMAT,
+                               "%s: truncated %s at offset %llu: %llu more "
+                               "bytes expected",
+                               s->name, what, (unsigned long long)start,
+                               (unsigned long long)(n - got));
+        }
+        n -= k;
+    }
+    return EF_OK;
+}
+
+uint64_t ef__stream_offset(const ef__stream *s)
+{
+    return s->offset;
+}
+
+const char *ef__stream_name(const ef__stream *s)
+{
+    return s->name;
+}
+
+void ef__stream_get_stats(const ef__stream *s, ef__stream_stats *out)
+{
+    out->raw_bytes = s->raw_bytes;
+    out->retries = s->backend->retries ? s->backend->retries(s->impl) : 0;
+    out->read_s = (double)s->read_ns / 1e9;
+}

@@ -1,0 +1,69 @@
+/* Byte streams read front to back in pieces: local files, memory, and
+ * http:// or https:// URLs (libcurl), with gzip inflated on the fly. Parsers
+ * of container formats (tar, TFRecord) read through this interface, so the
+ * same code serves a disk, a web server and a fuzzer's bytes.
+ *
+ * A stream is used by one thread at a time. */
+#ifndef EF_IO_STREAM_H
+#define EF_IO_STREAM_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/err.h"
+
+typedef struct ef__stream ef__stream;
+
+typedef struct {
+    int gzip;            /* -1: inflate when the data starts with the gzip
+                            magic; 0: never; 1: always */
+    int tries;           /* HTTP: attempts in all before giving up */
+    double timeout_s;    /* HTTP: connect timeout; an attempt that gets no
+                            byte for this long fails */
+    double backoff_s;    /* HTTP: wait before the first retry, doubled
+                            after each failed attempt */
+    const atomic_int *cancelled; /* optional: once non-zero, reads stop
+                                    with EF_ECANCELED */
+} ef__stream_opts;
+
+typedef struct {
+    uint64_t raw_bytes; /* bytes received from the file or the network */
+    uint64_t retries;   /* HTTP attempts after the first */
+    double read_s;      /* time spent inside reads */
+} ef__stream_stats;
+
+/* The defaults: gzip sniffed, 5 tries, 30 s timeout, 0.1 s backoff. */
+void ef__stream_opts_init(ef__stream_opts *o);
+
+/* Opens a path or an http(s) URL. `o` may be NULL for the defaults. The
+ * caller owns *out (ef__stream_close). Errors name the location. */
+int ef__stream_open(ef__stream **out, const char *location,
+                    const ef__stream_opts *o, ef__err *err);
+/* A stream over `size` bytes at `data`, which must outlive it; `name`
+ * stands for the location in messages. */
+int ef__stream_open_memory(ef__stream **out, const void *data, size_t size,
+                           const char *name, const ef__stream_opts *o,
+                           ef__err *err);
+void ef__stream_close(ef__stream *s);
+
+/* Reads up to n bytes into buf; *got < n only at the end of the data
+ * (*got == 0: nothing left). */
+int ef__stream_read(ef__stream *s, void *buf, size_t n, size_t *got,
+                    ef__err *err);
+/* Reads exactly n bytes: EF_OK; EF_END when the data ended before the
+ * first byte; EF_EFORMAT when it ended part way (the message names the
+ * location, the offset and `what` was being read). */
+int ef__stream_read_full(ef__stream *s, void *buf, size_t n, const char *what,
+                         ef__err *err);
+/* Discards n bytes, with read_full's statuses. */
+int ef__stream_skip(ef__stream *s, uint64_t n, const char *what,
+                    ef__err *err);
+
+/* Bytes of (inflated) data read so far: the offset of the next byte. */
+uint64_t ef__stream_offset(const ef__stream *s);
+/* The path or URL given to open. */
+const char *ef__stream_name(const ef__stream *s);
+void ef__stream_get_stats(const ef__stream *s, ef__stream_stats *out);
+
+#endif
