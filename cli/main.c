@@ -15,14 +15,17 @@ static void usage(FILE *f)
 {
     fprintf(
         f, "usage: echoflow stages\n"
-           "       echoflow run [--seed S] [--consume-us U] [--json] SPEC\n"
+           "       echoflow run [--seed S] [--consume-us U] [--on-error fail|skip]\n"
+           "                    [--json] SPEC\n"
            "       echoflow version\n"
            "\n"
            "SPEC is stages joined by '|', each NAME[:OPT[,OPT...]], OPT being\n"
            "key=value or a bare value for the first option, for example\n"
            "  \"range:n=100000 | echo:2 | batch:128\"\n"
            "--consume-us U emulates a training step: U microseconds of sleep\n"
-           "per item pulled from the last stage.\n");
+           "per item pulled from the last stage.\n"
+           "--on-error skip drops bad samples (corrupt records or images,\n"
+           "unreadable shards) and counts them; the default fails the run.\n");
 }
 
 static int cmd_stages(void)
@@ -101,6 +104,15 @@ static int cmd_run(int argc, char **argv)
         double v;
         if (!strcmp(argv[i], "--json")) {
             json = 1;
+        } else if (!strcmp(argv[i], "--on-error")) {
+            if (i + 1 >= argc || (strcmp(argv[i + 1], "fail") &&
+                                  strcmp(argv[i + 1], "skip"))) {
+                fprintf(stderr, "echoflow: --on-error expects fail or skip, "
+                                "got '%s'\n",
+                        i + 1 < argc ? argv[i + 1] : "");
+                return 2;
+            }
+            ri.skip_bad = !strcmp(argv[++i], "skip");
         } else if (!strcmp(argv[i], "--seed") ||
                    !strcmp(argv[i], "--consume-us")) {
             if (i + 1 >= argc) {
@@ -140,6 +152,9 @@ static int cmd_run(int argc, char **argv)
         return 1;
     }
     int rc = ef_pipeline_set_seed(p, ri.seed);
+    if (rc == EF_OK)
+        rc = ef_pipeline_set_on_error(p, ri.skip_bad ? EF_ON_ERROR_SKIP
+                                                     : EF_ON_ERROR_FAIL);
     if (rc == EF_OK)
         rc = ef_pipeline_parse(p, ri.spec);
     if (rc != EF_OK) {

@@ -54,6 +54,13 @@ void report_json(FILE *f, const ef_pipeline *p, const run_info *ri)
     json_number(f, ps.consumer_wait_s);
     fputs(", \"consumer_wait_fraction\": ", f);
     json_number(f, ps.consumer_wait_fraction);
+    char why[512];
+    uint64_t skipped = ef_pipeline_skipped((ef_pipeline *)p, why, sizeof why);
+    fprintf(f, ", \"skipped\": %llu", (unsigned long long)skipped);
+    if (skipped) {
+        fputs(", \"first_skip\": ", f);
+        json_string(f, why);
+    }
     fputs(", \"stages\": [", f);
     for (int i = 0; i < ef_pipeline_stage_count(p); i++) {
         ef_stage_stats st;
@@ -66,6 +73,7 @@ void report_json(FILE *f, const ef_pipeline *p, const run_info *ri)
         json_number(f, st.wait_up_s);
         fputs(", \"wait_down_s\": ", f);
         json_number(f, st.wait_down_s);
+        fprintf(f, ", \"skipped\": %llu", (unsigned long long)st.skipped);
         for (int k = 0; k < st.nextra; k++) {
             fputs(", ", f);
             json_string(f, st.extra[k].key);
@@ -91,6 +99,11 @@ void report_text(FILE *f, const ef_pipeline *p, const run_info *ri)
             100 * ps.consumer_wait_fraction, ps.consumer_wait_s);
     if (ri->status < 0)
         fprintf(f, "ended with      %s\n", ef_status_name(ri->status));
+    char why[512];
+    uint64_t skipped = ef_pipeline_skipped((ef_pipeline *)p, why, sizeof why);
+    if (skipped)
+        fprintf(f, "skipped         %llu bad samples; the first: %s\n",
+                (unsigned long long)skipped, why);
     fprintf(f, "\n%-10s %12s %12s %10s %10s  %s\n", "stage", "items in",
             "items out", "wait up s", "wait dn s", "details");
     for (int i = 0; i < ef_pipeline_stage_count(p); i++) {
@@ -99,6 +112,8 @@ void report_text(FILE *f, const ef_pipeline *p, const run_info *ri)
         fprintf(f, "%-10s %12llu %12llu %10.3f %10.3f ", st.name,
                 (unsigned long long)st.items_in,
                 (unsigned long long)st.items_out, st.wait_up_s, st.wait_down_s);
+        if (st.skipped)
+            fprintf(f, " skipped=%llu", (unsigned long long)st.skipped);
         for (int k = 0; k < st.nextra; k++) {
             double v = st.extra[k].value;
             if (v == floor(v) && fabs(v) < 1e15)

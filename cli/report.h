@@ -11,6 +11,7 @@ typedef struct {
     const char *spec;
     uint64_t seed;
     double consume_us;
+    int skip_bad; /* --on-error skip */
     int status; /* how the run ended: EF_END, or an error */
 } run_info;
 

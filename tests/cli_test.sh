@@ -180,6 +180,19 @@ run bad_cmd frobnicate
 [ "$rc" -ne 0 ] || fail "echoflow frobnicate exited 0"
 run no_spec run --json
 [ "$rc" -ne 0 ] || fail "echoflow run --json (no spec) exited 0"
+run bad_policy run --on-error sometimes "range:n=3"
+[ "$rc" -eq 2 ] && grep -q "fail or skip" "$TMP/bad_policy.err" ||
+    fail "run --on-error sometimes: rc $rc, $(cat "$TMP/bad_policy.err")"
+run skip_none run --json --on-error skip "range:n=5,shard=1/2"
+if [ "$rc" -ne 0 ]; then
+    fail "run --on-error skip exited $rc: $(cat "$TMP/skip_none.err")"
+else
+    cat "$TMP/common.py" - >"$TMP/skip_none.py" <<'EOF'
+need(doc["items"] == 2, "shard 1/2 of 5: items = %r" % doc["items"])
+need(doc["skipped"] == 0, "skipped = %r" % doc["skipped"])
+EOF
+    check_json skip_none "$TMP/skip_none.py"
+fi
 
 # ---- Fashion-MNIST ----------------------------------------------------
 IMG="$FMNIST/train-images-idx3-ubyte.gz"

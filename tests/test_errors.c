@@ -158,6 +158,136 @@ static void test_map_failure_plain_status(void **state)
     run_failing("range:n=100", NULL, 3, 4, EF_EFORMAT, 1);
 }
 
+/* ---- on_error=skip ------------------------------------------------ */
+
+/* Fails every item whose index is 3 mod 7 with `status`. */
+static int sevens_map(const ef_sample *in, ef_sample **out, ef_map_ctx *ctx)
+{
+    const int *status = ef_map_ctx_user(ctx);
+    int64_t index = ef_sample_identity(in).index;
+    if (index % 7 == 3)
+        return ef_map_ctx_fail(ctx, *status, "bad item %d", (int)index);
+    *out = ef_sample_clone(in);
+    return *out ? EF_OK : EF_ENOMEM;
+}
+
+static ef_pipeline *skipping_pipeline(int n, const char *map_opts,
+                                      int *status)
+{
+    ef_pipeline *p = NULL;
+    assert_int_equal(ef_pipeline_create(&p), EF_OK);
+    assert_int_equal(ef_pipeline_set_on_error(p, EF_ON_ERROR_SKIP), EF_OK);
+    char spec[32];
+    snprintf(spec, sizeof spec, "range:n=%d", n);
+    eft_parse(p, spec);
+    if (ef_pipeline_add_map(p, sevens_map, status, map_opts) != EF_OK)
+        fail_msg("add_map(%s): %s", map_opts, ef_pipeline_error(p));
+    return p;
+}
+
+static void test_skip_drops_and_counts(void **state)
+{
+    (void)state;
+    static const char *opts[] = {"threads=1", "threads=4,ordered=true",
+                                 "threads=4,ordered=false"};
+    for (size_t k = 0; k < 3; k++) {
+        int status = EF_EFORMAT;
+        ef_pipeline *p = skipping_pipeline(200, opts[k], &status);
+        unsigned char seen[200];
+        memset(seen, 0, sizeof seen);
+        int64_t last = -1, n = 0;
+        ef_sample *s;
+        int rc;
+        while ((rc = ef_pipeline_next(p, &s)) == EF_OK) {
+            int64_t ix = ef_sample_identity(s).index;
+            ef_sample_free(s);
+            assert_true(ix >= 0 && ix < 200 && ix % 7 != 3 && !seen[ix]);
+            if (k < 2) /* ordered: in source order */
+                assert_true(ix > last);
+            last = ix;
+            seen[ix] = 1;
+            n++;
+        }
+        if (rc != EF_END)
+            fail_msg("%s: next = %s: %s", opts[k], ef_status_name(rc),
+                     ef_pipeline_error(p));
+        int64_t bad = (200 + 3) / 7; /* 3, 10, ..., 199 */
+        assert_int_equal(n, 200 - bad);
+        char why[256];
+        assert_int_equal(ef_pipeline_skipped(p, why, sizeof why), bad);
+        assert_non_null(strstr(why, "bad item"));
+        assert_non_null(strstr(why, "map: item"));
+        ef_pipeline_stats ps;
+        ef_pipeline_stats_get(p, &ps);
+        assert_int_equal(ps.skipped, bad);
+        ef_stage_stats st;
+        assert_int_equal(ef_pipeline_stage_stats(p, 1, &st), EF_OK);
+        assert_int_equal(st.skipped, bad);
+        ef_pipeline_destroy(p);
+    }
+}
+
+static void test_skip_leaves_other_errors_fatal(void **state)
+{
+    (void)state;
+    /* out of memory is not about the data: it fails even under skip */
+    int status = EF_ENOMEM;
+    ef_pipeline *p = skipping_pipeline(20, "threads=2", &status);
+    ef_sample *s;
+    int rc;
+    int n = 0;
+    while ((rc = ef_pipeline_next(p, &s)) == EF_OK) {
+        ef_sample_free(s);
+        n++;
+    }
+    assert_int_equal(rc, EF_ENOMEM);
+    assert_int_equal(n, 3);
+    assert_non_null(strstr(ef_pipeline_error(p), "bad item 3"));
+    assert_int_equal(ef_pipeline_skipped(p, NULL, 0), 0);
+    ef_pipeline_destroy(p);
+}
+
+static void test_on_error_arguments(void **state)
+{
+    (void)state;
+    ef_pipeline *p = eft_pipeline("range:n=3", 0);
+    assert_int_equal(ef_pipeline_set_on_error(p, (ef_on_error)7), EF_EINVAL);
+    assert_int_equal(ef_pipeline_set_on_error(NULL, EF_ON_ERROR_SKIP),
+                     EF_EINVAL);
+    ef_sample *s = eft_next(p);
+    ef_sample_free(s);
+    assert_int_equal(ef_pipeline_set_on_error(p, EF_ON_ERROR_SKIP),
+                     EF_ESTATE);
+    char why[8] = "x";
+    assert_int_equal(ef_pipeline_skipped(p, why, sizeof why), 0);
+    assert_string_equal(why, "");
+    ef_pipeline_destroy(p);
+}
+
+/* ---- shard=I/N ------------------------------------------------------ */
+
+static void test_range_shards_partition(void **state)
+{
+    (void)state;
+    unsigned char seen[101];
+    memset(seen, 0, sizeof seen);
+    for (int i = 0; i < 4; i++) {
+        char spec[48];
+        snprintf(spec, sizeof spec, "range:n=101,shard=%d/4", i);
+        ef_pipeline *p = eft_pipeline(spec, 0);
+        ef_sample *s;
+        while (ef_pipeline_next(p, &s) == EF_OK) {
+            int64_t ix = ef_sample_identity(s).index;
+            ef_sample_free(s);
+            assert_true(ix >= 0 && ix < 101 && ix % 4 == i && !seen[ix]);
+            seen[ix] = 1;
+        }
+        ef_pipeline_destroy(p);
+    }
+    for (int ix = 0; ix < 101; ix++)
+        assert_int_equal(seen[ix], 1);
+}
+
 /* ---- IDX fixtures ------------------------------------------------- */
 
 typedef struct {
@@ -481,6 +611,11 @@ typedef struct {
 
 static const bad_spec k_bad[] = {
     {"range:n=3 | nosuch:1", EF_ESPEC, {"nosuch", NULL}},
+    {"range:n=3,shard=4/4", EF_ESPEC, {"shard", "4/4"}},
+    {"range:n=3,shard=1", EF_ESPEC, {"shard", "I/N"}},
+    {"range:n=3,shard=-1/2", EF_ESPEC, {"shard", "-1/2"}},
+    {"range:n=3,shard=0/2x", EF_ESPEC, {"shard", "0/2x"}},
+    {"range:n=3,shard=0/0", EF_ESPEC, {"shard", "0/0"}},
     {"range:n=3,foo=1", EF_ESPEC, {"range", "foo"}},
     {"range:n=3 | batch:size=abc", EF_ESPEC, {"batch", "size"}},
     {"range:n=3 | batch:size=2.5", EF_ESPEC, {"batch", "size"}},
@@ -643,6 +778,10 @@ int main(void)
         cmocka_unit_test(test_map_failure_through_queues),
         cmocka_unit_test(test_map_failure_unordered),
         cmocka_unit_test(test_map_failure_plain_status),
+        cmocka_unit_test(test_skip_drops_and_counts),
+        cmocka_unit_test(test_skip_leaves_other_errors_fatal),
+        cmocka_unit_test(test_on_error_arguments),
+        cmocka_unit_test(test_range_shards_partition),
         cmocka_unit_test_setup_teardown(test_idx_valid, fixture_setup,
                                         fixture_teardown),
         cmocka_unit_test_setup_teardown(test_idx_truncated, fixture_setup,

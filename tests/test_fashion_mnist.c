@@ -179,12 +179,43 @@ static void test_t10k_batched_f32(void **state)
     ef_pipeline_destroy(p);
 }
 
+static void test_t10k_shards(void **state)
+{
+    (void)state;
+    /* three processes with shard=I/3 read every test image exactly once */
+    char images[512], spec[700];
+    snprintf(images, sizeof images, "%s/t10k-images-idx3-ubyte.gz",
+             EF_FASHION_MNIST_DIR);
+    need_file(images);
+    unsigned char *seen = calloc(10000, 1);
+    assert_non_null(seen);
+    for (int part = 0; part < 3; part++) {
+        snprintf(spec, sizeof spec, "idx:images=%s,shard=%d/3", images, part);
+        ef_pipeline *p = eft_pipeline(spec, 0);
+        ef_sample *s;
+        int n = 0;
+        while (ef_pipeline_next(p, &s) == EF_OK) {
+            int64_t ix = ef_sample_identity(s).index;
+            ef_sample_free(s);
+            assert_true(ix >= 0 && ix < 10000 && ix % 3 == part && !seen[ix]);
+            seen[ix] = 1;
+            n++;
+        }
+        assert_int_equal(n, part == 0 ? 3334 : 3333);
+        ef_pipeline_destroy(p);
+    }
+    for (int ix = 0; ix < 10000; ix++)
+        assert_int_equal(seen[ix], 1);
+    free(seen);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_train),
         cmocka_unit_test(test_t10k),
         cmocka_unit_test(test_t10k_batched_f32),
+        cmocka_unit_test(test_t10k_shards),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
