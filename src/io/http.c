@@ -319,6 +319,22 @@ static int curl_error_is_final(CURLcode c)
     }
 }
 
+/* A 416 to bytes=N- with "Content-Range: bytes * /N" (no spaces) says the
+ * data ends where the stream stands: a reply of unknown length was cut
+ * right after its last byte. Returns 1 then; when an earlier reply gave
+ * another size, marks the resource as changed instead. */
+static int range_past_end(http_conn *h)
+{
+    if (h->status != 416 || h->start == 0 || !h->have_cr || h->cr_total < 0)
+        return 0;
+    if (h->total >= 0 && h->cr_total != h->total) {
+        h->why = WHY_CHANGED;
+        h->changed_to = h->cr_total;
+        return 0;
+    }
+    return h->cr_total == (int64_t)h->start;
+}
+
 /* The transfer ended (curl's result `res`): done, retry, or fail. */
 static void attempt_over(http_conn *h, CURLcode res)
 {
@@ -326,15 +342,12 @@ static void attempt_over(http_conn *h, CURLcode res)
     stop_attempt(h);
     if (res == CURLE_OK && !h->checked)
         check_reply(h); /* an empty body never reached on_body */
+    if (h->why == WHY_STATUS && range_past_end(h)) {
+        h->state = ST_DONE;
+        return;
+    }
     if (h->why == WHY_STATUS) {
         long s = h->status;
-        /* asking for bytes=N- of an N-byte file, after a cut that fell
-         * exactly at the end: nothing is missing */
-        if (s == 416 && h->start > 0 && h->have_cr &&
-            h->cr_total == (int64_t)h->start) {
-            h->state = ST_DONE;
-            return;
-        }
         snprintf(what, sizeof what, "HTTP status %ld", s);
         /* 408 and 429 mean "not now" rather than "not this" */
         if (s >= 500 || s == 408 || s == 429)
