@@ -12,7 +12,7 @@ Command line (kept stable: other tests start this script too):
 
   http_server.py --root DIR [--port N] [--port-file PATH] [--quiet]
                  [--cut-every BYTES] [--fail-first N] [--stall-after BYTES]
-                 [--ignore-range]
+                 [--ignore-range] [--range-shift BYTES]
 
   --root DIR          directory to serve (required)
   --port N            port on 127.0.0.1; 0 (the default) picks a free one
@@ -32,6 +32,9 @@ Command line (kept stable: other tests start this script too):
                       past the requested offset have been sent, and keep the
                       connection open (until the client closes it)
   --ignore-range      ignore Range headers: always 200 with the whole file
+  --range-shift BYTES answer a range request with a 206 that starts BYTES
+                      earlier than asked (not before 0), Content-Range
+                      included, as a broken cache might
   --quiet             do not log requests to stderr
 
 The process serves until killed (SIGTERM or SIGKILL are both fine: handler
@@ -61,6 +64,7 @@ class Faults:
         self.fail_first = args.fail_first
         self.stall_after = args.stall_after
         self.ignore_range = args.ignore_range
+        self.range_shift = args.range_shift
         self.quiet = args.quiet
         self._lock = threading.Lock()
         self._seen = {}
@@ -163,6 +167,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 self.send_response(200)
             else:
                 start, end = rng
+                start = max(0, start - f.range_shift)
                 self.send_response(206)
                 self.send_header("Content-Range",
                                  "bytes %d-%d/%d" % (start, end, size))
@@ -237,6 +242,13 @@ class Server(http.server.ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
 
+    def handle_error(self, request, client_address):
+        # clients under test hang up mid-reply or on an idle keep-alive
+        # connection all the time: that is not a server error
+        if isinstance(sys.exc_info()[1], (ConnectionError, TimeoutError)):
+            return
+        super().handle_error(request, client_address)
+
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -247,8 +259,11 @@ def main():
     ap.add_argument("--fail-first", type=int, default=0, metavar="N")
     ap.add_argument("--stall-after", type=int, metavar="BYTES")
     ap.add_argument("--ignore-range", action="store_true")
+    ap.add_argument("--range-shift", type=int, default=0, metavar="BYTES")
     ap.add_argument("--quiet", action="store_true")
     args = ap.parse_args()
+    if args.range_shift < 0:
+        ap.error("--range-shift must not be negative")
     for name in ("cut_every", "stall_after"):
         v = getattr(args, name)
         if v is not None and v < 1:
