@@ -186,9 +186,9 @@ static int group_setup(void **state)
 static int group_teardown(void **state)
 {
     (void)state;
-    static const char *const names[] = {"big.bin", "small.bin", "empty.bin",
-                                        "text.gz", "plain.bin", "two.gz",
-                                        "cut.gz"};
+    static const char *const names[] = {"big.bin", "small.bin",   "empty.bin",
+                                        "text.gz", "plain.bin",   "two.gz",
+                                        "cut.gz",  "changing.bin"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         char path[512];
         snprintf(path, sizeof path, "%s/%s", g_dir, names[i]);
@@ -759,6 +759,98 @@ static void test_http_stall(void **state)
     server_stop(&sv);
 }
 
+/* A cache that answers a range with bytes from before it: refused, since
+ * taking them would repeat data. */
+static void test_http_wrong_range(void **state)
+{
+    (void)state;
+    const char *args[] = {"--cut-every", "300000", "--range-shift", "1000",
+                          NULL};
+    server sv = server_start(args);
+    char url[128];
+    url_of(url, sizeof url, &sv, "big.bin");
+    ef__stream_opts o = opts_with(3, 10, 0);
+    ef__stream *s = NULL;
+    ef__err err;
+    ef__err_clear(&err);
+    assert_int_equal(ef__stream_open(&s, url, &o, &err), EF_OK);
+    unsigned char *buf = malloc(BIG_SIZE);
+    assert_non_null(buf);
+    size_t total = 0;
+    assert_int_equal(read_pieces(s, buf, BIG_SIZE, &total, &err), EF_EIO);
+    assert_int_equal(total, 300000);
+    assert_true(memcmp(buf, g_big, total) == 0);
+    expect_msg(&err, "giving up after 3 tries at byte 300000");
+    expect_msg(&err, "HTTP 206 for bytes 299000-5000010, expected a range "
+                     "starting at 300000");
+    ef__stream_close(s);
+    free(buf);
+    server_stop(&sv);
+}
+
+/* The file changes size between two attempts: the bytes handed out may no
+ * longer belong to it, so the stream fails rather than splice. Shrunk to
+ * 350000 bytes the retry gets a 206 with the new size; shrunk to exactly
+ * the bytes read, a 416 that must not pass for the end of the data. */
+static void test_http_changed(void **state)
+{
+    (void)state;
+    const char *args[] = {"--cut-every", "300000", NULL};
+    server sv = server_start(args);
+    char url[128];
+    url_of(url, sizeof url, &sv, "changing.bin");
+    static const size_t shrink_to[] = {350000, 300000};
+    for (int k = 0; k < 2; k++) {
+        write_file("changing.bin", g_big, 400000);
+        ef__stream_opts o = opts_with(5, 10, 0);
+        ef__stream *s = NULL;
+        ef__err err;
+        ef__err_clear(&err);
+        assert_int_equal(ef__stream_open(&s, url, &o, &err), EF_OK);
+        unsigned char *buf = malloc(300000);
+        assert_non_null(buf);
+        /* exactly what the first reply carried; the cut comes next */
+        assert_int_equal(ef__stream_read_full(s, buf, 300000, "head", &err),
+                         EF_OK);
+        assert_true(memcmp(buf, g_big, 300000) == 0);
+        write_file("changing.bin", g_big, shrink_to[k]);
+        size_t got = 0;
+        assert_int_equal(ef__stream_read(s, buf, 1000, &got, &err), EF_EIO);
+        assert_int_equal(got, 0);
+        expect_msg(&err, url);
+        expect_msg(&err, "the resource changed between attempts");
+        ef__stream_stats st;
+        ef__stream_get_stats(s, &st);
+        assert_int_equal(st.retries, 1); /* no retry after that */
+        ef__stream_close(s);
+        free(buf);
+    }
+    server_stop(&sv);
+}
+
+/* A request curl cannot even make is not retried. */
+static void test_http_bad_url(void **state)
+{
+    (void)state;
+    const char *url = "http://127.0.0.1:99999/x";
+    ef__stream_opts o = opts_with(5, 10, 1.0);
+    ef__stream *s = NULL;
+    ef__err err;
+    ef__err_clear(&err);
+    assert_int_equal(ef__stream_open(&s, url, &o, &err), EF_OK);
+    unsigned char b[8];
+    size_t got;
+    double t0 = eft_now_s();
+    assert_int_equal(ef__stream_read(s, b, sizeof b, &got, &err), EF_EIO);
+    assert_true(eft_now_s() - t0 < 0.9);
+    expect_msg(&err, url);
+    expect_msg(&err, "not retried");
+    ef__stream_stats st;
+    ef__stream_get_stats(s, &st);
+    assert_int_equal(st.retries, 0);
+    ef__stream_close(s);
+}
+
 typedef struct {
     atomic_int flag;
     double set_at;
@@ -930,6 +1022,9 @@ int main(void)
         cmocka_unit_test(test_http_ignore_range),
         cmocka_unit_test(test_http_give_up),
         cmocka_unit_test(test_http_gzip),
+        cmocka_unit_test(test_http_wrong_range),
+        cmocka_unit_test(test_http_changed),
+        cmocka_unit_test(test_http_bad_url),
         cmocka_unit_test(test_http_stall),
         cmocka_unit_test(test_http_cancel),
         cmocka_unit_test(test_http_cancel_backoff),
