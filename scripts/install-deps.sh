@@ -7,6 +7,7 @@ set -euo pipefail
 packages=(
   gcc make cmake pkg-config   # the build
   zlib1g-dev                  # gzip-compressed IDX files
+  libcurl4-openssl-dev        # reading http:// and https:// URLs
   libopenblas-dev             # the reference trainer's matrix products
   libcmocka-dev               # the test suite
   python3                     # the command-line tests read JSON with it

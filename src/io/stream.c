@@ -32,6 +32,7 @@ struct ef__stream {
 #ifdef EF_HAVE_ZLIB
     z_stream z;
     int z_ready, z_member_done;
+    uint64_t z_member_start; /* compressed offset of the current member */
 #endif
 };
 
@@ -40,15 +41,17 @@ struct ef__stream {
 typedef struct {
     FILE *f;
     const char *name;
+    uint64_t pos; /* for messages */
 } file_impl;
 
-static int file_read(void *impl, void *buf, size_t n, size_t *got,
-                     ef__err *err)
+static int file_read(void *impl, void *buf, size_t n, size_t *got, ef__err *err)
 {
     file_impl *fi = impl;
     *got = fread(buf, 1, n, fi->f);
+    fi->pos += *got;
     if (*got < n && ferror(fi->f))
-        return ef__err_set(err, EF_EIO, "%s: read error: %s", fi->name,
+        return ef__err_set(err, EF_EIO, "%s: read error at byte %llu: %s",
+                           fi->name, (unsigned long long)fi->pos,
                            strerror(errno));
     return EF_OK;
 }
@@ -73,6 +76,8 @@ static int memory_read(void *impl, void *buf, size_t n, size_t *got,
     (void)err;
     memory_impl *m = impl;
     *got = m->size - m->pos < n ? m->size - m->pos : n;
+    if (*got == 0) /* data may be NULL for an empty stream */
+        return EF_OK;
     memcpy(buf, m->data + m->pos, *got);
     m->pos += *got;
     return EF_OK;
@@ -194,8 +199,7 @@ void ef__stream_close(ef__stream *s)
 static int check_cancel(const ef__stream *s, ef__err *err)
 {
     if (s->cancelled && atomic_load(s->cancelled))
-        return ef__err_set(err, EF_ECANCELED, "%s: pipeline stopped",
-                           s->name);
+        return ef__err_set(err, EF_ECANCELED, "%s: pipeline stopped", s->name);
     return EF_OK;
 }
 
@@ -266,6 +270,7 @@ static int read_gzip(ef__stream *s, unsigned char *buf, size_t n, size_t *got,
         if (s->z_member_done) { /* another gzip member follows */
             inflateReset(&s->z);
             s->z_member_done = 0;
+            s->z_member_start = s->raw_bytes - (s->in_len - s->in_pos);
         }
         s->z.next_in = s->in + s->in_pos;
         s->z.avail_in = (uInt)(s->in_len - s->in_pos);
@@ -278,12 +283,19 @@ static int read_gzip(ef__stream *s, unsigned char *buf, size_t n, size_t *got,
         *got += before - s->z.avail_out;
         if (zr == Z_STREAM_END)
             s->z_member_done = 1;
+        else if (zr == Z_MEM_ERROR)
+            return ef__err_set(err, EF_ENOMEM, "%s: out of memory inflating",
+                               s->name);
         else if (zr != Z_OK && zr != Z_BUF_ERROR)
+            /* the member's start tells junk after the data (a member that
+             * fails at once) from damage inside it */
             return ef__err_set(
                 err, EF_EFORMAT,
-                "%s: corrupt gzip data near compressed offset %llu: %s",
+                "%s: corrupt gzip data near compressed offset %llu (in the "
+                "member starting at %llu): %s",
                 s->name,
                 (unsigned long long)(s->raw_bytes - (s->in_len - s->in_pos)),
+                (unsigned long long)s->z_member_start,
                 s->z.msg ? s->z.msg : "inflate failed");
     }
     return EF_OK;
@@ -360,8 +372,7 @@ int ef__stream_read_full(ef__stream *s, void *buf, size_t n, const char *what,
                        s->name, what, (unsigned long long)start, n, got);
 }
 
-int ef__stream_skip(ef__stream *s, uint64_t n, const char *what,
-                    ef__err *err)
+int ef__stream_skip(ef__stream *s, uint64_t n, const char *what, ef__err *err)
 {
     unsigned char scratch[4096];
     uint64_t start = s->offset;

@@ -1,0 +1,292 @@
+#!/usr/bin/env python3
+"""A small HTTP/1.1 file server for echoflow's tests, with faults on demand.
+
+Serves the files under --root (GET and HEAD; directories and paths outside
+the root are 404) with Content-Length and single byte ranges: "bytes=N-",
+"bytes=N-M" and "bytes=-K" get 206 with Content-Range; a start at or past
+the end of the file gets 416 with "Content-Range: bytes */SIZE"; anything
+else in a Range header (several ranges, bad syntax) is ignored, as RFC 9110
+allows, and the whole file is sent with 200.
+
+Command line (kept stable: other tests start this script too):
+
+  http_server.py --root DIR [--port N] [--port-file PATH] [--quiet]
+                 [--cut-every BYTES] [--fail-first N] [--stall-after BYTES]
+                 [--ignore-range] [--range-shift BYTES]
+
+  --root DIR          directory to serve (required)
+  --port N            port on 127.0.0.1; 0 (the default) picks a free one
+  --port-file PATH    once listening, write the port number there (written
+                      to a temporary name and renamed, so a reader never
+                      sees a partial number)
+  --cut-every BYTES   in every response, close the connection abruptly once
+                      BYTES body bytes past the offset the client asked for
+                      have been sent (no more data, no chunk end, just the
+                      close). When ranges are honoured that is simply BYTES
+                      body bytes per response; with --ignore-range the bytes
+                      before the requested offset do not count, so a client
+                      that resumes still gets BYTES new bytes each time.
+  --fail-first N      answer 503 (with a short body) to the first N requests
+                      of each path
+  --stall-after BYTES in every response, stop sending once BYTES body bytes
+                      past the requested offset have been sent, and keep the
+                      connection open (until the client closes it)
+  --ignore-range      ignore Range headers: always 200 with the whole file
+  --range-shift BYTES answer a range request with a 206 that starts BYTES
+                      earlier than asked (not before 0), Content-Range
+                      included, as a broken cache might
+  --quiet             do not log requests to stderr
+
+The process serves until killed (SIGTERM or SIGKILL are both fine: handler
+threads are daemons). Only the Python 3 standard library is used.
+"""
+
+import argparse
+import http.server
+import os
+import re
+import select
+import socket
+import sys
+import threading
+import time
+import urllib.parse
+
+CHUNK = 64 * 1024
+
+
+class Faults:
+    """The options, plus the per-path request counts --fail-first needs."""
+
+    def __init__(self, args):
+        self.root = os.path.realpath(args.root)
+        self.cut_every = args.cut_every
+        self.fail_first = args.fail_first
+        self.stall_after = args.stall_after
+        self.ignore_range = args.ignore_range
+        self.range_shift = args.range_shift
+        self.quiet = args.quiet
+        self._lock = threading.Lock()
+        self._seen = {}
+
+    def count_request(self, path):
+        """Returns how many requests for `path` came before this one."""
+        with self._lock:
+            n = self._seen.get(path, 0)
+            self._seen[path] = n + 1
+            return n
+
+
+def parse_range(header, size):
+    """(start, end) inclusive for a single satisfiable byte range,
+    "unsatisfiable" for a start at or past the end, None to ignore."""
+    m = re.fullmatch(r"\s*bytes\s*=\s*(\d*)\s*-\s*(\d*)\s*", header)
+    if not m or (m.group(1) == "" and m.group(2) == ""):
+        return None
+    first, last = m.group(1), m.group(2)
+    if first == "":  # suffix: the last K bytes
+        k = int(last)
+        if k == 0:
+            return "unsatisfiable"
+        return (max(0, size - k), size - 1)
+    start = int(first)
+    if last != "" and int(last) < start:
+        return None
+    if start >= size:
+        return "unsatisfiable"
+    end = size - 1 if last == "" else int(last)
+    return (start, min(end, size - 1))
+
+
+class Handler(http.server.BaseHTTPRequestHandler):
+    # keep-alive, so that a retry may reuse the connection a 503 came on
+    protocol_version = "HTTP/1.1"
+    server_version = "echoflow-test/1"
+
+    def log_message(self, fmt, *args):
+        if not self.server.faults.quiet:
+            sys.stderr.write("http_server: %s %s\n" % (self.address_string(),
+                                                       fmt % args))
+
+    def do_GET(self):
+        self.serve(send_body=True)
+
+    def do_HEAD(self):
+        self.serve(send_body=False)
+
+    def send_small(self, code, text, extra=()):
+        body = (text + "\n").encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "text/plain")
+        self.send_header("Content-Length", str(len(body)))
+        for name, value in extra:
+            self.send_header(name, value)
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    def resolve(self):
+        """The file the request names, or None (404)."""
+        path = urllib.parse.unquote(urllib.parse.urlsplit(self.path).path)
+        full = os.path.realpath(os.path.join(self.server.faults.root,
+                                             path.lstrip("/")))
+        root = self.server.faults.root
+        if full != root and not full.startswith(root + os.sep):
+            return None
+        return full if os.path.isfile(full) else None
+
+    def serve(self, send_body):
+        f = self.server.faults
+        try:
+            if f.count_request(self.path) < f.fail_first:
+                self.send_small(503, "failing on purpose (--fail-first)",
+                                [("Retry-After", "0")])
+                return
+            full = self.resolve()
+            if full is None:
+                self.send_small(404, "no such file")
+                return
+            size = os.path.getsize(full)
+            header = self.headers.get("Range")
+            rng = None
+            if header is not None and not f.ignore_range:
+                rng = parse_range(header, size)
+            if rng == "unsatisfiable":
+                self.send_small(416, "range not satisfiable",
+                                [("Content-Range", "bytes */%d" % size)])
+                return
+            # where the client wants its data to start: the reference for
+            # --cut-every and --stall-after, also when the range is ignored
+            asked = 0
+            if header is not None:
+                r = parse_range(header, size)
+                if isinstance(r, tuple):
+                    asked = r[0]
+            if rng is None:
+                start, end = 0, size - 1
+                self.send_response(200)
+            else:
+                start, end = rng
+                start = max(0, start - f.range_shift)
+                self.send_response(206)
+                self.send_header("Content-Range",
+                                 "bytes %d-%d/%d" % (start, end, size))
+            self.send_header("Content-Type", "application/octet-stream")
+            self.send_header("Content-Length", str(end - start + 1))
+            self.send_header("Accept-Ranges",
+                             "none" if f.ignore_range else "bytes")
+            self.end_headers()
+            if send_body:
+                self.send_file(full, start, end + 1, asked)
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True
+
+    def send_file(self, full, start, stop, asked):
+        """Body bytes [start, stop) of the file, with the faults asked for.
+        Limits count bytes from max(start, asked) on."""
+        f = self.server.faults
+        base = max(start, asked)
+        cut_at = stall_at = None
+        if f.cut_every is not None:
+            cut_at = base + f.cut_every
+        if f.stall_after is not None:
+            stall_at = base + f.stall_after
+        with open(full, "rb") as fh:
+            fh.seek(start)
+            pos = start
+            while pos < stop:
+                limit = stop
+                for mark in (cut_at, stall_at):
+                    if mark is not None and mark < limit:
+                        limit = mark
+                if pos == limit:
+                    break
+                data = fh.read(min(CHUNK, limit - pos))
+                if not data:
+                    break
+                self.wfile.write(data)
+                pos += len(data)
+        if pos >= stop:
+            return
+        if stall_at is not None and pos == stall_at and (
+                cut_at is None or stall_at <= cut_at):
+            self.stall()
+        else:
+            self.cut()
+
+    def cut(self):
+        """Closes the connection mid-body: the client sees it end early."""
+        self.close_connection = True
+        try:
+            self.wfile.flush()
+            self.connection.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+
+    def stall(self):
+        """Sends nothing more, holding the connection until the client
+        leaves (a read of b"" or an error) or an hour has passed."""
+        self.close_connection = True
+        deadline = time.monotonic() + 3600
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([self.connection], [], [], 0.5)
+            if ready:
+                try:
+                    if not self.connection.recv(4096):
+                        return
+                except OSError:
+                    return
+
+
+class Server(http.server.ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def handle_error(self, request, client_address):
+        # clients under test hang up mid-reply or on an idle keep-alive
+        # connection all the time: that is not a server error
+        if isinstance(sys.exc_info()[1], (ConnectionError, TimeoutError)):
+            return
+        super().handle_error(request, client_address)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--root", required=True)
+    ap.add_argument("--port", type=int, default=0)
+    ap.add_argument("--port-file")
+    ap.add_argument("--cut-every", type=int, metavar="BYTES")
+    ap.add_argument("--fail-first", type=int, default=0, metavar="N")
+    ap.add_argument("--stall-after", type=int, metavar="BYTES")
+    ap.add_argument("--ignore-range", action="store_true")
+    ap.add_argument("--range-shift", type=int, default=0, metavar="BYTES")
+    ap.add_argument("--quiet", action="store_true")
+    args = ap.parse_args()
+    if args.range_shift < 0:
+        ap.error("--range-shift must not be negative")
+    for name in ("cut_every", "stall_after"):
+        v = getattr(args, name)
+        if v is not None and v < 1:
+            ap.error("--%s must be at least 1" % name.replace("_", "-"))
+    if not os.path.isdir(args.root):
+        ap.error("--root %s is not a directory" % args.root)
+
+    server = Server(("127.0.0.1", args.port), Handler)
+    server.faults = Faults(args)
+    port = server.server_address[1]
+    if args.port_file:
+        tmp = args.port_file + ".tmp"
+        with open(tmp, "w") as fh:
+            fh.write("%d\n" % port)
+        os.replace(tmp, args.port_file)
+    if not args.quiet:
+        sys.stderr.write("http_server: serving %s on 127.0.0.1:%d\n"
+                         % (args.root, port))
+    try:
+        server.serve_forever(poll_interval=0.2)
+    except KeyboardInterrupt:
+        pass
+
+
+if __name__ == "__main__":
+    main()

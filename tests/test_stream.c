@@ -1,0 +1,1038 @@
+/* Byte streams (src/io/stream.c, src/io/http.c): files, memory, gzip on the
+ * fly, the truncation messages of read_full and skip, and HTTP against
+ * tests/http_server.py started per test with the faults it needs (cuts,
+ * 503s, ignored ranges, stalls), checking that every byte arrives once and
+ * in order, that retries are counted, and that giving up and cancelling
+ * say what happened and where. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#ifdef EF_TEST_HAVE_ZLIB
+#include <zlib.h>
+#endif
+
+#include "echoflow/echoflow.h"
+#include "ef_test_util.h"
+#include "io/stream.h"
+
+#define BIG_SIZE 5000011u   /* "5 MB", odd so no piece size divides it */
+#define SMALL_SIZE 1000003u /* for the quadratic --ignore-range test */
+#define TEXT_SIZE 2000000u  /* compressible, for gzip */
+
+static char g_dir[256];
+static unsigned char *g_big, *g_small, *g_text;
+#ifdef EF_TEST_HAVE_ZLIB
+static unsigned char *g_gz; /* g_text gzipped */
+static size_t g_gz_size;
+#endif
+
+/* ---- helpers ------------------------------------------------------- */
+
+static void fill_random(unsigned char *p, size_t n, uint64_t seed)
+{
+    uint64_t x = seed * 0x9E3779B97F4A7C15u + 1;
+    for (size_t i = 0; i < n; i++) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        p[i] = (unsigned char)(x >> 24);
+    }
+}
+
+static void path_in_dir(char *out, size_t cap, const char *name)
+{
+    int k = snprintf(out, cap, "%s/%s", g_dir, name);
+    assert_true(k > 0 && (size_t)k < cap);
+}
+
+static void write_file(const char *name, const void *data, size_t n)
+{
+    char path[512];
+    path_in_dir(path, sizeof path, name);
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(data, 1, n, f), n);
+    assert_int_equal(fclose(f), 0);
+}
+
+/* Reads `s` to its end in odd-sized pieces into out (cap bytes, more than
+ * the data should need); *total gets the count. Returns the status of the
+ * last read. Checks the read contract: short only at the end. */
+static int read_pieces(ef__stream *s, unsigned char *out, size_t cap,
+                       size_t *total, ef__err *err)
+{
+    static const size_t sizes[] = {1, 7, 4093, 65537, 3, 200003, 17, 131071};
+    *total = 0;
+    for (size_t k = 0;; k++) {
+        size_t want = sizes[k % (sizeof sizes / sizeof sizes[0])];
+        assert_true(*total + want <= cap); /* more data than expected */
+        size_t got = 12345;
+        int rc = ef__stream_read(s, out + *total, want, &got, err);
+        assert_true(got <= want);
+        *total += got;
+        assert_int_equal(ef__stream_offset(s), *total);
+        if (rc != EF_OK)
+            return rc;
+        if (got < want) {
+            /* the end, and it stays the end */
+            rc = ef__stream_read(s, out, 1, &got, err);
+            assert_int_equal(rc, EF_OK);
+            assert_int_equal(got, 0);
+            return EF_OK;
+        }
+    }
+}
+
+/* Reads all of `s` and checks it equals want[0, n). */
+static void expect_content(ef__stream *s, const unsigned char *want, size_t n)
+{
+    ef__err err;
+    ef__err_clear(&err);
+    unsigned char *got = malloc(n + 300000);
+    assert_non_null(got);
+    size_t total = 0;
+    int rc = read_pieces(s, got, n + 300000, &total, &err);
+    if (rc != EF_OK)
+        fail_msg("read failed after %zu bytes: %s: %s", total,
+                 ef_status_name(rc), err.msg);
+    assert_int_equal(total, n);
+    assert_true(memcmp(got, want, n) == 0);
+    free(got);
+}
+
+static void expect_msg(const ef__err *err, const char *part)
+{
+    if (!strstr(err->msg, part))
+        fail_msg("message \"%s\" does not contain \"%s\"", err->msg, part);
+}
+
+#ifdef EF_TEST_HAVE_ZLIB
+/* data[0, n) as one gzip member, in a malloc'd buffer. */
+static unsigned char *gzip_bytes(const void *data, size_t n, size_t *out_n)
+{
+    z_stream z;
+    memset(&z, 0, sizeof z);
+    assert_int_equal(
+        deflateInit2(&z, 6, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY), Z_OK);
+    size_t cap = deflateBound(&z, (uLong)n) + 64;
+    unsigned char *out = malloc(cap);
+    assert_non_null(out);
+    z.next_in = (unsigned char *)(uintptr_t)data;
+    z.avail_in = (uInt)n;
+    z.next_out = out;
+    z.avail_out = (uInt)cap;
+    assert_int_equal(deflate(&z, Z_FINISH), Z_STREAM_END);
+    *out_n = cap - z.avail_out;
+    deflateEnd(&z);
+    return out;
+}
+#endif
+
+/* ---- fixtures ------------------------------------------------------ */
+
+static int group_setup(void **state)
+{
+    (void)state;
+    const char *tmp = getenv("TMPDIR");
+    snprintf(g_dir, sizeof g_dir, "%s/ef_test_stream.XXXXXX",
+             tmp && *tmp ? tmp : "/tmp");
+    if (!mkdtemp(g_dir))
+        return -1;
+    g_big = malloc(BIG_SIZE);
+    g_small = malloc(SMALL_SIZE);
+    g_text = malloc(TEXT_SIZE);
+    if (!g_big || !g_small || !g_text)
+        return -1;
+    fill_random(g_big, BIG_SIZE, 1);
+    fill_random(g_small, SMALL_SIZE, 2);
+    /* text that compresses, with enough variety to need many blocks */
+    size_t k = 0;
+    for (unsigned line = 0; k < TEXT_SIZE; line++) {
+        char tmpl[64];
+        int m = snprintf(tmpl, sizeof tmpl, "line %u of the echoflow test %x\n",
+                         line, line * 2654435761u);
+        for (int i = 0; i < m && k < TEXT_SIZE; i++)
+            g_text[k++] = (unsigned char)tmpl[i];
+    }
+    write_file("big.bin", g_big, BIG_SIZE);
+    write_file("small.bin", g_small, SMALL_SIZE);
+    write_file("empty.bin", "", 0);
+#ifdef EF_TEST_HAVE_ZLIB
+    g_gz = gzip_bytes(g_text, TEXT_SIZE, &g_gz_size);
+    write_file("text.gz", g_gz, g_gz_size);
+#endif
+    return 0;
+}
+
+static int group_teardown(void **state)
+{
+    (void)state;
+    static const char *const names[] = {"big.bin", "small.bin",   "empty.bin",
+                                        "text.gz", "plain.bin",   "two.gz",
+                                        "cut.gz",  "changing.bin"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        char path[512];
+        snprintf(path, sizeof path, "%s/%s", g_dir, names[i]);
+        unlink(path);
+    }
+    rmdir(g_dir);
+    free(g_big);
+    free(g_small);
+    free(g_text);
+#ifdef EF_TEST_HAVE_ZLIB
+    free(g_gz);
+#endif
+    return 0;
+}
+
+/* ---- local streams ------------------------------------------------- */
+
+static void test_file_plain(void **state)
+{
+    (void)state;
+    write_file("plain.bin", g_small, SMALL_SIZE);
+    char path[512];
+    path_in_dir(path, sizeof path, "plain.bin");
+    ef__stream *s = NULL;
+    ef__err err;
+    ef__err_clear(&err);
+    assert_int_equal(ef__stream_open(&s, path, NULL, &err), EF_OK);
+    assert_string_equal(ef__stream_name(s), path);
+    expect_content(s, g_small, SMALL_SIZE);
+    ef__stream_stats st;
+    ef__stream_get_stats(s, &st);
+    assert_int_equal(st.raw_bytes, SMALL_SIZE);
+    assert_int_equal(st.retries, 0);
+    ef__stream_close(s);
+    ef__stream_close(NULL);
+}
+
+static void test_memory(void **state)
+{
+    (void)state;
+    ef__stream *s = NULL;
+    ef__err err;
+    ef__err_clear(&err);
+    /* empty, even with no data pointer at all */
+    assert_int_equal(ef__stream_open_memory(&s, NULL, 0, "nothing", NULL, &err),
+                     EF_OK);
+    expect_content(s, (const unsigned char *)"", 0);
+    ef__stream_close(s);
+
+    /* one byte: too short to sniff for gzip, still delivered */
+    assert_int_equal(ef__stream_open_memory(&s, "\x1f", 1, "one", NULL, &err),
+                     EF_OK);
+    expect_content(s, (const unsigned char *)"\x1f", 1);
+    ef__stream_close(s);
+
+    /* gzip=0: the magic is data like any other */
+    ef__stream_opts o;
+    ef__stream_opts_init(&o);
+    o.gzip = 0;
+    static const unsigned char magic[] = {0x1f, 0x8b, 8, 0, 1, 2, 3};
+    assert_int_equal(
+        ef__stream_open_memory(&s, magic, sizeof magic, "raw", &o, &err),
+        EF_OK);
+    expect_content(s, magic, sizeof magic);
+    ef__stream_close(s);
+
+    assert_int_equal(
+        ef__stream_open_memory(&s, g_big, BIG_SIZE, "big", NULL, &err), EF_OK);
+    expect_content(s, g_big, BIG_SIZE);
+    ef__stream_close(s);
+}
+
+static void test_missing_file(void **state)
+{
+    (void)state;
+    char path[512];
+    path_in_dir(path, sizeof path, "no/such/file.bin");
+    ef__stream *s = (ef__stream *)&s; /* must be reset to NULL */
+    ef__err err;
+    ef__err_clear(&err);
+    assert_int_equal(ef__stream_open(&s, path, NULL, &err), EF_EIO);
+    assert_null(s);
+    assert_int_equal(err.status, EF_EIO);
+    expect_msg(&err, path);
+    expect_msg(&err, "cannot open");
+}
+
+static void test_read_full_and_skip(void **state)
+{
+    (void)state;
+    ef__stream *s = NULL;
+    ef__err err;
+    ef__err_clear(&err);
+    assert_int_equal(
+        ef__stream_open_memory(&s, "0123456789", 10, "digits", NULL, &err),
+        EF_OK);
+    char b[16];
+    assert_int_equal(ef__stream_read_full(s, b, 4, "header", &err), EF_OK);
+    assert_memory_equal(b, "0123", 4);
+    assert_int_equal(ef__stream_skip(s, 3, "padding", &err), EF_OK);
+    assert_int_equal(ef__stream_offset(s), 7);
+    assert_int_equal(ef__stream_read_full(s, b, 5, "record", &err), EF_EFORMAT);
+    expect_msg(&err, "digits: truncated record at offset 7");
+    expect_msg(&err, "expected 5 bytes");
+    expect_msg(&err, "ends after 3");
+    assert_memory_equal(b, "789", 3);
+    /* at the end: END, not an error, for both */
+    assert_int_equal(ef__stream_read_full(s, b, 5, "record", &err), EF_END);
+    assert_int_equal(ef__stream_skip(s, 5, "record", &err), EF_END);
+    assert_int_equal(ef__stream_skip(s, 0, "nothing", &err), EF_OK);
+    ef__stream_close(s);
+
+    assert_int_equal(
+        ef__stream_open_memory(&s, "0123456789", 10, "digits", NULL, &err),
+        EF_OK);
+    assert_int_equal(ef__stream_read_full(s, b, 2, "header", &err), EF_OK);
+    ef__err_clear(&err);
+    assert_int_equal(ef__stream_skip(s, 20000, "body", &err), EF_EFORMAT);
+    expect_msg(&err, "digits: truncated body at offset 2");
+    expect_msg(&err, "19992 more bytes expected");
+    ef__stream_close(s);
+}
+
+static void test_cancel_local(void **state)
+{
+    (void)state;
+    atomic_int flag = 1;
+    ef__stream_opts o;
+    ef__stream_opts_init(&o);
+    o.cancelled = &flag;
+    ef__stream *s = NULL;
+    ef__err err;
+    ef__err_clear(&err);
+    assert_int_equal(ef__stream_open_memory(&s, "abc", 3, "mem", &o, &err),
+                     EF_OK);
+    char b[3];
+    size_t got = 9;
+    assert_int_equal(ef__stream_read(s, b, 3, &got, &err), EF_ECANCELED);
+    assert_int_equal(got, 0);
+    expect_msg(&err, "mem");
+    ef__stream_close(s);
+}
+
+#ifdef EF_TEST_HAVE_ZLIB
+
+static void test_gzip_file(void **state)
+{
+    (void)state;
+    char path[512];
+    path_in_dir(path, sizeof path, "text.gz");
+    ef__stream *s = NULL;
+    ef__err err;
+    ef__err_clear(&err);
+    assert_int_equal(ef__stream_open(&s, path, NULL, &err), EF_OK);
+    expect_content(s, g_text, TEXT_SIZE);
+    ef__stream_stats st;
+    ef__stream_get_stats(s, &st);
+    assert_int_equal(st.raw_bytes, g_gz_size);
+    ef__stream_close(s);
+
+    /* gzip=1 without sniffing gives the same; gzip=0 the raw bytes */
+    ef__stream_opts o;
+    ef__stream_opts_init(&o);
+    o.gzip = 1;
+    assert_int_equal(ef__stream_open(&s, path, &o, &err), EF_OK);
+    expect_content(s, g_text, TEXT_SIZE);
+    ef__stream_close(s);
+    o.gzip = 0;
+    assert_int_equal(ef__stream_open(&s, path, &o, &err), EF_OK);
+    expect_content(s, g_gz, g_gz_size);
+    ef__stream_close(s);
+}
+
+static void test_gzip_members(void **state)
+{
+    (void)state;
+    /* three members, the middle one empty, as `cat a.gz b.gz c.gz` makes */
+    size_t n1, n2, n3;
+    unsigned char *m1 = gzip_bytes(g_text, 300000, &n1);
+    unsigned char *m2 = gzip_bytes("", 0, &n2);
+    unsigned char *m3 = gzip_bytes(g_big, 100000, &n3);
+    unsigned char *cat = malloc(n1 + n2 + n3);
+    unsigned char *want = malloc(400000);
+    assert_non_null(cat);
+    assert_non_null(want);
+    memcpy(cat, m1, n1);
+    memcpy(cat + n1, m2, n2);
+    memcpy(cat + n1 + n2, m3, n3);
+    memcpy(want, g_text, 300000);
+    memcpy(want + 300000, g_big, 100000);
+    write_file("two.gz", cat, n1 + n2 + n3);
+
+    char path[512];
+    path_in_dir(path, sizeof path, "two.gz");
+    ef__stream *s = NULL;
+    ef__err err;
+    ef__err_clear(&err);
+    assert_int_equal(ef__stream_open(&s, path, NULL, &err), EF_OK);
+    expect_content(s, want, 400000);
+    ef__stream_close(s);
+    /* the same from memory */
+    assert_int_equal(
+        ef__stream_open_memory(&s, cat, n1 + n2 + n3, "cat.gz", NULL, &err),
+        EF_OK);
+    expect_content(s, want, 400000);
+    ef__stream_close(s);
+    free(m1);
+    free(m2);
+    free(m3);
+    free(cat);
+    free(want);
+}
+
+static void test_gzip_truncated(void **state)
+{
+    (void)state;
+    size_t cut = g_gz_size / 2;
+    write_file("cut.gz", g_gz, cut);
+    char path[512];
+    path_in_dir(path, sizeof path, "cut.gz");
+    ef__stream *s = NULL;
+    ef__err err;
+    ef__err_clear(&err);
+    assert_int_equal(ef__stream_open(&s, path, NULL, &err), EF_OK);
+    unsigned char *buf = malloc(TEXT_SIZE + 300000);
+    assert_non_null(buf);
+    size_t total = 0;
+    int rc = read_pieces(s, buf, TEXT_SIZE + 300000, &total, &err);
+    assert_int_equal(rc, EF_EFORMAT);
+    assert_true(total > 0 && total < TEXT_SIZE);
+    assert_true(memcmp(buf, g_text, total) == 0); /* what came was right */
+    char want[128];
+    snprintf(want, sizeof want, "truncated after %zu compressed bytes", cut);
+    expect_msg(&err, path);
+    expect_msg(&err, want);
+    ef__stream_close(s);
+
+    /* damage in the middle: a format error naming a compressed offset */
+    unsigned char *bad = malloc(g_gz_size);
+    assert_non_null(bad);
+    memcpy(bad, g_gz, g_gz_size);
+    for (size_t i = g_gz_size / 3; i < g_gz_size / 3 + 64; i++)
+        bad[i] ^= 0x5a;
+    assert_int_equal(
+        ef__stream_open_memory(&s, bad, g_gz_size, "bad.gz", NULL, &err),
+        EF_OK);
+    rc = read_pieces(s, buf, TEXT_SIZE + 300000, &total, &err);
+    assert_int_equal(rc, EF_EFORMAT);
+    expect_msg(&err, "bad.gz: corrupt gzip data near compressed offset");
+    ef__stream_close(s);
+
+    /* a gzip header and nothing more */
+    assert_int_equal(
+        ef__stream_open_memory(&s, g_gz, 10, "head.gz", NULL, &err), EF_OK);
+    rc = read_pieces(s, buf, TEXT_SIZE + 300000, &total, &err);
+    assert_int_equal(rc, EF_EFORMAT);
+    expect_msg(&err, "head.gz: gzip stream truncated after 10 compressed");
+    ef__stream_close(s);
+
+    /* junk after the last member is not taken for another member: the
+     * data is all there, then the error says where the junk starts */
+    free(bad);
+    bad = malloc(g_gz_size + 4);
+    assert_non_null(bad);
+    memcpy(bad, g_gz, g_gz_size);
+    memcpy(bad + g_gz_size, "junk", 4);
+    assert_int_equal(
+        ef__stream_open_memory(&s, bad, g_gz_size + 4, "junk.gz", NULL, &err),
+        EF_OK);
+    rc = read_pieces(s, buf, TEXT_SIZE + 300000, &total, &err);
+    assert_int_equal(rc, EF_EFORMAT);
+    assert_int_equal(total, TEXT_SIZE);
+    assert_true(memcmp(buf, g_text, TEXT_SIZE) == 0);
+    snprintf(want, sizeof want, "(in the member starting at %zu)", g_gz_size);
+    expect_msg(&err, "junk.gz: corrupt gzip data near compressed offset");
+    expect_msg(&err, want);
+    ef__stream_close(s);
+    free(bad);
+    free(buf);
+}
+
+#else /* !EF_TEST_HAVE_ZLIB */
+
+static void test_gzip_unsupported(void **state)
+{
+    (void)state;
+    static const unsigned char gz[] = {0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 3};
+    ef__stream *s = NULL;
+    ef__err err;
+    ef__err_clear(&err);
+    assert_int_equal(
+        ef__stream_open_memory(&s, gz, sizeof gz, "x.gz", NULL, &err), EF_OK);
+    unsigned char b[4];
+    size_t got;
+    assert_int_equal(ef__stream_read(s, b, sizeof b, &got, &err),
+                     EF_EUNSUPPORTED);
+    expect_msg(&err, "x.gz");
+    expect_msg(&err, "zlib1g-dev");
+    ef__stream_close(s);
+}
+
+#endif /* EF_TEST_HAVE_ZLIB */
+
+/* ---- HTTP ---------------------------------------------------------- */
+
+#ifdef EF_TEST_HAVE_CURL
+
+static ef__stream_opts opts_with(int tries, double timeout_s, double backoff_s)
+{
+    ef__stream_opts o;
+    ef__stream_opts_init(&o);
+    o.tries = tries;
+    o.timeout_s = timeout_s;
+    o.backoff_s = backoff_s;
+    return o;
+}
+
+typedef struct {
+    pid_t pid;
+    int port;
+} server;
+
+/* Starts http_server.py on g_dir with the extra arguments (NULL-ended);
+ * waits until it says its port. */
+static server server_start(const char *const *extra)
+{
+    static int serial;
+    if (access(EF_TEST_PYTHON, X_OK) != 0) {
+        print_message("no %s: HTTP test skipped\n", EF_TEST_PYTHON);
+        skip();
+    }
+    char port_file[512], name[32];
+    snprintf(name, sizeof name, "port.%d", serial++);
+    path_in_dir(port_file, sizeof port_file, name);
+    const char *argv[24];
+    int k = 0;
+    argv[k++] = EF_TEST_PYTHON;
+    argv[k++] = EF_TEST_HTTP_SERVER;
+    argv[k++] = "--root";
+    argv[k++] = g_dir;
+    argv[k++] = "--port-file";
+    argv[k++] = port_file;
+    if (!getenv("EF_TEST_HTTP_LOG"))
+        argv[k++] = "--quiet";
+    for (; extra && *extra; extra++) {
+        assert_true(k < 23);
+        argv[k++] = *extra;
+    }
+    argv[k] = NULL;
+    server sv = {-1, 0};
+    sv.pid = fork();
+    assert_true(sv.pid >= 0);
+    if (sv.pid == 0) {
+        execv(argv[0], (char *const *)(uintptr_t)argv);
+        _exit(127);
+    }
+    double t0 = eft_now_s();
+    while (eft_now_s() - t0 < 20) {
+        FILE *f = fopen(port_file, "r");
+        if (f) {
+            int ok = fscanf(f, "%d", &sv.port) == 1;
+            fclose(f);
+            unlink(port_file);
+            if (ok && sv.port > 0)
+                return sv;
+        }
+        int status;
+        if (waitpid(sv.pid, &status, WNOHANG) == sv.pid)
+            fail_msg("%s exited before listening (status %d)",
+                     EF_TEST_HTTP_SERVER, status);
+        struct timespec ts = {0, 10 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    kill(sv.pid, SIGKILL);
+    waitpid(sv.pid, NULL, 0);
+    fail_msg("%s did not write its port within 20 s", EF_TEST_HTTP_SERVER);
+    return sv;
+}
+
+static void server_stop(server *sv)
+{
+    if (sv->pid > 0) {
+        kill(sv->pid, SIGTERM);
+        waitpid(sv->pid, NULL, 0);
+        sv->pid = -1;
+    }
+}
+
+static void url_of(char *out, size_t cap, const server *sv, const char *name)
+{
+    snprintf(out, cap, "http://127.0.0.1:%d/%s", sv->port, name);
+}
+
+/* Opens `name` on the server and checks it reads back as want[0, n);
+ * returns the number of retries. */
+static uint64_t http_expect(const server *sv, const char *name,
+                            const ef__stream_opts *o, const unsigned char *want,
+                            size_t n)
+{
+    char url[128];
+    url_of(url, sizeof url, sv, name);
+    ef__stream *s = NULL;
+    ef__err err;
+    ef__err_clear(&err);
+    int rc = ef__stream_open(&s, url, o, &err);
+    if (rc != EF_OK)
+        fail_msg("open %s: %s", url, err.msg);
+    expect_content(s, want, n);
+    ef__stream_stats st;
+    ef__stream_get_stats(s, &st);
+    ef__stream_close(s);
+    return st.retries;
+}
+
+static void test_http_plain(void **state)
+{
+    (void)state;
+    server sv = server_start(NULL);
+    ef__stream_opts o = opts_with(1, 10, 0.01);
+    assert_int_equal(http_expect(&sv, "big.bin", &o, g_big, BIG_SIZE), 0);
+    assert_int_equal(http_expect(&sv, "empty.bin", &o, g_big, 0), 0);
+    server_stop(&sv);
+}
+
+static void test_http_cuts(void **state)
+{
+    (void)state;
+    const char *args[] = {"--cut-every", "300000", NULL};
+    server sv = server_start(args);
+    ef__stream_opts o = opts_with(30, 10, 0);
+    /* every reply carries 300000 bytes: 17 replies, 16 of them retries */
+    assert_int_equal(http_expect(&sv, "big.bin", &o, g_big, BIG_SIZE),
+                     BIG_SIZE / 300000);
+    server_stop(&sv);
+}
+
+static void test_http_fail_first(void **state)
+{
+    (void)state;
+    const char *args[] = {"--fail-first", "2", NULL};
+    server sv = server_start(args);
+    ef__stream_opts o = opts_with(5, 10, 0.05);
+    double t0 = eft_now_s();
+    assert_int_equal(http_expect(&sv, "big.bin", &o, g_big, BIG_SIZE), 2);
+    /* two backoffs: 0.05 s, then 0.1 s */
+    assert_true(eft_now_s() - t0 >= 0.15);
+    server_stop(&sv);
+}
+
+static void test_http_not_found(void **state)
+{
+    (void)state;
+    server sv = server_start(NULL);
+    char url[128];
+    url_of(url, sizeof url, &sv, "missing.bin");
+    ef__stream_opts o = opts_with(5, 10, 1.0);
+    ef__stream *s = NULL;
+    ef__err err;
+    ef__err_clear(&err);
+    assert_int_equal(ef__stream_open(&s, url, &o, &err), EF_OK);
+    double t0 = eft_now_s();
+    unsigned char b[16];
+    size_t got = 7;
+    assert_int_equal(ef__stream_read(s, b, sizeof b, &got, &err), EF_EIO);
+    assert_int_equal(got, 0);
+    assert_true(eft_now_s() - t0 < 0.9); /* no 1 s backoff: no retry */
+    expect_msg(&err, url);
+    expect_msg(&err, "404");
+    ef__stream_stats st;
+    ef__stream_get_stats(s, &st);
+    assert_int_equal(st.retries, 0);
+    /* the failure stays */
+    ef__err_clear(&err);
+    assert_int_equal(ef__stream_read(s, b, sizeof b, &got, &err), EF_EIO);
+    expect_msg(&err, "404");
+    ef__stream_close(s);
+    server_stop(&sv);
+}
+
+static void test_http_ignore_range(void **state)
+{
+    (void)state;
+    const char *args[] = {"--ignore-range", "--cut-every", "300000", NULL};
+    server sv = server_start(args);
+    ef__stream_opts o = opts_with(10, 10, 0);
+    /* each 200 reply starts at 0; the stream drops what it already has and
+     * gets 300000 new bytes before the next cut */
+    assert_int_equal(http_expect(&sv, "small.bin", &o, g_small, SMALL_SIZE),
+                     SMALL_SIZE / 300000);
+    server_stop(&sv);
+}
+
+static void test_http_give_up(void **state)
+{
+    (void)state;
+    const char *args[] = {"--cut-every", "300000", NULL};
+    server sv = server_start(args);
+    char url[128];
+    url_of(url, sizeof url, &sv, "big.bin");
+    ef__stream_opts o = opts_with(3, 10, 0.01);
+    ef__stream *s = NULL;
+    ef__err err;
+    ef__err_clear(&err);
+    assert_int_equal(ef__stream_open(&s, url, &o, &err), EF_OK);
+    unsigned char *buf = malloc(BIG_SIZE);
+    assert_non_null(buf);
+    size_t total = 0;
+    assert_int_equal(read_pieces(s, buf, BIG_SIZE, &total, &err), EF_EIO);
+    /* everything received before giving up was handed out, and right */
+    assert_int_equal(total, 900000);
+    assert_true(memcmp(buf, g_big, total) == 0);
+    expect_msg(&err, url);
+    expect_msg(&err, "giving up after 3 tries at byte 900000");
+    expect_msg(&err, "curl error"); /* the last failure, in curl's words */
+    ef__stream_stats st;
+    ef__stream_get_stats(s, &st);
+    assert_int_equal(st.retries, 2);
+    ef__stream_close(s);
+    free(buf);
+    server_stop(&sv);
+}
+
+static void test_http_gzip(void **state)
+{
+    (void)state;
+#ifdef EF_TEST_HAVE_ZLIB
+    /* inflated on the fly, also across resumed replies */
+    const char *args[] = {"--cut-every", "100000", NULL};
+    server sv = server_start(args);
+    ef__stream_opts o = opts_with(100, 10, 0);
+    uint64_t retries = http_expect(&sv, "text.gz", &o, g_text, TEXT_SIZE);
+    assert_int_equal(retries, (g_gz_size - 1) / 100000);
+    server_stop(&sv);
+#else
+    skip();
+#endif
+}
+
+static void test_http_stall(void **state)
+{
+    (void)state;
+    const char *args[] = {"--stall-after", "100000", NULL};
+    server sv = server_start(args);
+    char url[128];
+    url_of(url, sizeof url, &sv, "big.bin");
+    ef__stream_opts o = opts_with(2, 0.3, 0.01);
+    ef__stream *s = NULL;
+    ef__err err;
+    ef__err_clear(&err);
+    assert_int_equal(ef__stream_open(&s, url, &o, &err), EF_OK);
+    unsigned char *buf = malloc(BIG_SIZE);
+    assert_non_null(buf);
+    size_t total = 0;
+    double t0 = eft_now_s();
+    assert_int_equal(read_pieces(s, buf, BIG_SIZE, &total, &err), EF_EIO);
+    double dt = eft_now_s() - t0;
+    assert_true(dt >= 0.55 && dt < 10);
+    assert_int_equal(total, 200000); /* 100000 per try, resumed */
+    assert_true(memcmp(buf, g_big, total) == 0);
+    expect_msg(&err, url);
+    expect_msg(&err, "giving up after 2 tries at byte 200000");
+    expect_msg(&err, "no data for 0.3 s");
+    ef__stream_stats st;
+    ef__stream_get_stats(s, &st);
+    assert_int_equal(st.retries, 1);
+    ef__stream_close(s);
+    free(buf);
+    server_stop(&sv);
+}
+
+/* A cache that answers a range with bytes from before it: refused, since
+ * taking them would repeat data. */
+static void test_http_wrong_range(void **state)
+{
+    (void)state;
+    const char *args[] = {"--cut-every", "300000", "--range-shift", "1000",
+                          NULL};
+    server sv = server_start(args);
+    char url[128];
+    url_of(url, sizeof url, &sv, "big.bin");
+    ef__stream_opts o = opts_with(3, 10, 0);
+    ef__stream *s = NULL;
+    ef__err err;
+    ef__err_clear(&err);
+    assert_int_equal(ef__stream_open(&s, url, &o, &err), EF_OK);
+    unsigned char *buf = malloc(BIG_SIZE);
+    assert_non_null(buf);
+    size_t total = 0;
+    assert_int_equal(read_pieces(s, buf, BIG_SIZE, &total, &err), EF_EIO);
+    assert_int_equal(total, 300000);
+    assert_true(memcmp(buf, g_big, total) == 0);
+    expect_msg(&err, "giving up after 3 tries at byte 300000");
+    expect_msg(&err, "HTTP 206 for bytes 299000-5000010, expected a range "
+                     "starting at 300000");
+    ef__stream_close(s);
+    free(buf);
+    server_stop(&sv);
+}
+
+/* The file changes size between two attempts: the bytes handed out may no
+ * longer belong to it, so the stream fails rather than splice. Shrunk to
+ * 350000 bytes the retry gets a 206 with the new size; shrunk to exactly
+ * the bytes read, a 416 that must not pass for the end of the data. */
+static void test_http_changed(void **state)
+{
+    (void)state;
+    const char *args[] = {"--cut-every", "300000", NULL};
+    server sv = server_start(args);
+    char url[128];
+    url_of(url, sizeof url, &sv, "changing.bin");
+    static const size_t shrink_to[] = {350000, 300000};
+    for (int k = 0; k < 2; k++) {
+        write_file("changing.bin", g_big, 400000);
+        ef__stream_opts o = opts_with(5, 10, 0);
+        ef__stream *s = NULL;
+        ef__err err;
+        ef__err_clear(&err);
+        assert_int_equal(ef__stream_open(&s, url, &o, &err), EF_OK);
+        unsigned char *buf = malloc(300000);
+        assert_non_null(buf);
+        /* exactly what the first reply carried; the cut comes next */
+        assert_int_equal(ef__stream_read_full(s, buf, 300000, "head", &err),
+                         EF_OK);
+        assert_true(memcmp(buf, g_big, 300000) == 0);
+        write_file("changing.bin", g_big, shrink_to[k]);
+        size_t got = 0;
+        assert_int_equal(ef__stream_read(s, buf, 1000, &got, &err), EF_EIO);
+        assert_int_equal(got, 0);
+        expect_msg(&err, url);
+        expect_msg(&err, "the resource changed between attempts");
+        ef__stream_stats st;
+        ef__stream_get_stats(s, &st);
+        assert_int_equal(st.retries, 1); /* no retry after that */
+        ef__stream_close(s);
+        free(buf);
+    }
+    server_stop(&sv);
+}
+
+/* A request curl cannot even make is not retried. */
+static void test_http_bad_url(void **state)
+{
+    (void)state;
+    const char *url = "http://127.0.0.1:99999/x";
+    ef__stream_opts o = opts_with(5, 10, 1.0);
+    ef__stream *s = NULL;
+    ef__err err;
+    ef__err_clear(&err);
+    assert_int_equal(ef__stream_open(&s, url, &o, &err), EF_OK);
+    unsigned char b[8];
+    size_t got;
+    double t0 = eft_now_s();
+    assert_int_equal(ef__stream_read(s, b, sizeof b, &got, &err), EF_EIO);
+    assert_true(eft_now_s() - t0 < 0.9);
+    expect_msg(&err, url);
+    expect_msg(&err, "not retried");
+    ef__stream_stats st;
+    ef__stream_get_stats(s, &st);
+    assert_int_equal(st.retries, 0);
+    ef__stream_close(s);
+}
+
+typedef struct {
+    atomic_int flag;
+    double set_at;
+} canceller;
+
+static void *cancel_later(void *arg)
+{
+    canceller *c = arg;
+    struct timespec ts = {0, 300 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+    c->set_at = eft_now_s();
+    atomic_store(&c->flag, 1);
+    return NULL;
+}
+
+static void test_http_cancel(void **state)
+{
+    (void)state;
+    const char *args[] = {"--stall-after", "100000", NULL};
+    server sv = server_start(args);
+    char url[128];
+    url_of(url, sizeof url, &sv, "big.bin");
+    canceller c;
+    atomic_init(&c.flag, 0);
+    c.set_at = 0;
+    ef__stream_opts o = opts_with(5, 30, 0.01);
+    o.cancelled = &c.flag;
+    ef__stream *s = NULL;
+    ef__err err;
+    ef__err_clear(&err);
+    assert_int_equal(ef__stream_open(&s, url, &o, &err), EF_OK);
+    unsigned char *buf = malloc(BIG_SIZE);
+    assert_non_null(buf);
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, cancel_later, &c), 0);
+    size_t total = 0;
+    int rc = read_pieces(s, buf, BIG_SIZE, &total, &err);
+    double done = eft_now_s();
+    assert_int_equal(pthread_join(th, NULL), 0);
+    assert_int_equal(rc, EF_ECANCELED);
+    assert_true(c.set_at > 0 && done - c.set_at < 1.0);
+    assert_int_equal(total, 100000);
+    expect_msg(&err, url);
+    ef__stream_close(s);
+    free(buf);
+    server_stop(&sv);
+}
+
+/* Cancelling during the wait between tries (a 10 s backoff). */
+static void test_http_cancel_backoff(void **state)
+{
+    (void)state;
+    const char *args[] = {"--fail-first", "1", NULL};
+    server sv = server_start(args);
+    char url[128];
+    url_of(url, sizeof url, &sv, "big.bin");
+    canceller c;
+    atomic_init(&c.flag, 0);
+    c.set_at = 0;
+    ef__stream_opts o = opts_with(5, 30, 10);
+    o.cancelled = &c.flag;
+    ef__stream *s = NULL;
+    ef__err err;
+    ef__err_clear(&err);
+    assert_int_equal(ef__stream_open(&s, url, &o, &err), EF_OK);
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, cancel_later, &c), 0);
+    unsigned char b[64];
+    size_t got = 0;
+    int rc = ef__stream_read(s, b, sizeof b, &got, &err);
+    double done = eft_now_s();
+    assert_int_equal(pthread_join(th, NULL), 0);
+    assert_int_equal(rc, EF_ECANCELED);
+    assert_true(c.set_at > 0 && done - c.set_at < 1.0);
+    ef__stream_close(s);
+    server_stop(&sv);
+}
+
+static void test_http_refused(void **state)
+{
+    (void)state;
+    /* a port nobody listens on: bound, then released */
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    assert_true(fd >= 0);
+    struct sockaddr_in a;
+    memset(&a, 0, sizeof a);
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
+    socklen_t len = sizeof a;
+    assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &len), 0);
+    close(fd);
+    char url[128];
+    snprintf(url, sizeof url, "http://127.0.0.1:%d/x", ntohs(a.sin_port));
+    ef__stream_opts o = opts_with(2, 5, 0.01);
+    ef__stream *s = NULL;
+    ef__err err;
+    ef__err_clear(&err);
+    assert_int_equal(ef__stream_open(&s, url, &o, &err), EF_OK);
+    unsigned char b[8];
+    size_t got;
+    assert_int_equal(ef__stream_read(s, b, sizeof b, &got, &err), EF_EIO);
+    expect_msg(&err, url);
+    expect_msg(&err, "giving up after 2 tries at byte 0");
+    ef__stream_close(s);
+}
+
+static void test_http_bad_options(void **state)
+{
+    (void)state;
+    ef__stream *s = (ef__stream *)&s;
+    ef__err err;
+    ef__err_clear(&err);
+    ef__stream_opts o = opts_with(0, 10, 0.1);
+    assert_int_equal(ef__stream_open(&s, "http://127.0.0.1:1/x", &o, &err),
+                     EF_EINVAL);
+    assert_null(s);
+    expect_msg(&err, "tries must be at least 1, got 0");
+    o = opts_with(3, -1, 0.1);
+    assert_int_equal(ef__stream_open(&s, "http://127.0.0.1:1/x", &o, &err),
+                     EF_EINVAL);
+    expect_msg(&err, "timeout_s");
+    o = opts_with(3, 1, -0.5);
+    assert_int_equal(ef__stream_open(&s, "https://127.0.0.1:1/x", &o, &err),
+                     EF_EINVAL);
+    expect_msg(&err, "backoff_s");
+}
+
+#else /* !EF_TEST_HAVE_CURL */
+
+static void test_http_unsupported(void **state)
+{
+    (void)state;
+    ef__stream *s = NULL;
+    ef__err err;
+    ef__err_clear(&err);
+    assert_int_equal(ef__stream_open(&s, "http://127.0.0.1:1/x", NULL, &err),
+                     EF_EUNSUPPORTED);
+    assert_null(s);
+    expect_msg(&err, "http://127.0.0.1:1/x");
+    expect_msg(&err, "libcurl4-openssl-dev");
+}
+
+#endif /* EF_TEST_HAVE_CURL */
+
+int main(void)
+{
+    /* the test server is local: never send its requests to a proxy */
+    setenv("no_proxy", "127.0.0.1,localhost", 1);
+    setenv("NO_PROXY", "127.0.0.1,localhost", 1);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_file_plain),
+        cmocka_unit_test(test_memory),
+        cmocka_unit_test(test_missing_file),
+        cmocka_unit_test(test_read_full_and_skip),
+        cmocka_unit_test(test_cancel_local),
+#ifdef EF_TEST_HAVE_ZLIB
+        cmocka_unit_test(test_gzip_file),
+        cmocka_unit_test(test_gzip_members),
+        cmocka_unit_test(test_gzip_truncated),
+#else
+        cmocka_unit_test(test_gzip_unsupported),
+#endif
+#ifdef EF_TEST_HAVE_CURL
+        cmocka_unit_test(test_http_plain),
+        cmocka_unit_test(test_http_cuts),
+        cmocka_unit_test(test_http_fail_first),
+        cmocka_unit_test(test_http_not_found),
+        cmocka_unit_test(test_http_ignore_range),
+        cmocka_unit_test(test_http_give_up),
+        cmocka_unit_test(test_http_gzip),
+        cmocka_unit_test(test_http_wrong_range),
+        cmocka_unit_test(test_http_changed),
+        cmocka_unit_test(test_http_bad_url),
+        cmocka_unit_test(test_http_stall),
+        cmocka_unit_test(test_http_cancel),
+        cmocka_unit_test(test_http_cancel_backoff),
+        cmocka_unit_test(test_http_refused),
+        cmocka_unit_test(test_http_bad_options),
+#else
+        cmocka_unit_test(test_http_unsupported),
+#endif
+    };
+    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}
