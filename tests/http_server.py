@@ -11,8 +11,8 @@ allows, and the whole file is sent with 200.
 Command line (kept stable: other tests start this script too):
 
   http_server.py --root DIR [--port N] [--port-file PATH] [--quiet]
-                 [--cut-every BYTES] [--fail-first N] [--stall-after BYTES]
-                 [--ignore-range] [--range-shift BYTES]
+                 [--cut-every BYTES] [--fail-first N] [--fail-from N]
+                 [--stall-after BYTES] [--ignore-range] [--range-shift BYTES]
 
   --root DIR          directory to serve (required)
   --port N            port on 127.0.0.1; 0 (the default) picks a free one
@@ -28,6 +28,8 @@ Command line (kept stable: other tests start this script too):
                       that resumes still gets BYTES new bytes each time.
   --fail-first N      answer 503 (with a short body) to the first N requests
                       of each path
+  --fail-from N       answer 503 to every request of each path after its
+                      first N (a server that goes down mid-file)
   --stall-after BYTES in every response, stop sending once BYTES body bytes
                       past the requested offset have been sent, and keep the
                       connection open (until the client closes it)
@@ -62,6 +64,7 @@ class Faults:
         self.root = os.path.realpath(args.root)
         self.cut_every = args.cut_every
         self.fail_first = args.fail_first
+        self.fail_from = args.fail_from
         self.stall_after = args.stall_after
         self.ignore_range = args.ignore_range
         self.range_shift = args.range_shift
@@ -138,9 +141,10 @@ class Handler(http.server.BaseHTTPRequestHandler):
     def serve(self, send_body):
         f = self.server.faults
         try:
-            if f.count_request(self.path) < f.fail_first:
-                self.send_small(503, "failing on purpose (--fail-first)",
-                                [("Retry-After", "0")])
+            n = f.count_request(self.path)
+            if n < f.fail_first or (f.fail_from >= 0 and n >= f.fail_from):
+                self.send_small(503, "failing on purpose (--fail-first or "
+                                "--fail-from)", [("Retry-After", "0")])
                 return
             full = self.resolve()
             if full is None:
@@ -257,6 +261,7 @@ def main():
     ap.add_argument("--port-file")
     ap.add_argument("--cut-every", type=int, metavar="BYTES")
     ap.add_argument("--fail-first", type=int, default=0, metavar="N")
+    ap.add_argument("--fail-from", type=int, default=-1, metavar="N")
     ap.add_argument("--stall-after", type=int, metavar="BYTES")
     ap.add_argument("--ignore-range", action="store_true")
     ap.add_argument("--range-shift", type=int, default=0, metavar="BYTES")

@@ -64,6 +64,7 @@ typedef struct {
 
     int state;
     int attempts;      /* started so far */
+    int fruitless;     /* failed attempts in a row that delivered nothing */
     uint64_t received; /* offset of the byte after the last one kept */
     int64_t total;     /* size of the resource, -1 until a reply says */
     double delay_s;    /* backoff before the next retry */
@@ -135,12 +136,15 @@ static void stop_attempt(http_conn *h)
 static void attempt_failed(http_conn *h, const char *what)
 {
     stop_attempt(h);
-    if (h->attempts >= h->tries) {
+    /* only attempts that delivered nothing count against `tries`: a long
+     * shard over a link that drops now and then keeps making progress */
+    h->fruitless = h->received > h->start ? 1 : h->fruitless + 1;
+    if (h->fruitless >= h->tries) {
         fail_for_good(h, EF_EIO,
-                      "%s: giving up after %d %s at byte %llu; last "
-                      "failure: %s",
-                      h->url, h->attempts, h->attempts == 1 ? "try" : "tries",
-                      (unsigned long long)h->received, what);
+                      "%s: giving up at byte %llu after %d %s in a row "
+                      "without progress (%d in all); last failure: %s",
+                      h->url, (unsigned long long)h->received, h->fruitless,
+                      h->fruitless == 1 ? "try" : "tries", h->attempts, what);
         return;
     }
     /* An attempt that delivered data shows the server is alive: the next

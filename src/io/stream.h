@@ -18,7 +18,9 @@ typedef struct ef__stream ef__stream;
 typedef struct {
     int gzip;            /* -1: inflate when the data starts with the gzip
                             magic; 0: never; 1: always */
-    int tries;           /* HTTP: attempts in all before giving up */
+    int tries;           /* HTTP: give up after this many failed attempts
+                            in a row that delivered no byte (the one that
+                            failed after data counts as the first) */
     double timeout_s;    /* HTTP: connect timeout; an attempt that gets no
                             byte for this long fails */
     double backoff_s;    /* HTTP: wait before the first retry, doubled
