@@ -219,7 +219,7 @@ static void bad_jpeg_is_an_error(void **state)
 
     /* truncated: libjpeg would fill the rest with grey and only warn */
     expect_bad(bytes, n / 2, "truncated or corrupt JPEG data");
-    expect_bad(bytes, 20, "JPEG");
+    expect_bad(bytes, 20, "without a frame header");
 
     /* the frame header (SOF0: FF C0, length, precision, height, width) */
     size_t sof = 2;

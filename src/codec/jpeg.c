@@ -88,11 +88,18 @@ int ef__jpeg_decode(const unsigned char *data, size_t size, int channels,
         return ef__err_set(err, EF_ENOMEM,
                            "%s: cannot start the JPEG decoder: %s", what,
                            tjGetErrorStr2(NULL));
-    int w, h, subsamp, colorspace;
+    /* a tables-only stream "succeeds" without setting the size: start
+     * from none */
+    int w = 0, h = 0, subsamp = -1, colorspace = -1;
     int rc;
     if (tjDecompressHeader3(tj, data, (unsigned long)size, &w, &h, &subsamp,
                             &colorspace) != 0)
         rc = jpeg_failed(tj, what, "header", err);
+    else if (w == 0 && h == 0)
+        rc = ef__err_set(err, EF_EFORMAT,
+                         "%s: JPEG without a frame header (tables only, or "
+                         "truncated before the image)",
+                         what);
     else
         rc = ef__image_check_size(h, w, "JPEG", what, err);
     if (rc == EF_OK)

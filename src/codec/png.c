@@ -24,8 +24,11 @@ static int png_failed(int e, const char *what, const char *step, ef__err *err)
 {
     /* zlib fails to start only for want of memory */
     int nomem = e == SPNG_EMEM || e == SPNG_EZLIB_INIT;
+    const char *kind = e == SPNG_IO_EOF || e == SPNG_EIDAT_TOO_SHORT
+                           ? "truncated PNG"
+                           : "corrupt PNG";
     return ef__err_set(err, nomem ? EF_ENOMEM : EF_EFORMAT,
-                       "%s: corrupt PNG (in the %s): libspng: %s", what, step,
+                       "%s: %s (in the %s): libspng: %s", what, kind, step,
                        spng_strerror(e));
 }
 
