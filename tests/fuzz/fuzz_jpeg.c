@@ -8,8 +8,8 @@
 #include "fuzz.h"
 #include "image_check.h"
 
-static void check_layouts(const uint8_t *data, size_t size,
-                          const ef_buffer *b, const int64_t shape[3])
+static void check_layouts(const uint8_t *data, size_t size, const ef_buffer *b,
+                          const int64_t shape[3])
 {
     int64_t s1[3], s3[3];
     ef_buffer *g = fuzz_decode(data, size, 1, s1);

@@ -17,7 +17,7 @@
 #define CHECK(cond)                                                            \
     do {                                                                       \
         if (!(cond)) {                                                         \
-            fprintf(stderr, "%s:%d: invariant violated: %s\n", __FILE__,      \
+            fprintf(stderr, "%s:%d: invariant violated: %s\n", __FILE__,       \
                     __LINE__, #cond);                                          \
             abort();                                                           \
         }                                                                      \
@@ -37,8 +37,7 @@ static inline ef_buffer *fuzz_decode(const uint8_t *data, size_t size,
     ef_buffer *b = (ef_buffer *)&b; /* not NULL: must be cleared */
     ef__err err;
     ef__err_clear(&err);
-    int rc = ef__image_decode(data, size, channels, FUZZ_WHAT, &b, shape,
-                              &err);
+    int rc = ef__image_decode(data, size, channels, FUZZ_WHAT, &b, shape, &err);
     if (rc != EF_OK) {
         CHECK(b == NULL);
         /* EF_ENOMEM: a header within the limits may still ask for more
