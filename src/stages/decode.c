@@ -69,7 +69,7 @@ static int parse_cls(const unsigned char *t, size_t n, int64_t *out)
         i++;
     if (i != n)
         return -1;
-    *out = neg ? (int64_t)(0 - v) : (int64_t)v;
+    *out = neg && v ? -(int64_t)(v - 1) - 1 : (int64_t)v; /* -2^63 too */
     return 0;
 }
 

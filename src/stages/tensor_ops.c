@@ -28,6 +28,11 @@ static int channels_match(int n, int64_t c, const char *what, const char *field,
 {
     if (n == 1 || n == c)
         return EF_OK;
+    if (c == 1)
+        return ef_map_ctx_fail(ctx, EF_ESHAPE,
+                               "field '%s' has one channel but %s has %d "
+                               "values; expected one",
+                               field, what, n);
     return ef_map_ctx_fail(ctx, EF_ESHAPE,
                            "field '%s' has %lld channels but %s has %d "
                            "values; expected 1 or %lld",
