@@ -253,6 +253,29 @@ static void foreign_bytes_are_an_error(void **state)
     assert_int_equal(decode("\x89PNG", 4, 2, &b, shape, &err), EF_EINVAL);
 }
 
+/* In a build without a codec's library, its format is EF_EUNSUPPORTED
+ * and the message names the package to install; with it, these stubs are
+ * merely corrupt. */
+static void missing_library_is_named(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *bytes, *package;
+        size_t n;
+    } cases[] = {{"\x89PNG\r\n\x1a\n", "libspng-dev", 8},
+                 {"\xFF\xD8\xFF\xE0", "libturbojpeg0-dev", 4}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        ef_buffer *b;
+        int64_t shape[3];
+        ef__err err;
+        int rc = decode(cases[i].bytes, cases[i].n, 0, &b, shape, &err);
+        assert_true(rc == EF_EFORMAT || rc == EF_EUNSUPPORTED);
+        assert_non_null(strstr(err.msg, "field 'x'"));
+        if (rc == EF_EUNSUPPORTED)
+            assert_non_null(strstr(err.msg, cases[i].package));
+    }
+}
+
 /* Every allocation the PNG codec makes (libspng's and zlib's included)
  * may fail: the error comes back cleanly and nothing leaks (the ASan
  * build). libspng reports zlib's window allocation failing mid-stream as
@@ -896,6 +919,7 @@ int main(void)
         cmocka_unit_test(bad_png_is_an_error),
         cmocka_unit_test(bad_jpeg_is_an_error),
         cmocka_unit_test(foreign_bytes_are_an_error),
+        cmocka_unit_test(missing_library_is_named),
         cmocka_unit_test(png_survives_failed_allocations),
         cmocka_unit_test(decode_images_and_labels),
         cmocka_unit_test(decode_errors),
