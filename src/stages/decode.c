@@ -258,20 +258,18 @@ static int decode_create(ef__stage *s, const ef__opts *o, ef__err *err)
 
 static const ef__option_def decode_options[] = {
     {"channels", EF_OPT_INT, "0",
-     "0: as stored (1 for gray, 3 for colour; alpha dropped), 1: gray, 3: RGB",
-     0, 3},
+     "0: as stored (1 gray, 3 colour), 1: gray, 3: RGB; alpha is dropped", 0,
+     3},
     {"as", EF_OPT_STRING, "image", "name of the decoded image field", 0, 0},
     {"fields", EF_OPT_STRING, "jpg,jpeg,png",
-     "fields holding an encoded JPEG or PNG (quoted comma list); a sample "
-     "must have exactly one",
-     0, 0},
+     "fields that may hold the image (quoted list); one per sample", 0, 0},
     EF__THREADS_OPTION,
 };
 
 const ef__stage_def ef__stage_decode = {
     .info = {"decode",
-             "JPEG/PNG bytes to a u8 [H,W,C] image, and 'cls' text to an i64 "
-             "'label'; other fields pass through",
+             "JPEG/PNG bytes to a u8 [H,W,C] image, 'cls' text to an i64 "
+             "label",
              4, decode_options},
     .create = decode_create,
     EF__IMAGE_STAGE_OPS,

@@ -211,8 +211,8 @@ const ef__stage_def ef__stage_resize = {
 
 const ef__stage_def ef__stage_random_resized_crop = {
     .info = {"random_resized_crop",
-             "random crop of random area and aspect ratio, resized to a "
-             "square (ImageNet training)",
+             "crop of random area and aspect ratio, resized to a square "
+             "(ImageNet)",
              7, random_resized_crop_options},
     .create = random_resized_crop_create,
     EF__IMAGE_STAGE_OPS,

@@ -330,11 +330,8 @@ static int cast_create(ef__stage *s, const ef__opts *o, ef__err *err)
 
 static const ef__option_def normalize_options[] = {
     {"mean", EF_OPT_STRING, "0",
-     "subtracted after scaling: one value, or one per channel "
-     "(\"0.485,0.456,0.406\")",
-     0, 0},
-    {"std", EF_OPT_STRING, "1",
-     "then divided by (> 0): one value, or one per channel", 0, 0},
+     "one value, or one per channel: \"0.485,0.456,0.406\"", 0, 0},
+    {"std", EF_OPT_STRING, "1", "one value > 0, or one per channel", 0, 0},
     EF__IMAGE_FIELD_OPTION,
     EF__THREADS_OPTION,
 };
@@ -352,8 +349,7 @@ static const ef__option_def cast_options[] = {
 
 const ef__stage_def ef__stage_normalize = {
     .info = {"normalize",
-             "f32 (x * scale - mean) / std per channel; scale is 1/255 for u8, "
-             "1 for f32",
+             "to f32: (x * scale - mean) / std, scale 1/255 for u8, 1 for f32",
              4, normalize_options},
     .create = normalize_create,
     EF__IMAGE_STAGE_OPS,
@@ -368,8 +364,8 @@ const ef__stage_def ef__stage_to_chw = {
 
 const ef__stage_def ef__stage_cast = {
     .info = {"cast",
-             "convert dtype; f32 to integers rounds to nearest; a value the "
-             "target cannot hold is an error, never clamped",
+             "convert dtype (f32 rounds to nearest); out-of-range values are "
+             "errors",
              3, cast_options},
     .create = cast_create,
     EF__IMAGE_STAGE_OPS,
