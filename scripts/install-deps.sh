@@ -8,6 +8,8 @@ packages=(
   gcc make cmake pkg-config   # the build
   zlib1g-dev                  # gzip-compressed IDX files
   libcurl4-openssl-dev        # reading http:// and https:// URLs
+  libturbojpeg0-dev           # decode: JPEG images (TurboJPEG API)
+  libspng-dev                 # decode: PNG images; echoflow pack writes PNG
   libopenblas-dev             # the reference trainer's matrix products
   libcmocka-dev               # the test suite
   python3                     # the command-line tests read JSON with it

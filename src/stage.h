@@ -196,6 +196,12 @@ extern const ef__stage_def ef__stage_take;
 extern const ef__stage_def ef__stage_throttle;
 extern const ef__stage_def ef__stage_random_crop;
 extern const ef__stage_def ef__stage_flip;
+extern const ef__stage_def ef__stage_decode;
+extern const ef__stage_def ef__stage_resize;
+extern const ef__stage_def ef__stage_random_resized_crop;
+extern const ef__stage_def ef__stage_normalize;
+extern const ef__stage_def ef__stage_to_chw;
+extern const ef__stage_def ef__stage_cast;
 /* C callback sources: not in the registry, added by
  * ef_pipeline_add_source() only. */
 extern const ef__stage_def ef__stage_source;

@@ -167,6 +167,22 @@ static double describe(stage_info *si, const ef__opts *o, double up_bytes)
             si->bytes = up_bytes * 4;
         return si->a * 16 * 64 + ALLOC_COST;
     }
+    /* image stages: an output of at most 4 bytes an element (8 for cast
+     * to i64); the resizing ones emit height x width x (channels, at most
+     * the upstream's bytes) */
+    if (strcmp(n, "decode") == 0 || strcmp(n, "normalize") == 0 ||
+        strcmp(n, "to_chw") == 0 || strcmp(n, "cast") == 0 ||
+        strcmp(n, "resize") == 0 || strcmp(n, "random_resized_crop") == 0) {
+        si->k = K_MAP;
+        si->a = opt_num(o, "threads", 1);
+        si->bytes = up_bytes * 8;
+        if (strcmp(n, "resize") == 0 || strcmp(n, "random_resized_crop") == 0) {
+            double side = opt_num(o, "size", 0);
+            double h = opt_num(o, "height", 0), w = opt_num(o, "width", 0);
+            si->bytes = (h ? h : side) * (w ? w : side) * 4 * up_bytes;
+        }
+        return si->a * 16 * 64 + ALLOC_COST;
+    }
     if (strcmp(n, "take") == 0) {
         si->k = K_TAKE;
         si->a = opt_num(o, "count", 0);

@@ -123,6 +123,16 @@ SPECS = [
     "range:n=4\0range:n=2",
     "range:n=4\0batch:2 | nosuch",
     "\0range:n=3 | echo:2",
+    # image stages (batched range data stands in for images)
+    "range:n=6,bytes=12 | batch:2 | resize:size=3,field=data | normalize:field=data",
+    "range:n=6,bytes=12 | batch:2 | random_resized_crop:size=2,field=data,threads=2",
+    "range:n=4,bytes=6 | batch:2 | batch:2 | to_chw:field=data | cast:f32,field=data",
+    "range:n=4,bytes=6 | batch:2 | normalize:mean=\"1,2\",std=\"0.5\",field=data",
+    "range:n=4,bytes=6 | batch:2 | cast:dtype=i64,field=data | cast:u8,field=data",
+    "range:n=4,bytes=8 | decode:fields=data",
+    "range:n=4,bytes=8 | decode:fields=\"data,index\",channels=2",
+    "range:n=1 | resize:height=4",
+    "range:n=1 | random_resized_crop:scale_min=0.9,scale_max=0.1",
 ]
 
 

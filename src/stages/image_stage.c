@@ -1,0 +1,123 @@
+/* Helpers shared by the image map stages (see image_stage.h). */
+#include <stdio.h>
+#include <string.h>
+
+#include "core/alloc.h"
+#include "stages/image_stage.h"
+
+/* "u8 or f32", "any dtype" ... for messages. */
+static void dtype_list(unsigned dtypes, char *buf, size_t cap)
+{
+    if (dtypes == EF__ANY_DTYPE) {
+        snprintf(buf, cap, "any dtype");
+        return;
+    }
+    size_t used = 0;
+    buf[0] = '\0';
+    for (int d = 0, n = 0; d < EF__DTYPE_COUNT && used < cap; d++)
+        if (dtypes & EF__DTYPE_BIT(d))
+            used +=
+                (size_t)snprintf(buf + used, cap - used, "%s%s",
+                                 n++ ? " or " : "", ef_dtype_name((ef_dtype)d));
+}
+
+void ef__image_field_names(const ef_sample *s, char *buf, size_t cap)
+{
+    size_t used = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < s->nfields && used < cap; i++)
+        used += (size_t)snprintf(buf + used, cap - used, "%s%s", i ? ", " : "",
+                                 s->fields[i].name);
+    if (!s->nfields)
+        snprintf(buf, cap, "no fields");
+}
+
+int ef__image_find(const ef_sample *in, const char *field, unsigned dtypes,
+                   ef__image *img, ef_map_ctx *ctx)
+{
+    int i = ef__sample_find(in, field);
+    if (i < 0) {
+        char names[EF__FIELD_NAMES_MAX];
+        ef__image_field_names(in, names, sizeof names);
+        return ef_map_ctx_fail(
+            ctx, EF_ESHAPE, "no field '%s' (the sample has %s)", field, names);
+    }
+    const ef__field *f = &in->fields[i];
+    if ((f->ndim != 2 && f->ndim != 3) || !(dtypes & EF__DTYPE_BIT(f->dtype))) {
+        char shape[128], want[64];
+        ef__shape_format(shape, sizeof shape, f->ndim, f->shape);
+        dtype_list(dtypes, want, sizeof want);
+        return ef_map_ctx_fail(ctx, EF_ESHAPE,
+                               "field '%s' is %s %s; expected %s [H,W] or "
+                               "[H,W,C], one example (place this stage "
+                               "before batch)",
+                               field, ef_dtype_name(f->dtype), shape, want);
+    }
+    img->index = i;
+    img->f = f;
+    img->h = f->shape[0];
+    img->w = f->shape[1];
+    img->c = f->ndim == 3 ? f->shape[2] : 1;
+    img->data = (const unsigned char *)ef_buffer_data(f->buf) + f->offset;
+    return EF_OK;
+}
+
+int ef__image_output(const ef_sample *in, int index, ef_dtype dtype, int ndim,
+                     const int64_t *shape, ef_sample **out, void **data,
+                     ef_map_ctx *ctx)
+{
+    /* an output size times an input's channels may not fit: check */
+    size_t nbytes = ef_dtype_size(dtype);
+    int fits = 1;
+    for (int d = 0; d < ndim; d++) {
+        fits = fits && shape[d] >= 0 &&
+               (shape[d] == 0 || nbytes <= (SIZE_MAX / 2) / (size_t)shape[d]);
+        nbytes = fits ? nbytes * (size_t)shape[d] : 0;
+    }
+    ef_buffer *b = fits ? ef_buffer_new(nbytes) : NULL;
+    *out = b ? ef_sample_clone(in) : NULL;
+    if (!*out) {
+        ef_buffer_release(b);
+        char buf[128];
+        ef__shape_format(buf, sizeof buf, ndim, shape);
+        return ef_map_ctx_fail(ctx, EF_ENOMEM, "out of memory for %s %s",
+                               ef_dtype_name(dtype), buf);
+    }
+    ef__field *f = &(*out)->fields[index];
+    ef_buffer_release(f->buf);
+    f->buf = b;
+    f->offset = 0;
+    f->nbytes = nbytes;
+    f->dtype = dtype;
+    f->ndim = ndim;
+    memcpy(f->shape, shape, (size_t)ndim * sizeof *shape);
+    *data = ef_buffer_data(b);
+    return EF_OK;
+}
+
+int ef__image_stage_setup(ef__stage *s, const ef__opts *o, ef_map_fn fn,
+                          void *params, ef__err *err)
+{
+    const char *field = ef__opt_string(o, "field");
+    if (!field[0] || strlen(field) >= EF_MAX_NAME) {
+        ef__free(params);
+        return ef__err_set(err, EF_ESPEC,
+                           "stage '%s': option 'field' must name a field "
+                           "(1 to %d characters)",
+                           s->def->info.name, EF_MAX_NAME - 1);
+    }
+    /* the parameters start with the field name (see image_stage.h) */
+    strcpy((char *)params, field);
+    int rc =
+        ef__map_setup(s, fn, params, (int)ef__opt_int(o, "threads"), 1, err);
+    if (rc != EF_OK)
+        ef__free(params);
+    return rc;
+}
+
+void ef__image_stage_destroy(ef__stage *s)
+{
+    void *params = ef__map_user(s);
+    ef__map_destroy(s);
+    ef__free(params);
+}
