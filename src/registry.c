@@ -9,6 +9,7 @@ static const ef__stage_def *const registry[] = {
     &ef__stage_shuffle,  &ef__stage_echo,        &ef__stage_batch,
     &ef__stage_prefetch, &ef__stage_repeat,      &ef__stage_take,
     &ef__stage_throttle, &ef__stage_random_crop, &ef__stage_flip,
+    &ef__stage_tar,      &ef__stage_tfrecord,    &ef__stage_cifar,
 };
 
 #define REGISTRY_SIZE ((int)(sizeof registry / sizeof registry[0]))

@@ -196,6 +196,9 @@ extern const ef__stage_def ef__stage_take;
 extern const ef__stage_def ef__stage_throttle;
 extern const ef__stage_def ef__stage_random_crop;
 extern const ef__stage_def ef__stage_flip;
+extern const ef__stage_def ef__stage_tar;
+extern const ef__stage_def ef__stage_tfrecord;
+extern const ef__stage_def ef__stage_cifar;
 /* C callback sources: not in the registry, added by
  * ef_pipeline_add_source() only. */
 extern const ef__stage_def ef__stage_source;
