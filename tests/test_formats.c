@@ -355,12 +355,16 @@ static void test_tar_long_names(void **state)
         ef_pipeline_destroy(p);
     }
     /* pax `size` overrides the header's; pax global headers, directories,
-     * links and FIFOs are skipped */
+     * links and FIFOs are skipped; sizes in base-256; pre-POSIX headers
+     * without the ustar magic; checksums summed as signed chars */
     static const char *const others[] = {
-        "seed-pax-size-override", "seed-pax-global", "seed-entries-skipped"};
-    static const char *const field[] = {"txt", "jpg", "txt"};
-    static const char *const value[] = {"12345", "\xff\xd8jpeg0", "a"};
-    for (int i = 0; i < 3; i++) {
+        "seed-pax-size-override", "seed-pax-global",  "seed-entries-skipped",
+        "seed-base256-size",      "seed-v7-no-magic", "seed-signed-checksum"};
+    static const char *const field[] = {"txt", "jpg", "txt",
+                                        "txt", "txt", "txt"};
+    static const char *const value[] = {"12345", "\xff\xd8jpeg0", "a",
+                                        "xxxxx", "old",           "s"};
+    for (int i = 0; i < 6; i++) {
         char spec[512];
         snprintf(spec, sizeof spec, "tar:urls=%s/%s", EF_TAR_CORPUS_DIR,
                  others[i]);
@@ -368,6 +372,7 @@ static void test_tar_long_names(void **state)
         ef_sample *s = eft_next(p);
         assert_string_equal(text(s, field[i], buf, sizeof buf), value[i]);
         ef_sample_free(s);
+        eft_expect_end(p);
         ef_pipeline_destroy(p);
     }
 }
