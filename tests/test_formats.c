@@ -19,6 +19,7 @@
 
 #include "codec/crc32c.h"
 #include "codec/tar_write.h"
+#include "core/alloc.h"
 #include "echoflow/echoflow.h"
 #include "ef_test_util.h"
 #include "stages/paths.h"
@@ -940,6 +941,73 @@ static void test_cifar_errors(void **state)
     ef_pipeline_destroy(p);
 }
 
+/* ---- allocation failures --------------------------------------------- */
+
+/* One run of `spec` with the n-th allocation failing: 1 when it completed
+ * with `want` samples, 0 when it failed with ENOMEM (anything else fails
+ * the test; leaks show in the sanitizer builds). */
+static int alloc_run(const char *spec, long n, long want)
+{
+    ef_pipeline *p = NULL;
+    ef__alloc_fail_after(n);
+    int rc = ef_pipeline_create(&p);
+    if (rc == EF_OK)
+        rc = ef_pipeline_parse(p, spec);
+    long items = 0;
+    while (rc == EF_OK) {
+        ef_sample *s = NULL;
+        rc = ef_pipeline_next(p, &s);
+        if (rc == EF_OK) {
+            ef_sample_free(s);
+            items++;
+        }
+    }
+    ef__alloc_fail_after(0);
+    const char *msg = p ? ef_pipeline_error(p) : "";
+    if (rc != EF_END && rc != EF_ENOMEM)
+        fail_msg("%s: n=%ld: %s (%s), expected ENOMEM", spec, n,
+                 ef_status_name(rc), msg);
+    if (rc == EF_END && items != want)
+        fail_msg("%s: n=%ld: %ld samples, expected %ld", spec, n, items, want);
+    ef_pipeline_destroy(p);
+    return rc == EF_END;
+}
+
+static void alloc_sweep(const char *spec, long want)
+{
+    int in_a_row = 0;
+    long failures = 0;
+    for (long n = 1; n <= 5000 && in_a_row < 8; n++) {
+        if (alloc_run(spec, n, want)) {
+            in_a_row++;
+        } else {
+            in_a_row = 0;
+            failures++;
+        }
+    }
+    assert_true(in_a_row >= 8); /* reached the end of the allocations */
+    assert_true(failures >= 5);
+}
+
+static void test_alloc_failures(void **state)
+{
+    (void)state;
+    char spec[512];
+    write_shard(at("a-0.tar"), 0, 3);
+    write_shard(at("a-1.tar"), 1, 2);
+    snprintf(spec, sizeof spec, "tar:urls=\"%s/a-{0..1}.tar\"", dir);
+    alloc_sweep(spec, 5);
+    snprintf(spec, sizeof spec, "tar:urls=\"%s/a-{0..1}.tar\",cycle=2", dir);
+    alloc_sweep(spec, 5);
+    write_records(at("a.tfrecord"), -1, 0);
+    snprintf(spec, sizeof spec, "tfrecord:files=%s", at("a.tfrecord"));
+    alloc_sweep(spec, 4);
+    static const unsigned char labels[] = {1, 2};
+    write_cifar(at("a.bin"), labels, 2, 0);
+    snprintf(spec, sizeof spec, "cifar:files=%s", at("a.bin"));
+    alloc_sweep(spec, 2);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -959,6 +1027,7 @@ int main(void)
         cmocka_unit_test(test_tfrecord_gzip),
         cmocka_unit_test(test_cifar),
         cmocka_unit_test(test_cifar_errors),
+        cmocka_unit_test(test_alloc_failures),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
