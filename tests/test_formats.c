@@ -476,6 +476,36 @@ static void test_tar_bad_samples(void **state)
     ef_pipeline_destroy(p);
 }
 
+static void test_tar_gzip(void **state)
+{
+    (void)state;
+#ifdef EF_HAVE_ZLIB
+    /* .tar.gz shards are inflated on the fly (the stream sniffs the magic) */
+    unsigned char buf[16384];
+    write_shard(at("z.tar"), 0, 4);
+    size_t n = read_bytes(at("z.tar"), buf, sizeof buf);
+    gzFile gz = gzopen(at("z.tar.gz"), "wb");
+    assert_non_null(gz);
+    assert_int_equal(gzwrite(gz, buf, (unsigned)n), (int)n);
+    assert_int_equal(gzclose(gz), Z_OK);
+    char spec[512];
+    snprintf(spec, sizeof spec, "tar:urls=%s", at("z.tar.gz"));
+    ef_pipeline *p = eft_pipeline(spec, 0);
+    char text_buf[64];
+    for (int i = 0; i < 4; i++) {
+        ef_sample *s = eft_next(p);
+        char want[32];
+        snprintf(want, sizeof want, "text 0/%d", i);
+        assert_string_equal(text(s, "txt", text_buf, sizeof text_buf), want);
+        ef_sample_free(s);
+    }
+    eft_expect_end(p);
+    ef_pipeline_destroy(p);
+#else
+    skip();
+#endif
+}
+
 /* Six shards of three samples. */
 static void write_order_set(void)
 {
@@ -1017,6 +1047,7 @@ int main(void)
         cmocka_unit_test(test_tar_long_names),
         cmocka_unit_test(test_tar_errors),
         cmocka_unit_test(test_tar_bad_samples),
+        cmocka_unit_test(test_tar_gzip),
         cmocka_unit_test(test_tar_shard_order),
         cmocka_unit_test(test_tar_cycle),
         cmocka_unit_test(test_tar_parts),

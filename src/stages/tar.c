@@ -1,7 +1,8 @@
 /* tar: WebDataset shards as a source.
  *
  * `urls` lists the shards (paths or http(s) URLs, brace-expanded, see
- * paths.h); shard=I/N keeps the shards s with s % N == I. Each pass reads
+ * paths.h; gzip-compressed ones are inflated); shard=I/N keeps the shards
+ * s with s % N == I. Each pass reads
  * the kept shards in an order shuffled by a generator keyed by (seed,
  * stage, epoch), or in list order with shuffle_shards=false. Members are
  * grouped into samples by key (wds.h); a sample's identity is
