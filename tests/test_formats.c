@@ -357,15 +357,17 @@ static void test_tar_long_names(void **state)
     }
     /* pax `size` overrides the header's; pax global headers, directories,
      * links and FIFOs are skipped; sizes in base-256; pre-POSIX headers
-     * without the ustar magic; checksums summed as signed chars */
+     * without the ustar magic, and their directories (a trailing '/');
+     * checksums summed as signed chars */
     static const char *const others[] = {
         "seed-pax-size-override", "seed-pax-global",  "seed-entries-skipped",
-        "seed-base256-size",      "seed-v7-no-magic", "seed-signed-checksum"};
-    static const char *const field[] = {"txt", "jpg", "txt",
+        "seed-base256-size",      "seed-v7-no-magic", "seed-signed-checksum",
+        "seed-v7-directory"};
+    static const char *const field[] = {"txt", "jpg", "txt", "txt",
                                         "txt", "txt", "txt"};
-    static const char *const value[] = {"12345", "\xff\xd8jpeg0", "a",
-                                        "xxxxx", "old",           "s"};
-    for (int i = 0; i < 6; i++) {
+    static const char *const value[] = {
+        "12345", "\xff\xd8jpeg0", "a", "xxxxx", "old", "s", "old"};
+    for (int i = 0; i < 7; i++) {
         char spec[512];
         snprintf(spec, sizeof spec, "tar:urls=%s/%s", EF_TAR_CORPUS_DIR,
                  others[i]);

@@ -378,6 +378,9 @@ static int header(ef__tar *t, const unsigned char *h, uint64_t off,
     clear_pending(t);
     if (rc != EF_OK)
         return rc;
+    size_t len = strlen(t->name);
+    if (len > 0 && t->name[len - 1] == '/') /* a pre-POSIX directory */
+        return skip_exact(t, size + padding(size), "data of a directory", err);
     if (size > EF__TAR_MAX_MEMBER)
         return ef__err_set(err, EF_EFORMAT,
                            "%s: member '%.*s' at offset %llu claims %llu "

@@ -4,9 +4,10 @@
  * Understood: POSIX ustar headers (name with its prefix), the GNU format
  * ('L' long names), pax extended headers ('x': the `path` and `size`
  * keys), sizes in octal or base-256. Every header's checksum is verified.
- * Only regular files are returned; directories, links, devices, FIFOs, pax
- * global headers ('g'), GNU long link names ('K') and unknown types are
- * skipped. Sparse files (GNU 'S', pax GNU.sparse.*) are refused rather
+ * Only regular files are returned; directories (also regular entries
+ * named with a trailing '/', as pre-POSIX tars wrote them), links,
+ * devices, FIFOs, pax global headers ('g'), GNU long link names ('K') and
+ * unknown types are skipped. Sparse files (GNU 'S', pax GNU.sparse.*) are refused rather
  * than read wrongly. The archive ends at two zero blocks, a zero block and
  * the end of the data, or a clean end of the data at a block boundary;
  * whatever follows the end is not read. */

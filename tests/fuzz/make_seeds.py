@@ -150,6 +150,8 @@ def tar_seeds():
     s["size-spaces"] = tar_member(b"a.txt", b"xyz", size_field=b"  3 \0\0\0\0\0\0\0\0") + END
     s["size-garbage"] = tar_member(b"a.txt", b"", size_field=b"12x4\0" + b"\0" * 7) + END
     s["v7-no-magic"] = tar_member(b"v7.txt", b"old", magic=b"") + END
+    s["v7-directory"] = (tar_member(b"d/", b"", magic=b"", type_=b"\0") +
+                         tar_member(b"d/v7.txt", b"old", magic=b"", type_=b"\0") + END)
     s["signed-checksum"] = tar_member(b"\xe9t\xe9.txt", b"s", signed=True) + END
     s["bad-checksum"] = tar_member(b"a.txt", b"abc", checksum=1) + END
     s["blank-checksum"] = tar_member(b"a.txt", b"abc")[:148] + b"\0" * 8 + \
