@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Writes the hand-made seeds of corpus/idx, corpus/spec, corpus/tar,
-corpus/tfrecord and corpus/cifar (run from any directory; existing seeds
-are overwritten, inputs the fuzzer added are kept). Seeds are named seed-*; fuzzer finds keep libFuzzer's hash names,
-crash reproducers are named crash-*."""
+corpus/tfrecord, corpus/cifar and corpus/paths (run from any directory;
+existing seeds are overwritten, inputs the fuzzer added are kept). Seeds
+are named seed-*; fuzzer finds keep libFuzzer's hash names, crash
+reproducers are named crash-*."""
 import gzip
 import io
 import os
@@ -264,6 +265,28 @@ def cifar_seeds():
     return s
 
 
+# ---- path lists -----------------------------------------------------
+
+PATHS = {
+    "padded": "shards/train-{000000..000009}.tar",
+    "list-and-range": "{train,val}/part-{0..3}.tfrecord extra.tar",
+    "nested": "{a,b{1..2}}-{9..7}.tar",
+    "url": "http://host:8080/d/s-{00..12}.tar https://h/x.tar",
+    "wider-bound": "x{8..010}",
+    "empty-alt": "a{b,}c",
+    "unclosed": "a-{0..3.tar",
+    "stray-close": "a}b",
+    "empty-group": "x{}",
+    "not-a-range": "{abc}",
+    "open-range": "{1..}",
+    "too-many": "{0..9}{0..9}{0..9}{0..9}{0..9}{0..9}{0..9}",
+    "deep": "{a," * 20 + "x" + "}" * 20,
+    "blank": " \t\n ",
+    "plain-words": "a.tar  b.tar\tc.tar\n",
+    "big-numbers": "{999999999999999990..999999999999999999}",
+}
+
+
 SPECS = [
     "range:n=10",
     "range:n=10,bytes=4 | batch:size=3",
@@ -364,8 +387,9 @@ def main():
     for i, spec in enumerate(SPECS):
         with open(os.path.join(HERE, "corpus", "spec", "seed-%02d" % i), "wb") as f:
             f.write(spec.encode())
+    paths = {k: v.encode() for k, v in PATHS.items()}
     for target, seeds in (("tar", tar_seeds()), ("tfrecord", tfrecord_seeds()),
-                          ("cifar", cifar_seeds())):
+                          ("cifar", cifar_seeds()), ("paths", paths)):
         os.makedirs(os.path.join(HERE, "corpus", target), exist_ok=True)
         for name, data in seeds.items():
             with open(os.path.join(HERE, "corpus", target, "seed-" + name), "wb") as f:
