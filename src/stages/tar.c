@@ -2,11 +2,11 @@
  *
  * `urls` lists the shards (paths or http(s) URLs, brace-expanded, see
  * paths.h; gzip-compressed ones are inflated); shard=I/N keeps the shards
- * s with s % N == I. Each pass reads
- * the kept shards in an order shuffled by a generator keyed by (seed,
- * stage, epoch), or in list order with shuffle_shards=false. Members are
- * grouped into samples by key (wds.h); a sample's identity is
- * (shard << 32) + its position in the shard, whatever the order or cycle.
+ * s with s % N == I. Each pass reads the kept shards in an order shuffled
+ * by a generator keyed by (seed, stage, epoch), or in list order with
+ * shuffle_shards=false. Members are grouped into samples by key (wds.h); a
+ * sample's identity is (shard << 32) + its position in the shard, whatever
+ * the order or cycle.
  *
  * `cycle` = C reader threads each read one shard at a time into a queue of
  * their own. ordered=true: reader k reads the pass's shards k, k + C,
@@ -26,7 +26,10 @@
  * guards ready_seq (bumped after every push in unordered mode, so the
  * consumer can wait for "some queue has an item") and queues_live (so
  * cancel() never closes a queue being created or destroyed by reset()).
- * No lock is held while another is taken, and none while reading. */
+ * No lock is held while another is taken, and none while reading.
+ * Threads: the readers, started by open() and reset(), end after handing
+ * over their END or an error, or when their queue is closed; reset() and
+ * destroy() join them. */
 #include <stdio.h>
 #include <string.h>
 
@@ -119,7 +122,9 @@ static int push_sample(reader *r, ef_sample *smp)
     return push(r, &item);
 }
 
-/* Reads shard `shard` through `g`; EF_END when it was read to the end. */
+/* Reads the members of an opened shard and groups them into samples
+ * through `g`, handing each over; EF_END when the shard was read to its
+ * end. */
 static int read_members(reader *r, ef__tar *t, ef__stream *s, ef__wds *g,
                         ef__err *err)
 {
