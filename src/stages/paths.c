@@ -3,11 +3,11 @@
  * A word is parsed on the fly, never into a tree: a sequence is literal
  * runs and {groups}; a group is alternatives (sequences split at its
  * top-level commas) or a numeric range. Every part has a size (how many
- * names, how many bytes of names), and name k of a sequence is found the
- * way a number is written in mixed radix, the first group varying slowest,
- * which is the order shells use. Sizes saturate, so absurd patterns are
- * measured (and refused) without ever being built. Nesting is capped, so
- * recursion is bounded whatever the input. */
+ * names, how many bytes of names); sizes saturate, so absurd patterns are
+ * measured (and refused) without ever being built. A good word is then
+ * built as the product of its parts' lists, the first group varying
+ * slowest, which is the order shells use. Nesting is capped, so recursion
+ * is bounded whatever the input. */
 #include "stages/paths.h"
 
 #include <ctype.h>
@@ -146,7 +146,7 @@ static int seq_size(const ctx *c, const char *w, size_t len, int depth,
         size_t end = closing(w, len, i);
         if (end == len)
             return bad(c, "'{' without its '}'");
-        size2 g;
+        size2 g = {0, 0};
         int rc = group_size(c, w + i + 1, end - i - 1, depth + 1, &g);
         if (rc != EF_OK)
             return rc;
@@ -195,7 +195,7 @@ static int group_size(const ctx *c, const char *g, size_t len, int depth,
     size2 sum = {0, 0};
     for (size_t i = 0;;) {
         size_t n = alt_len(g + i, len - i);
-        size2 a;
+        size2 a = {0, 0};
         int rc = seq_size(c, g + i, n, depth, &a);
         if (rc != EF_OK)
             return rc;
@@ -211,71 +211,168 @@ static int group_size(const ctx *c, const char *g, size_t len, int depth,
 
 /* ---- building names --------------------------------------------- */
 
-/* The sizes of a good word: the checks already passed. */
-static size2 seq_size_ok(const char *w, size_t len, int depth)
+/* Strings back to back: string i is text[off[i] .. off[i + 1]). */
+typedef struct {
+    char *text;
+    size_t *off; /* n + 1 offsets */
+    size_t n;
+} strlist;
+
+static void strlist_free(strlist *l)
 {
-    ctx c = {"", w, len, NULL};
-    size2 sz = {0, 0};
-    seq_size(&c, w, len, depth, &sz);
-    return sz;
+    ef__free(l->text);
+    ef__free(l->off);
+    l->text = NULL;
+    l->off = NULL;
+    l->n = 0;
 }
 
-static void group_nth(const char *g, size_t len, int depth, uint64_t k,
-                      char *buf, size_t *pos);
-
-/* Appends name k of the sequence w[0..len) at buf + *pos. */
-static void seq_nth(const char *w, size_t len, int depth, uint64_t k, char *buf,
-                    size_t *pos)
+static int strlist_alloc(strlist *l, size_t n, size_t bytes)
 {
-    uint64_t rest = seq_size_ok(w, len, depth).count;
-    for (size_t i = 0; i < len;) {
-        if (w[i] != '{') {
-            buf[(*pos)++] = w[i++];
-            continue;
-        }
-        size_t end = closing(w, len, i);
-        const char *g = w + i + 1;
-        size_t glen = end - i - 1;
-        ctx c = {"", w, len, NULL};
-        size2 gs = {1, 0};
-        group_size(&c, g, glen, depth + 1, &gs);
-        rest /= gs.count; /* names of the groups after this one */
-        group_nth(g, glen, depth + 1, k / rest, buf, pos);
-        k %= rest;
-        i = end + 1;
+    l->text = ef__malloc(bytes);
+    l->off = ef__malloc((n + 1) * sizeof *l->off);
+    l->n = n;
+    if (l->off)
+        l->off[0] = 0;
+    if (!l->text || !l->off) {
+        strlist_free(l);
+        return EF_ENOMEM;
     }
+    return EF_OK;
 }
 
-static void group_nth(const char *g, size_t len, int depth, uint64_t k,
-                      char *buf, size_t *pos)
+static size_t strlist_bytes(const strlist *l)
 {
-    size_t first = alt_len(g, len);
-    if (first == len) {
-        range r;
-        parse_range(g, len, &r);
-        uint64_t v = r.first <= r.last ? r.first + k : r.first - k;
+    return l->off[l->n];
+}
+
+/* *a becomes every string of a followed by every string of b, a's
+ * varying slowest. */
+static int strlist_product(strlist *a, const strlist *b)
+{
+    strlist out;
+    size_t bytes = strlist_bytes(a) * b->n + strlist_bytes(b) * a->n;
+    if (strlist_alloc(&out, a->n * b->n, bytes) != EF_OK)
+        return EF_ENOMEM;
+    size_t k = 0, pos = 0;
+    for (size_t i = 0; i < a->n; i++) {
+        size_t alen = a->off[i + 1] - a->off[i];
+        for (size_t j = 0; j < b->n; j++) {
+            size_t blen = b->off[j + 1] - b->off[j];
+            memcpy(out.text + pos, a->text + a->off[i], alen);
+            memcpy(out.text + pos + alen, b->text + b->off[j], blen);
+            pos += alen + blen;
+            out.off[++k] = pos;
+        }
+    }
+    strlist_free(a);
+    *a = out;
+    return EF_OK;
+}
+
+/* Appends the strings of b to *a. */
+static int strlist_concat(strlist *a, const strlist *b)
+{
+    strlist out;
+    size_t abytes = strlist_bytes(a);
+    if (strlist_alloc(&out, a->n + b->n, abytes + strlist_bytes(b)) != EF_OK)
+        return EF_ENOMEM;
+    memcpy(out.text, a->text, abytes);
+    memcpy(out.text + abytes, b->text, strlist_bytes(b));
+    memcpy(out.off, a->off, (a->n + 1) * sizeof *a->off);
+    for (size_t j = 1; j <= b->n; j++)
+        out.off[a->n + j] = abytes + b->off[j];
+    strlist_free(a);
+    *a = out;
+    return EF_OK;
+}
+
+static int literal_list(strlist *l, const char *s, size_t len)
+{
+    if (strlist_alloc(l, 1, len) != EF_OK)
+        return EF_ENOMEM;
+    memcpy(l->text, s, len);
+    l->off[1] = len;
+    return EF_OK;
+}
+
+static int range_list(strlist *l, const range *r)
+{
+    size2 sz = range_size(r);
+    if (strlist_alloc(l, (size_t)sz.count, (size_t)sz.bytes) != EF_OK)
+        return EF_ENOMEM;
+    size_t pos = 0;
+    for (uint64_t k = 0; k < sz.count; k++) {
+        uint64_t v = r->first <= r->last ? r->first + k : r->first - k;
         char digits[24];
         int nd = 0;
         do {
             digits[nd++] = (char)('0' + v % 10);
             v /= 10;
         } while (v);
-        for (int i = nd; i < r.width; i++)
-            buf[(*pos)++] = '0';
+        for (int i = nd; i < r->width; i++)
+            l->text[pos++] = '0';
         while (nd)
-            buf[(*pos)++] = digits[--nd];
-        return;
+            l->text[pos++] = digits[--nd];
+        l->off[k + 1] = pos;
     }
-    for (size_t i = 0;;) {
-        size_t n = alt_len(g + i, len - i);
-        uint64_t count = seq_size_ok(g + i, n, depth).count;
-        if (k < count || i + n == len) {
-            seq_nth(g + i, n, depth, k, buf, pos);
-            return;
+    return EF_OK;
+}
+
+static int group_list(const char *g, size_t len, strlist *out);
+
+/* Every name of the sequence w[0..len), which passed the checks: the
+ * product of its literal runs and groups, in order. The work is about
+ * (number of parts) x (bytes of the result), never a name rebuilt from
+ * scratch. */
+static int seq_list(const char *w, size_t len, strlist *out)
+{
+    int rc = literal_list(out, "", 0);
+    for (size_t i = 0; rc == EF_OK && i < len;) {
+        strlist part = {0};
+        size_t next;
+        if (w[i] != '{') {
+            next = i;
+            while (next < len && w[next] != '{')
+                next++;
+            rc = literal_list(&part, w + i, next - i);
+        } else {
+            size_t end = closing(w, len, i);
+            rc = group_list(w + i + 1, end - i - 1, &part);
+            next = end + 1;
         }
-        k -= count;
+        if (rc == EF_OK)
+            rc = strlist_product(out, &part);
+        strlist_free(&part);
+        i = next;
+    }
+    if (rc != EF_OK)
+        strlist_free(out);
+    return rc;
+}
+
+static int group_list(const char *g, size_t len, strlist *out)
+{
+    if (alt_len(g, len) == len) {
+        range r;
+        parse_range(g, len, &r);
+        return range_list(out, &r);
+    }
+    int rc = strlist_alloc(out, 0, 0);
+    for (size_t i = 0; rc == EF_OK;) {
+        size_t n = alt_len(g + i, len - i);
+        strlist alt = {0};
+        rc = seq_list(g + i, n, &alt);
+        if (rc == EF_OK)
+            rc = strlist_concat(out, &alt);
+        strlist_free(&alt);
+        if (i + n == len)
+            break;
         i += n + 1;
     }
+    if (rc != EF_OK)
+        strlist_free(out);
+    return rc;
 }
 
 /* ---- lists ------------------------------------------------------- */
@@ -368,12 +465,21 @@ int ef__paths_expand(const char *text, const char *what, ef__paths *out,
     const char *p = text, *w;
     size_t len;
     while (next_word(&p, &w, &len)) {
-        uint64_t count = seq_size_ok(w, len, 0).count;
-        for (uint64_t k = 0; k < count; k++) {
-            names[i++] = buf + pos;
-            seq_nth(w, len, 0, k, buf, &pos);
-            buf[pos++] = '\0';
+        strlist l = {0};
+        if (seq_list(w, len, &l) != EF_OK) {
+            ef__free(names);
+            return ef__err_set(err, EF_ENOMEM,
+                               "%s: out of memory expanding '%.*s'", what,
+                               len > SHOW ? SHOW : (int)len, w);
         }
+        for (size_t k = 0; k < l.n; k++) {
+            size_t m = l.off[k + 1] - l.off[k];
+            names[i++] = buf + pos;
+            memcpy(buf + pos, l.text + l.off[k], m);
+            buf[pos + m] = '\0';
+            pos += m + 1;
+        }
+        strlist_free(&l);
     }
     out->names = names;
     out->n = n;
