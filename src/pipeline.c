@@ -158,7 +158,7 @@ static int add_def(pending *pd, const ef__stage_def *def, const char *opts,
     if (position == 0 && !def->is_source)
         return ef__err_set(err, EF_ESPEC,
                            "stage '%s' needs an upstream: a pipeline starts "
-                           "with a source (range, idx)",
+                           "with a source (range, idx, tar, tfrecord, cifar)",
                            buf);
     if (position > 0 && def->is_source)
         return ef__err_set(err, EF_ESPEC,

@@ -23,6 +23,9 @@ static const ef__stage_def *const registry[] = {
     &ef__stage_normalize,
     &ef__stage_to_chw,
     &ef__stage_cast,
+    &ef__stage_tar,
+    &ef__stage_tfrecord,
+    &ef__stage_cifar,
 };
 
 #define REGISTRY_SIZE ((int)(sizeof registry / sizeof registry[0]))

@@ -202,6 +202,9 @@ extern const ef__stage_def ef__stage_random_resized_crop;
 extern const ef__stage_def ef__stage_normalize;
 extern const ef__stage_def ef__stage_to_chw;
 extern const ef__stage_def ef__stage_cast;
+extern const ef__stage_def ef__stage_tar;
+extern const ef__stage_def ef__stage_tfrecord;
+extern const ef__stage_def ef__stage_cifar;
 /* C callback sources: not in the registry, added by
  * ef_pipeline_add_source() only. */
 extern const ef__stage_def ef__stage_source;

@@ -86,7 +86,7 @@ if [ "$rc" -ne 0 ]; then
     fail "echoflow stages exited $rc: $(cat "$TMP/stages.err")"
 else
     missing=""
-    for s in range idx map shuffle echo batch prefetch repeat take throttle; do
+    for s in range idx map shuffle echo batch prefetch repeat take throttle tar tfrecord cifar; do
         grep -qw "$s" "$TMP/stages.out" || missing="$missing $s"
     done
     if [ -n "$missing" ]; then
@@ -95,7 +95,7 @@ else
         pass "stages lists every stage"
     fi
     # options are documented too
-    for o in factor buffer size depth drop_remainder images labels; do
+    for o in factor buffer size depth drop_remainder images labels urls files cycle; do
         grep -qw "$o" "$TMP/stages.out" || fail "echoflow stages does not mention option $o"
     done
 fi

@@ -10,8 +10,8 @@
  *
  * A fuzz input must run in milliseconds, but options may legally ask for
  * huge buffers (shuffle:buffer=67108864), 256 threads, 1 GiB samples, or
- * a file to read (idx) or a rate to sleep for (throttle). So each spec is
- * first scanned with the library's own parsers (ef__spec_parse and
+ * files to read (idx, tar ...) or a rate to sleep for (throttle). So each
+ * spec is first scanned with the library's own parsers (ef__spec_parse and
  * ef__opts_parse, without creating anything): inputs whose stages would
  * allocate too much when created are skipped, and the pipeline is pulled
  * only when an estimate of the work the pulls cause fits a budget. */
@@ -25,6 +25,7 @@
 #include "fuzz.h"
 #include "spec.h"
 #include "stage.h"
+#include "stages/paths.h"
 
 #define CHECK(cond)                                                            \
     do {                                                                       \
@@ -193,6 +194,18 @@ static double describe(stage_info *si, const ef__opts *o, double up_bytes)
         return 0;
     }
     si->k = K_UNBOUNDED;
+    /* sources of many files expand their list when created (and are never
+     * pulled: they read files or URLs) */
+    const char *list = strcmp(n, "tar") == 0 ? "urls"
+                       : strcmp(n, "tfrecord") == 0 || strcmp(n, "cifar") == 0
+                           ? "files"
+                           : NULL;
+    size_t count = 0, bytes = 0;
+    ef__err err;
+    if (list &&
+        ef__paths_count(opt_str(o, list), n, &count, &bytes, &err) == EF_OK)
+        return (double)count * (sizeof(char *) + 8) + (double)bytes +
+               ALLOC_COST;
     return 0;
 }
 

@@ -1,11 +1,14 @@
 #!/usr/bin/env python3
-"""Writes the hand-made seeds of corpus/idx and corpus/spec (run from any
-directory; existing seeds are overwritten, inputs the fuzzer added are
-kept). Seeds are named seed-*; fuzzer finds keep libFuzzer's hash names,
-crash reproducers are named crash-*."""
+"""Writes the hand-made seeds of corpus/idx, corpus/spec, corpus/tar,
+corpus/tfrecord, corpus/cifar and corpus/paths (run from any directory;
+existing seeds are overwritten, inputs the fuzzer added are kept). Seeds
+are named seed-*; fuzzer finds keep libFuzzer's hash names, crash
+reproducers are named crash-*."""
 import gzip
+import io
 import os
 import struct
+import tarfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 FASHION = "/usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz"
@@ -42,13 +45,246 @@ def idx_seeds():
     s["ndim-8"] = idx(0x08, [1] * 8)
     s["dims-overflow"] = idx(0x08, [0xFFFFFFFF] * 7, b"")
     s["dims-huge-first"] = idx(0x0D, [0x40000000, 1], b"\x00" * 16)
-    s["gzip-magic"] = gzip.compress(idx(0x08, [1, 2]))
+    s["gzip-magic"] = gzip.compress(idx(0x08, [1, 2]), mtime=0)
     if os.path.exists(FASHION):  # two real 28x28 images
         with gzip.open(FASHION) as f:
             head = f.read(16)
             pixels = f.read(2 * 784)
         s["fashion-2-images"] = head[:4] + struct.pack(">I", 2) + head[8:16] + pixels
     return s
+
+
+# ---- tar ------------------------------------------------------------
+
+def tar_header(name, size, type_=b"0", magic=b"ustar\x0000", prefix=b"",
+               size_field=None, checksum=None, signed=False, linkname=b""):
+    """One 512-byte header block, its fields set by hand."""
+    h = bytearray(512)
+    h[0:len(name)] = name
+    h[100:108] = b"0000644\x00"
+    h[108:116] = b"0000000\x00"
+    h[116:124] = b"0000000\x00"
+    h[124:136] = size_field if size_field is not None else b"%011o\x00" % size
+    h[136:148] = b"00000000000\x00"
+    h[156:157] = type_
+    h[157:157 + len(linkname)] = linkname
+    h[257:257 + len(magic)] = magic
+    h[345:345 + len(prefix)] = prefix
+    h[148:156] = b" " * 8
+    if checksum is None:
+        checksum = sum((b - 256 if b > 127 else b) if signed else b for b in h)
+    h[148:156] = b"%06o\x00 " % checksum
+    return bytes(h)
+
+
+def tar_member(name, data, **kw):
+    pad = b"\0" * ((512 - len(data) % 512) % 512)
+    return tar_header(name, len(data), **kw) + data + pad
+
+
+def pax_records(pairs):
+    out = b""
+    for k, v in pairs:
+        body = b" " + k + b"=" + v + b"\n"
+        n = len(body) + 1
+        while len(str(n).encode()) + len(body) != n:
+            n += 1
+        out += str(n).encode() + body
+    return out
+
+
+END = b"\0" * 1024
+
+
+def tarfile_bytes(fmt, members, pax_headers=None):
+    buf = io.BytesIO()
+    kw = {"format": fmt}
+    if pax_headers:
+        kw["pax_headers"] = pax_headers
+    with tarfile.open(fileobj=buf, mode="w", **kw) as tf:
+        for name, data, type_ in members:
+            ti = tarfile.TarInfo(name)
+            ti.mtime = 0
+            if type_ == "dir":
+                ti.type = tarfile.DIRTYPE
+                tf.addfile(ti)
+            elif type_ == "sym":
+                ti.type = tarfile.SYMTYPE
+                ti.linkname = data
+                tf.addfile(ti)
+            elif type_ == "fifo":
+                ti.type = tarfile.FIFOTYPE
+                tf.addfile(ti)
+            else:
+                ti.size = len(data)
+                tf.addfile(ti, io.BytesIO(data))
+    return buf.getvalue()
+
+
+def tar_seeds():
+    s = {}
+    small = [("s/000.jpg", b"\xff\xd8jpeg0", "f"), ("s/000.cls", b"3", "f"),
+             ("s/001.jpg", b"\xff\xd8jpeg1", "f"), ("s/001.cls", b"7", "f")]
+    long_dir = "d" * 120 + "/" + "e" * 60
+    long_members = [(long_dir + "/k.seg.PNG", b"png", "f"),
+                    (long_dir + "/k.txt", b"text", "f")]
+    s["ustar-4-members"] = tarfile_bytes(tarfile.USTAR_FORMAT, small)
+    s["pax-long-names"] = tarfile_bytes(tarfile.PAX_FORMAT, long_members)
+    s["gnu-long-names"] = tarfile_bytes(tarfile.GNU_FORMAT, long_members)
+    s["ustar-prefix"] = tarfile_bytes(tarfile.USTAR_FORMAT, long_members)
+    s["entries-skipped"] = tarfile_bytes(
+        tarfile.GNU_FORMAT,
+        [("s", b"", "dir"), ("s/a.txt", b"a", "f"), ("s/l.txt", "a.txt", "sym"),
+         ("s/p", b"", "fifo"), ("s/a.bin", b"b" * 600, "f")])
+    s["pax-global"] = tarfile_bytes(tarfile.PAX_FORMAT, small[:2],
+                                    pax_headers={"comment": "seed"})
+    s["empty-archive"] = END
+    s["empty"] = b""
+    s["no-end-blocks"] = tar_member(b"a.txt", b"abc")
+    s["one-end-block"] = tar_member(b"a.txt", b"abc") + b"\0" * 512
+    s["lone-zero-block"] = (tar_member(b"a.txt", b"abc") + b"\0" * 512 +
+                            tar_member(b"b.txt", b"d") + END)
+    s["base256-size"] = tar_member(b"a.txt", b"x" * 5,
+                                   size_field=b"\x80" + (5).to_bytes(11, "big")) + END
+    s["base256-negative"] = tar_member(b"a.txt", b"",
+                                       size_field=b"\xff" * 12) + END
+    s["size-spaces"] = tar_member(b"a.txt", b"xyz", size_field=b"  3 \0\0\0\0\0\0\0\0") + END
+    s["size-garbage"] = tar_member(b"a.txt", b"", size_field=b"12x4\0" + b"\0" * 7) + END
+    s["v7-no-magic"] = tar_member(b"v7.txt", b"old", magic=b"") + END
+    s["v7-directory"] = (tar_member(b"d/", b"", magic=b"", type_=b"\0") +
+                         tar_member(b"d/v7.txt", b"old", magic=b"", type_=b"\0") + END)
+    s["signed-checksum"] = tar_member(b"\xe9t\xe9.txt", b"s", signed=True) + END
+    s["bad-checksum"] = tar_member(b"a.txt", b"abc", checksum=1) + END
+    s["blank-checksum"] = tar_member(b"a.txt", b"abc")[:148] + b"\0" * 8 + \
+        tar_member(b"a.txt", b"abc")[156:] + END
+    good = tar_member(b"s/000.jpg", b"J" * 700) + tar_member(b"s/000.cls", b"1") + END
+    s["truncated-in-header"] = good[:300]
+    s["truncated-in-data"] = good[:512 + 100]
+    s["truncated-in-padding"] = good[:512 + 710]
+    s["truncated-second-header"] = good[:1536 + 10]
+    pax = pax_records([(b"path", b"p/" + b"q" * 150 + b".data.bin"), (b"mtime", b"0")])
+    s["pax-handmade"] = (tar_member(b"PaxHeader", pax, type_=b"x") +
+                         tar_member(b"short", b"payload") + END)
+    pax = pax_records([(b"size", b"5")])
+    s["pax-size-override"] = (tar_member(b"PaxHeader", pax, type_=b"x") +
+                              tar_header(b"o.txt", 0) + b"12345" + b"\0" * 507 + END)
+    s["pax-bad-record"] = tar_member(b"PaxHeader", b"99 path=x\n", type_=b"x") + \
+        tar_member(b"a.txt", b"a") + END
+    s["pax-no-newline"] = tar_member(b"PaxHeader", b"10 path=ab", type_=b"x") + \
+        tar_member(b"a.txt", b"a") + END
+    s["pax-sparse"] = tar_member(b"PaxHeader", pax_records([(b"GNU.sparse.major", b"1")]),
+                                 type_=b"x") + tar_member(b"a.txt", b"a") + END
+    s["pax-then-end"] = tar_member(b"PaxHeader", pax_records([(b"path", b"x.y")]),
+                                   type_=b"x") + END
+    s["pax-then-eof"] = tar_member(b"PaxHeader", pax_records([(b"path", b"x.y")]),
+                                   type_=b"x")
+    s["gnu-longlink"] = (tar_member(b"././@LongLink", b"t" * 130 + b"\0", type_=b"K") +
+                         tar_header(b"l", 0, type_=b"2", linkname=b"t" * 99) +
+                         tar_member(b"a.txt", b"a") + END)
+    s["gnu-sparse"] = tar_member(b"s.bin", b"", type_=b"S") + END
+    s["unknown-type"] = tar_member(b"z.bin", b"zz" * 300, type_=b"Z") + \
+        tar_member(b"a.txt", b"a") + END
+    s["meta-too-big"] = tar_header(b"././@LongLink", 2 << 20, type_=b"L") + b"x" * 512
+    s["member-too-big"] = tar_header(b"big.bin", 3 << 30) + b"x" * 512
+    s["member-larger-than-file"] = tar_header(b"big.bin", 100 << 20) + b"x" * 512
+    s["group-duplicate-field"] = (tar_member(b"x.jpg", b"1") + tar_member(b"x.JPG", b"2") +
+                                  tar_member(b"y.jpg", b"3") + END)
+    s["group-too-many-fields"] = b"".join(
+        tar_member(b"x.f%d" % i, b"%d" % i) for i in range(8)) + \
+        tar_member(b"y.jpg", b"3") + END
+    s["group-long-field"] = (tar_member(b"x." + b"f" * 30, b"1") +
+                             tar_member(b"y.jpg", b"3") + END)
+    s["group-no-dot"] = (tar_member(b"dir.d/README", b"1") + tar_member(b"y.jpg", b"3") +
+                         END)
+    s["group-reserved-field"] = (tar_member(b"x.__key__", b"1") +
+                                 tar_member(b"y.__URL__", b"3") + END)
+    s["group-empty-key"] = tar_member(b".jpg", b"1") + tar_member(b"d/.cls", b"2") + END
+    s["group-key-returns"] = (tar_member(b"x.a", b"1") + tar_member(b"y.a", b"2") +
+                              tar_member(b"x.b", b"3") + END)
+    return s
+
+
+# ---- tfrecord -------------------------------------------------------
+
+def crc32c(data):
+    c = 0xFFFFFFFF
+    for b in data:
+        c ^= b
+        for _ in range(8):
+            c = (c >> 1) ^ 0x82F63B78 if c & 1 else c >> 1
+    return c ^ 0xFFFFFFFF
+
+
+def masked(data):
+    c = crc32c(data)
+    return (((c >> 15) | (c << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+
+
+def record(data, bad_len_crc=False, bad_data_crc=False, length=None):
+    n = struct.pack("<Q", len(data) if length is None else length)
+    lc = masked(n) ^ (1 if bad_len_crc else 0)
+    dc = masked(data) ^ (1 if bad_data_crc else 0)
+    return n + struct.pack("<I", lc) + data + struct.pack("<I", dc)
+
+
+def tfrecord_seeds():
+    s = {}
+    three = record(b"first") + record(b"") + record(bytes(range(200)))
+    s["three-records"] = three
+    s["one-record"] = record(b"hello tfrecord")
+    s["empty"] = b""
+    s["empty-record"] = record(b"")
+    s["bad-length-crc"] = record(b"abc", bad_len_crc=True) + record(b"def")
+    s["bad-data-crc-then-good"] = record(b"abc", bad_data_crc=True) + record(b"def")
+    s["truncated-header"] = three[:7]
+    s["truncated-data"] = record(b"x" * 100)[:50]
+    s["truncated-data-crc"] = record(b"x" * 100)[:-2]
+    s["huge-length"] = struct.pack("<Q", 1 << 40) + struct.pack(
+        "<I", masked(struct.pack("<Q", 1 << 40))) + b"abc"
+    n = struct.pack("<Q", 3 << 20)
+    s["length-past-end"] = n + struct.pack("<I", masked(n)) + b"abc" * 100
+    s["trailing-byte"] = three + b"\0"
+    return s
+
+
+# ---- cifar ----------------------------------------------------------
+
+def cifar_record(label, seed):
+    return bytes([label]) + bytes((seed * 31 + i * 7) & 0xFF for i in range(3072))
+
+
+def cifar_seeds():
+    s = {}
+    s["one-record"] = cifar_record(3, 1)
+    s["two-records"] = cifar_record(0, 2) + cifar_record(9, 3)
+    s["empty"] = b""
+    s["partial"] = cifar_record(1, 4)[:1000]
+    s["one-and-a-bit"] = cifar_record(1, 5) + b"\x02"
+    s["bad-label"] = cifar_record(10, 6)
+    s["label-255"] = cifar_record(5, 7) + cifar_record(255, 8)
+    return s
+
+
+# ---- path lists -----------------------------------------------------
+
+PATHS = {
+    "padded": "shards/train-{000000..000009}.tar",
+    "list-and-range": "{train,val}/part-{0..3}.tfrecord extra.tar",
+    "nested": "{a,b{1..2}}-{9..7}.tar",
+    "url": "http://host:8080/d/s-{00..12}.tar https://h/x.tar",
+    "wider-bound": "x{8..010}",
+    "empty-alt": "a{b,}c",
+    "unclosed": "a-{0..3.tar",
+    "stray-close": "a}b",
+    "empty-group": "x{}",
+    "not-a-range": "{abc}",
+    "open-range": "{1..}",
+    "too-many": "{0..9}{0..9}{0..9}{0..9}{0..9}{0..9}{0..9}",
+    "deep": "{a," * 20 + "x" + "}" * 20,
+    "blank": " \t\n ",
+    "plain-words": "a.tar  b.tar\tc.tar\n",
+    "big-numbers": "{999999999999999990..999999999999999999}",
+}
 
 
 SPECS = [
@@ -133,6 +369,24 @@ SPECS = [
     "range:n=4,bytes=8 | decode:fields=\"data,index\",channels=2",
     "range:n=1 | resize:height=4",
     "range:n=1 | random_resized_crop:scale_min=0.9,scale_max=0.1",
+    'tar:urls="shards/a-{000000..000009}.tar b.tar",cycle=2,ordered=false',
+    'tar:urls="{a,b{1..2}}-{9..7}.tar"',
+    'tar:urls="http://h/x-{0..3}.tar",tries=3,timeout=0.5,shuffle_shards=false',
+    "tar:urls=a-{0..3}.tar,shard=5/8",
+    'tar:urls="a{b"',
+    'tar:urls="a}b"',
+    'tar:urls="{}"',
+    'tar:urls="{abc}"',
+    'tar:urls="{1..}"',
+    'tar:urls="{0..9}{0..9}{0..9}{0..9}{0..9}{0..9}{0..9}"',
+    'tar:urls="   "',
+    'tar:urls="' + "{a," * 20 + "x" + "}" * 20 + '"',
+    "tfrecord:files=/nonexistent/x-{00..03}.tfrecord,compression=gzip",
+    "tfrecord:files=x,compression=zip",
+    "tfrecord:files=x,field=" + "f" * 30,
+    "tfrecord:files=x-{0..1},shard=2/3",
+    "cifar:files=/nonexistent/data_batch_{1..5}.bin | batch:2",
+    "cifar:files=a,shard=1/2 | echo:2",
 ]
 
 
@@ -143,6 +397,13 @@ def main():
     for i, spec in enumerate(SPECS):
         with open(os.path.join(HERE, "corpus", "spec", "seed-%02d" % i), "wb") as f:
             f.write(spec.encode())
+    paths = {k: v.encode() for k, v in PATHS.items()}
+    for target, seeds in (("tar", tar_seeds()), ("tfrecord", tfrecord_seeds()),
+                          ("cifar", cifar_seeds()), ("paths", paths)):
+        os.makedirs(os.path.join(HERE, "corpus", target), exist_ok=True)
+        for name, data in seeds.items():
+            with open(os.path.join(HERE, "corpus", target, "seed-" + name), "wb") as f:
+                f.write(data)
 
 
 if __name__ == "__main__":

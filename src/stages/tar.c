@@ -1,0 +1,588 @@
+/* tar: WebDataset shards as a source.
+ *
+ * `urls` lists the shards (paths or http(s) URLs, brace-expanded, see
+ * paths.h; gzip-compressed ones are inflated); shard=I/N keeps the shards
+ * s with s % N == I. Each pass reads the kept shards in an order shuffled
+ * by a generator keyed by (seed, stage, epoch), or in list order with
+ * shuffle_shards=false. Members are grouped into samples by key (wds.h); a
+ * sample's identity is (shard << 32) + its position in the shard, whatever
+ * the order or cycle.
+ *
+ * `cycle` = C reader threads each read one shard at a time into a queue of
+ * their own. ordered=true: reader k reads the pass's shards k, k + C,
+ * k + 2C ... and the consumer takes one sample from each reader in turn, so
+ * the stream depends on the seed only. ordered=false: a reader that
+ * finishes a shard takes the next unread one, and the consumer takes
+ * whatever sample is ready first, so one slow shard (a slow server) stalls
+ * nothing else. poll() never blocks, so echo:factor=auto can follow.
+ *
+ * Errors: a shard that cannot be opened, a corrupt header or checksum, a
+ * truncation fail the pipeline with the shard, the URL, the offset and the
+ * reason; with on_error=skip the rest of that shard is dropped (counted
+ * once) and reading goes on with the next. A malformed sample (wds.h) is
+ * dropped and counted under skip.
+ *
+ * Lock rules: each reader's queue has its own lock (core/queue.c). `mu`
+ * guards ready_seq (bumped after every push in unordered mode, so the
+ * consumer can wait for "some queue has an item") and queues_live (so
+ * cancel() never closes a queue being created or destroyed by reset()).
+ * No lock is held while another is taken, and none while reading.
+ * Threads: the readers, started by open() and reset(), end after handing
+ * over their END or an error, or when their queue is closed; reset() and
+ * destroy() join them. */
+#include <stdio.h>
+#include <string.h>
+
+#include "codec/tar.h"
+#include "core/alloc.h"
+#include "core/queue.h"
+#include "io/stream.h"
+#include "stage.h"
+#include "stages/paths.h"
+#include "stages/wds.h"
+
+typedef struct tar_state tar_state;
+
+typedef struct {
+    tar_state *st;
+    ef__queue q;
+    pthread_t thread;
+    int running; /* a thread was started and not yet joined */
+    size_t next; /* ordered: the reader's next index in the pass order */
+    int done;    /* consumer side: END or an error was taken */
+    /* statistics, written by the reader thread only */
+    _Atomic uint64_t bytes, read_ns, retries, shards;
+} reader;
+
+struct tar_state {
+    ef__stage *s;
+    ef__paths urls;
+    int64_t *kept; /* the shard numbers this part reads */
+    size_t nkept;
+    int64_t *order; /* this pass's order of `kept` */
+    int64_t epoch;  /* this pass, as the readers see it */
+    int ordered, shuffle, nreaders;
+    size_t depth;
+    ef__stream_opts sopts;
+    atomic_int stop;           /* readers stop reading (cancel, or reset) */
+    atomic_int cancelled;      /* the pipeline was stopped (sticky) */
+    _Atomic size_t next_shard; /* unordered: next index in the order */
+    reader *readers;
+    /* consumer side */
+    int rr;    /* the reader to take from next */
+    int alive; /* readers that have not ended */
+    int finished, final_status;
+    ef__err final_err;
+    /* see the lock rules above */
+    pthread_mutex_t mu;
+    pthread_cond_t ready;
+    uint64_t ready_seq;
+    int queues_live;
+};
+
+/* ---- readers ------------------------------------------------------ */
+
+static void update_stats(reader *r, ef__stream *s, ef__stream_stats *prev)
+{
+    ef__stream_stats now;
+    ef__stream_get_stats(s, &now);
+    ef__stat_add(&r->bytes, now.raw_bytes - prev->raw_bytes);
+    ef__stat_add(&r->retries, now.retries - prev->retries);
+    double dt = now.read_s - prev->read_s;
+    ef__stat_add(&r->read_ns, dt > 0 ? (uint64_t)(dt * 1e9) : 0);
+    *prev = now;
+}
+
+/* Hands an item to the consumer; EF_ECANCELED (the item freed) when the
+ * queue was closed. */
+static int push(reader *r, ef__item *item)
+{
+    tar_state *st = r->st;
+    uint64_t waited = 0;
+    int rc = ef__queue_push(&r->q, item, &waited);
+    /* several readers add to the stage's counter: a real atomic add */
+    atomic_fetch_add_explicit(&st->s->wait_down_ns, waited,
+                              memory_order_relaxed);
+    if (rc != EF_OK) {
+        ef__item_clear(item);
+        return EF_ECANCELED;
+    }
+    if (!st->ordered) {
+        pthread_mutex_lock(&st->mu);
+        st->ready_seq++;
+        pthread_cond_signal(&st->ready);
+        pthread_mutex_unlock(&st->mu);
+    }
+    return EF_OK;
+}
+
+static int push_sample(reader *r, ef_sample *smp)
+{
+    ef__item item = {.status = EF_OK, .sample = smp};
+    return push(r, &item);
+}
+
+/* Reads the members of an opened shard and groups them into samples
+ * through `g`, handing each over; EF_END when the shard was read to its
+ * end. */
+static int read_members(reader *r, ef__tar *t, ef__stream *s, ef__wds *g,
+                        ef__err *err)
+{
+    tar_state *st = r->st;
+    ef__stream_stats prev = {0, 0, 0};
+    int rc;
+    for (;;) {
+        ef__tar_member m;
+        rc = ef__tar_next(t, &m, err);
+        update_stats(r, s, &prev);
+        if (rc != EF_OK)
+            break;
+        ef_buffer *b;
+        rc = ef__tar_read(t, &b, err);
+        update_stats(r, s, &prev);
+        if (rc != EF_OK)
+            break;
+        ef_sample *done;
+        ef__err gerr;
+        ef__err_clear(&gerr);
+        int grc = ef__wds_add(g, m.name, b, m.offset, &done, &gerr);
+        ef_buffer_release(b);
+        if (done && (rc = push_sample(r, done)) != EF_OK)
+            break;
+        if (grc != EF_OK) {
+            char where[48];
+            snprintf(where, sizeof where, "tar: shard %lld",
+                     (long long)g->shard);
+            ef__err_prefix(&gerr, where);
+            if (!ef__stage_skip(st->s, &gerr)) {
+                *err = gerr;
+                rc = grc;
+                break;
+            }
+        }
+    }
+    if (rc == EF_END) {
+        ef_sample *last;
+        ef__wds_finish(g, &last);
+        if (last && push_sample(r, last) != EF_OK)
+            rc = EF_ECANCELED;
+    }
+    return rc;
+}
+
+/* Reads one shard. EF_OK to go on with the next shard, otherwise the
+ * reader stops (an error was handed over, or the queue is closed). */
+static int read_shard(reader *r, int64_t shard)
+{
+    tar_state *st = r->st;
+    const char *url = st->urls.names[shard];
+    ef__err err;
+    ef__err_clear(&err);
+    ef__stream *s = NULL;
+    ef__tar *t = NULL;
+    ef__wds g;
+    int have_g = 0;
+    int rc = ef__stream_open(&s, url, &st->sopts, &err);
+    if (rc == EF_OK)
+        rc = ef__tar_open(&t, s, &err);
+    if (rc == EF_OK)
+        have_g = (rc = ef__wds_init(&g, url, shard, st->epoch, &err)) == EF_OK;
+    if (rc == EF_OK)
+        rc = read_members(r, t, s, &g, &err);
+    if (have_g)
+        ef__wds_free(&g); /* a sample cut short by an error goes too */
+    ef__tar_close(t);
+    ef__stream_close(s);
+    ef__stat_add(&r->shards, 1);
+    if (rc == EF_END)
+        return EF_OK;
+    if (rc == EF_ECANCELED || atomic_load(&st->stop))
+        return EF_ECANCELED;
+    if (err.msg[0] == '\0' || err.status != rc)
+        ef__err_set(&err, rc, "%s: %s", url, ef_strerror(rc));
+    char where[48];
+    snprintf(where, sizeof where, "tar: shard %lld", (long long)shard);
+    ef__err_prefix(&err, where);
+    if (ef__stage_skip(st->s, &err))
+        return EF_OK; /* the rest of the shard is dropped */
+    ef__item item = {.status = rc, .msg = ef__strdup(err.msg)};
+    push(r, &item);
+    return rc;
+}
+
+/* The index (in the pass order) of the reader's next shard, or nkept. */
+static size_t take_shard(reader *r)
+{
+    tar_state *st = r->st;
+    if (!st->ordered)
+        return atomic_fetch_add(&st->next_shard, 1);
+    size_t k = r->next;
+    r->next += (size_t)st->nreaders;
+    return k;
+}
+
+static void *reader_main(void *arg)
+{
+    reader *r = arg;
+    tar_state *st = r->st;
+    for (;;) {
+        if (atomic_load(&st->stop))
+            return NULL;
+        size_t k = take_shard(r);
+        if (k >= st->nkept)
+            break;
+        if (read_shard(r, st->order[k]) != EF_OK)
+            return NULL;
+    }
+    ef__item end = {.status = EF_END};
+    push(r, &end);
+    return NULL;
+}
+
+/* ---- starting and stopping readers -------------------------------- */
+
+/* The pass order: the kept shards, shuffled by a generator keyed by the
+ * seed, this stage and the epoch. */
+static void make_order(tar_state *st, int64_t epoch)
+{
+    memcpy(st->order, st->kept, st->nkept * sizeof *st->order);
+    if (!st->shuffle)
+        return;
+    ef__rng rng;
+    ef__rng_init(&rng, st->s->ctx->seed, (uint64_t)st->s->index, -1, epoch, 0);
+    for (size_t i = st->nkept - 1; i > 0; i--) {
+        size_t j = (size_t)ef__rng_below(&rng, i + 1);
+        int64_t tmp = st->order[i];
+        st->order[i] = st->order[j];
+        st->order[j] = tmp;
+    }
+}
+
+/* Closes the queues (waking every reader), joins the readers, frees the
+ * queues. Never called concurrently with itself. */
+static void stop_readers(tar_state *st)
+{
+    atomic_store(&st->stop, 1);
+    pthread_mutex_lock(&st->mu);
+    for (int i = 0; st->queues_live && i < st->nreaders; i++)
+        ef__queue_close(&st->readers[i].q);
+    pthread_mutex_unlock(&st->mu);
+    for (int i = 0; i < st->nreaders; i++) {
+        if (st->readers[i].running)
+            pthread_join(st->readers[i].thread, NULL);
+        st->readers[i].running = 0;
+    }
+    pthread_mutex_lock(&st->mu);
+    for (int i = 0; st->queues_live && i < st->nreaders; i++)
+        ef__queue_destroy(&st->readers[i].q);
+    st->queues_live = 0;
+    pthread_mutex_unlock(&st->mu);
+}
+
+static int start_readers(tar_state *st, int64_t epoch, ef__err *err)
+{
+    st->epoch = epoch;
+    make_order(st, epoch);
+    atomic_store(&st->next_shard, 0);
+    atomic_store(&st->stop, 0);
+    st->rr = 0;
+    st->alive = st->nreaders;
+    st->finished = 0;
+    pthread_mutex_lock(&st->mu);
+    int rc = atomic_load(&st->cancelled) ? EF_ECANCELED : EF_OK;
+    int made = 0;
+    for (; rc == EF_OK && made < st->nreaders; made++)
+        if (ef__queue_init(&st->readers[made].q, st->depth) != EF_OK)
+            rc = EF_ENOMEM;
+    if (rc != EF_OK) {
+        while (made-- > 0)
+            ef__queue_destroy(&st->readers[made].q);
+    }
+    st->queues_live = rc == EF_OK;
+    pthread_mutex_unlock(&st->mu);
+    if (rc == EF_ECANCELED)
+        return ef__err_set(err, rc, "tar: the pipeline was stopped");
+    if (rc != EF_OK)
+        return ef__err_set(err, rc, "tar: out of memory for %d queues of %zu",
+                           st->nreaders, st->depth);
+    for (int i = 0; i < st->nreaders; i++) {
+        reader *r = &st->readers[i];
+        r->next = (size_t)i;
+        r->done = 0;
+        int e = pthread_create(&r->thread, NULL, reader_main, r);
+        if (e != 0)
+            return ef__err_set(err, EF_ENOMEM,
+                               "tar: cannot start reader thread %d: %s", i,
+                               strerror(e));
+        r->running = 1;
+    }
+    return EF_OK;
+}
+
+/* ---- the stage ---------------------------------------------------- */
+
+static int tar_create(ef__stage *s, const ef__opts *o, ef__err *err)
+{
+    tar_state *st = ef__calloc(1, sizeof *st);
+    if (!st)
+        return ef__err_set(err, EF_ENOMEM, "tar: out of memory");
+    s->state = st;
+    st->s = s;
+    pthread_mutex_init(&st->mu, NULL);
+    pthread_cond_init(&st->ready, NULL);
+    st->ordered = ef__opt_bool(o, "ordered");
+    st->shuffle = ef__opt_bool(o, "shuffle_shards");
+    st->depth = (size_t)ef__opt_int(o, "queue");
+    ef__stream_opts_init(&st->sopts);
+    st->sopts.tries = (int)ef__opt_int(o, "tries");
+    st->sopts.timeout_s = ef__opt_float(o, "timeout");
+    st->sopts.cancelled = &st->stop;
+    ef__shard part;
+    int rc = ef__shard_parse(s, o, &part, err);
+    if (rc == EF_OK)
+        rc = ef__paths_expand(ef__opt_string(o, "urls"), "tar: option 'urls'",
+                              &st->urls, err);
+    if (rc != EF_OK)
+        return rc;
+    size_t n = st->urls.n;
+    if ((size_t)part.i >= n)
+        return ef__err_set(err, EF_ESPEC,
+                           "tar: part %lld of shard=%lld/%lld gets no shard: "
+                           "'urls' lists %zu shard%s",
+                           (long long)part.i, (long long)part.i,
+                           (long long)part.n, n, n == 1 ? "" : "s");
+    st->nkept = (n - (size_t)part.i + (size_t)part.n - 1) / (size_t)part.n;
+    st->kept = ef__malloc(st->nkept * sizeof *st->kept);
+    st->order = ef__malloc(st->nkept * sizeof *st->order);
+    int64_t cycle = ef__opt_int(o, "cycle");
+    st->nreaders = (int)((size_t)cycle < st->nkept ? (size_t)cycle : st->nkept);
+    st->readers = ef__calloc((size_t)st->nreaders, sizeof *st->readers);
+    if (!st->kept || !st->order || !st->readers)
+        return ef__err_set(err, EF_ENOMEM, "tar: out of memory for %zu shards",
+                           n);
+    for (size_t k = 0; k < st->nkept; k++)
+        st->kept[k] = part.i + (int64_t)k * part.n;
+    for (int i = 0; i < st->nreaders; i++)
+        st->readers[i].st = st;
+    return EF_OK;
+}
+
+static int tar_open(ef__stage *s, ef__err *err)
+{
+    return start_readers(s->state, 0, err);
+}
+
+static int finish(tar_state *st, int status, const char *msg, ef__err *err)
+{
+    st->finished = 1;
+    st->final_status = status;
+    if (status < 0) {
+        ef__err_set(&st->final_err, status, "%s",
+                    msg ? msg : ef_strerror(status));
+        *err = st->final_err;
+    }
+    return status;
+}
+
+/* What a reader handed over besides a sample: its END (1: go on with
+ * the others) or an error (the stage fails with it). */
+static int reader_ended(tar_state *st, reader *r, ef__item *item, ef__err *err)
+{
+    r->done = 1;
+    st->alive--;
+    int status = item->status;
+    if (status == EF_END) {
+        ef__item_clear(item);
+        return 1;
+    }
+    finish(st, status, item->msg, err);
+    ef__item_clear(item);
+    return 0;
+}
+
+static int stopped(ef__err *err)
+{
+    return ef__err_set(err, EF_ECANCELED, "tar: the pipeline was stopped");
+}
+
+/* Round robin: one sample from each reader in turn. */
+static int take_ordered(tar_state *st, ef_sample **out, int block, ef__err *err)
+{
+    while (st->alive > 0) {
+        reader *r = &st->readers[st->rr];
+        if (r->done) {
+            st->rr = (st->rr + 1) % st->nreaders;
+            continue;
+        }
+        ef__item item;
+        int rc = block ? ef__queue_pop(&r->q, &item, NULL)
+                       : ef__queue_try_pop(&r->q, &item);
+        if (rc == EF_AGAIN)
+            return EF_AGAIN;
+        if (rc != EF_OK)
+            return stopped(err);
+        st->rr = (st->rr + 1) % st->nreaders;
+        if (item.status == EF_OK) {
+            *out = item.sample;
+            return EF_OK;
+        }
+        if (!reader_ended(st, r, &item, err))
+            return st->final_status;
+    }
+    return finish(st, EF_END, NULL, err);
+}
+
+/* Whichever reader has a sample, starting after the last one served. */
+static int take_any(tar_state *st, ef_sample **out, int block, ef__err *err)
+{
+    while (st->alive > 0) {
+        pthread_mutex_lock(&st->mu);
+        uint64_t seen = st->ready_seq;
+        pthread_mutex_unlock(&st->mu);
+        for (int i = 0; i < st->nreaders && st->alive > 0; i++) {
+            int k = (st->rr + i) % st->nreaders;
+            reader *r = &st->readers[k];
+            if (r->done)
+                continue;
+            ef__item item;
+            int rc = ef__queue_try_pop(&r->q, &item);
+            if (rc == EF_AGAIN)
+                continue;
+            if (rc != EF_OK)
+                return stopped(err);
+            if (item.status == EF_OK) {
+                st->rr = (k + 1) % st->nreaders;
+                *out = item.sample;
+                return EF_OK;
+            }
+            if (!reader_ended(st, r, &item, err))
+                return st->final_status;
+        }
+        if (st->alive == 0)
+            break;
+        if (!block)
+            return EF_AGAIN;
+        /* every push bumps ready_seq after the item is in its queue, so
+         * a push made since `seen` was read ends this wait */
+        pthread_mutex_lock(&st->mu);
+        while (st->ready_seq == seen && !atomic_load(&st->cancelled))
+            pthread_cond_wait(&st->ready, &st->mu);
+        pthread_mutex_unlock(&st->mu);
+        if (atomic_load(&st->cancelled))
+            return stopped(err);
+    }
+    return finish(st, EF_END, NULL, err);
+}
+
+static int take(ef__stage *s, ef_sample **out, int block, ef__err *err)
+{
+    tar_state *st = s->state;
+    *out = NULL;
+    if (st->finished) {
+        if (st->final_status < 0)
+            *err = st->final_err;
+        return st->final_status;
+    }
+    return st->ordered ? take_ordered(st, out, block, err)
+                       : take_any(st, out, block, err);
+}
+
+static int tar_next(ef__stage *s, ef_sample **out, ef__err *err)
+{
+    return take(s, out, 1, err);
+}
+
+static int tar_poll(ef__stage *s, ef_sample **out, ef__err *err)
+{
+    return take(s, out, 0, err);
+}
+
+static int tar_reset(ef__stage *s, int64_t epoch, ef__err *err)
+{
+    tar_state *st = s->state;
+    stop_readers(st); /* they may be mid-pass: take, say, stopped early */
+    return start_readers(st, epoch, err);
+}
+
+static void tar_cancel(ef__stage *s)
+{
+    tar_state *st = s->state;
+    atomic_store(&st->cancelled, 1);
+    atomic_store(&st->stop, 1);
+    pthread_mutex_lock(&st->mu);
+    for (int i = 0; st->queues_live && i < st->nreaders; i++)
+        ef__queue_close(&st->readers[i].q);
+    pthread_cond_broadcast(&st->ready);
+    pthread_mutex_unlock(&st->mu);
+}
+
+static void tar_destroy(ef__stage *s)
+{
+    tar_state *st = s->state;
+    if (st->readers) {
+        tar_cancel(s);
+        stop_readers(st);
+    }
+    ef__paths_free(&st->urls);
+    ef__free(st->kept);
+    ef__free(st->order);
+    ef__free(st->readers);
+    pthread_mutex_destroy(&st->mu);
+    pthread_cond_destroy(&st->ready);
+    ef__free(st);
+}
+
+static void tar_stats(const ef__stage *s, ef_stage_stats *out)
+{
+    const tar_state *st = s->state;
+    uint64_t shards = 0, bytes = 0, ns = 0, retries = 0;
+    for (int i = 0; i < st->nreaders; i++) {
+        const reader *r = &st->readers[i];
+        shards += ef__stat_get(&r->shards);
+        bytes += ef__stat_get(&r->bytes);
+        ns += ef__stat_get(&r->read_ns);
+        retries += ef__stat_get(&r->retries);
+    }
+    ef__stats_extra(out, "shards", (double)shards);
+    ef__stats_extra(out, "bytes", (double)bytes);
+    ef__stats_extra(out, "MB/s", ns ? (double)bytes / 1e6 / (ns * 1e-9) : 0);
+    ef__stats_extra(out, "retries", (double)retries);
+}
+
+static const ef__option_def tar_options[] = {
+    {"urls", EF_OPT_STRING, NULL,
+     "shard paths or http(s) URLs, space-separated, with {a,b} and "
+     "{000..099} expansion",
+     0, 0},
+    {"shuffle_shards", EF_OPT_BOOL, "true",
+     "read the shards in a seeded order, new each epoch", 0, 0},
+    {"cycle", EF_OPT_INT, "1", "shards read at once, one thread each", 1, 256},
+    {"ordered", EF_OPT_BOOL, "true",
+     "take samples round robin (deterministic); false: whichever is ready", 0,
+     0},
+    {"queue", EF_OPT_INT, "16", "samples buffered per reader thread", 1,
+     1 << 16},
+    {"tries", EF_OPT_INT, "5", "HTTP attempts per shard before giving up", 1,
+     100},
+    {"timeout", EF_OPT_FLOAT, "30",
+     "HTTP: seconds without a byte that fail "
+     "an attempt",
+     0.001, 86400},
+    EF__SHARD_OPTION,
+};
+
+const ef__stage_def ef__stage_tar = {
+    .info = {"tar",
+             "WebDataset tar shards (fields by member extension, __key__, "
+             "__url__)",
+             8, tar_options},
+    .is_source = 1,
+    .create = tar_create,
+    .open = tar_open,
+    .next = tar_next,
+    .poll = tar_poll,
+    .reset = tar_reset,
+    .cancel = tar_cancel,
+    .destroy = tar_destroy,
+    .stats = tar_stats,
+};
