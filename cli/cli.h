@@ -3,5 +3,6 @@
 #define EF_CLI_H
 
 int cmd_train(int argc, char **argv);
+int cmd_pack(int argc, char **argv);
 
 #endif

@@ -17,6 +17,8 @@ static void usage(FILE *f)
         f, "usage: echoflow stages\n"
            "       echoflow run [--seed S] [--consume-us U] [--on-error fail|skip]\n"
            "                    [--json] SPEC\n"
+           "       echoflow pack [--per-shard N] SPEC PATTERN\n"
+           "       echoflow train --help\n"
            "       echoflow version\n"
            "\n"
            "SPEC is stages joined by '|', each NAME[:OPT[,OPT...]], OPT being\n"
@@ -196,6 +198,8 @@ int main(int argc, char **argv)
         return cmd_run(argc - 2, argv + 2);
     if (!strcmp(argv[1], "train"))
         return cmd_train(argc - 2, argv + 2);
+    if (!strcmp(argv[1], "pack"))
+        return cmd_pack(argc - 2, argv + 2);
     if (!strcmp(argv[1], "version") || !strcmp(argv[1], "--version")) {
         printf("echoflow %s\n", ef_version_string());
         return 0;

@@ -292,6 +292,42 @@ int ef_stage_stats_extra(const ef_stage_stats *st, const char *key,
                          double *value);
 
 /* ------------------------------------------------------------------ */
+/* Writing WebDataset shards                                           */
+
+typedef struct ef_shard_writer ef_shard_writer;
+
+/* A writer of WebDataset tar shards named by `pattern`, a printf pattern
+ * with one integer conversion for the shard number, such as
+ * "out/train-%06d.tar"; each shard holds at most `per_shard` samples. A
+ * shard is written under a temporary name and renamed when complete, so a
+ * failed run never leaves a partial shard under a final name.
+ * On EF_ESPEC (a bad pattern) *out is still set, so that
+ * ef_shard_writer_error() can say why; destroy it as usual. The caller owns
+ * *out. */
+int ef_shard_writer_create(ef_shard_writer **out, const char *pattern,
+                           int64_t per_shard);
+/* Writes one sample as tar members KEY.EXT. KEY is the text of a u8 field
+ * `__key__` when there is one, else the sample's index as 9 digits. Fields:
+ * a u8 image [H,W] or [H,W,1|3] becomes EXT "png" (PNG-encoded) when
+ * named `image` or `png`; an integer scalar named `label` or `cls` becomes
+ * "cls" (decimal text); any other u8 [N] field is written as is with its
+ * name as EXT; `__url__` is left out. Anything else is EF_ESHAPE naming the
+ * field. */
+int ef_shard_writer_add(ef_shard_writer *w, const ef_sample *s);
+/* Completes the last shard. */
+int ef_shard_writer_finish(ef_shard_writer *w);
+/* Shards begun so far, and samples written. */
+int64_t ef_shard_writer_shards(const ef_shard_writer *w);
+int64_t ef_shard_writer_samples(const ef_shard_writer *w);
+/* The shard name for number `shard` into buf (cut to cap). */
+void ef_shard_writer_name(const ef_shard_writer *w, int64_t shard, char *buf,
+                          size_t cap);
+/* The detailed message of the last error; "" when none. */
+const char *ef_shard_writer_error(const ef_shard_writer *w);
+/* Removes an unfinished shard's temporary file and frees. Accepts NULL. */
+void ef_shard_writer_destroy(ef_shard_writer *w);
+
+/* ------------------------------------------------------------------ */
 /* The stage registry (self-documenting help)                          */
 
 typedef enum {

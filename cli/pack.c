@@ -1,0 +1,145 @@
+/* `echoflow pack`: runs a pipeline and writes its samples as WebDataset
+ * shards, so that a data set on disk (IDX, CIFAR, ...) can be served over
+ * HTTP and read back with the tar source. Uses the public API only. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "echoflow/echoflow.h"
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: echoflow pack [--per-shard N] [--on-error fail|skip] SPEC "
+            "PATTERN\n"
+            "\n"
+            "Writes every sample of the pipeline SPEC into tar shards named "
+            "by\n"
+            "PATTERN, a printf pattern for the shard number such as\n"
+            "out/train-%%06d.tar, N samples per shard (default 10000).\n"
+            "Fields: a u8 image named image becomes KEY.png, an integer "
+            "label\n"
+            "becomes KEY.cls, u8 byte fields are written as they are. For "
+            "example\n"
+            "  echoflow pack \"idx:images=train-images-idx3-ubyte.gz,"
+            "labels=train-labels-idx1-ubyte.gz\" www/train-%%06d.tar\n");
+}
+
+/* "www/train-{000000..000005}.tar": the shard list as the tar source's
+ * urls option takes it. */
+static void print_shards(const ef_shard_writer *w, int64_t n)
+{
+    char first[1024], last[1024];
+    ef_shard_writer_name(w, 0, first, sizeof first);
+    ef_shard_writer_name(w, n - 1, last, sizeof last);
+    if (n == 1) {
+        printf("%s\n", first);
+        return;
+    }
+    /* the names differ only in the number: find where */
+    size_t a = 0, lf = strlen(first), ll = strlen(last), z = 0;
+    while (a < lf && a < ll && first[a] == last[a])
+        a++;
+    while (z < lf - a && z < ll - a && first[lf - 1 - z] == last[ll - 1 - z])
+        z++;
+    /* widen to whole digit runs, so 0..9 reads {000000..000009} */
+    while (a > 0 && first[a - 1] >= '0' && first[a - 1] <= '9')
+        a--;
+    while (z > 0 && first[lf - z] >= '0' && first[lf - z] <= '9')
+        z--;
+    printf("%.*s{%.*s..%.*s}%s\n", (int)a, first, (int)(lf - a - z), first + a,
+           (int)(ll - a - z), last + a, first + lf - z);
+}
+
+int cmd_pack(int argc, char **argv)
+{
+    long long per_shard = 10000;
+    int skip = 0;
+    const char *spec = NULL, *pattern = NULL;
+    for (int i = 0; i < argc; i++) {
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            usage(stdout);
+            return 0;
+        } else if (!strcmp(argv[i], "--per-shard") && i + 1 < argc) {
+            char *end;
+            errno = 0;
+            per_shard = strtoll(argv[++i], &end, 10);
+            if (!*argv[i] || *end || errno || per_shard < 1) {
+                fprintf(stderr,
+                        "echoflow pack: --per-shard expects a whole number "
+                        ">= 1, got '%s'\n",
+                        argv[i]);
+                return 2;
+            }
+        } else if (!strcmp(argv[i], "--on-error") && i + 1 < argc &&
+                   (!strcmp(argv[i + 1], "fail") ||
+                    !strcmp(argv[i + 1], "skip"))) {
+            skip = !strcmp(argv[++i], "skip");
+        } else if (argv[i][0] == '-' && argv[i][1] == '-') {
+            fprintf(stderr, "echoflow pack: bad option or missing value: %s\n",
+                    argv[i]);
+            usage(stderr);
+            return 2;
+        } else if (!spec) {
+            spec = argv[i];
+        } else if (!pattern) {
+            pattern = argv[i];
+        } else {
+            fprintf(stderr, "echoflow pack: unexpected argument '%s'\n",
+                    argv[i]);
+            return 2;
+        }
+    }
+    if (!spec || !pattern) {
+        usage(stderr);
+        return 2;
+    }
+    ef_pipeline *p = NULL;
+    ef_shard_writer *w = NULL;
+    int rc = ef_pipeline_create(&p);
+    if (rc == EF_OK)
+        rc = ef_pipeline_set_on_error(p, skip ? EF_ON_ERROR_SKIP
+                                              : EF_ON_ERROR_FAIL);
+    if (rc == EF_OK && (rc = ef_pipeline_parse(p, spec)) != EF_OK)
+        fprintf(stderr, "echoflow pack: %s\n", ef_pipeline_error(p));
+    if (rc == EF_OK &&
+        (rc = ef_shard_writer_create(&w, pattern, per_shard)) != EF_OK)
+        fprintf(stderr, "echoflow pack: %s\n",
+                w ? ef_shard_writer_error(w) : ef_strerror(rc));
+    if (rc != EF_OK) {
+        ef_shard_writer_destroy(w);
+        ef_pipeline_destroy(p);
+        return 2;
+    }
+    ef_sample *s;
+    while ((rc = ef_pipeline_next(p, &s)) == EF_OK) {
+        rc = ef_shard_writer_add(w, s);
+        ef_sample_free(s);
+        if (rc != EF_OK)
+            break;
+    }
+    if (rc == EF_END)
+        rc = ef_shard_writer_finish(w);
+    if (rc != EF_OK) {
+        fprintf(stderr, "echoflow pack: %s\n",
+                ef_pipeline_error(p)[0] ? ef_pipeline_error(p)
+                                        : ef_shard_writer_error(w));
+    } else {
+        int64_t n = ef_shard_writer_shards(w);
+        printf("packed %lld samples into %lld shards", (long long)
+               ef_shard_writer_samples(w), (long long)n);
+        char why[512];
+        uint64_t skipped = ef_pipeline_skipped(p, why, sizeof why);
+        if (skipped)
+            printf(" (skipped %llu bad samples; the first: %s)",
+                   (unsigned long long)skipped, why);
+        printf(":\n");
+        if (n > 0)
+            print_shards(w, n);
+    }
+    ef_shard_writer_destroy(w);
+    ef_pipeline_destroy(p);
+    return rc == EF_OK ? 0 : 1;
+}

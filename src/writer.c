@@ -1,0 +1,300 @@
+/* Writing samples as WebDataset tar shards (see ef_shard_writer in the
+ * public header): the inverse of the tar source plus decode, used by
+ * `echoflow pack` to serve a data set over HTTP. */
+#include <ctype.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "codec/image.h"
+#include "codec/tar_write.h"
+#include "core/alloc.h"
+#include "core/sample.h"
+
+struct ef_shard_writer {
+    char *prefix, *suffix; /* the pattern around its conversion */
+    int width, zero_pad;   /* of the shard number */
+    int64_t per_shard;
+    FILE *f;           /* the shard being written, or NULL */
+    char *tmp, *final; /* its temporary and final names */
+    int64_t shards, samples, in_shard;
+    ef__err err;
+};
+
+/* Splits "a/b-%06d.tar" into prefix, number format and suffix; exactly one
+ * conversion, %d (or %i, %u) with an optional 0 flag and width; %% is a
+ * literal percent. */
+static int parse_pattern(ef_shard_writer *w, const char *pattern)
+{
+    const char *conv = NULL, *conv_end = NULL;
+    for (const char *p = pattern; *p; p++) {
+        if (*p != '%')
+            continue;
+        if (p[1] == '%') {
+            p++;
+            continue;
+        }
+        const char *q = p + 1;
+        int zero = *q == '0';
+        q += zero;
+        int width = 0;
+        while (isdigit((unsigned char)*q) && width < 100)
+            width = width * 10 + (*q++ - '0');
+        if (conv || (*q != 'd' && *q != 'i' && *q != 'u') || width > 20)
+            return ef__err_set(&w->err, EF_ESPEC,
+                               "shard pattern '%s': expected exactly one "
+                               "%%d-style conversion for the shard number, "
+                               "such as 'train-%%06d.tar'",
+                               pattern);
+        conv = p;
+        conv_end = q + 1;
+        w->zero_pad = zero;
+        w->width = width;
+    }
+    if (!conv)
+        return ef__err_set(&w->err, EF_ESPEC,
+                           "shard pattern '%s' has no %%d for the shard "
+                           "number (e.g. 'train-%%06d.tar')",
+                           pattern);
+    size_t pre = (size_t)(conv - pattern);
+    w->prefix = ef__malloc(pre + 1);
+    w->suffix = ef__strdup(conv_end);
+    if (!w->prefix || !w->suffix)
+        return ef__err_set(&w->err, EF_ENOMEM, "out of memory");
+    /* "%%" in the fixed parts stands for one '%' */
+    char *d = w->prefix;
+    for (size_t i = 0; i < pre; i++) {
+        *d++ = pattern[i];
+        i += pattern[i] == '%';
+    }
+    *d = '\0';
+    d = w->suffix;
+    for (const char *p = conv_end; *p; p++) {
+        *d++ = *p;
+        p += *p == '%';
+    }
+    *d = '\0';
+    return EF_OK;
+}
+
+void ef_shard_writer_name(const ef_shard_writer *w, int64_t shard, char *buf,
+                          size_t cap)
+{
+    char num[32];
+    snprintf(num, sizeof num, w->zero_pad ? "%0*" PRId64 : "%*" PRId64,
+             w->width, shard);
+    snprintf(buf, cap, "%s%s%s", w->prefix ? w->prefix : "", num,
+             w->suffix ? w->suffix : "");
+}
+
+int ef_shard_writer_create(ef_shard_writer **out, const char *pattern,
+                           int64_t per_shard)
+{
+    if (!out)
+        return EF_EINVAL;
+    *out = NULL;
+    if (!pattern || per_shard < 1)
+        return EF_EINVAL;
+    ef_shard_writer *w = ef__calloc(1, sizeof *w);
+    if (!w)
+        return EF_ENOMEM;
+    *out = w;
+    w->per_shard = per_shard;
+    return parse_pattern(w, pattern);
+}
+
+static char *shard_name(const ef_shard_writer *w, int64_t shard,
+                        const char *extra)
+{
+    size_t cap = strlen(w->prefix) + strlen(w->suffix) + strlen(extra) + 32;
+    char *name = ef__malloc(cap);
+    if (name) {
+        ef_shard_writer_name(w, shard, name, cap);
+        strcat(name, extra);
+    }
+    return name;
+}
+
+/* Ends the open shard: the end blocks, then the rename to its name. */
+static int close_shard(ef_shard_writer *w)
+{
+    if (!w->f)
+        return EF_OK;
+    int rc = ef__tar_write_end(w->f, &w->err);
+    if (rc != EF_OK)
+        ef__err_prefix(&w->err, w->tmp);
+    if (fclose(w->f) != 0 && rc == EF_OK)
+        rc = ef__err_set(&w->err, EF_EIO, "%s: cannot write: %s", w->tmp,
+                         strerror(errno));
+    w->f = NULL;
+    if (rc == EF_OK && rename(w->tmp, w->final) != 0)
+        rc = ef__err_set(&w->err, EF_EIO, "cannot rename %s to %s: %s",
+                         w->tmp, w->final, strerror(errno));
+    if (rc != EF_OK)
+        remove(w->tmp);
+    ef__free(w->tmp);
+    ef__free(w->final);
+    w->tmp = w->final = NULL;
+    return rc;
+}
+
+static int open_shard(ef_shard_writer *w)
+{
+    w->final = shard_name(w, w->shards, "");
+    w->tmp = shard_name(w, w->shards, ".partial");
+    if (!w->final || !w->tmp)
+        return ef__err_set(&w->err, EF_ENOMEM, "out of memory");
+    w->f = fopen(w->tmp, "wb");
+    if (!w->f)
+        return ef__err_set(&w->err, EF_EIO, "%s: cannot create: %s", w->tmp,
+                           strerror(errno));
+    w->shards++;
+    w->in_shard = 0;
+    return EF_OK;
+}
+
+/* The sample's key: its __key__ text, or its index. */
+static int sample_key(ef_shard_writer *w, const ef_sample *s, char *key,
+                      size_t cap)
+{
+    int k = ef__sample_find(s, "__key__");
+    if (k < 0) {
+        snprintf(key, cap, "%09" PRId64, s->id.index);
+        return EF_OK;
+    }
+    const ef__field *f = &s->fields[k];
+    if (f->dtype != EF_U8 || f->ndim != 1 || f->nbytes == 0 ||
+        f->nbytes >= cap)
+        return ef__err_set(&w->err, EF_ESHAPE,
+                           "sample %" PRId64 ": field '__key__' must be text "
+                           "of 1 to %zu bytes",
+                           s->id.index, cap - 1);
+    memcpy(key, (const char *)ef_buffer_data(f->buf) + f->offset, f->nbytes);
+    key[f->nbytes] = '\0';
+    if (strchr(key, '.') || memchr(key, '\0', f->nbytes))
+        return ef__err_set(&w->err, EF_ESHAPE,
+                           "sample %" PRId64 ": key '%s' holds a '.' or a "
+                           "NUL, which would split it when read back",
+                           s->id.index, key);
+    return EF_OK;
+}
+
+static int is_image(const ef__field *f)
+{
+    int64_t c = f->ndim == 3 ? f->shape[2] : 1;
+    return f->dtype == EF_U8 && (f->ndim == 2 || f->ndim == 3) &&
+           (c == 1 || c == 3);
+}
+
+/* One field as one member. */
+static int write_field(ef_shard_writer *w, const ef_sample *s,
+                       const ef__field *f, const char *key)
+{
+    const unsigned char *data =
+        (const unsigned char *)ef_buffer_data(f->buf) + f->offset;
+    char name[1024], text[32];
+    if ((!strcmp(f->name, "image") || !strcmp(f->name, "png")) &&
+        is_image(f)) {
+        ef_buffer *png;
+        int rc = ef__png_encode(data, f->shape[0], f->shape[1],
+                                f->ndim == 3 ? (int)f->shape[2] : 1, &png,
+                                &w->err);
+        if (rc != EF_OK)
+            return rc;
+        snprintf(name, sizeof name, "%s.png", key);
+        rc = ef__tar_write_member(w->f, name, ef_buffer_data(png),
+                                  ef_buffer_size(png), &w->err);
+        ef_buffer_release(png);
+        return rc;
+    }
+    if ((!strcmp(f->name, "label") || !strcmp(f->name, "cls")) &&
+        f->ndim == 0 && f->dtype != EF_F32) {
+        int64_t v = f->dtype == EF_U8    ? data[0]
+                    : f->dtype == EF_I32 ? *(const int32_t *)(const void *)data
+                                         : *(const int64_t *)(const void *)data;
+        int n = snprintf(text, sizeof text, "%" PRId64, v);
+        snprintf(name, sizeof name, "%s.cls", key);
+        return ef__tar_write_member(w->f, name, text, (size_t)n,
+                                    &w->err);
+    }
+    if (f->dtype == EF_U8 && f->ndim == 1) {
+        snprintf(name, sizeof name, "%s.%s", key, f->name);
+        return ef__tar_write_member(w->f, name, data, f->nbytes,
+                                    &w->err);
+    }
+    char shape[64];
+    ef__shape_format(shape, sizeof shape, f->ndim, f->shape);
+    return ef__err_set(&w->err, EF_ESHAPE,
+                       "sample %" PRId64 ": field '%s' (%s %s) has no "
+                       "WebDataset form: expected a u8 image [H,W] or "
+                       "[H,W,1|3] named image, an integer scalar named "
+                       "label, or u8 bytes [N]",
+                       s->id.index, f->name, ef_dtype_name(f->dtype), shape);
+}
+
+int ef_shard_writer_add(ef_shard_writer *w, const ef_sample *s)
+{
+    if (!w || !s)
+        return EF_EINVAL;
+    if (w->err.status < 0)
+        return w->err.status;
+    int rc = EF_OK;
+    if (w->f && w->in_shard == w->per_shard)
+        rc = close_shard(w);
+    if (rc == EF_OK && !w->f)
+        rc = open_shard(w);
+    char key[256];
+    if (rc == EF_OK)
+        rc = sample_key(w, s, key, sizeof key);
+    for (int i = 0; i < s->nfields && rc == EF_OK; i++)
+        if (strcmp(s->fields[i].name, "__key__") &&
+            strcmp(s->fields[i].name, "__url__"))
+            rc = write_field(w, s, &s->fields[i], key);
+    if (rc == EF_EIO || rc == EF_EINVAL)
+        ef__err_prefix(&w->err, w->tmp ? w->tmp : "shard");
+    if (rc == EF_OK) {
+        w->in_shard++;
+        w->samples++;
+    }
+    return rc;
+}
+
+int ef_shard_writer_finish(ef_shard_writer *w)
+{
+    if (!w)
+        return EF_EINVAL;
+    if (w->err.status < 0)
+        return w->err.status;
+    return close_shard(w);
+}
+
+int64_t ef_shard_writer_shards(const ef_shard_writer *w)
+{
+    return w ? w->shards : 0;
+}
+
+int64_t ef_shard_writer_samples(const ef_shard_writer *w)
+{
+    return w ? w->samples : 0;
+}
+
+const char *ef_shard_writer_error(const ef_shard_writer *w)
+{
+    return w ? w->err.msg : "";
+}
+
+void ef_shard_writer_destroy(ef_shard_writer *w)
+{
+    if (!w)
+        return;
+    if (w->f) {
+        fclose(w->f);
+        remove(w->tmp);
+    }
+    ef__free(w->tmp);
+    ef__free(w->final);
+    ef__free(w->prefix);
+    ef__free(w->suffix);
+    ef__free(w);
+}
