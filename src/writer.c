@@ -172,10 +172,13 @@ static int sample_key(ef_shard_writer *w, const ef_sample *s, char *key,
                            s->id.index, cap - 1);
     memcpy(key, (const char *)ef_buffer_data(f->buf) + f->offset, f->nbytes);
     key[f->nbytes] = '\0';
-    if (strchr(key, '.') || memchr(key, '\0', f->nbytes))
+    /* a reader ends the key at the first dot of the last path component */
+    const char *last = strrchr(key, '/');
+    if (strchr(last ? last : key, '.') || strlen(key) != f->nbytes)
         return ef__err_set(&w->err, EF_ESHAPE,
-                           "sample %" PRId64 ": key '%s' holds a '.' or a "
-                           "NUL, which would split it when read back",
+                           "sample %" PRId64 ": key '%s' has a '.' in its "
+                           "last path component, or a NUL, which would "
+                           "split it when read back",
                            s->id.index, key);
     return EF_OK;
 }
