@@ -399,6 +399,48 @@ static void test_pipeline_stats(void **state)
     ef_pipeline_destroy(p);
 }
 
+static void test_restart_mid_pass(void **state)
+{
+    (void)state;
+    /* take under repeat restarts a pass before its end, while a pump
+     * thread is blocked on its full queue: the restart must not hang, and
+     * every pass starts at the beginning */
+    static const char *specs[] = {
+        "range:n=100 | prefetch:1 | take:3 | repeat:3",
+        "range:n=100 | prefetch:2 | prefetch:1 | take:3 | repeat:3",
+    };
+    for (size_t k = 0; k < 2; k++) {
+        ef_pipeline *p = eft_pipeline(specs[k], 0);
+        for (int64_t epoch = 0; epoch < 3; epoch++)
+            for (int64_t i = 0; i < 3; i++) {
+                ef_sample *s = eft_next(p);
+                ef_sample_id id = ef_sample_identity(s);
+                if (id.index != i || id.epoch != epoch)
+                    fail_msg("%s: got index %lld epoch %lld, expected %lld "
+                             "and %lld",
+                             specs[k], (long long)id.index,
+                             (long long)id.epoch, (long long)i,
+                             (long long)epoch);
+                ef_sample_free(s);
+            }
+        eft_expect_end(p);
+        ef_pipeline_destroy(p);
+    }
+    /* automatic echo pumps its upstream the same way */
+    ef_pipeline *p =
+        eft_pipeline("range:n=100 | echo:factor=auto,max=2 | take:3 | "
+                     "repeat:3",
+                     0);
+    int n = 0;
+    ef_sample *s;
+    while (ef_pipeline_next(p, &s) == EF_OK) {
+        ef_sample_free(s);
+        n++;
+    }
+    assert_int_equal(n, 9);
+    ef_pipeline_destroy(p);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -411,6 +453,7 @@ int main(void)
         cmocka_unit_test(test_map_callbacks),
         cmocka_unit_test(test_throttle_passes_items),
         cmocka_unit_test(test_pipeline_stats),
+        cmocka_unit_test(test_restart_mid_pass),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -115,6 +115,18 @@ void ef__queue_close(ef__queue *q)
     pthread_mutex_unlock(&q->mu);
 }
 
+void ef__queue_reopen(ef__queue *q)
+{
+    pthread_mutex_lock(&q->mu);
+    for (; q->count > 0; q->count--) {
+        ef__item_clear(&q->ring[q->head]);
+        q->head = (q->head + 1) % q->cap;
+    }
+    q->head = 0;
+    q->closed = 0;
+    pthread_mutex_unlock(&q->mu);
+}
+
 size_t ef__queue_count(ef__queue *q)
 {
     pthread_mutex_lock(&q->mu);

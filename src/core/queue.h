@@ -41,6 +41,9 @@ int ef__queue_pop(ef__queue *q, ef__item *item, uint64_t *waited_ns);
 int ef__queue_try_pop(ef__queue *q, ef__item *item);
 /* Wakes every waiter; later calls fail with EF_ECANCELED. */
 void ef__queue_close(ef__queue *q);
+/* Frees every queued item and opens a closed queue again, for a stage
+ * that restarts its producer mid-pass. No producer may be running. */
+void ef__queue_reopen(ef__queue *q);
 size_t ef__queue_count(ef__queue *q);
 
 /* Frees what an item owns. */

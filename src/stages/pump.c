@@ -1,6 +1,7 @@
 /* The pump thread (see pump.h). The thread ends after pushing END or an
  * error, or when the queue is closed; so a restart after END only joins a
- * thread that has already finished. */
+ * thread that has already finished, and a restart mid-pass closes the
+ * queue first. */
 #include "stages/pump.h"
 
 #include <string.h>
@@ -87,9 +88,23 @@ int ef__pump_next(ef__pump *p, ef_sample **out, int block, ef__err *err)
 
 int ef__pump_restart(ef__pump *p, int64_t epoch, ef__err *err)
 {
+    /* Mid-pass (take under repeat), the thread may be blocked on a full
+     * queue: close it to wake the thread, and drop what it had read. */
+    int mid_pass = !p->finished;
+    if (mid_pass)
+        ef__queue_close(&p->q);
     if (p->running) {
         pthread_join(p->thread, NULL);
         p->running = 0;
+    }
+    if (mid_pass) {
+        ef__queue_reopen(&p->q);
+        /* a stop that closed the queue just before the reopen stays */
+        if (ef__ctx_is_cancelled(p->owner->ctx)) {
+            ef__queue_close(&p->q);
+            return ef__err_set(err, EF_ECANCELED, "%s: the pipeline was "
+                               "stopped", p->owner->def->info.name);
+        }
     }
     p->finished = 0;
     int rc = ef__stage_reset_upstream(p->owner, epoch, err);
