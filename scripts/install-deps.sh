@@ -13,12 +13,15 @@ packages=(
   libopenblas-dev             # the reference trainer's matrix products
   libcmocka-dev               # the test suite
   python3                     # the command-line tests read JSON with it
+  nginx                       # the HTTP integration test serves shards
   dataset-fashion-mnist       # the real data: /usr/share/datasets/fashion-mnist
 )
 if [ "${1:-}" = "--bench" ]; then
   # Debian's torch uses the reference BLAS unless an optimised one is
-  # installed; libopenblas0-pthread makes the comparison fair
-  packages+=(python3-torch python3-numpy libopenblas0-pthread)
+  # installed; libopenblas0-pthread makes the comparison fair. The decode
+  # benchmark compares with torchvision on photographs from scikit-image.
+  packages+=(python3-torch python3-numpy libopenblas0-pthread
+             python3-torchvision python3-pil python3-skimage)
 fi
 
 missing=()
