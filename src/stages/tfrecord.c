@@ -32,7 +32,7 @@ typedef struct {
     ef__stream *stream; /* open on `file`, or NULL */
     int64_t record;     /* position of the next record in the file */
     /* statistics: written by the pulling thread only */
-    _Atomic uint64_t files_read, bytes;
+    _Atomic uint64_t files_read, bytes, read_ns, retries; /* at file ends */
 } tfrecord_state;
 
 static int tfrecord_create(ef__stage *s, const ef__opts *o, ef__err *err)
@@ -90,6 +90,8 @@ static void close_file(tfrecord_state *st)
     ef__stream_stats ss;
     ef__stream_get_stats(st->stream, &ss);
     ef__stat_add(&st->bytes, ss.raw_bytes);
+    ef__stat_add(&st->read_ns, (uint64_t)(ss.read_s * 1e9));
+    ef__stat_add(&st->retries, ss.retries);
     ef__stat_add(&st->files_read, 1);
     ef__stream_close(st->stream);
     st->stream = NULL;
@@ -191,7 +193,12 @@ static void tfrecord_stats(const ef__stage *s, ef_stage_stats *out)
 {
     const tfrecord_state *st = s->state;
     ef__stats_extra(out, "files", (double)ef__stat_get(&st->files_read));
-    ef__stats_extra(out, "bytes", (double)ef__stat_get(&st->bytes));
+    double bytes = (double)ef__stat_get(&st->bytes),
+           ns = (double)ef__stat_get(&st->read_ns);
+    ef__stats_extra(out, "bytes", bytes);
+    /* bytes over the time spent reading them, not over the whole run */
+    ef__stats_extra(out, "MB/s", ns > 0 ? bytes / 1e6 / (ns * 1e-9) : 0);
+    ef__stats_extra(out, "retries", (double)ef__stat_get(&st->retries));
 }
 
 static const ef__option_def tfrecord_options[] = {
