@@ -8,81 +8,40 @@
 #include <string.h>
 
 #include "core/alloc.h"
-#include "core/sample.h"
-#include "stage.h"
-#include "stages/map.h"
+#include "stages/image_stage.h"
 
 typedef struct {
-    char field[EF_MAX_NAME];
-    int pad;  /* random_crop */
-    double p; /* flip */
+    char field[EF_MAX_NAME]; /* first: see image_stage.h */
+    int pad;                 /* random_crop */
+    double p;                /* flip */
 } augment_params;
 
-/* Finds the field and its geometry; an error names what was expected. */
-static int image_of(const ef_sample *in, const augment_params *ap,
-                    const char *stage, int *index, int64_t *h, int64_t *w,
-                    int64_t *c, ef_map_ctx *ctx)
+/* A new sample whose image field is a new buffer of the same shape. */
+static int same_shape_output(const ef_sample *in, const ef__image *img,
+                             ef_sample **out, unsigned char **dst,
+                             ef_map_ctx *ctx)
 {
-    int i = ef__sample_find(in, ap->field);
-    if (i < 0)
-        return ef_map_ctx_fail(ctx, EF_ESHAPE, "%s: no field '%s'", stage,
-                               ap->field);
-    const ef__field *f = &in->fields[i];
-    if ((f->ndim != 2 && f->ndim != 3) ||
-        (f->dtype != EF_U8 && f->dtype != EF_F32))
-        return ef_map_ctx_fail(ctx, EF_ESHAPE,
-                               "%s: field '%s' is %s with %d dimensions; "
-                               "expected u8 or f32 [H,W] or [H,W,C] (place it "
-                               "before batch)",
-                               stage, ap->field, ef_dtype_name(f->dtype),
-                               f->ndim);
-    *index = i;
-    *h = f->shape[0];
-    *w = f->shape[1];
-    *c = f->ndim == 3 ? f->shape[2] : 1;
-    return EF_OK;
-}
-
-/* A clone of `in` whose field `i` views a new buffer of the same size. */
-static ef_sample *with_new_field(const ef_sample *in, int i,
-                                 unsigned char **data)
-{
-    ef_buffer *b = ef_buffer_new(in->fields[i].nbytes);
-    ef_sample *out = b ? ef_sample_clone(in) : NULL;
-    if (!out) {
-        ef_buffer_release(b);
-        return NULL;
-    }
-    ef_buffer_release(out->fields[i].buf);
-    out->fields[i].buf = b;
-    out->fields[i].offset = 0;
-    *data = ef_buffer_data(b);
-    return out;
-}
-
-static const unsigned char *field_data(const ef_sample *s, int i)
-{
-    return (const unsigned char *)ef_buffer_data(s->fields[i].buf) +
-           s->fields[i].offset;
+    return ef__image_output(in, img->index, img->f->dtype, img->f->ndim,
+                            img->f->shape, out, (void **)dst, ctx);
 }
 
 static int random_crop_fn(const ef_sample *in, ef_sample **out, ef_map_ctx *ctx)
 {
     const augment_params *ap = ef_map_ctx_user(ctx);
-    int i;
-    int64_t h, w, c;
-    int rc = image_of(in, ap, "random_crop", &i, &h, &w, &c, ctx);
+    ef__image img;
+    int rc = ef__image_find(in, ap->field, EF__U8_F32, &img, ctx);
     if (rc != EF_OK)
         return rc;
+    int64_t h = img.h, w = img.w;
     int64_t span = 2 * (int64_t)ap->pad + 1;
     int64_t oy = (int64_t)(ef_map_ctx_random(ctx) % (uint64_t)span) - ap->pad;
     int64_t ox = (int64_t)(ef_map_ctx_random(ctx) % (uint64_t)span) - ap->pad;
     unsigned char *dst;
-    *out = with_new_field(in, i, &dst);
-    if (!*out)
-        return ef_map_ctx_fail(ctx, EF_ENOMEM, "random_crop: out of memory");
-    size_t px = ef_dtype_size(in->fields[i].dtype) * (size_t)c;
-    const unsigned char *src = field_data(in, i);
+    rc = same_shape_output(in, &img, out, &dst, ctx);
+    if (rc != EF_OK)
+        return rc;
+    size_t px = ef_dtype_size(img.f->dtype) * (size_t)img.c;
+    const unsigned char *src = img.data;
     /* output pixel (y, x) comes from input (y + oy, x + ox), zero outside */
     for (int64_t y = 0; y < h; y++) {
         int64_t sy = y + oy;
@@ -109,9 +68,8 @@ static int random_crop_fn(const ef_sample *in, ef_sample **out, ef_map_ctx *ctx)
 static int flip_fn(const ef_sample *in, ef_sample **out, ef_map_ctx *ctx)
 {
     const augment_params *ap = ef_map_ctx_user(ctx);
-    int i;
-    int64_t h, w, c;
-    int rc = image_of(in, ap, "flip", &i, &h, &w, &c, ctx);
+    ef__image img;
+    int rc = ef__image_find(in, ap->field, EF__U8_F32, &img, ctx);
     if (rc != EF_OK)
         return rc;
     if (ef_map_ctx_uniform(ctx) >= ap->p) {
@@ -120,40 +78,29 @@ static int flip_fn(const ef_sample *in, ef_sample **out, ef_map_ctx *ctx)
                     : ef_map_ctx_fail(ctx, EF_ENOMEM, "flip: out of memory");
     }
     unsigned char *dst;
-    *out = with_new_field(in, i, &dst);
-    if (!*out)
-        return ef_map_ctx_fail(ctx, EF_ENOMEM, "flip: out of memory");
-    size_t px = ef_dtype_size(in->fields[i].dtype) * (size_t)c;
-    const unsigned char *src = field_data(in, i);
-    for (int64_t y = 0; y < h; y++)
-        for (int64_t x = 0; x < w; x++)
-            memcpy(dst + (size_t)(y * w + x) * px,
-                   src + (size_t)(y * w + (w - 1 - x)) * px, px);
+    rc = same_shape_output(in, &img, out, &dst, ctx);
+    if (rc != EF_OK)
+        return rc;
+    size_t px = ef_dtype_size(img.f->dtype) * (size_t)img.c;
+    for (int64_t y = 0; y < img.h; y++)
+        for (int64_t x = 0; x < img.w; x++)
+            memcpy(dst + (size_t)(y * img.w + x) * px,
+                   img.data + (size_t)(y * img.w + (img.w - 1 - x)) * px, px);
     return EF_OK;
 }
 
 static int augment_create(ef__stage *s, const ef__opts *o, ef_map_fn fn,
                           ef__err *err)
 {
-    const char *field = ef__opt_string(o, "field");
-    if (!field[0] || strlen(field) >= EF_MAX_NAME)
-        return ef__err_set(err, EF_ESPEC,
-                           "stage '%s': option 'field' must name a field "
-                           "(1 to %d characters)",
-                           s->def->info.name, EF_MAX_NAME - 1);
     augment_params *ap = ef__calloc(1, sizeof *ap);
     if (!ap)
         return ef__err_set(err, EF_ENOMEM, "%s: out of memory",
                            s->def->info.name);
-    strcpy(ap->field, field);
     if (fn == random_crop_fn)
         ap->pad = (int)ef__opt_int(o, "pad");
     else
         ap->p = ef__opt_float(o, "p");
-    int rc = ef__map_setup(s, fn, ap, (int)ef__opt_int(o, "threads"), 1, err);
-    if (rc != EF_OK)
-        ef__free(ap);
-    return rc;
+    return ef__image_stage_setup(s, o, fn, ap, err);
 }
 
 static int random_crop_create(ef__stage *s, const ef__opts *o, ef__err *err)
@@ -166,43 +113,28 @@ static int flip_create(ef__stage *s, const ef__opts *o, ef__err *err)
     return augment_create(s, o, flip_fn, err);
 }
 
-static void augment_destroy(ef__stage *s)
-{
-    void *params = ef__map_user(s);
-    ef__map_destroy(s);
-    ef__free(params);
-}
-
 static const ef__option_def random_crop_options[] = {
     {"pad", EF_OPT_INT, "4", "zero padding on each side before cropping", 0,
      1 << 16},
-    {"field", EF_OPT_STRING, "image", "the image field", 0, 0},
-    {"threads", EF_OPT_INT, "1", "worker threads", 1, 256},
+    EF__IMAGE_FIELD_OPTION,
+    EF__THREADS_OPTION,
 };
 
 static const ef__option_def flip_options[] = {
     {"p", EF_OPT_FLOAT, "0.5", "probability of a horizontal flip", 0, 1},
-    {"field", EF_OPT_STRING, "image", "the image field", 0, 0},
-    {"threads", EF_OPT_INT, "1", "worker threads", 1, 256},
+    EF__IMAGE_FIELD_OPTION,
+    EF__THREADS_OPTION,
 };
 
 const ef__stage_def ef__stage_random_crop = {
     .info = {"random_crop", "pad, then crop back at a random offset", 3,
              random_crop_options},
     .create = random_crop_create,
-    .open = ef__map_open,
-    .next = ef__map_next,
-    .reset = ef__map_reset,
-    .cancel = ef__map_cancel,
-    .destroy = augment_destroy,
+    EF__IMAGE_STAGE_OPS,
 };
 
 const ef__stage_def ef__stage_flip = {
     .info = {"flip", "horizontal flip with probability p", 3, flip_options},
     .create = flip_create,
-    .open = ef__map_open,
-    .next = ef__map_next,
-    .reset = ef__map_reset,
-    .cancel = ef__map_cancel,
-    .destroy = augment_destroy,
+    EF__IMAGE_STAGE_OPS,
 };
