@@ -607,6 +607,36 @@ static uint64_t http_expect(const server *sv, const char *name,
     return st.retries;
 }
 
+/* Reads big.bin from a server started with `args` until the read fails
+ * with EF_EIO, and checks that the `want_total` bytes handed out before
+ * were right. The message goes to *err, the stats to *st, the URL to url;
+ * returns the seconds the read took. */
+static double http_expect_failure(const char *const *args,
+                                  ef__stream_opts o, size_t want_total,
+                                  ef__err *err, ef__stream_stats *st,
+                                  char *url, size_t url_cap)
+{
+    server sv = server_start(args);
+    url_of(url, url_cap, &sv, "big.bin");
+    ef__stream *s = NULL;
+    ef__err_clear(err);
+    assert_int_equal(ef__stream_open(&s, url, &o, err), EF_OK);
+    unsigned char *buf = malloc(BIG_SIZE);
+    assert_non_null(buf);
+    size_t total = 0;
+    double t0 = eft_now_s();
+    assert_int_equal(read_pieces(s, buf, BIG_SIZE, &total, err), EF_EIO);
+    double dt = eft_now_s() - t0;
+    assert_int_equal(total, want_total);
+    assert_true(memcmp(buf, g_big, total) == 0);
+    expect_msg(err, url);
+    ef__stream_get_stats(s, st);
+    ef__stream_close(s);
+    free(buf);
+    server_stop(&sv);
+    return dt;
+}
+
 static void test_http_plain(void **state)
 {
     (void)state;
@@ -701,33 +731,18 @@ static void test_http_progress_resets_tries(void **state)
 static void test_http_give_up(void **state)
 {
     (void)state;
-    /* three replies of 300000 bytes, then the server answers 503 only */
+    /* three replies of 300000 bytes, then the server answers 503 only;
+     * everything received before giving up is handed out, and right */
     const char *args[] = {"--cut-every", "300000", "--fail-from", "3", NULL};
-    server sv = server_start(args);
-    char url[128];
-    url_of(url, sizeof url, &sv, "big.bin");
-    ef__stream_opts o = opts_with(3, 10, 0.01);
-    ef__stream *s = NULL;
     ef__err err;
-    ef__err_clear(&err);
-    assert_int_equal(ef__stream_open(&s, url, &o, &err), EF_OK);
-    unsigned char *buf = malloc(BIG_SIZE);
-    assert_non_null(buf);
-    size_t total = 0;
-    assert_int_equal(read_pieces(s, buf, BIG_SIZE, &total, &err), EF_EIO);
-    /* everything received before giving up was handed out, and right */
-    assert_int_equal(total, 900000);
-    assert_true(memcmp(buf, g_big, total) == 0);
-    expect_msg(&err, url);
+    ef__stream_stats st;
+    char url[128];
+    http_expect_failure(args, opts_with(3, 10, 0.01), 900000, &err, &st, url,
+                        sizeof url);
     expect_msg(&err, "giving up at byte 900000 after 3 tries in a row "
                      "without progress (5 in all)");
     expect_msg(&err, "HTTP status 503"); /* the last failure */
-    ef__stream_stats st;
-    ef__stream_get_stats(s, &st);
     assert_int_equal(st.retries, 4);
-    ef__stream_close(s);
-    free(buf);
-    server_stop(&sv);
 }
 
 static void test_http_gzip(void **state)
@@ -751,23 +766,12 @@ static void test_http_stall_timeout(void **state)
     (void)state;
     /* tries=1: the stall itself ends the read, in its own words */
     const char *args[] = {"--stall-after", "100000", NULL};
-    server sv = server_start(args);
-    char url[128];
-    url_of(url, sizeof url, &sv, "big.bin");
-    ef__stream_opts o = opts_with(1, 0.3, 0.01);
-    ef__stream *s = NULL;
     ef__err err;
-    ef__err_clear(&err);
-    assert_int_equal(ef__stream_open(&s, url, &o, &err), EF_OK);
-    unsigned char *buf = malloc(BIG_SIZE);
-    assert_non_null(buf);
-    size_t total = 0;
-    assert_int_equal(read_pieces(s, buf, BIG_SIZE, &total, &err), EF_EIO);
-    assert_int_equal(total, 100000);
+    ef__stream_stats st;
+    char url[128];
+    http_expect_failure(args, opts_with(1, 0.3, 0.01), 100000, &err, &st, url,
+                        sizeof url);
     expect_msg(&err, "no data for 0.3 s");
-    ef__stream_close(s);
-    free(buf);
-    server_stop(&sv);
 }
 
 static void test_http_stall(void **state)
@@ -776,31 +780,14 @@ static void test_http_stall(void **state)
     /* the first reply stalls after 100000 bytes; then the server fails */
     const char *args[] = {"--stall-after", "100000", "--fail-from", "1",
                           NULL};
-    server sv = server_start(args);
-    char url[128];
-    url_of(url, sizeof url, &sv, "big.bin");
-    ef__stream_opts o = opts_with(2, 0.3, 0.01);
-    ef__stream *s = NULL;
     ef__err err;
-    ef__err_clear(&err);
-    assert_int_equal(ef__stream_open(&s, url, &o, &err), EF_OK);
-    unsigned char *buf = malloc(BIG_SIZE);
-    assert_non_null(buf);
-    size_t total = 0;
-    double t0 = eft_now_s();
-    assert_int_equal(read_pieces(s, buf, BIG_SIZE, &total, &err), EF_EIO);
-    double dt = eft_now_s() - t0;
-    assert_true(dt >= 0.25 && dt < 10);
-    assert_int_equal(total, 100000);
-    assert_true(memcmp(buf, g_big, total) == 0);
-    expect_msg(&err, url);
-    expect_msg(&err, "giving up at byte 100000 after 2 tries in a row");
     ef__stream_stats st;
-    ef__stream_get_stats(s, &st);
+    char url[128];
+    double dt = http_expect_failure(args, opts_with(2, 0.3, 0.01), 100000,
+                                    &err, &st, url, sizeof url);
+    assert_true(dt >= 0.25 && dt < 10);
+    expect_msg(&err, "giving up at byte 100000 after 2 tries in a row");
     assert_int_equal(st.retries, 1);
-    ef__stream_close(s);
-    free(buf);
-    server_stop(&sv);
 }
 
 /* A cache that answers a range with bytes from before it: refused, since
@@ -810,26 +797,14 @@ static void test_http_wrong_range(void **state)
     (void)state;
     const char *args[] = {"--cut-every", "300000", "--range-shift", "1000",
                           NULL};
-    server sv = server_start(args);
-    char url[128];
-    url_of(url, sizeof url, &sv, "big.bin");
-    ef__stream_opts o = opts_with(3, 10, 0);
-    ef__stream *s = NULL;
     ef__err err;
-    ef__err_clear(&err);
-    assert_int_equal(ef__stream_open(&s, url, &o, &err), EF_OK);
-    unsigned char *buf = malloc(BIG_SIZE);
-    assert_non_null(buf);
-    size_t total = 0;
-    assert_int_equal(read_pieces(s, buf, BIG_SIZE, &total, &err), EF_EIO);
-    assert_int_equal(total, 300000);
-    assert_true(memcmp(buf, g_big, total) == 0);
+    ef__stream_stats st;
+    char url[128];
+    http_expect_failure(args, opts_with(3, 10, 0), 300000, &err, &st, url,
+                        sizeof url);
     expect_msg(&err, "giving up at byte 300000 after 3 tries in a row");
     expect_msg(&err, "HTTP 206 for bytes 299000-5000010, expected a range "
                      "starting at 300000");
-    ef__stream_close(s);
-    free(buf);
-    server_stop(&sv);
 }
 
 /* The file changes size between two attempts: the bytes handed out may no
