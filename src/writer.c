@@ -211,13 +211,14 @@ static int write_field(ef_shard_writer *w, const ef_sample *s,
         ef_buffer_release(png);
         return rc;
     }
-    if ((!strcmp(f->name, "label") || !strcmp(f->name, "cls")) &&
-        f->ndim == 0 && f->dtype != EF_F32) {
+    if (f->ndim == 0 && f->dtype != EF_F32) {
+        /* integers as decimal text; a label under WebDataset's "cls" */
+        const char *ext = strcmp(f->name, "label") ? f->name : "cls";
         int64_t v = f->dtype == EF_U8    ? data[0]
                     : f->dtype == EF_I32 ? *(const int32_t *)(const void *)data
                                          : *(const int64_t *)(const void *)data;
         int n = snprintf(text, sizeof text, "%" PRId64, v);
-        snprintf(name, sizeof name, "%s.cls", key);
+        snprintf(name, sizeof name, "%s.%s", key, ext);
         return ef__tar_write_member(w->f, name, text, (size_t)n,
                                     &w->err);
     }
@@ -231,8 +232,8 @@ static int write_field(ef_shard_writer *w, const ef_sample *s,
     return ef__err_set(&w->err, EF_ESHAPE,
                        "sample %" PRId64 ": field '%s' (%s %s) has no "
                        "WebDataset form: expected a u8 image [H,W] or "
-                       "[H,W,1|3] named image, an integer scalar named "
-                       "label, or u8 bytes [N]",
+                       "[H,W,1|3] named image, an integer scalar, or u8 "
+                       "bytes [N]",
                        s->id.index, f->name, ef_dtype_name(f->dtype), shape);
 }
 

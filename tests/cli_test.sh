@@ -180,6 +180,23 @@ run bad_cmd frobnicate
 [ "$rc" -ne 0 ] || fail "echoflow frobnicate exited 0"
 run no_spec run --json
 [ "$rc" -ne 0 ] || fail "echoflow run --json (no spec) exited 0"
+# pack: a bad pattern, a field with no WebDataset form, then a real pack
+run pack_pattern pack "range:n=3,bytes=4" "$TMP/no-number.tar"
+[ "$rc" -eq 2 ] && grep -q "no %d" "$TMP/pack_pattern.err" ||
+    fail "pack with a bad pattern: rc $rc, $(cat "$TMP/pack_pattern.err")"
+run pack_field pack "range:n=3,bytes=2 | map:fn=to_f32" "$TMP/f-%d.tar"
+[ "$rc" -eq 1 ] && grep -q "field 'data'" "$TMP/pack_field.err" &&
+    [ ! -e "$TMP/f-0.tar" ] && [ ! -e "$TMP/f-0.tar.partial" ] ||
+    fail "pack of a batch: rc $rc, $(cat "$TMP/pack_field.err")"
+run pack_ok pack --per-shard 4 "range:n=10,bytes=3" "$TMP/r-%02d.tar"
+if [ "$rc" -eq 0 ] && [ "$(tail -n 1 "$TMP/pack_ok.out")" = "$TMP/r-{00..02}.tar" ]; then
+    run pack_back run --json "tar:urls=$TMP/r-{00..02}.tar"
+    [ "$rc" -eq 0 ] && grep -q '"items": 10' "$TMP/pack_back.out" ||
+        fail "reading packed shards back: $(cat "$TMP/pack_back.err")"
+else
+    fail "pack: rc $rc, $(cat "$TMP/pack_ok.out" "$TMP/pack_ok.err")"
+fi
+
 run bad_policy run --on-error sometimes "range:n=3"
 [ "$rc" -eq 2 ] && grep -q "fail or skip" "$TMP/bad_policy.err" ||
     fail "run --on-error sometimes: rc $rc, $(cat "$TMP/bad_policy.err")"

@@ -152,6 +152,7 @@ static void test_field_without_form(void **state)
                      EF_OK);
     assert_int_equal(ef_shard_writer_add(w, s), EF_ESHAPE);
     const char *msg = ef_shard_writer_error(w);
+    assert_non_null(strstr(msg, "sample 2"));
     assert_non_null(strstr(msg, "'weights'"));
     assert_non_null(strstr(msg, "f32 [2,2]"));
     ef_sample_free(s);

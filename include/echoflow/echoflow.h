@@ -309,10 +309,10 @@ int ef_shard_writer_create(ef_shard_writer **out, const char *pattern,
 /* Writes one sample as tar members KEY.EXT. KEY is the text of a u8 field
  * `__key__` when there is one, else the sample's index as 9 digits. Fields:
  * a u8 image [H,W] or [H,W,1|3] becomes EXT "png" (PNG-encoded) when
- * named `image` or `png`; an integer scalar named `label` or `cls` becomes
- * "cls" (decimal text); any other u8 [N] field is written as is with its
- * name as EXT; `__url__` is left out. Anything else is EF_ESHAPE naming the
- * field. */
+ * named `image` or `png`; an integer scalar becomes decimal text, with
+ * EXT "cls" for `label` and its name otherwise; any other u8 [N] field is
+ * written as is with its name as EXT; `__url__` is left out. Anything else
+ * is EF_ESHAPE naming the field. */
 int ef_shard_writer_add(ef_shard_writer *w, const ef_sample *s);
 /* Completes the last shard. */
 int ef_shard_writer_finish(ef_shard_writer *w);
