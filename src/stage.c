@@ -46,7 +46,9 @@ int ef__stage_poll(ef__stage *s, ef_sample **out, ef__err *err)
 int ef__stage_reset(ef__stage *s, int64_t epoch, ef__err *err)
 {
     s->epoch = epoch;
-    s->ended = 0;
+    /* `ended` is also read by a stage's own threads (a pump, map workers):
+     * a stage with a reset of its own clears it once they are stopped, in
+     * ef__stage_reset_upstream */
     if (s->def->reset)
         return s->def->reset(s, epoch, err);
     return ef__stage_reset_upstream(s, epoch, err);

@@ -408,8 +408,11 @@ static void test_restart_mid_pass(void **state)
     static const char *specs[] = {
         "range:n=100 | prefetch:1 | take:3 | repeat:3",
         "range:n=100 | prefetch:2 | prefetch:1 | take:3 | repeat:3",
+        "range:n=1000 | map:fn=noop,threads=2 | take:3 | repeat:3",
+        "range:n=1000 | map:fn=noop,threads=3 | prefetch:1 | take:3 | "
+        "repeat:3",
     };
-    for (size_t k = 0; k < 2; k++) {
+    for (size_t k = 0; k < sizeof specs / sizeof specs[0]; k++) {
         ef_pipeline *p = eft_pipeline(specs[k], 0);
         for (int64_t epoch = 0; epoch < 3; epoch++)
             for (int64_t i = 0; i < 3; i++) {
@@ -426,19 +429,24 @@ static void test_restart_mid_pass(void **state)
         eft_expect_end(p);
         ef_pipeline_destroy(p);
     }
-    /* automatic echo pumps its upstream the same way */
-    ef_pipeline *p =
-        eft_pipeline("range:n=100 | echo:factor=auto,max=2 | take:3 | "
-                     "repeat:3",
-                     0);
-    int n = 0;
-    ef_sample *s;
-    while (ef_pipeline_next(p, &s) == EF_OK) {
-        ef_sample_free(s);
-        n++;
+    /* automatic echo pumps its upstream the same way; unordered map
+     * workers push into a queue */
+    static const char *unordered[] = {
+        "range:n=100 | echo:factor=auto,max=2 | take:3 | repeat:3",
+        "range:n=1000 | map:fn=noop,threads=2,ordered=false | take:3 | "
+        "repeat:3",
+    };
+    for (size_t k = 0; k < 2; k++) {
+        ef_pipeline *p = eft_pipeline(unordered[k], 0);
+        int n = 0;
+        ef_sample *s;
+        while (ef_pipeline_next(p, &s) == EF_OK) {
+            ef_sample_free(s);
+            n++;
+        }
+        assert_int_equal(n, 9);
+        ef_pipeline_destroy(p);
     }
-    assert_int_equal(n, 9);
-    ef_pipeline_destroy(p);
 }
 
 int main(void)

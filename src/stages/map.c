@@ -414,7 +414,30 @@ again:
 int ef__map_reset(ef__stage *s, int64_t epoch, ef__err *err)
 {
     map_state *st = s->state;
-    join_threads(st); /* they ended at the END the consumer took */
+    /* After the END the consumer took, the workers have ended. Mid-pass
+     * (take under repeat) they may wait on a full ring or queue: stop
+     * them, then drop what they had done. */
+    int mid_pass = st->final_status == 0;
+    if (mid_pass)
+        ef__map_cancel(s);
+    join_threads(st);
+    if (mid_pass) {
+        for (size_t i = 0; i < st->cap; i++)
+            if (st->ring[i].done) {
+                ef__item_clear(&st->ring[i].item);
+                st->ring[i].done = 0;
+            }
+        ef__queue_reopen(&st->out);
+        pthread_mutex_lock(&st->mu);
+        st->stopped = 0;
+        pthread_mutex_unlock(&st->mu);
+        /* a stop that came just before the reopen stays */
+        if (ef__ctx_is_cancelled(s->ctx)) {
+            ef__map_cancel(s);
+            return ef__err_set(err, EF_ECANCELED, "%s: the pipeline was "
+                               "stopped", s->def->info.name);
+        }
+    }
     atomic_store(&st->input_done, 0);
     st->final_status = 0;
     st->submit = st->emit = 0;
