@@ -754,6 +754,8 @@ def cmd_report(a):
         prose(lines, name + ": the paper's Figures 6 and 7")
 
     network_report(a, lines, run_cmd)
+    if a.quick:
+        estimate(a, lines)
     text = "\n".join(lines) + "\n"
     path = os.path.join(ROOT, "docs", "RESULTS.md")
     with open(path, "w") as f:
@@ -771,16 +773,16 @@ def network_report(a, lines, run_cmd):
     t = rows[0]
     lines += ["", "Fashion-MNIST packed into 6 WebDataset shards by "
               "`echoflow pack`, served by nginx on loopback with "
-              "`limit_rate` set so that the upstream delivers 1/R of the "
-              "trainer's rate measured when data is free (%s examples/s in "
-              "the calibration run, %s bytes/s of shard data at R = 2). "
-              "Speedup = median time to target without echo / with echo, "
-              "at the same R, in this run; the ceiling is min(e, R) "
-              "(max = 8 for auto); the paper's headline is %.2fx." %
-              (num(float(t["calibrated_rate"])),
-               num(float(t["calibrated_rate"]) / 2 *
-                   float(t["limit_rate_bytes"]) * float(t["R"]) /
-                   float(t["calibrated_rate"])), PAPER_SPEEDUP)]
+              "`limit_rate` (bytes/s, per connection; the tar source reads "
+              "one shard at a time) set so that the upstream delivers 1/R "
+              "of the trainer's rate measured when data is free (%s "
+              "examples/s in the calibration run, `network-calibration.json`"
+              " beside the CSV). Speedup = median time to target without "
+              "echo / with echo, at the same R; the ceiling is min(e, R) "
+              "(e = max = 8 for auto); the paper's headline is %.2fx. "
+              "Effective e and the R the echo stage measured come from the "
+              "trainer's JSON." % (num(float(t["calibrated_rate"])),
+                                   PAPER_SPEEDUP)]
     out = []
     for (R,), rr in sorted(groups(rows, ["R"]).items(),
                            key=lambda kv: float(kv[0][0])):
@@ -791,19 +793,69 @@ def network_report(a, lines, run_cmd):
             m, rng, n, val = cell_summary(rs, "time_to_target_s", 1)
             eff = statistics.median(float(r["echo_effective_factor"])
                                     for r in rs)
-            cap = min(8 if e == "auto" else float(e), float(R))
+            cap = "-" if e == "1" else "%.2gx" % min(
+                8 if e == "auto" else float(e), float(R))
+            rest = [float(r["echo_r_estimate"]) for r in rs
+                    if r["echo_r_estimate"]]
             sp = "-" if e == "1" or not bm or val == math.inf or \
                 bm[3] == math.inf else "%.2fx" % (bm[3] / val)
-            out.append([R, "none" if e == "1" else e, m, rng, n,
-                        "%.2f" % eff, sp, "%.2gx" % cap,
-                        "%.2fx" % PAPER_SPEEDUP])
+            out.append([R, rr[0]["limit_rate_bytes"],
+                        "none" if e == "1" else e, m, rng, n, "%.2f" % eff,
+                        "%.2f" % statistics.median(rest) if rest else "-",
+                        sp, cap, "%.2fx" % PAPER_SPEEDUP])
     section(lines, "target %s, lr %s, cap %s fresh examples" % (
         t["target_acc"], t["lr"], t["max_fresh"]), run_cmd + "network",
-        table(["R", "echo e", "time to target, s (median)", "range",
-               "reached", "effective e", "speedup", "ceiling min(e, R)",
-               "paper"], out))
+        table(["R", "limit_rate", "echo e", "time to target, s (median)",
+               "range", "reached", "effective e", "R measured by echo",
+               "speedup", "ceiling min(e, R)", "paper"], out))
     lines += ["", "![time to target against R](img/network_time_vs_R.png)"]
     prose(lines, "network speedups against min(e, R) and the paper's 3.25x")
+
+
+def estimate(a, lines):
+    """Bounds on the full run's duration, from the quick run's wall times:
+    the lower one scales each experiment's quick wall time by its number of
+    cells (as if full cells were as short as quick ones, which the higher
+    targets rule out); the upper one lets every full cell run to its
+    max_fresh cap at the quick run's wall time per trained example (for the
+    network, at the upstream's rate if that is slower)."""
+    out, lo_all, hi_all = [], 0.0, 0.0
+    per_example = {}
+    for x in EXPERIMENTS:
+        for r in load(a, x):
+            n = float(r["steps"]) * float(r["batch"])
+            if n > 0:
+                per_example.setdefault(r["model"], []).append(
+                    float(r["wall_s"]) / n)
+    for x in EXPERIMENTS:
+        rows = load(a, x)
+        if not rows:
+            continue
+        full = CELLS[x](False)
+        lo = sum(float(r["wall_s"]) for r in rows) * len(full) / len(rows)
+        hi = 0.0
+        for c in full:
+            e = 8 if c["e"] == "auto" else float(c["e"])
+            t = statistics.median(per_example[c["model"]]) * \
+                c["max_fresh"] * e
+            if c["R"]:
+                rate = float(rows[0]["calibrated_rate"]) / float(c["R"])
+                t = max(t, c["max_fresh"] / rate)
+            hi += t
+        lo_all += lo
+        hi_all += hi
+        out.append([x, len(rows), len(full), "%.1f" % (lo / 3600),
+                    "%.1f" % (hi / 3600)])
+    out.append(["all", "", "", "%.1f" % (lo_all / 3600),
+                "%.1f" % (hi_all / 3600)])
+    lines += ["", "## How long the full run may take (an estimate)", "",
+              "Computed by `report --quick` from the quick run's wall times "
+              "(on a shared 2-core machine): a lower bound (quick wall time "
+              "scaled by the number of cells) and an upper bound (every "
+              "full cell running to its `max_fresh` cap at the quick run's "
+              "wall time per trained example). Estimates, not measurements.",
+              "", table(["experiment", "quick cells", "full cells",
+                         "lower bound, h", "upper bound, h"], out)]
 
 
 def main():
