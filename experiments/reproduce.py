@@ -723,9 +723,7 @@ def cmd_report(a):
                                        len(base), t["max_fresh"]),
                 run_cmd + "augment",
                 table(["echo placement", "e", "fresh to target (median)",
-                       "range", "reached"],
-                      [[r[0], r[1], r[2], r[3], r[4]] for r in
-                       [[f[0], f[1]] + f[2:] for f in fixed]]))
+                       "range", "reached"], fixed))
         prose(lines, "before vs after augmentation vs batch echoing; the "
               "paper's Figure 5")
     else:
