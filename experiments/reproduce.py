@@ -580,9 +580,9 @@ def plot_fresh(a, work, img):
                      (path, variant))
     out = os.path.join(img, "fresh_vs_e.png")
     target = rows[0]["target_acc"]
-    gnuplot("""set terminal png size 800,500
+    gnuplot("""set terminal png size 900,500
 set output '%s'
-set title 'MLP on Fashion-MNIST: fresh examples to %s%% test accuracy (lr %s; median, range over seeds)'
+set title 'MLP, Fashion-MNIST: fresh examples to %s%% (lr %s; median and range over seeds)'
 set xlabel 'echo factor e'
 set ylabel 'fresh examples to target'
 set key top left
@@ -614,9 +614,9 @@ def plot_network(a, work, img):
         plots.append("'%s' using 1:2:3:4 with yerrorlines title '%s'" %
                      (path, title))
     out = os.path.join(img, "network_time_vs_R.png")
-    gnuplot("""set terminal png size 800,500
+    gnuplot("""set terminal png size 900,500
 set output '%s'
-set title 'MLP from shards over rate-limited HTTP: time to %s%% (training and data time; median, range)'
+set title 'MLP, shards over rate-limited HTTP: seconds to %s%% (median and range)'
 set xlabel 'R = upstream time / training time per example'
 set ylabel 'seconds to target'
 set logscale x 2
@@ -644,7 +644,7 @@ def cell_summary(rs, col, digits=0):
             "%d/%d" % (s[3], s[4]), s[0])
 
 
-def fresh_tables(rows, keys):
+def fresh_tables(rows, keys, fixed_lr=FIXED_LR):
     """Fixed-lr and best-lr tables of fresh examples to target, per cell."""
     fixed, best = [], []
     for k, rs in sorted(groups(rows, keys).items(),
@@ -652,7 +652,7 @@ def fresh_tables(rows, keys):
                                                    for i, x in
                                                    enumerate(kv[0][1:])])):
         by_lr = groups(rs, ["lr"])
-        at = [r for r in rs if float(r["lr"]) == FIXED_LR]
+        at = [r for r in rs if float(r["lr"]) == fixed_lr]
         if at:
             m, rng, n, _ = cell_summary(at, "fresh_to_target")
             fixed.append(list(k) + [m, rng, n])
@@ -726,7 +726,9 @@ def cmd_report(a):
     rows = load(a, "augment")
     lines += ["", "## Echoing and augmentation (CNN, random crop and flip)"]
     if rows:
-        fixed, _ = fresh_tables(rows, ["variant", "e"])
+        # one lr for the CNN (its runs are long): the table is at that lr
+        fixed, _ = fresh_tables(rows, ["variant", "e"],
+                                float(rows[0]["lr"]))
         base = [r for r in rows if r["variant"] == "none"]
         nb = sum(r["reached"] == "1" for r in base)
         t = rows[0]
@@ -864,6 +866,10 @@ def estimate(a, lines):
               "scaled by the number of cells) and an upper bound (every "
               "full cell running to its `max_fresh` cap at the quick run's "
               "wall time per trained example). Estimates, not measurements.",
+              "", "The quick run's cells took %.1f min of wall time in all "
+              "(the `wall_s` column; packing and calibration apart)." %
+              (sum(float(r["wall_s"]) for x in EXPERIMENTS
+                   for r in load(a, x)) / 60),
               "", table(["experiment", "quick cells", "full cells",
                          "lower bound, h", "upper bound, h"], out)]
 
