@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# Test of experiments/reproduce.py: runs its one-cell smoke experiment (a
+# real `echoflow train` run of the MLP to a low target) into a temporary
+# directory, checks the CSV row, checks that a second invocation resumes
+# (runs nothing, adds no row), and that a failing trainer is reported with
+# its stderr and leaves no row.
+#
+# usage: repro_smoke.sh ECHOFLOW_BUILD_DIR REPRODUCE_PY
+set -u
+BUILD=${1:?usage: repro_smoke.sh ECHOFLOW_BUILD_DIR REPRODUCE_PY}
+REPRO=${2:?usage: repro_smoke.sh ECHOFLOW_BUILD_DIR REPRODUCE_PY}
+PY=/usr/bin/python3
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/ef_repro.XXXXXX")
+trap 'rm -rf "$TMP"' EXIT
+
+failures=0
+fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
+pass() { echo "ok: $*"; }
+
+if "$PY" "$REPRO" run --smoke --build "$BUILD" --out "$TMP/out" \
+        >"$TMP/first.out" 2>"$TMP/first.err"; then
+    pass "first run exits 0"
+else
+    fail "first run: $(cat "$TMP/first.out" "$TMP/first.err")"
+fi
+if "$PY" - "$TMP/out/smoke.csv" <<'PY'; then
+import csv, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+assert len(rows) == 1, "expected 1 row, got %d" % len(rows)
+r = rows[0]
+# the settings as the smoke cell asks for them
+want = {"experiment": "smoke", "model": "mlp", "echo": "factor=2,shuffle=100",
+        "echo_at": "before-augment", "e": "2", "target_acc": "0.7",
+        "lr": "0.03", "seed": "0", "batch": "128"}
+for k, v in want.items():
+    assert r[k] == v, "%s: %r, expected %r" % (k, r[k], v)
+# and the results from the trainer's JSON
+assert r["reached"] == "1", "the smoke cell did not reach 70%"
+assert 0 < int(r["fresh_to_target"]) <= 50000, r["fresh_to_target"]
+assert 0 < int(r["steps_to_target"]), r["steps_to_target"]
+assert float(r["final_accuracy"]) >= 0.7, r["final_accuracy"]
+assert 1.5 < float(r["echo_effective_factor"]) < 2.5, r["echo_effective_factor"]
+assert float(r["time_to_target_s"]) > 0 and float(r["eval_time_s"]) > 0
+assert r["commit"] and r["date"].endswith("Z"), (r["commit"], r["date"])
+PY
+    pass "CSV row: settings and results"
+else
+    fail "CSV row check; CSV was: $(cat "$TMP/out/smoke.csv" 2>&1)"
+fi
+
+"$PY" "$REPRO" run --smoke --build "$BUILD" --out "$TMP/out" \
+    >"$TMP/second.out" 2>"$TMP/second.err"
+rc=$?
+rows=$(($(wc -l <"$TMP/out/smoke.csv") - 1))
+if [ "$rc" -eq 0 ] && grep -q "^ran 0 cells, 1 already done" "$TMP/second.out" &&
+        [ "$rows" -eq 1 ]; then
+    pass "second run resumes: nothing run, still one row"
+else
+    fail "resume: rc $rc, $rows rows, output: $(cat "$TMP/second.out" "$TMP/second.err")"
+fi
+
+# a trainer that fails: its stderr is shown, the exit status is 1, no row
+mkdir -p "$TMP/bad"
+printf '#!/bin/sh\necho "disk on fire at /dev/sdz" >&2\nexit 1\n' >"$TMP/bad/echoflow"
+chmod +x "$TMP/bad/echoflow"
+"$PY" "$REPRO" run --smoke --build "$TMP/bad" --out "$TMP/badout" \
+    >"$TMP/bad.out" 2>"$TMP/bad.err"
+rc=$?
+if [ "$rc" -eq 1 ] && grep -q "disk on fire at /dev/sdz" "$TMP/bad.err" &&
+        grep -q "FAILED (exit 1)" "$TMP/bad.err" && [ ! -e "$TMP/badout/smoke.csv" ]; then
+    pass "a failed run is reported with its stderr and not recorded"
+else
+    fail "failed run: rc $rc, $(cat "$TMP/bad.out" "$TMP/bad.err"); csv: $(ls "$TMP/badout")"
+fi
+
+if [ "$failures" -ne 0 ]; then
+    echo "$failures check(s) failed" >&2
+    exit 1
+fi
+echo "all reproduce.py checks passed"
