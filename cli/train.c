@@ -1,6 +1,7 @@
 /* `echoflow train`: the reference trainer behind an echoflow pipeline.
  * Uses the public API and train/ only. */
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -306,6 +307,24 @@ static void on_progress(void *user, const eft_progress *pr, int evaluated)
             pr->train_s, pc->tty ? (evaluated ? "\n" : "") : "\n");
 }
 
+/* A number as JSON: exact for integers up to 2^53, null when not finite
+ * (JSON has no NaN or infinity). */
+static void json_value(double v)
+{
+    if (!isfinite(v))
+        printf("null");
+    else if (v == floor(v) && fabs(v) < 9007199254740992.0)
+        printf("%.0f", v);
+    else
+        printf("%.6g", v);
+}
+
+static void json_field(const char *key, double v)
+{
+    printf(", \"%s\": ", key);
+    json_value(v);
+}
+
 static void report(const train_opts *o, const ef_pipeline *p,
                    const eft_result *r, int json)
 {
@@ -314,28 +333,33 @@ static void report(const train_opts *o, const ef_pipeline *p,
     ef_pipeline_stats_get(p, &ps);
     int has_echo = echo_stage(p, &st) >= 0;
     if (json) {
-        printf("{\"model\": \"%s\", \"reached\": %s, \"target_acc\": %g, "
-               "\"fresh_to_target\": %ld, \"steps_to_target\": %ld, "
-               "\"time_to_target_s\": %.6g, \"eval_time_s\": %.6g, "
-               "\"train_time_s\": %.6g, \"fresh\": %ld, \"steps\": %ld, "
-               "\"examples\": %ld, \"final_accuracy\": %.6g, "
-               "\"final_loss\": %.6g, \"train_examples_per_s\": %.6g, "
-               "\"consumer_wait_fraction\": %.6g, \"seed\": %llu, "
-               "\"lr\": %g, \"batch\": %d, \"echo\": ",
-               eft_arch_name(o->cfg.arch), r->reached ? "true" : "false",
-               o->cfg.target_acc, r->fresh_to_target, r->steps_to_target,
-               r->time_to_target_s, r->final.eval_s, r->final.train_s,
-               r->final.fresh, r->final.steps, r->final.examples,
-               r->final.accuracy, r->final.loss, r->train_examples_per_s,
-               ps.consumer_wait_fraction, (unsigned long long)o->cfg.seed,
-               o->cfg.lr, o->cfg.batch);
+        printf("{\"model\": \"%s\", \"reached\": %s",
+               eft_arch_name(o->cfg.arch), r->reached ? "true" : "false");
+        json_field("target_acc", o->cfg.target_acc);
+        json_field("fresh_to_target", (double)r->fresh_to_target);
+        json_field("steps_to_target", (double)r->steps_to_target);
+        json_field("time_to_target_s", r->time_to_target_s);
+        json_field("eval_time_s", r->final.eval_s);
+        json_field("train_time_s", r->final.train_s);
+        json_field("fresh", (double)r->final.fresh);
+        json_field("steps", (double)r->final.steps);
+        json_field("examples", (double)r->final.examples);
+        /* a diverged run has a NaN loss: null, which JSON can hold */
+        json_field("final_accuracy", r->final.accuracy);
+        json_field("final_loss", r->final.loss);
+        json_field("train_examples_per_s", r->train_examples_per_s);
+        json_field("consumer_wait_fraction", ps.consumer_wait_fraction);
+        printf(", \"seed\": %llu", (unsigned long long)o->cfg.seed);
+        json_field("lr", o->cfg.lr);
+        printf(", \"batch\": %d, \"echo\": ", o->cfg.batch);
         if (!has_echo) {
             printf("null");
         } else {
             printf("{");
-            for (int k = 0; k < st.nextra; k++)
-                printf("%s\"%s\": %.6g", k ? ", " : "", st.extra[k].key,
-                       st.extra[k].value);
+            for (int k = 0; k < st.nextra; k++) {
+                printf("%s\"%s\": ", k ? ", " : "", st.extra[k].key);
+                json_value(st.extra[k].value);
+            }
             printf("}");
         }
         printf("}\n");
