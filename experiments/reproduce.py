@@ -20,7 +20,6 @@ import datetime
 import json
 import math
 import os
-import re
 import shutil
 import socket
 import statistics
@@ -60,7 +59,7 @@ def fmt(x):
     """Settings as text, the same way whether fresh or read back from CSV."""
     if isinstance(x, float):
         if not math.isfinite(x) or x != int(x):
-            return repr(x)  # a diverged run's loss is nan
+            return repr(x)
         return str(int(x))
     return "" if x is None else str(x)
 
@@ -227,15 +226,6 @@ def train_args(c, net):
     return a
 
 
-def trainer_json(text):
-    """The trainer prints a diverged run's loss with printf's %g, as nan,
-    -nan or inf, which is not JSON; Python's reader takes NaN and Infinity,
-    so a diverged run is recorded as the result it is (not reached)."""
-    return re.sub(r'(?<=[:\[,] )(-?)(nan|inf)\b',
-                  lambda m: "NaN" if m.group(2) == "nan" else
-                  m.group(1) + "Infinity", text)
-
-
 def run_cell(binary, c, net, commit):
     """Runs one cell; returns its CSV row, or None (stderr shown) on failure."""
     args = [binary] + train_args(c, net)
@@ -248,7 +238,7 @@ def run_cell(binary, c, net, commit):
             p.stderr.strip()), file=sys.stderr)
         return None
     try:
-        r = json.loads(trainer_json(p.stdout))
+        r = json.loads(p.stdout)
     except ValueError as e:
         print("FAILED: %s printed no JSON object (%s): %r" %
               (binary, e, p.stdout[:200]), file=sys.stderr)
