@@ -7,10 +7,10 @@
  * Only regular files are returned; directories (also regular entries
  * named with a trailing '/', as pre-POSIX tars wrote them), links,
  * devices, FIFOs, pax global headers ('g'), GNU long link names ('K') and
- * unknown types are skipped. Sparse files (GNU 'S', pax GNU.sparse.*) are refused rather
- * than read wrongly. The archive ends at two zero blocks, a zero block and
- * the end of the data, or a clean end of the data at a block boundary;
- * whatever follows the end is not read. */
+ * unknown types are skipped. Sparse files (GNU 'S', pax GNU.sparse.*) are
+ * refused rather than read wrongly. The archive ends at two zero blocks, a
+ * zero block and the end of the data, or a clean end of the data at a
+ * block boundary; whatever follows the end is not read. */
 #ifndef EF_CODEC_TAR_H
 #define EF_CODEC_TAR_H
 
