@@ -15,7 +15,8 @@ static void usage(FILE *f)
 {
     fprintf(
         f, "usage: echoflow stages\n"
-           "       echoflow run [--seed S] [--consume-us U] [--on-error fail|skip]\n"
+           "       echoflow run [--seed S] [--consume-us U] [--on-error "
+           "fail|skip]\n"
            "                    [--json] SPEC\n"
            "       echoflow pack [--per-shard N] SPEC PATTERN\n"
            "       echoflow train --help\n"
@@ -107,10 +108,11 @@ static int cmd_run(int argc, char **argv)
         if (!strcmp(argv[i], "--json")) {
             json = 1;
         } else if (!strcmp(argv[i], "--on-error")) {
-            if (i + 1 >= argc || (strcmp(argv[i + 1], "fail") &&
-                                  strcmp(argv[i + 1], "skip"))) {
-                fprintf(stderr, "echoflow: --on-error expects fail or skip, "
-                                "got '%s'\n",
+            if (i + 1 >= argc ||
+                (strcmp(argv[i + 1], "fail") && strcmp(argv[i + 1], "skip"))) {
+                fprintf(stderr,
+                        "echoflow: --on-error expects fail or skip, "
+                        "got '%s'\n",
                         i + 1 < argc ? argv[i + 1] : "");
                 return 2;
             }

@@ -128,8 +128,8 @@ int cmd_pack(int argc, char **argv)
                                         : ef_shard_writer_error(w));
     } else {
         int64_t n = ef_shard_writer_shards(w);
-        printf("packed %lld samples into %lld shards", (long long)
-               ef_shard_writer_samples(w), (long long)n);
+        printf("packed %lld samples into %lld shards",
+               (long long)ef_shard_writer_samples(w), (long long)n);
         char why[512];
         uint64_t skipped = ef_pipeline_skipped(p, why, sizeof why);
         if (skipped)

@@ -12,7 +12,7 @@ typedef struct {
     uint64_t seed;
     double consume_us;
     int skip_bad; /* --on-error skip */
-    int status; /* how the run ended: EF_END, or an error */
+    int status;   /* how the run ended: EF_END, or an error */
 } run_info;
 
 void report_text(FILE *f, const ef_pipeline *p, const run_info *ri);

@@ -73,8 +73,7 @@ int ef__shard_parse(const ef__stage *s, const ef__opts *o, ef__shard *out,
     long long i, n;
     int used = 0;
     if (sscanf(text, "%lld/%lld%n", &i, &n, &used) != 2 ||
-        (size_t)used != strlen(text) || n < 1 || n > 1000000 || i < 0 ||
-        i >= n)
+        (size_t)used != strlen(text) || n < 1 || n > 1000000 || i < 0 || i >= n)
         return ef__err_set(err, EF_ESPEC,
                            "stage '%s': option 'shard' must be I/N with "
                            "0 <= I < N <= 1000000 (got '%s')",

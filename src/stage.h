@@ -51,11 +51,11 @@ double ef__opt_factor(const ef__opts *o, const char *name);
 typedef struct {
     uint64_t seed;
     atomic_int cancelled;
-    pthread_mutex_t mu;  /* guards nothing but the wait below */
-    pthread_cond_t cond; /* signalled once on cancel */
-    int skip_bad;        /* on_error=skip: drop bad samples, count them */
-    _Atomic uint64_t skipped;  /* bad samples dropped, all stages */
-    pthread_mutex_t skip_mu;   /* guards skip_msg */
+    pthread_mutex_t mu;       /* guards nothing but the wait below */
+    pthread_cond_t cond;      /* signalled once on cancel */
+    int skip_bad;             /* on_error=skip: drop bad samples, count them */
+    _Atomic uint64_t skipped; /* bad samples dropped, all stages */
+    pthread_mutex_t skip_mu;  /* guards skip_msg */
     char skip_msg[EF__ERR_MAX]; /* why the first one was dropped */
 } ef__ctx;
 
@@ -161,8 +161,10 @@ int ef__shard_parse(const ef__stage *s, const ef__opts *o, ef__shard *out,
 
 /* The option every source declares; its default reads everything. */
 #define EF__SHARD_OPTION                                                       \
-    {"shard", EF_OPT_STRING, "0/1",                                            \
-     "I/N: read only part I of N (0 <= I < N), for N processes", 0, 0}
+    {                                                                          \
+        "shard", EF_OPT_STRING, "0/1",                                         \
+            "I/N: read only part I of N (0 <= I < N), for N processes", 0, 0   \
+    }
 
 /* ---- creation ---------------------------------------------------- */
 

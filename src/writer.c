@@ -129,8 +129,8 @@ static int close_shard(ef_shard_writer *w)
                          strerror(errno));
     w->f = NULL;
     if (rc == EF_OK && rename(w->tmp, w->final) != 0)
-        rc = ef__err_set(&w->err, EF_EIO, "cannot rename %s to %s: %s",
-                         w->tmp, w->final, strerror(errno));
+        rc = ef__err_set(&w->err, EF_EIO, "cannot rename %s to %s: %s", w->tmp,
+                         w->final, strerror(errno));
     if (rc != EF_OK)
         remove(w->tmp);
     ef__free(w->tmp);
@@ -164,8 +164,7 @@ static int sample_key(ef_shard_writer *w, const ef_sample *s, char *key,
         return EF_OK;
     }
     const ef__field *f = &s->fields[k];
-    if (f->dtype != EF_U8 || f->ndim != 1 || f->nbytes == 0 ||
-        f->nbytes >= cap)
+    if (f->dtype != EF_U8 || f->ndim != 1 || f->nbytes == 0 || f->nbytes >= cap)
         return ef__err_set(&w->err, EF_ESHAPE,
                            "sample %" PRId64 ": field '__key__' must be text "
                            "of 1 to %zu bytes",
@@ -197,12 +196,11 @@ static int write_field(ef_shard_writer *w, const ef_sample *s,
     const unsigned char *data =
         (const unsigned char *)ef_buffer_data(f->buf) + f->offset;
     char name[1024], text[32];
-    if ((!strcmp(f->name, "image") || !strcmp(f->name, "png")) &&
-        is_image(f)) {
+    if ((!strcmp(f->name, "image") || !strcmp(f->name, "png")) && is_image(f)) {
         ef_buffer *png;
-        int rc = ef__png_encode(data, f->shape[0], f->shape[1],
-                                f->ndim == 3 ? (int)f->shape[2] : 1, &png,
-                                &w->err);
+        int rc =
+            ef__png_encode(data, f->shape[0], f->shape[1],
+                           f->ndim == 3 ? (int)f->shape[2] : 1, &png, &w->err);
         if (rc != EF_OK)
             return rc;
         snprintf(name, sizeof name, "%s.png", key);
@@ -219,13 +217,11 @@ static int write_field(ef_shard_writer *w, const ef_sample *s,
                                          : *(const int64_t *)(const void *)data;
         int n = snprintf(text, sizeof text, "%" PRId64, v);
         snprintf(name, sizeof name, "%s.%s", key, ext);
-        return ef__tar_write_member(w->f, name, text, (size_t)n,
-                                    &w->err);
+        return ef__tar_write_member(w->f, name, text, (size_t)n, &w->err);
     }
     if (f->dtype == EF_U8 && f->ndim == 1) {
         snprintf(name, sizeof name, "%s.%s", key, f->name);
-        return ef__tar_write_member(w->f, name, data, f->nbytes,
-                                    &w->err);
+        return ef__tar_write_member(w->f, name, data, f->nbytes, &w->err);
     }
     char shape[64];
     ef__shape_format(shape, sizeof shape, f->ndim, f->shape);

@@ -14,8 +14,7 @@
 
 #define MAX_N 1000000
 
-static int fail(const char *fmt, ...)
-    __attribute__((format(printf, 1, 2)));
+static int fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 static int fail(const char *fmt, ...)
 {
@@ -31,7 +30,8 @@ static int fail(const char *fmt, ...)
 static ef_pipeline *open_pipeline(const char *spec)
 {
     ef_pipeline *p = NULL;
-    if (ef_pipeline_create(&p) != EF_OK || ef_pipeline_parse(p, spec) != EF_OK) {
+    if (ef_pipeline_create(&p) != EF_OK ||
+        ef_pipeline_parse(p, spec) != EF_OK) {
         fprintf(stderr, "roundtrip_check: %s: %s\n", spec,
                 p ? ef_pipeline_error(p) : "out of memory");
         ef_pipeline_destroy(p);
@@ -94,8 +94,8 @@ int main(int argc, char **argv)
         char *end;
         long long ix = strtoll(text, &end, 10);
         if (*end || ix < 0 || (size_t)ix >= n)
-            return fail("key '%s' is not an index of the reference (%zu)",
-                        text, n);
+            return fail("key '%s' is not an index of the reference (%zu)", text,
+                        n);
         if (seen[ix])
             return fail("sample %lld came twice", ix);
         seen[ix] = 1;

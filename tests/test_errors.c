@@ -171,8 +171,7 @@ static int sevens_map(const ef_sample *in, ef_sample **out, ef_map_ctx *ctx)
     return *out ? EF_OK : EF_ENOMEM;
 }
 
-static ef_pipeline *skipping_pipeline(int n, const char *map_opts,
-                                      int *status)
+static ef_pipeline *skipping_pipeline(int n, const char *map_opts, int *status)
 {
     ef_pipeline *p = NULL;
     assert_int_equal(ef_pipeline_create(&p), EF_OK);
@@ -256,8 +255,7 @@ static void test_on_error_arguments(void **state)
                      EF_EINVAL);
     ef_sample *s = eft_next(p);
     ef_sample_free(s);
-    assert_int_equal(ef_pipeline_set_on_error(p, EF_ON_ERROR_SKIP),
-                     EF_ESTATE);
+    assert_int_equal(ef_pipeline_set_on_error(p, EF_ON_ERROR_SKIP), EF_ESTATE);
     char why[8] = "x";
     assert_int_equal(ef_pipeline_skipped(p, why, sizeof why), 0);
     assert_string_equal(why, "");

@@ -421,9 +421,8 @@ static void test_restart_mid_pass(void **state)
                 if (id.index != i || id.epoch != epoch)
                     fail_msg("%s: got index %lld epoch %lld, expected %lld "
                              "and %lld",
-                             specs[k], (long long)id.index,
-                             (long long)id.epoch, (long long)i,
-                             (long long)epoch);
+                             specs[k], (long long)id.index, (long long)id.epoch,
+                             (long long)i, (long long)epoch);
                 ef_sample_free(s);
             }
         eft_expect_end(p);

@@ -611,10 +611,10 @@ static uint64_t http_expect(const server *sv, const char *name,
  * with EF_EIO, and checks that the `want_total` bytes handed out before
  * were right. The message goes to *err, the stats to *st, the URL to url;
  * returns the seconds the read took. */
-static double http_expect_failure(const char *const *args,
-                                  ef__stream_opts o, size_t want_total,
-                                  ef__err *err, ef__stream_stats *st,
-                                  char *url, size_t url_cap)
+static double http_expect_failure(const char *const *args, ef__stream_opts o,
+                                  size_t want_total, ef__err *err,
+                                  ef__stream_stats *st, char *url,
+                                  size_t url_cap)
 {
     server sv = server_start(args);
     url_of(url, url_cap, &sv, "big.bin");
@@ -778,13 +778,12 @@ static void test_http_stall(void **state)
 {
     (void)state;
     /* the first reply stalls after 100000 bytes; then the server fails */
-    const char *args[] = {"--stall-after", "100000", "--fail-from", "1",
-                          NULL};
+    const char *args[] = {"--stall-after", "100000", "--fail-from", "1", NULL};
     ef__err err;
     ef__stream_stats st;
     char url[128];
-    double dt = http_expect_failure(args, opts_with(2, 0.3, 0.01), 100000,
-                                    &err, &st, url, sizeof url);
+    double dt = http_expect_failure(args, opts_with(2, 0.3, 0.01), 100000, &err,
+                                    &st, url, sizeof url);
     assert_true(dt >= 0.25 && dt < 10);
     expect_msg(&err, "giving up at byte 100000 after 2 tries in a row");
     assert_int_equal(st.retries, 1);
@@ -889,8 +888,7 @@ static void test_http_cancel(void **state)
 {
     (void)state;
     /* the first reply stalls after 100000 bytes; then the server fails */
-    const char *args[] = {"--stall-after", "100000", "--fail-from", "1",
-                          NULL};
+    const char *args[] = {"--stall-after", "100000", "--fail-from", "1", NULL};
     server sv = server_start(args);
     char url[128];
     url_of(url, sizeof url, &sv, "big.bin");

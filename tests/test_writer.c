@@ -45,14 +45,13 @@ static ef_sample *image_sample(int64_t index, int h, int w, int c,
     unsigned char *px;
     int64_t *lb;
     int64_t shape[3] = {h, w, c};
-    assert_int_equal(ef_sample_add_new(s, "image", EF_U8, c ? 3 : 2, shape,
-                                       (void **)&px),
-                     EF_OK);
+    assert_int_equal(
+        ef_sample_add_new(s, "image", EF_U8, c ? 3 : 2, shape, (void **)&px),
+        EF_OK);
     for (int k = 0; k < h * w * (c ? c : 1); k++)
         px[k] = (unsigned char)(index * 7 + k);
-    assert_int_equal(ef_sample_add_new(s, "label", EF_I64, 0, NULL,
-                                       (void **)&lb),
-                     EF_OK);
+    assert_int_equal(
+        ef_sample_add_new(s, "label", EF_I64, 0, NULL, (void **)&lb), EF_OK);
     *lb = label;
     return s;
 }
@@ -120,8 +119,7 @@ static void test_bytes_and_keys(void **state)
     assert_int_equal(ef_sample_add_new(s, "txt", EF_U8, 1, n3, (void **)&d),
                      EF_OK);
     memcpy(d, "abc", 3);
-    assert_int_equal(ef_sample_add_new(s, "__key__", EF_U8, 1, n5,
-                                       (void **)&d),
+    assert_int_equal(ef_sample_add_new(s, "__key__", EF_U8, 1, n5, (void **)&d),
                      EF_OK);
     memcpy(d, "alpha", 5);
     assert_int_equal(ef_shard_writer_add(w, s), EF_OK);

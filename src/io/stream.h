@@ -16,15 +16,15 @@
 typedef struct ef__stream ef__stream;
 
 typedef struct {
-    int gzip;            /* -1: inflate when the data starts with the gzip
-                            magic; 0: never; 1: always */
-    int tries;           /* HTTP: give up after this many failed attempts
-                            in a row that delivered no byte (the one that
-                            failed after data counts as the first) */
-    double timeout_s;    /* HTTP: connect timeout; an attempt that gets no
-                            byte for this long fails */
-    double backoff_s;    /* HTTP: wait before the first retry, doubled
-                            after each failed attempt */
+    int gzip;         /* -1: inflate when the data starts with the gzip
+                         magic; 0: never; 1: always */
+    int tries;        /* HTTP: give up after this many failed attempts
+                         in a row that delivered no byte (the one that
+                         failed after data counts as the first) */
+    double timeout_s; /* HTTP: connect timeout; an attempt that gets no
+                         byte for this long fails */
+    double backoff_s; /* HTTP: wait before the first retry, doubled
+                         after each failed attempt */
     const atomic_int *cancelled; /* optional: once non-zero, reads stop
                                     with EF_ECANCELED */
 } ef__stream_opts;
@@ -59,8 +59,7 @@ int ef__stream_read(ef__stream *s, void *buf, size_t n, size_t *got,
 int ef__stream_read_full(ef__stream *s, void *buf, size_t n, const char *what,
                          ef__err *err);
 /* Discards n bytes, with read_full's statuses. */
-int ef__stream_skip(ef__stream *s, uint64_t n, const char *what,
-                    ef__err *err);
+int ef__stream_skip(ef__stream *s, uint64_t n, const char *what, ef__err *err);
 
 /* Bytes of (inflated) data read so far: the offset of the next byte. */
 uint64_t ef__stream_offset(const ef__stream *s);

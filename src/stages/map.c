@@ -434,8 +434,10 @@ int ef__map_reset(ef__stage *s, int64_t epoch, ef__err *err)
         /* a stop that came just before the reopen stays */
         if (ef__ctx_is_cancelled(s->ctx)) {
             ef__map_cancel(s);
-            return ef__err_set(err, EF_ECANCELED, "%s: the pipeline was "
-                               "stopped", s->def->info.name);
+            return ef__err_set(err, EF_ECANCELED,
+                               "%s: the pipeline was "
+                               "stopped",
+                               s->def->info.name);
         }
     }
     atomic_store(&st->input_done, 0);

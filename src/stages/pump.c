@@ -102,8 +102,10 @@ int ef__pump_restart(ef__pump *p, int64_t epoch, ef__err *err)
         /* a stop that closed the queue just before the reopen stays */
         if (ef__ctx_is_cancelled(p->owner->ctx)) {
             ef__queue_close(&p->q);
-            return ef__err_set(err, EF_ECANCELED, "%s: the pipeline was "
-                               "stopped", p->owner->def->info.name);
+            return ef__err_set(err, EF_ECANCELED,
+                               "%s: the pipeline was "
+                               "stopped",
+                               p->owner->def->info.name);
         }
     }
     p->finished = 0;
