@@ -22,11 +22,11 @@
  * once) and reading goes on with the next. A malformed sample (wds.h) is
  * dropped and counted under skip.
  *
- * Lock rules: each reader's queue has its own lock (core/queue.c). `mu`
- * guards ready_seq (bumped after every push in unordered mode, so the
- * consumer can wait for "some queue has an item") and queues_live (so
- * cancel() never closes a queue being created or destroyed by reset()).
- * No lock is held while another is taken, and none while reading.
+ * Lock rules: each reader's queue has its own lock (core/queue.c); the
+ * queues live as long as the stage, closed to stop their readers and
+ * reopened for the next pass. `mu` guards ready_seq (bumped after every
+ * push in unordered mode, so the consumer can wait for "some queue has an
+ * item"). No lock is held while another is taken, and none while reading.
  * Threads: the readers, started by open() and reset(), end after handing
  * over their END or an error, or when their queue is closed; reset() and
  * destroy() join them. */
@@ -77,7 +77,7 @@ struct tar_state {
     pthread_mutex_t mu;
     pthread_cond_t ready;
     uint64_t ready_seq;
-    int queues_live;
+    int nqueues; /* reader queues initialised (all, once created) */
 };
 
 /* ---- readers ------------------------------------------------------ */
@@ -258,25 +258,23 @@ static void make_order(tar_state *st, int64_t epoch)
     }
 }
 
-/* Closes the queues (waking every reader), joins the readers, frees the
- * queues. Never called concurrently with itself. */
+static void close_queues(tar_state *st)
+{
+    for (int i = 0; i < st->nqueues; i++)
+        ef__queue_close(&st->readers[i].q);
+}
+
+/* Closes the queues (waking every reader) and joins the readers. Never
+ * called concurrently with itself. */
 static void stop_readers(tar_state *st)
 {
     atomic_store(&st->stop, 1);
-    pthread_mutex_lock(&st->mu);
-    for (int i = 0; st->queues_live && i < st->nreaders; i++)
-        ef__queue_close(&st->readers[i].q);
-    pthread_mutex_unlock(&st->mu);
+    close_queues(st);
     for (int i = 0; i < st->nreaders; i++) {
         if (st->readers[i].running)
             pthread_join(st->readers[i].thread, NULL);
         st->readers[i].running = 0;
     }
-    pthread_mutex_lock(&st->mu);
-    for (int i = 0; st->queues_live && i < st->nreaders; i++)
-        ef__queue_destroy(&st->readers[i].q);
-    st->queues_live = 0;
-    pthread_mutex_unlock(&st->mu);
 }
 
 static int start_readers(tar_state *st, int64_t epoch, ef__err *err)
@@ -288,23 +286,14 @@ static int start_readers(tar_state *st, int64_t epoch, ef__err *err)
     st->rr = 0;
     st->alive = st->nreaders;
     st->finished = 0;
-    pthread_mutex_lock(&st->mu);
-    int rc = atomic_load(&st->cancelled) ? EF_ECANCELED : EF_OK;
-    int made = 0;
-    for (; rc == EF_OK && made < st->nreaders; made++)
-        if (ef__queue_init(&st->readers[made].q, st->depth) != EF_OK)
-            rc = EF_ENOMEM;
-    if (rc != EF_OK) {
-        while (made-- > 0)
-            ef__queue_destroy(&st->readers[made].q);
+    for (int i = 0; i < st->nqueues; i++)
+        ef__queue_reopen(&st->readers[i].q); /* drops a pass cut short */
+    /* cancel() sets `cancelled` before it closes: a stop that came just
+     * before the reopen is seen here */
+    if (atomic_load(&st->cancelled)) {
+        close_queues(st);
+        return ef__err_set(err, EF_ECANCELED, "tar: the pipeline was stopped");
     }
-    st->queues_live = rc == EF_OK;
-    pthread_mutex_unlock(&st->mu);
-    if (rc == EF_ECANCELED)
-        return ef__err_set(err, rc, "tar: the pipeline was stopped");
-    if (rc != EF_OK)
-        return ef__err_set(err, rc, "tar: out of memory for %d queues of %zu",
-                           st->nreaders, st->depth);
     for (int i = 0; i < st->nreaders; i++) {
         reader *r = &st->readers[i];
         r->next = (size_t)i;
@@ -362,8 +351,14 @@ static int tar_create(ef__stage *s, const ef__opts *o, ef__err *err)
                            n);
     for (size_t k = 0; k < st->nkept; k++)
         st->kept[k] = part.i + (int64_t)k * part.n;
-    for (int i = 0; i < st->nreaders; i++)
+    for (int i = 0; i < st->nreaders; i++) {
         st->readers[i].st = st;
+        if (ef__queue_init(&st->readers[i].q, st->depth) != EF_OK)
+            return ef__err_set(err, EF_ENOMEM,
+                               "tar: out of memory for %d queues of %zu",
+                               st->nreaders, st->depth);
+        st->nqueues++;
+    }
     return EF_OK;
 }
 
@@ -509,9 +504,8 @@ static void tar_cancel(ef__stage *s)
     tar_state *st = s->state;
     atomic_store(&st->cancelled, 1);
     atomic_store(&st->stop, 1);
+    close_queues(st);
     pthread_mutex_lock(&st->mu);
-    for (int i = 0; st->queues_live && i < st->nreaders; i++)
-        ef__queue_close(&st->readers[i].q);
     pthread_cond_broadcast(&st->ready);
     pthread_mutex_unlock(&st->mu);
 }
@@ -523,6 +517,8 @@ static void tar_destroy(ef__stage *s)
         tar_cancel(s);
         stop_readers(st);
     }
+    for (int i = 0; i < st->nqueues; i++)
+        ef__queue_destroy(&st->readers[i].q);
     ef__paths_free(&st->urls);
     ef__free(st->kept);
     ef__free(st->order);
