@@ -435,8 +435,7 @@ int ef__map_reset(ef__stage *s, int64_t epoch, ef__err *err)
         if (ef__ctx_is_cancelled(s->ctx)) {
             ef__map_cancel(s);
             return ef__err_set(err, EF_ECANCELED,
-                               "%s: the pipeline was "
-                               "stopped",
+                               "%s: the pipeline was stopped",
                                s->def->info.name);
         }
     }

@@ -103,8 +103,7 @@ int ef__pump_restart(ef__pump *p, int64_t epoch, ef__err *err)
         if (ef__ctx_is_cancelled(p->owner->ctx)) {
             ef__queue_close(&p->q);
             return ef__err_set(err, EF_ECANCELED,
-                               "%s: the pipeline was "
-                               "stopped",
+                               "%s: the pipeline was stopped",
                                p->owner->def->info.name);
         }
     }
