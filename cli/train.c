@@ -339,6 +339,7 @@ static void report(const train_opts *o, const ef_pipeline *p,
         json_field("fresh_to_target", (double)r->fresh_to_target);
         json_field("steps_to_target", (double)r->steps_to_target);
         json_field("time_to_target_s", r->time_to_target_s);
+        printf(", \"diverged\": %s", r->diverged_at_step ? "true" : "false");
         json_field("eval_time_s", r->final.eval_s);
         json_field("train_time_s", r->final.train_s);
         json_field("fresh", (double)r->final.fresh);
@@ -372,6 +373,10 @@ static void report(const train_opts *o, const ef_pipeline *p,
                "steps, %.2f s of training\n",
                100 * o->cfg.target_acc, r->fresh_to_target, r->steps_to_target,
                r->time_to_target_s);
+    else if (r->diverged_at_step)
+        printf("training diverged: the loss of step %ld was not finite; "
+               "try a smaller --lr\n",
+               r->diverged_at_step);
     else if (o->cfg.target_acc > 0)
         printf("did not reach %.2f%% within %ld fresh examples\n",
                100 * o->cfg.target_acc, o->cfg.max_fresh);

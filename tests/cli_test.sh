@@ -283,8 +283,9 @@ need(doc["reached"] is False, "no target was set")
 EOF
         check_json train_short "$TMP/train_short.py"
     fi
-    # a run that diverges (NaN loss) still prints valid JSON: null
-    run train_nan train --data fashion-mnist --lr 50 --max-fresh 2560 \
+    # a run that diverges (NaN loss) stops there and still prints valid
+    # JSON: null for the loss
+    run train_nan train --data fashion-mnist --lr 50 --max-fresh 25600 \
         --eval-every 1280 --json
     if [ "$rc" -ne 0 ]; then
         fail "diverging train run exited $rc: $(cat "$TMP/train_nan.err")"
@@ -294,6 +295,9 @@ import json, sys
 doc = json.load(open(sys.argv[1]))
 if doc["final_loss"] is not None or doc["reached"] is not False:
     sys.exit("final_loss %r, reached %r" % (doc["final_loss"], doc["reached"]))
+if doc["diverged"] is not True or doc["fresh"] >= 25600:
+    sys.exit("diverged %r after %r fresh examples: expected an early stop"
+             % (doc["diverged"], doc["fresh"]))
 EOF
         check_json train_nan "$TMP/train_nan.py"
     fi

@@ -1,6 +1,7 @@
 /* The training loop (see trainer.h). */
 #include "trainer.h"
 
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -194,6 +195,11 @@ int eft_train(const eft_config *cfg, ef_pipeline *train,
             m, x, y, n, &opt, lr_at(cfg, p->steps, p->fresh), NULL);
         loss_window[p->steps % 50] = loss;
         p->steps++;
+        if (!isfinite(loss)) {
+            /* the weights are NaN or infinite now; no step brings them
+               back, so training on would only burn the budget */
+            res->diverged_at_step = p->steps;
+        }
         p->examples += n;
         p->fresh += id.echo_copy == 0 ? id.fresh : 0;
         int window = p->steps < 50 ? (int)p->steps : 50;
@@ -224,7 +230,7 @@ int eft_train(const eft_config *cfg, ef_pipeline *train,
         if (progress &&
             (evaluate || (every_steps > 0 && p->steps % every_steps == 0)))
             progress(user, p, evaluate);
-        if (res->reached)
+        if (res->reached || res->diverged_at_step)
             break;
     }
     /* a final evaluation when the last one is stale */

@@ -43,6 +43,7 @@ typedef struct {
     int reached;
     long fresh_to_target, steps_to_target;
     double time_to_target_s; /* training time, evaluation excluded */
+    long diverged_at_step;   /* the step whose loss was not finite, or 0 */
     eft_progress final;
     double train_examples_per_s; /* examples trained on per training second */
 } eft_result;
