@@ -31,11 +31,12 @@ r = rows[0]
 # the settings as the smoke cell asks for them
 want = {"experiment": "smoke", "model": "mlp", "echo": "factor=2,shuffle=100",
         "echo_at": "before-augment", "e": "2", "target_acc": "0.7",
-        "lr": "0.03", "seed": "0", "batch": "128"}
+        "lr": "0.03", "seed": "0", "batch": "128", "threads": "1"}
 for k, v in want.items():
     assert r[k] == v, "%s: %r, expected %r" % (k, r[k], v)
 # and the results from the trainer's JSON
 assert r["reached"] == "1", "the smoke cell did not reach 70%"
+assert r["diverged"] == "0", r["diverged"]
 assert 0 < int(r["fresh_to_target"]) <= 50000, r["fresh_to_target"]
 assert 0 < int(r["steps_to_target"]), r["steps_to_target"]
 assert float(r["final_accuracy"]) >= 0.7, r["final_accuracy"]
@@ -71,6 +72,17 @@ if [ "$rc" -eq 1 ] && grep -q "disk on fire at /dev/sdz" "$TMP/bad.err" &&
     pass "a failed run is reported with its stderr and not recorded"
 else
     fail "failed run: rc $rc, $(cat "$TMP/bad.out" "$TMP/bad.err"); csv: $(ls "$TMP/badout")"
+fi
+
+# a wrong option is refused before anything runs
+"$PY" "$REPRO" run --smoke --jobs 0 --build "$BUILD" --out "$TMP/jobs0" \
+    >"$TMP/jobs0.out" 2>"$TMP/jobs0.err"
+rc=$?
+if [ "$rc" -ne 0 ] && grep -q -- "--jobs expects" "$TMP/jobs0.err" &&
+        [ ! -e "$TMP/jobs0" ]; then
+    pass "--jobs 0 refused: $(cat "$TMP/jobs0.err")"
+else
+    fail "--jobs 0: rc $rc, $(cat "$TMP/jobs0.out" "$TMP/jobs0.err")"
 fi
 
 if [ "$failures" -ne 0 ]; then
