@@ -95,8 +95,7 @@ def fresh_cells(quick):
     es = [2, 4] if quick else [1.5, 2, 3, 4, 6, 8]
     seeds = [0] if quick else [0, 1, 2]
     lrs = [0.01, 0.03, 0.1]
-    t = dict(target_acc=0.85, max_fresh=200000) if quick else \
-        dict(target_acc=0.88, max_fresh=2000000)
+    t = dict(target_acc=0.85, max_fresh=200000) if quick else {}
     out = []
     for seed in seeds:
         for lr in lrs:
@@ -503,6 +502,15 @@ def results_dir(a):
                                       a.quick else "results")
 
 
+def report_dir(a):
+    """Where report and plot write: docs/ for the full run's default
+    results, beside the CSVs for any other (quick) results, so quick figures
+    never overwrite the reproduction's."""
+    if a.quick or a.results:
+        return results_dir(a)
+    return os.path.join(ROOT, "docs")
+
+
 def load(a, name):
     return read_csv(os.path.join(results_dir(a), name + ".csv"))
 
@@ -545,7 +553,7 @@ def ekey(e):
 def cmd_plot(a):
     if not shutil.which(GNUPLOT):
         die("gnuplot not found on PATH (apt-get install gnuplot-nox)")
-    img = os.path.join(ROOT, "docs", "img")
+    img = os.path.join(report_dir(a), "img")
     os.makedirs(img, exist_ok=True)
     work = tempfile.mkdtemp(prefix="echoflow-plot.")
     made = []
@@ -684,10 +692,31 @@ def section(lines, title, cmd, body):
     lines += ["", "### " + title, "", "```sh", cmd, "```", "", body]
 
 
-def prose(lines, what):
-    lines += ["", "<!-- PROSE (%s): to be written by a person after the "
-              "full run; compare with the paper. -->" % what,
-              "> *Comparison with the paper: not yet written.*"]
+def commentary(a):
+    """The comparison with the paper, written by a person after reading the
+    tables: COMMENTARY.md beside the CSVs, one '## NAME' section per
+    experiment. It is text about the figures, so it lives with them."""
+    path = os.path.join(results_dir(a), "COMMENTARY.md")
+    out, name = {}, None
+    if os.path.exists(path):
+        with open(path) as f:
+            for line in f:
+                if line.startswith("## "):
+                    name = line[3:].strip()
+                    out[name] = []
+                elif name:
+                    out[name].append(line.rstrip("\n"))
+    return {k: "\n".join(v).strip() for k, v in out.items()}
+
+
+def prose(lines, notes, name, what):
+    text = notes.get(name)
+    if text:
+        lines += ["", "### Against the paper", "", text]
+    else:
+        lines += ["", "> *Comparison with the paper (%s): not written yet; "
+                  "it goes in the '## %s' section of COMMENTARY.md beside "
+                  "the CSVs.*" % (what, name)]
 
 
 def cmd_report(a):
@@ -717,6 +746,7 @@ def cmd_report(a):
               "are training and data time with evaluation apart, compared "
               "only as ratios within one run."]
 
+    notes = commentary(a)
     rows = load(a, "fresh")
     lines += ["", "## Fresh examples to target (MLP)"]
     if rows:
@@ -733,8 +763,7 @@ def cmd_report(a):
                 table(["variant", "e", "best lr", "fresh to target (median)",
                        "range", "reached"], best))
         lines += ["", "![fresh examples against e](img/fresh_vs_e.png)"]
-        prose(lines, "fresh examples: does echoing reduce them, as in the "
-              "paper's Figure 3/4?")
+        prose(lines, notes, "fresh", "the paper's Figures 3 and 4")
     else:
         lines += ["", "No results yet (`%sfresh`)." % run_cmd]
 
@@ -753,8 +782,7 @@ def cmd_report(a):
                 run_cmd + "augment",
                 table(["echo placement", "e", "fresh to target (median)",
                        "range", "reached"], fixed))
-        prose(lines, "before vs after augmentation vs batch echoing; the "
-              "paper's Figure 5")
+        prose(lines, notes, "augment", "the paper's Figure 5")
     else:
         lines += ["", "No results yet (`%saugment`)." % run_cmd]
 
@@ -778,20 +806,20 @@ def cmd_report(a):
             t["lr"], t["target_acc"], t["max_fresh"]), run_cmd + name,
             table(hdr + ["fresh to target (median)", "range", "reached"],
                   out))
-        prose(lines, name + ": the paper's Figures 6 and 7")
+        prose(lines, notes, name, "the paper's Figures 6 and 7")
 
-    network_report(a, lines, run_cmd)
+    network_report(a, lines, run_cmd, notes)
     if a.quick:
         estimate(a, lines)
     text = "\n".join(lines) + "\n"
-    path = os.path.join(ROOT, "docs", "RESULTS.md")
+    path = os.path.join(report_dir(a), "RESULTS.md")
     with open(path, "w") as f:
         f.write(text)
     print("wrote", os.path.relpath(path, ROOT))
     return 0
 
 
-def network_report(a, lines, run_cmd):
+def network_report(a, lines, run_cmd, notes):
     rows = load(a, "network")
     lines += ["", "## Time to target over a rate-limited network (MLP)"]
     if not rows:
@@ -836,7 +864,7 @@ def network_report(a, lines, run_cmd):
                "range", "reached", "effective e", "R measured by echo",
                "speedup", "ceiling min(e, R)", "paper"], out))
     lines += ["", "![time to target against R](img/network_time_vs_R.png)"]
-    prose(lines, "network speedups against min(e, R) and the paper's 3.25x")
+    prose(lines, notes, "network", "the paper's 3.25x headline")
 
 
 def estimate(a, lines):
