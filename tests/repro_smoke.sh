@@ -74,6 +74,28 @@ else
     fail "failed run: rc $rc, $(cat "$TMP/bad.out" "$TMP/bad.err"); csv: $(ls "$TMP/badout")"
 fi
 
+# a CSV written by an older reproduce.py (fewer columns) is rewritten with
+# today's columns, its rows kept, before a new row is appended
+mkdir -p "$TMP/old"
+head -1 "$TMP/out/smoke.csv" | tr ',' '\n' | grep -v -x -e threads -e warmup |
+    paste -sd, >"$TMP/old/smoke.csv"
+cols=$(head -1 "$TMP/old/smoke.csv" | tr ',' '\n' | wc -l)
+printf 'old-row%*s\n' "$((cols - 1))" "" | tr ' ' ',' >>"$TMP/old/smoke.csv"
+"$PY" "$REPRO" run --smoke --build "$BUILD" --out "$TMP/old" \
+    >"$TMP/old.out" 2>"$TMP/old.err"
+rc=$?
+if [ "$rc" -eq 0 ] && "$PY" - "$TMP/old/smoke.csv" "$TMP/out/smoke.csv" <<'PY'; then
+import csv, sys
+new, ref = (list(csv.reader(open(p))) for p in sys.argv[1:3])
+assert new[0] == ref[0], "header %r, expected %r" % (new[0], ref[0])
+assert len(new) == 3, "expected the old row and a new one, got %r" % new
+assert new[1][0] == "old-row" and all(len(r) == len(ref[0]) for r in new)
+PY
+    pass "an older CSV is migrated to the new columns and appended to"
+else
+    fail "older CSV: rc $rc, $(cat "$TMP/old.err"); CSV: $(cat "$TMP/old/smoke.csv")"
+fi
+
 # a wrong option is refused before anything runs
 "$PY" "$REPRO" run --smoke --jobs 0 --build "$BUILD" --out "$TMP/jobs0" \
     >"$TMP/jobs0.out" 2>"$TMP/jobs0.err"
