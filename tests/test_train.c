@@ -46,10 +46,15 @@ static double layer_objective(eft_layer *l, const float *in, const float *g,
     return s;
 }
 
-/* Checks dW, db and din of one layer against central differences. */
-static void check_layer(eft_layer *l, int n)
+/* Checks dW, db and din of one layer against central differences; a conv
+ * layer with block > 0 works through its images that many at a time. */
+static void check_layer_blocks(eft_layer *l, int n, int block)
 {
     assert_int_equal(eft_layer_alloc(l, n, NULL), 0);
+    if (block > 0) {
+        assert_true(block <= l->chunk); /* col holds at least that many */
+        l->chunk = block;
+    }
     size_t in_n = (size_t)n * eft_layer_in_size(l);
     size_t out_n = (size_t)n * eft_layer_out_size(l);
     float *in = malloc(in_n * sizeof(float));
@@ -96,6 +101,11 @@ static void check_layer(eft_layer *l, int n)
     free(din);
 }
 
+static void check_layer(eft_layer *l, int n)
+{
+    check_layer_blocks(l, n, 0);
+}
+
 static void dense_gradients(void **state)
 {
     (void)state;
@@ -130,6 +140,24 @@ static void conv_gradients(void **state)
                     .out_c = 3,
                     .k = 5};
     check_layer(&l5, 2);
+}
+
+/* Batches larger than a conv block: forward and backward go block by
+ * block, a last block shorter than the rest included. */
+static void conv_gradients_in_blocks(void **state)
+{
+    (void)state;
+    for (int block = 1; block <= 2; block++) {
+        eft_layer l = {.kind = EFT_CONV,
+                       .in_h = 5,
+                       .in_w = 4,
+                       .in_c = 2,
+                       .out_h = 5,
+                       .out_w = 4,
+                       .out_c = 3,
+                       .k = 3};
+        check_layer_blocks(&l, 5, block);
+    }
 }
 
 static void relu_gradients(void **state)
@@ -402,6 +430,8 @@ int main(void)
         cmocka_unit_test(sgd_rule),
         cmocka_unit_test(short_run_learns),
         cmocka_unit_test(bad_batches_fail_cleanly),
+        /* last: the checks above depend on the shared generator's state */
+        cmocka_unit_test(conv_gradients_in_blocks),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -32,7 +32,8 @@ typedef struct {
     /* saved for backward */
     const float *in; /* the input of the last forward (borrowed) */
     float *out;      /* [batch, out] */
-    float *col;      /* conv: im2col of the input */
+    float *col;      /* conv: im2col of a block of the input's images */
+    int chunk;       /* conv: images per block */
     int32_t *argmax; /* pool: where each output came from */
 } eft_layer;
 
