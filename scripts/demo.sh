@@ -33,8 +33,11 @@ common=(--data fashion-mnist --model mlp --lr 0.03 --target-acc 0.88
         --throttle "$upstream" --json)
 echo "Training without echoing..."
 $bin train "${common[@]}" > /tmp/echoflow-demo-base.json
-echo "Training with echo:factor=auto,max=8 (before augmentation)..."
-$bin train "${common[@]}" --echo factor=auto,max=8,shuffle=1000 \
+# The echoed copies are shuffled over 10000 items, so copies of one example
+# land in different batches: over 1000 (8 batches) they did not stand in for
+# fresh data at all (docs/echoing.md).
+echo "Training with echo:factor=auto,max=8,shuffle=10000..."
+$bin train "${common[@]}" --echo factor=auto,max=8,shuffle=10000 \
     > /tmp/echoflow-demo-echo.json
 
 $py - /tmp/echoflow-demo-base.json /tmp/echoflow-demo-echo.json <<'PY'
