@@ -686,8 +686,9 @@ def plot_network(a, work, img):
     gnuplot("""set terminal png size 900,500
 set output '%s'
 set title 'MLP, shards over rate-limited HTTP: seconds to %s%% (median and range)'
-set xlabel 'R = upstream time / training time per example'
+set xlabel 'R set by limit_rate (upstream time / training time per example when data is free)'
 set ylabel 'seconds to target'
+set yrange [0:*]
 set logscale x 2
 set key top left
 set grid
@@ -754,6 +755,8 @@ def commentary(a):
 
 
 def prose(lines, notes, name, what):
+    if notes is None:  # quick mode: nothing to compare with the paper
+        return
     text = notes.get(name)
     if text:
         lines += ["", "### Against the paper", "", text]
@@ -776,9 +779,8 @@ def cmd_report(a):
         lines += ["", "**These are quick-mode figures** (`run --quick`: one "
                   "seed, fewer factors, lower targets, small fresh-example "
                   "caps). They show the harness works end to end; they are "
-                  "not the reproduction. The full run writes "
-                  "`experiments/results/` and `report` (without `--quick`) "
-                  "rewrites this page from it."]
+                  "not the reproduction, which is `docs/RESULTS.md`, made "
+                  "from the full run's CSVs in `experiments/results/`."]
     commits = sorted({r["commit"] for x in EXPERIMENTS for r in load(a, x)})
     dates = sorted(r["date"] for x in EXPERIMENTS for r in load(a, x))
     if dates:
@@ -790,7 +792,7 @@ def cmd_report(a):
               "are training and data time with evaluation apart, compared "
               "only as ratios within one run."]
 
-    notes = commentary(a)
+    notes = None if a.quick else commentary(a)
     rows = load(a, "fresh")
     lines += ["", "## Fresh examples to target (MLP)"]
     if rows:
@@ -858,8 +860,6 @@ def cmd_report(a):
         prose(lines, notes, name, "the paper's Figures 6 and 7")
 
     network_report(a, lines, run_cmd, notes)
-    if a.quick:
-        estimate(a, lines)
     text = "\n".join(lines) + "\n"
     path = os.path.join(report_dir(a), "RESULTS.md")
     with open(path, "w") as f:
@@ -914,56 +914,6 @@ def network_report(a, lines, run_cmd, notes):
                "speedup", "ceiling min(e, R)", "paper"], out))
     lines += ["", "![time to target against R](img/network_time_vs_R.png)"]
     prose(lines, notes, "network", "the paper's 3.25x headline")
-
-
-def estimate(a, lines):
-    """Bounds on the full run's duration, from the quick run's wall times:
-    the lower one scales each experiment's quick wall time by its number of
-    cells (as if full cells were as short as quick ones, which the higher
-    targets rule out); the upper one lets every full cell run to its
-    max_fresh cap at the quick run's wall time per trained example (for the
-    network, at the upstream's rate if that is slower)."""
-    out, lo_all, hi_all = [], 0.0, 0.0
-    per_example = {}
-    for x in EXPERIMENTS:
-        for r in load(a, x):
-            n = float(r["steps"]) * float(r["batch"])
-            if n > 0:
-                per_example.setdefault(r["model"], []).append(
-                    float(r["wall_s"]) / n)
-    for x in EXPERIMENTS:
-        rows = load(a, x)
-        if not rows:
-            continue
-        full = CELLS[x](False)
-        lo = sum(float(r["wall_s"]) for r in rows) * len(full) / len(rows)
-        hi = 0.0
-        for c in full:
-            e = 8 if c["e"] == "auto" else float(c["e"])
-            t = statistics.median(per_example[c["model"]]) * \
-                c["max_fresh"] * e
-            if c["R"]:
-                rate = float(rows[0]["calibrated_rate"]) / float(c["R"])
-                t = max(t, c["max_fresh"] / rate)
-            hi += t
-        lo_all += lo
-        hi_all += hi
-        out.append([x, len(rows), len(full), "%.1f" % (lo / 3600),
-                    "%.1f" % (hi / 3600)])
-    out.append(["all", "", "", "%.1f" % (lo_all / 3600),
-                "%.1f" % (hi_all / 3600)])
-    lines += ["", "## How long the full run may take (an estimate)", "",
-              "Computed by `report --quick` from the quick run's wall times "
-              "(on a shared 2-core machine): a lower bound (quick wall time "
-              "scaled by the number of cells) and an upper bound (every "
-              "full cell running to its `max_fresh` cap at the quick run's "
-              "wall time per trained example). Estimates, not measurements.",
-              "", "The quick run's cells took %.1f min of wall time in all "
-              "(the `wall_s` column; packing and calibration apart)." %
-              (sum(float(r["wall_s"]) for x in EXPERIMENTS
-                   for r in load(a, x)) / 60),
-              "", table(["experiment", "quick cells", "full cells",
-                         "lower bound, h", "upper bound, h"], out)]
 
 
 def main():
