@@ -119,26 +119,26 @@ static void dense_gradients(void **state)
     check_layer(&l, 3);
 }
 
+/* A same-padding convolution of an h x w x c input. */
+static eft_layer conv_layer(int h, int w, int c, int out_c, int k)
+{
+    eft_layer l = {.kind = EFT_CONV,
+                   .in_h = h,
+                   .in_w = w,
+                   .in_c = c,
+                   .out_h = h,
+                   .out_w = w,
+                   .out_c = out_c,
+                   .k = k};
+    return l;
+}
+
 static void conv_gradients(void **state)
 {
     (void)state;
-    eft_layer l = {.kind = EFT_CONV,
-                   .in_h = 6,
-                   .in_w = 5,
-                   .in_c = 3,
-                   .out_h = 6,
-                   .out_w = 5,
-                   .out_c = 4,
-                   .k = 3};
+    eft_layer l = conv_layer(6, 5, 3, 4, 3);
     check_layer(&l, 2);
-    eft_layer l5 = {.kind = EFT_CONV,
-                    .in_h = 7,
-                    .in_w = 7,
-                    .in_c = 2,
-                    .out_h = 7,
-                    .out_w = 7,
-                    .out_c = 3,
-                    .k = 5};
+    eft_layer l5 = conv_layer(7, 7, 2, 3, 5);
     check_layer(&l5, 2);
 }
 
@@ -148,14 +148,7 @@ static void conv_gradients_in_blocks(void **state)
 {
     (void)state;
     for (int block = 1; block <= 2; block++) {
-        eft_layer l = {.kind = EFT_CONV,
-                       .in_h = 5,
-                       .in_w = 4,
-                       .in_c = 2,
-                       .out_h = 5,
-                       .out_w = 4,
-                       .out_c = 3,
-                       .k = 3};
+        eft_layer l = conv_layer(5, 4, 2, 3, 3);
         check_layer_blocks(&l, 5, block);
     }
 }
