@@ -14,7 +14,16 @@
 #include "model.h"
 #include "trainer.h"
 
-static uint64_t rng_state = 12345;
+static uint64_t rng_state;
+
+/* Every test starts the generator afresh, so that no check depends on
+ * which tests ran before it. */
+static int reseed(void **state)
+{
+    (void)state;
+    rng_state = 12345;
+    return 0;
+}
 
 static float urand(void) /* uniform in [-1, 1) */
 {
@@ -216,7 +225,15 @@ static void softmax_gradients(void **state)
 /* The whole model: parameter gradients of the mean cross-entropy against
  * central differences, as one relative error over the probes. A probe
  * whose one-sided differences disagree sits on a ReLU kink, where the loss
- * has no derivative: it is skipped, and at most a quarter may be. */
+ * has no derivative: it is skipped, and at most a quarter may be.
+ *
+ * Moving one weight of an early layer moves thousands of activations, and
+ * some cross a ReLU or max-pool switch within the step without tripping
+ * the kink test. Over 40 random inputs the error measured up to 0.020 on
+ * the CNN's first conv and 0.025 on the MLP's, with correct code, so the
+ * bound is 0.05. One layer's gradient made 20% too large measured 0.13,
+ * and the layer checks above hold each layer's arithmetic to 0.01 on
+ * inputs small enough to have few kinks. */
 static void check_model(eft_arch arch)
 {
     const int n = 5;
@@ -256,7 +273,7 @@ static void check_model(eft_arch arch)
         }
         double err = sqrt(diff) / fmax(sqrt(norm), 1e-12);
         assert_true(kinks <= 6);
-        if (err > 1e-2)
+        if (err > 5e-2)
             fail_msg("%s parameter %d: relative error %g", eft_arch_name(arch),
                      t, err);
         free(grad);
@@ -413,18 +430,17 @@ int main(void)
     /* BLAS threads are invisible to the thread sanitizer: keep it to one */
     openblas_set_num_threads(1);
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(dense_gradients),
-        cmocka_unit_test(conv_gradients),
-        cmocka_unit_test(relu_gradients),
-        cmocka_unit_test(pool_gradients),
-        cmocka_unit_test(softmax_gradients),
-        cmocka_unit_test(mlp_gradients),
-        cmocka_unit_test(cnn_gradients),
-        cmocka_unit_test(sgd_rule),
-        cmocka_unit_test(short_run_learns),
-        cmocka_unit_test(bad_batches_fail_cleanly),
-        /* last: the checks above depend on the shared generator's state */
-        cmocka_unit_test(conv_gradients_in_blocks),
+        cmocka_unit_test_setup(dense_gradients, reseed),
+        cmocka_unit_test_setup(conv_gradients, reseed),
+        cmocka_unit_test_setup(conv_gradients_in_blocks, reseed),
+        cmocka_unit_test_setup(relu_gradients, reseed),
+        cmocka_unit_test_setup(pool_gradients, reseed),
+        cmocka_unit_test_setup(softmax_gradients, reseed),
+        cmocka_unit_test_setup(mlp_gradients, reseed),
+        cmocka_unit_test_setup(cnn_gradients, reseed),
+        cmocka_unit_test_setup(sgd_rule, reseed),
+        cmocka_unit_test_setup(short_run_learns, reseed),
+        cmocka_unit_test_setup(bad_batches_fail_cleanly, reseed),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
