@@ -126,7 +126,7 @@ def augment_cells(quick):
     # 160k fresh examples and hovered at 88.6-89.6% up to 240k without
     # reaching 90%, which a constant learning rate does not get to soon.
     es = [2] if quick else [2, 4]
-    seeds = [0] if quick else [0, 1]
+    seeds = [0] if quick else [0, 1, 2]
     t = dict(model="cnn", lr=0.01, target_acc=0.75, max_fresh=20000,
              eval_every=5000) if quick else \
         dict(model="cnn", lr=0.05, warmup=400, target_acc=0.89,
