@@ -1,0 +1,210 @@
+"""echoflow: training input pipelines built around data echoing.
+
+    import echoflow
+    spec = "idx:images=...,labels=... | shuffle:10000 | echo:2 | batch:128"
+    with echoflow.Pipeline(spec, seed=0) as p:
+        for sample in p:              # an echoflow.Sample: dict of Tensors
+            images = numpy.asarray(sample["image"])   # no copy
+        print(p.stats()["stages"])
+
+The pipeline runs on the library's own threads; iterating waits for the next
+sample with the GIL released. Tensors are read-only views of the
+pipeline's memory, kept alive by reference: numpy.asarray(t),
+numpy.from_dlpack(t) and torch.from_dlpack(t) share it without a copy.
+echoflow.torch.Loader feeds a PyTorch training loop. docs/python.md has the
+rules.
+"""
+import atexit
+import weakref
+
+from ._echoflow import (
+    CallbackError,
+    Error,
+    FormatError,
+    Identity,
+    OutOfMemoryError,
+    ReadError,
+    Sample,
+    ShapeError,
+    SpecError,
+    StateError,
+    StoppedError,
+    Tensor,
+    UnsupportedError,
+    _Pipeline,
+    __version__,
+    stages,
+)
+
+__all__ = [
+    "CallbackError", "Error", "FormatError", "Identity", "OutOfMemoryError",
+    "Pipeline", "ReadError", "Sample", "ShapeError", "SpecError",
+    "StateError", "StoppedError", "Tensor", "UnsupportedError",
+    "__version__", "epoch_seed", "shard_spec", "split_spec", "stages",
+]
+
+
+def split_spec(spec):
+    """The stages of a spec as texts: `spec` split at each '|' that is not
+    inside double quotes, each part stripped."""
+    parts, start, quoted = [], 0, False
+    for i, c in enumerate(spec):
+        if c == '"':
+            quoted = not quoted
+        elif c == "|" and not quoted:
+            parts.append(spec[start:i].strip())
+            start = i + 1
+    parts.append(spec[start:].strip())
+    return parts
+
+
+def _split_options(text):
+    """NAME[:OPT,...] into (name, [option texts]); commas inside quotes
+    stay."""
+    name, _, opts = text.partition(":")
+    out, start, quoted = [], 0, False
+    for i, c in enumerate(opts):
+        if c == '"':
+            quoted = not quoted
+        elif c == "," and not quoted:
+            out.append(opts[start:i].strip())
+            start = i + 1
+    if opts.strip():
+        out.append(opts[start:].strip())
+    return name.strip(), out
+
+
+def _stage_options():
+    return {s["name"]: [o["name"] for o in s["options"]] for s in stages()}
+
+
+def shard_spec(spec, index, count):
+    """`spec` with shard=index/count added to every stage that takes it
+    (every source), so that `count` readers read disjoint parts of the
+    data. A SpecError when a stage already has a shard option or none takes
+    one."""
+    if not 0 <= index < count:
+        raise SpecError("shard %d of %d: expected 0 <= index < count"
+                        % (index, count))
+    known = _stage_options()
+    out, sharded = [], 0
+    for text in split_spec(spec):
+        name, opts = _split_options(text)
+        if "shard" in known.get(name, ()):
+            if any(o.split("=", 1)[0].strip() == "shard" for o in opts):
+                raise SpecError(
+                    "stage '%s' already has a shard option; it cannot be "
+                    "split again into %d parts" % (name, count))
+            opts.append("shard=%d/%d" % (index, count))
+            sharded += 1
+        out.append(name + (":" + ",".join(opts) if opts else ""))
+    if not sharded:
+        raise SpecError("no stage of the spec takes shard=I/N: "
+                        "it has no source to split")
+    return " | ".join(out)
+
+
+def epoch_seed(seed, epoch):
+    """The seed a pipeline for epoch `epoch` of a run seeded `seed` uses:
+    `seed` itself for epoch 0, a different order for every other."""
+    return (seed + epoch * 0x9E3779B97F4A7C15) % 2**64
+
+
+def _as_field(value):
+    """What a Python map returns, as something the C side takes: a Tensor
+    or a C-contiguous buffer."""
+    if isinstance(value, Tensor):
+        return value
+    try:
+        memoryview(value)
+        return value
+    except TypeError:
+        pass
+    import numpy
+    if hasattr(value, "detach") and hasattr(value, "numpy"):  # torch
+        value = value.detach().cpu().numpy()
+    return numpy.ascontiguousarray(value)
+
+
+def _adapt(fn):
+    def call(sample):
+        out = fn(sample)
+        if isinstance(out, dict):
+            out = {k: _as_field(v) for k, v in out.items()}
+        return out
+    return call
+
+
+_live = weakref.WeakSet()
+
+
+@atexit.register
+def _close_all():
+    # The library's threads must not outlive the interpreter: a map thread
+    # that waits for the GIL at exit would never get it.
+    for p in list(_live):
+        p.close()
+
+
+class Pipeline(_Pipeline):
+    """An input pipeline built from a text spec (`echoflow stages` lists the
+    stages and their options). Iterating yields echoflow.Sample objects.
+
+    seed: every random decision derives from it (0 to 2**64 - 1).
+    on_error: "fail" raises on a bad sample; "skip" drops it and counts it
+        in stats().
+    maps: Python callables for `map:fn=NAME` stages: NAME -> fn(sample) ->
+        dict of field name to Tensor or array. They run on the map stage's
+        threads and hold the GIL while they run, so they are slower than
+        the built-in stages: use them for what those cannot do.
+
+    A bad spec raises SpecError (a ValueError) naming the stage and option;
+    a data error raises the Error subclass of its kind with the library's
+    message. stop() ends the iteration from any thread; close() (or the
+    end of a with-block) frees the pipeline; the tensors it gave out stay
+    valid.
+    """
+
+    def __init__(self, spec, *, seed=0, on_error="fail", maps=None):
+        super().__init__(spec, seed, on_error)
+        maps = dict(maps or {})
+        if not maps:
+            self.parse(spec)
+        else:
+            used = set()
+            for text in split_spec(spec):
+                name, opts = _split_options(text)
+                at, fn = _map_name(opts) if name == "map" else (None, None)
+                if fn in maps:
+                    rest = ",".join(opts[:at] + opts[at + 1:])
+                    self.add_map(_adapt(maps[fn]), fn, rest)
+                    used.add(fn)
+                else:
+                    self.parse(text)
+            unused = sorted(set(maps) - used)
+            if unused:
+                raise SpecError("maps: %s named by no map:fn=NAME stage of "
+                                "the spec" % ", ".join(map(repr, unused)))
+        _live.add(self)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+    def __repr__(self):
+        return "echoflow.Pipeline(%r)" % self.stats()["spec"]
+
+
+def _map_name(opts):
+    """Where a map stage's fn option stands and what it names: fn=NAME, or
+    NAME first and bare. (None, None) without one."""
+    for i, o in enumerate(opts):
+        key, eq, value = o.partition("=")
+        if eq and key.strip() == "fn":
+            return i, value.strip().strip('"')
+        if not eq and i == 0:
+            return i, key.strip()
+    return None, None

@@ -1,0 +1,142 @@
+/* Ctrl-C while the main thread waits in ef_pipeline_next().
+ *
+ * The wait runs with the GIL released, in C, where Python's own SIGINT
+ * handler only sets a flag that nobody reads until the wait ends, which
+ * may be never on a stalled source. So, for the length of each wait on the
+ * main thread, a handler of ours stands in front of Python's: it runs
+ * Python's handler (the flag, the wakeup fd), then posts a semaphore. A
+ * watcher thread waiting on the semaphore calls ef_pipeline_stop() on the
+ * pipeline being waited on, which wakes the wait at once. Only
+ * async-signal-safe calls happen in the handler.
+ *
+ * Lock rules: `mu` guards `current`, so the watcher never stops a pipeline
+ * that is being destroyed (the wait clears `current` under `mu` before it
+ * returns). `sigints` counts signals; the waiting thread compares it
+ * before and after, so a signal that came before `current` was set still
+ * stops the wait. */
+#include "pyef.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <semaphore.h>
+#include <signal.h>
+
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static ef_pipeline *current;
+static sem_t wake;
+static int watcher_started;
+static struct sigaction python_action; /* Python's, while ours stands in */
+static volatile sig_atomic_t sigints;
+
+static void on_sigint(int sig, siginfo_t *info, void *uctx)
+{
+    int saved_errno = errno;
+    sigints++;
+    if (python_action.sa_flags & SA_SIGINFO)
+        python_action.sa_sigaction(sig, info, uctx);
+    else if (python_action.sa_handler != SIG_DFL &&
+             python_action.sa_handler != SIG_IGN)
+        python_action.sa_handler(sig);
+    sem_post(&wake);
+    errno = saved_errno;
+}
+
+static void *watcher(void *unused)
+{
+    (void)unused;
+    sigset_t all;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, NULL);
+    for (;;) {
+        while (sem_wait(&wake) != 0)
+            ; /* EINTR */
+        pthread_mutex_lock(&mu);
+        if (current)
+            ef_pipeline_stop(current);
+        pthread_mutex_unlock(&mu);
+    }
+    return NULL;
+}
+
+/* Starts the watcher once per process; 0 when it cannot run. */
+static int watcher_ready(void)
+{
+    if (watcher_started)
+        return 1;
+    pthread_t t;
+    if (sem_init(&wake, 0, 0) != 0)
+        return 0;
+    if (pthread_create(&t, NULL, watcher, NULL) != 0) {
+        sem_destroy(&wake);
+        return 0;
+    }
+    pthread_detach(t);
+    watcher_started = 1;
+    return 1;
+}
+
+void pyef_interrupt_after_fork(void)
+{
+    /* the child has no watcher thread: start a new one when needed */
+    pthread_mutex_init(&mu, NULL);
+    current = NULL;
+    watcher_started = 0;
+}
+
+static unsigned long main_thread;
+
+static int on_main_thread(void)
+{
+    if (!main_thread) {
+        PyObject *threading = PyImport_ImportModule("threading");
+        PyObject *t = threading ? PyObject_CallMethod(threading,
+                                                      "main_thread", NULL)
+                                : NULL;
+        PyObject *ident = t ? PyObject_GetAttrString(t, "ident") : NULL;
+        main_thread = ident ? PyLong_AsUnsignedLong(ident) : 0;
+        Py_XDECREF(ident);
+        Py_XDECREF(t);
+        Py_XDECREF(threading);
+        PyErr_Clear();
+    }
+    return main_thread && PyThread_get_thread_ident() == main_thread;
+}
+
+int pyef_next_interruptible(ef_pipeline *p, ef_sample **out, int *interrupted)
+{
+    int rc, guard = on_main_thread() && watcher_ready();
+    sig_atomic_t before = sigints;
+    Py_BEGIN_ALLOW_THREADS
+    if (guard) {
+        struct sigaction ours = {0};
+        ours.sa_sigaction = on_sigint;
+        ours.sa_flags = SA_SIGINFO | SA_ONSTACK;
+        sigemptyset(&ours.sa_mask);
+        if (sigaction(SIGINT, &ours, &python_action) != 0)
+            guard = 0;
+        else if (!(python_action.sa_flags & SA_SIGINFO) &&
+                 (python_action.sa_handler == SIG_DFL ||
+                  python_action.sa_handler == SIG_IGN)) {
+            /* no Python handler to stand in front of */
+            sigaction(SIGINT, &python_action, NULL);
+            guard = 0;
+        }
+    }
+    if (guard) {
+        pthread_mutex_lock(&mu);
+        current = p;
+        pthread_mutex_unlock(&mu);
+        if (sigints != before)
+            ef_pipeline_stop(p);
+    }
+    rc = ef_pipeline_next(p, out);
+    if (guard) {
+        pthread_mutex_lock(&mu);
+        current = NULL;
+        pthread_mutex_unlock(&mu);
+        sigaction(SIGINT, &python_action, NULL);
+    }
+    Py_END_ALLOW_THREADS
+    *interrupted = sigints != before;
+    return rc;
+}

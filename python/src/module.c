@@ -1,0 +1,89 @@
+/* echoflow._echoflow: the extension module. Its types and exceptions are
+ * re-exported by the echoflow package (python/echoflow/__init__.py). */
+#include "pyef.h"
+
+#include <pthread.h>
+
+static PyObject *stage_option(const ef_option_info *o)
+{
+    PyObject *dflt = o->default_value ? PyUnicode_FromString(o->default_value)
+                                      : Py_NewRef(Py_None);
+    if (!dflt)
+        return NULL;
+    return Py_BuildValue("{s:s,s:s,s:N,s:s,s:d,s:d}", "name", o->name, "type",
+                         ef_opt_type_name(o->type), "default", dflt, "help",
+                         o->help, "min", o->min, "max", o->max);
+}
+
+static PyObject *mod_stages(PyObject *module, PyObject *unused)
+{
+    (void)module;
+    (void)unused;
+    int n = ef_stage_registry_count();
+    PyObject *list = PyList_New(n);
+    for (int i = 0; list && i < n; i++) {
+        const ef_stage_info *info = ef_stage_registry_get(i);
+        PyObject *opts = PyList_New(info->noptions);
+        for (int k = 0; opts && k < info->noptions; k++) {
+            PyObject *o = stage_option(&info->options[k]);
+            if (!o)
+                Py_CLEAR(opts);
+            else
+                PyList_SET_ITEM(opts, k, o);
+        }
+        PyObject *stage = opts ? Py_BuildValue("{s:s,s:s,s:N}", "name",
+                                               info->name, "help", info->help,
+                                               "options", opts)
+                               : NULL;
+        if (!stage) {
+            Py_DECREF(list);
+            return NULL;
+        }
+        PyList_SET_ITEM(list, i, stage);
+    }
+    return list;
+}
+
+static PyMethodDef module_methods[] = {
+    {"stages", mod_stages, METH_NOARGS,
+     "stages() -> list of dicts: every stage, its help and its options "
+     "(name, type, default, help, min, max), as `echoflow stages` lists "
+     "them."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module_def = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "echoflow._echoflow",
+    .m_doc = "echoflow's C extension; use the echoflow package.",
+    .m_size = -1,
+    .m_methods = module_methods,
+};
+
+PyMODINIT_FUNC PyInit__echoflow(void); /* the one exported symbol */
+
+PyMODINIT_FUNC PyInit__echoflow(void)
+{
+    if (PyType_Ready(&pyef_tensor_type) < 0 ||
+        PyType_Ready(&pyef_pipeline_type) < 0 || pyef_sample_types_init() < 0)
+        return NULL;
+    PyObject *m = PyModule_Create(&module_def);
+    if (!m)
+        return NULL;
+    if (PyModule_AddObjectRef(m, "Tensor", (PyObject *)&pyef_tensor_type) <
+            0 ||
+        PyModule_AddObjectRef(m, "Sample", (PyObject *)&pyef_sample_type) <
+            0 ||
+        PyModule_AddObjectRef(m, "Identity",
+                              (PyObject *)&pyef_identity_type) < 0 ||
+        PyModule_AddObjectRef(m, "_Pipeline",
+                              (PyObject *)&pyef_pipeline_type) < 0 ||
+        PyModule_AddStringConstant(m, "__version__", ef_version_string()) <
+            0 ||
+        pyef_errors_init(m) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    pthread_atfork(NULL, NULL, pyef_interrupt_after_fork);
+    return m;
+}

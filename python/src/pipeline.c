@@ -1,0 +1,412 @@
+/* echoflow._Pipeline: the C half of echoflow.Pipeline (python/echoflow/
+ * __init__.py splits the spec and adds the stages through parse() and
+ * add_map()). Iterating calls ef_pipeline_next() with the GIL released and
+ * yields echoflow.Sample objects.
+ *
+ * Lock rules: `mu` serialises next(), stats() and close() across Python
+ * threads, so one pipeline may be iterated from several threads (each
+ * sample goes to one of them). It is taken with the GIL released, never
+ * the other way round, so a thread waiting for it never holds the GIL that
+ * the holder needs. stop() takes no lock: ef_pipeline_stop() may run from
+ * any thread at any time. */
+#include "pyef.h"
+
+#include <pthread.h>
+
+typedef struct {
+    PyObject_HEAD
+    ef_pipeline *p; /* NULL once closed */
+    pthread_mutex_t mu;
+    PyObject *spec; /* str, for stats() */
+    uint64_t seed;
+    ef_on_error on_error;
+    pyef_map **maps;
+    int nmaps;
+    PyObject *map_error; /* first exception a Python map raised */
+    int stopped;         /* stop() or close() was called: the end, not an
+                            error */
+    int final_status;    /* EF_END or the error, once reached */
+    PyObject *last_stats; /* stats() as they were at close() */
+} pipeline;
+
+static void lock(pipeline *self)
+{
+    if (pthread_mutex_trylock(&self->mu) == 0)
+        return;
+    Py_BEGIN_ALLOW_THREADS
+    pthread_mutex_lock(&self->mu);
+    Py_END_ALLOW_THREADS
+}
+
+static void unlock(pipeline *self)
+{
+    pthread_mutex_unlock(&self->mu);
+}
+
+static PyObject *closed_error(void)
+{
+    PyErr_SetString(PyExc_ValueError, "the pipeline is closed");
+    return NULL;
+}
+
+/* ---- building ---- */
+
+static int pipeline_init(pipeline *self, PyObject *args, PyObject *kwargs)
+{
+    static char *kwlist[] = {"spec", "seed", "on_error", NULL};
+    PyObject *spec, *seed_obj;
+    const char *on_error = "fail";
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "UO|s:_Pipeline", kwlist,
+                                     &spec, &seed_obj, &on_error))
+        return -1;
+    if (self->p) {
+        PyErr_SetString(PyExc_RuntimeError, "the pipeline is already built");
+        return -1;
+    }
+    if (!PyLong_Check(seed_obj)) {
+        PyErr_Format(PyExc_TypeError, "seed must be an int, not %.80s",
+                     Py_TYPE(seed_obj)->tp_name);
+        return -1;
+    }
+    unsigned long long seed = PyLong_AsUnsignedLongLong(seed_obj);
+    if (PyErr_Occurred()) {
+        PyErr_Clear();
+        PyErr_Format(PyExc_ValueError,
+                     "seed must be an integer from 0 to 2**64 - 1, not %R",
+                     seed_obj);
+        return -1;
+    }
+    if (strcmp(on_error, "fail") == 0)
+        self->on_error = EF_ON_ERROR_FAIL;
+    else if (strcmp(on_error, "skip") == 0)
+        self->on_error = EF_ON_ERROR_SKIP;
+    else {
+        PyErr_Format(PyExc_ValueError,
+                     "on_error must be 'fail' or 'skip', not '%s'", on_error);
+        return -1;
+    }
+    if (ef_pipeline_create(&self->p) != EF_OK) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    self->seed = seed;
+    ef_pipeline_set_seed(self->p, seed);
+    ef_pipeline_set_on_error(self->p, self->on_error);
+    Py_XSETREF(self->spec, Py_NewRef(spec));
+    return 0;
+}
+
+static PyObject *pipeline_parse(pipeline *self, PyObject *arg)
+{
+    const char *text = PyUnicode_AsUTF8(arg);
+    if (!text)
+        return NULL;
+    if (!self->p)
+        return closed_error();
+    int rc = ef_pipeline_parse(self->p, text);
+    if (rc != EF_OK)
+        return pyef_raise(rc, ef_pipeline_error(self->p));
+    Py_RETURN_NONE;
+}
+
+static PyObject *pipeline_add_map(pipeline *self, PyObject *args)
+{
+    PyObject *fn;
+    const char *name, *options;
+    if (!PyArg_ParseTuple(args, "Oss:add_map", &fn, &name, &options))
+        return NULL;
+    if (!self->p)
+        return closed_error();
+    if (!PyCallable_Check(fn))
+        return PyErr_Format(PyExc_TypeError, "map '%s' is not callable", name);
+    pyef_map **grown =
+        PyMem_Realloc(self->maps, (size_t)(self->nmaps + 1) * sizeof *grown);
+    if (!grown)
+        return PyErr_NoMemory();
+    self->maps = grown;
+    pyef_map *m = pyef_map_new(fn, name, &self->map_error,
+                               self->on_error == EF_ON_ERROR_FAIL);
+    if (!m)
+        return NULL;
+    int rc = ef_pipeline_add_map(self->p, pyef_map_call, m, options);
+    if (rc != EF_OK) {
+        pyef_map_free(m);
+        return pyef_raise(rc, ef_pipeline_error(self->p));
+    }
+    self->maps[self->nmaps++] = m;
+    Py_RETURN_NONE;
+}
+
+/* ---- iterating ---- */
+
+static PyObject *pipeline_iternext(pipeline *self)
+{
+    lock(self);
+    if (!self->p) {
+        unlock(self);
+        return closed_error();
+    }
+    ef_sample *s = NULL;
+    int interrupted;
+    int rc = pyef_next_interruptible(self->p, &s, &interrupted);
+    if (rc != EF_OK)
+        self->final_status = rc;
+    if (interrupted && PyErr_CheckSignals() < 0) {
+        unlock(self);
+        ef_sample_free(s);
+        return NULL;
+    }
+    if (rc == EF_OK) {
+        unlock(self);
+        PyObject *obj = pyef_sample_from(s);
+        ef_sample_free(s);
+        return obj;
+    }
+    if (rc == EF_END || (rc == EF_ECANCELED && self->stopped)) {
+        unlock(self);
+        return NULL;
+    }
+    pyef_raise(rc, interrupted ? "interrupted by SIGINT"
+                               : ef_pipeline_error(self->p));
+    unlock(self);
+    if (self->map_error) {
+        PyObject *type, *value, *tb;
+        PyErr_Fetch(&type, &value, &tb);
+        PyErr_NormalizeException(&type, &value, &tb);
+        PyException_SetCause(value, Py_NewRef(self->map_error));
+        PyErr_Restore(type, value, tb);
+    }
+    return NULL;
+}
+
+static PyObject *pipeline_iter(PyObject *self)
+{
+    return Py_NewRef(self);
+}
+
+/* ---- stats: the object `echoflow run --json` prints ---- */
+
+static int set_item(PyObject *d, const char *key, PyObject *v)
+{
+    if (!v)
+        return -1;
+    int rc = PyDict_SetItemString(d, key, v);
+    Py_DECREF(v);
+    return rc;
+}
+
+static PyObject *stage_stats(const ef_pipeline *p, int i)
+{
+    ef_stage_stats st;
+    ef_pipeline_stage_stats(p, i, &st);
+    PyObject *d = PyDict_New();
+    if (!d || set_item(d, "name", PyUnicode_FromString(st.name)) < 0 ||
+        set_item(d, "items_in", PyLong_FromUnsignedLongLong(st.items_in)) <
+            0 ||
+        set_item(d, "items_out", PyLong_FromUnsignedLongLong(st.items_out)) <
+            0 ||
+        set_item(d, "wait_up_s", PyFloat_FromDouble(st.wait_up_s)) < 0 ||
+        set_item(d, "wait_down_s", PyFloat_FromDouble(st.wait_down_s)) < 0 ||
+        set_item(d, "skipped", PyLong_FromUnsignedLongLong(st.skipped)) < 0)
+        goto fail;
+    for (int k = 0; k < st.nextra; k++)
+        if (set_item(d, st.extra[k].key,
+                     PyFloat_FromDouble(st.extra[k].value)) < 0)
+            goto fail;
+    return d;
+fail:
+    Py_XDECREF(d);
+    return NULL;
+}
+
+static PyObject *stats_of(pipeline *self)
+{
+    ef_pipeline *p = self->p;
+    ef_pipeline_stats ps;
+    ef_pipeline_stats_get(p, &ps);
+    int st = self->final_status;
+    if (st == EF_ECANCELED && self->stopped)
+        st = EF_END;
+    const char *status = st == 0        ? "running"
+                         : st == EF_END ? "ok"
+                                        : ef_status_name(st);
+    char why[512];
+    uint64_t skipped = ef_pipeline_skipped(p, why, sizeof why);
+    double rate = ps.elapsed_s > 0 ? (double)ps.items / ps.elapsed_s : 0;
+    PyObject *d = PyDict_New();
+    if (!d || set_item(d, "spec", Py_NewRef(self->spec)) < 0 ||
+        set_item(d, "seed", PyLong_FromUnsignedLongLong(self->seed)) < 0 ||
+        set_item(d, "status", PyUnicode_FromString(status)) < 0 ||
+        (st < 0 &&
+         set_item(d, "error", PyUnicode_FromString(ef_pipeline_error(p))) <
+             0) ||
+        set_item(d, "items", PyLong_FromUnsignedLongLong(ps.items)) < 0 ||
+        set_item(d, "elapsed_s", PyFloat_FromDouble(ps.elapsed_s)) < 0 ||
+        set_item(d, "startup_s", PyFloat_FromDouble(ps.startup_s)) < 0 ||
+        set_item(d, "items_per_s", PyFloat_FromDouble(rate)) < 0 ||
+        set_item(d, "consumer_wait_s", PyFloat_FromDouble(ps.consumer_wait_s)) <
+            0 ||
+        set_item(d, "consumer_wait_fraction",
+                 PyFloat_FromDouble(ps.consumer_wait_fraction)) < 0 ||
+        set_item(d, "skipped", PyLong_FromUnsignedLongLong(skipped)) < 0 ||
+        (skipped && set_item(d, "first_skip", PyUnicode_FromString(why)) < 0))
+        goto fail;
+    int n = ef_pipeline_stage_count(p);
+    PyObject *stages = PyList_New(n);
+    if (!stages)
+        goto fail;
+    for (int i = 0; i < n; i++) {
+        PyObject *one = stage_stats(p, i);
+        if (!one) {
+            Py_DECREF(stages);
+            goto fail;
+        }
+        PyList_SET_ITEM(stages, i, one);
+    }
+    if (set_item(d, "stages", stages) < 0)
+        goto fail;
+    return d;
+fail:
+    Py_XDECREF(d);
+    return NULL;
+}
+
+static PyObject *pipeline_stats(pipeline *self, PyObject *unused)
+{
+    (void)unused;
+    lock(self);
+    PyObject *d = self->p ? stats_of(self)
+                  : self->last_stats ? PyDict_Copy(self->last_stats)
+                                     : closed_error();
+    unlock(self);
+    return d;
+}
+
+/* ---- ending ---- */
+
+static PyObject *pipeline_stop(pipeline *self, PyObject *unused)
+{
+    (void)unused;
+    self->stopped = 1;
+    ef_pipeline *p = self->p;
+    if (p) {
+        Py_BEGIN_ALLOW_THREADS
+        ef_pipeline_stop(p);
+        Py_END_ALLOW_THREADS
+    }
+    Py_RETURN_NONE;
+}
+
+/* Stops, keeps the final stats, then destroys with the GIL released: the
+ * map threads need it to finish their calls before they are joined. */
+static void close_pipeline(pipeline *self)
+{
+    if (!self->p)
+        return;
+    pipeline_stop(self, NULL);
+    lock(self);
+    ef_pipeline *p = self->p;
+    if (p) {
+        PyObject *exc_type, *exc_value, *exc_tb;
+        PyErr_Fetch(&exc_type, &exc_value, &exc_tb);
+        Py_XSETREF(self->last_stats, stats_of(self));
+        PyErr_Clear();
+        PyErr_Restore(exc_type, exc_value, exc_tb);
+        self->p = NULL;
+        Py_BEGIN_ALLOW_THREADS
+        ef_pipeline_destroy(p);
+        Py_END_ALLOW_THREADS
+    }
+    unlock(self);
+    for (int i = 0; i < self->nmaps; i++)
+        pyef_map_free(self->maps[i]);
+    PyMem_Free(self->maps);
+    self->maps = NULL;
+    self->nmaps = 0;
+}
+
+static PyObject *pipeline_close(pipeline *self, PyObject *unused)
+{
+    (void)unused;
+    close_pipeline(self);
+    Py_RETURN_NONE;
+}
+
+static PyObject *pipeline_new(PyTypeObject *type, PyObject *args,
+                              PyObject *kwargs)
+{
+    (void)args;
+    (void)kwargs;
+    pipeline *self = (pipeline *)type->tp_alloc(type, 0);
+    if (self)
+        pthread_mutex_init(&self->mu, NULL);
+    return (PyObject *)self;
+}
+
+static int pipeline_traverse(pipeline *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->map_error);
+    Py_VISIT(self->last_stats);
+    return 0;
+}
+
+static int pipeline_clear(pipeline *self)
+{
+    Py_CLEAR(self->map_error);
+    Py_CLEAR(self->last_stats);
+    return 0;
+}
+
+static void pipeline_dealloc(pipeline *self)
+{
+    PyObject_GC_UnTrack(self);
+    close_pipeline(self);
+    pipeline_clear(self);
+    Py_CLEAR(self->spec);
+    pthread_mutex_destroy(&self->mu);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *pipeline_closed(pipeline *self, void *closure)
+{
+    (void)closure;
+    return PyBool_FromLong(self->p == NULL);
+}
+
+static PyMethodDef pipeline_methods[] = {
+    {"parse", (PyCFunction)pipeline_parse, METH_O,
+     "parse(text): appends the stages of a spec."},
+    {"add_map", (PyCFunction)pipeline_add_map, METH_VARARGS,
+     "add_map(fn, name, options): appends a map stage calling fn."},
+    {"stats", (PyCFunction)pipeline_stats, METH_NOARGS,
+     "stats() -> dict: what `echoflow run --json` prints for the run so "
+     "far (its figures at close() once closed)."},
+    {"stop", (PyCFunction)pipeline_stop, METH_NOARGS,
+     "stop(): ends the iteration from any thread; threads wake up."},
+    {"close", (PyCFunction)pipeline_close, METH_NOARGS,
+     "close(): stops and frees the pipeline. Tensors it gave out stay "
+     "valid."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef pipeline_getset[] = {
+    {"closed", (getter)pipeline_closed, NULL, "True once close()d", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+PyTypeObject pyef_pipeline_type = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "echoflow._Pipeline",
+    .tp_doc = "The C half of echoflow.Pipeline.",
+    .tp_basicsize = sizeof(pipeline),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
+    .tp_new = pipeline_new,
+    .tp_init = (initproc)pipeline_init,
+    .tp_dealloc = (destructor)pipeline_dealloc,
+    .tp_traverse = (traverseproc)pipeline_traverse,
+    .tp_clear = (inquiry)pipeline_clear,
+    .tp_iter = pipeline_iter,
+    .tp_iternext = (iternextfunc)pipeline_iternext,
+    .tp_methods = pipeline_methods,
+    .tp_getset = pipeline_getset,
+};

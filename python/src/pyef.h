@@ -1,0 +1,66 @@
+/*
+ * The echoflow Python extension (echoflow._echoflow): what its files share.
+ * It is written on the public header alone, like any other user of the
+ * library.
+ *
+ * tensor.c     echoflow.Tensor: a field of a sample, exported without a
+ *              copy through the buffer protocol and DLPack
+ * sample.c     echoflow.Sample (a dict with an identity) and its Identity
+ * pipeline.c   echoflow._Pipeline: building, iterating, stats, stop, close
+ * pymap.c      Python callables as map stages
+ * interrupt.c  Ctrl-C while next() waits with the GIL released
+ * errors.c     the exception classes, one per status code
+ * module.c     the module itself
+ */
+#ifndef PYEF_H
+#define PYEF_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <echoflow/echoflow.h>
+
+/* ---- tensor.c ---- */
+extern PyTypeObject pyef_tensor_type;
+/* A new Tensor viewing field `t`; takes its own reference on t->buffer. */
+PyObject *pyef_tensor_new(const ef_tensor *t);
+/* When `obj` is a Tensor: its field into *out (buffer borrowed from the
+ * Tensor) and 1; 0 otherwise. */
+int pyef_tensor_view(PyObject *obj, ef_tensor *out, size_t *offset);
+
+/* ---- sample.c ---- */
+extern PyTypeObject pyef_sample_type;
+extern PyTypeObject pyef_identity_type;
+int pyef_sample_types_init(void);
+/* A new Sample: field name -> Tensor for every field of `s`, with its
+ * identity. `s` is borrowed: the Tensors hold buffer references of their
+ * own, so `s` may be freed right after. */
+PyObject *pyef_sample_from(const ef_sample *s);
+
+/* ---- errors.c ---- */
+int pyef_errors_init(PyObject *module);
+/* Raises the exception class of `status` with `message`; returns NULL. */
+PyObject *pyef_raise(int status, const char *message);
+
+/* ---- pymap.c ---- */
+typedef struct pyef_map pyef_map;
+/* A map stage context for callable `fn` named `name`; `*first_error` (a
+ * slot the pipeline owns) receives the first exception raised inside it
+ * when `keep_error` is set. NULL with an exception set on failure. */
+pyef_map *pyef_map_new(PyObject *fn, const char *name, PyObject **first_error,
+                       int keep_error);
+void pyef_map_free(pyef_map *m);
+int pyef_map_call(const ef_sample *in, ef_sample **out, ef_map_ctx *ctx);
+
+/* ---- interrupt.c ---- */
+/* Calls ef_pipeline_next(p, out) with the GIL released. On the main thread,
+ * a SIGINT meanwhile stops `p` so the call returns at once; then
+ * *interrupted is set and Python's own handler has been run, so
+ * PyErr_CheckSignals() raises KeyboardInterrupt. */
+int pyef_next_interruptible(ef_pipeline *p, ef_sample **out, int *interrupted);
+void pyef_interrupt_after_fork(void);
+
+/* ---- pipeline.c ---- */
+extern PyTypeObject pyef_pipeline_type;
+
+#endif /* PYEF_H */

@@ -1,0 +1,190 @@
+/* Python callables as map stages. The pipeline's map threads call
+ * pyef_map_call(), which takes the GIL, hands the callable the input as an
+ * echoflow.Sample, and builds the output sample from the mapping it
+ * returns: an echoflow.Tensor passes through without a copy, any other
+ * C-contiguous buffer (a numpy array) is copied once into the pipeline's
+ * memory. Whatever the callable raises fails the sample with a message
+ * naming the map and the exception; the first exception is kept for the
+ * consumer to raise as the cause. */
+#include "pyef.h"
+
+#include <string.h>
+
+struct pyef_map {
+    PyObject *fn;
+    char name[64];
+    PyObject **first_error; /* the pipeline's slot, written under the GIL */
+    int keep_error;
+};
+
+pyef_map *pyef_map_new(PyObject *fn, const char *name, PyObject **first_error,
+                       int keep_error)
+{
+    pyef_map *m = PyMem_Calloc(1, sizeof *m);
+    if (!m)
+        return (pyef_map *)PyErr_NoMemory();
+    m->fn = Py_NewRef(fn);
+    snprintf(m->name, sizeof m->name, "%s", name);
+    m->first_error = first_error;
+    m->keep_error = keep_error;
+    return m;
+}
+
+void pyef_map_free(pyef_map *m)
+{
+    if (!m)
+        return;
+    Py_DECREF(m->fn);
+    PyMem_Free(m);
+}
+
+/* The dtype of a buffer's element, from its struct format and size. */
+static int dtype_of(const Py_buffer *v, ef_dtype *out)
+{
+    const char *f = v->format ? v->format : "B";
+    if (*f == '@' || *f == '=' || *f == '<')
+        f++;
+    if (f[0] && f[1])
+        return -1;
+    switch (f[0]) {
+    case 'B':
+        *out = EF_U8;
+        return 0;
+    case 'i':
+    case 'l':
+    case 'q':
+        if (v->itemsize != 4 && v->itemsize != 8)
+            return -1;
+        *out = v->itemsize == 4 ? EF_I32 : EF_I64;
+        return 0;
+    case 'f':
+        *out = EF_F32;
+        return 0;
+    default:
+        return -1;
+    }
+}
+
+/* Adds `value` to `s` as field `name`; a Python exception on failure. */
+static int add_field(ef_sample *s, const char *name, PyObject *value)
+{
+    ef_tensor t;
+    size_t offset;
+    int rc;
+    if (pyef_tensor_view(value, &t, &offset)) {
+        rc = ef_sample_add(s, name, t.dtype, t.ndim, t.shape, t.buffer,
+                           offset);
+        if (rc != EF_OK)
+            PyErr_Format(PyExc_ValueError, "field '%s': %s", name,
+                         ef_strerror(rc));
+        return rc == EF_OK ? 0 : -1;
+    }
+    Py_buffer v;
+    if (PyObject_GetBuffer(value, &v, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
+        PyErr_Format(PyExc_TypeError,
+                     "field '%s': a %.80s is not a C-contiguous array "
+                     "(return echoflow.Tensor or numpy arrays)",
+                     name, Py_TYPE(value)->tp_name);
+        return -1;
+    }
+    ef_dtype dtype;
+    int64_t shape[EF_MAX_DIMS];
+    rc = -1;
+    if (dtype_of(&v, &dtype) < 0)
+        PyErr_Format(PyExc_TypeError,
+                     "field '%s': element format '%s' of size %zd is not one "
+                     "of uint8, int32, int64, float32",
+                     name, v.format ? v.format : "B", v.itemsize);
+    else if (v.ndim > EF_MAX_DIMS)
+        PyErr_Format(PyExc_ValueError,
+                     "field '%s': %d dimensions, at most %d", name, v.ndim,
+                     EF_MAX_DIMS);
+    else {
+        for (int d = 0; d < v.ndim; d++)
+            shape[d] = v.shape ? v.shape[d] : v.len / v.itemsize;
+        void *data;
+        int st = ef_sample_add_new(s, name, dtype, v.ndim, shape, &data);
+        if (st == EF_OK) {
+            memcpy(data, v.buf, (size_t)v.len);
+            rc = 0;
+        } else
+            PyErr_Format(st == EF_ENOMEM ? PyExc_MemoryError
+                                         : PyExc_ValueError,
+                         "field '%s': %s", name, ef_strerror(st));
+    }
+    PyBuffer_Release(&v);
+    return rc;
+}
+
+static int sample_from_result(const ef_sample *in, PyObject *res,
+                              ef_sample **out)
+{
+    if (!PyDict_Check(res)) {
+        PyErr_Format(PyExc_TypeError,
+                     "a map must return a dict of field name to array, "
+                     "not %.80s",
+                     Py_TYPE(res)->tp_name);
+        return -1;
+    }
+    ef_sample *s = ef_sample_new(ef_sample_identity(in));
+    if (!s) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    PyObject *key, *value;
+    Py_ssize_t pos = 0;
+    while (PyDict_Next(res, &pos, &key, &value)) {
+        const char *name = PyUnicode_Check(key) ? PyUnicode_AsUTF8(key) : NULL;
+        if (!name) {
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_TypeError,
+                                "a map's field names must be str");
+            ef_sample_free(s);
+            return -1;
+        }
+        if (add_field(s, name, value) < 0) {
+            ef_sample_free(s);
+            return -1;
+        }
+    }
+    *out = s;
+    return 0;
+}
+
+/* Turns the pending Python exception into the stage's failure. */
+static int fail_from_exception(pyef_map *m, ef_map_ctx *ctx)
+{
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyErr_NormalizeException(&type, &value, &tb);
+    if (tb && value)
+        PyException_SetTraceback(value, tb);
+    PyObject *text = value ? PyObject_Str(value) : NULL;
+    const char *msg = text ? PyUnicode_AsUTF8(text) : NULL;
+    PyErr_Clear();
+    int rc = ef_map_ctx_fail(ctx, EF_ECALLBACK, "map '%s' raised %s: %s",
+                             m->name, ((PyTypeObject *)type)->tp_name,
+                             msg ? msg : "?");
+    Py_XDECREF(text);
+    if (m->keep_error && !*m->first_error && value)
+        *m->first_error = Py_NewRef(value);
+    Py_XDECREF(type);
+    Py_XDECREF(value);
+    Py_XDECREF(tb);
+    return rc;
+}
+
+int pyef_map_call(const ef_sample *in, ef_sample **out, ef_map_ctx *ctx)
+{
+    pyef_map *m = ef_map_ctx_user(ctx);
+    PyGILState_STATE gil = PyGILState_Ensure();
+    int rc = EF_OK;
+    PyObject *arg = pyef_sample_from(in);
+    PyObject *res = arg ? PyObject_CallOneArg(m->fn, arg) : NULL;
+    Py_XDECREF(arg);
+    if (!res || sample_from_result(in, res, out) < 0)
+        rc = fail_from_exception(m, ctx);
+    Py_XDECREF(res);
+    PyGILState_Release(gil);
+    return rc;
+}

@@ -1,0 +1,274 @@
+/* echoflow.Tensor: one field of a sample, read-only, exported without a copy
+ * through the buffer protocol (PEP 3118) and DLPack 0.6. A Tensor holds a
+ * reference on the field's ef_buffer, and so does every export of it (a
+ * memoryview or numpy array through the Tensor, a DLPack capsule or the
+ * torch tensor made from it by itself), so the memory stays valid while any
+ * of them lives, after its sample and its pipeline are gone. */
+#include "pyef.h"
+
+#include <dlpack/dlpack.h>
+#include <stdlib.h>
+
+typedef struct {
+    PyObject_HEAD
+    ef_buffer *buf; /* one reference, ours */
+    const void *data;
+    ef_dtype dtype;
+    int ndim;
+    Py_ssize_t shape[EF_MAX_DIMS];
+    Py_ssize_t strides[EF_MAX_DIMS]; /* bytes, C order */
+    size_t nbytes;
+} tensor;
+
+/* The PEP 3118 format and the DLPack type of each dtype. */
+static const struct {
+    const char *format;
+    uint8_t dl_code;
+} dtype_info[EF__DTYPE_COUNT] = {
+    [EF_U8] = {"B", kDLUInt},
+    [EF_I32] = {"i", kDLInt},
+    [EF_I64] = {"q", kDLInt},
+    [EF_F32] = {"f", kDLFloat},
+};
+
+PyObject *pyef_tensor_new(const ef_tensor *t)
+{
+    if (t->dtype < 0 || t->dtype >= EF__DTYPE_COUNT || t->ndim < 0 ||
+        t->ndim > EF_MAX_DIMS || !t->buffer) {
+        PyErr_Format(PyExc_SystemError, "echoflow: field '%s' is malformed",
+                     t->name ? t->name : "?");
+        return NULL;
+    }
+    tensor *self = PyObject_New(tensor, &pyef_tensor_type);
+    if (!self)
+        return NULL;
+    self->buf = ef_buffer_retain(t->buffer);
+    self->data = t->data;
+    self->dtype = t->dtype;
+    self->ndim = t->ndim;
+    self->nbytes = t->nbytes;
+    Py_ssize_t stride = (Py_ssize_t)ef_dtype_size(t->dtype);
+    for (int d = t->ndim - 1; d >= 0; d--) {
+        self->shape[d] = (Py_ssize_t)t->shape[d];
+        self->strides[d] = stride;
+        stride *= self->shape[d];
+    }
+    return (PyObject *)self;
+}
+
+int pyef_tensor_view(PyObject *obj, ef_tensor *out, size_t *offset)
+{
+    if (!PyObject_TypeCheck(obj, &pyef_tensor_type))
+        return 0;
+    const tensor *self = (const tensor *)obj;
+    out->name = NULL;
+    out->dtype = self->dtype;
+    out->ndim = self->ndim;
+    for (int d = 0; d < self->ndim; d++)
+        out->shape[d] = self->shape[d];
+    out->data = self->data;
+    out->nbytes = self->nbytes;
+    out->buffer = self->buf;
+    *offset = (size_t)((const char *)self->data -
+                       (const char *)ef_buffer_data(self->buf));
+    return 1;
+}
+
+static void tensor_dealloc(tensor *self)
+{
+    ef_buffer_release(self->buf);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* ---- buffer protocol ---- */
+
+static int tensor_getbuffer(tensor *self, Py_buffer *view, int flags)
+{
+    if (flags & PyBUF_WRITABLE) {
+        PyErr_SetString(PyExc_BufferError,
+                        "echoflow tensors are read-only: a sample's memory "
+                        "is shared with its echoed copies; copy it first "
+                        "(numpy.array(t)) to write");
+        view->obj = NULL;
+        return -1;
+    }
+    view->buf = (void *)self->data;
+    view->obj = Py_NewRef(self);
+    view->len = (Py_ssize_t)self->nbytes;
+    view->readonly = 1;
+    view->itemsize = (Py_ssize_t)ef_dtype_size(self->dtype);
+    view->format = (flags & PyBUF_FORMAT)
+                       ? (char *)dtype_info[self->dtype].format
+                       : NULL;
+    view->ndim = self->ndim;
+    view->shape = (flags & PyBUF_ND) ? self->shape : NULL;
+    view->strides = (flags & PyBUF_STRIDES) ? self->strides : NULL;
+    view->suboffsets = NULL;
+    view->internal = NULL;
+    return 0;
+}
+
+static PyBufferProcs tensor_as_buffer = {
+    .bf_getbuffer = (getbufferproc)tensor_getbuffer,
+};
+
+/* ---- DLPack ---- */
+
+static void dlpack_deleter(DLManagedTensor *m)
+{
+    ef_buffer_release(m->manager_ctx);
+    free(m);
+}
+
+/* Frees a capsule nobody consumed; a consumer renames it "used_dltensor"
+ * and takes over the deleter. */
+static void dlpack_capsule_destructor(PyObject *capsule)
+{
+    if (!PyCapsule_IsValid(capsule, "dltensor"))
+        return;
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    DLManagedTensor *m = PyCapsule_GetPointer(capsule, "dltensor");
+    if (m)
+        m->deleter(m);
+    else
+        PyErr_WriteUnraisable(capsule);
+    PyErr_Restore(type, value, tb);
+}
+
+static PyObject *tensor_dlpack(tensor *self, PyObject *args, PyObject *kwargs)
+{
+    static char *kwlist[] = {"stream", NULL};
+    PyObject *stream = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$O:__dlpack__", kwlist,
+                                     &stream))
+        return NULL;
+    if (stream != Py_None) {
+        PyErr_SetString(PyExc_BufferError,
+                        "echoflow tensors live in CPU memory: "
+                        "__dlpack__ takes stream=None only");
+        return NULL;
+    }
+    /* one allocation: the managed tensor, then its shape and strides */
+    DLManagedTensor *m =
+        malloc(sizeof *m + 2 * (size_t)self->ndim * sizeof(int64_t));
+    if (!m)
+        return PyErr_NoMemory();
+    int64_t *shape = (int64_t *)(m + 1);
+    int64_t *strides = shape + self->ndim;
+    size_t item = ef_dtype_size(self->dtype);
+    for (int d = 0; d < self->ndim; d++) {
+        shape[d] = self->shape[d];
+        strides[d] = self->strides[d] / (int64_t)item; /* in elements */
+    }
+    m->dl_tensor = (DLTensor){
+        .data = (void *)self->data,
+        .device = {kDLCPU, 0},
+        .ndim = self->ndim,
+        .dtype = {dtype_info[self->dtype].dl_code, (uint8_t)(8 * item), 1},
+        .shape = shape,
+        .strides = strides,
+        .byte_offset = 0,
+    };
+    m->manager_ctx = ef_buffer_retain(self->buf);
+    m->deleter = dlpack_deleter;
+    PyObject *capsule =
+        PyCapsule_New(m, "dltensor", dlpack_capsule_destructor);
+    if (!capsule)
+        dlpack_deleter(m);
+    return capsule;
+}
+
+static PyObject *tensor_dlpack_device(tensor *self, PyObject *unused)
+{
+    (void)self;
+    (void)unused;
+    return Py_BuildValue("(ii)", kDLCPU, 0);
+}
+
+/* ---- attributes ---- */
+
+static PyObject *tensor_shape(tensor *self, void *closure)
+{
+    (void)closure;
+    PyObject *t = PyTuple_New(self->ndim);
+    for (int d = 0; t && d < self->ndim; d++) {
+        PyObject *n = PyLong_FromSsize_t(self->shape[d]);
+        if (!n) {
+            Py_DECREF(t);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(t, d, n);
+    }
+    return t;
+}
+
+static PyObject *tensor_dtype(tensor *self, void *closure)
+{
+    (void)closure;
+    return PyUnicode_FromString(ef_dtype_name(self->dtype));
+}
+
+static PyObject *tensor_ndim(tensor *self, void *closure)
+{
+    (void)closure;
+    return PyLong_FromLong(self->ndim);
+}
+
+static PyObject *tensor_nbytes(tensor *self, void *closure)
+{
+    (void)closure;
+    return PyLong_FromSize_t(self->nbytes);
+}
+
+static PyObject *tensor_address(tensor *self, void *closure)
+{
+    (void)closure;
+    return PyLong_FromVoidPtr((void *)self->data);
+}
+
+static PyObject *tensor_repr(tensor *self)
+{
+    PyObject *shape = tensor_shape(self, NULL);
+    if (!shape)
+        return NULL;
+    PyObject *r = PyUnicode_FromFormat("echoflow.Tensor(dtype=%s, shape=%R)",
+                                       ef_dtype_name(self->dtype), shape);
+    Py_DECREF(shape);
+    return r;
+}
+
+static PyGetSetDef tensor_getset[] = {
+    {"shape", (getter)tensor_shape, NULL, "the shape, a tuple of ints", NULL},
+    {"dtype", (getter)tensor_dtype, NULL, "'u8', 'i32', 'i64' or 'f32'", NULL},
+    {"ndim", (getter)tensor_ndim, NULL, "number of dimensions", NULL},
+    {"nbytes", (getter)tensor_nbytes, NULL, "size of the data in bytes", NULL},
+    {"address", (getter)tensor_address, NULL,
+     "address of the first byte (shared by every export of the tensor)",
+     NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyMethodDef tensor_methods[] = {
+    {"__dlpack__", (PyCFunction)(void (*)(void))tensor_dlpack,
+     METH_VARARGS | METH_KEYWORDS,
+     "A DLPack capsule sharing this tensor's memory (stream must be None)."},
+    {"__dlpack_device__", (PyCFunction)tensor_dlpack_device, METH_NOARGS,
+     "(device type, device id): (1, 0), the CPU."},
+    {NULL, NULL, 0, NULL},
+};
+
+PyTypeObject pyef_tensor_type = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "echoflow.Tensor",
+    .tp_doc = "A read-only field of a sample: numpy.asarray(t), "
+              "numpy.from_dlpack(t) and torch.from_dlpack(t) share its "
+              "memory without a copy.",
+    .tp_basicsize = sizeof(tensor),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_dealloc = (destructor)tensor_dealloc,
+    .tp_repr = (reprfunc)tensor_repr,
+    .tp_as_buffer = &tensor_as_buffer,
+    .tp_getset = tensor_getset,
+    .tp_methods = tensor_methods,
+};
