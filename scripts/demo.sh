@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The main job: installs what is missing, builds echoflow, and measures what
+# The main job: installs what is missing, builds and installs echoflow (the
+# command, the library and the Python package), and measures what
 # data echoing does to time-to-accuracy when the input is the bottleneck.
 #
 # The reference trainer (echoflow train) fits the MLP to Fashion-MNIST to
@@ -16,7 +17,16 @@ seed=1
 [ "${1:-}" = "--seed" ] && seed=${2:?--seed needs a value}
 scripts/install-deps.sh
 cmake -S . -B build >/dev/null
-cmake --build build -j "$(nproc)" --target echoflow_cli >/dev/null
+cmake --build build -j "$(nproc)" --target echoflow echoflow_static \
+    echoflow_cli ef_python >/dev/null
+# the command, the library and the Python package, under /usr/local
+sudo=""
+[ "$(id -u)" -ne 0 ] && sudo="sudo"
+$sudo cmake --install build >/dev/null
+[ -z "$sudo" ] && ldconfig
+(cd / && /usr/bin/python3 -c "import echoflow, echoflow.torch") ||
+    { echo "demo: the installed Python package does not import" >&2; exit 1; }
+echo "installed: echoflow, libechoflow and the Python package (import echoflow)"
 
 bin=build/echoflow
 py=/usr/bin/python3

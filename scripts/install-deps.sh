@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian packages echoflow needs to build, test and run its
-# demo; with --bench, also what the benchmarks compare against (PyTorch).
+# demo; with --bench, also what only the benchmarks need (torchvision and
+# photographs to decode, an optimised BLAS for PyTorch).
 # Idempotent: installs only what is missing and says what that is.
 set -euo pipefail
 
@@ -13,6 +14,9 @@ packages=(
   libopenblas-dev             # the reference trainer's matrix products
   libcmocka-dev               # the test suite
   python3                     # the command-line tests read JSON with it
+  python3-dev libdlpack-dev   # the Python package: CPython headers, DLPack
+  python3-numpy python3-torch # ... the arrays and tensors it feeds
+  python3-pytest              # ... and its tests
   nginx                       # the HTTP integration test serves shards
   dataset-fashion-mnist       # the real data: /usr/share/datasets/fashion-mnist
 )
@@ -20,7 +24,7 @@ if [ "${1:-}" = "--bench" ]; then
   # Debian's torch uses the reference BLAS unless an optimised one is
   # installed; libopenblas0-pthread makes the comparison fair. The decode
   # benchmark compares with torchvision on photographs from scikit-image.
-  packages+=(python3-torch python3-numpy libopenblas0-pthread
+  packages+=(libopenblas0-pthread
              python3-torchvision python3-pil python3-skimage)
 fi
 

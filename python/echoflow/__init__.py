@@ -110,27 +110,31 @@ def epoch_seed(seed, epoch):
     return (seed + epoch * 0x9E3779B97F4A7C15) % 2**64
 
 
-def _as_field(value):
-    """What a Python map returns, as something the C side takes: a Tensor
-    or a C-contiguous buffer."""
+def _as_field(name, value):
+    """What a Python map returns for field `name`, as something the C side
+    takes: a Tensor, or a C-contiguous buffer of numbers."""
     if isinstance(value, Tensor):
         return value
     try:
-        memoryview(value)
-        return value
+        if memoryview(value).c_contiguous:
+            return value
     except TypeError:
         pass
     import numpy
     if hasattr(value, "detach") and hasattr(value, "numpy"):  # torch
         value = value.detach().cpu().numpy()
-    return numpy.ascontiguousarray(value)
+    a = numpy.asarray(value)
+    if a.dtype == object:
+        raise TypeError("field %r: a %s is not an array of numbers"
+                        % (name, type(value).__name__))
+    return a if a.flags.c_contiguous else numpy.ascontiguousarray(a)
 
 
 def _adapt(fn):
     def call(sample):
         out = fn(sample)
         if isinstance(out, dict):
-            out = {k: _as_field(v) for k, v in out.items()}
+            out = {k: _as_field(k, v) for k, v in out.items()}
         return out
     return call
 
@@ -176,6 +180,8 @@ class Pipeline(_Pipeline):
                 name, opts = _split_options(text)
                 at, fn = _map_name(opts) if name == "map" else (None, None)
                 if fn in maps:
+                    if not callable(maps[fn]):
+                        raise TypeError("map %r is not callable" % fn)
                     rest = ",".join(opts[:at] + opts[at + 1:])
                     self.add_map(_adapt(maps[fn]), fn, rest)
                     used.add(fn)

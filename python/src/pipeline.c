@@ -225,10 +225,11 @@ static PyObject *stats_of(pipeline *self)
     ef_pipeline_stats ps;
     ef_pipeline_stats_get(p, &ps);
     int st = self->final_status;
-    if (st == EF_ECANCELED && self->stopped)
-        st = EF_END;
-    const char *status = st == 0        ? "running"
+    /* stop() and close() end a run early; that is no error */
+    int stopped = self->stopped && (st == 0 || st == EF_ECANCELED);
+    const char *status = stopped          ? "stopped"
                          : st == EF_END ? "ok"
+                         : st == 0      ? "running"
                                         : ef_status_name(st);
     char why[512];
     uint64_t skipped = ef_pipeline_skipped(p, why, sizeof why);
@@ -237,7 +238,7 @@ static PyObject *stats_of(pipeline *self)
     if (!d || set_item(d, "spec", Py_NewRef(self->spec)) < 0 ||
         set_item(d, "seed", PyLong_FromUnsignedLongLong(self->seed)) < 0 ||
         set_item(d, "status", PyUnicode_FromString(status)) < 0 ||
-        (st < 0 &&
+        (st < 0 && !stopped &&
          set_item(d, "error", PyUnicode_FromString(ef_pipeline_error(p))) <
              0) ||
         set_item(d, "items", PyLong_FromUnsignedLongLong(ps.items)) < 0 ||

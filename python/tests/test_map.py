@@ -1,0 +1,108 @@
+"""Python callables as map stages: Pipeline(spec, maps={"name": fn})."""
+import numpy
+import pytest
+import torch
+
+import echoflow
+
+
+def run(spec, maps, **kw):
+    with echoflow.Pipeline(spec, maps=maps, **kw) as p:
+        return list(p), p.stats()
+
+
+def test_a_map_transforms_and_passes_tensors_through():
+    def double(s):
+        return {"twice": numpy.asarray(s["index"]) * 2, "data": s["data"]}
+    out, st = run("range:n=50,bytes=3 | map:fn=double,threads=2 | batch:10",
+                  {"double": double})
+    assert [b.identity.index for b in out] == [0, 1, 2, 3, 4]
+    twice = numpy.concatenate([numpy.asarray(b["twice"]) for b in out])
+    assert twice.tolist() == [2 * i for i in range(50)]  # in order
+    assert set(out[0]) == {"twice", "data"}
+    assert st["stages"][1]["name"] == "map"
+    assert st["stages"][1]["items_out"] == 50
+
+
+def test_a_returned_tensor_is_not_copied():
+    seen = []
+
+    def keep(s):
+        seen.append(s["data"].address)
+        return {"data": s["data"]}
+    out, _ = run("range:n=3,bytes=8 | map:keep", {"keep": keep})
+    assert [s["data"].address for s in out] == seen
+
+
+def test_every_kind_of_returned_value():
+    def kinds(s):
+        i = int(numpy.asarray(s["index"]))
+        return {"t": torch.full((2, 2), i, dtype=torch.float32),
+                "i32": numpy.arange(3, dtype=numpy.int32) + i,
+                "py": i,                      # an int: i64 scalar
+                "list": [[i, i], [i, i]],      # nested lists: i64 [2, 2]
+                "u8": bytes([i, i + 1])}       # bytes: u8 [2]
+    out, _ = run("range:n=2 | map:fn=kinds", {"kinds": kinds})
+    s = out[1]
+    assert s["t"].dtype == "f32" and s["t"].shape == (2, 2)
+    assert numpy.asarray(s["t"]).tolist() == [[1, 1], [1, 1]]
+    assert s["i32"].dtype == "i32" and numpy.asarray(s["i32"]).tolist() == [
+        1, 2, 3]
+    assert s["py"].dtype == "i64" and s["py"].shape == ()
+    assert s["list"].shape == (2, 2)
+    assert s["u8"].dtype == "u8" and numpy.asarray(s["u8"]).tolist() == [1, 2]
+    assert s.identity.index == 1
+
+
+def test_an_exception_inside_a_map_is_the_cause():
+    def boom(s):
+        i = int(numpy.asarray(s["index"]))
+        if i == 3:
+            raise KeyError("no such thing in %d" % i)
+        return {"index": s["index"]}
+    got = []
+    with echoflow.Pipeline("range:n=10 | map:boom", maps={"boom": boom}) as p:
+        with pytest.raises(echoflow.CallbackError) as e:
+            for s in p:
+                got.append(s)
+    assert len(got) == 3
+    assert "map 'boom' raised KeyError" in str(e.value)
+    assert "no such thing in 3" in str(e.value)
+    assert isinstance(e.value.__cause__, KeyError)
+    assert e.value.__cause__.__traceback__ is not None
+
+
+def test_on_error_skip_drops_the_failed_samples():
+    def odd_fails(s):
+        if int(numpy.asarray(s["index"])) % 2:
+            raise ValueError("odd")
+        return {"index": s["index"]}
+    out, st = run("range:n=10 | map:fn=odd_fails", {"odd_fails": odd_fails},
+                  on_error="skip")
+    assert [int(numpy.asarray(s["index"])) for s in out] == [0, 2, 4, 6, 8]
+    assert st["skipped"] == 5 and "odd" in st["first_skip"]
+
+
+@pytest.mark.parametrize("result,message", [
+    (lambda s: [1, 2], "must return a dict"),
+    (lambda s: {"x": numpy.zeros(2, dtype=numpy.float64)}, "format 'd'"),
+    (lambda s: {"x": numpy.zeros((4, 4))[:, 1]}, "format 'd'"),
+    (lambda s: {1: s["index"]}, "field names must be str"),
+    (lambda s: {"x": object()}, "field 'x': a object is not an array"),
+])
+def test_a_bad_result_is_an_error_naming_it(result, message):
+    with pytest.raises(echoflow.CallbackError, match=message) as e:
+        run("range:n=2 | map:bad", {"bad": result})
+    assert isinstance(e.value.__cause__, (TypeError, ValueError))
+
+
+def test_map_names_are_checked():
+    with pytest.raises(echoflow.SpecError, match="'unused'"):
+        echoflow.Pipeline("range:n=2", maps={"unused": lambda s: s})
+    with pytest.raises(echoflow.SpecError, match="nosuch"):
+        echoflow.Pipeline("range:n=2 | map:nosuch", maps={"x": lambda s: s})
+    with pytest.raises(echoflow.SpecError, match="threads"):
+        echoflow.Pipeline("range:n=2 | map:fn=x,threads=0",
+                          maps={"x": lambda s: s})
+    with pytest.raises(TypeError, match="not callable"):
+        echoflow.Pipeline("range:n=2 | map:x", maps={"x": 3})

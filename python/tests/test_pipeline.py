@@ -1,0 +1,328 @@
+"""echoflow.Pipeline and echoflow.Tensor: zero copy, lifetime, dtypes,
+stats, errors, threads and Ctrl-C."""
+import gc
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import numpy
+import pytest
+import torch
+
+import echoflow
+
+CLI = os.environ.get("ECHOFLOW_CLI", "build/echoflow")
+
+
+def items(spec, **kw):
+    with echoflow.Pipeline(spec, **kw) as p:
+        return list(p)
+
+
+# ---- tensors: zero copy and lifetime ---------------------------------------
+
+def test_numpy_and_torch_share_the_pipeline_memory(fmnist_spec):
+    with echoflow.Pipeline(fmnist_spec + " | batch:128") as p:
+        s = next(iter(p))
+    t = s["image"]
+    assert t.shape == (128, 28, 28) and t.dtype == "u8"
+    a = numpy.asarray(t)
+    assert a.__array_interface__["data"][0] == t.address
+    assert not a.flags.writeable
+    assert numpy.from_dlpack(t).__array_interface__["data"][0] == t.address
+    assert torch.from_dlpack(t).data_ptr() == t.address
+    assert memoryview(t).readonly
+
+
+def test_echoed_copies_share_one_buffer(fmnist_spec):
+    # echo re-emits the same buffers: the copies' tensors have one address
+    first, second = items(fmnist_spec + " | take:1 | echo:2")
+    assert first.identity.echo_copy == 0 and second.identity.echo_copy == 1
+    assert first["image"].address == second["image"].address
+    assert (torch.from_dlpack(second["image"]).data_ptr()
+            == first["image"].address)
+
+
+def test_idx_examples_are_views_of_the_file(fmnist_spec):
+    # the idx source hands out views into the file it read once: example
+    # k + 1 starts 784 bytes after example k
+    a, b = items(fmnist_spec + " | take:2")
+    assert b["image"].address - a["image"].address == 784
+
+
+def test_tensor_outlives_its_sample_and_pipeline(fmnist_spec):
+    p = echoflow.Pipeline(fmnist_spec + " | batch:64")
+    s = next(iter(p))
+    expected = numpy.array(s["image"])  # a copy, for comparison
+    view = torch.from_dlpack(s["image"])
+    capsule_view = numpy.from_dlpack(s["label"])
+    labels = numpy.array(s["label"])
+    del s
+    p.close()
+    del p
+    gc.collect()
+    # allocate over the freed memory; the views must be unaffected
+    junk = [bytearray(b"\xff" * 1000000) for _ in range(20)]
+    assert numpy.array_equal(view.numpy(), expected)
+    assert numpy.array_equal(capsule_view, labels)
+    del junk
+
+
+def test_writing_through_the_buffer_protocol_is_refused(fmnist_spec):
+    s = items(fmnist_spec + " | take:1")[0]
+    with pytest.raises(TypeError, match="read-write"):
+        io.BytesIO(b"x").readinto(s["image"])  # asks for a writable buffer
+    with pytest.raises(TypeError):
+        memoryview(s["image"]).cast("B")[0] = 1
+    a = numpy.asarray(s["image"])
+    with pytest.raises(ValueError):
+        a[0, 0] = 1
+
+
+def test_unused_dlpack_capsules_are_freed():
+    s = items("range:n=1,bytes=1000000")[0]
+    for _ in range(200):  # 200 MB if a capsule leaked its buffer
+        s["data"].__dlpack__()
+    assert s["data"].__dlpack_device__() == (1, 0)
+    with pytest.raises(BufferError, match="stream=None"):
+        s["data"].__dlpack__(stream=1)
+
+
+def rss_bytes():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def test_a_million_samples_with_flat_memory():
+    spec = "range:n=1000000,bytes=256 | echo:2 | shuffle:1000"
+    kept = None
+    with echoflow.Pipeline(spec) as p:
+        for n, s in enumerate(p, 1):
+            kept = torch.from_dlpack(s["data"])  # the last one lives on
+            if n == 200000:
+                warm = rss_bytes()
+    assert n == 2000000
+    grown = rss_bytes() - warm
+    assert grown < 16 << 20, "RSS grew by %d bytes after warm-up" % grown
+    assert kept.shape == (256,)
+
+
+# ---- dtypes and shapes -----------------------------------------------------
+
+@pytest.mark.parametrize("dtype,numpy_dtype,torch_dtype", [
+    ("u8", numpy.uint8, torch.uint8),
+    ("i32", numpy.int32, torch.int32),
+    ("i64", numpy.int64, torch.int64),
+    ("f32", numpy.float32, torch.float32),
+])
+def test_every_dtype_reaches_numpy_and_torch(fmnist_spec, dtype, numpy_dtype,
+                                            torch_dtype):
+    base = items(fmnist_spec + " | take:4 | batch:4")[0]
+    s = items(fmnist_spec + " | take:4 | cast:dtype=%s | batch:4" % dtype)[0]
+    t = s["image"]
+    assert t.dtype == dtype and t.shape == (4, 28, 28) and t.ndim == 3
+    assert t.nbytes == 4 * 28 * 28 * numpy.dtype(numpy_dtype).itemsize
+    for a in (numpy.asarray(t), numpy.from_dlpack(t),
+              torch.from_dlpack(t).numpy()):
+        assert a.dtype == numpy_dtype and a.shape == (4, 28, 28)
+        assert numpy.array_equal(a, numpy.asarray(base["image"]))
+    assert torch.from_dlpack(t).dtype == torch_dtype
+
+
+def test_shapes_from_scalars_to_four_dimensions(fmnist_spec):
+    example = items(fmnist_spec + " | take:1")[0]
+    assert example["label"].shape == () and example["label"].dtype == "i64"
+    assert numpy.asarray(example["label"]).shape == ()
+    assert torch.from_dlpack(example["label"]).shape == ()
+    chw = items(fmnist_spec + " | take:8 | normalize:mean=0.5,std=0.25 "
+                "| to_chw | batch:8")[0]
+    img = torch.from_dlpack(chw["image"])
+    assert img.shape == (8, 1, 28, 28) and img.dtype == torch.float32
+    raw = numpy.asarray(items(fmnist_spec + " | take:8 | batch:8")[0]["image"])
+    expected = (raw.astype(numpy.float32) / 255 - 0.5) / 0.25
+    assert numpy.allclose(img.numpy()[:, 0], expected, atol=1e-6)
+    assert chw["label"].shape == (8,)
+
+
+def test_identity_of_examples_and_batches():
+    ex = items("range:n=6 | echo:2")
+    assert [(s.identity.index, s.identity.echo_copy) for s in ex] == [
+        (0, 0), (0, 1), (1, 0), (1, 1), (2, 0), (2, 1),
+        (3, 0), (3, 1), (4, 0), (4, 1), (5, 0), (5, 1)][:len(ex)]
+    assert [int(numpy.asarray(s["index"])) for s in ex[::2]] == list(range(6))
+    batches = items("range:n=10 | echo:2 | batch:4")
+    assert [b.identity.fresh for b in batches] == [2, 2, 2, 2, 2]
+    assert [b.identity.index for b in batches] == [0, 1, 2, 3, 4]
+    assert isinstance(batches[0], dict)
+    assert batches[0].identity == echoflow.Identity((0, 0, 0, 2))
+
+
+# ---- stats -------------------------------------------------------------------
+
+def test_stats_are_what_echoflow_run_json_prints(fmnist_spec):
+    spec = fmnist_spec + " | shuffle:1000 | echo:2 | batch:128"
+    with echoflow.Pipeline(spec, seed=7) as p:
+        assert p.stats()["status"] == "running"
+        n = sum(1 for _ in p)
+        mine = p.stats()
+    run = subprocess.run([CLI, "run", "--json", "--seed", "7", spec],
+                         check=True, capture_output=True, text=True)
+    theirs = json.loads(run.stdout)
+    assert set(mine) == set(theirs) - {"consume_us"}
+    assert mine["status"] == theirs["status"] == "ok"
+    assert mine["items"] == theirs["items"] == n == 938
+    assert mine["spec"] == spec and mine["seed"] == 7
+    assert ([s["name"] for s in mine["stages"]]
+            == [s["name"] for s in theirs["stages"]])
+    for a, b in zip(mine["stages"], theirs["stages"]):
+        assert set(a) == set(b)
+        assert a["items_in"] == b["items_in"]
+        assert a["items_out"] == b["items_out"]
+    echo = mine["stages"][2]
+    assert echo["fresh"] == 60000 and echo["echoed"] == 60000
+    assert echo["effective_factor"] == 2
+    assert mine["elapsed_s"] > 0 and 0 <= mine["consumer_wait_fraction"] <= 1
+
+
+def test_stats_survive_close():
+    p = echoflow.Pipeline("range:n=5")
+    assert len(list(p)) == 5
+    p.close()
+    assert p.closed
+    assert p.stats()["items"] == 5 and p.stats()["status"] == "ok"
+    with pytest.raises(ValueError, match="closed"):
+        next(iter(p))
+
+
+# ---- errors ------------------------------------------------------------------
+
+def test_a_bad_spec_raises_value_error_naming_stage_and_option():
+    with pytest.raises(ValueError, match="batch.*size") as e:
+        echoflow.Pipeline("range:n=10 | batch:size=0")
+    assert isinstance(e.value, echoflow.SpecError)
+    assert isinstance(e.value, echoflow.Error)
+    assert e.value.status < 0
+    with pytest.raises(echoflow.SpecError, match="nosuchstage"):
+        echoflow.Pipeline("range:n=10 | nosuchstage")
+    with pytest.raises(echoflow.SpecError, match="echo.*colour"):
+        echoflow.Pipeline("range:n=10 | echo:colour=red")
+    with pytest.raises(echoflow.SpecError, match="unbalanced"):
+        echoflow.Pipeline('tar:urls="a.tar')
+
+
+def test_bad_arguments_raise():
+    with pytest.raises(ValueError, match="on_error"):
+        echoflow.Pipeline("range:n=1", on_error="ignore")
+    with pytest.raises(ValueError, match="seed"):
+        echoflow.Pipeline("range:n=1", seed=-1)
+    with pytest.raises(ValueError, match="seed"):
+        echoflow.Pipeline("range:n=1", seed=2**64)
+    with pytest.raises(TypeError, match="seed"):
+        echoflow.Pipeline("range:n=1", seed=1.5)
+    big = items("range:n=2 | shuffle:2", seed=2**64 - 1)
+    assert len(big) == 2
+
+
+def test_a_truncated_file_raises_format_error_with_file_and_offset(
+        tmp_path, fmnist_shards):
+    folder, _ = fmnist_shards
+    shard = os.path.join(folder, "train-000000.tar")
+    cut = tmp_path / "cut.tar"
+    cut.write_bytes(open(shard, "rb").read()[:100000])
+    with echoflow.Pipeline("tar:urls=%s | decode" % cut) as p:
+        got = []
+        with pytest.raises(echoflow.FormatError) as e:
+            for s in p:
+                got.append(s)
+    msg = str(e.value)
+    assert str(cut) in msg and "offset" in msg, msg
+    assert e.value.status == -4
+    assert 0 < len(got) < 10000
+    assert p.stats()["status"] == "EFORMAT"
+    assert str(cut) in p.stats()["error"]
+
+
+def test_on_error_skip_drops_and_counts(tmp_path, fmnist_shards):
+    folder, _ = fmnist_shards
+    missing = tmp_path / "missing.tar"
+    spec = "tar:urls=\"%s %s\",shuffle_shards=false | decode" % (
+        os.path.join(folder, "train-000005.tar"), missing)
+    with pytest.raises(echoflow.ReadError, match="missing.tar"):
+        items(spec)
+    with echoflow.Pipeline(spec, on_error="skip") as p:
+        assert sum(1 for _ in p) == 10000
+        st = p.stats()
+    assert st["skipped"] == 1 and "missing.tar" in st["first_skip"]
+
+
+# ---- stop, threads, Ctrl-C -------------------------------------------------
+
+def test_stop_from_another_thread_ends_the_iteration():
+    with echoflow.Pipeline("range:n=1000 | throttle:rate=20") as p:
+        threading.Timer(0.3, p.stop).start()
+        t0 = time.monotonic()
+        n = sum(1 for _ in p)
+        took = time.monotonic() - t0
+    assert 0 < n < 1000
+    assert took < 30
+
+
+def test_close_from_another_thread_while_waiting():
+    p = echoflow.Pipeline("range:n=10 | throttle:rate=0.01")
+    it = iter(p)
+    next(it)  # the first item is free; the next one waits 100 s
+    closer = threading.Timer(0.3, p.close)
+    closer.start()
+    assert list(it) == []
+    closer.join()
+    assert p.closed
+
+
+def test_one_pipeline_from_two_threads():
+    n = 20000
+    seen = [[], []]
+    with echoflow.Pipeline("range:n=%d | echo:2 | batch:10" % n) as p:
+        def drain(k):
+            for s in p:
+                seen[k].extend(numpy.asarray(s["index"]).tolist())
+        threads = [threading.Thread(target=drain, args=(k,)) for k in (0, 1)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    everything = sorted(seen[0] + seen[1])
+    assert everything == sorted(list(range(n)) * 2)
+    assert p.stats()["items"] == n * 2 // 10
+
+
+INTERRUPTED = r"""
+import sys, time, echoflow
+p = echoflow.Pipeline("range:n=10 | throttle:rate=0.001")
+it = iter(p)
+next(it)
+print("waiting", flush=True)
+t0 = time.monotonic()
+try:
+    next(it)
+except KeyboardInterrupt:
+    print("interrupted after %.3f s" % (time.monotonic() - t0), flush=True)
+    p.close()
+    sys.exit(3)
+"""
+
+
+def test_ctrl_c_interrupts_a_waiting_next():
+    proc = subprocess.Popen([sys.executable, "-c", INTERRUPTED],
+                            stdout=subprocess.PIPE, text=True,
+                            env=dict(os.environ))
+    assert proc.stdout.readline().strip() == "waiting"
+    time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=60)  # the source waits 1000 s
+    assert proc.returncode == 3, out
+    assert out.startswith("interrupted after")

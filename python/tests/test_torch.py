@@ -1,0 +1,115 @@
+"""echoflow.torch.Loader: torch tensors without a copy, sharding by rank and
+by DataLoader worker, epochs."""
+import socket
+
+import numpy
+import pytest
+import torch
+import torch.distributed as dist
+from torch.utils.data import DataLoader
+
+import echoflow
+from echoflow.torch import Loader
+
+
+def indices(batches):
+    return [i for b in batches
+            for i in numpy.asarray(b["index"]).reshape(-1).tolist()]
+
+
+def test_batches_are_torch_tensors_sharing_the_pipeline_memory(fmnist_spec):
+    loader = Loader(fmnist_spec + " | echo:2 | batch:32")
+    it = iter(loader)
+    b = next(it)
+    assert isinstance(b["image"], torch.Tensor)
+    assert b["image"].dtype == torch.uint8 and b["image"].shape == (32, 28, 28)
+    assert b["label"].dtype == torch.int64
+    assert b.identity.fresh == 16
+    # the same memory as the pipeline's own Tensor of that batch
+    with echoflow.Pipeline(fmnist_spec + " | echo:2 | batch:32") as p:
+        mine = next(iter(p))
+    assert torch.equal(b["image"], torch.from_dlpack(mine["image"]))
+    assert loader.stats()["status"] == "running"
+    it.close()  # ends the iteration early: the pipeline is closed
+    assert loader.stats()["status"] == "stopped"
+    assert loader.stats()["items"] == 1
+
+
+def test_zero_copy_into_torch():
+    seen = []
+    with echoflow.Pipeline("range:n=4,bytes=64 | echo:2") as p:
+        for s in p:
+            seen.append((s["data"].address,
+                         echoflow.torch.to_torch(s)["data"].data_ptr()))
+    assert all(a == b for a, b in seen)
+    assert seen[0][0] == seen[1][0]  # an echo is the same memory again
+
+
+def test_ranks_read_disjoint_parts_that_cover_the_data():
+    parts = [indices(Loader("range:n=1000 | shuffle:100 | batch:7", rank=r,
+                            world_size=3)) for r in range(3)]
+    assert sum(len(p) for p in parts) == 1000
+    assert sorted(parts[0] + parts[1] + parts[2]) == list(range(1000))
+    assert all(set(p) & set(q) == set() for p in parts for q in parts
+               if p is not q)
+
+
+def test_dataloader_workers_shard_as_well():
+    # two ranks of two workers each: four disjoint parts, the data once
+    got = [indices(DataLoader(Loader("range:n=600 | batch:10", rank=r,
+                                     world_size=2),
+                              batch_size=None, num_workers=2))
+           for r in (0, 1)]
+    assert len(got[0]) == len(got[1]) == 300
+    assert sorted(got[0] + got[1]) == list(range(600))
+
+
+def test_rank_and_world_size_come_from_torch_distributed():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    dist.init_process_group("gloo", init_method="tcp://127.0.0.1:%d" % port,
+                            rank=0, world_size=1)
+    try:
+        loader = Loader("range:n=10")
+        assert (loader.rank, loader.world_size) == (0, 1)
+        assert len(list(loader)) == 10
+    finally:
+        dist.destroy_process_group()
+    assert (Loader("range:n=10", rank=1, world_size=4).rank) == 1
+
+
+def test_each_epoch_has_its_own_order_the_same_on_every_run():
+    spec = "range:n=200 | shuffle:200 | batch:200"
+    loader = Loader(spec, seed=5)
+    first = indices(loader)
+    assert first == indices(echoflow.Pipeline(spec, seed=5))
+    loader.set_epoch(1)
+    second = indices(loader)
+    assert sorted(second) == sorted(first) and second != first
+    again = Loader(spec, seed=5)
+    again.set_epoch(1)
+    assert indices(again) == second
+
+
+def test_bad_arguments_are_refused_at_construction():
+    with pytest.raises(echoflow.SpecError, match="batch"):
+        Loader("range:n=10 | batch:size=-1")
+    with pytest.raises(ValueError, match="rank 2 of world_size 2"):
+        Loader("range:n=10", rank=2, world_size=2)
+    with pytest.raises(ValueError, match="together"):
+        Loader("range:n=10", rank=0)
+    with pytest.raises(echoflow.SpecError, match="already has a shard"):
+        list(Loader("range:n=10,shard=0/2", rank=0, world_size=2))
+    with pytest.raises(ValueError, match="epoch"):
+        Loader("range:n=10").set_epoch(-1)
+
+
+def test_shard_spec_keeps_quotes_and_options():
+    spec = 'tar:urls="a.tar b.tar",cycle=2 | decode | echo:2'
+    assert echoflow.shard_spec(spec, 1, 4) == (
+        'tar:urls="a.tar b.tar",cycle=2,shard=1/4 | decode | echo:2')
+    assert echoflow.shard_spec("range:10 | batch:2", 0, 2) == (
+        "range:10,shard=0/2 | batch:2")
+    assert echoflow.split_spec('a:x="1|2" | b') == ['a:x="1|2"', "b"]
+    assert numpy.uint64(echoflow.epoch_seed(2**64 - 1, 3)) != 0
