@@ -2,30 +2,38 @@
  *
  * The wait runs with the GIL released, in C, where Python's own SIGINT
  * handler only sets a flag that nobody reads until the wait ends, which
- * may be never on a stalled source. So, for the length of each wait on the
- * main thread, a handler of ours stands in front of Python's: it runs
- * Python's handler (the flag, the wakeup fd), then posts a semaphore. A
- * watcher thread waiting on the semaphore calls ef_pipeline_stop() on the
- * pipeline being waited on, which wakes the wait at once. Only
- * async-signal-safe calls happen in the handler.
+ * may be never on a stalled source. So a handler of ours stands in front
+ * of Python's: it runs Python's handler (the flag, the wakeup fd), then
+ * posts a semaphore. A watcher thread waiting on the semaphore calls
+ * ef_pipeline_stop() on the pipeline the main thread is waiting on, if
+ * any, which wakes the wait at once. Only async-signal-safe calls happen
+ * in the handler.
+ *
+ * Ours stays installed between waits: a system call per wait would cost
+ * more than the rest of next() here. Whoever sets a handler later (Python's
+ * signal.signal() does) replaces ours; each wait on the main thread looks
+ * again, at most every CHECK_NS, and puts ours back in front of a Python
+ * handler, never in front of SIG_DFL or SIG_IGN.
  *
  * Lock rules: `mu` guards `current`, so the watcher never stops a pipeline
  * that is being destroyed (the wait clears `current` under `mu` before it
  * returns). `sigints` counts signals; the waiting thread compares it
  * before and after, so a signal that came before `current` was set still
- * stops the wait. */
+ * stops the wait. `python_action` and `installed` belong to the main
+ * thread, and python_action changes only while ours is not installed. */
 #include "pyef.h"
 
 #include <errno.h>
 #include <pthread.h>
 #include <semaphore.h>
 #include <signal.h>
+#include <time.h>
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static ef_pipeline *current;
 static sem_t wake;
 static int watcher_started;
-static struct sigaction python_action; /* Python's, while ours stands in */
+static struct sigaction python_action; /* the handler ours stands in front of */
 static volatile sig_atomic_t sigints;
 
 static void on_sigint(int sig, siginfo_t *info, void *uctx)
@@ -102,26 +110,47 @@ static int on_main_thread(void)
     return main_thread && PyThread_get_thread_ident() == main_thread;
 }
 
+#define CHECK_NS 100000000 /* 0.1 s */
+static int installed;
+static uint64_t checked_ns;
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* Whether our handler stands in front of Python's; puts it there when a
+ * Python handler is installed. */
+static int handler_ready(void)
+{
+    uint64_t now = now_ns();
+    if (installed && now - checked_ns < CHECK_NS)
+        return 1;
+    checked_ns = now;
+    struct sigaction cur;
+    if (sigaction(SIGINT, NULL, &cur) != 0)
+        return installed = 0;
+    if ((cur.sa_flags & SA_SIGINFO) && cur.sa_sigaction == on_sigint)
+        return installed = 1;
+    if (!(cur.sa_flags & SA_SIGINFO) &&
+        (cur.sa_handler == SIG_DFL || cur.sa_handler == SIG_IGN))
+        return installed = 0; /* no Python handler to stand in front of */
+    python_action = cur;
+    struct sigaction ours = {0};
+    ours.sa_sigaction = on_sigint;
+    ours.sa_flags = SA_SIGINFO | SA_ONSTACK;
+    sigemptyset(&ours.sa_mask);
+    installed = sigaction(SIGINT, &ours, NULL) == 0;
+    return installed;
+}
+
 int pyef_next_interruptible(ef_pipeline *p, ef_sample **out, int *interrupted)
 {
-    int rc, guard = on_main_thread() && watcher_ready();
+    int rc, guard = on_main_thread() && watcher_ready() && handler_ready();
     sig_atomic_t before = sigints;
     Py_BEGIN_ALLOW_THREADS
-    if (guard) {
-        struct sigaction ours = {0};
-        ours.sa_sigaction = on_sigint;
-        ours.sa_flags = SA_SIGINFO | SA_ONSTACK;
-        sigemptyset(&ours.sa_mask);
-        if (sigaction(SIGINT, &ours, &python_action) != 0)
-            guard = 0;
-        else if (!(python_action.sa_flags & SA_SIGINFO) &&
-                 (python_action.sa_handler == SIG_DFL ||
-                  python_action.sa_handler == SIG_IGN)) {
-            /* no Python handler to stand in front of */
-            sigaction(SIGINT, &python_action, NULL);
-            guard = 0;
-        }
-    }
     if (guard) {
         pthread_mutex_lock(&mu);
         current = p;
@@ -134,7 +163,6 @@ int pyef_next_interruptible(ef_pipeline *p, ef_sample **out, int *interrupted)
         pthread_mutex_lock(&mu);
         current = NULL;
         pthread_mutex_unlock(&mu);
-        sigaction(SIGINT, &python_action, NULL);
     }
     Py_END_ALLOW_THREADS
     *interrupted = sigints != before;

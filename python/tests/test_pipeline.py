@@ -301,28 +301,36 @@ def test_one_pipeline_from_two_threads():
 
 
 INTERRUPTED = r"""
-import sys, time, echoflow
+import signal, sys, time, echoflow
 p = echoflow.Pipeline("range:n=10 | throttle:rate=0.001")
 it = iter(p)
 next(it)
+if sys.argv[1] == "custom":
+    # a handler set after the first wait replaces echoflow's at the OS level
+    def handler(signum, frame):
+        raise RuntimeError("custom handler")
+    signal.signal(signal.SIGINT, handler)
+    time.sleep(0.3)
 print("waiting", flush=True)
 t0 = time.monotonic()
 try:
     next(it)
-except KeyboardInterrupt:
-    print("interrupted after %.3f s" % (time.monotonic() - t0), flush=True)
+except (KeyboardInterrupt, RuntimeError) as e:
+    print("%s after %.3f s" % (type(e).__name__, time.monotonic() - t0),
+          flush=True)
     p.close()
     sys.exit(3)
 """
 
 
-def test_ctrl_c_interrupts_a_waiting_next():
-    proc = subprocess.Popen([sys.executable, "-c", INTERRUPTED],
-                            stdout=subprocess.PIPE, text=True,
-                            env=dict(os.environ))
+@pytest.mark.parametrize("handler,raised", [
+    ("python", "KeyboardInterrupt"), ("custom", "RuntimeError")])
+def test_ctrl_c_interrupts_a_waiting_next(handler, raised):
+    proc = subprocess.Popen([sys.executable, "-c", INTERRUPTED, handler],
+                            stdout=subprocess.PIPE, text=True)
     assert proc.stdout.readline().strip() == "waiting"
     time.sleep(0.2)
     proc.send_signal(signal.SIGINT)
     out, _ = proc.communicate(timeout=60)  # the source waits 1000 s
     assert proc.returncode == 3, out
-    assert out.startswith("interrupted after")
+    assert out.startswith(raised + " after"), out
