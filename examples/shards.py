@@ -43,19 +43,25 @@ def fashion_mnist(split="train"):
 
 def pack_fashion_mnist(out_dir, split="train", per_shard=10000):
     """Packs a Fashion-MNIST split into WebDataset shards (PNG images, cls
-    labels) in out_dir, once: an existing complete set is kept. Returns the
+    labels) in out_dir, once: a complete set of the same shard size is
+    kept. Returns the
     brace pattern of the shard names, relative to out_dir."""
     n = 60000 if split == "train" else 10000
     count = (n + per_shard - 1) // per_shard
-    names = ["%s-%06d.tar" % (split, i) for i in range(count)]
     pattern = "%s-{%06d..%06d}.tar" % (split, 0, count - 1)
-    if all(os.path.exists(os.path.join(out_dir, f)) for f in names):
+    # the stamp says a pack of this split and shard size completed here
+    stamp = os.path.join(out_dir, ".packed-%s-%d" % (split, per_shard))
+    if os.path.exists(stamp):
         return pattern
     os.makedirs(out_dir, exist_ok=True)
+    for f in os.listdir(out_dir):
+        if f.startswith(".packed-%s-" % split):
+            os.remove(os.path.join(out_dir, f))
     subprocess.run([find_cli(), "pack", "--per-shard", str(per_shard),
                     fashion_mnist(split),
                     os.path.join(out_dir, split + "-%06d.tar")],
                    check=True, stdout=subprocess.DEVNULL)
+    open(stamp, "w").close()
     return pattern
 
 

@@ -104,10 +104,13 @@ def shard_spec(spec, index, count):
     return " | ".join(out)
 
 
-def epoch_seed(seed, epoch):
-    """The seed a pipeline for epoch `epoch` of a run seeded `seed` uses:
-    `seed` itself for epoch 0, a different order for every other."""
-    return (seed + epoch * 0x9E3779B97F4A7C15) % 2**64
+def epoch_seed(seed, epoch, part=0):
+    """The seed of the pipeline that reads part `part` of the data in epoch
+    `epoch` of a run seeded `seed`: `seed` itself for epoch 0 of part 0,
+    another for every other pair, so that epochs and parts (ranks, workers)
+    each shuffle in an order of their own."""
+    return (seed + epoch * 0x9E3779B97F4A7C15
+            + part * 0xD1B54A32D192ED03) % 2**64
 
 
 def _as_field(name, value):

@@ -42,8 +42,9 @@ class Loader(torch.utils.data.IterableDataset):
 
     Each iteration builds a new pipeline from `spec` and reads it once
     through (a spec with `repeat` never ends). Its seed is
-    echoflow.epoch_seed(seed, epoch), the epoch set by set_epoch(), so every
-    epoch has its own order, the same on every rank.
+    echoflow.epoch_seed(seed, epoch, part), with the epoch set by
+    set_epoch() and this reader's part of the data, so every epoch and every
+    rank shuffles in an order of its own, the same on every rerun.
 
     rank, world_size: this process's part of the data; by default those of
         torch.distributed when it is initialised, else 0 and 1. Every source
@@ -88,19 +89,19 @@ class Loader(torch.utils.data.IterableDataset):
             raise ValueError("epoch must be >= 0, not %d" % epoch)
         self.epoch = epoch
 
-    def _spec_for(self, worker, workers):
-        parts = self.world_size * workers
+    def _spec_for(self, part, parts):
         if parts == 1:
             return self.spec
-        return echoflow.shard_spec(self.spec, self.rank * workers + worker,
-                                   parts)
+        return echoflow.shard_spec(self.spec, part, parts)
 
     def __iter__(self):
         info = torch.utils.data.get_worker_info()
         worker, workers = (info.id, info.num_workers) if info else (0, 1)
-        p = echoflow.Pipeline(self._spec_for(worker, workers),
-                              seed=echoflow.epoch_seed(self.seed, self.epoch),
-                              on_error=self.on_error, maps=self.maps)
+        part = self.rank * workers + worker
+        p = echoflow.Pipeline(
+            self._spec_for(part, self.world_size * workers),
+            seed=echoflow.epoch_seed(self.seed, self.epoch, part),
+            on_error=self.on_error, maps=self.maps)
         self._pipeline = p
         with p:
             for sample in p:

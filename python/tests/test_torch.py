@@ -1,5 +1,6 @@
 """echoflow.torch.Loader: torch tensors without a copy, sharding by rank and
 by DataLoader worker, epochs."""
+import os
 import socket
 
 import numpy
@@ -54,6 +55,17 @@ def test_ranks_read_disjoint_parts_that_cover_the_data():
                if p is not q)
 
 
+def test_every_rank_shuffles_in_its_own_order():
+    # rank r reads indices 2k + r; in the same order, k would line up
+    halves = [[i // 2 for i in indices(Loader("range:n=1000 | shuffle:1000",
+                                              rank=r, world_size=2))]
+              for r in (0, 1)]
+    assert sorted(halves[0]) == sorted(halves[1]) == list(range(500))
+    assert halves[0] != halves[1]
+
+
+@pytest.mark.skipif("libtsan" in os.environ.get("LD_PRELOAD", ""),
+                    reason="TSan cannot start threads in a forked child")
 def test_dataloader_workers_shard_as_well():
     # two ranks of two workers each: four disjoint parts, the data once
     got = [indices(DataLoader(Loader("range:n=600 | batch:10", rank=r,
