@@ -20,8 +20,8 @@ builds
     tar:urls=DATA/train-{000000..000005}.tar | decode | shuffle:5000
         | echo:factor=2,shuffle=1000 | batch:64
 
-as an echoflow.torch.Loader, which adds shard=rank/world_size to the tar
-source: rank r reads the shards s with s % world_size == r, so the ranks
+as an echoflow.torch.Loader, whose tar source reads part rank of
+world_size: rank r reads the shards s with s % world_size == r, so the ranks
 read disjoint parts and together the whole split. The echo stage emits each
 example twice (its copies spread apart by a shuffle buffer), so the ranks
 train on twice the examples their input reads. An MLP wrapped in
@@ -227,9 +227,8 @@ def run(args):
     # rank and world_size come from torch.distributed
     loader = echoflow.torch.Loader(pipeline_spec(args), seed=args.seed)
     if rank == 0:
-        print("%d ranks, rank 0: %s"
-              % (world, echoflow.shard_spec(loader.spec, 0, world)
-                 if world > 1 else loader.spec), flush=True)
+        print("%d ranks, each reading its part (shard=RANK/%d) of: %s"
+              % (world, world, loader.spec), flush=True)
     epochs = []
     for epoch in range(args.epochs):
         start = time.monotonic()

@@ -147,6 +147,14 @@ static int add_stage(pending *pd, const char *name, size_t name_len,
     return add_def(pd, def, opts, opts_len, err);
 }
 
+static int takes_shard(const ef__stage_def *def)
+{
+    for (int i = 0; i < def->info.noptions; i++)
+        if (!strcmp(def->info.options[i].name, "shard"))
+            return 1;
+    return 0;
+}
+
 static int add_def(pending *pd, const ef__stage_def *def, const char *opts,
                    size_t opts_len, ef__err *err)
 {
@@ -165,6 +173,12 @@ static int add_def(pending *pd, const ef__stage_def *def, const char *opts,
                            "stage '%s' is a source: it can only be the first "
                            "stage",
                            buf);
+    if (def->is_source && pd->p->ctx.shard_n > 0 && !takes_shard(def))
+        return ef__err_set(err, EF_ESPEC,
+                           "stage '%s' cannot read part %lld of %lld: it has "
+                           "no shard option",
+                           buf, (long long)pd->p->ctx.shard_i,
+                           (long long)pd->p->ctx.shard_n);
     ef__stage *s;
     int rc = ef__stage_create(&s, def, opts, opts_len, &pd->p->ctx, pd->fn,
                               pd->user, err);
@@ -193,6 +207,26 @@ static int commit(pending *pd, int rc)
 static int spec_stage(void *arg, const ef__spec_stage *st, ef__err *err)
 {
     return add_stage(arg, st->name, st->name_len, st->opts, st->opts_len, err);
+}
+
+int ef_pipeline_set_shard(ef_pipeline *p, int64_t index, int64_t count)
+{
+    if (!p)
+        return EF_EINVAL;
+    int rc = check_state(p);
+    if (rc != EF_OK)
+        return rc;
+    if (count < 1 || count > 1000000 || index < 0 || index >= count)
+        return ef__err_set(&p->err, EF_EINVAL,
+                           "shard: part %lld of %lld: expected 0 <= part < "
+                           "count <= 1000000",
+                           (long long)index, (long long)count);
+    if (p->nstages > 0)
+        return ef__err_set(&p->err, EF_ESTATE,
+                           "shard: set the part before adding the source");
+    p->ctx.shard_i = index;
+    p->ctx.shard_n = count;
+    return EF_OK;
 }
 
 int ef_pipeline_parse(ef_pipeline *p, const char *spec)

@@ -72,6 +72,20 @@ int ef__shard_parse(const ef__stage *s, const ef__opts *o, ef__shard *out,
     const char *text = ef__opt_string(o, "shard");
     long long i, n;
     int used = 0;
+    const ef__ctx *ctx = s->ctx;
+    if (ctx->shard_n > 0) {
+        if (strcmp(text, "0/1") != 0)
+            return ef__err_set(err, EF_ESPEC,
+                               "stage '%s': shard=%s, but the pipeline "
+                               "reads part %lld of %lld already; give one "
+                               "or the other",
+                               s->def->info.name, text,
+                               (long long)ctx->shard_i,
+                               (long long)ctx->shard_n);
+        out->i = ctx->shard_i;
+        out->n = ctx->shard_n;
+        return EF_OK;
+    }
     if (sscanf(text, "%lld/%lld%n", &i, &n, &used) != 2 ||
         (size_t)used != strlen(text) || n < 1 || n > 1000000 || i < 0 || i >= n)
         return ef__err_set(err, EF_ESPEC,

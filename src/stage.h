@@ -57,6 +57,7 @@ typedef struct {
     _Atomic uint64_t skipped; /* bad samples dropped, all stages */
     pthread_mutex_t skip_mu;  /* guards skip_msg */
     char skip_msg[EF__ERR_MAX]; /* why the first one was dropped */
+    int64_t shard_i, shard_n; /* ef_pipeline_set_shard(); n = 0: unset */
 } ef__ctx;
 
 /* Sleeps until the monotonic deadline; EF_ECANCELED if the pipeline is
@@ -155,7 +156,9 @@ typedef struct {
     int64_t i, n;
 } ef__shard;
 
-/* Parses the `shard` option of stage `s` ("I/N", 0 <= I < N). */
+/* The share stage `s` reads: its `shard` option ("I/N", 0 <= I < N), or
+ * the pipeline's (ef_pipeline_set_shard), which a source's own option
+ * other than the default 0/1 contradicts. */
 int ef__shard_parse(const ef__stage *s, const ef__opts *o, ef__shard *out,
                     ef__err *err);
 

@@ -50,6 +50,51 @@ static void test_range(void **state)
     ef_pipeline_destroy(p);
 }
 
+static int empty_source(void *user, int64_t epoch, int block, ef_sample **out)
+{
+    (void)user, (void)epoch, (void)block, (void)out;
+    return EF_END;
+}
+
+/* ef_pipeline_set_shard: the source reads its part, as with shard=I/N. */
+static void test_pipeline_shard(void **state)
+{
+    (void)state;
+    ef_pipeline *p;
+    assert_int_equal(ef_pipeline_create(&p), EF_OK);
+    assert_int_equal(ef_pipeline_set_shard(p, 1, 3), EF_OK);
+    assert_int_equal(ef_pipeline_parse(p, "range:n=10"), EF_OK);
+    for (int64_t i = 1; i < 10; i += 3) {
+        ef_sample *s = eft_next(p);
+        assert_int_equal(eft_i64(s, "index"), i);
+        ef_sample_free(s);
+    }
+    eft_expect_end(p);
+    assert_int_equal(ef_pipeline_set_shard(p, 0, 2), EF_ESTATE);
+    ef_pipeline_destroy(p);
+
+    /* too late once the source is there */
+    ef_pipeline_create(&p);
+    assert_int_equal(ef_pipeline_parse(p, "range:n=10"), EF_OK);
+    assert_int_equal(ef_pipeline_set_shard(p, 0, 2), EF_ESTATE);
+    assert_non_null(strstr(ef_pipeline_error(p), "before adding the source"));
+    ef_pipeline_destroy(p);
+
+    ef_pipeline_create(&p);
+    assert_int_equal(ef_pipeline_set_shard(p, 2, 2), EF_EINVAL);
+    assert_non_null(strstr(ef_pipeline_error(p), "part 2 of 2"));
+    assert_int_equal(ef_pipeline_set_shard(p, 0, 2), EF_OK);
+    /* the source's own shard contradicts the pipeline's */
+    assert_int_equal(ef_pipeline_parse(p, "range:n=10,shard=1/4"), EF_ESPEC);
+    assert_non_null(strstr(ef_pipeline_error(p), "shard=1/4"));
+    assert_non_null(strstr(ef_pipeline_error(p), "part 0 of 2"));
+    /* a C source has no shard option */
+    assert_int_equal(ef_pipeline_add_source(p, empty_source, NULL, NULL),
+                     EF_ESPEC);
+    assert_non_null(strstr(ef_pipeline_error(p), "no shard option"));
+    ef_pipeline_destroy(p);
+}
+
 static void test_batch(void **state)
 {
     (void)state;
@@ -452,6 +497,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_range),
+        cmocka_unit_test(test_pipeline_shard),
         cmocka_unit_test(test_batch),
         cmocka_unit_test(test_batch_shape_mismatch),
         cmocka_unit_test(test_take_and_repeat),

@@ -190,6 +190,13 @@ void ef_pipeline_destroy(ef_pipeline *p);
 /* Seed for every random decision (default 0). Before the first next(). */
 int ef_pipeline_set_seed(ef_pipeline *p, uint64_t seed);
 
+/* The source reads only part `index` of `count` (0 <= index < count), as
+ * its option shard=index/count would: N processes that each read their
+ * own part read the data once between them. Before the source is added;
+ * a source given its own shard= other than 0/1, or one without a shard
+ * option (a C source), is then an error (EF_ESPEC). */
+int ef_pipeline_set_shard(ef_pipeline *p, int64_t index, int64_t count);
+
 /* Appends stages from a text spec: "idx:images=a,labels=b | echo:2 |
  * batch:128". Stages are NAME[:OPT[,OPT...]] joined by '|'; OPT is
  * key=value, or a bare value for the stage's first option. On error nothing

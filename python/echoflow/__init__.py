@@ -40,7 +40,7 @@ __all__ = [
     "CallbackError", "Error", "FormatError", "Identity", "OutOfMemoryError",
     "Pipeline", "ReadError", "Sample", "ShapeError", "SpecError",
     "StateError", "StoppedError", "Tensor", "UnsupportedError",
-    "__version__", "epoch_seed", "shard_spec", "split_spec", "stages",
+    "__version__", "epoch_seed", "split_spec", "stages",
 ]
 
 
@@ -72,36 +72,6 @@ def _split_options(text):
     if opts.strip():
         out.append(opts[start:].strip())
     return name.strip(), out
-
-
-def _stage_options():
-    return {s["name"]: [o["name"] for o in s["options"]] for s in stages()}
-
-
-def shard_spec(spec, index, count):
-    """`spec` with shard=index/count added to every stage that takes it
-    (every source), so that `count` readers read disjoint parts of the
-    data. A SpecError when a stage already has a shard option or none takes
-    one."""
-    if not 0 <= index < count:
-        raise SpecError("shard %d of %d: expected 0 <= index < count"
-                        % (index, count))
-    known = _stage_options()
-    out, sharded = [], 0
-    for text in split_spec(spec):
-        name, opts = _split_options(text)
-        if "shard" in known.get(name, ()):
-            if any(o.split("=", 1)[0].strip() == "shard" for o in opts):
-                raise SpecError(
-                    "stage '%s' already has a shard option; it cannot be "
-                    "split again into %d parts" % (name, count))
-            opts.append("shard=%d/%d" % (index, count))
-            sharded += 1
-        out.append(name + (":" + ",".join(opts) if opts else ""))
-    if not sharded:
-        raise SpecError("no stage of the spec takes shard=I/N: "
-                        "it has no source to split")
-    return " | ".join(out)
 
 
 def epoch_seed(seed, epoch, part=0):
@@ -160,6 +130,9 @@ class Pipeline(_Pipeline):
     seed: every random decision derives from it (0 to 2**64 - 1).
     on_error: "fail" raises on a bad sample; "skip" drops it and counts it
         in stats().
+    shard: (part, count): the source reads only that part of the data, as
+        its option shard=part/count would, so that `count` readers read it
+        once between them.
     maps: Python callables for `map:fn=NAME` stages: NAME -> fn(sample) ->
         dict of field name to Tensor or array. They run on the map stage's
         threads and hold the GIL while they run, so they are slower than
@@ -172,8 +145,9 @@ class Pipeline(_Pipeline):
     valid.
     """
 
-    def __init__(self, spec, *, seed=0, on_error="fail", maps=None):
-        super().__init__(spec, seed, on_error)
+    def __init__(self, spec, *, seed=0, on_error="fail", shard=None,
+                 maps=None):
+        super().__init__(spec, seed, on_error, shard)
         maps = dict(maps or {})
         if not maps:
             self.parse(spec)

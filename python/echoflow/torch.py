@@ -47,8 +47,8 @@ class Loader(torch.utils.data.IterableDataset):
     rank shuffles in an order of its own, the same on every rerun.
 
     rank, world_size: this process's part of the data; by default those of
-        torch.distributed when it is initialised, else 0 and 1. Every source
-        of the spec gets shard=rank/world_size.
+        torch.distributed when it is initialised, else 0 and 1. The source
+        reads part rank of world_size (echoflow.Pipeline's shard).
     As a DataLoader's dataset (DataLoader(loader, batch_size=None,
     num_workers=W)), each worker builds its own pipeline in its own process,
     on shard rank * W + worker of world_size * W. The pipeline already runs
@@ -79,8 +79,8 @@ class Loader(torch.utils.data.IterableDataset):
         self._pipeline = None
         # Build once to raise a bad spec here rather than in a worker. No
         # thread starts before the first sample is asked for.
-        echoflow.Pipeline(self._spec_for(0, 1), seed=seed, on_error=on_error,
-                          maps=maps).close()
+        echoflow.Pipeline(spec, seed=seed, on_error=on_error,
+                          shard=(rank, world_size), maps=maps).close()
 
     def set_epoch(self, epoch):
         """Sets the epoch the next iteration reads, as DistributedSampler's
@@ -89,19 +89,14 @@ class Loader(torch.utils.data.IterableDataset):
             raise ValueError("epoch must be >= 0, not %d" % epoch)
         self.epoch = epoch
 
-    def _spec_for(self, part, parts):
-        if parts == 1:
-            return self.spec
-        return echoflow.shard_spec(self.spec, part, parts)
-
     def __iter__(self):
         info = torch.utils.data.get_worker_info()
         worker, workers = (info.id, info.num_workers) if info else (0, 1)
         part = self.rank * workers + worker
         p = echoflow.Pipeline(
-            self._spec_for(part, self.world_size * workers),
-            seed=echoflow.epoch_seed(self.seed, self.epoch, part),
-            on_error=self.on_error, maps=self.maps)
+            self.spec, seed=echoflow.epoch_seed(self.seed, self.epoch, part),
+            on_error=self.on_error, shard=(part, self.world_size * workers),
+            maps=self.maps)
         self._pipeline = p
         with p:
             for sample in p:

@@ -53,12 +53,21 @@ static PyObject *closed_error(void)
 
 static int pipeline_init(pipeline *self, PyObject *args, PyObject *kwargs)
 {
-    static char *kwlist[] = {"spec", "seed", "on_error", NULL};
-    PyObject *spec, *seed_obj;
+    static char *kwlist[] = {"spec", "seed", "on_error", "shard", NULL};
+    PyObject *spec, *seed_obj, *shard = Py_None;
     const char *on_error = "fail";
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "UO|s:_Pipeline", kwlist,
-                                     &spec, &seed_obj, &on_error))
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "UO|sO:_Pipeline", kwlist,
+                                     &spec, &seed_obj, &on_error, &shard))
         return -1;
+    long long part = 0, parts = 0;
+    if (shard != Py_None &&
+        (!PyTuple_Check(shard) ||
+         !PyArg_ParseTuple(shard, "LL", &part, &parts))) {
+        PyErr_Format(PyExc_TypeError,
+                     "shard must be a tuple (part, count) of ints, not %R",
+                     shard);
+        return -1;
+    }
     if (self->p) {
         PyErr_SetString(PyExc_RuntimeError, "the pipeline is already built");
         return -1;
@@ -89,10 +98,17 @@ static int pipeline_init(pipeline *self, PyObject *args, PyObject *kwargs)
         PyErr_NoMemory();
         return -1;
     }
+    Py_XSETREF(self->spec, Py_NewRef(spec));
     self->seed = seed;
     ef_pipeline_set_seed(self->p, seed);
     ef_pipeline_set_on_error(self->p, self->on_error);
-    Py_XSETREF(self->spec, Py_NewRef(spec));
+    if (shard != Py_None) {
+        int rc = ef_pipeline_set_shard(self->p, part, parts);
+        if (rc != EF_OK) {
+            pyef_raise(rc, ef_pipeline_error(self->p));
+            return -1;
+        }
+    }
     return 0;
 }
 

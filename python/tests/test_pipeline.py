@@ -215,6 +215,16 @@ def test_a_bad_spec_raises_value_error_naming_stage_and_option():
         echoflow.Pipeline('tar:urls="a.tar')
 
 
+def test_a_shard_reads_its_part():
+    got = [int(numpy.asarray(s["index"])) for s in items(
+        "range:n=10 | echo:2", shard=(1, 3))]
+    assert got == [1, 1, 4, 4, 7, 7]
+    with pytest.raises(echoflow.SpecError, match="part 3 of 3"):
+        echoflow.Pipeline("range:n=10", shard=(3, 3))
+    with pytest.raises(TypeError, match="shard must be"):
+        echoflow.Pipeline("range:n=10", shard=3)
+
+
 def test_bad_arguments_raise():
     with pytest.raises(ValueError, match="on_error"):
         echoflow.Pipeline("range:n=1", on_error="ignore")

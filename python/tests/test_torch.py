@@ -111,17 +111,15 @@ def test_bad_arguments_are_refused_at_construction():
         Loader("range:n=10", rank=2, world_size=2)
     with pytest.raises(ValueError, match="together"):
         Loader("range:n=10", rank=0)
-    with pytest.raises(echoflow.SpecError, match="already has a shard"):
-        list(Loader("range:n=10,shard=0/2", rank=0, world_size=2))
+    with pytest.raises(echoflow.SpecError, match="part 0 of 2 already"):
+        Loader("range:n=10,shard=1/2", rank=0, world_size=2)
     with pytest.raises(ValueError, match="epoch"):
         Loader("range:n=10").set_epoch(-1)
 
 
-def test_shard_spec_keeps_quotes_and_options():
-    spec = 'tar:urls="a.tar b.tar",cycle=2 | decode | echo:2'
-    assert echoflow.shard_spec(spec, 1, 4) == (
-        'tar:urls="a.tar b.tar",cycle=2,shard=1/4 | decode | echo:2')
-    assert echoflow.shard_spec("range:10 | batch:2", 0, 2) == (
-        "range:10,shard=0/2 | batch:2")
+def test_split_spec_keeps_quotes():
     assert echoflow.split_spec('a:x="1|2" | b') == ['a:x="1|2"', "b"]
-    assert numpy.uint64(echoflow.epoch_seed(2**64 - 1, 3)) != 0
+    assert echoflow.epoch_seed(5, 0) == 5
+    assert len({echoflow.epoch_seed(5, e, p) for e in range(3)
+                for p in range(3)}) == 9
+    assert echoflow.epoch_seed(2**64 - 1, 3, 2) < 2**64
