@@ -23,6 +23,9 @@ int cmd_train(int argc, char **argv)
 #include <cblas.h>
 
 #include "trainer.h"
+#ifdef EF_HAVE_MPI
+#include "train_mpi.h"
+#endif
 
 #define FMNIST "/usr/share/datasets/fashion-mnist"
 
@@ -31,7 +34,8 @@ typedef struct {
     const char *data, *spec, *test_spec, *echo, *echo_at;
     double throttle;
     int json;
-    char spec_buf[4096], test_buf[1024];
+    eft_comm comm; /* under mpirun: this process's rank and the size */
+    char spec_buf[4096], test_buf[1024], shard_buf[4096];
 } train_opts;
 
 static void usage(FILE *f)
@@ -60,7 +64,14 @@ static void usage(FILE *f)
             "  --schedule constant|linear  --warmup STEPS  --seed S  "
             "--threads N\n"
             "  --target-acc A   --eval-every N (fresh examples)  --max-fresh "
-            "N  --json\n");
+            "N  --json\n"
+            "  --save-model PATH   write the weights at the end (format: "
+            "train/model.h)\n"
+            "data parallel (under mpirun -np N, each process reads "
+            "shard=RANK/N):\n"
+            "  --check-sync     check after every step that every process "
+            "holds the\n"
+            "                   same weights, bit for bit\n");
 }
 
 static int number(const char *opt, const char *v, double min, double max,
@@ -128,6 +139,10 @@ static int parse(train_opts *o, int argc, char **argv)
             o->json = 1;
             continue;
         }
+        if (!strcmp(a, "--check-sync")) {
+            c->check_sync = 1;
+            continue;
+        }
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             usage(stdout);
             exit(0);
@@ -158,6 +173,8 @@ static int parse(train_opts *o, int argc, char **argv)
             o->echo = v;
         } else if (!strcmp(a, "--echo-at")) {
             o->echo_at = v;
+        } else if (!strcmp(a, "--save-model")) {
+            c->save_model = v;
         } else if (!strcmp(a, "--model")) {
             if (eft_arch_parse(v, &c->arch)) {
                 fprintf(stderr,
@@ -256,12 +273,15 @@ static int preset(train_opts *o)
     return 0;
 }
 
-static ef_pipeline *build(const char *spec, uint64_t seed, const char *what)
+/* A pipeline from `spec`; with `comm`, reading this process's part. */
+static ef_pipeline *build(const char *spec, uint64_t seed, const char *what,
+                          const eft_comm *comm)
 {
     ef_pipeline *p;
     if (ef_pipeline_create(&p) != EF_OK)
         return NULL;
     if (ef_pipeline_set_seed(p, seed) != EF_OK ||
+        (comm && ef_pipeline_set_shard(p, comm->rank, comm->size) != EF_OK) ||
         ef_pipeline_parse(p, spec) != EF_OK) {
         fprintf(stderr, "echoflow train: %s pipeline: %s\n", what,
                 ef_pipeline_error(p));
@@ -325,8 +345,91 @@ static void json_field(const char *key, double v)
     json_value(v);
 }
 
+/* What each process reports of its own part, gathered on process 0. */
+enum { F_FRESH, F_BATCHES, F_FACTOR, F_R, F_WAIT, F_COUNT };
+
+static void own_figures(const ef_pipeline *p, const eft_result *r,
+                        double out[F_COUNT])
+{
+    ef_pipeline_stats ps;
+    ef_stage_stats st;
+    ef_pipeline_stats_get(p, &ps);
+    out[F_FRESH] = (double)r->local_fresh;
+    out[F_BATCHES] = (double)r->local_batches;
+    out[F_FACTOR] = 1;
+    out[F_R] = 0;
+    if (echo_stage(p, &st) >= 0) {
+        ef_stage_stats_extra(&st, "effective_factor", &out[F_FACTOR]);
+        ef_stage_stats_extra(&st, "r_estimate", &out[F_R]);
+    }
+    out[F_WAIT] = ps.consumer_wait_fraction;
+}
+
+/* The smallest and largest of figure f over the n processes. */
+static void spread(const double *all, int n, int f, double *lo, double *hi)
+{
+    *lo = *hi = all[f];
+    for (int i = 1; i < n; i++) {
+        double v = all[i * F_COUNT + f];
+        *lo = v < *lo ? v : *lo;
+        *hi = v > *hi ? v : *hi;
+    }
+}
+
+/* Under mpirun: the processes, their parts, and the collectives' cost. */
+static void report_ranks_json(const eft_comm *c, const eft_result *r,
+                              const double *all, int has_echo)
+{
+    printf(", \"processes\": %d", c->size);
+    json_field("comm_s", r->comm_s);
+    json_field("comm_ms_per_step",
+               r->final.steps ? 1e3 * r->comm_s / (double)r->final.steps : 0);
+    printf(", \"ranks\": [");
+    for (int i = 0; i < c->size; i++) {
+        const double *f = all + i * F_COUNT;
+        printf("%s{\"rank\": %d", i ? ", " : "", i);
+        json_field("fresh", f[F_FRESH]);
+        json_field("batches", f[F_BATCHES]);
+        json_field("effective_factor", f[F_FACTOR]);
+        json_field("r_estimate", f[F_R]);
+        json_field("consumer_wait_fraction", f[F_WAIT]);
+        printf("}");
+    }
+    printf("]");
+    if (has_echo) {
+        double lo, hi, rlo, rhi;
+        spread(all, c->size, F_FACTOR, &lo, &hi);
+        spread(all, c->size, F_R, &rlo, &rhi);
+        printf(", \"echo_spread\": {\"effective_factor\": [");
+        json_value(lo);
+        printf(", ");
+        json_value(hi);
+        printf("], \"r_estimate\": [");
+        json_value(rlo);
+        printf(", ");
+        json_value(rhi);
+        printf("]}");
+    }
+}
+
+static void report_ranks_text(const eft_comm *c, const eft_result *r,
+                              const double *all)
+{
+    printf("%d processes; collectives took %.2f s (%.2f ms a step)\n",
+           c->size, r->comm_s,
+           r->final.steps ? 1e3 * r->comm_s / (double)r->final.steps : 0);
+    for (int i = 0; i < c->size; i++) {
+        const double *f = all + i * F_COUNT;
+        printf("  rank %d: %.0f fresh examples in %.0f batches, echo "
+               "factor %.2f at R = %.2f, waited %.1f%%\n",
+               i, f[F_FRESH], f[F_BATCHES], f[F_FACTOR], f[F_R],
+               100 * f[F_WAIT]);
+    }
+}
+
+/* `all`: every process's figures, under mpirun; NULL otherwise. */
 static void report(const train_opts *o, const ef_pipeline *p,
-                   const eft_result *r, int json)
+                   const eft_result *r, const double *all, int json)
 {
     ef_pipeline_stats ps;
     ef_stage_stats st;
@@ -363,6 +466,8 @@ static void report(const train_opts *o, const ef_pipeline *p,
             }
             printf("}");
         }
+        if (all)
+            report_ranks_json(o->cfg.comm, r, all, has_echo);
         printf("}\n");
         return;
     }
@@ -397,46 +502,60 @@ static void report(const train_opts *o, const ef_pipeline *p,
         }
         printf("\n");
     }
+    if (all)
+        report_ranks_text(o->cfg.comm, r, all);
 }
 
-int cmd_train(int argc, char **argv)
+/* Checks the options and builds the spec; returns 0, or the exit code. */
+static int setup(train_opts *o, int launched, int argc, char **argv)
 {
-    train_opts o;
-    memset(&o, 0, sizeof o);
-    if (parse(&o, argc, argv))
+    if (parse(o, argc, argv))
         return 2;
-    if (o.data && (o.spec || o.test_spec)) {
+    if (launched)
+        o->cfg.comm = &o->comm;
+    if (o->data && (o->spec || o->test_spec)) {
         fprintf(stderr, "echoflow train: give --data or --spec/--test-spec, "
                         "not both\n");
         return 2;
     }
-    if (!o.data && (!o.spec || !o.test_spec)) {
+    if (!o->data && (!o->spec || !o->test_spec)) {
         fprintf(stderr, "echoflow train: give --data fashion-mnist, or both "
                         "--spec and --test-spec\n");
         usage(stderr);
         return 2;
     }
-    if (!o.data && (o.echo || o.throttle > 0)) {
+    if (!o->data && (o->echo || o->throttle > 0)) {
         fprintf(stderr, "echoflow train: --echo and --throttle shape the "
                         "--data pipeline; with --spec, write the stages in "
                         "the spec\n");
         return 2;
     }
-    if (o.data && preset(&o))
+    if (o->cfg.check_sync && !o->cfg.comm) {
+        fprintf(stderr, "echoflow train: --check-sync checks the processes "
+                        "of a run under mpirun; this is one process\n");
         return 2;
+    }
+    return o->data && preset(o) ? 2 : 0;
+}
+
+/* Everything after the options: 0, or the exit code. */
+static int run(train_opts *o)
+{
+    const eft_comm *comm = o->cfg.comm;
+    int lead = !comm || comm->rank == 0; /* the process that prints */
     /* the trainer's threads split each batch; BLAS stays on one */
     openblas_set_num_threads(1);
-
-    ef_pipeline *test_p = build(o.test_spec, o.cfg.seed, "test");
+    /* every process evaluates its slice of the whole held-out set */
+    ef_pipeline *test_p = build(o->test_spec, o->cfg.seed, "test", NULL);
     ef_pipeline *train_p =
-        test_p ? build(o.spec, o.cfg.seed, "training") : NULL;
+        test_p ? build(o->spec, o->cfg.seed, "training", comm) : NULL;
     if (!train_p) {
         ef_pipeline_destroy(test_p);
         return 2;
     }
     char err[1024];
     eft_dataset test;
-    if (eft_dataset_load(test_p, o.cfg.mean, o.cfg.std, &test, err,
+    if (eft_dataset_load(test_p, o->cfg.mean, o->cfg.std, &test, err,
                          sizeof err)) {
         fprintf(stderr, "echoflow train: %s\n", err);
         ef_pipeline_destroy(test_p);
@@ -444,20 +563,57 @@ int cmd_train(int argc, char **argv)
         return 1;
     }
     ef_pipeline_destroy(test_p);
-    if (!o.json)
-        fprintf(stderr, "training on: %s\n", o.spec);
+    if (!o->json && lead)
+        fprintf(stderr, "training on: %s%s\n", o->spec,
+                comm ? " (each process its part: shard=RANK/N)" : "");
     /* --json keeps stderr for errors unless a person is watching */
-    progress_ctx pc = {train_p, isatty(2), o.json && !isatty(2)};
+    progress_ctx pc = {train_p, isatty(2), !lead || (o->json && !isatty(2))};
     eft_result r;
-    int rc = eft_train(&o.cfg, train_p, &test, on_progress, 20, &pc, &r, err,
+    int rc = eft_train(&o->cfg, train_p, &test, on_progress, 20, &pc, &r, err,
                        sizeof err);
-    if (rc)
+    double mine[F_COUNT], *all = NULL;
+    if (rc == 0 && comm) {
+        own_figures(train_p, &r, mine);
+        all = calloc((size_t)comm->size * F_COUNT, sizeof *all);
+        if (!all) {
+            snprintf(err, sizeof err, "out of memory");
+            rc = -1;
+        } else if (comm->gather(comm->user, mine, F_COUNT, all, err, sizeof err))
+            rc = -1;
+    }
+    if (rc && comm)
+        fprintf(stderr, "echoflow train: rank %d: %s\n", comm->rank, err);
+    else if (rc)
         fprintf(stderr, "echoflow train: %s\n", err);
-    else
-        report(&o, train_p, &r, o.json);
+    else if (lead)
+        report(o, train_p, &r, all, o->json);
+    free(all);
     free((void *)test.x);
     free((void *)test.y);
     ef_pipeline_destroy(train_p);
     return rc ? 1 : 0;
+}
+
+int cmd_train(int argc, char **argv)
+{
+    train_opts o;
+    memset(&o, 0, sizeof o);
+#ifdef EF_HAVE_MPI
+    char err[512];
+    int launched = train_mpi_start(&argc, &argv, &o.comm, err, sizeof err);
+    if (launched < 0) {
+        fprintf(stderr, "echoflow train: %s\n", err);
+        return 1;
+    }
+#else
+    int launched = 0;
+#endif
+    int rc = setup(&o, launched, argc, argv);
+    if (rc == 0)
+        rc = run(&o);
+#ifdef EF_HAVE_MPI
+    train_mpi_finish(rc);
+#endif
+    return rc;
 }
 #endif

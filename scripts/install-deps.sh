@@ -18,6 +18,7 @@ packages=(
   python3-numpy python3-torch # ... the arrays and tensors it feeds
   python3-pytest              # ... and its tests
   nginx                       # the HTTP integration test serves shards
+  openmpi-bin libopenmpi-dev  # echoflow train under mpirun
   dataset-fashion-mnist       # the real data: /usr/share/datasets/fashion-mnist
 )
 if [ "${1:-}" = "--bench" ]; then

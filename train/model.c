@@ -7,7 +7,9 @@
  * meanwhile, then waits for pending to reach zero. */
 #include "model.h"
 
+#include <errno.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -432,4 +434,43 @@ void eft_model_param(eft_model *m, int i, float **value, float **grad,
     }
     *value = *grad = NULL;
     *n = 0;
+}
+
+/* ---- saving ---------------------------------------------------------- */
+
+static int put(FILE *f, const void *p, size_t n)
+{
+    return fwrite(p, 1, n, f) == n ? 0 : -1;
+}
+
+int eft_model_save(eft_model *m, const char *path, char *err, size_t len)
+{
+    char tmp[4096];
+    if (snprintf(tmp, sizeof tmp, "%s.partial", path) >= (int)sizeof tmp) {
+        snprintf(err, len, "--save-model: path too long");
+        return -1;
+    }
+    FILE *f = fopen(tmp, "wb");
+    if (!f) {
+        snprintf(err, len, "%s: cannot create: %s", tmp, strerror(errno));
+        return -1;
+    }
+    /* the machines this builds for are little-endian, as the format */
+    uint32_t head[3] = {1, (uint32_t)m->arch,
+                        (uint32_t)eft_model_param_count(m)};
+    int rc = put(f, "EFTMODEL", 8) | put(f, head, sizeof head);
+    for (int i = 0; rc == 0 && i < eft_model_param_count(m); i++) {
+        float *v, *g;
+        size_t n;
+        eft_model_param(m, i, &v, &g, &n);
+        uint64_t count = n;
+        rc = put(f, &count, sizeof count) | put(f, v, n * sizeof *v);
+    }
+    if (fclose(f) != 0)
+        rc = -1;
+    if (rc == 0 && rename(tmp, path) == 0)
+        return 0;
+    snprintf(err, len, "%s: cannot write: %s", path, strerror(errno));
+    remove(tmp);
+    return -1;
 }

@@ -91,4 +91,11 @@ int eft_model_param_count(const eft_model *m);
 void eft_model_param(eft_model *m, int i, float **value, float **grad,
                      size_t *n);
 
+/* Writes the weights to `path` (through a temporary file and a rename, so
+ * the file is whole or absent): "EFTMODEL", then little-endian u32 format
+ * version (1), architecture (0 mlp, 1 cnn) and tensor count, then for
+ * each tensor of eft_model_param() a u64 element count and its f32
+ * values. Returns 0, or -1 with a message in err. */
+int eft_model_save(eft_model *m, const char *path, char *err, size_t len);
+
 #endif

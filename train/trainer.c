@@ -1,6 +1,8 @@
 /* The training loop (see trainer.h). */
 #include "trainer.h"
 
+#include "distributed.h"
+
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -151,6 +153,102 @@ static double lr_at(const eft_config *c, long steps, long fresh)
     return lr > 0 ? lr : 0;
 }
 
+/* What one step did: this process's share and the step's in all. */
+typedef struct {
+    int n;            /* this process's examples */
+    long local_fresh; /* ... of them fresh */
+    double total_n, total_fresh, loss;
+} step_result;
+
+/* One step of a data-parallel run: every process takes part in each, one
+ * whose data ran out with no examples, until every one's has run out
+ * (returns 1). A process that failed makes every one stop (-1). */
+static int dist_step(const eft_config *cfg, eft_dist *d, eft_model *m,
+                     ef_pipeline *train, float *x, int64_t *y, double lr,
+                     const eft_sgd *opt, step_result *r, char *err,
+                     size_t errlen)
+{
+    ef_sample *s;
+    int st = ef_pipeline_next(train, &s), failed = 0;
+    memset(r, 0, sizeof *r);
+    if (st == EF_OK) {
+        ef_sample_id id = ef_sample_identity(s);
+        failed = unpack(s, cfg->mean, cfg->std, cfg->batch, x, y, &r->n, err,
+                        errlen) != 0;
+        ef_sample_free(s);
+        r->local_fresh = id.echo_copy == 0 ? id.fresh : 0;
+    } else if (st != EF_END) {
+        failed = fail(err, errlen, "%s", ef_pipeline_error(train)) != 0;
+    }
+    if (failed)
+        r->n = 0, r->local_fresh = 0;
+    double counts[3] = {r->n, (double)r->local_fresh, failed};
+    if (eft_dist_sum(d, counts, 3, err, errlen))
+        return -1;
+    if (counts[2] > 0) {
+        if (!failed)
+            fail(err, errlen,
+                 "another process failed (its own message says why)");
+        return -1;
+    }
+    if (counts[0] == 0)
+        return 1; /* every process's data ran out */
+    r->total_n = counts[0];
+    r->total_fresh = counts[1];
+    double local_loss = r->n ? eft_model_run(m, x, y, r->n, 1, NULL) : 0;
+    if (eft_dist_average(d, m, r->n, local_loss, r->total_n, &r->loss, err,
+                         errlen))
+        return -1;
+    eft_model_sgd_step(m, opt, lr);
+    if (cfg->check_sync) {
+        int same;
+        if (eft_dist_in_sync(d, m, &same, err, errlen))
+            return -1;
+        if (!same) {
+            fail(err, errlen,
+                 "the processes' weights differ after a step: their "
+                 "gradients did not sum to the same values");
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* One step of a single process; returns 1 when the data ran out. */
+static int local_step(const eft_config *cfg, eft_model *m, ef_pipeline *train,
+                      float *x, int64_t *y, double lr, const eft_sgd *opt,
+                      step_result *r, char *err, size_t errlen)
+{
+    ef_sample *s;
+    memset(r, 0, sizeof *r);
+    int st = ef_pipeline_next(train, &s);
+    if (st == EF_END)
+        return 1;
+    if (st != EF_OK)
+        return fail(err, errlen, "%s", ef_pipeline_error(train));
+    ef_sample_id id = ef_sample_identity(s);
+    int rc = unpack(s, cfg->mean, cfg->std, cfg->batch, x, y, &r->n, err,
+                    errlen);
+    ef_sample_free(s);
+    if (rc != 0)
+        return -1;
+    r->local_fresh = id.echo_copy == 0 ? id.fresh : 0;
+    r->total_n = r->n;
+    r->total_fresh = (double)r->local_fresh;
+    r->loss = eft_model_train_batch(m, x, y, r->n, opt, lr, NULL);
+    return 0;
+}
+
+static int evaluate(eft_dist *d, eft_model *m, const eft_dataset *test,
+                    eft_progress *p, char *err, size_t errlen)
+{
+    if (d->comm)
+        return eft_dist_evaluate(d, m, test->x, test->y, test->n, &p->loss,
+                                 &p->accuracy, err, errlen);
+    eft_model_evaluate(m, test->x, test->y, test->n, &p->loss, &p->accuracy);
+    return 0;
+}
+
 int eft_train(const eft_config *cfg, ef_pipeline *train,
               const eft_dataset *test, eft_progress_fn progress,
               long every_steps, void *user, eft_result *res, char *err,
@@ -161,58 +259,60 @@ int eft_train(const eft_config *cfg, ef_pipeline *train,
         eft_model_create(cfg->arch, cfg->batch, cfg->threads, cfg->seed);
     float *x = malloc((size_t)cfg->batch * IMAGE_SIZE * sizeof(float));
     int64_t *y = malloc((size_t)cfg->batch * sizeof(int64_t));
+    eft_dist d = {0};
     if (!m || !x || !y) {
         eft_model_destroy(m);
         free(x);
         free(y);
         return fail(err, errlen, "train: out of memory");
     }
+    int rc = 0;
+    if (cfg->comm && (eft_dist_init(&d, cfg->comm, m, err, errlen) ||
+                      eft_dist_share_weights(&d, m, err, errlen)))
+        rc = -1;
     const eft_sgd opt = {cfg->momentum, cfg->weight_decay, cfg->nesterov};
     eft_progress *p = &res->final;
     long next_eval = cfg->eval_every;
     long evaluated_at = -1; /* fresh count of the last evaluation */
     double loss_window[50] = {0};
-    int rc = 0;
     double t0 = 0; /* set at the first batch: startup is the pipeline's */
-    while (p->fresh < cfg->max_fresh) {
-        ef_sample *s;
-        int st = ef_pipeline_next(train, &s);
+    while (rc == 0 && p->fresh < cfg->max_fresh) {
+        step_result r;
+        double lr = lr_at(cfg, p->steps, p->fresh);
+        int st = cfg->comm ? dist_step(cfg, &d, m, train, x, y, lr, &opt, &r,
+                                       err, errlen)
+                           : local_step(cfg, m, train, x, y, lr, &opt, &r,
+                                        err, errlen);
         if (t0 == 0)
             t0 = now_s();
-        if (st == EF_END)
-            break; /* the data ran out before the budget */
-        if (st != EF_OK) {
-            rc = fail(err, errlen, "%s", ef_pipeline_error(train));
+        if (st != 0) {
+            rc = st < 0 ? -1 : 0; /* 1: the data ran out before the budget */
             break;
         }
-        ef_sample_id id = ef_sample_identity(s);
-        int n;
-        rc = unpack(s, cfg->mean, cfg->std, cfg->batch, x, y, &n, err, errlen);
-        ef_sample_free(s);
-        if (rc != 0)
-            break;
-        double loss = eft_model_train_batch(
-            m, x, y, n, &opt, lr_at(cfg, p->steps, p->fresh), NULL);
-        loss_window[p->steps % 50] = loss;
+        loss_window[p->steps % 50] = r.loss;
         p->steps++;
-        if (!isfinite(loss)) {
+        if (!isfinite(r.loss)) {
             /* the weights are NaN or infinite now; no step brings them
                back, so training on would only burn the budget */
             res->diverged_at_step = p->steps;
         }
-        p->examples += n;
-        p->fresh += id.echo_copy == 0 ? id.fresh : 0;
+        p->examples += (long)r.total_n;
+        p->fresh += (long)r.total_fresh;
+        res->local_fresh += r.local_fresh;
+        res->local_batches += r.n > 0;
         int window = p->steps < 50 ? (int)p->steps : 50;
         p->train_loss = 0;
         for (int i = 0; i < window; i++)
             p->train_loss += loss_window[i] / window;
 
-        int evaluate = test && p->fresh >= next_eval;
-        if (evaluate) {
+        int evaluate_now = test && p->fresh >= next_eval;
+        if (evaluate_now) {
             double te = now_s();
             p->train_s = te - t0 - p->eval_s;
-            eft_model_evaluate(m, test->x, test->y, test->n, &p->loss,
-                               &p->accuracy);
+            if (evaluate(&d, m, test, p, err, errlen)) {
+                rc = -1;
+                break;
+            }
             p->evaluated = 1;
             evaluated_at = p->fresh;
             p->eval_s += now_s() - te;
@@ -228,23 +328,26 @@ int eft_train(const eft_config *cfg, ef_pipeline *train,
         }
         p->train_s = now_s() - t0 - p->eval_s;
         if (progress &&
-            (evaluate || (every_steps > 0 && p->steps % every_steps == 0)))
-            progress(user, p, evaluate);
+            (evaluate_now || (every_steps > 0 && p->steps % every_steps == 0)))
+            progress(user, p, evaluate_now);
         if (res->reached || res->diverged_at_step)
             break;
     }
     /* a final evaluation when the last one is stale */
     if (rc == 0 && test && !res->reached && evaluated_at != p->fresh) {
         double te = now_s();
-        eft_model_evaluate(m, test->x, test->y, test->n, &p->loss,
-                           &p->accuracy);
-        p->evaluated = 1;
+        rc = evaluate(&d, m, test, p, err, errlen);
+        p->evaluated = rc == 0;
         p->eval_s += now_s() - te;
-        if (progress)
+        if (progress && rc == 0)
             progress(user, p, 1);
     }
     res->train_examples_per_s =
         p->train_s > 0 ? (double)p->examples / p->train_s : 0;
+    res->comm_s = d.comm_s;
+    if (rc == 0 && cfg->save_model && (!cfg->comm || cfg->comm->rank == 0))
+        rc = eft_model_save(m, cfg->save_model, err, errlen);
+    eft_dist_free(&d);
     eft_model_destroy(m);
     free(x);
     free(y);

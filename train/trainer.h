@@ -13,6 +13,27 @@
 
 typedef enum { EFT_LR_CONSTANT = 0, EFT_LR_LINEAR } eft_schedule;
 
+/* Collectives among the processes of a data-parallel run, each training a
+ * replica of the model on its own part of the data (see distributed.h).
+ * The trainer stays free of any communication library: the caller (the
+ * echoflow command, with MPI) supplies them. Each returns 0, or -1 with a
+ * message in err. */
+typedef struct {
+    int rank, size;
+    void *user;
+    /* v[i] becomes the sum of v[i] over the processes, on every one */
+    int (*sum_floats)(void *user, float *v, size_t n, char *err, size_t len);
+    int (*sum_doubles)(void *user, double *v, size_t n, char *err,
+                       size_t len);
+    /* v becomes process 0's v on every process */
+    int (*broadcast)(void *user, float *v, size_t n, char *err, size_t len);
+    /* *same becomes 1 when every process passed the same value */
+    int (*agree)(void *user, uint64_t value, int *same, char *err, size_t len);
+    /* process 0 gets every process's n values, by rank, in all[] */
+    int (*gather)(void *user, const double *mine, size_t n, double *all,
+                  char *err, size_t len);
+} eft_comm;
+
 typedef struct {
     eft_arch arch;
     int batch;   /* the largest batch the pipeline yields */
@@ -26,11 +47,18 @@ typedef struct {
     long eval_every;       /* fresh examples between evaluations */
     long max_fresh;        /* stop after this many fresh examples */
     double mean, std;      /* u8 images become (x / 255 - mean) / std */
+    const eft_comm *comm;  /* a data-parallel run; NULL: one process */
+    int check_sync;        /* with comm: after every step, check that every
+                              process holds the same weights, bit for bit */
+    const char *save_model; /* eft_model_save() the weights here at the
+                               end (process 0 of a data-parallel run) */
 } eft_config;
 
 /* Set where config fields have no default of their own. */
 void eft_config_defaults(eft_config *c);
 
+/* With comm, fresh, steps and examples count every process's, and the
+ * evaluation is of the whole held-out set, split across processes. */
 typedef struct {
     long fresh, steps, examples; /* examples: fresh + echoed, trained on */
     double train_s, eval_s;      /* wall time training / evaluating */
@@ -46,6 +74,9 @@ typedef struct {
     long diverged_at_step;   /* the step whose loss was not finite, or 0 */
     eft_progress final;
     double train_examples_per_s; /* examples trained on per training second */
+    /* this process's part, with comm */
+    long local_fresh, local_batches;
+    double comm_s; /* time in collectives during training steps */
 } eft_result;
 
 /* Called after every evaluation (evaluated = 1) and every `every_steps`
