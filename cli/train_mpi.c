@@ -80,6 +80,11 @@ int train_mpi_start(int *argc, char ***argv, eft_comm *comm, char *err,
 {
     if (!launched())
         return 0;
+    /* A process waiting in a collective spins by default, taking a core
+     * from the pipeline's threads and the model's; with the input on the
+     * same cores, yielding is worth more than the microseconds it costs.
+     * The user's own setting wins. */
+    setenv("OMPI_MCA_mpi_yield_when_idle", "1", 0);
     int provided;
     if (mpi_check(MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided),
                   "MPI_Init_thread", err, len))
