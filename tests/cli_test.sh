@@ -283,6 +283,21 @@ need(doc["reached"] is False, "no target was set")
 EOF
         check_json train_short "$TMP/train_short.py"
     fi
+    # images with a channel dimension ([B,1,28,28], as decode gives
+    # [B,28,28,1]) in both pipelines, and --save-model's file
+    run train_chw train --spec "idx:images=$IMG,labels=$LAB | to_chw | batch:128" \
+        --test-spec "idx:images=$IMG,labels=$LAB | take:2000 | to_chw | batch:1000" \
+        --max-fresh 1280 --eval-every 1280 --save-model "$TMP/chw.model" --json
+    if [ "$rc" -eq 0 ] && [ "$(head -c 8 "$TMP/chw.model")" = EFTMODEL ] &&
+            [ ! -e "$TMP/chw.model.partial" ]; then
+        pass "train: [B,1,28,28] images train and evaluate; the model is saved"
+    else
+        fail "train with channels: rc $rc: $(cat "$TMP/train_chw.err")"
+    fi
+    run train_save_bad train --data fashion-mnist --max-fresh 128 \
+        --save-model "$TMP/no/such/dir/m.model"
+    [ "$rc" -eq 1 ] && grep -q "no/such/dir.*cannot create" "$TMP/train_save_bad.err" ||
+        fail "--save-model into a missing folder: rc $rc, $(cat "$TMP/train_save_bad.err")"
     # a run that diverges (NaN loss) stops there and still prints valid
     # JSON: null for the loss
     run train_nan train --data fashion-mnist --lr 50 --max-fresh 25600 \

@@ -102,7 +102,7 @@ int eft_dataset_load(ef_pipeline *p, double mean, double std, eft_dataset *out,
     memset(out, 0, sizeof *out);
     while ((rc = ef_pipeline_next(p, &s)) == EF_OK) {
         ef_tensor img;
-        int64_t b = ef_sample_get(s, "image", &img) == EF_OK && img.ndim == 3
+        int64_t b = ef_sample_get(s, "image", &img) == EF_OK && img.ndim >= 3
                         ? img.shape[0]
                         : 1;
         if (n + (size_t)b > cap) {
@@ -119,7 +119,7 @@ int eft_dataset_load(ef_pipeline *p, double mean, double std, eft_dataset *out,
             }
         }
         int got;
-        if (img.ndim == 3)
+        if (img.ndim >= 3)
             rc = unpack(s, mean, std, (int)b, x + n * IMAGE_SIZE, y + n, &got,
                         err, errlen);
         else
