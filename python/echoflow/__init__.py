@@ -44,34 +44,31 @@ __all__ = [
 ]
 
 
+def _split_unquoted(text, sep):
+    """`text` split at each `sep` that is not inside double quotes, each
+    part stripped."""
+    parts, start, quoted = [], 0, False
+    for i, c in enumerate(text):
+        if c == '"':
+            quoted = not quoted
+        elif c == sep and not quoted:
+            parts.append(text[start:i].strip())
+            start = i + 1
+    parts.append(text[start:].strip())
+    return parts
+
+
 def split_spec(spec):
     """The stages of a spec as texts: `spec` split at each '|' that is not
     inside double quotes, each part stripped."""
-    parts, start, quoted = [], 0, False
-    for i, c in enumerate(spec):
-        if c == '"':
-            quoted = not quoted
-        elif c == "|" and not quoted:
-            parts.append(spec[start:i].strip())
-            start = i + 1
-    parts.append(spec[start:].strip())
-    return parts
+    return _split_unquoted(spec, "|")
 
 
 def _split_options(text):
     """NAME[:OPT,...] into (name, [option texts]); commas inside quotes
     stay."""
     name, _, opts = text.partition(":")
-    out, start, quoted = [], 0, False
-    for i, c in enumerate(opts):
-        if c == '"':
-            quoted = not quoted
-        elif c == "," and not quoted:
-            out.append(opts[start:i].strip())
-            start = i + 1
-    if opts.strip():
-        out.append(opts[start:].strip())
-    return name.strip(), out
+    return name.strip(), _split_unquoted(opts, ",") if opts.strip() else []
 
 
 def epoch_seed(seed, epoch, part=0):
