@@ -13,25 +13,22 @@ workers.
 import torch
 import torch.distributed
 import torch.utils.data
+import torch.utils.dlpack
 
 import echoflow
 
 try:  # the C entry point of torch.from_dlpack, without its Python checks
-    _from_capsule = torch._C._from_dlpack
+    from_capsule = torch._C._from_dlpack
 except AttributeError:  # pragma: no cover - other torch versions
-    _from_capsule = None
+    from_capsule = torch.utils.dlpack.from_dlpack
 
 
 def to_torch(sample):
     """An echoflow.Sample of Tensors as one of torch.Tensors, sharing
     memory. The torch tensors are writable views of memory that echoed
     copies share: do not write into them in place."""
-    if _from_capsule is not None:
-        out = echoflow.Sample((k, _from_capsule(v.__dlpack__()))
-                              for k, v in sample.items())
-    else:
-        out = echoflow.Sample((k, torch.from_dlpack(v))
-                              for k, v in sample.items())
+    out = echoflow.Sample((k, from_capsule(v.__dlpack__()))
+                          for k, v in sample.items())
     out.identity = sample.identity
     return out
 
@@ -97,10 +94,10 @@ class Loader(torch.utils.data.IterableDataset):
             self.spec, seed=echoflow.epoch_seed(self.seed, self.epoch, part),
             on_error=self.on_error, shard=(part, self.world_size * workers),
             maps=self.maps)
+        p.convert_with(from_capsule)  # torch tensors, made in C
         self._pipeline = p
         with p:
-            for sample in p:
-                yield to_torch(sample)
+            yield from p
 
     def stats(self):
         """The stats of the pipeline of the current (or last) iteration in

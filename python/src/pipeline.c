@@ -27,6 +27,8 @@ typedef struct {
                             error */
     int final_status;    /* EF_END or the error, once reached */
     PyObject *last_stats; /* stats() as they were at close() */
+    PyObject *convert;    /* makes each field's value of its DLPack
+                             capsule; NULL: echoflow.Tensor */
 } pipeline;
 
 static void lock(pipeline *self)
@@ -174,7 +176,7 @@ static PyObject *pipeline_iternext(pipeline *self)
     }
     if (rc == EF_OK) {
         unlock(self);
-        PyObject *obj = pyef_sample_from(s);
+        PyObject *obj = pyef_sample_from(s, self->convert);
         ef_sample_free(s);
         return obj;
     }
@@ -193,6 +195,14 @@ static PyObject *pipeline_iternext(pipeline *self)
         PyErr_Restore(type, value, tb);
     }
     return NULL;
+}
+
+static PyObject *pipeline_convert_with(pipeline *self, PyObject *fn)
+{
+    if (fn != Py_None && !PyCallable_Check(fn))
+        return PyErr_Format(PyExc_TypeError, "%R is not callable", fn);
+    Py_XSETREF(self->convert, fn == Py_None ? NULL : Py_NewRef(fn));
+    Py_RETURN_NONE;
 }
 
 static PyObject *pipeline_iter(PyObject *self)
@@ -364,6 +374,7 @@ static int pipeline_traverse(pipeline *self, visitproc visit, void *arg)
 {
     Py_VISIT(self->map_error);
     Py_VISIT(self->last_stats);
+    Py_VISIT(self->convert);
     return 0;
 }
 
@@ -371,6 +382,7 @@ static int pipeline_clear(pipeline *self)
 {
     Py_CLEAR(self->map_error);
     Py_CLEAR(self->last_stats);
+    Py_CLEAR(self->convert);
     return 0;
 }
 
@@ -395,6 +407,9 @@ static PyMethodDef pipeline_methods[] = {
      "parse(text): appends the stages of a spec."},
     {"add_map", (PyCFunction)pipeline_add_map, METH_VARARGS,
      "add_map(fn, name, options): appends a map stage calling fn."},
+    {"convert_with", (PyCFunction)pipeline_convert_with, METH_O,
+     "convert_with(fn): yields fields as fn(DLPack capsule) from now on, "
+     "such as torch tensors with torch.from_dlpack; None: Tensors again."},
     {"stats", (PyCFunction)pipeline_stats, METH_NOARGS,
      "stats() -> dict: what `echoflow run --json` prints for the run so "
      "far (its figures at close() once closed)."},

@@ -27,15 +27,20 @@ PyObject *pyef_tensor_new(const ef_tensor *t);
 /* When `obj` is a Tensor: its field into *out (buffer borrowed from the
  * Tensor) and 1; 0 otherwise. */
 int pyef_tensor_view(PyObject *obj, ef_tensor *out, size_t *offset);
+/* A new DLPack capsule ("dltensor") sharing field `t`'s memory; it holds
+ * its own reference on t->buffer. */
+PyObject *pyef_dlpack_capsule(const ef_tensor *t);
 
 /* ---- sample.c ---- */
 extern PyTypeObject pyef_sample_type;
 extern PyTypeObject pyef_identity_type;
 int pyef_sample_types_init(void);
 /* A new Sample: field name -> Tensor for every field of `s`, with its
- * identity. `s` is borrowed: the Tensors hold buffer references of their
- * own, so `s` may be freed right after. */
-PyObject *pyef_sample_from(const ef_sample *s);
+ * identity; with `convert`, field name -> convert(DLPack capsule of the
+ * field) instead (torch._C._from_dlpack makes torch tensors of them). `s`
+ * is borrowed: Tensors and capsules hold buffer references of their own,
+ * so `s` may be freed right after. */
+PyObject *pyef_sample_from(const ef_sample *s, PyObject *convert);
 
 /* ---- errors.c ---- */
 int pyef_errors_init(PyObject *module);

@@ -93,7 +93,7 @@ static PyObject *identity_from(ef_sample_id id)
     return t;
 }
 
-PyObject *pyef_sample_from(const ef_sample *s)
+PyObject *pyef_sample_from(const ef_sample *s, PyObject *convert)
 {
     sample *out = (sample *)PyObject_CallNoArgs((PyObject *)&pyef_sample_type);
     if (!out)
@@ -108,7 +108,14 @@ PyObject *pyef_sample_from(const ef_sample *s)
             PyErr_SetString(PyExc_SystemError, "echoflow: bad field index");
             goto fail;
         }
-        PyObject *v = pyef_tensor_new(&t);
+        PyObject *v;
+        if (convert) {
+            PyObject *capsule = pyef_dlpack_capsule(&t);
+            v = capsule ? PyObject_CallOneArg(convert, capsule) : NULL;
+            Py_XDECREF(capsule);
+        } else {
+            v = pyef_tensor_new(&t);
+        }
         if (!v)
             goto fail;
         int rc = PyDict_SetItemString((PyObject *)out, t.name, v);

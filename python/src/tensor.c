@@ -136,6 +136,40 @@ static void dlpack_capsule_destructor(PyObject *capsule)
     PyErr_Restore(type, value, tb);
 }
 
+PyObject *pyef_dlpack_capsule(const ef_tensor *t)
+{
+    /* one allocation: the managed tensor, then its shape and strides */
+    DLManagedTensor *m =
+        malloc(sizeof *m + 2 * (size_t)t->ndim * sizeof(int64_t));
+    if (!m)
+        return PyErr_NoMemory();
+    int64_t *shape = (int64_t *)(m + 1);
+    int64_t *strides = shape + t->ndim;
+    int64_t stride = 1; /* in elements, C order */
+    for (int d = t->ndim - 1; d >= 0; d--) {
+        shape[d] = t->shape[d];
+        strides[d] = stride;
+        stride *= t->shape[d];
+    }
+    size_t item = ef_dtype_size(t->dtype);
+    m->dl_tensor = (DLTensor){
+        .data = (void *)t->data,
+        .device = {kDLCPU, 0},
+        .ndim = t->ndim,
+        .dtype = {dtype_info[t->dtype].dl_code, (uint8_t)(8 * item), 1},
+        .shape = shape,
+        .strides = strides,
+        .byte_offset = 0,
+    };
+    m->manager_ctx = ef_buffer_retain(t->buffer);
+    m->deleter = dlpack_deleter;
+    PyObject *capsule =
+        PyCapsule_New(m, "dltensor", dlpack_capsule_destructor);
+    if (!capsule)
+        dlpack_deleter(m);
+    return capsule;
+}
+
 static PyObject *tensor_dlpack(tensor *self, PyObject *args, PyObject *kwargs)
 {
     static char *kwlist[] = {"stream", NULL};
@@ -149,34 +183,10 @@ static PyObject *tensor_dlpack(tensor *self, PyObject *args, PyObject *kwargs)
                         "__dlpack__ takes stream=None only");
         return NULL;
     }
-    /* one allocation: the managed tensor, then its shape and strides */
-    DLManagedTensor *m =
-        malloc(sizeof *m + 2 * (size_t)self->ndim * sizeof(int64_t));
-    if (!m)
-        return PyErr_NoMemory();
-    int64_t *shape = (int64_t *)(m + 1);
-    int64_t *strides = shape + self->ndim;
-    size_t item = ef_dtype_size(self->dtype);
-    for (int d = 0; d < self->ndim; d++) {
-        shape[d] = self->shape[d];
-        strides[d] = self->strides[d] / (int64_t)item; /* in elements */
-    }
-    m->dl_tensor = (DLTensor){
-        .data = (void *)self->data,
-        .device = {kDLCPU, 0},
-        .ndim = self->ndim,
-        .dtype = {dtype_info[self->dtype].dl_code, (uint8_t)(8 * item), 1},
-        .shape = shape,
-        .strides = strides,
-        .byte_offset = 0,
-    };
-    m->manager_ctx = ef_buffer_retain(self->buf);
-    m->deleter = dlpack_deleter;
-    PyObject *capsule =
-        PyCapsule_New(m, "dltensor", dlpack_capsule_destructor);
-    if (!capsule)
-        dlpack_deleter(m);
-    return capsule;
+    ef_tensor t;
+    size_t offset;
+    pyef_tensor_view((PyObject *)self, &t, &offset);
+    return pyef_dlpack_capsule(&t);
 }
 
 static PyObject *tensor_dlpack_device(tensor *self, PyObject *unused)

@@ -46,6 +46,24 @@ def test_zero_copy_into_torch():
     assert seen[0][0] == seen[1][0]  # an echo is the same memory again
 
 
+def test_fields_converted_in_c_share_memory_and_outlive_the_pipeline():
+    from echoflow.torch import from_capsule
+    with echoflow.Pipeline("range:n=3,bytes=64 | echo:2") as p:
+        p.convert_with(from_capsule)
+        a, b = next(p), next(p)
+    assert isinstance(a["data"], torch.Tensor)
+    assert a["data"].data_ptr() == b["data"].data_ptr()  # an echo
+    assert b.identity.echo_copy == 1
+    # bare capsules keep the memory as well, consumed after the close
+    with echoflow.Pipeline("range:n=2,bytes=8") as p:
+        p.convert_with(lambda capsule: capsule)
+        capsules = [s["data"] for s in p]
+    assert [from_capsule(c).tolist() for c in capsules] == [
+        list(range(8)), list(range(1, 9))]
+    with pytest.raises(TypeError, match="not callable"):
+        echoflow.Pipeline("range:n=2").convert_with(3)
+
+
 def test_ranks_read_disjoint_parts_that_cover_the_data():
     parts = [indices(Loader("range:n=1000 | shuffle:100 | batch:7", rank=r,
                             world_size=3)) for r in range(3)]
