@@ -154,6 +154,46 @@ static int open_shard(ef_shard_writer *w)
     return EF_OK;
 }
 
+/* What is wrong with `key` as a member name, or NULL when it is fine.
+ * The key goes into the shard as the path of its members, and whoever
+ * unpacks the shard with tar writes it there: it must stay a relative
+ * path below the folder it is unpacked in. */
+static const char *key_problem(const char *key, size_t len)
+{
+    for (size_t i = 0; i < len; i++)
+        if ((unsigned char)key[i] < 0x20 || key[i] == 0x7f)
+            return "holds a control character (or a NUL)";
+    if (key[0] == '/')
+        return "is an absolute path";
+    for (const char *c = key;;) {
+        const char *end = strchr(c, '/');
+        size_t n = end ? (size_t)(end - c) : strlen(c);
+        if (n == 0)
+            return "has an empty path component";
+        if (c[0] == '.' && (n == 1 || (n == 2 && c[1] == '.')))
+            return "has a '.' or '..' path component";
+        if (!end) /* a reader ends the key at the first dot of the last
+                   * component */
+            return memchr(c, '.', n) ? "has a '.' in its last path component"
+                                     : NULL;
+        c = end + 1;
+    }
+}
+
+/* `key` for a message: control characters as \xNN, cut to fit. */
+static void quote_key(char *out, size_t cap, const char *key, size_t len)
+{
+    size_t o = 0;
+    for (size_t i = 0; i < len && o + 5 < cap; i++) {
+        unsigned char c = (unsigned char)key[i];
+        if (c < 0x20 || c == 0x7f)
+            o += (size_t)snprintf(out + o, cap - o, "\\x%02x", c);
+        else
+            out[o++] = (char)c;
+    }
+    out[o] = '\0';
+}
+
 /* The sample's key: its __key__ text, or its index. */
 static int sample_key(ef_shard_writer *w, const ef_sample *s, char *key,
                       size_t cap)
@@ -171,15 +211,18 @@ static int sample_key(ef_shard_writer *w, const ef_sample *s, char *key,
                            s->id.index, cap - 1);
     memcpy(key, (const char *)ef_buffer_data(f->buf) + f->offset, f->nbytes);
     key[f->nbytes] = '\0';
-    /* a reader ends the key at the first dot of the last path component */
-    const char *last = strrchr(key, '/');
-    if (strchr(last ? last : key, '.') || strlen(key) != f->nbytes)
-        return ef__err_set(&w->err, EF_ESHAPE,
-                           "sample %" PRId64 ": key '%s' has a '.' in its "
-                           "last path component, or a NUL, which would "
-                           "split it when read back",
-                           s->id.index, key);
-    return EF_OK;
+    const char *why = key_problem(key, f->nbytes);
+    if (!why)
+        return EF_OK;
+    char shown[256];
+    quote_key(shown, sizeof shown, key, f->nbytes);
+    return ef__err_set(&w->err, EF_ESHAPE,
+                       "sample %" PRId64 ": key '%s' %s; a key must be a "
+                       "relative path such as 'dir/name': components of "
+                       "printable characters separated by single '/', none "
+                       "of them '.' or '..', and no '.' in the last one "
+                       "(it would split the key when read back)",
+                       s->id.index, shown, why);
 }
 
 static int is_image(const ef__field *f)
@@ -187,6 +230,17 @@ static int is_image(const ef__field *f)
     int64_t c = f->ndim == 3 ? f->shape[2] : 1;
     return f->dtype == EF_U8 && (f->ndim == 2 || f->ndim == 3) &&
            (c == 1 || c == 3);
+}
+
+/* Writes one member into the open shard. The tar writer has only the
+ * FILE, so the shard's name is added here, and only here. */
+static int put_member(ef_shard_writer *w, const char *name, const void *data,
+                      size_t size)
+{
+    int rc = ef__tar_write_member(w->f, name, data, size, &w->err);
+    if (rc != EF_OK)
+        ef__err_prefix(&w->err, w->tmp);
+    return rc;
 }
 
 /* One field as one member. */
@@ -201,11 +255,14 @@ static int write_field(ef_shard_writer *w, const ef_sample *s,
         int rc =
             ef__png_encode(data, f->shape[0], f->shape[1],
                            f->ndim == 3 ? (int)f->shape[2] : 1, &png, &w->err);
-        if (rc != EF_OK)
-            return rc;
+        if (rc != EF_OK) {
+            char where[64 + EF_MAX_NAME];
+            snprintf(where, sizeof where, "sample %" PRId64 ": field '%s'",
+                     s->id.index, f->name);
+            return ef__err_prefix(&w->err, where);
+        }
         snprintf(name, sizeof name, "%s.png", key);
-        rc = ef__tar_write_member(w->f, name, ef_buffer_data(png),
-                                  ef_buffer_size(png), &w->err);
+        rc = put_member(w, name, ef_buffer_data(png), ef_buffer_size(png));
         ef_buffer_release(png);
         return rc;
     }
@@ -217,11 +274,11 @@ static int write_field(ef_shard_writer *w, const ef_sample *s,
                                          : *(const int64_t *)(const void *)data;
         int n = snprintf(text, sizeof text, "%" PRId64, v);
         snprintf(name, sizeof name, "%s.%s", key, ext);
-        return ef__tar_write_member(w->f, name, text, (size_t)n, &w->err);
+        return put_member(w, name, text, (size_t)n);
     }
     if (f->dtype == EF_U8 && f->ndim == 1) {
         snprintf(name, sizeof name, "%s.%s", key, f->name);
-        return ef__tar_write_member(w->f, name, data, f->nbytes, &w->err);
+        return put_member(w, name, data, f->nbytes);
     }
     char shape[64];
     ef__shape_format(shape, sizeof shape, f->ndim, f->shape);
@@ -251,8 +308,8 @@ int ef_shard_writer_add(ef_shard_writer *w, const ef_sample *s)
         if (strcmp(s->fields[i].name, "__key__") &&
             strcmp(s->fields[i].name, "__url__"))
             rc = write_field(w, s, &s->fields[i], key);
-    if (rc == EF_EIO || rc == EF_EINVAL)
-        ef__err_prefix(&w->err, w->tmp ? w->tmp : "shard");
+    /* each message names its shard file where it arises (open_shard,
+     * close_shard, put_member): adding it here again would repeat it */
     if (rc == EF_OK) {
         w->in_shard++;
         w->samples++;

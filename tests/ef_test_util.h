@@ -162,6 +162,24 @@ static inline int eft_contains_ci(const char *hay, const char *needle)
     }
 }
 
+/* How often `needle` (non-empty) occurs in `hay`, overlaps counted: a
+ * message that names its context once, not twice. */
+static inline int eft_count(const char *hay, const char *needle)
+{
+    int n = 0;
+    for (const char *h = hay; (h = strstr(h, needle)) != NULL; h++)
+        n++;
+    return n;
+}
+
+/* Fails the test unless `msg` holds `needle` exactly once. */
+static inline void eft_expect_once(const char *msg, const char *needle)
+{
+    int n = eft_count(msg, needle);
+    if (n != 1)
+        fail_msg("'%s' occurs %d times in: %s", needle, n, msg);
+}
+
 static inline double eft_now_s(void)
 {
     struct timespec ts;

@@ -137,6 +137,98 @@ static void test_bytes_and_keys(void **state)
     assert_false(file_exists(name));
 }
 
+/* A sample `index` with a "txt" field "abc" and the given __key__ bytes. */
+static ef_sample *keyed_sample(int64_t index, const char *key, size_t len)
+{
+    ef_sample *s = ef_sample_new((ef_sample_id){.index = index});
+    unsigned char *d;
+    int64_t n3[1] = {3}, nk[1] = {(int64_t)len};
+    assert_int_equal(ef_sample_add_new(s, "txt", EF_U8, 1, n3, (void **)&d),
+                     EF_OK);
+    memcpy(d, "abc", 3);
+    assert_int_equal(ef_sample_add_new(s, "__key__", EF_U8, 1, nk, (void **)&d),
+                     EF_OK);
+    memcpy(d, key, len);
+    return s;
+}
+
+static void test_unsafe_keys(void **state)
+{
+    (void)state;
+    /* the key becomes the members' path, and tar unpacks them there: a key
+     * that leaves the folder (or hides in it) is refused, naming the sample
+     * and the key */
+    static const struct {
+        const char *key, *shown, *why;
+    } bad[] = {
+        {"../evil", "'../evil'", "'..' path component"},
+        {"/abs", "'/abs'", "absolute path"},
+        {"a/../b", "'a/../b'", "'..' path component"},
+        {"a//b", "'a//b'", "empty path component"},
+        {"a/", "'a/'", "empty path component"},
+        {"./a", "'./a'", "'.' or '..' path component"},
+        {"x/..", "'x/..'", "'..' path component"},
+        {"a\tb", "'a\\x09b'", "control character"},
+        {"a\x1b[2Jb", "'a\\x1b[2Jb'", "control character"},
+    };
+    char pattern[128], name[160];
+    snprintf(pattern, sizeof pattern, "%s/unsafe-%%d.tar", dir);
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        ef_shard_writer *w = NULL;
+        assert_int_equal(ef_shard_writer_create(&w, pattern, 10), EF_OK);
+        ef_sample *s = keyed_sample(7, bad[i].key, strlen(bad[i].key));
+        int rc = ef_shard_writer_add(w, s);
+        const char *msg = ef_shard_writer_error(w);
+        if (rc != EF_ESHAPE || !strstr(msg, "sample 7: key ") ||
+            !strstr(msg, bad[i].shown) || !strstr(msg, bad[i].why) ||
+            !strstr(msg, "a key must be a relative path"))
+            fail_msg("key %s: got %s: %s", bad[i].shown, ef_status_name(rc),
+                     msg);
+        assert_int_equal(ef_shard_writer_samples(w), 0);
+        ef_sample_free(s);
+        ef_shard_writer_destroy(w);
+    }
+    /* nothing was written beside (or above) the output folder */
+    snprintf(name, sizeof name, "%s/unsafe-0.tar", dir);
+    assert_false(file_exists(name));
+    snprintf(name, sizeof name, "%s/../evil.txt", dir);
+    assert_false(file_exists(name));
+}
+
+static void test_relative_key_round_trip(void **state)
+{
+    (void)state;
+    /* a key with folders is ordinary WebDataset: it comes back whole */
+    char pattern[128], spec[256];
+    snprintf(pattern, sizeof pattern, "%s/rel-%%d.tar", dir);
+    ef_shard_writer *w = NULL;
+    assert_int_equal(ef_shard_writer_create(&w, pattern, 10), EF_OK);
+    ef_sample *s = keyed_sample(0, "dir/name", 8);
+    assert_int_equal(ef_shard_writer_add(w, s), EF_OK);
+    ef_sample_free(s);
+    s = keyed_sample(1, ".cache/x-1", 10); /* dots before the last part */
+    assert_int_equal(ef_shard_writer_add(w, s), EF_OK);
+    ef_sample_free(s);
+    assert_int_equal(ef_shard_writer_finish(w), EF_OK);
+    ef_shard_writer_destroy(w);
+
+    snprintf(spec, sizeof spec, "tar:urls=%s/rel-0.tar,shuffle_shards=false",
+             dir);
+    ef_pipeline *p = eft_pipeline(spec, 0);
+    static const char *const want[] = {"dir/name", ".cache/x-1"};
+    for (int i = 0; i < 2; i++) {
+        s = eft_next(p);
+        ef_tensor key = eft_field(s, "__key__"), txt = eft_field(s, "txt");
+        assert_int_equal(key.nbytes, strlen(want[i]));
+        assert_memory_equal(key.data, want[i], key.nbytes);
+        assert_int_equal(txt.nbytes, 3);
+        assert_memory_equal(txt.data, "abc", 3);
+        ef_sample_free(s);
+    }
+    eft_expect_end(p);
+    ef_pipeline_destroy(p);
+}
+
 static void test_field_without_form(void **state)
 {
     (void)state;
@@ -193,7 +285,30 @@ static void test_unwritable_directory(void **state)
         ef_shard_writer_create(&w, "/nonexistent/dir/s-%d.tar", 10), EF_OK);
     ef_sample *s = image_sample(0, 2, 2, 0, 1);
     assert_int_equal(ef_shard_writer_add(w, s), EF_EIO);
-    assert_non_null(strstr(ef_shard_writer_error(w), "/nonexistent/dir"));
+    /* the file is named once, not once per layer */
+    const char *msg = ef_shard_writer_error(w);
+    eft_expect_once(msg, "/nonexistent/dir/s-0.tar.partial");
+    assert_non_null(strstr(msg, "cannot create"));
+    ef_sample_free(s);
+    ef_shard_writer_destroy(w);
+}
+
+static void test_member_name_too_long(void **state)
+{
+    (void)state;
+    /* the tar writer refuses the member; the shard file is named once */
+    char pattern[128], key[201], partial[160];
+    snprintf(pattern, sizeof pattern, "%s/long-%%d.tar", dir);
+    memset(key, 'k', 200);
+    key[200] = '\0';
+    ef_shard_writer *w = NULL;
+    assert_int_equal(ef_shard_writer_create(&w, pattern, 10), EF_OK);
+    ef_sample *s = keyed_sample(3, key, 200);
+    assert_int_equal(ef_shard_writer_add(w, s), EF_EINVAL);
+    const char *msg = ef_shard_writer_error(w);
+    snprintf(partial, sizeof partial, "%s/long-0.tar.partial", dir);
+    eft_expect_once(msg, partial);
+    assert_non_null(strstr(msg, "cannot store the name"));
     ef_sample_free(s);
     ef_shard_writer_destroy(w);
 }
@@ -203,9 +318,12 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_round_trip),
         cmocka_unit_test(test_bytes_and_keys),
+        cmocka_unit_test(test_unsafe_keys),
+        cmocka_unit_test(test_relative_key_round_trip),
         cmocka_unit_test(test_field_without_form),
         cmocka_unit_test(test_bad_patterns),
         cmocka_unit_test(test_unwritable_directory),
+        cmocka_unit_test(test_member_name_too_long),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

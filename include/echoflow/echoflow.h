@@ -319,7 +319,10 @@ int ef_shard_writer_create(ef_shard_writer **out, const char *pattern,
  * named `image` or `png`; an integer scalar becomes decimal text, with
  * EXT "cls" for `label` and its name otherwise; any other u8 [N] field is
  * written as is with its name as EXT; `__url__` is left out. Anything else
- * is EF_ESHAPE naming the field. */
+ * is EF_ESHAPE naming the field. A `__key__` must be a relative path such
+ * as "dir/name", since tar unpacks members there: a leading '/', an empty,
+ * '.' or '..' component, a control character or a '.' in the last
+ * component is EF_ESHAPE naming the sample and the key. */
 int ef_shard_writer_add(ef_shard_writer *w, const ef_sample *s);
 /* Completes the last shard. */
 int ef_shard_writer_finish(ef_shard_writer *w);

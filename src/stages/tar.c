@@ -122,6 +122,26 @@ static int push_sample(reader *r, ef_sample *smp)
     return push(r, &item);
 }
 
+/* Adds "tar: shard N" to a message about that shard. Called once per
+ * message, where the message leaves the reader (read_shard, or
+ * skip_sample for a dropped sample), so the context never repeats. */
+static void name_shard(ef__err *err, int64_t shard)
+{
+    char where[48];
+    snprintf(where, sizeof where, "tar: shard %lld", (long long)shard);
+    ef__err_prefix(err, where);
+}
+
+/* A malformed sample under on_error=skip: counted with its message and
+ * dropped (1). Otherwise 0, and `err` is left as it was, for read_shard to
+ * name the shard. */
+static int skip_sample(tar_state *st, int64_t shard, const ef__err *err)
+{
+    ef__err named = *err;
+    name_shard(&named, shard);
+    return ef__stage_skip(st->s, &named);
+}
+
 /* Reads the members of an opened shard and groups them into samples
  * through `g`, handing each over; EF_END when the shard was read to its
  * end. */
@@ -149,16 +169,10 @@ static int read_members(reader *r, ef__tar *t, ef__stream *s, ef__wds *g,
         ef_buffer_release(b);
         if (done && (rc = push_sample(r, done)) != EF_OK)
             break;
-        if (grc != EF_OK) {
-            char where[48];
-            snprintf(where, sizeof where, "tar: shard %lld",
-                     (long long)g->shard);
-            ef__err_prefix(&gerr, where);
-            if (!ef__stage_skip(st->s, &gerr)) {
-                *err = gerr;
-                rc = grc;
-                break;
-            }
+        if (grc != EF_OK && !skip_sample(st, g->shard, &gerr)) {
+            *err = gerr;
+            rc = grc;
+            break;
         }
     }
     if (rc == EF_END) {
@@ -200,9 +214,7 @@ static int read_shard(reader *r, int64_t shard)
         return EF_ECANCELED;
     if (err.msg[0] == '\0' || err.status != rc)
         ef__err_set(&err, rc, "%s: %s", url, ef_strerror(rc));
-    char where[48];
-    snprintf(where, sizeof where, "tar: shard %lld", (long long)shard);
-    ef__err_prefix(&err, where);
+    name_shard(&err, shard);
     if (ef__stage_skip(st->s, &err))
         return EF_OK; /* the rest of the shard is dropped */
     ef__item item = {.status = rc, .msg = ef__strdup(err.msg)};
