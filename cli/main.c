@@ -1,11 +1,14 @@
 /* The `echoflow` command: list stages, run a pipeline and report where the
  * time went. Uses the public API only. */
 #include <errno.h>
+#include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "echoflow/echoflow.h"
@@ -52,20 +55,68 @@ static int cmd_stages(void)
     return 0;
 }
 
+/* --consume-us: the longest emulated step, 1000 s. A bound keeps
+ * us * 1000 well inside a long long of nanoseconds in step(). */
+#define CONSUME_US_MAX 1e9
+
 static int parse_number(const char *opt, const char *text, double min,
-                        double *out)
+                        double max, double *out)
 {
     char *end;
     errno = 0;
     double v = strtod(text, &end);
-    if (!*text || *end || errno || v < min) {
+    /* strtod takes "nan" and "inf": both fail the finite range test */
+    if (!*text || *end || errno || !isfinite(v) || v < min || v > max) {
         fprintf(stderr,
-                "echoflow: option %s expects a number >= %g, got '%s'\n", opt,
-                min, text);
+                "echoflow: option %s expects a number from %g to %g, got "
+                "'%s'\n",
+                opt, min, max, text);
         return -1;
     }
     *out = v;
     return 0;
+}
+
+int cli_parse_seed(const char *prog, const char *opt, const char *text,
+                   uint64_t *out)
+{
+    char *end = (char *)text;
+    unsigned long long v = 0;
+    errno = 0;
+    /* digits only: strtoull would take spaces, '+', and a '-' that wraps */
+    if (text[0] >= '0' && text[0] <= '9')
+        v = strtoull(text, &end, 10);
+    if (end == text || *end || errno == ERANGE) {
+        fprintf(stderr,
+                "%s: %s expects a whole number from 0 to %llu, got '%s'\n",
+                prog, opt, (unsigned long long)UINT64_MAX, text);
+        return -1;
+    }
+    *out = (uint64_t)v;
+    return 0;
+}
+
+/* Runs at exit, whichever command ran and however it ended (train --help
+ * calls exit()): stdout is buffered, so a report that did not fit (a full
+ * disk, /dev/full) is only known to be lost here, and a script reading it
+ * must see a failure instead of exit status 0. */
+static void close_stdout(void)
+{
+    int failed = ferror(stdout);
+    errno = 0;
+    if (fflush(stdout) != 0)
+        failed = 1;
+    int err = errno;
+    /* EBADF with nothing pending: stdout was closed, nothing was lost */
+    if (fclose(stdout) != 0 && errno != EBADF) {
+        failed = 1;
+        err = err ? err : errno;
+    }
+    if (!failed)
+        return;
+    fprintf(stderr, "echoflow: writing the report to stdout failed: %s\n",
+            err ? strerror(err) : "an earlier write failed");
+    _exit(1);
 }
 
 /* The emulated training step. Steps follow a schedule: a step starts when
@@ -104,7 +155,6 @@ static int cmd_run(int argc, char **argv)
     run_info ri = {0};
     int json = 0;
     for (int i = 0; i < argc; i++) {
-        double v;
         if (!strcmp(argv[i], "--json")) {
             json = 1;
         } else if (!strcmp(argv[i], "--on-error")) {
@@ -123,12 +173,13 @@ static int cmd_run(int argc, char **argv)
                 fprintf(stderr, "echoflow: option %s needs a value\n", argv[i]);
                 return 2;
             }
-            if (parse_number(argv[i], argv[i + 1], 0, &v))
+            int bad = !strcmp(argv[i], "--seed")
+                          ? cli_parse_seed("echoflow", "option --seed",
+                                           argv[i + 1], &ri.seed)
+                          : parse_number(argv[i], argv[i + 1], 0,
+                                         CONSUME_US_MAX, &ri.consume_us);
+            if (bad)
                 return 2;
-            if (!strcmp(argv[i], "--seed"))
-                ri.seed = (uint64_t)v;
-            else
-                ri.consume_us = v;
             i++;
         } else if (argv[i][0] == '-' && argv[i][1] == '-') {
             fprintf(stderr, "echoflow: unknown option '%s'\n", argv[i]);
@@ -194,6 +245,7 @@ int main(int argc, char **argv)
         usage(stderr);
         return 2;
     }
+    atexit(close_stdout);
     if (!strcmp(argv[1], "stages"))
         return cmd_stages();
     if (!strcmp(argv[1], "run"))

@@ -4,17 +4,56 @@
 #include <math.h>
 #include <string.h>
 
-static void json_string(FILE *f, const char *s)
+/* The length of the well-formed UTF-8 sequence at s (Unicode table 3-7:
+ * no overlong forms, no surrogates, nothing above U+10FFFF), or, negated,
+ * the length of its longest invalid start (at least 1). Stops at the
+ * terminating NUL, which is no continuation byte. */
+static int utf8_length(const unsigned char *s)
 {
+    unsigned char lo = 0x80, hi = 0xbf; /* the second byte's range */
+    int n;
+    if (s[0] < 0x80)
+        return 1;
+    if (s[0] >= 0xc2 && s[0] <= 0xdf) {
+        n = 2;
+    } else if (s[0] >= 0xe0 && s[0] <= 0xef) {
+        n = 3;
+        lo = s[0] == 0xe0 ? 0xa0 : lo; /* overlong */
+        hi = s[0] == 0xed ? 0x9f : hi; /* surrogates */
+    } else if (s[0] >= 0xf0 && s[0] <= 0xf4) {
+        n = 4;
+        lo = s[0] == 0xf0 ? 0x90 : lo; /* overlong */
+        hi = s[0] == 0xf4 ? 0x8f : hi; /* above U+10FFFF */
+    } else {
+        return -1;
+    }
+    for (int i = 1; i < n; i++, lo = 0x80, hi = 0xbf)
+        if (s[i] < lo || s[i] > hi)
+            return -i;
+    return n;
+}
+
+/* Paths and messages are bytes, not necessarily UTF-8, and a message may
+ * be cut mid-character; JSON must be UTF-8. Valid sequences pass through,
+ * each invalid byte or cut sequence becomes U+FFFD, the usual
+ * replacement. */
+static void json_string(FILE *f, const char *text)
+{
+    const unsigned char *s = (const unsigned char *)text;
     fputc('"', f);
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\')
-            fprintf(f, "\\%c", c);
-        else if (c < 0x20)
-            fprintf(f, "\\u%04x", c);
-        else
-            fputc(c, f);
+    while (*s) {
+        int n = utf8_length(s);
+        if (n < 0) {
+            fputs("\\ufffd", f);
+            s += -n;
+        } else if (*s == '"' || *s == '\\') {
+            fprintf(f, "\\%c", *s++);
+        } else if (*s < 0x20) {
+            fprintf(f, "\\u%04x", *s++);
+        } else {
+            fwrite(s, 1, (size_t)n, f);
+            s += n;
+        }
     }
     fputc('"', f);
 }

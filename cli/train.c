@@ -80,7 +80,8 @@ static int number(const char *opt, const char *v, double min, double max,
     char *end;
     errno = 0;
     double x = strtod(v, &end);
-    if (!*v || *end || errno || x < min || x > max) {
+    /* "nan" passes no range test: refuse it by name */
+    if (!*v || *end || errno || isnan(x) || x < min || x > max) {
         fprintf(stderr,
                 "echoflow train: %s expects a number from %g to %g, got "
                 "'%s'\n",
@@ -105,7 +106,6 @@ enum {
     N_MOMENTUM,
     N_DECAY,
     N_WARMUP,
-    N_SEED,
     N_TARGET,
     N_EVAL,
     N_MAX_FRESH,
@@ -122,7 +122,6 @@ static int parse(train_opts *o, int argc, char **argv)
         [N_MOMENTUM] = {"--momentum", 0, 0.9999, 0, 0},
         [N_DECAY] = {"--weight-decay", 0, 1, 0, 0},
         [N_WARMUP] = {"--warmup", 0, 1e12, 0, 0},
-        [N_SEED] = {"--seed", 0, 1e18, 0, 0},
         [N_TARGET] = {"--target-acc", 0, 1, 0, 0},
         [N_EVAL] = {"--eval-every", 1, 1e12, 0, 0},
         [N_MAX_FRESH] = {"--max-fresh", 1, 1e15, 0, 0},
@@ -163,6 +162,10 @@ static int parse(train_opts *o, int argc, char **argv)
             if (number(a, v, num[k].min, num[k].max, &num[k].value))
                 return -1;
             num[k].given = 1;
+        } else if (!strcmp(a, "--seed")) {
+            /* an integer: a double would round seeds above 2^53 */
+            if (cli_parse_seed("echoflow train", "--seed", v, &c->seed))
+                return -1;
         } else if (!strcmp(a, "--data")) {
             o->data = v;
         } else if (!strcmp(a, "--spec")) {
@@ -209,8 +212,6 @@ static int parse(train_opts *o, int argc, char **argv)
         c->weight_decay = num[N_DECAY].value;
     if (num[N_WARMUP].given)
         c->warmup_steps = (long)num[N_WARMUP].value;
-    if (num[N_SEED].given)
-        c->seed = (uint64_t)num[N_SEED].value;
     if (num[N_TARGET].given)
         c->target_acc = num[N_TARGET].value;
     if (num[N_EVAL].given)

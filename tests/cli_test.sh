@@ -211,6 +211,90 @@ EOF
     check_json skip_none "$TMP/skip_none.py"
 fi
 
+# ---- numbers on the command line ---------------------------------------
+# a seed is a whole number in 0..2^64-1: converting nan, inf or 1e300 from
+# a double is undefined, and -1 would wrap
+for bad in nan inf 1e300 -1 1.5 +1 " 1" "" 7x 18446744073709551616; do
+    run bad_seed run --seed "$bad" --json "range:n=3"
+    if [ "$rc" -eq 2 ] && grep -qF -- "--seed expects a whole number from 0 to 18446744073709551615, got '$bad'" "$TMP/bad_seed.err"; then
+        pass "run --seed '$bad' refused"
+    else
+        fail "run --seed '$bad': rc $rc, $(cat "$TMP/bad_seed.err")"
+    fi
+done
+run max_seed run --seed 18446744073709551615 --json "range:n=3"
+[ "$rc" -eq 0 ] && grep -q '"seed": 18446744073709551615,' "$TMP/max_seed.out" ||
+    fail "run --seed 2^64-1: rc $rc, $(cat "$TMP/max_seed.out" "$TMP/max_seed.err")"
+for bad in inf nan -inf 1e300 -1; do
+    run bad_consume run --consume-us "$bad" "range:n=3"
+    if [ "$rc" -eq 2 ] && grep -qF -- "--consume-us expects a number from 0 to" "$TMP/bad_consume.err"; then
+        pass "run --consume-us '$bad' refused"
+    else
+        fail "run --consume-us '$bad': rc $rc, $(cat "$TMP/bad_consume.err")"
+    fi
+done
+
+# ---- JSON is UTF-8 whatever the bytes of paths and messages ------------
+# a path with bytes that are no UTF-8 (lone 0xff 0xfe, an overlong NUL, a
+# surrogate, a code point above U+10FFFF, a cut sequence) beside valid
+# characters: the spec and the error message carry it into the JSON
+BADPATH="$TMP/a$(printf '\xff\xfe')b$(printf '\xc0\x80\xed\xa0\x80\xf4\x90\x80\x80')é😀$(printf '\xe2\x82')"
+run bad_utf8 run --json "idx:images=$BADPATH"
+cat >"$TMP/utf8.py" <<'PYEOF'
+import json, sys
+raw = open(sys.argv[1], "rb").read()
+try:
+    doc = json.loads(raw.decode("utf-8"))  # strict: invalid UTF-8 raises
+except ValueError as e:
+    sys.exit("stdout is not UTF-8 JSON: %s" % e)
+for k in ("spec", "error"):
+    if "é😀" not in doc.get(k, ""):
+        sys.exit("%s lost its valid characters: %r" % (k, doc.get(k)))
+    if "a\ufffd\ufffdb" not in doc[k]:
+        sys.exit("%s: 0xff 0xfe are not two U+FFFD: %r" % (k, doc[k]))
+PYEOF
+if [ "$rc" -eq 1 ] && "$PY" "$TMP/utf8.py" "$TMP/bad_utf8.out"; then
+    pass "run --json: a path of invalid UTF-8 gives valid JSON"
+else
+    fail "run --json with invalid UTF-8 in the spec: rc $rc"
+fi
+# a message cut mid-character at the library's 511-byte limit: a run of
+# 3-byte characters at two offsets, so that at least one cut falls inside
+# a character
+EURO=$(printf '\xe2\x82\xac%.0s' $(seq 200))
+cat >"$TMP/cut.py" <<'PYEOF'
+import json, sys
+doc = json.loads(open(sys.argv[1], "rb").read().decode("utf-8"))
+if "€€€" not in doc["error"]:
+    sys.exit("error %r" % doc["error"])
+PYEOF
+for pre in "" x; do
+    run cut_utf8 run --json "idx:images=$TMP/$pre$EURO/$EURO"
+    if [ "$rc" -eq 1 ] && "$PY" "$TMP/cut.py" "$TMP/cut_utf8.out"; then
+        pass "run --json: a long message cut at offset '$pre' is valid UTF-8"
+    else
+        fail "run --json with a message cut mid-character ('$pre'): rc $rc"
+    fi
+done
+
+# ---- a report that cannot be written is a failure -----------------------
+# stdout is buffered: a full disk shows only when it is flushed at exit
+if [ -w /dev/full ]; then
+    for args in "run --json range:n=10" "run range:n=10" "stages" "version" \
+                "pack range:n=3,bytes=4 $TMP/full-%d.tar"; do
+        # shellcheck disable=SC2086
+        "$CLI" $args >/dev/full 2>"$TMP/full.err"
+        rc=$?
+        if [ "$rc" -eq 1 ] && grep -q "writing the report to stdout failed: No space left on device" "$TMP/full.err"; then
+            pass "$args > /dev/full: exit 1 with a message"
+        else
+            fail "$args > /dev/full: rc $rc, $(cat "$TMP/full.err")"
+        fi
+    done
+else
+    echo "skip: no writable /dev/full here"
+fi
+
 # ---- Fashion-MNIST ----------------------------------------------------
 IMG="$FMNIST/train-images-idx3-ubyte.gz"
 LAB="$FMNIST/train-labels-idx1-ubyte.gz"
@@ -241,9 +325,12 @@ else
     [ "$rc" -eq 0 ] && grep -q -- "--echo-at" "$TMP/train_help.out" ||
         fail "train --help: rc $rc"
     for bad in "--model rnn" "--lr x" "--batch 0" "--echo-at middle" \
-               "--schedule cosine" "--bogus 1"; do
+               "--schedule cosine" "--bogus 1" "--lr nan" "--batch nan" \
+               "--seed nan" "--seed inf" "--seed 1e300" "--seed -1" \
+               "--seed 1.5"; do
         # shellcheck disable=SC2086
-        run train_bad train --data fashion-mnist $bad
+        # (a short run, should a bad value get through)
+        run train_bad train --data fashion-mnist --max-fresh 128 $bad
         if [ "$rc" -ne 2 ] || [ ! -s "$TMP/train_bad.err" ]; then
             fail "train $bad: exit $rc (expected 2 with a message)"
         else
@@ -256,6 +343,24 @@ else
         [ "$rc" -eq 2 ] && [ -s "$TMP/train_bad.err" ] ||
             fail "train $bad: exit $rc (expected 2 with a message)"
     done
+    run train_seed train --data fashion-mnist --max-fresh 128 --seed 1.5
+    grep -qF -- "--seed expects a whole number from 0 to 18446744073709551615, got '1.5'" \
+        "$TMP/train_seed.err" ||
+        fail "train --seed 1.5: $(head -n 3 "$TMP/train_seed.err")"
+    run train_max_seed train --data fashion-mnist --max-fresh 128 \
+        --eval-every 128 --seed 18446744073709551615 --json
+    [ "$rc" -eq 0 ] && grep -q '"seed": 18446744073709551615,' "$TMP/train_max_seed.out" ||
+        fail "train --seed 2^64-1: rc $rc, $(head -n 3 "$TMP/train_max_seed.err")"
+    # the report of a short run, and --help, into a full disk
+    if [ -w /dev/full ]; then
+        for args in "--help" "--data fashion-mnist --max-fresh 128 --eval-every 128 --json"; do
+            # shellcheck disable=SC2086
+            "$CLI" train $args >/dev/full 2>"$TMP/train_full.err"
+            rc=$?
+            [ "$rc" -eq 1 ] && grep -q "writing the report to stdout failed: No space left on device" "$TMP/train_full.err" ||
+                fail "train $args > /dev/full: rc $rc, $(cat "$TMP/train_full.err")"
+        done
+    fi
     # a bad echo option is named by the pipeline
     run train_bad_echo train --data fashion-mnist --echo factor=0.5
     grep -q "factor" "$TMP/train_bad_echo.err" && [ "$rc" -ne 0 ] ||
