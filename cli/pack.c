@@ -2,6 +2,9 @@
  * shards, so that a data set on disk (IDX, CIFAR, ...) can be served over
  * HTTP and read back with the tar source. Uses the public API only. */
 #include <errno.h>
+#include <pthread.h>
+#include <semaphore.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,6 +54,82 @@ static void print_shards(const ef_shard_writer *w, int64_t n)
         z--;
     printf("%.*s{%.*s..%.*s}%s\n", (int)a, first, (int)(lf - a - z), first + a,
            (int)(ll - a - z), last + a, first + lf - z);
+}
+
+/* SIGINT/SIGTERM. The handler only records the signal and posts a
+ * semaphore (both async-signal-safe): ef_pipeline_stop takes a mutex, so
+ * a watcher thread calls it, waking a next() that may block for long (a
+ * throttled or network source); the pack loop also checks the flag
+ * between samples. */
+static volatile sig_atomic_t g_signal;
+static sem_t g_wake;
+
+static void on_signal(int sig)
+{
+    if (!g_signal)
+        g_signal = sig;
+    sem_post(&g_wake);
+}
+
+static void *watch(void *arg)
+{
+    while (sem_wait(&g_wake) != 0 && errno == EINTR)
+        ;
+    if (g_signal)
+        ef_pipeline_stop(arg);
+    return NULL; /* posted without a signal: the pack ended */
+}
+
+static int install_handlers(void)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    return sigaction(SIGINT, &sa, NULL) == 0 &&
+           sigaction(SIGTERM, &sa, NULL) == 0;
+}
+
+static void print_summary(ef_shard_writer *w, ef_pipeline *p, int64_t samples,
+                          int64_t shards)
+{
+    printf("packed %lld samples into %lld shards", (long long)samples,
+           (long long)shards);
+    char why[512];
+    uint64_t skipped = ef_pipeline_skipped(p, why, sizeof why);
+    if (skipped)
+        printf(" (skipped %llu bad samples; the first: %s)",
+               (unsigned long long)skipped, why);
+    printf(":\n");
+    if (shards > 0)
+        print_shards(w, shards);
+}
+
+/* After a signal: a shard that holds per_shard samples is complete and is
+ * finished; one with fewer is removed (destroy deletes its .partial
+ * file). The summary names the complete shards only. Returns 128 + the
+ * signal, as a shell reports a process killed by it. */
+static int interrupted(ef_shard_writer *w, ef_pipeline *p, long long per_shard,
+                       int sig)
+{
+    int64_t samples = ef_shard_writer_samples(w);
+    int64_t complete = samples / per_shard, left = samples % per_shard;
+    if (samples > 0 && left == 0 && ef_shard_writer_finish(w) != EF_OK) {
+        fprintf(stderr, "echoflow pack: %s\n", ef_shard_writer_error(w));
+        complete--; /* the writer removed it */
+        left = per_shard;
+    }
+    char name[1024] = "";
+    if (left)
+        ef_shard_writer_name(w, complete, name, sizeof name);
+    printf("interrupted by %s", sig == SIGINT ? "SIGINT" : "SIGTERM");
+    if (left)
+        printf(": removed the unfinished shard %s.partial (%lld samples)",
+               name, (long long)left);
+    printf("\n");
+    print_summary(w, p, complete * per_shard, complete);
+    ef_shard_writer_destroy(w); /* removes the unfinished shard */
+    return 128 + sig;
 }
 
 int cmd_pack(int argc, char **argv)
@@ -113,12 +192,31 @@ int cmd_pack(int argc, char **argv)
         ef_pipeline_destroy(p);
         return 2;
     }
+    pthread_t watcher;
+    int watching = sem_init(&g_wake, 0, 0) == 0 &&
+                   pthread_create(&watcher, NULL, watch, p) == 0;
+    if (!watching || !install_handlers())
+        fprintf(stderr, "echoflow pack: cannot handle SIGINT/SIGTERM (%s): "
+                        "an interrupted pack leaves its .partial shard\n",
+                strerror(errno));
     ef_sample *s;
-    while ((rc = ef_pipeline_next(p, &s)) == EF_OK) {
+    while (!g_signal && (rc = ef_pipeline_next(p, &s)) == EF_OK) {
         rc = ef_shard_writer_add(w, s);
         ef_sample_free(s);
         if (rc != EF_OK)
             break;
+    }
+    /* a signal after the data ended lets the pack finish: it is done */
+    int sig = g_signal;
+    if (watching) {
+        sem_post(&g_wake);
+        pthread_join(watcher, NULL);
+        sem_destroy(&g_wake);
+    }
+    if (sig) {
+        int status = interrupted(w, p, per_shard, sig);
+        ef_pipeline_destroy(p);
+        return status;
     }
     if (rc == EF_END)
         rc = ef_shard_writer_finish(w);
@@ -127,17 +225,8 @@ int cmd_pack(int argc, char **argv)
                 ef_pipeline_error(p)[0] ? ef_pipeline_error(p)
                                         : ef_shard_writer_error(w));
     } else {
-        int64_t n = ef_shard_writer_shards(w);
-        printf("packed %lld samples into %lld shards",
-               (long long)ef_shard_writer_samples(w), (long long)n);
-        char why[512];
-        uint64_t skipped = ef_pipeline_skipped(p, why, sizeof why);
-        if (skipped)
-            printf(" (skipped %llu bad samples; the first: %s)",
-                   (unsigned long long)skipped, why);
-        printf(":\n");
-        if (n > 0)
-            print_shards(w, n);
+        print_summary(w, p, ef_shard_writer_samples(w),
+                      ef_shard_writer_shards(w));
     }
     ef_shard_writer_destroy(w);
     ef_pipeline_destroy(p);

@@ -197,6 +197,45 @@ else
     fail "pack: rc $rc, $(cat "$TMP/pack_ok.out" "$TMP/pack_ok.err")"
 fi
 
+# pack_interrupt NAME SIGNAL STATUS: a throttled pack (200 samples/s, 100 a
+# shard) gets SIGNAL after 1.5 s: it must exit STATUS, leave no .partial
+# file, keep the complete shards and name them in its summary. A pack that
+# ignores the signal is killed after 10 s.
+pack_interrupt() {
+    local name=$1 sig=$2 want=$3 out="$TMP/$1" waited=0
+    mkdir -p "$out"
+    "$CLI" pack --per-shard 100 "range:n=1000000,bytes=10 | throttle:rate=200" \
+        "$out/s-%04d.tar" >"$TMP/$name.out" 2>"$TMP/$name.err" &
+    local pid=$!
+    sleep 1.5
+    kill "-$sig" "$pid"
+    while kill -0 "$pid" 2>/dev/null && [ "$waited" -lt 100 ]; do
+        sleep 0.1
+        waited=$((waited + 1))
+    done
+    kill -KILL "$pid" 2>/dev/null
+    wait "$pid"
+    rc=$?
+    local shards partial
+    shards=$(find "$out" -name '*.tar' | wc -l)
+    partial=$(find "$out" -name '*.partial' | wc -l)
+    if [ "$rc" -eq "$want" ] && [ "$partial" -eq 0 ] && [ "$shards" -ge 1 ] &&
+        grep -q "interrupted by $sig" "$TMP/$name.out" &&
+        grep -q "^packed $((shards * 100)) samples into $shards shards:" \
+            "$TMP/$name.out" &&
+        [ "$(tail -n 1 "$TMP/$name.out")" = \
+            "$(if [ "$shards" -eq 1 ]; then echo "$out/s-0000.tar"; else
+                printf '%s/s-{0000..%04d}.tar' "$out" $((shards - 1)); fi)" ]; then
+        pass "pack interrupted by $sig: exit $rc, $shards complete shards kept"
+    else
+        fail "pack interrupted by $sig: rc $rc (expected $want), $shards shards," \
+            "$partial partial; stdout: $(cat "$TMP/$name.out")" \
+            "stderr: $(cat "$TMP/$name.err")"
+    fi
+}
+pack_interrupt pack_sigint SIGINT 130
+pack_interrupt pack_sigterm SIGTERM 143
+
 run bad_policy run --on-error sometimes "range:n=3"
 [ "$rc" -eq 2 ] && grep -q "fail or skip" "$TMP/bad_policy.err" ||
     fail "run --on-error sometimes: rc $rc, $(cat "$TMP/bad_policy.err")"

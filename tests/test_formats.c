@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #ifdef EF_HAVE_ZLIB
+#include <sys/resource.h>
 #include <zlib.h>
 #endif
 
@@ -944,6 +945,165 @@ static void test_cifar(void **state)
     ef_pipeline_destroy(p);
 }
 
+/* ---- bounded reads of IDX and CIFAR files -------------------------- */
+
+/* Writes a gzip file: `head` (n bytes) then `zeros` zero bytes. Z_RLE
+ * keeps a gigabyte of zeros quick to compress (about 1 MB out). */
+static void write_gzip_zeros(const char *path, const unsigned char *head,
+                             size_t n, uint64_t zeros)
+{
+    z_stream z;
+    memset(&z, 0, sizeof z);
+    assert_int_equal(deflateInit2(&z, 1, Z_DEFLATED, 16 + 15, 8, Z_RLE), Z_OK);
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    static unsigned char in[1 << 20], out[1 << 16];
+    memset(in, 0, sizeof in);
+    const unsigned char *src = head;
+    size_t left = n;
+    for (int flush = Z_NO_FLUSH; flush != Z_FINISH;) {
+        if (left == 0 && zeros > 0) {
+            src = in;
+            left = zeros < sizeof in ? (size_t)zeros : sizeof in;
+            zeros -= left;
+        }
+        flush = left == 0 && zeros == 0 ? Z_FINISH : Z_NO_FLUSH;
+        z.next_in = (unsigned char *)src;
+        z.avail_in = (unsigned)left;
+        do {
+            z.next_out = out;
+            z.avail_out = sizeof out;
+            assert_true(deflate(&z, flush) != Z_STREAM_ERROR);
+            size_t have = sizeof out - z.avail_out;
+            assert_int_equal(fwrite(out, 1, have, f), have);
+        } while (z.avail_out == 0);
+        left = 0;
+    }
+    deflateEnd(&z);
+    assert_int_equal(fclose(f), 0);
+}
+
+/* A u8 IDX header: magic then the dims, big-endian. Returns its size. */
+static size_t idx_header(unsigned char *h, int ndim, const uint32_t *dims)
+{
+    size_t n = 0;
+    h[n++] = 0;
+    h[n++] = 0;
+    h[n++] = 0x08;
+    h[n++] = (unsigned char)ndim;
+    for (int d = 0; d < ndim; d++)
+        for (int b = 3; b >= 0; b--)
+            h[n++] = (unsigned char)(dims[d] >> (8 * b));
+    return n;
+}
+
+static long max_rss_mb(void)
+{
+    struct rusage ru;
+    assert_int_equal(getrusage(RUSAGE_SELF, &ru), 0);
+    return ru.ru_maxrss / 1024;
+}
+
+/* /dev/zero is refused on its magic after 4 bytes, not read to the end
+ * of memory. */
+static void test_idx_dev_zero(void **state)
+{
+    (void)state;
+    ef_pipeline *p = pipeline("idx:images=/dev/zero", 0, 0);
+    expect_error(p, EF_EFORMAT, "/dev/zero: not an IDX file",
+                 "bad magic 00 00 00 00 at offset 0");
+    ef_pipeline_destroy(p);
+    char spec[512];
+    snprintf(spec, sizeof spec, "idx:images=%s,labels=/dev/zero",
+             at("zero-ok.idx"));
+    static const uint32_t dims[3] = {2, 2, 2};
+    unsigned char buf[64];
+    size_t n = idx_header(buf, 3, dims);
+    memset(buf + n, 7, 8);
+    write_bytes(at("zero-ok.idx"), buf, n + 8);
+    p = pipeline(spec, 0, 0);
+    expect_error(p, EF_EFORMAT, "/dev/zero", "bad magic");
+    ef_pipeline_destroy(p);
+}
+
+/* A small gzip file whose header announces 784 MB: "truncated" with the
+ * offset where the data ends, and no allocation of the announced size. */
+static void test_idx_gzip_truncated(void **state)
+{
+    (void)state;
+    static const uint32_t dims[3] = {1000000, 28, 28};
+    unsigned char head[32];
+    size_t n = idx_header(head, 3, dims);
+    write_gzip_zeros(at("short.idx.gz"), head, n, 100);
+    char spec[512];
+    snprintf(spec, sizeof spec, "idx:images=%s", at("short.idx.gz"));
+    ef_pipeline *p = pipeline(spec, 0, 0);
+    expect_error(p, EF_EFORMAT, "short.idx.gz: truncated",
+                 "the data ends at offset 116");
+    ef_pipeline_destroy(p);
+    assert_true(max_rss_mb() < 400);
+}
+
+/* A gzip bomb: a valid header for 60000 x 28 x 28 then 1 GiB of zeros.
+ * The reader stops one byte past the announced data and names the extra
+ * data (an IDX file is exactly its header and data); memory stays far
+ * below the gigabyte. */
+static void test_idx_gzip_bomb(void **state)
+{
+    (void)state;
+    static const uint32_t dims[3] = {60000, 28, 28};
+    unsigned char head[32];
+    size_t n = idx_header(head, 3, dims);
+    write_gzip_zeros(at("bomb.idx.gz"), head, n, (uint64_t)1 << 30);
+    char spec[512];
+    snprintf(spec, sizeof spec, "idx:images=%s", at("bomb.idx.gz"));
+    ef_pipeline *p = pipeline(spec, 0, 0);
+    expect_error(p, EF_EFORMAT, "bomb.idx.gz: extra data after offset",
+                 "47040016");
+    ef_pipeline_destroy(p);
+    if (max_rss_mb() >= 400)
+        fail_msg("max RSS %ld MB reading a gzip bomb", max_rss_mb());
+
+    /* exactly the announced data reads back */
+    static const uint32_t small[3] = {600, 28, 28};
+    n = idx_header(head, 3, small);
+    write_gzip_zeros(at("exact.idx.gz"), head, n, 600 * 28 * 28);
+    snprintf(spec, sizeof spec, "idx:images=%s", at("exact.idx.gz"));
+    p = pipeline(spec, 0, 0);
+    ef_sample_id ids[1024];
+    int got;
+    assert_int_equal(drain_ids(p, ids, 1024, &got), EF_END);
+    assert_int_equal(got, 600);
+    ef_pipeline_destroy(p);
+}
+
+/* CIFAR files are read a chunk at a time up to max_records: /dev/zero
+ * (records of label 0, endless) is refused, not read to exhaustion. */
+static void test_cifar_bounded(void **state)
+{
+    (void)state;
+    ef_pipeline *p = pipeline("cifar:files=/dev/zero,max_records=2000", 0, 0);
+    expect_error(p, EF_EFORMAT, "/dev/zero: more than max_records=2000",
+                 "stopped reading at offset");
+    ef_pipeline_destroy(p);
+    static const unsigned char labels[] = {1, 2, 3};
+    write_cifar(at("three.bin"), labels, 3, 0);
+    char spec[512];
+    snprintf(spec, sizeof spec, "cifar:files=%s,max_records=2",
+             at("three.bin"));
+    p = pipeline(spec, 0, 0);
+    expect_error(p, EF_EFORMAT, "three.bin: more than max_records=2", NULL);
+    ef_pipeline_destroy(p);
+    snprintf(spec, sizeof spec, "cifar:files=%s,max_records=3",
+             at("three.bin"));
+    p = pipeline(spec, 0, 0);
+    ef_sample_id ids[8];
+    int got;
+    assert_int_equal(drain_ids(p, ids, 8, &got), EF_END);
+    assert_int_equal(got, 3);
+    ef_pipeline_destroy(p);
+}
+
 static void test_cifar_errors(void **state)
 {
     (void)state;
@@ -1065,6 +1225,10 @@ int main(void)
         cmocka_unit_test(test_tfrecord_gzip),
         cmocka_unit_test(test_cifar),
         cmocka_unit_test(test_cifar_errors),
+        cmocka_unit_test(test_cifar_bounded),
+        cmocka_unit_test(test_idx_dev_zero),
+        cmocka_unit_test(test_idx_gzip_truncated),
+        cmocka_unit_test(test_idx_gzip_bomb),
         cmocka_unit_test(test_alloc_failures),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

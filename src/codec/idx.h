@@ -17,7 +17,21 @@ typedef struct {
     int64_t dims[EF__IDX_MAX_DIMS];
     size_t header_bytes; /* data starts here */
     size_t item_bytes;   /* bytes per record (product of dims[1..]) */
+    uint64_t data_bytes; /* the data the header announces, after it */
 } ef__idx_header;
+
+/* The header in two steps, so that a reader can check each part before
+ * it reads the next and never reads more than the header announces.
+ *
+ * Checks the first 4 bytes: two zero bytes, a known type code, 1 to
+ * EF__IDX_MAX_DIMS dimensions; sets dtype, ndim and header_bytes. Errors
+ * say "bad magic" and show the 4 bytes. */
+int ef__idx_parse_magic(const unsigned char m[4], const char *path,
+                        ef__idx_header *h, ef__err *err);
+/* Reads the header_bytes - 4 bytes of dimensions at `d` (after the magic);
+ * sets dims, item_bytes and data_bytes. Records over 1 GiB are refused. */
+int ef__idx_parse_dims(const unsigned char *d, const char *path,
+                       ef__idx_header *h, ef__err *err);
 
 /* Parses and checks a whole IDX file held in memory: a known type code, a
  * sane number of dimensions, and a size that matches the header exactly.

@@ -2,7 +2,10 @@
  * height, width, channel) and `label` (i64 scalar).
  *
  * `files` lists the files (paths, brace-expanded: "data_batch_{1..5}.bin";
- * gzip is inflated), read whole at open. Each file is converted once into
+ * gzip is inflated), read at open through a stream, a chunk of records at
+ * a time. A CIFAR-10 file holds 10000 records; one of more than
+ * max_records (default 1000000, 3 GB) is refused as soon as the excess is
+ * seen, so that /dev/zero or an endless stream cannot exhaust memory. Each file is converted once into
  * one buffer of images in HWC order and one of labels, and every sample's
  * fields are views into them: no per-sample copy. A sample's identity is
  * its record number counted across the files in order; shard=I/N keeps the
@@ -17,7 +20,7 @@
 
 #include "codec/cifar.h"
 #include "core/alloc.h"
-#include "io/file.h"
+#include "io/stream.h"
 #include "stage.h"
 #include "stages/paths.h"
 
@@ -55,33 +58,119 @@ static int cifar_create(ef__stage *s, const ef__opts *o, ef__err *err)
     return EF_OK;
 }
 
+/* Records read from the stream at a time (3 MB). */
+#define CHUNK_RECORDS 1024
+
+/* Grows the images and labels arrays to hold `want` records. */
+static int grow(unsigned char **images, int64_t **labels,
+                int64_t *cap, int64_t want)
+{
+    if (want <= *cap)
+        return 1;
+    int64_t n = *cap ? *cap : CHUNK_RECORDS;
+    while (n < want)
+        n *= 2;
+    unsigned char *im = ef__realloc(*images, (size_t)n * EF__CIFAR_IMAGE);
+    if (im)
+        *images = im;
+    int64_t *lb = im ? ef__realloc(*labels, (size_t)n * sizeof **labels) : NULL;
+    if (lb)
+        *labels = lb;
+    if (!im || !lb)
+        return 0;
+    *cap = n;
+    return 1;
+}
+
+static void free_data(void *data)
+{
+    ef__free(data);
+}
+
+/* Reads and converts the records of `in` into *images and *labels (*n of
+ * them). A partial record at the end is ef__cifar_count's error, with *n
+ * the whole records before it and *partial set; more than `max` records
+ * is an error. */
+static int read_records(ef__stream *in, const char *path, int64_t max,
+                        unsigned char *chunk, unsigned char **images,
+                        int64_t **labels, int64_t *n, int *partial,
+                        ef__err *err)
+{
+    int64_t cap = 0;
+    for (;;) {
+        size_t got, want = (size_t)CHUNK_RECORDS * EF__CIFAR_RECORD;
+        int rc = ef__stream_read(in, chunk, want, &got, err);
+        if (rc != EF_OK)
+            return rc;
+        int64_t whole = (int64_t)(got / EF__CIFAR_RECORD);
+        if (*n + whole > max)
+            return ef__err_set(err, EF_EFORMAT,
+                               "cifar: %s: more than max_records=%lld records "
+                               "(a CIFAR-10 file holds 10000): stopped "
+                               "reading at offset %lld",
+                               path, (long long)max,
+                               (long long)((*n + whole) * EF__CIFAR_RECORD));
+        if (!grow(images, labels, &cap, *n + whole))
+            return ef__err_set(err, EF_ENOMEM,
+                               "cifar: %s: out of memory for %lld records",
+                               path, (long long)(*n + whole));
+        ef__cifar_convert(chunk, whole, *images + (size_t)*n * EF__CIFAR_IMAGE,
+                          *labels + *n);
+        *n += whole;
+        if (got < want) { /* the end: a short read comes only there */
+            size_t size = (size_t)*n * EF__CIFAR_RECORD + got % EF__CIFAR_RECORD;
+            *partial = size % EF__CIFAR_RECORD != 0;
+            return ef__cifar_count(size, path, &whole, err);
+        }
+    }
+}
+
 /* Reads and converts file f. Problems the policy lets us skip are counted
  * here; anything else is returned. */
 static int load(ef__stage *s, cifar_state *st, size_t f, ef__err *err)
 {
     const char *path = st->paths.names[f];
     cifar_file *cf = &st->files[f];
-    ef_buffer *raw;
-    int rc = ef__read_file(path, &raw, err);
-    if (rc != EF_OK)
+    ef__stream *in = NULL;
+    unsigned char *chunk = NULL, *images = NULL;
+    int64_t *labels = NULL, n = 0;
+    int partial = 0, rc = ef__stream_open(&in, path, NULL, err);
+    if (rc == EF_OK) {
+        chunk = ef__malloc((size_t)CHUNK_RECORDS * EF__CIFAR_RECORD);
+        rc = chunk ? read_records(in, path, ef__opt_int(&s->opts, "max_records"),
+                                  chunk, &images, &labels, &n, &partial,
+                                  err)
+                   : ef__err_set(err, EF_ENOMEM, "cifar: out of memory");
+    }
+    ef__stream_close(in);
+    ef__free(chunk);
+    /* a partial record at the end keeps the whole ones before it under
+     * skip; any other failure drops the file (its records count as none) */
+    if (rc != EF_OK && !partial) {
+        ef__free(images);
+        ef__free(labels);
         return ef__stage_skip(s, err) ? EF_OK : rc;
-    rc = ef__cifar_count(ef_buffer_size(raw), path, &cf->n, err);
+    }
     if (rc != EF_OK && !ef__stage_skip(s, err)) {
-        ef_buffer_release(raw);
-        return rc; /* else the whole records before the partial one stay */
+        ef__free(images);
+        ef__free(labels);
+        return rc;
     }
-    cf->images = ef_buffer_new((size_t)cf->n * EF__CIFAR_IMAGE);
-    cf->labels = ef_buffer_new((size_t)cf->n * sizeof(int64_t));
-    if (!cf->images || !cf->labels) {
-        ef_buffer_release(raw);
-        return ef__err_set(err, EF_ENOMEM,
-                           "cifar: %s: out of memory for %lld records", path,
-                           (long long)cf->n);
+    cf->n = n;
+    if (n > 0) {
+        cf->images = ef_buffer_wrap(images, (size_t)n * EF__CIFAR_IMAGE,
+                                    free_data, images);
+        if (!cf->images)
+            ef__free(images);
+        cf->labels = ef_buffer_wrap(labels, (size_t)n * sizeof(int64_t),
+                                    free_data, labels);
+        if (!cf->labels)
+            ef__free(labels);
+        if (!cf->images || !cf->labels)
+            return ef__err_set(err, EF_ENOMEM,
+                               "cifar: %s: out of memory for %lld records",
+                               path, (long long)n);
     }
-    int64_t *labels = ef_buffer_data(cf->labels);
-    ef__cifar_convert(ef_buffer_data(raw), cf->n, ef_buffer_data(cf->images),
-                      labels);
-    ef_buffer_release(raw);
     for (int64_t r = 0; r < cf->n; r++) {
         rc = ef__cifar_check_label(path, r, labels[r], err);
         if (rc != EF_OK && !ef__stage_skip(s, err))
@@ -176,11 +265,15 @@ static const ef__option_def cifar_options[] = {
      "CIFAR-10 binary files (gzip or raw), space-separated, with {1..5} "
      "expansion",
      0, 0},
+    {"max_records", EF_OPT_INT, "1000000",
+     "most records read from one file; more is an error (CIFAR-10 files "
+     "hold 10000)",
+     1, 1e9},
     EF__SHARD_OPTION,
 };
 
 const ef__stage_def ef__stage_cifar = {
-    .info = {"cifar", "CIFAR-10 binary files (fields image HWC u8, label)", 2,
+    .info = {"cifar", "CIFAR-10 binary files (fields image HWC u8, label)", 3,
              cifar_options},
     .is_source = 1,
     .create = cifar_create,

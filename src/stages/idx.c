@@ -1,12 +1,12 @@
-/* idx: MNIST-style IDX files as a source. Images and labels are read whole
- * at open (gzip or not), checked against each other, and every sample's
+/* idx: MNIST-style IDX files as a source. Images and labels are read at
+ * open (gzip or not, through a stream), checked against each other, and every sample's
  * fields are views into those two buffers: no per-sample copy. shard=I/N
  * keeps the records r with r % N == I. */
 #include <string.h>
 
 #include "codec/idx.h"
 #include "core/alloc.h"
-#include "io/file.h"
+#include "io/stream.h"
 #include "stage.h"
 
 typedef struct {
@@ -28,16 +28,141 @@ static int idx_create(ef__stage *s, const ef__opts *o, ef__err *err)
     return rc;
 }
 
+/* The first allocation for a file's contents. The header's announcement
+ * is believed only as the bytes arrive: a short file that claims
+ * gigabytes costs what it holds (twice at most), not what it claims. */
+#define FIRST_ALLOC ((size_t)16 << 20)
+
+static void free_data(void *data)
+{
+    ef__free(data);
+}
+
+/* Reads and checks the header into head (magic first: /dev/zero or a
+ * file of another kind is refused after 4 bytes). */
+static int read_header(ef__stream *in, const char *path, unsigned char *head,
+                       ef__idx_header *h, ef__err *err)
+{
+    int rc = ef__stream_read_full(in, head, 4, "IDX header", err);
+    if (rc == EF_END)
+        return ef__err_set(err, EF_EFORMAT,
+                           "%s: empty file: expected an IDX header of at "
+                           "least 4 bytes",
+                           path);
+    if (rc == EF_OK)
+        rc = ef__idx_parse_magic(head, path, h, err);
+    if (rc != EF_OK)
+        return rc;
+    rc = ef__stream_read_full(in, head + 4, h->header_bytes - 4,
+                              "IDX header", err);
+    if (rc == EF_END)
+        return ef__err_set(err, EF_EFORMAT,
+                           "%s: truncated IDX header at offset 4: expected "
+                           "%zu bytes of dimensions",
+                           path, h->header_bytes - 4);
+    return rc == EF_OK ? ef__idx_parse_dims(head + 4, path, h, err) : rc;
+}
+
+/* Reads the data the header announces after it, growing the buffer as
+ * bytes arrive. *data holds the header and the data on return (or what
+ * was read, for the caller to free). */
+static int read_data(ef__stream *in, const char *path, const ef__idx_header *h,
+                     unsigned char **data, ef__err *err)
+{
+    size_t total = h->header_bytes + (size_t)h->data_bytes;
+    size_t cap = total < FIRST_ALLOC ? total : FIRST_ALLOC;
+    size_t size = h->header_bytes;
+    while (size < total) {
+        if (size == cap) {
+            cap = cap > total / 2 ? total : cap * 2;
+            unsigned char *grown = ef__realloc(*data, cap);
+            if (!grown)
+                return ef__err_set(err, EF_ENOMEM,
+                                   "%s: out of memory after %zu bytes of %zu",
+                                   path, size, total);
+            *data = grown;
+        }
+        size_t got;
+        int rc = ef__stream_read(in, *data + size, cap - size, &got, err);
+        if (rc != EF_OK)
+            return rc;
+        if (got == 0)
+            return ef__err_set(err, EF_EFORMAT,
+                               "%s: truncated: the header announces %lld "
+                               "records, %zu bytes in all, but the data ends "
+                               "at offset %zu",
+                               path, (long long)h->dims[0], total, size);
+        size += got;
+    }
+    return EF_OK;
+}
+
+/* An IDX file is exactly its header and data, so bytes after the data
+ * mean the header does not describe the file (a wrong dimension, two
+ * files joined): an error, not ignored. The extra bytes are not counted:
+ * that would mean reading them all, and they may never end. */
+static int expect_end(ef__stream *in, const char *path,
+                      const ef__idx_header *h, ef__err *err)
+{
+    unsigned char byte;
+    size_t got;
+    int rc = ef__stream_read(in, &byte, 1, &got, err);
+    if (rc == EF_OK && got)
+        rc = ef__err_set(err, EF_EFORMAT,
+                         "%s: extra data after offset %llu, where the %lld "
+                         "records the header announces end",
+                         path,
+                         (unsigned long long)(h->header_bytes + h->data_bytes),
+                         (long long)h->dims[0]);
+    return rc;
+}
+
+/* Reads an IDX file into a new buffer (header and data) and *h, reading
+ * no further than the header announces (and one byte to see the end). */
+static int read_idx(const char *path, ef_buffer **out, ef__idx_header *h,
+                    ef__err *err)
+{
+    *out = NULL;
+    ef__stream *in;
+    int rc = ef__stream_open(&in, path, NULL, err);
+    if (rc != EF_OK)
+        return rc;
+    unsigned char head[4 + 4 * EF__IDX_MAX_DIMS];
+    unsigned char *data = NULL;
+    rc = read_header(in, path, head, h, err);
+    if (rc == EF_OK) {
+        size_t first = h->header_bytes + (size_t)h->data_bytes;
+        data = ef__malloc(first < FIRST_ALLOC ? first : FIRST_ALLOC);
+        if (!data)
+            rc = ef__err_set(err, EF_ENOMEM, "%s: out of memory", path);
+        else
+            memcpy(data, head, h->header_bytes);
+    }
+    if (rc == EF_OK)
+        rc = read_data(in, path, h, &data, err);
+    if (rc == EF_OK)
+        rc = expect_end(in, path, h, err);
+    ef__stream_close(in);
+    if (rc == EF_OK) {
+        *out = ef_buffer_wrap(data, h->header_bytes + (size_t)h->data_bytes,
+                              free_data, data);
+        if (!*out)
+            rc = ef__err_set(err, EF_ENOMEM, "%s: out of memory", path);
+    }
+    if (rc != EF_OK)
+        ef__free(data);
+    return rc;
+}
+
 /* Reads the labels file into one i64 per record. */
 static int load_labels(idx_state *st, const char *path, ef__err *err)
 {
     ef_buffer *raw;
-    int rc = ef__read_file(path, &raw, err);
+    ef__idx_header lh;
+    int rc = read_idx(path, &raw, &lh, err);
     if (rc != EF_OK)
         return rc;
-    ef__idx_header lh;
     const unsigned char *data = ef_buffer_data(raw);
-    rc = ef__idx_parse(data, ef_buffer_size(raw), path, &lh, err);
     if (rc == EF_OK && (lh.ndim != 1 || lh.dtype != EF_U8))
         rc = ef__err_set(err, EF_EFORMAT,
                          "%s: not a labels file: expected a 1-dimensional u8 "
@@ -67,10 +192,7 @@ static int idx_open(ef__stage *s, ef__err *err)
     idx_state *st = s->state;
     const char *images = ef__opt_string(&s->opts, "images");
     const char *labels = ef__opt_string(&s->opts, "labels");
-    int rc = ef__read_file(images, &st->images, err);
-    if (rc == EF_OK)
-        rc = ef__idx_parse(ef_buffer_data(st->images),
-                           ef_buffer_size(st->images), images, &st->h, err);
+    int rc = read_idx(images, &st->images, &st->h, err);
     if (rc == EF_OK)
         ef__idx_to_host(ef_buffer_data(st->images), &st->h);
     if (rc == EF_OK && labels[0])
