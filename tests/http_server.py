@@ -13,6 +13,9 @@ Command line (kept stable: other tests start this script too):
   http_server.py --root DIR [--port N] [--port-file PATH] [--quiet]
                  [--cut-every BYTES] [--fail-first N] [--fail-from N]
                  [--stall-after BYTES] [--ignore-range] [--range-shift BYTES]
+                 [--cut-first BYTES] [--range-overrun BYTES]
+                 [--slow-headers SECONDS] [--slow-body SECONDS]
+                 [--redirect-loop] [--huge-header BYTES]
 
   --root DIR          directory to serve (required)
   --port N            port on 127.0.0.1; 0 (the default) picks a free one
@@ -37,6 +40,20 @@ Command line (kept stable: other tests start this script too):
   --range-shift BYTES answer a range request with a 206 that starts BYTES
                       earlier than asked (not before 0), Content-Range
                       included, as a broken cache might
+  --cut-first BYTES   like --cut-every, but only in the first response of
+                      each path (so that the client asks for a range next)
+  --range-overrun BYTES
+                      answer a range request with a 206 whose body carries
+                      BYTES bytes (0xEE) after the range its Content-Range
+                      names; Content-Length counts them, as a broken server
+                      that gets the two out of step would send
+  --slow-headers SECONDS
+                      after the status line, send one header line every
+                      SECONDS, for ever (until the client leaves, or an
+                      hour): the headers never end
+  --slow-body SECONDS send the body one byte every SECONDS
+  --redirect-loop     answer every request with a 302 to its own URL
+  --huge-header BYTES add a header line of BYTES bytes to every file reply
   --quiet             do not log requests to stderr
 
 The process serves until killed (SIGTERM or SIGKILL are both fine: handler
@@ -68,6 +85,12 @@ class Faults:
         self.stall_after = args.stall_after
         self.ignore_range = args.ignore_range
         self.range_shift = args.range_shift
+        self.cut_first = args.cut_first
+        self.range_overrun = args.range_overrun
+        self.slow_headers = args.slow_headers
+        self.slow_body = args.slow_body
+        self.redirect_loop = args.redirect_loop
+        self.huge_header = args.huge_header
         self.quiet = args.quiet
         self._lock = threading.Lock()
         self._seen = {}
@@ -146,6 +169,13 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 self.send_small(503, "failing on purpose (--fail-first or "
                                 "--fail-from)", [("Retry-After", "0")])
                 return
+            if f.redirect_loop:
+                self.send_small(302, "redirecting to myself (--redirect-loop)",
+                                [("Location", self.path)])
+                return
+            if f.slow_headers is not None:
+                self.drip_headers(f.slow_headers)
+                return
             full = self.resolve()
             if full is None:
                 self.send_small(404, "no such file")
@@ -166,33 +196,54 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 r = parse_range(header, size)
                 if isinstance(r, tuple):
                     asked = r[0]
+            extra = 0
             if rng is None:
                 start, end = 0, size - 1
                 self.send_response(200)
             else:
                 start, end = rng
                 start = max(0, start - f.range_shift)
+                extra = f.range_overrun
                 self.send_response(206)
                 self.send_header("Content-Range",
                                  "bytes %d-%d/%d" % (start, end, size))
             self.send_header("Content-Type", "application/octet-stream")
-            self.send_header("Content-Length", str(end - start + 1))
+            self.send_header("Content-Length", str(end - start + 1 + extra))
             self.send_header("Accept-Ranges",
                              "none" if f.ignore_range else "bytes")
+            if f.huge_header:
+                self.send_header("X-Huge", "h" * f.huge_header)
             self.end_headers()
-            if send_body:
-                self.send_file(full, start, end + 1, asked)
+            if send_body and self.send_file(full, start, end + 1, asked,
+                                            first=n == 0) and extra:
+                self.wfile.write(b"\xee" * extra)
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True
 
-    def send_file(self, full, start, stop, asked):
+    def drip_headers(self, seconds):
+        """A 200 status line, then one header line every `seconds` and
+        never the blank line that would end them."""
+        self.close_connection = True
+        self.wfile.write(b"HTTP/1.1 200 OK\r\n")
+        deadline = time.monotonic() + 3600
+        k = 0
+        while time.monotonic() < deadline:
+            self.wfile.write(b"X-Slow-%d: still coming\r\n" % k)
+            k += 1
+            time.sleep(seconds)
+
+    def send_file(self, full, start, stop, asked, first=False):
         """Body bytes [start, stop) of the file, with the faults asked for.
-        Limits count bytes from max(start, asked) on."""
+        Limits count bytes from max(start, asked) on. Returns True when all
+        of them went out."""
         f = self.server.faults
         base = max(start, asked)
         cut_at = stall_at = None
         if f.cut_every is not None:
             cut_at = base + f.cut_every
+        if f.cut_first is not None and first and (
+                cut_at is None or base + f.cut_first < cut_at):
+            cut_at = base + f.cut_first
         if f.stall_after is not None:
             stall_at = base + f.stall_after
         with open(full, "rb") as fh:
@@ -208,15 +259,22 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 data = fh.read(min(CHUNK, limit - pos))
                 if not data:
                     break
+                if f.slow_body is not None:
+                    # one byte at a time; the file is read again from
+                    # the next byte on
+                    data = data[:1]
+                    fh.seek(pos + 1)
+                    time.sleep(f.slow_body)
                 self.wfile.write(data)
                 pos += len(data)
         if pos >= stop:
-            return
+            return True
         if stall_at is not None and pos == stall_at and (
                 cut_at is None or stall_at <= cut_at):
             self.stall()
         else:
             self.cut()
+        return False
 
     def cut(self):
         """Closes the connection mid-body: the client sees it end early."""
@@ -265,11 +323,22 @@ def main():
     ap.add_argument("--stall-after", type=int, metavar="BYTES")
     ap.add_argument("--ignore-range", action="store_true")
     ap.add_argument("--range-shift", type=int, default=0, metavar="BYTES")
+    ap.add_argument("--cut-first", type=int, metavar="BYTES")
+    ap.add_argument("--range-overrun", type=int, default=0, metavar="BYTES")
+    ap.add_argument("--slow-headers", type=float, metavar="SECONDS")
+    ap.add_argument("--slow-body", type=float, metavar="SECONDS")
+    ap.add_argument("--redirect-loop", action="store_true")
+    ap.add_argument("--huge-header", type=int, default=0, metavar="BYTES")
     ap.add_argument("--quiet", action="store_true")
     args = ap.parse_args()
-    if args.range_shift < 0:
-        ap.error("--range-shift must not be negative")
-    for name in ("cut_every", "stall_after"):
+    for name in ("range_shift", "range_overrun", "huge_header"):
+        if getattr(args, name) < 0:
+            ap.error("--%s must not be negative" % name.replace("_", "-"))
+    for name in ("slow_headers", "slow_body"):
+        v = getattr(args, name)
+        if v is not None and not v > 0:
+            ap.error("--%s must be positive" % name.replace("_", "-"))
+    for name in ("cut_every", "stall_after", "cut_first"):
         v = getattr(args, name)
         if v is not None and v < 1:
             ap.error("--%s must be at least 1" % name.replace("_", "-"))

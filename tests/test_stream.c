@@ -1,9 +1,10 @@
 /* Byte streams (src/io/stream.c, src/io/http.c): files, memory, gzip on the
  * fly, the truncation messages of read_full and skip, and HTTP against
  * tests/http_server.py started per test with the faults it needs (cuts,
- * 503s, ignored ranges, stalls), checking that every byte arrives once and
- * in order, that retries are counted, and that giving up and cancelling
- * say what happened and where. */
+ * 503s, ignored ranges, stalls, trickled headers and bodies, redirect
+ * loops, huge headers, ranges that run long), checking that every byte arrives
+ * once and in order, that retries are counted, and that giving up and
+ * cancelling say what happened and where. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -977,6 +978,167 @@ static void test_http_refused(void **state)
     ef__stream_close(s);
 }
 
+/* Cancels a read that runs past WATCHDOG_S, so that a fault the stream
+ * fails to time out ends the test (as a failure) instead of hanging it. */
+#define WATCHDOG_S 15.0
+
+typedef struct {
+    atomic_int flag; /* the stream's cancel flag */
+    atomic_int stop; /* the read is over: the watchdog may go */
+} watchdog;
+
+static void *watch(void *arg)
+{
+    watchdog *w = arg;
+    double t0 = eft_now_s();
+    while (!atomic_load(&w->stop) && eft_now_s() - t0 < WATCHDOG_S) {
+        struct timespec ts = {0, 20 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    atomic_store(&w->flag, 1);
+    return NULL;
+}
+
+/* Reads `name` from a server started with `args` until a read fails, with
+ * a watchdog; checks that what was handed out before is g_big's start (or
+ * all of it, for big.bin read to the end). Returns the failing status;
+ * *total, *dt (seconds) and *st describe the read, err the failure. */
+static int http_read_failing(const char *const *args, ef__stream_opts o,
+                             ef__err *err, size_t *total, double *dt,
+                             ef__stream_stats *st, char *url, size_t url_cap)
+{
+    server sv = server_start(args);
+    url_of(url, url_cap, &sv, "big.bin");
+    watchdog w;
+    atomic_init(&w.flag, 0);
+    atomic_init(&w.stop, 0);
+    o.cancelled = &w.flag;
+    ef__stream *s = NULL;
+    ef__err_clear(err);
+    assert_int_equal(ef__stream_open(&s, url, &o, err), EF_OK);
+    unsigned char *buf = malloc(BIG_SIZE);
+    assert_non_null(buf);
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, watch, &w), 0);
+    double t0 = eft_now_s();
+    int rc = read_pieces(s, buf, BIG_SIZE, total, err);
+    *dt = eft_now_s() - t0;
+    atomic_store(&w.stop, 1);
+    assert_int_equal(pthread_join(th, NULL), 0);
+    assert_true(memcmp(buf, g_big, *total) == 0);
+    ef__stream_get_stats(s, st);
+    ef__stream_close(s);
+    free(buf);
+    server_stop(&sv);
+    if (rc == EF_ECANCELED)
+        fail_msg("the watchdog stopped the read after %.1f s (%zu bytes): %s",
+                 *dt, *total, err->msg);
+    return rc;
+}
+
+/* A server that sends a header line every 0.5 s and never ends them: the
+ * header bytes must not count as progress for ever. */
+static void test_http_slow_headers(void **state)
+{
+    (void)state;
+    const char *args[] = {"--slow-headers", "0.5", NULL};
+    ef__err err;
+    ef__stream_stats st;
+    char url[128];
+    size_t total;
+    double dt;
+    int rc = http_read_failing(args, opts_with(1, 1, 0.01), &err, &total, &dt,
+                               &st, url, sizeof url);
+    assert_int_equal(rc, EF_EIO);
+    assert_int_equal(total, 0);
+    assert_true(dt >= 0.9 && dt < WATCHDOG_S);
+    expect_msg(&err, url);
+    expect_msg(&err, "giving up at byte 0 after 1 try");
+    expect_msg(&err, "headers did not complete within 1 s");
+}
+
+/* A body of one byte every 0.5 s: a stall, though bytes keep coming. */
+static void test_http_slow_body(void **state)
+{
+    (void)state;
+    const char *args[] = {"--slow-body", "0.5", NULL};
+    ef__err err;
+    ef__stream_stats st;
+    char url[128];
+    size_t total;
+    double dt;
+    int rc = http_read_failing(args, opts_with(1, 1, 0.01), &err, &total, &dt,
+                               &st, url, sizeof url);
+    assert_int_equal(rc, EF_EIO);
+    assert_true(total < 20); /* the bytes that came were handed out */
+    assert_true(dt >= 0.9 && dt < WATCHDOG_S);
+    expect_msg(&err, url);
+    expect_msg(&err, "giving up at byte");
+    expect_msg(&err, "body slower than 1024 bytes/s for 1");
+}
+
+/* A 302 to itself: the message names the redirects, not whatever curl
+ * wrote first into its error buffer on the way. */
+static void test_http_redirect_loop(void **state)
+{
+    (void)state;
+    const char *args[] = {"--redirect-loop", NULL};
+    ef__err err;
+    ef__stream_stats st;
+    char url[128];
+    size_t total;
+    double dt;
+    int rc = http_read_failing(args, opts_with(3, 10, 0.01), &err, &total, &dt,
+                               &st, url, sizeof url);
+    assert_int_equal(rc, EF_EIO);
+    assert_int_equal(total, 0);
+    expect_msg(&err, url);
+    expect_msg(&err, "too many redirects: 10 followed (the limit)");
+    char again[300];
+    snprintf(again, sizeof again, "%s redirects again to %s", url, url);
+    expect_msg(&err, again);
+    expect_msg(&err, "not retried");
+    assert_int_equal(st.retries, 0);
+}
+
+/* A 10 MB header line: the server's fault (EF_EIO), not this process
+ * running out of memory. */
+static void test_http_huge_header(void **state)
+{
+    (void)state;
+    const char *args[] = {"--huge-header", "10000000", NULL};
+    ef__err err;
+    ef__stream_stats st;
+    char url[128];
+    size_t total;
+    double dt;
+    int rc = http_read_failing(args, opts_with(3, 10, 0.01), &err, &total, &dt,
+                               &st, url, sizeof url);
+    assert_int_equal(rc, EF_EIO);
+    assert_int_equal(total, 0);
+    expect_msg(&err, url);
+    expect_msg(&err, "the server sent a header line larger than curl "
+                     "accepts");
+    expect_msg(&err, "not retried");
+    assert_int_equal(st.retries, 0);
+}
+
+/* The first reply is cut at 300000 bytes; the 206 to the range request
+ * that follows carries 1000 bytes past its Content-Range. Those are
+ * dropped, that attempt counts as failed, and the next one (a 416 at the
+ * end of the file) shows the data is complete: every byte right, none
+ * extra. */
+static void test_http_range_overrun(void **state)
+{
+    (void)state;
+    const char *args[] = {"--cut-first", "300000", "--range-overrun", "1000",
+                          NULL};
+    server sv = server_start(args);
+    ef__stream_opts o = opts_with(3, 10, 0);
+    assert_int_equal(http_expect(&sv, "big.bin", &o, g_big, BIG_SIZE), 2);
+    server_stop(&sv);
+}
+
 static void test_http_bad_options(void **state)
 {
     (void)state;
@@ -1051,6 +1213,11 @@ int main(void)
         cmocka_unit_test(test_http_cancel_backoff),
         cmocka_unit_test(test_http_refused),
         cmocka_unit_test(test_http_bad_options),
+        cmocka_unit_test(test_http_slow_headers),
+        cmocka_unit_test(test_http_slow_body),
+        cmocka_unit_test(test_http_redirect_loop),
+        cmocka_unit_test(test_http_huge_header),
+        cmocka_unit_test(test_http_range_overrun),
 #else
         cmocka_unit_test(test_http_unsupported),
 #endif

@@ -13,7 +13,15 @@
  * followed, after a backoff, by a request for "Range: bytes=received-". A
  * 206 answer counts only if its Content-Range starts exactly there; a 200
  * answer is the whole file again, and its first `received` bytes are
- * discarded. Bytes are handed on exactly once, in order.
+ * discarded. Bytes are handed on exactly once, in order. A 206 body that
+ * runs past its Content-Range is cut at the range's end and the attempt
+ * fails: the excess is not the file's.
+ *
+ * Slow servers: bytes alone do not prove progress. A reply's header block
+ * must be complete within `timeout_s` of its status line's request (a
+ * server that trickles header lines would otherwise hold the stream for
+ * ever), and its body must arrive at MIN_BODY_RATE bytes/s or more, judged
+ * over each `timeout_s` the reader spends waiting for it.
  *
  * Waits (network and backoff) are sliced to at most POLL_MS so that the
  * cancel flag is seen promptly. */
@@ -36,6 +44,10 @@
 #define BUF_CAP (256u << 10) /* read-ahead bound: 16 curl chunks */
 #define POLL_MS 100          /* longest wait between looks at the flag */
 #define MAX_BACKOFF_S 60.0   /* doubling stops here (or at backoff_s) */
+/* The slowest body that still counts as a transfer, in bytes/s: 1 KiB/s
+ * is a fifth of a 56k modem, so any real link passes, while a server
+ * that drips a byte at a time (and would take days for a shard) fails. */
+#define MIN_BODY_RATE 1024
 #define STR_(x) #x
 #define STR(x) STR_(x)
 #define USER_AGENT                                                             \
@@ -46,7 +58,7 @@ enum { ST_IDLE, ST_ACTIVE, ST_DONE };
 
 /* Why our callbacks stopped an attempt (curl then says CURLE_WRITE_ERROR,
  * which alone would not tell a 404 from a 503). */
-enum { WHY_NONE, WHY_STATUS, WHY_RANGE, WHY_CHANGED };
+enum { WHY_NONE, WHY_STATUS, WHY_RANGE, WHY_CHANGED, WHY_OVERRUN };
 
 typedef struct {
     char *url;
@@ -81,6 +93,13 @@ typedef struct {
     int why;
     int64_t changed_to;       /* WHY_CHANGED: the size the reply gave */
     uint64_t last_data;       /* ef__now_ns() of the last byte in */
+    uint64_t head_at;         /* ef__now_ns() when this reply's request
+                                 went out (or its status line came) */
+    int head_done;            /* this reply's header block is complete */
+    int in_head;              /* a status line came, the blank line not */
+    uint64_t body_bytes;      /* body bytes of this reply seen so far */
+    uint64_t win_wait_ns;     /* reader's wait in the speed window */
+    uint64_t win_bytes;       /* body bytes in the speed window */
     int have_cr;              /* Content-Range of the latest reply: */
     int64_t cr_start, cr_end; /* -1 for "bytes * /T" */
     int64_t cr_total;         /* -1 for "/ *" */
@@ -201,8 +220,9 @@ static int parse_content_range(const char *s, http_conn *h)
     return parse_i64(&s, &h->cr_total) && h->cr_end < h->cr_total;
 }
 
-/* Headers of every reply, redirects included: a status line starts a new
- * reply, so a Content-Range always belongs to the latest one. */
+/* Headers of every reply, redirects and 1xx included: a status line
+ * starts a new reply, so a Content-Range always belongs to the latest
+ * one, and the blank line ends a header block. */
 static size_t on_header(char *p, size_t size, size_t n, void *ud)
 {
     http_conn *h = ud;
@@ -212,6 +232,16 @@ static size_t on_header(char *p, size_t size, size_t n, void *ud)
     h->last_data = ef__now_ns();
     if (len >= 5 && memcmp(p, "HTTP/", 5) == 0) {
         h->have_cr = 0;
+        /* the reply after a redirect (or a 1xx) answers a newer request:
+         * its headers get their own `timeout_s` */
+        if (h->head_done)
+            h->head_at = h->last_data;
+        h->head_done = 0;
+        h->in_head = 1;
+    } else if ((len == 2 && p[0] == '\r' && p[1] == '\n') ||
+               (len == 1 && p[0] == '\n')) {
+        h->head_done = 1;
+        h->in_head = 0;
     } else if (len > name_len && strncasecmp(p, name, name_len) == 0) {
         char v[128];
         size_t k =
@@ -263,6 +293,9 @@ static int check_reply(http_conn *h)
     }
     if (total >= 0)
         h->total = total;
+    /* the body's speed is judged from its first byte on */
+    h->win_wait_ns = 0;
+    h->win_bytes = 0;
     return 0;
 }
 
@@ -281,6 +314,14 @@ static size_t on_body(char *p, size_t size, size_t n, void *ud)
         return 0;
     size_t drop = h->skip < len ? (size_t)h->skip : len;
     size_t keep = len - drop;
+    /* curl holds a body to its Content-Length, not to its Content-Range:
+     * bytes past the range's end are not the file's, so they are dropped
+     * and the attempt ends (attempt_over reads WHY_OVERRUN) */
+    size_t over = 0;
+    if (h->expect_end >= 0 && h->received + keep > (uint64_t)h->expect_end) {
+        over = (size_t)(h->received + keep - (uint64_t)h->expect_end);
+        keep -= over;
+    }
     if (keep > h->cap - h->len && h->pos > 0) {
         memmove(h->buf, h->buf + h->pos, h->len - h->pos);
         h->len -= h->pos;
@@ -295,6 +336,12 @@ static size_t on_body(char *p, size_t size, size_t n, void *ud)
     memcpy(h->buf + h->len, p + drop, keep);
     h->len += keep;
     h->received += keep;
+    h->body_bytes += len;
+    h->win_bytes += len;
+    if (over > 0) {
+        h->why = WHY_OVERRUN;
+        return 0;
+    }
     return len;
 }
 
@@ -339,6 +386,80 @@ static int range_past_end(http_conn *h)
     return h->cr_total == (int64_t)h->start;
 }
 
+/* curl ended the attempt with `res`: says what happened, and retries or
+ * fails. The error buffer is only a detail: curl keeps the first message
+ * of a transfer there, which may come from a step it then recovered from
+ * (a reused connection found dead before a redirect loop ended, say). */
+static void curl_failed(http_conn *h, CURLcode res)
+{
+    char what[CURL_ERROR_SIZE + 128];
+    if (res == CURLE_TOO_MANY_REDIRECTS) {
+        long n = 0;
+        char *last = NULL, *next = NULL;
+        curl_easy_getinfo(h->easy, CURLINFO_REDIRECT_COUNT, &n);
+        curl_easy_getinfo(h->easy, CURLINFO_EFFECTIVE_URL, &last);
+        curl_easy_getinfo(h->easy, CURLINFO_REDIRECT_URL, &next);
+        fail_for_good(h, EF_EIO,
+                      "%s: too many redirects: %ld followed (the limit), "
+                      "and %s redirects again to %s; at byte %llu, not "
+                      "retried",
+                      h->url, n, last ? last : "the last URL",
+                      next ? next : "(no Location)",
+                      (unsigned long long)h->received);
+        return;
+    }
+    /* curl refuses a header line over CURL_MAX_HTTP_HEADER bytes with
+     * "out of memory" (CURLE_TOO_LARGE from 8.6 on); inside a header
+     * block that is the server's doing, not this process's memory */
+    int too_large = res == CURLE_OUT_OF_MEMORY;
+#if LIBCURL_VERSION_NUM >= 0x080600
+    too_large = too_large || res == CURLE_TOO_LARGE;
+#endif
+    if (too_large && h->in_head) {
+        fail_for_good(h, EF_EIO,
+                      "%s: the server sent a header line larger than curl "
+                      "accepts (%d bytes) at byte %llu; not retried (curl "
+                      "error %d: %s)",
+                      h->url, CURL_MAX_HTTP_HEADER,
+                      (unsigned long long)h->received, (int)res,
+                      h->errbuf[0] ? h->errbuf : curl_easy_strerror(res));
+        return;
+    }
+    if (h->errbuf[0])
+        snprintf(what, sizeof what, "%s (curl error %d: %s)",
+                 curl_easy_strerror(res), (int)res, h->errbuf);
+    else
+        snprintf(what, sizeof what, "%s (curl error %d)",
+                 curl_easy_strerror(res), (int)res);
+    if (curl_error_is_final(res))
+        fail_for_good(h, res == CURLE_OUT_OF_MEMORY ? EF_ENOMEM : EF_EIO,
+                      "%s: %s at byte %llu; not retried", h->url, what,
+                      (unsigned long long)h->received);
+    else
+        attempt_failed(h, what);
+}
+
+/* A reply sent more body than it announced (WHY_OVERRUN): what came up
+ * to its end was kept; the rest is not the file's. */
+static void overrun(http_conn *h)
+{
+    char what[256];
+    if (h->status == 206)
+        snprintf(what, sizeof what,
+                 "HTTP 206 for bytes %lld-%lld (%lld bytes) sent at least "
+                 "%llu body bytes; the excess was dropped",
+                 (long long)h->cr_start, (long long)h->cr_end,
+                 (long long)(h->cr_end - h->cr_start + 1),
+                 (unsigned long long)h->body_bytes);
+    else
+        snprintf(what, sizeof what,
+                 "HTTP %ld of %lld bytes sent at least %llu body bytes; the "
+                 "excess was dropped",
+                 h->status, (long long)h->expect_end,
+                 (unsigned long long)h->body_bytes);
+    attempt_failed(h, what);
+}
+
 /* The transfer ended (curl's result `res`): done, retry, or fail. */
 static void attempt_over(http_conn *h, CURLcode res)
 {
@@ -378,6 +499,10 @@ static void attempt_over(http_conn *h, CURLcode res)
         attempt_failed(h, what);
         return;
     }
+    if (h->why == WHY_OVERRUN) {
+        overrun(h);
+        return;
+    }
     if (h->why == WHY_CHANGED || (res == CURLE_OK && h->skip > 0)) {
         /* a whole-file reply shorter than what was read already */
         if (h->why != WHY_CHANGED)
@@ -391,14 +516,7 @@ static void attempt_over(http_conn *h, CURLcode res)
         return;
     }
     if (res != CURLE_OK) {
-        snprintf(what, sizeof what, "%s (curl error %d)",
-                 h->errbuf[0] ? h->errbuf : curl_easy_strerror(res), (int)res);
-        if (curl_error_is_final(res))
-            fail_for_good(h, res == CURLE_OUT_OF_MEMORY ? EF_ENOMEM : EF_EIO,
-                          "%s: %s at byte %llu; not retried", h->url, what,
-                          (unsigned long long)h->received);
-        else
-            attempt_failed(h, what);
+        curl_failed(h, res);
         return;
     }
     int64_t end = h->total >= 0 ? h->total : h->expect_end;
@@ -433,8 +551,14 @@ static int start_attempt(http_conn *h, ef__err *err)
     h->status = 0;
     h->why = WHY_NONE;
     h->have_cr = 0;
-    h->errbuf[0] = '\0';
+    h->errbuf[0] = '\0'; /* curl writes it only when empty */
     h->last_data = now;
+    h->head_at = now;
+    h->head_done = 0;
+    h->in_head = 0;
+    h->body_bytes = 0;
+    h->win_wait_ns = 0;
+    h->win_bytes = 0;
     const char *range = NULL;
     if (h->start > 0) {
         snprintf(h->range, sizeof h->range, "%llu-",
@@ -466,9 +590,45 @@ static int multi_failed(http_conn *h, CURLMcode mc, ef__err *err)
     return ef__err_set(err, rc, "%s", h->fail_msg);
 }
 
-/* One round of the transfer: let curl work, collect its verdict, and wait
- * (at most POLL_MS) when no data came. */
-static int pump(http_conn *h, ef__err *err)
+/* Whether the attempt is too slow to go on; says why in what[cap]. Three
+ * clocks: no byte at all for timeout_s; a header block not complete
+ * timeout_s after its request (header lines count as bytes, so a server
+ * could trickle them for ever); a body under MIN_BODY_RATE over a window
+ * of timeout_s. The window counts only time the reader spent waiting in
+ * pump, so a reader that is slow itself never makes the server look
+ * slow. */
+static int too_slow(http_conn *h, uint64_t now, char *what, size_t cap)
+{
+    uint64_t limit = (uint64_t)(h->timeout_s * 1e9);
+    if (now - h->last_data >= limit) {
+        snprintf(what, cap, "no data for %.3g s (the timeout)", h->timeout_s);
+        return 1;
+    }
+    if (!h->head_done && now - h->head_at >= limit) {
+        snprintf(what, cap,
+                 "headers did not complete within %.3g s (the timeout)",
+                 h->timeout_s);
+        return 1;
+    }
+    if (!h->checked || h->win_wait_ns < limit)
+        return 0;
+    double window_s = (double)h->win_wait_ns / 1e9;
+    if ((double)h->win_bytes < MIN_BODY_RATE * window_s) {
+        snprintf(what, cap,
+                 "body slower than %d bytes/s for %.3g s at byte %llu "
+                 "(%llu bytes came in that time)",
+                 MIN_BODY_RATE, window_s, (unsigned long long)h->received,
+                 (unsigned long long)h->win_bytes);
+        return 1;
+    }
+    h->win_wait_ns = 0;
+    h->win_bytes = 0;
+    return 0;
+}
+
+/* Lets curl work, collects its verdict, and waits (at most POLL_MS) when
+ * no data came. */
+static int pump_once(http_conn *h, ef__err *err)
 {
     int running = 0;
     CURLMcode mc = curl_multi_perform(h->multi, &running);
@@ -482,21 +642,31 @@ static int pump(http_conn *h, ef__err *err)
             return EF_OK; /* m went with the handle's removal */
         }
     }
-    if (h->len > h->pos)
-        return EF_OK;
     uint64_t now = ef__now_ns();
     uint64_t limit = (uint64_t)(h->timeout_s * 1e9);
-    if (now - h->last_data >= limit) {
-        char what[96];
-        snprintf(what, sizeof what, "no data for %.3g s (the timeout)",
-                 h->timeout_s);
+    char what[160];
+    /* also when data came: a body that drips a byte per round would
+     * otherwise rarely be looked at (what came is still handed out) */
+    if (too_slow(h, now, what, sizeof what)) {
         attempt_failed(h, what);
         return EF_OK;
     }
+    if (h->len > h->pos)
+        return EF_OK;
     uint64_t left_ms = (h->last_data + limit - now + 999999) / 1000000;
     int ms = left_ms < POLL_MS ? (int)left_ms : POLL_MS;
     mc = curl_multi_poll(h->multi, NULL, 0, ms, NULL);
     return mc == CURLM_OK ? EF_OK : multi_failed(h, mc, err);
+}
+
+/* One round of the transfer, its time counted as the reader's wait for
+ * the body's speed check. */
+static int pump(http_conn *h, ef__err *err)
+{
+    uint64_t t0 = ef__now_ns();
+    int rc = pump_once(h, err);
+    h->win_wait_ns += ef__now_ns() - t0;
+    return rc;
 }
 
 /* After a read made room: lets a paused transfer go on. */

@@ -21,8 +21,11 @@ typedef struct {
     int tries;        /* HTTP: give up after this many failed attempts
                          in a row that delivered no byte (the one that
                          failed after data counts as the first) */
-    double timeout_s; /* HTTP: connect timeout; an attempt that gets no
-                         byte for this long fails */
+    double timeout_s; /* HTTP: connect timeout; an attempt fails when
+                         it gets no byte for this long, when a reply's
+                         headers are not complete this long after the
+                         request, or when its body comes slower than
+                         1 KiB/s over this long */
     double backoff_s; /* HTTP: wait before the first retry, doubled
                          after each failed attempt */
     const atomic_int *cancelled; /* optional: once non-zero, reads stop

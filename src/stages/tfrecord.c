@@ -213,7 +213,9 @@ static const ef__option_def tfrecord_options[] = {
     {"tries", EF_OPT_INT, "5", "HTTP attempts per file before giving up", 1,
      100},
     {"timeout", EF_OPT_FLOAT, "30",
-     "HTTP: seconds without a byte that fail an attempt", 0.001, 86400},
+     "HTTP: seconds an attempt may go without a byte, wait for its "
+     "headers, or get under 1 KiB/s of body",
+     0.001, 86400},
     EF__SHARD_OPTION,
 };
 
