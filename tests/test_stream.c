@@ -608,6 +608,64 @@ static uint64_t http_expect(const server *sv, const char *name,
     return st.retries;
 }
 
+/* Cancels a read that runs past WATCHDOG_S, so that a fault the stream
+ * fails to time out ends the test (as a failure) instead of hanging it. */
+#define WATCHDOG_S 15.0
+
+typedef struct {
+    atomic_int flag; /* the stream's cancel flag */
+    atomic_int stop; /* the read is over: the watchdog may go */
+} watchdog;
+
+static void *watch(void *arg)
+{
+    watchdog *w = arg;
+    double t0 = eft_now_s();
+    while (!atomic_load(&w->stop) && eft_now_s() - t0 < WATCHDOG_S) {
+        struct timespec ts = {0, 20 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    atomic_store(&w->flag, 1);
+    return NULL;
+}
+
+/* Reads `name` from a server started with `args` until a read fails, with
+ * a watchdog; checks that what was handed out before is g_big's start (or
+ * all of it, for big.bin read to the end). Returns the failing status;
+ * *total, *dt (seconds) and *st describe the read, err the failure. */
+static int http_read_failing(const char *const *args, ef__stream_opts o,
+                             ef__err *err, size_t *total, double *dt,
+                             ef__stream_stats *st, char *url, size_t url_cap)
+{
+    server sv = server_start(args);
+    url_of(url, url_cap, &sv, "big.bin");
+    watchdog w;
+    atomic_init(&w.flag, 0);
+    atomic_init(&w.stop, 0);
+    o.cancelled = &w.flag;
+    ef__stream *s = NULL;
+    ef__err_clear(err);
+    assert_int_equal(ef__stream_open(&s, url, &o, err), EF_OK);
+    unsigned char *buf = malloc(BIG_SIZE);
+    assert_non_null(buf);
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, watch, &w), 0);
+    double t0 = eft_now_s();
+    int rc = read_pieces(s, buf, BIG_SIZE, total, err);
+    *dt = eft_now_s() - t0;
+    atomic_store(&w.stop, 1);
+    assert_int_equal(pthread_join(th, NULL), 0);
+    assert_true(memcmp(buf, g_big, *total) == 0);
+    ef__stream_get_stats(s, st);
+    ef__stream_close(s);
+    free(buf);
+    server_stop(&sv);
+    if (rc == EF_ECANCELED)
+        fail_msg("the watchdog stopped the read after %.1f s (%zu bytes): %s",
+                 *dt, *total, err->msg);
+    return rc;
+}
+
 /* Reads big.bin from a server started with `args` until the read fails
  * with EF_EIO, and checks that the `want_total` bytes handed out before
  * were right. The message goes to *err, the stats to *st, the URL to url;
@@ -617,24 +675,13 @@ static double http_expect_failure(const char *const *args, ef__stream_opts o,
                                   ef__stream_stats *st, char *url,
                                   size_t url_cap)
 {
-    server sv = server_start(args);
-    url_of(url, url_cap, &sv, "big.bin");
-    ef__stream *s = NULL;
-    ef__err_clear(err);
-    assert_int_equal(ef__stream_open(&s, url, &o, err), EF_OK);
-    unsigned char *buf = malloc(BIG_SIZE);
-    assert_non_null(buf);
-    size_t total = 0;
-    double t0 = eft_now_s();
-    assert_int_equal(read_pieces(s, buf, BIG_SIZE, &total, err), EF_EIO);
-    double dt = eft_now_s() - t0;
+    size_t total;
+    double dt;
+    assert_int_equal(http_read_failing(args, o, err, &total, &dt, st, url,
+                                       url_cap),
+                     EF_EIO);
     assert_int_equal(total, want_total);
-    assert_true(memcmp(buf, g_big, total) == 0);
     expect_msg(err, url);
-    ef__stream_get_stats(s, st);
-    ef__stream_close(s);
-    free(buf);
-    server_stop(&sv);
     return dt;
 }
 
@@ -978,63 +1025,6 @@ static void test_http_refused(void **state)
     ef__stream_close(s);
 }
 
-/* Cancels a read that runs past WATCHDOG_S, so that a fault the stream
- * fails to time out ends the test (as a failure) instead of hanging it. */
-#define WATCHDOG_S 15.0
-
-typedef struct {
-    atomic_int flag; /* the stream's cancel flag */
-    atomic_int stop; /* the read is over: the watchdog may go */
-} watchdog;
-
-static void *watch(void *arg)
-{
-    watchdog *w = arg;
-    double t0 = eft_now_s();
-    while (!atomic_load(&w->stop) && eft_now_s() - t0 < WATCHDOG_S) {
-        struct timespec ts = {0, 20 * 1000 * 1000};
-        nanosleep(&ts, NULL);
-    }
-    atomic_store(&w->flag, 1);
-    return NULL;
-}
-
-/* Reads `name` from a server started with `args` until a read fails, with
- * a watchdog; checks that what was handed out before is g_big's start (or
- * all of it, for big.bin read to the end). Returns the failing status;
- * *total, *dt (seconds) and *st describe the read, err the failure. */
-static int http_read_failing(const char *const *args, ef__stream_opts o,
-                             ef__err *err, size_t *total, double *dt,
-                             ef__stream_stats *st, char *url, size_t url_cap)
-{
-    server sv = server_start(args);
-    url_of(url, url_cap, &sv, "big.bin");
-    watchdog w;
-    atomic_init(&w.flag, 0);
-    atomic_init(&w.stop, 0);
-    o.cancelled = &w.flag;
-    ef__stream *s = NULL;
-    ef__err_clear(err);
-    assert_int_equal(ef__stream_open(&s, url, &o, err), EF_OK);
-    unsigned char *buf = malloc(BIG_SIZE);
-    assert_non_null(buf);
-    pthread_t th;
-    assert_int_equal(pthread_create(&th, NULL, watch, &w), 0);
-    double t0 = eft_now_s();
-    int rc = read_pieces(s, buf, BIG_SIZE, total, err);
-    *dt = eft_now_s() - t0;
-    atomic_store(&w.stop, 1);
-    assert_int_equal(pthread_join(th, NULL), 0);
-    assert_true(memcmp(buf, g_big, *total) == 0);
-    ef__stream_get_stats(s, st);
-    ef__stream_close(s);
-    free(buf);
-    server_stop(&sv);
-    if (rc == EF_ECANCELED)
-        fail_msg("the watchdog stopped the read after %.1f s (%zu bytes): %s",
-                 *dt, *total, err->msg);
-    return rc;
-}
 
 /* A server that sends a header line every 0.5 s and never ends them: the
  * header bytes must not count as progress for ever. */
