@@ -160,6 +160,26 @@ typedef struct {
     double total_n, total_fresh, loss;
 } step_result;
 
+/* This process's next batch into x and y: its size and fresh examples
+ * into r->n and r->local_fresh. 0, 1 at the end of the data, or -1 with a
+ * message (a pipeline error, a batch of the wrong shape). */
+static int next_batch(const eft_config *cfg, ef_pipeline *train, float *x,
+                      int64_t *y, step_result *r, char *err, size_t errlen)
+{
+    ef_sample *s;
+    int st = ef_pipeline_next(train, &s);
+    if (st == EF_END)
+        return 1;
+    if (st != EF_OK)
+        return fail(err, errlen, "%s", ef_pipeline_error(train));
+    ef_sample_id id = ef_sample_identity(s);
+    int rc = unpack(s, cfg->mean, cfg->std, cfg->batch, x, y, &r->n, err,
+                    errlen);
+    ef_sample_free(s);
+    r->local_fresh = id.echo_copy == 0 ? id.fresh : 0;
+    return rc;
+}
+
 /* One step of a data-parallel run: every process takes part in each, one
  * whose data ran out with no examples, until every one's has run out
  * (returns 1). A process that failed makes every one stop (-1). */
@@ -168,18 +188,8 @@ static int dist_step(const eft_config *cfg, eft_dist *d, eft_model *m,
                      const eft_sgd *opt, step_result *r, char *err,
                      size_t errlen)
 {
-    ef_sample *s;
-    int st = ef_pipeline_next(train, &s), failed = 0;
     memset(r, 0, sizeof *r);
-    if (st == EF_OK) {
-        ef_sample_id id = ef_sample_identity(s);
-        failed = unpack(s, cfg->mean, cfg->std, cfg->batch, x, y, &r->n, err,
-                        errlen) != 0;
-        ef_sample_free(s);
-        r->local_fresh = id.echo_copy == 0 ? id.fresh : 0;
-    } else if (st != EF_END) {
-        failed = fail(err, errlen, "%s", ef_pipeline_error(train)) != 0;
-    }
+    int failed = next_batch(cfg, train, x, y, r, err, errlen) < 0;
     if (failed)
         r->n = 0, r->local_fresh = 0;
     double counts[3] = {r->n, (double)r->local_fresh, failed};
@@ -219,20 +229,10 @@ static int local_step(const eft_config *cfg, eft_model *m, ef_pipeline *train,
                       float *x, int64_t *y, double lr, const eft_sgd *opt,
                       step_result *r, char *err, size_t errlen)
 {
-    ef_sample *s;
     memset(r, 0, sizeof *r);
-    int st = ef_pipeline_next(train, &s);
-    if (st == EF_END)
-        return 1;
-    if (st != EF_OK)
-        return fail(err, errlen, "%s", ef_pipeline_error(train));
-    ef_sample_id id = ef_sample_identity(s);
-    int rc = unpack(s, cfg->mean, cfg->std, cfg->batch, x, y, &r->n, err,
-                    errlen);
-    ef_sample_free(s);
+    int rc = next_batch(cfg, train, x, y, r, err, errlen);
     if (rc != 0)
-        return -1;
-    r->local_fresh = id.echo_copy == 0 ? id.fresh : 0;
+        return rc;
     r->total_n = r->n;
     r->total_fresh = (double)r->local_fresh;
     r->loss = eft_model_train_batch(m, x, y, r->n, opt, lr, NULL);
