@@ -7,16 +7,21 @@
  * threads, so one pipeline may be iterated from several threads (each
  * sample goes to one of them). It is taken with the GIL released, never
  * the other way round, so a thread waiting for it never holds the GIL that
- * the holder needs. stop() takes no lock: ef_pipeline_stop() may run from
- * any thread at any time. */
+ * the holder needs. stop() does not take it, so that it can wake a next()
+ * in progress; it takes `stop_mu` instead, which close() also takes to
+ * detach `p`, so a pipeline is never destroyed while another thread is
+ * inside ef_pipeline_stop() on it (that call wakes the waiter before it
+ * returns). close() takes `mu`, then `stop_mu`; nothing takes them the
+ * other way round. */
 #include "pyef.h"
 
 #include <pthread.h>
 
 typedef struct {
     PyObject_HEAD
-    ef_pipeline *p; /* NULL once closed */
+    ef_pipeline *p; /* NULL once closed; set and cleared under both locks */
     pthread_mutex_t mu;
+    pthread_mutex_t stop_mu;
     PyObject *spec; /* str, for stats() */
     uint64_t seed;
     ef_on_error on_error;
@@ -315,12 +320,12 @@ static PyObject *pipeline_stop(pipeline *self, PyObject *unused)
 {
     (void)unused;
     self->stopped = 1;
-    ef_pipeline *p = self->p;
-    if (p) {
-        Py_BEGIN_ALLOW_THREADS
-        ef_pipeline_stop(p);
-        Py_END_ALLOW_THREADS
-    }
+    Py_BEGIN_ALLOW_THREADS
+    pthread_mutex_lock(&self->stop_mu);
+    if (self->p)
+        ef_pipeline_stop(self->p);
+    pthread_mutex_unlock(&self->stop_mu);
+    Py_END_ALLOW_THREADS
     Py_RETURN_NONE;
 }
 
@@ -339,8 +344,10 @@ static void close_pipeline(pipeline *self)
         Py_XSETREF(self->last_stats, stats_of(self));
         PyErr_Clear();
         PyErr_Restore(exc_type, exc_value, exc_tb);
-        self->p = NULL;
         Py_BEGIN_ALLOW_THREADS
+        pthread_mutex_lock(&self->stop_mu); /* waits out a stop() */
+        self->p = NULL;
+        pthread_mutex_unlock(&self->stop_mu);
         ef_pipeline_destroy(p);
         Py_END_ALLOW_THREADS
     }
@@ -365,8 +372,10 @@ static PyObject *pipeline_new(PyTypeObject *type, PyObject *args,
     (void)args;
     (void)kwargs;
     pipeline *self = (pipeline *)type->tp_alloc(type, 0);
-    if (self)
+    if (self) {
         pthread_mutex_init(&self->mu, NULL);
+        pthread_mutex_init(&self->stop_mu, NULL);
+    }
     return (PyObject *)self;
 }
 
@@ -393,6 +402,7 @@ static void pipeline_dealloc(pipeline *self)
     pipeline_clear(self);
     Py_CLEAR(self->spec);
     pthread_mutex_destroy(&self->mu);
+    pthread_mutex_destroy(&self->stop_mu);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 

@@ -293,6 +293,21 @@ def test_close_from_another_thread_while_waiting():
     assert p.closed
 
 
+def test_stop_racing_close_is_safe():
+    # stop() wakes the waiting next() before it returns, so the thread
+    # that iterated may close the pipeline while stop() is still inside
+    # the library: close must wait it out (ASan saw a use after free)
+    for _ in range(100):
+        p = echoflow.Pipeline("range:n=1000 | throttle:rate=50 | batch:2")
+        it = iter(p)
+        stopper = threading.Thread(target=p.stop)
+        stopper.start()
+        list(it)
+        p.close()
+        stopper.join()
+        assert p.closed
+
+
 def test_one_pipeline_from_two_threads():
     n = 20000
     seen = [[], []]
