@@ -5,6 +5,8 @@
  * waiter sleeps through a shutdown. No callback runs under the lock. */
 #include "core/queue.h"
 
+#include <stdio.h>
+
 #include "core/alloc.h"
 #include "core/clock.h"
 
@@ -24,10 +26,29 @@ int ef__queue_init(ef__queue *q, size_t capacity)
     q->cap = capacity;
     q->head = q->count = 0;
     q->closed = 0;
+    atomic_init(&q->queued, 0);
+    atomic_init(&q->is_closed, 0);
+    q->budget = NULL;
+    q->owner = "queue";
     pthread_mutex_init(&q->mu, NULL);
     pthread_cond_init(&q->not_empty, NULL);
     pthread_cond_init(&q->not_full, NULL);
     return EF_OK;
+}
+
+void ef__queue_set_budget(ef__queue *q, ef__budget *b, const char *owner)
+{
+    q->budget = b;
+    q->owner = owner;
+}
+
+/* Frees a queued item and gives its bytes back. */
+static void drop_item(ef__queue *q, ef__item *item)
+{
+    if (item->charged)
+        ef__budget_release(q->budget, item->charged);
+    item->charged = 0;
+    ef__item_clear(item);
 }
 
 void ef__queue_destroy(ef__queue *q)
@@ -35,7 +56,7 @@ void ef__queue_destroy(ef__queue *q)
     if (!q->ring)
         return;
     for (size_t i = 0; i < q->count; i++)
-        ef__item_clear(&q->ring[(q->head + i) % q->cap]);
+        drop_item(q, &q->ring[(q->head + i) % q->cap]);
     ef__free(q->ring);
     q->ring = NULL;
     pthread_mutex_destroy(&q->mu);
@@ -43,8 +64,35 @@ void ef__queue_destroy(ef__queue *q)
     pthread_cond_destroy(&q->not_full);
 }
 
+/* Charges the item's sample to the budget, waiting for room. A sample
+ * that cannot fit becomes an error item saying so. */
+static int charge(ef__queue *q, ef__item *item, uint64_t *waited_ns)
+{
+    item->charged = 0;
+    if (!q->budget || !item->sample)
+        return EF_OK;
+    uint64_t n = ef__sample_bytes(item->sample);
+    char what[96];
+    snprintf(what, sizeof what, "%s: sample %lld", q->owner,
+             (long long)ef_sample_identity(item->sample).index);
+    ef__err why;
+    if (ef__budget_check(q->budget, n, what, &why) != EF_OK) {
+        ef__item_clear(item);
+        item->status = EF_ENOMEM;
+        item->msg = ef__strdup(why.msg);
+        return EF_OK;
+    }
+    int rc = ef__budget_take(q->budget, n, &q->queued, &q->is_closed,
+                             waited_ns);
+    if (rc == EF_OK)
+        item->charged = n;
+    return rc;
+}
+
 int ef__queue_push(ef__queue *q, ef__item *item, uint64_t *waited_ns)
 {
+    if (charge(q, item, waited_ns) != EF_OK)
+        return EF_ECANCELED;
     pthread_mutex_lock(&q->mu);
     if (q->count == q->cap && !q->closed) {
         uint64_t t0 = ef__now_ns();
@@ -55,10 +103,14 @@ int ef__queue_push(ef__queue *q, ef__item *item, uint64_t *waited_ns)
     }
     if (q->closed) {
         pthread_mutex_unlock(&q->mu);
+        if (item->charged)
+            ef__budget_release(q->budget, item->charged);
+        item->charged = 0;
         return EF_ECANCELED;
     }
     q->ring[(q->head + q->count) % q->cap] = *item;
     q->count++;
+    atomic_store(&q->queued, q->count);
     pthread_cond_signal(&q->not_empty);
     pthread_mutex_unlock(&q->mu);
     return EF_OK;
@@ -70,7 +122,13 @@ static void take_head(ef__queue *q, ef__item *item)
     *item = q->ring[q->head];
     q->head = (q->head + 1) % q->cap;
     q->count--;
+    atomic_store(&q->queued, q->count);
     pthread_cond_signal(&q->not_full);
+    /* the consumer owns the sample now; a queue that waits for room may
+     * also be waiting for this one to empty */
+    if (q->budget)
+        ef__budget_release(q->budget, item->charged);
+    item->charged = 0;
 }
 
 int ef__queue_pop(ef__queue *q, ef__item *item, uint64_t *waited_ns)
@@ -110,20 +168,25 @@ void ef__queue_close(ef__queue *q)
 {
     pthread_mutex_lock(&q->mu);
     q->closed = 1;
+    atomic_store(&q->is_closed, 1);
     pthread_cond_broadcast(&q->not_empty);
     pthread_cond_broadcast(&q->not_full);
     pthread_mutex_unlock(&q->mu);
+    if (q->budget)
+        ef__budget_wake(q->budget); /* a push waiting for room gives up */
 }
 
 void ef__queue_reopen(ef__queue *q)
 {
     pthread_mutex_lock(&q->mu);
     for (; q->count > 0; q->count--) {
-        ef__item_clear(&q->ring[q->head]);
+        drop_item(q, &q->ring[q->head]);
         q->head = (q->head + 1) % q->cap;
     }
     q->head = 0;
     q->closed = 0;
+    atomic_store(&q->queued, 0);
+    atomic_store(&q->is_closed, 0);
     pthread_mutex_unlock(&q->mu);
 }
 

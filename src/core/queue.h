@@ -4,20 +4,27 @@
  * (not_empty, not_full) and a closed flag. Closing wakes every waiter;
  * afterwards push and pop fail with EF_ECANCELED. End of data and errors are
  * ordinary items (a status with no sample), so they reach the consumer in
- * order. */
+ * order.
+ *
+ * With a memory budget (ef__queue_set_budget), a push also waits for room
+ * in the budget (see budget.h), and a sample larger than the whole budget
+ * is replaced by an EF_ENOMEM item saying so. */
 #ifndef EF_CORE_QUEUE_H
 #define EF_CORE_QUEUE_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/budget.h"
 #include "echoflow/echoflow.h"
 
 typedef struct {
     int status;        /* EF_OK with a sample, else END or an error */
     ef_sample *sample; /* owned by whoever holds the item */
     char *msg;         /* error message (ef__malloc'd) or NULL */
+    uint64_t charged;  /* bytes charged to the budget while queued */
 } ef__item;
 
 typedef struct {
@@ -27,13 +34,25 @@ typedef struct {
     ef__item *ring;
     size_t cap, head, count;
     int closed;
+    /* mirrors of count and closed for the budget's wait, which runs
+     * without mu */
+    atomic_size_t queued;
+    atomic_int is_closed;
+    ef__budget *budget; /* NULL: none */
+    const char *owner;  /* the stage's name, for messages */
 } ef__queue;
 
 int ef__queue_init(ef__queue *q, size_t capacity);
+/* Charges the samples pushed from now on to `b` (before any push);
+ * `owner` names the stage in messages and must outlive the queue. */
+void ef__queue_set_budget(ef__queue *q, ef__budget *b, const char *owner);
 /* Frees items still queued. No thread may use the queue any more. */
 void ef__queue_destroy(ef__queue *q);
-/* Blocks while full. On EF_OK the queue owns the item; on EF_ECANCELED the
- * caller keeps it. Adds the time spent blocked to *waited_ns if not NULL. */
+/* Blocks while full (or the budget has no room). On EF_OK the queue owns
+ * the item; on EF_ECANCELED the caller keeps it. A sample larger than the
+ * budget is freed and an EF_ENOMEM item pushed in its place: item->status
+ * says so on return. Adds the time spent blocked to *waited_ns if not
+ * NULL. */
 int ef__queue_push(ef__queue *q, ef__item *item, uint64_t *waited_ns);
 /* Blocks while empty. EF_OK (caller owns *item) or EF_ECANCELED. */
 int ef__queue_pop(ef__queue *q, ef__item *item, uint64_t *waited_ns);

@@ -1,0 +1,62 @@
+/* The memory budget: a pipeline-wide limit on the payload bytes its
+ * buffers hold (read-ahead queues, shuffle buffers, echo pools).
+ *
+ * Queues wait for room (back-pressure) before taking a sample, except
+ * when they are empty: a consumer may be waiting on exactly that queue
+ * while the others hold the budget, so an empty queue always takes one
+ * sample and the pipeline cannot deadlock. Buffers filled by the
+ * consumer's own pull (shuffle, echo) cannot wait for anyone: they charge
+ * without waiting and fail, naming themselves, when their own contents
+ * alone pass the budget. A single sample larger than the budget is an
+ * error wherever it is met.
+ *
+ * Lock rules: `mu` guards the waiting; `held` and `peak` are atomics so
+ * stats read them from any thread. A caller may hold its own lock (a
+ * queue's) while calling any function here; nothing here takes another
+ * lock. */
+#ifndef EF_CORE_BUDGET_H
+#define EF_CORE_BUDGET_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/err.h"
+
+/* The default: enough for ImageNet-sized read-ahead on a small machine. */
+#define EF__BUDGET_DEFAULT ((uint64_t)1 << 30)
+
+typedef struct {
+    pthread_mutex_t mu;
+    pthread_cond_t room;
+    uint64_t limit; /* set before the pipeline starts; 0: no limit */
+    _Atomic uint64_t held, peak;
+    int waiters; /* guarded by mu */
+} ef__budget;
+
+void ef__budget_init(ef__budget *b, uint64_t limit);
+void ef__budget_destroy(ef__budget *b);
+
+/* Charges n bytes for a queue, waiting while the total would pass the
+ * limit and the queue still holds items (*queued > 0) and is open
+ * (*closed == 0). EF_OK, or EF_ECANCELED once the queue is closed. */
+int ef__budget_take(ef__budget *b, uint64_t n, const atomic_size_t *queued,
+                    const atomic_int *closed, uint64_t *waited_ns);
+/* Charges n bytes without waiting. */
+void ef__budget_hold(ef__budget *b, uint64_t n);
+/* Gives n bytes back and wakes the queues waiting for room. */
+void ef__budget_release(ef__budget *b, uint64_t n);
+/* Wakes every waiter to re-check its queue (after a queue closes). */
+void ef__budget_wake(ef__budget *b);
+
+/* EF_ENOMEM with the message "WHAT: N bytes, over the memory budget ..."
+ * when n bytes of `what` (a sample, a buffer's contents) cannot fit the
+ * budget at all; EF_OK otherwise. */
+int ef__budget_check(const ef__budget *b, uint64_t n, const char *what,
+                     ef__err *err);
+
+/* Payload bytes of a sample: the sum of its fields' views. */
+uint64_t ef__sample_bytes(const ef_sample *s);
+
+#endif
