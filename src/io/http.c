@@ -754,8 +754,15 @@ static void http_close(void *impl)
     ef__free(h);
 }
 
+/* What the replies said (Content-Length, or Content-Range's total). */
+static int64_t http_size(const void *impl)
+{
+    const http_conn *h = impl;
+    return h->total;
+}
+
 static const ef__stream_backend http_backend = {http_read, http_retries,
-                                                http_close};
+                                                http_close, http_size};
 
 /* Options through one checked path: out of range is an error, never
  * clamped. */

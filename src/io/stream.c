@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "core/alloc.h"
 #include "core/clock.h"
@@ -25,6 +26,7 @@ struct ef__stream {
     uint64_t raw_bytes; /* bytes the backend gave */
     uint64_t read_ns;
     int gzip; /* after sniffing: 0 or 1 */
+    int max_inflate;
     /* raw bytes read ahead (for sniffing, and as gzip input) */
     unsigned char *in;
     size_t in_pos, in_len;
@@ -41,7 +43,8 @@ struct ef__stream {
 typedef struct {
     FILE *f;
     const char *name;
-    uint64_t pos; /* for messages */
+    uint64_t pos;   /* for messages */
+    int64_t size;   /* of a regular file; -1 for a pipe or a device */
 } file_impl;
 
 static int file_read(void *impl, void *buf, size_t n, size_t *got, ef__err *err)
@@ -63,7 +66,13 @@ static void file_close(void *impl)
     ef__free(fi);
 }
 
-static const ef__stream_backend file_backend = {file_read, NULL, file_close};
+static int64_t file_size(const void *impl)
+{
+    return ((const file_impl *)impl)->size;
+}
+
+static const ef__stream_backend file_backend = {file_read, NULL, file_close,
+                                                file_size};
 
 typedef struct {
     const unsigned char *data;
@@ -88,8 +97,13 @@ static void memory_close(void *impl)
     ef__free(impl);
 }
 
+static int64_t memory_size(const void *impl)
+{
+    return (int64_t)((const memory_impl *)impl)->size;
+}
+
 static const ef__stream_backend memory_backend = {memory_read, NULL,
-                                                  memory_close};
+                                                  memory_close, memory_size};
 
 /* ---- opening ----------------------------------------------------- */
 
@@ -132,6 +146,7 @@ static int finish_open(ef__stream **out, const ef__stream_backend *b,
     s->impl = impl;
     s->cancelled = o->cancelled;
     s->gzip = o->gzip;
+    s->max_inflate = o->max_inflate;
     *out = s;
     return EF_OK;
 }
@@ -161,6 +176,10 @@ int ef__stream_open(ef__stream **out, const char *location,
         return ef__err_set(err, EF_EIO, "%s: cannot open: %s", location,
                            strerror(e));
     }
+    struct stat sb;
+    fi->size = fstat(fileno(fi->f), &sb) == 0 && S_ISREG(sb.st_mode)
+                   ? (int64_t)sb.st_size
+                   : -1;
     int rc = finish_open(out, &file_backend, fi, location, o, err);
     if (rc == EF_OK)
         fi->name = (*out)->name;
@@ -244,6 +263,22 @@ static int read_raw(ef__stream *s, unsigned char *buf, size_t n, size_t *got,
 }
 
 #ifdef EF_HAVE_ZLIB
+/* Stops a gzip bomb: `inflated` bytes from the compressed bytes consumed
+ * so far, against the stream's max_inflate. */
+static int check_ratio(const ef__stream *s, uint64_t inflated, ef__err *err)
+{
+    uint64_t raw = ef__stream_raw_offset(s);
+    if (!s->max_inflate || inflated <= EF__INFLATE_FREE ||
+        inflated / (raw ? raw : 1) < (uint64_t)s->max_inflate)
+        return EF_OK;
+    return ef__err_set(err, EF_EFORMAT,
+                       "%s: gzip data inflates to %llu bytes from %llu "
+                       "(over %d to 1): a gzip bomb, or data more "
+                       "compressible than the max_inflate option allows",
+                       s->name, (unsigned long long)inflated,
+                       (unsigned long long)raw, s->max_inflate);
+}
+
 static int read_gzip(ef__stream *s, unsigned char *buf, size_t n, size_t *got,
                      ef__err *err)
 {
@@ -281,12 +316,15 @@ static int read_gzip(ef__stream *s, unsigned char *buf, size_t n, size_t *got,
         int zr = inflate(&s->z, Z_NO_FLUSH);
         s->in_pos = s->in_len - s->z.avail_in;
         *got += before - s->z.avail_out;
+        rc = EF_OK;
         if (zr == Z_STREAM_END)
             s->z_member_done = 1;
         else if (zr == Z_MEM_ERROR)
             return ef__err_set(err, EF_ENOMEM, "%s: out of memory inflating",
                                s->name);
-        else if (zr != Z_OK && zr != Z_BUF_ERROR)
+        else if (zr == Z_OK || zr == Z_BUF_ERROR)
+            rc = check_ratio(s, s->offset + *got, err);
+        else
             /* the member's start tells junk after the data (a member that
              * fails at once) from damage inside it */
             return ef__err_set(
@@ -297,6 +335,8 @@ static int read_gzip(ef__stream *s, unsigned char *buf, size_t n, size_t *got,
                 (unsigned long long)(s->raw_bytes - (s->in_len - s->in_pos)),
                 (unsigned long long)s->z_member_start,
                 s->z.msg ? s->z.msg : "inflate failed");
+        if (rc != EF_OK)
+            return rc;
     }
     return EF_OK;
 }
@@ -399,6 +439,16 @@ int ef__stream_skip(ef__stream *s, uint64_t n, const char *what, ef__err *err)
 uint64_t ef__stream_offset(const ef__stream *s)
 {
     return s->offset;
+}
+
+uint64_t ef__stream_raw_offset(const ef__stream *s)
+{
+    return s->raw_bytes - (s->in_len - s->in_pos);
+}
+
+int64_t ef__stream_size(const ef__stream *s)
+{
+    return s->backend->size ? s->backend->size(s->impl) : -1;
 }
 
 const char *ef__stream_name(const ef__stream *s)

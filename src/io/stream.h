@@ -30,7 +30,15 @@ typedef struct {
                          after each failed attempt */
     const atomic_int *cancelled; /* optional: once non-zero, reads stop
                                     with EF_ECANCELED */
+    int max_inflate;  /* gzip: past the first EF__INFLATE_FREE bytes,
+                         inflating more than this many bytes per
+                         compressed byte is EF_EFORMAT (a gzip bomb);
+                         0: no limit */
 } ef__stream_opts;
+
+/* Inflated bytes never checked against max_inflate: small files may
+ * compress as well as they like. */
+#define EF__INFLATE_FREE ((uint64_t)64 << 20)
 
 typedef struct {
     uint64_t raw_bytes; /* bytes received from the file or the network */
@@ -38,7 +46,8 @@ typedef struct {
     double read_s;      /* time spent inside reads */
 } ef__stream_stats;
 
-/* The defaults: gzip sniffed, 5 tries, 30 s timeout, 0.1 s backoff. */
+/* The defaults: gzip sniffed, 5 tries, 30 s timeout, 0.1 s backoff, no
+ * inflation limit. */
 void ef__stream_opts_init(ef__stream_opts *o);
 
 /* Opens a path or an http(s) URL. `o` may be NULL for the defaults. The
@@ -66,6 +75,12 @@ int ef__stream_skip(ef__stream *s, uint64_t n, const char *what, ef__err *err);
 
 /* Bytes of (inflated) data read so far: the offset of the next byte. */
 uint64_t ef__stream_offset(const ef__stream *s);
+/* Raw bytes (before inflating) of the file or resource consumed so far:
+ * where the data stops making sense when a parser fails. */
+uint64_t ef__stream_raw_offset(const ef__stream *s);
+/* Raw size of the file or resource; -1 while unknown (a pipe, an HTTP
+ * reply without a length). */
+int64_t ef__stream_size(const ef__stream *s);
 /* The path or URL given to open. */
 const char *ef__stream_name(const ef__stream *s);
 void ef__stream_get_stats(const ef__stream *s, ef__stream_stats *out);

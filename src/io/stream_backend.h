@@ -11,6 +11,8 @@ typedef struct {
     /* Attempts after the first so far (0 for backends that never retry). */
     uint64_t (*retries)(const void *impl);
     void (*close)(void *impl);
+    /* Raw bytes in all, -1 while unknown. Optional (NULL: unknown). */
+    int64_t (*size)(const void *impl);
 } ef__stream_backend;
 
 /* The HTTP backend (http.c). EF_EUNSUPPORTED, naming the package to
