@@ -12,4 +12,10 @@ int cmd_pack(int argc, char **argv);
 int cli_parse_seed(const char *prog, const char *opt, const char *text,
                    uint64_t *out);
 
+/* A --memory-budget value: whole bytes with an optional binary suffix K,
+ * M, G or T (512M is 512 MiB), or 0 for no limit. On a bad one, prints
+ * "PROG: OPT expects ..." on stderr and returns -1. */
+int cli_parse_size(const char *prog, const char *opt, const char *text,
+                   uint64_t *out);
+
 #endif

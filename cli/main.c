@@ -20,7 +20,7 @@ static void usage(FILE *f)
         f, "usage: echoflow stages\n"
            "       echoflow run [--seed S] [--consume-us U] [--on-error "
            "fail|skip]\n"
-           "                    [--json] SPEC\n"
+           "                    [--memory-budget SIZE] [--json] SPEC\n"
            "       echoflow pack [--per-shard N] SPEC PATTERN\n"
            "       echoflow train --help\n"
            "       echoflow version\n"
@@ -31,7 +31,9 @@ static void usage(FILE *f)
            "--consume-us U emulates a training step: U microseconds of sleep\n"
            "per item pulled from the last stage.\n"
            "--on-error skip drops bad samples (corrupt records or images,\n"
-           "unreadable shards) and counts them; the default fails the run.\n");
+           "unreadable shards) and counts them; the default fails the run.\n"
+           "--memory-budget SIZE bounds the bytes the pipeline's queues and\n"
+           "buffers hold (default 1G; 0: no limit), as 512M or 2G.\n");
 }
 
 static int cmd_stages(void)
@@ -96,6 +98,33 @@ int cli_parse_seed(const char *prog, const char *opt, const char *text,
     return 0;
 }
 
+int cli_parse_size(const char *prog, const char *opt, const char *text,
+                   uint64_t *out)
+{
+    static const char suffixes[] = "KMGT";
+    char *end = (char *)text;
+    unsigned long long v = 0;
+    errno = 0;
+    if (text[0] >= '0' && text[0] <= '9')
+        v = strtoull(text, &end, 10);
+    int digits = end != text, shift = 0;
+    const char *sfx = *end ? strchr(suffixes, *end) : NULL;
+    if (sfx) {
+        shift = 10 * (int)(sfx - suffixes + 1);
+        end++;
+    }
+    if (!digits || *end || errno == ERANGE ||
+        (shift && v > (UINT64_MAX >> shift))) {
+        fprintf(stderr,
+                "%s: %s expects a size in bytes, with K, M, G or T for "
+                "binary multiples (512M, 2G), or 0 for no limit; got '%s'\n",
+                prog, opt, text);
+        return -1;
+    }
+    *out = (uint64_t)v << shift;
+    return 0;
+}
+
 /* Runs at exit, whichever command ran and however it ended (train --help
  * calls exit()): stdout is buffered, so a report that did not fit (a full
  * disk, /dev/full) is only known to be lost here, and a script reading it
@@ -154,6 +183,8 @@ static int cmd_run(int argc, char **argv)
 {
     run_info ri = {0};
     int json = 0;
+    uint64_t budget = 0;
+    int budget_given = 0;
     for (int i = 0; i < argc; i++) {
         if (!strcmp(argv[i], "--json")) {
             json = 1;
@@ -167,6 +198,15 @@ static int cmd_run(int argc, char **argv)
                 return 2;
             }
             ri.skip_bad = !strcmp(argv[++i], "skip");
+        } else if (!strcmp(argv[i], "--memory-budget")) {
+            if (i + 1 >= argc) {
+                fprintf(stderr, "echoflow: option %s needs a value\n", argv[i]);
+                return 2;
+            }
+            if (cli_parse_size("echoflow", "option --memory-budget",
+                               argv[++i], &budget))
+                return 2;
+            budget_given = 1;
         } else if (!strcmp(argv[i], "--seed") ||
                    !strcmp(argv[i], "--consume-us")) {
             if (i + 1 >= argc) {
@@ -210,6 +250,8 @@ static int cmd_run(int argc, char **argv)
     if (rc == EF_OK)
         rc = ef_pipeline_set_on_error(p, ri.skip_bad ? EF_ON_ERROR_SKIP
                                                      : EF_ON_ERROR_FAIL);
+    if (rc == EF_OK && budget_given)
+        rc = ef_pipeline_set_memory_budget(p, budget);
     if (rc == EF_OK)
         rc = ef_pipeline_parse(p, ri.spec);
     if (rc != EF_OK) {

@@ -15,8 +15,8 @@
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: echoflow pack [--per-shard N] [--on-error fail|skip] SPEC "
-            "PATTERN\n"
+            "usage: echoflow pack [--per-shard N] [--on-error fail|skip]\n"
+            "                     [--memory-budget SIZE] SPEC PATTERN\n"
             "\n"
             "Writes every sample of the pipeline SPEC into tar shards named "
             "by\n"
@@ -100,6 +100,15 @@ static void print_summary(ef_shard_writer *w, ef_pipeline *p, int64_t samples,
     if (skipped)
         printf(" (skipped %llu bad samples; the first: %s)",
                (unsigned long long)skipped, why);
+    uint64_t abandoned = ef_pipeline_abandoned(p, why, sizeof why);
+    if (abandoned) {
+        ef_pipeline_stats ps;
+        ef_pipeline_stats_get(p, &ps);
+        printf(" (abandoned %llu shards or files, %llu bytes of them not "
+               "read; the first: %s)",
+               (unsigned long long)abandoned,
+               (unsigned long long)ps.lost_bytes, why);
+    }
     printf(":\n");
     if (shards > 0)
         print_shards(w, shards);
@@ -135,7 +144,8 @@ static int interrupted(ef_shard_writer *w, ef_pipeline *p, long long per_shard,
 int cmd_pack(int argc, char **argv)
 {
     long long per_shard = 10000;
-    int skip = 0;
+    int skip = 0, budget_given = 0;
+    uint64_t budget = 0;
     const char *spec = NULL, *pattern = NULL;
     for (int i = 0; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
@@ -156,6 +166,11 @@ int cmd_pack(int argc, char **argv)
                    (!strcmp(argv[i + 1], "fail") ||
                     !strcmp(argv[i + 1], "skip"))) {
             skip = !strcmp(argv[++i], "skip");
+        } else if (!strcmp(argv[i], "--memory-budget") && i + 1 < argc) {
+            if (cli_parse_size("echoflow pack", "--memory-budget", argv[++i],
+                               &budget))
+                return 2;
+            budget_given = 1;
         } else if (argv[i][0] == '-' && argv[i][1] == '-') {
             fprintf(stderr, "echoflow pack: bad option or missing value: %s\n",
                     argv[i]);
@@ -181,6 +196,8 @@ int cmd_pack(int argc, char **argv)
     if (rc == EF_OK)
         rc = ef_pipeline_set_on_error(p, skip ? EF_ON_ERROR_SKIP
                                               : EF_ON_ERROR_FAIL);
+    if (rc == EF_OK && budget_given)
+        rc = ef_pipeline_set_memory_budget(p, budget);
     if (rc == EF_OK && (rc = ef_pipeline_parse(p, spec)) != EF_OK)
         fprintf(stderr, "echoflow pack: %s\n", ef_pipeline_error(p));
     if (rc == EF_OK &&

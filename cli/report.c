@@ -100,6 +100,20 @@ void report_json(FILE *f, const ef_pipeline *p, const run_info *ri)
         fputs(", \"first_skip\": ", f);
         json_string(f, why);
     }
+    uint64_t abandoned =
+        ef_pipeline_abandoned((ef_pipeline *)p, why, sizeof why);
+    fprintf(f, ", \"abandoned\": %llu, \"lost_bytes\": %llu",
+            (unsigned long long)abandoned, (unsigned long long)ps.lost_bytes);
+    if (abandoned) {
+        fputs(", \"first_abandon\": ", f);
+        json_string(f, why);
+    }
+    fprintf(f,
+            ", \"memory_budget\": %llu, \"bytes_held\": %llu, "
+            "\"peak_bytes_held\": %llu",
+            (unsigned long long)ps.memory_budget,
+            (unsigned long long)ps.bytes_held,
+            (unsigned long long)ps.peak_bytes_held);
     fputs(", \"stages\": [", f);
     for (int i = 0; i < ef_pipeline_stage_count(p); i++) {
         ef_stage_stats st;
@@ -112,7 +126,11 @@ void report_json(FILE *f, const ef_pipeline *p, const run_info *ri)
         json_number(f, st.wait_up_s);
         fputs(", \"wait_down_s\": ", f);
         json_number(f, st.wait_down_s);
-        fprintf(f, ", \"skipped\": %llu", (unsigned long long)st.skipped);
+        fprintf(f, ", \"skipped\": %llu, \"abandoned\": %llu, "
+                   "\"lost_bytes\": %llu",
+                (unsigned long long)st.skipped,
+                (unsigned long long)st.abandoned,
+                (unsigned long long)st.lost_bytes);
         for (int k = 0; k < st.nextra; k++) {
             fputs(", ", f);
             json_string(f, st.extra[k].key);
@@ -143,6 +161,21 @@ void report_text(FILE *f, const ef_pipeline *p, const run_info *ri)
     if (skipped)
         fprintf(f, "skipped         %llu bad samples; the first: %s\n",
                 (unsigned long long)skipped, why);
+    uint64_t abandoned =
+        ef_pipeline_abandoned((ef_pipeline *)p, why, sizeof why);
+    if (abandoned)
+        fprintf(f,
+                "abandoned       %llu shards or files; %llu bytes of them "
+                "left unread (where their size was known); the first: %s\n",
+                (unsigned long long)abandoned,
+                (unsigned long long)ps.lost_bytes, why);
+    fprintf(f, "memory          %llu bytes held at most, ",
+            (unsigned long long)ps.peak_bytes_held);
+    if (ps.memory_budget)
+        fprintf(f, "of a budget of %llu\n",
+                (unsigned long long)ps.memory_budget);
+    else
+        fprintf(f, "no budget\n");
     fprintf(f, "\n%-10s %12s %12s %10s %10s  %s\n", "stage", "items in",
             "items out", "wait up s", "wait dn s", "details");
     for (int i = 0; i < ef_pipeline_stage_count(p); i++) {
@@ -153,6 +186,10 @@ void report_text(FILE *f, const ef_pipeline *p, const run_info *ri)
                 (unsigned long long)st.items_out, st.wait_up_s, st.wait_down_s);
         if (st.skipped)
             fprintf(f, " skipped=%llu", (unsigned long long)st.skipped);
+        if (st.abandoned)
+            fprintf(f, " abandoned=%llu lost_bytes=%llu",
+                    (unsigned long long)st.abandoned,
+                    (unsigned long long)st.lost_bytes);
         for (int k = 0; k < st.nextra; k++) {
             double v = st.extra[k].value;
             if (v == floor(v) && fabs(v) < 1e15)

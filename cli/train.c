@@ -34,6 +34,8 @@ typedef struct {
     const char *data, *spec, *test_spec, *echo, *echo_at;
     double throttle;
     int json;
+    uint64_t memory_budget; /* --memory-budget, when budget_given */
+    int budget_given;
     eft_comm comm; /* under mpirun: this process's rank and the size */
     char spec_buf[4096], test_buf[1024], shard_buf[4096];
 } train_opts;
@@ -67,6 +69,9 @@ static void usage(FILE *f)
             "N  --json\n"
             "  --save-model PATH   write the weights at the end (format: "
             "train/model.h)\n"
+            "  --memory-budget SIZE  bytes the pipelines' queues and buffers "
+            "may hold\n"
+            "                   (default 1G; 0: no limit)\n"
             "data parallel (under mpirun -np N, each process reads "
             "shard=RANK/N):\n"
             "  --check-sync     check after every step that every process "
@@ -166,6 +171,11 @@ static int parse(train_opts *o, int argc, char **argv)
             /* an integer: a double would round seeds above 2^53 */
             if (cli_parse_seed("echoflow train", "--seed", v, &c->seed))
                 return -1;
+        } else if (!strcmp(a, "--memory-budget")) {
+            if (cli_parse_size("echoflow train", "--memory-budget", v,
+                               &o->memory_budget))
+                return -1;
+            o->budget_given = 1;
         } else if (!strcmp(a, "--data")) {
             o->data = v;
         } else if (!strcmp(a, "--spec")) {
@@ -275,13 +285,15 @@ static int preset(train_opts *o)
 }
 
 /* A pipeline from `spec`; with `comm`, reading this process's part. */
-static ef_pipeline *build(const char *spec, uint64_t seed, const char *what,
-                          const eft_comm *comm)
+static ef_pipeline *build(const train_opts *o, const char *spec,
+                          const char *what, const eft_comm *comm)
 {
     ef_pipeline *p;
     if (ef_pipeline_create(&p) != EF_OK)
         return NULL;
-    if (ef_pipeline_set_seed(p, seed) != EF_OK ||
+    if (ef_pipeline_set_seed(p, o->cfg.seed) != EF_OK ||
+        (o->budget_given &&
+         ef_pipeline_set_memory_budget(p, o->memory_budget) != EF_OK) ||
         (comm && ef_pipeline_set_shard(p, comm->rank, comm->size) != EF_OK) ||
         ef_pipeline_parse(p, spec) != EF_OK) {
         fprintf(stderr, "echoflow train: %s pipeline: %s\n", what,
@@ -547,9 +559,9 @@ static int run(train_opts *o)
     /* the trainer's threads split each batch; BLAS stays on one */
     openblas_set_num_threads(1);
     /* every process evaluates its slice of the whole held-out set */
-    ef_pipeline *test_p = build(o->test_spec, o->cfg.seed, "test", NULL);
+    ef_pipeline *test_p = build(o, o->test_spec, "test", NULL);
     ef_pipeline *train_p =
-        test_p ? build(o->spec, o->cfg.seed, "training", comm) : NULL;
+        test_p ? build(o, o->spec, "training", comm) : NULL;
     if (!train_p) {
         ef_pipeline_destroy(test_p);
         return 2;

@@ -42,6 +42,7 @@ int ef_pipeline_create(ef_pipeline **out)
     pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
     pthread_cond_init(&p->ctx.cond, &attr);
     pthread_condattr_destroy(&attr);
+    ef__budget_init(&p->ctx.budget, EF__BUDGET_DEFAULT);
     return EF_OK;
 }
 
@@ -69,6 +70,7 @@ void ef_pipeline_destroy(ef_pipeline *p)
     pthread_mutex_destroy(&p->ctx.mu);
     pthread_mutex_destroy(&p->ctx.skip_mu);
     pthread_cond_destroy(&p->ctx.cond);
+    ef__budget_destroy(&p->ctx.budget);
     ef__free(p);
 }
 
@@ -111,6 +113,28 @@ uint64_t ef_pipeline_skipped(ef_pipeline *p, char *buf, size_t cap)
         pthread_mutex_unlock(&p->ctx.skip_mu);
     }
     return atomic_load(&p->ctx.skipped);
+}
+
+uint64_t ef_pipeline_abandoned(ef_pipeline *p, char *buf, size_t cap)
+{
+    if (!p)
+        return 0;
+    if (buf && cap) {
+        pthread_mutex_lock(&p->ctx.skip_mu);
+        snprintf(buf, cap, "%s", p->ctx.abandon_msg);
+        pthread_mutex_unlock(&p->ctx.skip_mu);
+    }
+    return atomic_load(&p->ctx.abandoned);
+}
+
+int ef_pipeline_set_memory_budget(ef_pipeline *p, uint64_t bytes)
+{
+    if (!p)
+        return EF_EINVAL;
+    int rc = check_state(p);
+    if (rc == EF_OK)
+        p->ctx.budget.limit = bytes;
+    return rc;
 }
 
 /* Stages being added by one call: committed together or not at all. */
@@ -347,7 +371,13 @@ int ef_pipeline_stats_get(const ef_pipeline *p, ef_pipeline_stats *out)
         return EF_EINVAL;
     memset(out, 0, sizeof *out);
     out->items = ef__stat_get(&p->items);
-    out->skipped = atomic_load(&((ef_pipeline *)p)->ctx.skipped);
+    ef__ctx *ctx = &((ef_pipeline *)p)->ctx;
+    out->skipped = atomic_load(&ctx->skipped);
+    out->abandoned = atomic_load(&ctx->abandoned);
+    out->lost_bytes = atomic_load(&ctx->lost_bytes);
+    out->memory_budget = ctx->budget.limit;
+    out->bytes_held = atomic_load(&ctx->budget.held);
+    out->peak_bytes_held = atomic_load(&ctx->budget.peak);
     if (!p->started)
         return EF_OK;
     /* while running, elapsed time runs to now; once ended, to the last
@@ -379,6 +409,8 @@ int ef_pipeline_stage_stats(const ef_pipeline *p, int i, ef_stage_stats *out)
     out->wait_up_s = (double)ef__stat_get(&s->wait_up_ns) * 1e-9;
     out->wait_down_s = (double)ef__stat_get(&s->wait_down_ns) * 1e-9;
     out->skipped = atomic_load(&((ef__stage *)s)->skipped);
+    out->abandoned = atomic_load(&((ef__stage *)s)->abandoned);
+    out->lost_bytes = atomic_load(&((ef__stage *)s)->lost_bytes);
     if (s->def->stats)
         s->def->stats(s, out);
     return EF_OK;

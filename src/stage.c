@@ -97,18 +97,53 @@ int ef__shard_parse(const ef__stage *s, const ef__opts *o, ef__shard *out,
     return EF_OK;
 }
 
+/* Whether the policy lets the failure in err be passed over. */
+static int skippable(ef__ctx *ctx, const ef__err *err)
+{
+    int about_data = err->status == EF_EFORMAT || err->status == EF_EIO ||
+                     err->status == EF_ESHAPE || err->status == EF_ECALLBACK;
+    return ctx->skip_bad && about_data && !ef__ctx_is_cancelled(ctx);
+}
+
 int ef__stage_skip(ef__stage *s, ef__err *err)
 {
     ef__ctx *ctx = s->ctx;
-    int about_data = err->status == EF_EFORMAT || err->status == EF_EIO ||
-                     err->status == EF_ESHAPE || err->status == EF_ECALLBACK;
-    if (!ctx->skip_bad || !about_data || ef__ctx_is_cancelled(ctx))
+    if (!skippable(ctx, err))
         return 0;
     atomic_fetch_add_explicit(&s->skipped, 1, memory_order_relaxed);
     atomic_fetch_add_explicit(&ctx->skipped, 1, memory_order_relaxed);
     pthread_mutex_lock(&ctx->skip_mu);
     if (!ctx->skip_msg[0])
         memcpy(ctx->skip_msg, err->msg, sizeof ctx->skip_msg);
+    pthread_mutex_unlock(&ctx->skip_mu);
+    ef__err_clear(err);
+    return 1;
+}
+
+int ef__stage_abandon(ef__stage *s, ef__err *err, const char *part,
+                      uint64_t at, int64_t size)
+{
+    ef__ctx *ctx = s->ctx;
+    if (!skippable(ctx, err))
+        return 0;
+    uint64_t lost = size >= 0 && (uint64_t)size > at ? (uint64_t)size - at : 0;
+    atomic_fetch_add_explicit(&s->abandoned, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&ctx->abandoned, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&s->lost_bytes, lost, memory_order_relaxed);
+    atomic_fetch_add_explicit(&ctx->lost_bytes, lost, memory_order_relaxed);
+    char where[160];
+    if (size >= 0)
+        snprintf(where, sizeof where, "%s abandoned at byte %llu of %lld",
+                 part, (unsigned long long)at, (long long)size);
+    else
+        snprintf(where, sizeof where,
+                 "%s abandoned at byte %llu (its size is unknown)", part,
+                 (unsigned long long)at);
+    pthread_mutex_lock(&ctx->skip_mu);
+    if (!ctx->abandon_msg[0])
+        snprintf(ctx->abandon_msg, sizeof ctx->abandon_msg, "%.*s; %s",
+                 (int)(sizeof ctx->abandon_msg - sizeof where - 3), err->msg,
+                 where);
     pthread_mutex_unlock(&ctx->skip_mu);
     ef__err_clear(err);
     return 1;

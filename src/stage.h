@@ -13,6 +13,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
+#include "core/budget.h"
 #include "core/err.h"
 #include "core/rng.h"
 #include "echoflow/echoflow.h"
@@ -57,7 +58,13 @@ typedef struct {
     _Atomic uint64_t skipped; /* bad samples dropped, all stages */
     pthread_mutex_t skip_mu;  /* guards skip_msg */
     char skip_msg[EF__ERR_MAX]; /* why the first one was dropped */
+    /* on_error=skip: parts of the input (a shard, a file) whose unread
+     * rest was given up, and the bytes of it not read where the part's
+     * size was known; several writers */
+    _Atomic uint64_t abandoned, lost_bytes;
+    char abandon_msg[EF__ERR_MAX]; /* the first, guarded by skip_mu */
     int64_t shard_i, shard_n; /* ef_pipeline_set_shard(); n = 0: unset */
+    ef__budget budget;        /* bytes held by queues and buffers */
 } ef__ctx;
 
 /* Sleeps until the monotonic deadline; EF_ECANCELED if the pipeline is
@@ -107,6 +114,7 @@ struct ef__stage {
     /* statistics: one writer each, see ef__stat_add */
     _Atomic uint64_t items_in, items_out, wait_up_ns, wait_down_ns;
     _Atomic uint64_t skipped; /* bad samples dropped (several writers) */
+    _Atomic uint64_t abandoned, lost_bytes; /* see ef__ctx */
     /* the counter of time spent inside this stage's next() by whoever pulls
      * it (the next stage's wait_up_ns, or the consumer's wait); set before
      * open */
@@ -130,6 +138,13 @@ int ef__stage_reset_upstream(ef__stage *s, int64_t epoch, ef__err *err);
  * returns 1: the caller drops what failed and goes on. Otherwise returns 0
  * and the caller fails as usual. Thread-safe. */
 int ef__stage_skip(ef__stage *s, ef__err *err);
+/* The same policy for a failure that ends a whole part of the input (a
+ * shard or file of `size` bytes, -1 when unknown) at byte `at` of it: under
+ * skip, counts the part as abandoned and the bytes not read as lost, adds
+ * "<part> abandoned at byte N of SIZE" to the message, keeps the first,
+ * clears err and returns 1. */
+int ef__stage_abandon(ef__stage *s, ef__err *err, const char *part,
+                      uint64_t at, int64_t size);
 /* Keyed generator for a decision of stage `s` about a sample. */
 void ef__stage_rng(const ef__stage *s, ef__rng *r, ef_sample_id id);
 
@@ -167,6 +182,15 @@ int ef__shard_parse(const ef__stage *s, const ef__opts *o, ef__shard *out,
     {                                                                          \
         "shard", EF_OPT_STRING, "0/1",                                         \
             "I/N: read only part I of N (0 <= I < N), for N processes", 0, 0   \
+    }
+
+/* The gzip bomb guard of sources that read through streams (stream.h). */
+#define EF__MAX_INFLATE_OPTION                                                 \
+    {                                                                          \
+        "max_inflate", EF_OPT_INT, "200",                                      \
+            "gzip: most bytes inflated per compressed byte, past the first "   \
+            "64 MiB (0: no limit)",                                            \
+            0, 1 << 20                                                         \
     }
 
 /* ---- creation ---------------------------------------------------- */

@@ -246,9 +246,60 @@ else
     cat "$TMP/common.py" - >"$TMP/skip_none.py" <<'EOF'
 need(doc["items"] == 2, "shard 1/2 of 5: items = %r" % doc["items"])
 need(doc["skipped"] == 0, "skipped = %r" % doc["skipped"])
+need(doc["abandoned"] == 0 and doc["lost_bytes"] == 0, "abandoned, lost")
 EOF
     check_json skip_none "$TMP/skip_none.py"
 fi
+
+# a truncated shard and one corrupt at byte 30000, under skip: the run goes
+# on, but says that two shards were abandoned, where, and what was lost
+"$CLI" pack --per-shard 1000 "range:n=2000,bytes=100" "$TMP/lost-%d.tar" \
+    >/dev/null
+head -c 60000 "$TMP/lost-0.tar" >"$TMP/lost-trunc.tar"
+printf 'garbage!' | dd of="$TMP/lost-1.tar" bs=1 seek=30000 conv=notrunc \
+    2>/dev/null
+size1=$(stat -c %s "$TMP/lost-1.tar")
+lost_spec="tar:urls=\"$TMP/lost-trunc.tar $TMP/lost-1.tar\""
+run lost run --on-error skip "$lost_spec"
+if [ "$rc" -eq 0 ] &&
+        grep -q "^abandoned       2 shards or files; $((size1 - 30208)) bytes of them left unread" "$TMP/lost.out" &&
+        grep -qE "shard abandoned at byte (60000 of 60000|30208 of $size1)" "$TMP/lost.out"; then
+    pass "lost shards under skip are reported with the bytes left unread"
+else
+    fail "lost shards: rc $rc, $(cat "$TMP/lost.out" "$TMP/lost.err")"
+fi
+run lost_json run --json --on-error skip "$lost_spec"
+cat "$TMP/common.py" - >"$TMP/lost_json.py" <<PYEOF
+need(doc["skipped"] == 0, "skipped = %r" % doc["skipped"])
+need(doc["abandoned"] == 2, "abandoned = %r" % doc["abandoned"])
+need(doc["lost_bytes"] == $size1 - 30208, "lost_bytes = %r" % doc["lost_bytes"])
+need("shard abandoned at byte" in doc["first_abandon"], doc["first_abandon"])
+need(stage("tar")["abandoned"] == 2, "tar abandoned")
+PYEOF
+check_json lost_json "$TMP/lost_json.py"
+
+# ---- the memory budget --------------------------------------------------
+for bad in 10x -1 1.5G K "" 99999999999999999999 17179869184T; do
+    run bad_budget run --memory-budget "$bad" "range:n=3"
+    if [ "$rc" -eq 2 ] && grep -qF -- "--memory-budget expects a size in bytes" "$TMP/bad_budget.err"; then
+        pass "run --memory-budget '$bad' refused"
+    else
+        fail "run --memory-budget '$bad': rc $rc, $(cat "$TMP/bad_budget.err")"
+    fi
+done
+run budget_small run --memory-budget 1K "range:n=3,bytes=2000 | prefetch"
+[ "$rc" -eq 1 ] && grep -q "prefetch: sample 0: 2008 bytes, over the memory budget of 1024 bytes" "$TMP/budget_small.err" ||
+    fail "a sample over the budget: rc $rc, $(cat "$TMP/budget_small.err")"
+run budget_json run --json --memory-budget 64K "range:n=2000,bytes=1000 | prefetch:depth=1000"
+cat "$TMP/common.py" - >"$TMP/budget_json.py" <<'PYEOF'
+need(doc["memory_budget"] == 65536, "memory_budget = %r" % doc["memory_budget"])
+need(0 < doc["peak_bytes_held"] <= 65536 + 1008, "peak = %r" % doc["peak_bytes_held"])
+need(doc["bytes_held"] == 0, "bytes_held = %r" % doc["bytes_held"])
+PYEOF
+check_json budget_json "$TMP/budget_json.py"
+run budget_pack pack --memory-budget 1K "range:n=3,bytes=2000 | prefetch" "$TMP/b-%d.tar"
+[ "$rc" -eq 1 ] && grep -q "over the memory budget of 1024 bytes" "$TMP/budget_pack.err" ||
+    fail "pack --memory-budget: rc $rc, $(cat "$TMP/budget_pack.err")"
 
 # ---- numbers on the command line ---------------------------------------
 # a seed is a whole number in 0..2^64-1: converting nan, inf or 1e300 from

@@ -5,7 +5,9 @@
 # label byte-exact against the IDX files. Then again through a server that
 # cuts the connection every 300 kB (tests/http_server.py): the stream
 # resumes with Range requests, nothing lost, nothing duplicated. Also: a
-# missing shard (404) fails with the URL, or is skipped and counted.
+# missing shard (404) fails with the URL, or is abandoned and counted; a
+# server that goes down mid-shard: the shard is abandoned at the byte it
+# stopped at, and the bytes left unread are counted.
 #
 # usage: http_integration.sh ECHOFLOW ROUNDTRIP_CHECK FASHION_MNIST_DIR
 #                            HTTP_SERVER_PY
@@ -125,10 +127,12 @@ if [ "$rc" -eq 0 ] && "$PY" - "$TMP/skip.out" <<'PY'; then
 import json, sys
 d = json.load(open(sys.argv[1]))
 assert d["items"] == 20000, d["items"]
-assert d["skipped"] == 1, d["skipped"]
-assert "train-000006.tar" in d["first_skip"], d["first_skip"]
+assert d["skipped"] == 0, d["skipped"]
+assert d["abandoned"] == 1, d["abandoned"]
+assert "train-000006.tar" in d["first_abandon"], d["first_abandon"]
+assert "shard abandoned at byte 0" in d["first_abandon"], d["first_abandon"]
 PY
-    pass "404 under --on-error skip: 20000 samples, 1 skip"
+    pass "404 under --on-error skip: 20000 samples, 1 shard abandoned"
 else
     fail "404 skip: rc $rc, $(cat "$TMP/skip.out" "$TMP/skip.err")"
 fi
@@ -146,6 +150,32 @@ if "$CHECK" "tar:urls=$CUT/train-{000000..000005}.tar,cycle=2 | decode" \
     pass "cut connections: $(cat "$TMP/cut.out")"
 else
     fail "cut connections round trip: $(cat "$TMP/cut.out")"
+fi
+
+# ---- a server that goes down 1 MB into each file ------------------------------
+"$PY" "$SERVER" --root "$TMP/www" --port 0 --port-file "$TMP/down.port" \
+    --cut-first 1000000 --fail-from 1 --quiet 2>"$TMP/down.err" &
+pids+=("$!")
+for _ in $(seq 100); do [ -s "$TMP/down.port" ] && break; sleep 0.1; done
+DOWN="http://127.0.0.1:$(cat "$TMP/down.port")"
+size=$(stat -c %s "$TMP/www/train-000000.tar")
+"$CLI" run --json --on-error skip \
+    "tar:urls=$DOWN/train-000000.tar,tries=2,timeout=5" \
+    >"$TMP/down.out" 2>"$TMP/down.err"
+rc=$?
+if [ "$rc" -eq 0 ] && "$PY" - "$TMP/down.out" "$size" <<'PY'; then
+import json, sys
+d, size = json.load(open(sys.argv[1])), int(sys.argv[2])
+assert 0 < d["items"] < 10000, d["items"]
+assert d["skipped"] == 0, d["skipped"]
+assert d["abandoned"] == 1, d["abandoned"]
+assert d["lost_bytes"] == size - 1000000, (d["lost_bytes"], size)
+want = "shard abandoned at byte 1000000 of %d" % size
+assert want in d["first_abandon"], d["first_abandon"]
+PY
+    pass "server down mid-shard: abandoned at byte 1000000, the rest counted lost"
+else
+    fail "server down mid-shard: rc $rc, $(cat "$TMP/down.out" "$TMP/down.err")"
 fi
 
 if [ "$failures" -ne 0 ]; then

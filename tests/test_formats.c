@@ -421,8 +421,11 @@ static void test_tar_errors(void **state)
     expect_error(p, EF_EIO, "m-9.tar: cannot open", NULL);
     ef_pipeline_destroy(p);
 
-    /* under skip: the bad shards' unreadable rest is dropped and counted;
-     * every sample of the good shards comes through */
+    /* under skip: the bad shards' unreadable rest is abandoned and counted
+     * apart from bad samples, with the bytes left unread; every sample of
+     * the good shards comes through */
+    unsigned char buf[8192];
+    uint64_t size3 = read_bytes(at("m-3.tar"), buf, sizeof buf);
     for (int cycle = 1; cycle <= 3; cycle += 2) {
         snprintf(spec, sizeof spec, "tar:urls=\"%s/m-{0..4}.tar\",cycle=%d",
                  dir, cycle);
@@ -438,10 +441,25 @@ static void test_tar_errors(void **state)
                 assert_int_equal(seen[s][k], s == 1 || s == 3 ? 0 : 1);
         /* (shard 1 is cut inside its first sample: nothing of it comes) */
         char why[512];
-        assert_int_equal(ef_pipeline_skipped(p, why, sizeof why), 2);
-        assert_true(strstr(why, "m-1.tar") || strstr(why, "m-3.tar"));
+        assert_int_equal(ef_pipeline_skipped(p, NULL, 0), 0);
+        assert_int_equal(ef_pipeline_abandoned(p, why, sizeof why), 2);
+        /* m-1 was read to its end (1100 bytes) before its cut showed; m-3
+         * failed at its first header, so all but that header is lost */
+        char tail[96];
+        snprintf(tail, sizeof tail, "shard abandoned at byte 512 of %llu",
+                 (unsigned long long)size3);
+        if (strstr(why, "m-1.tar"))
+            assert_non_null(strstr(why, "shard abandoned at byte 1100 of 1100"));
+        else
+            assert_non_null(strstr(why, tail));
+        ef_pipeline_stats ps;
+        ef_pipeline_stats_get(p, &ps);
+        assert_int_equal(ps.abandoned, 2);
+        assert_int_equal(ps.lost_bytes, size3 - 512);
         ef_stage_stats st = eft_stage(p, "tar");
-        assert_int_equal(st.skipped, 2);
+        assert_int_equal(st.skipped, 0);
+        assert_int_equal(st.abandoned, 2);
+        assert_int_equal(st.lost_bytes, size3 - 512);
         ef_pipeline_destroy(p);
     }
 }
@@ -836,8 +854,20 @@ static void test_tfrecord_errors(void **state)
     for (int i = 0; i < got; i++)
         assert_int_equal(ids[i].index, want[i]);
     char why[512];
-    assert_int_equal(ef_pipeline_skipped(p, why, sizeof why), 3);
+    assert_int_equal(ef_pipeline_skipped(p, why, sizeof why), 1);
     assert_non_null(strstr(why, "bad data CRC"));
+    /* bad-len fails after reading record 2's 12 header bytes at 37: the
+     * rest is lost; cut was read to its end */
+    assert_int_equal(ef_pipeline_abandoned(p, why, sizeof why), 2);
+    unsigned char whole[512];
+    uint64_t size = read_bytes(at("bad-len.tfrecord"), whole, sizeof whole);
+    char tail[96];
+    snprintf(tail, sizeof tail, "file abandoned at byte 49 of %llu",
+             (unsigned long long)size);
+    assert_non_null(strstr(why, tail));
+    ef_pipeline_stats ps;
+    ef_pipeline_stats_get(p, &ps);
+    assert_int_equal(ps.lost_bytes, size - 49);
     ef_pipeline_destroy(p);
 }
 

@@ -228,8 +228,10 @@ int ef_pipeline_add_map(ef_pipeline *p, ef_map_fn fn, void *user,
  * HTTP source that gave up, a map callback that failed on it. */
 typedef enum {
     EF_ON_ERROR_FAIL = 0, /* the pipeline fails with a message (default) */
-    EF_ON_ERROR_SKIP = 1  /* the sample (or the unreadable rest of its
-                             file) is dropped and counted in the stats */
+    EF_ON_ERROR_SKIP = 1  /* the sample is dropped and counted in the stats
+                             as skipped; a shard or file that cannot be
+                             read on is given up and counted as abandoned,
+                             with the bytes of it left unread */
 } ef_on_error;
 
 /* Sets the policy for bad samples. Before the first next(). */
@@ -239,6 +241,19 @@ int ef_pipeline_set_on_error(ef_pipeline *p, ef_on_error policy);
  * copied into buf (NUL-terminated, cut to cap); "" when none was. Returns
  * the number of samples skipped so far. Any thread. */
 uint64_t ef_pipeline_skipped(ef_pipeline *p, char *buf, size_t cap);
+
+/* The same for parts of the input given up under skip: why the first was
+ * (its location, and "shard abandoned at byte N of SIZE"); returns how
+ * many were. Any thread. */
+uint64_t ef_pipeline_abandoned(ef_pipeline *p, char *buf, size_t cap);
+
+/* The memory budget: the most payload bytes the pipeline's queues,
+ * read-ahead, shuffle buffers and echo pools may hold together (0: no
+ * limit; the default is 1 GiB). Queues wait for room rather than go over
+ * it; a sample larger than it, or a shuffle buffer or echo pool that
+ * alone would pass it, fails the pipeline with EF_ENOMEM and a message
+ * naming the stage. Before the first next(). */
+int ef_pipeline_set_memory_budget(ef_pipeline *p, uint64_t bytes);
 
 /* Stops the pipeline from any thread: every thread and every waiting
  * next() wakes up, and next() returns EF_ECANCELED from then on. The
@@ -273,6 +288,8 @@ typedef struct {
     double wait_up_s;   /* time spent waiting for the upstream */
     double wait_down_s; /* time an asynchronous stage waited for room */
     uint64_t skipped;   /* bad samples this stage dropped (on_error=skip) */
+    uint64_t abandoned; /* shards or files it gave up (on_error=skip) */
+    uint64_t lost_bytes; /* their bytes not read, where sizes were known */
     int nextra;         /* stage-specific figures (echo: fresh, echoed ...) */
     ef_stat_extra extra[EF_MAX_STAT_EXTRAS];
 } ef_stage_stats;
@@ -287,6 +304,11 @@ typedef struct {
     double consumer_wait_s;        /* time spent inside ef_pipeline_next() */
     double consumer_wait_fraction; /* consumer_wait_s / elapsed_s */
     uint64_t skipped;              /* bad samples dropped, all stages */
+    uint64_t abandoned;            /* shards or files given up */
+    uint64_t lost_bytes;           /* their bytes not read (known sizes) */
+    uint64_t memory_budget;        /* bytes; 0: no limit */
+    uint64_t bytes_held;           /* payload held by queues and buffers */
+    uint64_t peak_bytes_held;      /* the most held at once */
 } ef_pipeline_stats;
 
 /* Consistent enough to read while the pipeline runs (counters are read

@@ -130,6 +130,11 @@ class Pipeline(_Pipeline):
     shard: (part, count): the source reads only that part of the data, as
         its option shard=part/count would, so that `count` readers read it
         once between them.
+    memory_budget: the most payload bytes the pipeline's queues and buffers
+        may hold together (0: no limit; None: the library's default, 1 GiB).
+        Queues wait for room; a sample larger than the budget, or a shuffle
+        buffer or echo pool that alone passes it, raises OutOfMemoryError
+        (a MemoryError) naming the stage.
     maps: Python callables for `map:fn=NAME` stages: NAME -> fn(sample) ->
         dict of field name to Tensor or array. They run on the map stage's
         threads and hold the GIL while they run, so they are slower than
@@ -143,8 +148,8 @@ class Pipeline(_Pipeline):
     """
 
     def __init__(self, spec, *, seed=0, on_error="fail", shard=None,
-                 maps=None):
-        super().__init__(spec, seed, on_error, shard)
+                 memory_budget=None, maps=None):
+        super().__init__(spec, seed, on_error, shard, memory_budget)
         maps = dict(maps or {})
         if not maps:
             self.parse(spec)

@@ -52,11 +52,12 @@ class Loader(torch.utils.data.IterableDataset):
     on threads of its own, so num_workers=0 is the usual choice: it is the
     one that copies nothing (workers hand tensors over through shared
     memory).
-    on_error, maps: as for echoflow.Pipeline.
+    on_error, memory_budget, maps: as for echoflow.Pipeline (the budget
+        is each pipeline's: one per DataLoader worker).
     """
 
     def __init__(self, spec, *, seed=0, rank=None, world_size=None,
-                 on_error="fail", maps=None):
+                 on_error="fail", memory_budget=None, maps=None):
         super().__init__()
         if rank is None and world_size is None:
             dist = torch.distributed
@@ -72,12 +73,14 @@ class Loader(torch.utils.data.IterableDataset):
         self.spec, self.seed = spec, seed
         self.rank, self.world_size = rank, world_size
         self.on_error, self.maps = on_error, maps
+        self.memory_budget = memory_budget
         self.epoch = 0
         self._pipeline = None
         # Build once to raise a bad spec here rather than in a worker. No
         # thread starts before the first sample is asked for.
         echoflow.Pipeline(spec, seed=seed, on_error=on_error,
-                          shard=(rank, world_size), maps=maps).close()
+                          shard=(rank, world_size),
+                          memory_budget=memory_budget, maps=maps).close()
 
     def set_epoch(self, epoch):
         """Sets the epoch the next iteration reads, as DistributedSampler's
@@ -93,7 +96,7 @@ class Loader(torch.utils.data.IterableDataset):
         p = echoflow.Pipeline(
             self.spec, seed=echoflow.epoch_seed(self.seed, self.epoch, part),
             on_error=self.on_error, shard=(part, self.world_size * workers),
-            maps=self.maps)
+            memory_budget=self.memory_budget, maps=self.maps)
         p.convert_with(from_capsule)  # torch tensors, made in C
         self._pipeline = p
         with p:

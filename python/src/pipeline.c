@@ -60,12 +60,33 @@ static PyObject *closed_error(void)
 
 static int pipeline_init(pipeline *self, PyObject *args, PyObject *kwargs)
 {
-    static char *kwlist[] = {"spec", "seed", "on_error", "shard", NULL};
-    PyObject *spec, *seed_obj, *shard = Py_None;
+    static char *kwlist[] = {"spec",  "seed",          "on_error",
+                             "shard", "memory_budget", NULL};
+    PyObject *spec, *seed_obj, *shard = Py_None, *budget_obj = Py_None;
     const char *on_error = "fail";
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "UO|sO:_Pipeline", kwlist,
-                                     &spec, &seed_obj, &on_error, &shard))
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "UO|sOO:_Pipeline", kwlist,
+                                     &spec, &seed_obj, &on_error, &shard,
+                                     &budget_obj))
         return -1;
+    unsigned long long budget = 0;
+    if (budget_obj != Py_None) {
+        if (!PyLong_Check(budget_obj)) {
+            PyErr_Format(PyExc_TypeError,
+                         "memory_budget must be an int (bytes) or None, not "
+                         "%.80s",
+                         Py_TYPE(budget_obj)->tp_name);
+            return -1;
+        }
+        budget = PyLong_AsUnsignedLongLong(budget_obj);
+        if (PyErr_Occurred()) {
+            PyErr_Clear();
+            PyErr_Format(PyExc_ValueError,
+                         "memory_budget must be from 0 (no limit) to "
+                         "2**64 - 1 bytes, not %R",
+                         budget_obj);
+            return -1;
+        }
+    }
     long long part = 0, parts = 0;
     if (shard != Py_None &&
         (!PyTuple_Check(shard) ||
@@ -109,6 +130,8 @@ static int pipeline_init(pipeline *self, PyObject *args, PyObject *kwargs)
     self->seed = seed;
     ef_pipeline_set_seed(self->p, seed);
     ef_pipeline_set_on_error(self->p, self->on_error);
+    if (budget_obj != Py_None)
+        ef_pipeline_set_memory_budget(self->p, budget);
     if (shard != Py_None) {
         int rc = ef_pipeline_set_shard(self->p, part, parts);
         if (rc != EF_OK) {
@@ -238,7 +261,11 @@ static PyObject *stage_stats(const ef_pipeline *p, int i)
             0 ||
         set_item(d, "wait_up_s", PyFloat_FromDouble(st.wait_up_s)) < 0 ||
         set_item(d, "wait_down_s", PyFloat_FromDouble(st.wait_down_s)) < 0 ||
-        set_item(d, "skipped", PyLong_FromUnsignedLongLong(st.skipped)) < 0)
+        set_item(d, "skipped", PyLong_FromUnsignedLongLong(st.skipped)) < 0 ||
+        set_item(d, "abandoned", PyLong_FromUnsignedLongLong(st.abandoned)) <
+            0 ||
+        set_item(d, "lost_bytes", PyLong_FromUnsignedLongLong(st.lost_bytes)) <
+            0)
         goto fail;
     for (int k = 0; k < st.nextra; k++)
         if (set_item(d, st.extra[k].key,
@@ -282,6 +309,19 @@ static PyObject *stats_of(pipeline *self)
                  PyFloat_FromDouble(ps.consumer_wait_fraction)) < 0 ||
         set_item(d, "skipped", PyLong_FromUnsignedLongLong(skipped)) < 0 ||
         (skipped && set_item(d, "first_skip", PyUnicode_FromString(why)) < 0))
+        goto fail;
+    uint64_t abandoned = ef_pipeline_abandoned(p, why, sizeof why);
+    if (set_item(d, "abandoned", PyLong_FromUnsignedLongLong(abandoned)) < 0 ||
+        set_item(d, "lost_bytes", PyLong_FromUnsignedLongLong(ps.lost_bytes)) <
+            0 ||
+        (abandoned &&
+         set_item(d, "first_abandon", PyUnicode_FromString(why)) < 0) ||
+        set_item(d, "memory_budget",
+                 PyLong_FromUnsignedLongLong(ps.memory_budget)) < 0 ||
+        set_item(d, "bytes_held", PyLong_FromUnsignedLongLong(ps.bytes_held)) <
+            0 ||
+        set_item(d, "peak_bytes_held",
+                 PyLong_FromUnsignedLongLong(ps.peak_bytes_held)) < 0)
         goto fail;
     int n = ef_pipeline_stage_count(p);
     PyObject *stages = PyList_New(n);

@@ -267,7 +267,42 @@ def test_on_error_skip_drops_and_counts(tmp_path, fmnist_shards):
     with echoflow.Pipeline(spec, on_error="skip") as p:
         assert sum(1 for _ in p) == 10000
         st = p.stats()
-    assert st["skipped"] == 1 and "missing.tar" in st["first_skip"]
+    assert st["skipped"] == 0 and "first_skip" not in st
+    assert st["abandoned"] == 1 and "missing.tar" in st["first_abandon"]
+    assert "shard abandoned at byte 0" in st["first_abandon"]
+
+
+# ---- the memory budget ----------------------------------------------------
+
+def test_memory_budget_holds_the_queues_to_it():
+    # 2,000 samples of 1,008 bytes behind a 1,000-deep prefetch: 1 MB
+    # unbounded, at most 10 KiB (plus one sample) with the budget
+    spec = "range:n=2000,bytes=1000 | prefetch:depth=1000"
+    with echoflow.Pipeline(spec, memory_budget=10 * 1024) as p:
+        got = [s.identity.index for s in p]
+        st = p.stats()
+    assert got == list(range(2000))
+    assert st["memory_budget"] == 10 * 1024
+    assert 0 < st["peak_bytes_held"] <= 10 * 1024 + 1008
+    assert st["bytes_held"] == 0
+    with echoflow.Pipeline(spec, memory_budget=0) as p:
+        assert sum(1 for _ in p) == 2000
+        assert p.stats()["memory_budget"] == 0
+
+
+def test_memory_budget_errors():
+    with pytest.raises(echoflow.OutOfMemoryError,
+                       match="prefetch: sample 0: 1008 bytes, over the "
+                             "memory budget of 1000 bytes") as e:
+        items("range:n=10,bytes=1000 | prefetch", memory_budget=1000)
+    assert isinstance(e.value, MemoryError)
+    with pytest.raises(echoflow.OutOfMemoryError,
+                       match="shuffle: its buffer at 10 samples"):
+        items("range:n=100,bytes=1000 | shuffle:50", memory_budget=10000)
+    with pytest.raises(TypeError, match="memory_budget must be an int"):
+        echoflow.Pipeline("range:n=1", memory_budget="1G")
+    with pytest.raises(ValueError, match="memory_budget must be from 0"):
+        echoflow.Pipeline("range:n=1", memory_budget=-1)
 
 
 # ---- stop, threads, Ctrl-C -------------------------------------------------

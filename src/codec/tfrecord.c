@@ -18,8 +18,8 @@ static uint32_t le32(const unsigned char *p)
            (uint32_t)p[3] << 24;
 }
 
-int ef__tfrecord_read(ef__stream *s, ef_buffer **out, int *in_sync,
-                      ef__err *err)
+int ef__tfrecord_read(ef__stream *s, uint64_t budget, ef_buffer **out,
+                      int *in_sync, ef__err *err)
 {
     *out = NULL;
     *in_sync = 0;
@@ -48,6 +48,15 @@ int ef__tfrecord_read(ef__stream *s, ef_buffer **out, int *in_sync,
                            name, (unsigned long long)start,
                            (unsigned long long)len,
                            (unsigned long long)EF__TFRECORD_MAX);
+    if (budget && len > budget)
+        return ef__err_set(err, EF_ENOMEM,
+                           "%s: the record at offset %llu: %llu bytes, over "
+                           "the memory budget of %llu bytes (raise it: "
+                           "--memory-budget, memory_budget= in Python, "
+                           "ef_pipeline_set_memory_budget)",
+                           name, (unsigned long long)start,
+                           (unsigned long long)len,
+                           (unsigned long long)budget);
     ef_buffer *data;
     rc = ef__stream_read_buffer(s, len, "TFRecord data", &data, err);
     if (rc != EF_OK)

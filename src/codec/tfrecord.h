@@ -20,8 +20,10 @@
  * stream, the record's offset and what was wrong); or the stream's own
  * error. *in_sync says whether the stream still stands at the start of the
  * next record after a failure: 1 after a bad data CRC (only that record is
- * lost), 0 otherwise (the rest of the stream cannot be framed). */
-int ef__tfrecord_read(ef__stream *s, ef_buffer **out, int *in_sync,
-                      ef__err *err);
+ * lost), 0 otherwise (the rest of the stream cannot be framed). A length
+ * within the format's limit but over `budget` bytes (0: none), the
+ * pipeline's memory budget, is EF_ENOMEM before anything is allocated. */
+int ef__tfrecord_read(ef__stream *s, uint64_t budget, ef_buffer **out,
+                      int *in_sync, ef__err *err);
 
 #endif

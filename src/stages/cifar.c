@@ -14,8 +14,10 @@
  * A file whose size is not a whole number of records, or a label over 9,
  * is EF_EFORMAT naming the file and the offset. With on_error=skip what is
  * bad is dropped and counted once, when the files are read: a file that
- * cannot be read (its records then count as none), a partial record at the
- * end, a record with a bad label (its number stays taken). */
+ * cannot be read is abandoned (its records then count as none, its bytes
+ * as lost), a partial record at the end and a record with a bad label
+ * (its number stays taken) are skipped. */
+#include <stdio.h>
 #include <string.h>
 
 #include "codec/cifar.h"
@@ -90,11 +92,11 @@ static void free_data(void *data)
 /* Reads and converts the records of `in` into *images and *labels (*n of
  * them). A partial record at the end is ef__cifar_count's error, with *n
  * the whole records before it and *partial set; more than `max` records
- * is an error. */
+ * is an error, and so are more bytes than the memory budget. */
 static int read_records(ef__stream *in, const char *path, int64_t max,
-                        unsigned char *chunk, unsigned char **images,
-                        int64_t **labels, int64_t *n, int *partial,
-                        ef__err *err)
+                        const ef__budget *budget, unsigned char *chunk,
+                        unsigned char **images, int64_t **labels, int64_t *n,
+                        int *partial, ef__err *err)
 {
     int64_t cap = 0;
     for (;;) {
@@ -110,6 +112,15 @@ static int read_records(ef__stream *in, const char *path, int64_t max,
                                "reading at offset %lld",
                                path, (long long)max,
                                (long long)((*n + whole) * EF__CIFAR_RECORD));
+        char what[EF__ERR_MAX / 2];
+        snprintf(what, sizeof what, "cifar: %.200s: its first %lld records",
+                 path, (long long)(*n + whole));
+        rc = ef__budget_check(budget,
+                              (uint64_t)(*n + whole) *
+                                  (EF__CIFAR_IMAGE + sizeof(int64_t)),
+                              what, err);
+        if (rc != EF_OK)
+            return rc;
         if (!grow(images, labels, &cap, *n + whole))
             return ef__err_set(err, EF_ENOMEM,
                                "cifar: %s: out of memory for %lld records",
@@ -138,18 +149,23 @@ static int load(ef__stage *s, cifar_state *st, size_t f, ef__err *err)
     if (rc == EF_OK) {
         chunk = ef__malloc((size_t)CHUNK_RECORDS * EF__CIFAR_RECORD);
         rc = chunk ? read_records(in, path, ef__opt_int(&s->opts, "max_records"),
-                                  chunk, &images, &labels, &n, &partial,
+                                  &s->ctx->budget, chunk, &images, &labels, &n, &partial,
                                   err)
                    : ef__err_set(err, EF_ENOMEM, "cifar: out of memory");
     }
+    int64_t size = in ? ef__stream_size(in) : -1;
     ef__stream_close(in);
     ef__free(chunk);
     /* a partial record at the end keeps the whole ones before it under
-     * skip; any other failure drops the file (its records count as none) */
+     * skip; any other failure drops the file, all of it: its records are
+     * read whole before any is used */
     if (rc != EF_OK && !partial) {
         ef__free(images);
         ef__free(labels);
-        return ef__stage_skip(s, err) ? EF_OK : rc;
+        return ef__stage_abandon(s, err, "file (read whole or not at all)",
+                                 0, size)
+                   ? EF_OK
+                   : rc;
     }
     if (rc != EF_OK && !ef__stage_skip(s, err)) {
         ef__free(images);

@@ -18,6 +18,7 @@
  * after it batch echoing. */
 #include <assert.h>
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "core/alloc.h"
@@ -52,6 +53,7 @@ typedef struct {
     ef__pump *pump; /* when the upstream cannot be polled */
     pooled *pool;
     size_t pool_cap, pool_n, pool_next; /* ring: pool_next is the oldest */
+    uint64_t pool_bytes; /* payload the pool keeps alive (memory budget) */
     /* by_uses[u] lists the pooled items used u times (u < max), so the
      * least-used are found without scanning the pool */
     use_list *by_uses;
@@ -84,7 +86,8 @@ static int echo_create(ef__stage *s, const ef__opts *o, ef__err *err)
                                st->pool_cap);
         st->least = st->max;
     }
-    if (st->shuffle && ef__shufbuf_init(&st->buf, st->shuffle) != EF_OK)
+    if (st->shuffle && ef__shufbuf_init(&st->buf, st->shuffle, &s->ctx->budget,
+                                         "echo") != EF_OK)
         return ef__err_set(err, EF_ENOMEM,
                            "echo: out of memory for a shuffle buffer of %zu",
                            st->shuffle);
@@ -239,13 +242,28 @@ static void list_remove(echo_state *st, size_t i)
     }
 }
 
+/* Forgets pooled sample i, giving its bytes back to the budget. */
+static void pool_drop(ef__stage *s, echo_state *st, size_t i)
+{
+    ef_sample *smp = st->pool[i].sample;
+    if (!smp)
+        return;
+    uint64_t n = ef__sample_bytes(smp);
+    st->pool_bytes -= n;
+    ef__budget_release(&s->ctx->budget, n);
+    ef_sample_free(smp);
+    st->pool[i].sample = NULL;
+}
+
 /* Adds a fresh item (used once) to the pool, evicting the oldest when
  * full. */
-static int pool_add(echo_state *st, const ef_sample *fresh)
+static int pool_add(ef__stage *s, echo_state *st, const ef_sample *fresh,
+                    ef__err *err)
 {
+    uint64_t n = ef__sample_bytes(fresh);
     ef_sample *own = ef_sample_clone(fresh);
     if (!own)
-        return EF_ENOMEM;
+        return ef__err_set(err, EF_ENOMEM, "echo: out of memory");
     size_t i;
     if (st->pool_n < st->pool_cap) {
         i = (st->pool_next + st->pool_n++) % st->pool_cap;
@@ -253,16 +271,23 @@ static int pool_add(echo_state *st, const ef_sample *fresh)
         i = st->pool_next;
         st->pool_next = (st->pool_next + 1) % st->pool_cap;
         list_remove(st, i);
-        ef_sample_free(st->pool[i].sample);
+        pool_drop(s, st, i);
     }
+    char what[64];
+    snprintf(what, sizeof what, "echo: its pool at %zu samples", st->pool_n);
+    int rc = ef__budget_check(&s->ctx->budget, st->pool_bytes + n, what, err);
     /* reserve after the eviction, which may have shrunk list 1 */
-    if (list_reserve(st, 1) != 0) {
+    if (rc == EF_OK && list_reserve(st, 1) != 0)
+        rc = ef__err_set(err, EF_ENOMEM, "echo: out of memory");
+    if (rc != EF_OK) {
         /* leave the slot empty and used up: in no list, never picked */
         st->pool[i].sample = NULL;
         st->pool[i].uses = st->max;
         ef_sample_free(own);
-        return EF_ENOMEM;
+        return rc;
     }
+    st->pool_bytes += n;
+    ef__budget_hold(&s->ctx->budget, n);
     st->pool[i].sample = own;
     st->pool[i].uses = 1;
     list_add(st, i);
@@ -316,9 +341,9 @@ static int auto_next(void *arg, ef_sample **out, ef__err *err)
     }
     if (rc != EF_OK)
         return rc;
-    if (st->max > 1 && pool_add(st, fresh) != EF_OK) {
+    if (st->max > 1 && (rc = pool_add(s, st, fresh, err)) != EF_OK) {
         ef_sample_free(fresh);
-        return ef__err_set(err, EF_ENOMEM, "echo: out of memory");
+        return rc;
     }
     ef__stat_add(&st->fresh, 1);
     *out = fresh;
@@ -338,10 +363,10 @@ static int echo_next(ef__stage *s, ef_sample **out, ef__err *err)
     return rc;
 }
 
-static void pool_clear(echo_state *st)
+static void pool_clear(ef__stage *s, echo_state *st)
 {
     for (size_t k = 0; k < st->pool_n; k++)
-        ef_sample_free(st->pool[(st->pool_next + k) % st->pool_cap].sample);
+        pool_drop(s, st, (st->pool_next + k) % st->pool_cap);
     st->pool_n = st->pool_next = 0;
     for (int u = 1; u < st->max; u++) {
         ef__free(st->by_uses[u].items);
@@ -357,7 +382,7 @@ static int echo_reset(ef__stage *s, int64_t epoch, ef__err *err)
         ef__shufbuf_reset(&st->buf);
     ef__rng_init(&st->rng, s->ctx->seed, (uint64_t)s->index, -1, epoch, 0);
     if (st->pool)
-        pool_clear(st);
+        pool_clear(s, st);
     if (st->pump)
         return ef__pump_restart(st->pump, epoch, err);
     return ef__stage_reset_upstream(s, epoch, err);
@@ -383,7 +408,7 @@ static void echo_destroy(ef__stage *s)
         ef__rates_destroy(&st->rates);
     ef_sample_free(st->held);
     if (st->pool && st->by_uses)
-        pool_clear(st);
+        pool_clear(s, st);
     ef__free(st->by_uses);
     ef__free(st->pool);
     if (st->buf.items)

@@ -2,6 +2,7 @@
  * open (gzip or not, through a stream), checked against each other, and every sample's
  * fields are views into those two buffers: no per-sample copy. shard=I/N
  * keeps the records r with r % N == I. */
+#include <stdio.h>
 #include <string.h>
 
 #include "codec/idx.h"
@@ -118,9 +119,10 @@ static int expect_end(ef__stream *in, const char *path,
 }
 
 /* Reads an IDX file into a new buffer (header and data) and *h, reading
- * no further than the header announces (and one byte to see the end). */
-static int read_idx(const char *path, ef_buffer **out, ef__idx_header *h,
-                    ef__err *err)
+ * no further than the header announces (and one byte to see the end). A
+ * file that announces more than the memory budget is refused at once. */
+static int read_idx(const char *path, const ef__budget *budget,
+                    ef_buffer **out, ef__idx_header *h, ef__err *err)
 {
     *out = NULL;
     ef__stream *in;
@@ -130,6 +132,12 @@ static int read_idx(const char *path, ef_buffer **out, ef__idx_header *h,
     unsigned char head[4 + 4 * EF__IDX_MAX_DIMS];
     unsigned char *data = NULL;
     rc = read_header(in, path, head, h, err);
+    if (rc == EF_OK) {
+        char what[EF__ERR_MAX / 2];
+        snprintf(what, sizeof what, "idx: %.200s: the data its header announces",
+                 path);
+        rc = ef__budget_check(budget, h->data_bytes, what, err);
+    }
     if (rc == EF_OK) {
         size_t first = h->header_bytes + (size_t)h->data_bytes;
         data = ef__malloc(first < FIRST_ALLOC ? first : FIRST_ALLOC);
@@ -155,11 +163,12 @@ static int read_idx(const char *path, ef_buffer **out, ef__idx_header *h,
 }
 
 /* Reads the labels file into one i64 per record. */
-static int load_labels(idx_state *st, const char *path, ef__err *err)
+static int load_labels(idx_state *st, const char *path,
+                       const ef__budget *budget, ef__err *err)
 {
     ef_buffer *raw;
     ef__idx_header lh;
-    int rc = read_idx(path, &raw, &lh, err);
+    int rc = read_idx(path, budget, &raw, &lh, err);
     if (rc != EF_OK)
         return rc;
     const unsigned char *data = ef_buffer_data(raw);
@@ -192,11 +201,11 @@ static int idx_open(ef__stage *s, ef__err *err)
     idx_state *st = s->state;
     const char *images = ef__opt_string(&s->opts, "images");
     const char *labels = ef__opt_string(&s->opts, "labels");
-    int rc = read_idx(images, &st->images, &st->h, err);
+    int rc = read_idx(images, &s->ctx->budget, &st->images, &st->h, err);
     if (rc == EF_OK)
         ef__idx_to_host(ef_buffer_data(st->images), &st->h);
     if (rc == EF_OK && labels[0])
-        rc = load_labels(st, labels, err);
+        rc = load_labels(st, labels, &s->ctx->budget, err);
     return rc;
 }
 

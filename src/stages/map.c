@@ -341,6 +341,8 @@ int ef__map_setup(ef__stage *s, ef_map_fn fn, void *user, int threads,
         return ef__err_set(err, EF_ENOMEM, "%s: out of memory",
                            s->def->info.name);
     }
+    /* the ordered ring is bounded by its count of slots only */
+    ef__queue_set_budget(&st->out, &s->ctx->budget, s->def->info.name);
     pthread_mutex_init(&st->in_mu, NULL);
     pthread_mutex_init(&st->mu, NULL);
     pthread_cond_init(&st->can_submit, NULL);

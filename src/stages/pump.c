@@ -41,6 +41,7 @@ int ef__pump_init(ef__pump *p, ef__stage *owner, size_t depth, ef__err *err)
                            "%s: out of memory for a queue of "
                            "%zu",
                            owner->def->info.name, depth);
+    ef__queue_set_budget(&p->q, &owner->ctx->budget, owner->def->info.name);
     return EF_OK;
 }
 

@@ -17,7 +17,8 @@ static void start_epoch(ef__stage *s)
 static int shuffle_create(ef__stage *s, const ef__opts *o, ef__err *err)
 {
     shuffle_state *st = ef__calloc(1, sizeof *st);
-    if (!st || ef__shufbuf_init(&st->buf, (size_t)ef__opt_int(o, "buffer"))) {
+    if (!st || ef__shufbuf_init(&st->buf, (size_t)ef__opt_int(o, "buffer"),
+                                 &s->ctx->budget, "shuffle")) {
         ef__free(st);
         return ef__err_set(err, EF_ENOMEM,
                            "shuffle: out of memory for a buffer of %lld",

@@ -1,24 +1,50 @@
 /* Shuffle buffer (see shuffle_buffer.h). */
 #include "stages/shuffle_buffer.h"
 
+#include <stdio.h>
+
 #include "core/alloc.h"
 
-int ef__shufbuf_init(ef__shufbuf *b, size_t cap)
+int ef__shufbuf_init(ef__shufbuf *b, size_t cap, ef__budget *budget,
+                     const char *owner)
 {
     b->items = ef__calloc(cap, sizeof *b->items);
     b->cap = cap;
     b->n = 0;
     b->ended = 0;
+    b->budget = budget;
+    b->owner = owner;
+    b->bytes = 0;
     return b->items ? EF_OK : EF_ENOMEM;
 }
 
 void ef__shufbuf_destroy(ef__shufbuf *b)
 {
+    ef__budget_release(b->budget, b->bytes);
+    b->bytes = 0;
     for (size_t i = 0; i < b->n; i++)
         ef_sample_free(b->items[i]);
     ef__free(b->items);
     b->items = NULL;
     b->n = 0;
+}
+
+/* Charges a sample about to join the buffer; frees it and fails when the
+ * buffer would pass the budget on its own. */
+static int hold(ef__shufbuf *b, ef_sample *smp, ef__err *err)
+{
+    uint64_t n = ef__sample_bytes(smp);
+    char what[96];
+    snprintf(what, sizeof what, "%s: its buffer at %zu samples (of %zu)",
+             b->owner, b->n + 1, b->cap);
+    int rc = ef__budget_check(b->budget, b->bytes + n, what, err);
+    if (rc != EF_OK) {
+        ef_sample_free(smp);
+        return rc;
+    }
+    b->bytes += n;
+    ef__budget_hold(b->budget, n);
+    return EF_OK;
 }
 
 int ef__shufbuf_next(ef__shufbuf *b, ef__producer produce, void *arg,
@@ -32,6 +58,8 @@ int ef__shufbuf_next(ef__shufbuf *b, ef__producer produce, void *arg,
             b->ended = 1;
         else if (rc != EF_OK)
             return rc;
+        else if ((rc = hold(b, smp, err)) != EF_OK)
+            return rc;
         else
             b->items[b->n++] = smp;
     }
@@ -40,6 +68,9 @@ int ef__shufbuf_next(ef__shufbuf *b, ef__producer produce, void *arg,
     size_t i = (size_t)ef__rng_below(rng, b->n);
     *out = b->items[i];
     b->items[i] = b->items[--b->n];
+    uint64_t n = ef__sample_bytes(*out);
+    b->bytes -= n;
+    ef__budget_release(b->budget, n);
     return EF_OK;
 }
 

@@ -1,10 +1,14 @@
 /* A shuffle buffer: filled from a producer, emptied at random positions.
- * Used by the shuffle stage and by the echo stage's copy spreading. */
+ * Used by the shuffle stage and by the echo stage's copy spreading. Its
+ * samples are charged to the pipeline's memory budget; a buffer whose
+ * contents alone pass the budget fails (it is filled by the consumer's
+ * own pull, so it cannot wait for room). */
 #ifndef EF_STAGES_SHUFFLE_BUFFER_H
 #define EF_STAGES_SHUFFLE_BUFFER_H
 
 #include <stddef.h>
 
+#include "core/budget.h"
 #include "core/err.h"
 #include "core/rng.h"
 
@@ -14,9 +18,13 @@ typedef struct {
     ef_sample **items;
     size_t cap, n;
     int ended; /* the producer returned EF_END */
+    ef__budget *budget;
+    const char *owner; /* the stage, for messages */
+    uint64_t bytes;    /* payload of the samples held */
 } ef__shufbuf;
 
-int ef__shufbuf_init(ef__shufbuf *b, size_t cap);
+int ef__shufbuf_init(ef__shufbuf *b, size_t cap, ef__budget *budget,
+                     const char *owner);
 /* Frees the samples still held. */
 void ef__shufbuf_destroy(ef__shufbuf *b);
 /* Tops the buffer up from `produce`, then hands out a random item (the

@@ -18,9 +18,10 @@
  *
  * Errors: a shard that cannot be opened, a corrupt header or checksum, a
  * truncation fail the pipeline with the shard, the URL, the offset and the
- * reason; with on_error=skip the rest of that shard is dropped (counted
- * once) and reading goes on with the next. A malformed sample (wds.h) is
- * dropped and counted under skip.
+ * reason; with on_error=skip the rest of that shard is abandoned (counted
+ * with the byte it stopped at and the bytes left unread) and reading goes
+ * on with the next. A malformed sample (wds.h) is dropped and counted as
+ * skipped.
  *
  * Lock rules: each reader's queue has its own lock (core/queue.c); the
  * queues live as long as the stage, closed to stop their readers and
@@ -157,6 +158,13 @@ static int read_members(reader *r, ef__tar *t, ef__stream *s, ef__wds *g,
         update_stats(r, s, &prev);
         if (rc != EF_OK)
             break;
+        /* refused before its buffer is allocated */
+        char what[EF__ERR_MAX / 2];
+        snprintf(what, sizeof what, "%s: member '%.100s' at offset %llu",
+                 ef__stream_name(s), m.name, (unsigned long long)m.offset);
+        rc = ef__budget_check(&st->s->ctx->budget, m.size, what, err);
+        if (rc != EF_OK)
+            break;
         ef_buffer *b;
         rc = ef__tar_read(t, &b, err);
         update_stats(r, s, &prev);
@@ -205,6 +213,8 @@ static int read_shard(reader *r, int64_t shard)
         rc = read_members(r, t, s, &g, &err);
     if (have_g)
         ef__wds_free(&g); /* a sample cut short by an error goes too */
+    uint64_t at = s ? ef__stream_raw_offset(s) : 0;
+    int64_t size = s ? ef__stream_size(s) : -1;
     ef__tar_close(t);
     ef__stream_close(s);
     ef__stat_add(&r->shards, 1);
@@ -215,7 +225,7 @@ static int read_shard(reader *r, int64_t shard)
     if (err.msg[0] == '\0' || err.status != rc)
         ef__err_set(&err, rc, "%s: %s", url, ef_strerror(rc));
     name_shard(&err, shard);
-    if (ef__stage_skip(st->s, &err))
+    if (ef__stage_abandon(st->s, &err, "shard", at, size))
         return EF_OK; /* the rest of the shard is dropped */
     ef__item item = {.status = rc, .msg = ef__strdup(err.msg)};
     push(r, &item);
@@ -338,6 +348,7 @@ static int tar_create(ef__stage *s, const ef__opts *o, ef__err *err)
     st->sopts.tries = (int)ef__opt_int(o, "tries");
     st->sopts.timeout_s = ef__opt_float(o, "timeout");
     st->sopts.cancelled = &st->stop;
+    st->sopts.max_inflate = (int)ef__opt_int(o, "max_inflate");
     ef__shard part;
     int rc = ef__shard_parse(s, o, &part, err);
     if (rc == EF_OK)
@@ -369,6 +380,7 @@ static int tar_create(ef__stage *s, const ef__opts *o, ef__err *err)
             return ef__err_set(err, EF_ENOMEM,
                                "tar: out of memory for %d queues of %zu",
                                st->nreaders, st->depth);
+        ef__queue_set_budget(&st->readers[i].q, &s->ctx->budget, "tar");
         st->nqueues++;
     }
     return EF_OK;
@@ -572,6 +584,7 @@ static const ef__option_def tar_options[] = {
      1 << 16},
     {"tries", EF_OPT_INT, "5", "HTTP attempts per shard before giving up", 1,
      100},
+    EF__MAX_INFLATE_OPTION,
     {"timeout", EF_OPT_FLOAT, "30",
      "HTTP: seconds an attempt may go without a byte, wait for its "
      "headers, or get under 1 KiB/s of body",
@@ -583,7 +596,7 @@ const ef__stage_def ef__stage_tar = {
     .info = {"tar",
              "WebDataset tar shards (fields by member extension, __key__, "
              "__url__)",
-             8, tar_options},
+             9, tar_options},
     .is_source = 1,
     .create = tar_create,
     .open = tar_open,

@@ -45,6 +45,7 @@ static int tfrecord_create(ef__stage *s, const ef__opts *o, ef__err *err)
     st->sopts.tries = (int)ef__opt_int(o, "tries");
     st->sopts.timeout_s = ef__opt_float(o, "timeout");
     st->sopts.cancelled = &s->ctx->cancelled;
+    st->sopts.max_inflate = (int)ef__opt_int(o, "max_inflate");
     const char *comp = ef__opt_string(o, "compression");
     if (strcmp(comp, "auto") == 0)
         st->sopts.gzip = -1;
@@ -140,7 +141,7 @@ static int tfrecord_next(ef__stage *s, ef_sample **out, ef__err *err)
             if (rc != EF_OK) {
                 st->stream = NULL;
                 locate(st, "opening", err);
-                if (!ef__stage_skip(s, err))
+                if (!ef__stage_abandon(s, err, "file", 0, -1))
                     return rc;
                 st->file += st->step; /* the whole file is dropped */
                 continue;
@@ -153,7 +154,8 @@ static int tfrecord_next(ef__stage *s, ef_sample **out, ef__err *err)
                                st->files.names[st->file], FILE_SHIFT);
         ef_buffer *b;
         int in_sync;
-        int rc = ef__tfrecord_read(st->stream, &b, &in_sync, err);
+        int rc = ef__tfrecord_read(st->stream, s->ctx->budget.limit, &b,
+                                   &in_sync, err);
         if (rc == EF_OK)
             return build(s, st, b, out, err);
         if (rc == EF_END) {
@@ -163,11 +165,17 @@ static int tfrecord_next(ef__stage *s, ef_sample **out, ef__err *err)
         char what[48];
         snprintf(what, sizeof what, "record %lld", (long long)st->record);
         locate(st, what, err);
-        if (!ef__stage_skip(s, err))
-            return rc;
+        if (in_sync) {
+            if (!ef__stage_skip(s, err))
+                return rc;
+        } else { /* the rest of the file cannot be framed */
+            if (!ef__stage_abandon(s, err, "file",
+                                   ef__stream_raw_offset(st->stream),
+                                   ef__stream_size(st->stream)))
+                return rc;
+            close_file(st);
+        }
         st->record++;
-        if (!in_sync)
-            close_file(st); /* the rest of the file cannot be framed */
     }
 }
 
@@ -212,6 +220,7 @@ static const ef__option_def tfrecord_options[] = {
      0},
     {"tries", EF_OPT_INT, "5", "HTTP attempts per file before giving up", 1,
      100},
+    EF__MAX_INFLATE_OPTION,
     {"timeout", EF_OPT_FLOAT, "30",
      "HTTP: seconds an attempt may go without a byte, wait for its "
      "headers, or get under 1 KiB/s of body",
@@ -220,7 +229,7 @@ static const ef__option_def tfrecord_options[] = {
 };
 
 const ef__stage_def ef__stage_tfrecord = {
-    .info = {"tfrecord", "TFRecord files, one u8 field per record", 6,
+    .info = {"tfrecord", "TFRecord files, one u8 field per record", 7,
              tfrecord_options},
     .is_source = 1,
     .create = tfrecord_create,

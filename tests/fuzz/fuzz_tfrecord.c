@@ -74,7 +74,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         uint64_t at = ef__stream_offset(s);
         ef_buffer *b = (ef_buffer *)&err; /* must be reset to NULL */
         int in_sync = -1;
-        int rc = ef__tfrecord_read(s, &b, &in_sync, &err);
+        int rc = ef__tfrecord_read(s, 0, &b, &in_sync, &err);
         if (rc == EF_END) {
             CHECK(at == size && b == NULL);
             break;

@@ -1,0 +1,399 @@
+/* The memory budget: queues wait for room and stay under it, a sample or
+ * a buffer that cannot fit is a clear error, and gzip bombs stop early. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "codec/crc32c.h"
+#include "codec/tar_write.h"
+#include "echoflow/echoflow.h"
+#include "ef_test_util.h"
+
+#ifdef EF_HAVE_ZLIB
+#include <zlib.h>
+#endif
+
+static char dir[64];
+
+static const char *at(const char *name)
+{
+    static char bufs[4][256];
+    static int k;
+    char *b = bufs[k++ % 4];
+    snprintf(b, sizeof bufs[0], "%s/%s", dir, name);
+    return b;
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    strcpy(dir, "/tmp/ef_test_budget.XXXXXX");
+    return mkdtemp(dir) ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    return system(cmd);
+}
+
+static ef_pipeline *budgeted(const char *spec, uint64_t budget, int skip)
+{
+    ef_pipeline *p = NULL;
+    assert_int_equal(ef_pipeline_create(&p), EF_OK);
+    assert_int_equal(ef_pipeline_set_memory_budget(p, budget), EF_OK);
+    if (skip)
+        assert_int_equal(ef_pipeline_set_on_error(p, EF_ON_ERROR_SKIP), EF_OK);
+    eft_parse(p, spec);
+    return p;
+}
+
+/* Pulls every sample, checking they come in source order (from `first`);
+ * the status. */
+static int drain_from(ef_pipeline *p, int64_t first, int64_t *n)
+{
+    ef_sample *s;
+    int rc;
+    *n = 0;
+    while ((rc = ef_pipeline_next(p, &s)) == EF_OK) {
+        assert_int_equal(ef_sample_identity(s).index, first + *n);
+        ef_sample_free(s);
+        (*n)++;
+    }
+    return rc;
+}
+
+/* Pulls until the end or a failure; the status. */
+static int drain(ef_pipeline *p)
+{
+    ef_sample *s;
+    int rc;
+    while ((rc = ef_pipeline_next(p, &s)) == EF_OK)
+        ef_sample_free(s);
+    return rc;
+}
+
+static void expect_failure(ef_pipeline *p, int status, const char *a,
+                           const char *b)
+{
+    int rc = drain(p);
+    if (rc != status)
+        fail_msg("status %s, expected %s: %s", ef_status_name(rc),
+                 ef_status_name(status), ef_pipeline_error(p));
+    const char *msg = ef_pipeline_error(p);
+    if (!strstr(msg, a) || (b && !strstr(msg, b)))
+        fail_msg("'%s' lacks '%s' or '%s'", msg, a, b ? b : "");
+}
+
+static void test_queues_wait_for_room(void **state)
+{
+    (void)state;
+    /* 1,008-byte samples (1,000 data + an 8-byte index) behind a queue of
+     * 1,000: 1 MB without a budget; the budget holds it to 10 KiB, plus
+     * the one sample an empty queue may always take */
+    const char *spec = "range:n=3000,bytes=1000 | prefetch:depth=1000";
+    ef_pipeline *p = budgeted(spec, 10240, 0);
+    int64_t n;
+    assert_int_equal(drain_from(p, 0, &n), EF_END);
+    assert_int_equal(n, 3000);
+    ef_pipeline_stats ps;
+    ef_pipeline_stats_get(p, &ps);
+    assert_int_equal(ps.memory_budget, 10240);
+    assert_true(ps.peak_bytes_held > 0);
+    assert_true(ps.peak_bytes_held <= 10240 + 1008);
+    assert_int_equal(ps.bytes_held, 0); /* all handed out */
+    ef_pipeline_destroy(p);
+    /* without a limit, the same queue fills up */
+    p = budgeted(spec, 0, 0);
+    ef_sample *s = eft_next(p);
+    ef_sample_free(s);
+    struct timespec pause = {0, 200000000}; /* the queue fills meanwhile */
+    nanosleep(&pause, NULL);
+    ef_pipeline_stats_get(p, &ps);
+    assert_true(ps.bytes_held > 100 * 1008);
+    assert_int_equal(drain_from(p, 1, &n), EF_END);
+    ef_pipeline_destroy(p);
+}
+
+static void test_budget_option_rules(void **state)
+{
+    (void)state;
+    assert_int_equal(ef_pipeline_set_memory_budget(NULL, 1), EF_EINVAL);
+    ef_pipeline *p = eft_pipeline("range:n=3", 0);
+    ef_pipeline_stats ps;
+    ef_pipeline_stats_get(p, &ps);
+    assert_int_equal(ps.memory_budget, (uint64_t)1 << 30); /* the default */
+    ef_sample *s = eft_next(p);
+    ef_sample_free(s);
+    assert_int_equal(ef_pipeline_set_memory_budget(p, 1), EF_ESTATE);
+    ef_pipeline_destroy(p);
+}
+
+static void test_what_cannot_fit_is_an_error(void **state)
+{
+    (void)state;
+    ef_pipeline *p = budgeted("range:n=10,bytes=1000 | prefetch", 1000, 0);
+    expect_failure(p, EF_ENOMEM,
+                   "prefetch: sample 0: 1008 bytes, over the memory budget "
+                   "of 1000 bytes",
+                   "--memory-budget");
+    ef_pipeline_destroy(p);
+    /* not a bad sample: skip does not pass over it */
+    p = budgeted("range:n=10,bytes=1000 | prefetch", 1000, 1);
+    expect_failure(p, EF_ENOMEM, "prefetch: sample 0", NULL);
+    ef_pipeline_destroy(p);
+    p = budgeted("range:n=100,bytes=1000 | shuffle:50", 10000, 0);
+    expect_failure(p, EF_ENOMEM,
+                   "shuffle: its buffer at 10 samples (of 50): 10080 bytes",
+                   NULL);
+    ef_pipeline_destroy(p);
+    p = budgeted("range:n=100,bytes=1000 | echo:factor=2,shuffle=50", 10000,
+                 0);
+    expect_failure(p, EF_ENOMEM, "echo: its buffer at 10 samples", NULL);
+    ef_pipeline_destroy(p);
+    p = budgeted("range:n=100,bytes=1000 | prefetch:depth=4 | "
+                 "echo:factor=auto,max=4,pool=50",
+                 20000, 0);
+    expect_failure(p, EF_ENOMEM, "echo: its pool at", NULL);
+    ef_pipeline_destroy(p);
+    /* a buffer that fits alone runs, the queues before it waiting */
+    p = budgeted("range:n=500,bytes=1000 | prefetch:depth=64 | shuffle:8 | "
+                 "prefetch:depth=64",
+                 20000, 0);
+    assert_int_equal(eft_drain(p), 500);
+    ef_pipeline_stats ps;
+    ef_pipeline_stats_get(p, &ps);
+    assert_true(ps.peak_bytes_held <= 20000 + 2 * 1008);
+    ef_pipeline_destroy(p);
+}
+
+/* Shards 0..n-1 of `per` samples with a 1,000-byte "bin" member each. */
+static void write_shards(int n, int per)
+{
+    static unsigned char data[1000];
+    for (int s = 0; s < n; s++) {
+        char name[32];
+        snprintf(name, sizeof name, "s-%d.tar", s);
+        FILE *f = fopen(at(name), "wb");
+        assert_non_null(f);
+        ef__err err;
+        for (int i = 0; i < per; i++) {
+            char member[32];
+            snprintf(member, sizeof member, "%06d.bin", i);
+            memset(data, s * 31 + i, sizeof data);
+            assert_int_equal(ef__tar_write_member(f, member, data, sizeof data,
+                                                  &err),
+                             EF_OK);
+        }
+        assert_int_equal(ef__tar_write_end(f, &err), EF_OK);
+        fclose(f);
+    }
+}
+
+static void test_tar_readers_share_the_budget(void **state)
+{
+    (void)state;
+    write_shards(4, 200);
+    /* ordered: the consumer waits on one reader's queue while the others
+     * hold the budget; an empty queue always takes one sample, so this
+     * cannot deadlock */
+    for (int ordered = 0; ordered <= 1; ordered++) {
+        char spec[512];
+        snprintf(spec, sizeof spec,
+                 "tar:urls=\"%s/s-{0..3}.tar\",cycle=4,queue=256,ordered=%s",
+                 dir, ordered ? "true" : "false");
+        ef_pipeline *p = budgeted(spec, 8000, 0);
+        int seen[4][200] = {{0}};
+        ef_sample *s;
+        int rc, n = 0;
+        while ((rc = ef_pipeline_next(p, &s)) == EF_OK) {
+            int64_t ix = ef_sample_identity(s).index;
+            seen[ix >> 32][ix & 0xffffffff]++;
+            ef_sample_free(s);
+            n++;
+        }
+        assert_int_equal(rc, EF_END);
+        assert_int_equal(n, 800);
+        for (int k = 0; k < 4; k++)
+            for (int i = 0; i < 200; i++)
+                assert_int_equal(seen[k][i], 1);
+        ef_pipeline_stats ps;
+        ef_pipeline_stats_get(p, &ps);
+        /* a sample is its 1,000 data bytes and its key and url fields */
+        assert_true(ps.peak_bytes_held <= 8000 + 4 * 1200);
+        ef_pipeline_destroy(p);
+    }
+}
+
+#ifdef EF_HAVE_ZLIB
+/* A tar of one member of `size` zero bytes, gzip-compressed: about a
+ * thousandth of its size. */
+static void write_bomb(const char *path, size_t size)
+{
+    unsigned char *zeros = calloc(1, size);
+    assert_non_null(zeros);
+    FILE *f = fopen(at("bomb.tar"), "wb");
+    ef__err err;
+    assert_int_equal(ef__tar_write_member(f, "a.bin", zeros, size, &err),
+                     EF_OK);
+    assert_int_equal(ef__tar_write_end(f, &err), EF_OK);
+    fclose(f);
+    gzFile gz = gzopen(path, "wb1");
+    assert_non_null(gz);
+    f = fopen(at("bomb.tar"), "rb");
+    size_t got;
+    while ((got = fread(zeros, 1, 1 << 20, f)) > 0)
+        assert_int_equal(gzwrite(gz, zeros, (unsigned)got), (int)got);
+    fclose(f);
+    assert_int_equal(gzclose(gz), Z_OK);
+    free(zeros);
+}
+#endif
+
+static void test_gzip_bomb_stops_early(void **state)
+{
+    (void)state;
+#ifdef EF_HAVE_ZLIB
+    write_bomb(at("bomb.tar.gz"), (size_t)100 << 20);
+    char spec[512];
+    /* past 64 MiB inflated at over 200 to 1: stopped, a format error */
+    snprintf(spec, sizeof spec, "tar:urls=%s | take:count=1",
+             at("bomb.tar.gz"));
+    ef_pipeline *p = budgeted(spec, (uint64_t)1 << 30, 0);
+    expect_failure(p, EF_EFORMAT, "bomb.tar.gz: gzip data inflates to",
+                   "a gzip bomb");
+    ef_stage_stats st = eft_stage(p, "tar");
+    assert_true(eft_extra(&st, "bytes") < 1e6); /* compressed bytes read */
+    ef_pipeline_destroy(p);
+    /* under skip, the shard is abandoned */
+    p = budgeted(spec, (uint64_t)1 << 30, 1);
+    assert_int_equal(eft_drain(p), 0);
+    char why[512];
+    assert_int_equal(ef_pipeline_abandoned(p, why, sizeof why), 1);
+    assert_non_null(strstr(why, "a gzip bomb"));
+    ef_pipeline_destroy(p);
+    /* with the ratio allowed, the budget refuses the member before its
+     * 100 MiB are allocated */
+    snprintf(spec, sizeof spec, "tar:urls=%s,max_inflate=0 | take:count=1",
+             at("bomb.tar.gz"));
+    p = budgeted(spec, 16 << 20, 0);
+    expect_failure(p, EF_ENOMEM,
+                   "bomb.tar.gz: member 'a.bin' at offset 0: 104857600 "
+                   "bytes, over the memory budget of 16777216 bytes",
+                   NULL);
+    eft_expect_once(ef_pipeline_error(p), "tar: shard 0: ");
+    ef_pipeline_destroy(p);
+#else
+    skip();
+#endif
+}
+
+static void test_tfrecord_over_budget(void **state)
+{
+    (void)state;
+    /* a record that claims 2 MB, with a true length CRC */
+    unsigned char head[12];
+    uint64_t len = 2000000;
+    for (int i = 0; i < 8; i++)
+        head[i] = (unsigned char)(len >> (8 * i));
+    uint32_t crc = ef__crc32c_mask(ef__crc32c(0, head, 8));
+    for (int i = 0; i < 4; i++)
+        head[8 + i] = (unsigned char)(crc >> (8 * i));
+    FILE *f = fopen(at("big.tfrecord"), "wb");
+    assert_int_equal(fwrite(head, 1, sizeof head, f), sizeof head);
+    fclose(f);
+    char spec[512];
+    snprintf(spec, sizeof spec, "tfrecord:files=%s", at("big.tfrecord"));
+    ef_pipeline *p = budgeted(spec, 1000000, 0);
+    expect_failure(p, EF_ENOMEM,
+                   "the record at offset 0: 2000000 bytes, over the memory "
+                   "budget of 1000000 bytes",
+                   NULL);
+    ef_pipeline_destroy(p);
+}
+
+static void test_whole_file_sources_check_the_budget(void **state)
+{
+    (void)state;
+    /* idx reads its file whole: a header that announces more than the
+     * budget is refused before the data is read */
+    char spec[512];
+    snprintf(spec, sizeof spec,
+             "idx:images=%s/t10k-images-idx3-ubyte.gz", EF_FASHION_MNIST_DIR);
+    ef_pipeline *p = budgeted(spec, 1 << 20, 0);
+    expect_failure(p, EF_ENOMEM,
+                   "t10k-images-idx3-ubyte.gz: the data its header "
+                   "announces: 7840000 bytes, over the memory budget of "
+                   "1048576 bytes",
+                   NULL);
+    ef_pipeline_destroy(p);
+    p = budgeted(spec, 8 << 20, 0);
+    assert_int_equal(eft_drain(p), 10000);
+    ef_pipeline_destroy(p);
+    /* cifar, whose size shows only as it is read: 40 records of 3,073 */
+    static unsigned char record[3073];
+    FILE *f = fopen(at("c.bin"), "wb");
+    for (int i = 0; i < 40; i++) {
+        record[0] = (unsigned char)(i % 10);
+        assert_int_equal(fwrite(record, 1, sizeof record, f), sizeof record);
+    }
+    fclose(f);
+    snprintf(spec, sizeof spec, "cifar:files=%s", at("c.bin"));
+    p = budgeted(spec, 100000, 0);
+    expect_failure(p, EF_ENOMEM,
+                   "c.bin: its first 40 records: 123200 bytes, over the "
+                   "memory budget of 100000 bytes",
+                   NULL);
+    ef_pipeline_destroy(p);
+    p = budgeted(spec, 200000, 0);
+    assert_int_equal(eft_drain(p), 40);
+    ef_pipeline_destroy(p);
+}
+
+static int identity_map(const ef_sample *in, ef_sample **out, ef_map_ctx *ctx)
+{
+    (void)ctx;
+    *out = ef_sample_clone(in);
+    return *out ? EF_OK : EF_ENOMEM;
+}
+
+static void test_unordered_map_queue_is_budgeted(void **state)
+{
+    (void)state;
+    ef_pipeline *p = NULL;
+    assert_int_equal(ef_pipeline_create(&p), EF_OK);
+    assert_int_equal(ef_pipeline_set_memory_budget(p, 5000), EF_OK);
+    eft_parse(p, "range:n=1000,bytes=1000");
+    assert_int_equal(ef_pipeline_add_map(p, identity_map, NULL,
+                                         "threads=2,ordered=false"),
+                     EF_OK);
+    assert_int_equal(eft_drain(p), 1000);
+    ef_pipeline_stats ps;
+    ef_pipeline_stats_get(p, &ps);
+    assert_true(ps.peak_bytes_held > 0 && ps.peak_bytes_held <= 5000 + 1008);
+    ef_pipeline_destroy(p);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_queues_wait_for_room),
+        cmocka_unit_test(test_budget_option_rules),
+        cmocka_unit_test(test_what_cannot_fit_is_an_error),
+        cmocka_unit_test(test_tar_readers_share_the_budget),
+        cmocka_unit_test(test_gzip_bomb_stops_early),
+        cmocka_unit_test(test_tfrecord_over_budget),
+        cmocka_unit_test(test_whole_file_sources_check_the_budget),
+        cmocka_unit_test(test_unordered_map_queue_is_budgeted),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
