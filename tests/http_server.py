@@ -16,6 +16,8 @@ Command line (kept stable: other tests start this script too):
                  [--cut-first BYTES] [--range-overrun BYTES]
                  [--slow-headers SECONDS] [--slow-body SECONDS]
                  [--redirect-loop] [--huge-header BYTES]
+                 [--random-faults SEED] [--fault-rate P]
+                 [--fault-counts PATH]
 
   --root DIR          directory to serve (required)
   --port N            port on 127.0.0.1; 0 (the default) picks a free one
@@ -54,6 +56,23 @@ Command line (kept stable: other tests start this script too):
   --slow-body SECONDS send the body one byte every SECONDS
   --redirect-loop     answer every request with a 302 to its own URL
   --huge-header BYTES add a header line of BYTES bytes to every file reply
+  --random-faults SEED
+                      draw a fault per request from a generator seeded by
+                      SEED: with probability P/3 each (P from --fault-rate)
+                      a 503, a cut or a stall after a number of body bytes
+                      drawn uniformly from those the reply would carry past
+                      the requested offset (0 included); otherwise a clean
+                      reply. Cuts and stalls behave as --cut-every and
+                      --stall-after do, and the earlier of a drawn and a
+                      fixed limit wins; a drawn 503 comes before any other
+                      option. For soak tests (bench/soak.sh): every kind
+                      of fault, again and again, in one run
+  --fault-rate P      with --random-faults: the chance that a request gets
+                      a fault, 0 to 1 (default 0.3)
+  --fault-counts PATH with --random-faults: after every request, write the
+                      counts so far as JSON to PATH (temporary name, then
+                      renamed): {"requests", "503", "cut", "stall",
+                      "clean"}
   --quiet             do not log requests to stderr
 
 The process serves until killed (SIGTERM or SIGKILL are both fine: handler
@@ -62,7 +81,9 @@ threads are daemons). Only the Python 3 standard library is used.
 
 import argparse
 import http.server
+import json
 import os
+import random
 import re
 import select
 import socket
@@ -75,7 +96,8 @@ CHUNK = 64 * 1024
 
 
 class Faults:
-    """The options, plus the per-path request counts --fail-first needs."""
+    """The options, plus the per-path request counts --fail-first needs
+    and the generator and fault counts of --random-faults."""
 
     def __init__(self, args):
         self.root = os.path.realpath(args.root)
@@ -94,6 +116,13 @@ class Faults:
         self.quiet = args.quiet
         self._lock = threading.Lock()
         self._seen = {}
+        self._rng = None
+        if args.random_faults is not None:
+            self._rng = random.Random(args.random_faults)
+        self.fault_rate = args.fault_rate
+        self.fault_counts = args.fault_counts
+        self._counts = dict.fromkeys(
+            ("requests", "503", "cut", "stall", "clean"), 0)
 
     def count_request(self, path):
         """Returns how many requests for `path` came before this one."""
@@ -101,6 +130,45 @@ class Faults:
             n = self._seen.get(path, 0)
             self._seen[path] = n + 1
             return n
+
+    def draw_fault(self):
+        """(kind, fraction) for this request under --random-faults:
+        kind "503", "cut", "stall" or "clean", and where in the body a cut
+        or stall starts, as a fraction in [0, 1). (None, 0) without the
+        option."""
+        if self._rng is None:
+            return None, 0.0
+        with self._lock:
+            u = self._rng.random()
+            share = self.fault_rate / 3
+            if u < share:
+                kind = "503"
+            elif u < 2 * share:
+                kind = "cut"
+            elif u < 3 * share:
+                kind = "stall"
+            else:
+                kind = "clean"
+            frac = self._rng.random()
+            self._counts["requests"] += 1
+            self._counts[kind] += 1
+            self._write_counts()
+            return kind, frac
+
+    def _write_counts(self):
+        """--fault-counts; called under the lock, so one writer of the
+        temporary file at a time."""
+        if self.fault_counts:
+            tmp = self.fault_counts + ".tmp"
+            with open(tmp, "w") as fh:
+                json.dump(self._counts, fh)
+            os.replace(tmp, self.fault_counts)
+
+    def start_counts(self):
+        """Writes the zero counts, so a reader finds the file from the
+        start."""
+        with self._lock:
+            self._write_counts()
 
 
 def parse_range(header, size):
@@ -165,6 +233,11 @@ class Handler(http.server.BaseHTTPRequestHandler):
         f = self.server.faults
         try:
             n = f.count_request(self.path)
+            fault, frac = f.draw_fault()
+            if fault == "503":
+                self.send_small(503, "failing on purpose (--random-faults)",
+                                [("Retry-After", "0")])
+                return
             if n < f.fail_first or (f.fail_from >= 0 and n >= f.fail_from):
                 self.send_small(503, "failing on purpose (--fail-first or "
                                 "--fail-from)", [("Retry-After", "0")])
@@ -215,7 +288,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 self.send_header("X-Huge", "h" * f.huge_header)
             self.end_headers()
             if send_body and self.send_file(full, start, end + 1, asked,
-                                            first=n == 0) and extra:
+                                            first=n == 0, fault=fault,
+                                            frac=frac) and extra:
                 self.wfile.write(b"\xee" * extra)
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True
@@ -232,8 +306,10 @@ class Handler(http.server.BaseHTTPRequestHandler):
             k += 1
             time.sleep(seconds)
 
-    def send_file(self, full, start, stop, asked, first=False):
-        """Body bytes [start, stop) of the file, with the faults asked for.
+    def send_file(self, full, start, stop, asked, first=False, fault=None,
+                  frac=0.0):
+        """Body bytes [start, stop) of the file, with the faults asked for
+        (`fault` and `frac`: a drawn "cut" or "stall", see draw_fault).
         Limits count bytes from max(start, asked) on. Returns True when all
         of them went out."""
         f = self.server.faults
@@ -246,6 +322,12 @@ class Handler(http.server.BaseHTTPRequestHandler):
             cut_at = base + f.cut_first
         if f.stall_after is not None:
             stall_at = base + f.stall_after
+        if fault in ("cut", "stall") and stop > base:
+            mark = base + int(frac * (stop - base))
+            if fault == "cut" and (cut_at is None or mark < cut_at):
+                cut_at = mark
+            if fault == "stall" and (stall_at is None or mark < stall_at):
+                stall_at = mark
         with open(full, "rb") as fh:
             fh.seek(start)
             pos = start
@@ -329,8 +411,15 @@ def main():
     ap.add_argument("--slow-body", type=float, metavar="SECONDS")
     ap.add_argument("--redirect-loop", action="store_true")
     ap.add_argument("--huge-header", type=int, default=0, metavar="BYTES")
+    ap.add_argument("--random-faults", type=int, metavar="SEED")
+    ap.add_argument("--fault-rate", type=float, default=0.3, metavar="P")
+    ap.add_argument("--fault-counts", metavar="PATH")
     ap.add_argument("--quiet", action="store_true")
     args = ap.parse_args()
+    if not 0 <= args.fault_rate <= 1:
+        ap.error("--fault-rate must be between 0 and 1")
+    if args.fault_counts and args.random_faults is None:
+        ap.error("--fault-counts needs --random-faults")
     for name in ("range_shift", "range_overrun", "huge_header"):
         if getattr(args, name) < 0:
             ap.error("--%s must not be negative" % name.replace("_", "-"))
@@ -347,6 +436,7 @@ def main():
 
     server = Server(("127.0.0.1", args.port), Handler)
     server.faults = Faults(args)
+    server.faults.start_counts()
     port = server.server_address[1]
     if args.port_file:
         tmp = args.port_file + ".tmp"
