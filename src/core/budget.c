@@ -11,7 +11,7 @@ void ef__budget_init(ef__budget *b, uint64_t limit)
     b->limit = limit;
     atomic_init(&b->held, 0);
     atomic_init(&b->peak, 0);
-    b->waiters = 0;
+    atomic_init(&b->waiters, 0);
 }
 
 void ef__budget_destroy(ef__budget *b)
@@ -20,59 +20,76 @@ void ef__budget_destroy(ef__budget *b)
     pthread_cond_destroy(&b->room);
 }
 
-static void add_held(ef__budget *b, uint64_t n)
+static void raise_peak(ef__budget *b, uint64_t now)
 {
-    uint64_t now = atomic_fetch_add(&b->held, n) + n;
     uint64_t peak = atomic_load(&b->peak);
     while (now > peak && !atomic_compare_exchange_weak(&b->peak, &peak, now))
         ;
 }
 
+/* Charges n when the total stays within the limit: 1, else 0. */
+static int try_take(ef__budget *b, uint64_t n)
+{
+    uint64_t held = atomic_load(&b->held);
+    do {
+        if (b->limit && held + n > b->limit)
+            return 0;
+    } while (!atomic_compare_exchange_weak(&b->held, &held, held + n));
+    raise_peak(b, held + n);
+    return 1;
+}
+
 int ef__budget_take(ef__budget *b, uint64_t n, const atomic_size_t *queued,
                     const atomic_int *closed, uint64_t *waited_ns)
 {
+    if (try_take(b, n))
+        return EF_OK; /* the caller sees a close when it pushes */
+    uint64_t t0 = ef__now_ns();
+    int charged = 0;
     pthread_mutex_lock(&b->mu);
-    uint64_t t0 = 0;
-    while (b->limit && atomic_load(&b->held) + n > b->limit &&
-           atomic_load(queued) > 0 && !atomic_load(closed)) {
-        if (!t0)
-            t0 = ef__now_ns();
-        b->waiters++;
+    atomic_fetch_add(&b->waiters, 1);
+    while (!atomic_load(closed)) {
+        if (try_take(b, n)) {
+            charged = 1;
+            break;
+        }
+        if (atomic_load(queued) == 0) { /* see budget.h: never a deadlock */
+            ef__budget_hold(b, n);
+            charged = 1;
+            break;
+        }
         pthread_cond_wait(&b->room, &b->mu);
-        b->waiters--;
     }
-    if (t0 && waited_ns)
-        *waited_ns += ef__now_ns() - t0;
-    int rc = atomic_load(closed) ? EF_ECANCELED : EF_OK;
-    if (rc == EF_OK)
-        add_held(b, n);
+    atomic_fetch_sub(&b->waiters, 1);
     pthread_mutex_unlock(&b->mu);
-    return rc;
+    if (waited_ns)
+        *waited_ns += ef__now_ns() - t0;
+    return charged ? EF_OK : EF_ECANCELED;
 }
 
 void ef__budget_hold(ef__budget *b, uint64_t n)
 {
-    add_held(b, n);
+    raise_peak(b, atomic_fetch_add(&b->held, n) + n);
 }
 
 void ef__budget_release(ef__budget *b, uint64_t n)
 {
     atomic_fetch_sub(&b->held, n);
-    ef__budget_wake(b);
+    if (atomic_load(&b->waiters) > 0)
+        ef__budget_wake(b);
 }
 
 void ef__budget_wake(ef__budget *b)
 {
     pthread_mutex_lock(&b->mu);
-    if (b->waiters)
-        pthread_cond_broadcast(&b->room);
+    pthread_cond_broadcast(&b->room);
     pthread_mutex_unlock(&b->mu);
 }
 
 int ef__budget_check(const ef__budget *b, uint64_t n, const char *what,
                      ef__err *err)
 {
-    if (!b->limit || n <= b->limit)
+    if (ef__budget_fits(b, n))
         return EF_OK;
     return ef__err_set(err, EF_ENOMEM,
                        "%s: %llu bytes, over the memory budget of %llu bytes "

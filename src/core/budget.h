@@ -10,10 +10,13 @@
  * alone pass the budget. A single sample larger than the budget is an
  * error wherever it is met.
  *
- * Lock rules: `mu` guards the waiting; `held` and `peak` are atomics so
- * stats read them from any thread. A caller may hold its own lock (a
- * queue's) while calling any function here; nothing here takes another
- * lock. */
+ * Lock rules: `held`, `peak` and `waiters` are atomics, so a charge that
+ * fits and a release that wakes no one take no lock; `mu` and `room` serve
+ * only the waits. A waiter counts itself in `waiters` before it checks for
+ * room, and a release reads `waiters` after giving its bytes back (both
+ * sequentially consistent), so one of the two always sees the other: no
+ * wake-up is lost. A caller may hold its own lock (a queue's) while
+ * calling any function here; nothing here takes another lock. */
 #ifndef EF_CORE_BUDGET_H
 #define EF_CORE_BUDGET_H
 
@@ -32,7 +35,7 @@ typedef struct {
     pthread_cond_t room;
     uint64_t limit; /* set before the pipeline starts; 0: no limit */
     _Atomic uint64_t held, peak;
-    int waiters; /* guarded by mu */
+    atomic_int waiters; /* pushes waiting for room */
 } ef__budget;
 
 void ef__budget_init(ef__budget *b, uint64_t limit);
@@ -49,6 +52,13 @@ void ef__budget_hold(ef__budget *b, uint64_t n);
 void ef__budget_release(ef__budget *b, uint64_t n);
 /* Wakes every waiter to re-check its queue (after a queue closes). */
 void ef__budget_wake(ef__budget *b);
+
+/* Whether n bytes can fit the budget at all (a cheap test for hot paths,
+ * before ef__budget_check formats its message). */
+static inline int ef__budget_fits(const ef__budget *b, uint64_t n)
+{
+    return !b->limit || n <= b->limit;
+}
 
 /* EF_ENOMEM with the message "WHAT: N bytes, over the memory budget ..."
  * when n bytes of `what` (a sample, a buffer's contents) cannot fit the

@@ -72,11 +72,12 @@ static int charge(ef__queue *q, ef__item *item, uint64_t *waited_ns)
     if (!q->budget || !item->sample)
         return EF_OK;
     uint64_t n = ef__sample_bytes(item->sample);
-    char what[96];
-    snprintf(what, sizeof what, "%s: sample %lld", q->owner,
-             (long long)ef_sample_identity(item->sample).index);
-    ef__err why;
-    if (ef__budget_check(q->budget, n, what, &why) != EF_OK) {
+    if (!ef__budget_fits(q->budget, n)) {
+        char what[96];
+        snprintf(what, sizeof what, "%s: sample %lld", q->owner,
+                 (long long)ef_sample_identity(item->sample).index);
+        ef__err why;
+        ef__budget_check(q->budget, n, what, &why);
         ef__item_clear(item);
         item->status = EF_ENOMEM;
         item->msg = ef__strdup(why.msg);

@@ -273,9 +273,13 @@ static int pool_add(ef__stage *s, echo_state *st, const ef_sample *fresh,
         list_remove(st, i);
         pool_drop(s, st, i);
     }
-    char what[64];
-    snprintf(what, sizeof what, "echo: its pool at %zu samples", st->pool_n);
-    int rc = ef__budget_check(&s->ctx->budget, st->pool_bytes + n, what, err);
+    int rc = EF_OK;
+    if (!ef__budget_fits(&s->ctx->budget, st->pool_bytes + n)) {
+        char what[64];
+        snprintf(what, sizeof what, "echo: its pool at %zu samples",
+                 st->pool_n);
+        rc = ef__budget_check(&s->ctx->budget, st->pool_bytes + n, what, err);
+    }
     /* reserve after the eviction, which may have shrunk list 1 */
     if (rc == EF_OK && list_reserve(st, 1) != 0)
         rc = ef__err_set(err, EF_ENOMEM, "echo: out of memory");

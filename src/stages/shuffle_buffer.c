@@ -34,13 +34,12 @@ void ef__shufbuf_destroy(ef__shufbuf *b)
 static int hold(ef__shufbuf *b, ef_sample *smp, ef__err *err)
 {
     uint64_t n = ef__sample_bytes(smp);
-    char what[96];
-    snprintf(what, sizeof what, "%s: its buffer at %zu samples (of %zu)",
-             b->owner, b->n + 1, b->cap);
-    int rc = ef__budget_check(b->budget, b->bytes + n, what, err);
-    if (rc != EF_OK) {
+    if (!ef__budget_fits(b->budget, b->bytes + n)) {
+        char what[96];
+        snprintf(what, sizeof what, "%s: its buffer at %zu samples (of %zu)",
+                 b->owner, b->n + 1, b->cap);
         ef_sample_free(smp);
-        return rc;
+        return ef__budget_check(b->budget, b->bytes + n, what, err);
     }
     b->bytes += n;
     ef__budget_hold(b->budget, n);

@@ -158,13 +158,14 @@ static int read_members(reader *r, ef__tar *t, ef__stream *s, ef__wds *g,
         update_stats(r, s, &prev);
         if (rc != EF_OK)
             break;
-        /* refused before its buffer is allocated */
-        char what[EF__ERR_MAX / 2];
-        snprintf(what, sizeof what, "%s: member '%.100s' at offset %llu",
-                 ef__stream_name(s), m.name, (unsigned long long)m.offset);
-        rc = ef__budget_check(&st->s->ctx->budget, m.size, what, err);
-        if (rc != EF_OK)
+        if (!ef__budget_fits(&st->s->ctx->budget, m.size)) {
+            /* refused before its buffer is allocated */
+            char what[EF__ERR_MAX / 2];
+            snprintf(what, sizeof what, "%s: member '%.100s' at offset %llu",
+                     ef__stream_name(s), m.name, (unsigned long long)m.offset);
+            rc = ef__budget_check(&st->s->ctx->budget, m.size, what, err);
             break;
+        }
         ef_buffer *b;
         rc = ef__tar_read(t, &b, err);
         update_stats(r, s, &prev);
