@@ -23,7 +23,7 @@
 #include "core/alloc.h"
 #include "echoflow/echoflow.h"
 #include "ef_test_util.h"
-#include "stages/paths.h"
+#include "io/paths.h"
 
 static char dir[64];
 

@@ -1,4 +1,4 @@
-/* Fuzz target for path lists with brace expansion (src/stages/paths.c).
+/* Fuzz target for path lists with brace expansion (src/io/paths.c).
  *
  * Each input is a list as a user would write it in a `urls` or `files`
  * option. Counting and building must agree: the same status, and on
@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "fuzz.h"
-#include "stages/paths.h"
+#include "io/paths.h"
 
 #define CHECK(cond)                                                            \
     do {                                                                       \

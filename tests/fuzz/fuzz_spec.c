@@ -25,7 +25,7 @@
 #include "fuzz.h"
 #include "spec.h"
 #include "stage.h"
-#include "stages/paths.h"
+#include "io/paths.h"
 
 #define CHECK(cond)                                                            \
     do {                                                                       \

@@ -1,5 +1,5 @@
 /* Fuzz target for the tar reader (src/codec/tar.c) and WebDataset grouping
- * (src/stages/wds.c).
+ * (src/codec/wds.c).
  *
  * Each input is a whole archive, read from a memory stream twice: once
  * reading every member's data, once skipping it. Both passes must see the
@@ -15,7 +15,7 @@
 
 #include "codec/tar.h"
 #include "fuzz.h"
-#include "stages/wds.h"
+#include "codec/wds.h"
 
 #define CHECK(cond)                                                            \
     do {                                                                       \

@@ -2,7 +2,7 @@
  * ahead of the consumer. */
 #include "core/alloc.h"
 #include "stage.h"
-#include "stages/pump.h"
+#include "stages/flow/pump.h"
 
 static int prefetch_create(ef__stage *s, const ef__opts *o, ef__err *err)
 {

@@ -10,8 +10,8 @@
  * groups counted from 0, malformed ones included), so the same sample has
  * the same index whatever order the shards are read in. Single-threaded:
  * one grouper per shard being read. */
-#ifndef EF_STAGES_WDS_H
-#define EF_STAGES_WDS_H
+#ifndef EF_CODEC_WDS_H
+#define EF_CODEC_WDS_H
 
 #include <stdint.h>
 

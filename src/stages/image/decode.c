@@ -9,7 +9,7 @@
 
 #include "codec/image.h"
 #include "core/alloc.h"
-#include "stages/image_stage.h"
+#include "stages/image/image_stage.h"
 
 #define MAX_IMAGE_FIELDS 16
 

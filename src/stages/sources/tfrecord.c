@@ -18,7 +18,7 @@
 #include "codec/tfrecord.h"
 #include "core/alloc.h"
 #include "stage.h"
-#include "stages/paths.h"
+#include "io/paths.h"
 
 #define FILE_SHIFT 32
 

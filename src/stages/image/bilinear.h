@@ -3,8 +3,8 @@
  * torchvision's resize without antialiasing: output pixel o samples input
  * coordinate (o + 0.5) * in / out - 0.5, clamped at the edges. Shrinking
  * by much more than 2 aliases, as it does there. */
-#ifndef EF_STAGES_BILINEAR_H
-#define EF_STAGES_BILINEAR_H
+#ifndef EF_STAGES_IMAGE_BILINEAR_H
+#define EF_STAGES_IMAGE_BILINEAR_H
 
 #include <stdint.h>
 

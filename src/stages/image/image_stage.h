@@ -4,12 +4,12 @@
  * with that field replaced. Each stage keeps its parameters in a struct
  * that starts with `char field[EF_MAX_NAME]`, handed to its map function
  * as the user pointer. */
-#ifndef EF_STAGES_IMAGE_STAGE_H
-#define EF_STAGES_IMAGE_STAGE_H
+#ifndef EF_STAGES_IMAGE_IMAGE_STAGE_H
+#define EF_STAGES_IMAGE_IMAGE_STAGE_H
 
 #include "core/sample.h"
 #include "stage.h"
-#include "stages/map.h"
+#include "stages/flow/map.h"
 
 /* Bit masks of the dtypes a stage accepts. */
 #define EF__DTYPE_BIT(d) (1u << (d))

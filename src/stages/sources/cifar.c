@@ -24,7 +24,7 @@
 #include "core/alloc.h"
 #include "io/stream.h"
 #include "stage.h"
-#include "stages/paths.h"
+#include "io/paths.h"
 
 typedef struct {
     ef_buffer *images; /* n x 3072 bytes, HWC; NULL for an unread file */

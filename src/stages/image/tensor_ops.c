@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "core/alloc.h"
-#include "stages/image_stage.h"
+#include "stages/image/image_stage.h"
 
 #define MAX_CHANNELS 16 /* values in a mean or std list */
 

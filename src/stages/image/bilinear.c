@@ -1,6 +1,6 @@
 /* Bilinear resampling (see bilinear.h). The source coordinates and
  * weights of every output column and row are computed once per image. */
-#include "stages/bilinear.h"
+#include "stages/image/bilinear.h"
 #include "core/alloc.h"
 
 typedef struct {

@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "core/alloc.h"
-#include "stages/image_stage.h"
+#include "stages/image/image_stage.h"
 
 typedef struct {
     char field[EF_MAX_NAME]; /* first: see image_stage.h */

@@ -3,8 +3,8 @@
  * samples are charged to the pipeline's memory budget; a buffer whose
  * contents alone pass the budget fails (it is filled by the consumer's
  * own pull, so it cannot wait for room). */
-#ifndef EF_STAGES_SHUFFLE_BUFFER_H
-#define EF_STAGES_SHUFFLE_BUFFER_H
+#ifndef EF_STAGES_FLOW_SHUFFLE_BUFFER_H
+#define EF_STAGES_FLOW_SHUFFLE_BUFFER_H
 
 #include <stddef.h>
 

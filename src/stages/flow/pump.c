@@ -2,7 +2,7 @@
  * error, or when the queue is closed; so a restart after END only joins a
  * thread that has already finished, and a restart mid-pass closes the
  * queue first. */
-#include "stages/pump.h"
+#include "stages/flow/pump.h"
 
 #include <string.h>
 

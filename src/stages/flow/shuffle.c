@@ -1,7 +1,7 @@
 /* shuffle: a seeded shuffle buffer; a new order every epoch. */
 #include "core/alloc.h"
 #include "stage.h"
-#include "stages/shuffle_buffer.h"
+#include "stages/flow/shuffle_buffer.h"
 
 typedef struct {
     ef__shufbuf buf;

@@ -1,5 +1,5 @@
 /* Moving-window R estimate (see echo_rates.h). */
-#include "stages/echo_rates.h"
+#include "stages/flow/echo_rates.h"
 
 #include "core/clock.h"
 

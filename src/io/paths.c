@@ -8,7 +8,7 @@
  * built as the product of its parts' lists, the first group varying
  * slowest, which is the order shells use. Nesting is capped, so recursion
  * is bounded whatever the input. */
-#include "stages/paths.h"
+#include "io/paths.h"
 
 #include <ctype.h>
 #include <string.h>

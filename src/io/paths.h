@@ -9,8 +9,8 @@
  * Ranges may run downwards ({9..0}). A '{' without its '}', a '}' without
  * its '{', an empty group, and a group that is neither a list nor a range
  * are errors naming the word. */
-#ifndef EF_STAGES_PATHS_H
-#define EF_STAGES_PATHS_H
+#ifndef EF_IO_PATHS_H
+#define EF_IO_PATHS_H
 
 #include <stddef.h>
 #include <stdint.h>

@@ -1,8 +1,8 @@
 /* A pump: one thread that pulls a stage's upstream and fills a bounded
  * queue, so the stage can take items without waiting on the upstream's
  * work (prefetch), or poll without blocking (automatic echo). */
-#ifndef EF_STAGES_PUMP_H
-#define EF_STAGES_PUMP_H
+#ifndef EF_STAGES_FLOW_PUMP_H
+#define EF_STAGES_FLOW_PUMP_H
 
 #include "core/queue.h"
 #include "stage.h"

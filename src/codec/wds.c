@@ -1,5 +1,5 @@
 /* WebDataset grouping (see wds.h). */
-#include "stages/wds.h"
+#include "codec/wds.h"
 
 #include <string.h>
 

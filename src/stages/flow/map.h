@@ -1,7 +1,7 @@
 /* The parallel map machinery, shared by `map` and by the stages that are a
  * map with options of their own (random_crop, flip). */
-#ifndef EF_STAGES_MAP_H
-#define EF_STAGES_MAP_H
+#ifndef EF_STAGES_FLOW_MAP_H
+#define EF_STAGES_FLOW_MAP_H
 
 #include "stage.h"
 

@@ -8,8 +8,8 @@
 
 #include "codec/image.h"
 #include "core/alloc.h"
-#include "stages/bilinear.h"
-#include "stages/image_stage.h"
+#include "stages/image/bilinear.h"
+#include "stages/image/image_stage.h"
 
 typedef struct {
     char field[EF_MAX_NAME]; /* first: see image_stage.h */

@@ -24,9 +24,9 @@
 #include "core/alloc.h"
 #include "core/sample.h"
 #include "stage.h"
-#include "stages/echo_rates.h"
-#include "stages/pump.h"
-#include "stages/shuffle_buffer.h"
+#include "stages/flow/echo_rates.h"
+#include "stages/flow/pump.h"
+#include "stages/flow/shuffle_buffer.h"
 
 typedef struct {
     ef_sample *sample; /* a header of our own, sharing the payload */

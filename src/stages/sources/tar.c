@@ -39,8 +39,8 @@
 #include "core/queue.h"
 #include "io/stream.h"
 #include "stage.h"
-#include "stages/paths.h"
-#include "stages/wds.h"
+#include "io/paths.h"
+#include "codec/wds.h"
 
 typedef struct tar_state tar_state;
 

@@ -7,8 +7,8 @@
  * emitted. Both come from counters the pipeline keeps anyway; the window
  * is a ring of snapshots taken at most every SNAPSHOT interval, so the
  * per-item cost is a counter test. */
-#ifndef EF_STAGES_ECHO_RATES_H
-#define EF_STAGES_ECHO_RATES_H
+#ifndef EF_STAGES_FLOW_ECHO_RATES_H
+#define EF_STAGES_FLOW_ECHO_RATES_H
 
 #include <pthread.h>
 #include <stdint.h>

@@ -3,7 +3,7 @@
 #include <string.h>
 
 #include "core/alloc.h"
-#include "stages/image_stage.h"
+#include "stages/image/image_stage.h"
 
 /* "u8 or f32", "any dtype" ... for messages. */
 static void dtype_list(unsigned dtypes, char *buf, size_t cap)

@@ -1,5 +1,5 @@
 /* Shuffle buffer (see shuffle_buffer.h). */
-#include "stages/shuffle_buffer.h"
+#include "stages/flow/shuffle_buffer.h"
 
 #include <stdio.h>
 

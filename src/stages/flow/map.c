@@ -23,7 +23,7 @@
 #include "core/queue.h"
 #include "core/sample.h"
 #include "stage.h"
-#include "stages/map.h"
+#include "stages/flow/map.h"
 
 struct ef_map_ctx {
     void *user;
