@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "core/alloc.h"
+#include "stages/image/bilinear.h"
 #include "stages/image/image_stage.h"
 
 /* "u8 or f32", "any dtype" ... for messages. */
@@ -120,4 +121,45 @@ void ef__image_stage_destroy(ef__stage *s)
     void *params = ef__map_user(s);
     ef__map_destroy(s);
     ef__free(params);
+}
+
+int ef__image_same_shape_output(const ef_sample *in, const ef__image *img,
+                                ef_sample **out, unsigned char **dst,
+                                ef_map_ctx *ctx)
+{
+    return ef__image_output(in, img->index, img->f->dtype, img->f->ndim,
+                            img->f->shape, out, (void **)dst, ctx);
+}
+
+int ef__image_check_nonempty(const ef__image *img, const char *field,
+                             ef_map_ctx *ctx)
+{
+    if (img->h >= 1 && img->w >= 1)
+        return EF_OK;
+    return ef_map_ctx_fail(ctx, EF_ESHAPE,
+                           "field '%s' is an empty image (%lld x %lld); "
+                           "nothing to resample",
+                           field, (long long)img->h, (long long)img->w);
+}
+
+int ef__image_resample(const ef_sample *in, const ef__image *img, int64_t oh,
+                       int64_t ow, int64_t y0, int64_t x0, int64_t ch,
+                       int64_t cw, ef_sample **out, ef_map_ctx *ctx)
+{
+    int64_t shape[3] = {oh, ow, img->c};
+    void *dst;
+    int rc = ef__image_output(in, img->index, img->f->dtype, img->f->ndim,
+                              shape, out, &dst, ctx);
+    if (rc != EF_OK)
+        return rc;
+    size_t esize = ef_dtype_size(img->f->dtype);
+    const unsigned char *src =
+        img->data + (size_t)((y0 * img->w + x0) * img->c) * esize;
+    if (ef__bilinear(src, img->f->dtype, img->w, ch, cw, img->c, dst, oh, ow) !=
+        EF_OK) {
+        ef_sample_free(*out);
+        *out = NULL;
+        return ef_map_ctx_fail(ctx, EF_ENOMEM, "out of memory");
+    }
+    return EF_OK;
 }

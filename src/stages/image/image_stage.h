@@ -1,5 +1,5 @@
-/* What the image map stages (resize, random_resized_crop, normalize,
- * to_chw, cast) share: their `field` and `threads` options, finding and
+/* What the image map stages (random_crop, flip, resize,
+ * random_resized_crop, normalize, to_chw, cast) share: their `field` and `threads` options, finding and
  * checking the image field of one example, and building the output sample
  * with that field replaced. Each stage keeps its parameters in a struct
  * that starts with `char field[EF_MAX_NAME]`, handed to its map function
@@ -38,6 +38,21 @@ int ef__image_find(const ef_sample *in, const char *field, unsigned dtypes,
 int ef__image_output(const ef_sample *in, int index, ef_dtype dtype, int ndim,
                      const int64_t *shape, ef_sample **out, void **data,
                      ef_map_ctx *ctx);
+
+/* The same, keeping the image's dtype and shape. */
+int ef__image_same_shape_output(const ef_sample *in, const ef__image *img,
+                                ef_sample **out, unsigned char **dst,
+                                ef_map_ctx *ctx);
+
+/* EF_ESHAPE naming `field` when the image has no pixels to resample. */
+int ef__image_check_nonempty(const ef__image *img, const char *field,
+                             ef_map_ctx *ctx);
+
+/* A clone of `in` whose image is the crop (y0, x0, ch, cw) of img,
+ * resampled bilinearly to oh x ow (bilinear.h). */
+int ef__image_resample(const ef_sample *in, const ef__image *img, int64_t oh,
+                       int64_t ow, int64_t y0, int64_t x0, int64_t ch,
+                       int64_t cw, ef_sample **out, ef_map_ctx *ctx);
 
 /* Creation: checks option `field` and copies it into params (whose first
  * member is the field name), then sets the map machinery up to run `fn`

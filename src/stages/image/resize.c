@@ -1,53 +1,13 @@
-/* Resizing map stages: resize (to a fixed size) and random_resized_crop
- * (ImageNet-style training crops, as torchvision's RandomResizedCrop).
- * Both resample bilinearly (bilinear.h) u8 or f32 examples, [H,W] or
- * [H,W,C]. The crop is drawn from the sample's keyed generator, echo copy
- * included, so each echoed copy gets a crop of its own. */
-#include <math.h>
-#include <string.h>
-
+/* resize: an example's image resampled bilinearly (bilinear.h) to a fixed
+ * size. u8 or f32, [H,W] or [H,W,C]. */
 #include "codec/image.h"
 #include "core/alloc.h"
-#include "stages/image/bilinear.h"
 #include "stages/image/image_stage.h"
 
 typedef struct {
     char field[EF_MAX_NAME]; /* first: see image_stage.h */
     int64_t h, w;            /* output size */
-    /* random_resized_crop: the crop's area and aspect ratio ranges */
-    double scale_min, scale_max, ratio_min, ratio_max;
 } resize_params;
-
-/* Resamples the crop (y0, x0, ch, cw) of img to p->h x p->w. */
-static int resample(const ef_sample *in, const ef__image *img,
-                    const resize_params *p, int64_t y0, int64_t x0, int64_t ch,
-                    int64_t cw, ef_sample **out, ef_map_ctx *ctx)
-{
-    int64_t shape[3] = {p->h, p->w, img->c};
-    void *dst;
-    int rc = ef__image_output(in, img->index, img->f->dtype, img->f->ndim,
-                              shape, out, &dst, ctx);
-    if (rc != EF_OK)
-        return rc;
-    size_t esize = ef_dtype_size(img->f->dtype);
-    const unsigned char *src =
-        img->data + (size_t)((y0 * img->w + x0) * img->c) * esize;
-    if (ef__bilinear(src, img->f->dtype, img->w, ch, cw, img->c, dst, p->h,
-                     p->w) != EF_OK) {
-        ef_sample_free(*out);
-        *out = NULL;
-        return ef_map_ctx_fail(ctx, EF_ENOMEM, "out of memory");
-    }
-    return EF_OK;
-}
-
-static int empty_image(const ef__image *img, const char *field, ef_map_ctx *ctx)
-{
-    return ef_map_ctx_fail(ctx, EF_ESHAPE,
-                           "field '%s' is an empty image (%lld x %lld); "
-                           "nothing to resample",
-                           field, (long long)img->h, (long long)img->w);
-}
 
 static int resize_fn(const ef_sample *in, ef_sample **out, ef_map_ctx *ctx)
 {
@@ -56,79 +16,16 @@ static int resize_fn(const ef_sample *in, ef_sample **out, ef_map_ctx *ctx)
     int rc = ef__image_find(in, p->field, EF__U8_F32, &img, ctx);
     if (rc != EF_OK)
         return rc;
-    if (img.h < 1 || img.w < 1)
-        return empty_image(&img, p->field, ctx);
+    rc = ef__image_check_nonempty(&img, p->field, ctx);
+    if (rc != EF_OK)
+        return rc;
     if (img.h == p->h && img.w == p->w) {
         /* half-pixel centres map every pixel onto itself: share it */
         *out = ef_sample_clone(in);
         return *out ? EF_OK : ef_map_ctx_fail(ctx, EF_ENOMEM, "out of memory");
     }
-    return resample(in, &img, p, 0, 0, img.h, img.w, out, ctx);
-}
-
-/* Python's round(): halves to even (what torchvision's crop sizes use). */
-static int64_t round_even(double x)
-{
-    return (int64_t)nearbyint(x);
-}
-
-/* An integer in [0, n), n >= 1, from the keyed stream. */
-static int64_t below(ef_map_ctx *ctx, int64_t n)
-{
-    int64_t k = (int64_t)(ef_map_ctx_uniform(ctx) * (double)n);
-    return k < n ? k : n - 1; /* u * n may round up to n */
-}
-
-/* torchvision's RandomResizedCrop.get_params: ten tries at an area and a
- * log-uniform aspect ratio that fit, then the whole image cropped to the
- * nearest allowed ratio, centred. */
-static void choose_crop(const resize_params *p, int64_t h, int64_t w,
-                        ef_map_ctx *ctx, int64_t crop[4])
-{
-    double area = (double)h * (double)w;
-    double lr0 = log(p->ratio_min), lr1 = log(p->ratio_max);
-    for (int attempt = 0; attempt < 10; attempt++) {
-        double target = area * (p->scale_min + (p->scale_max - p->scale_min) *
-                                                   ef_map_ctx_uniform(ctx));
-        double ratio = exp(lr0 + (lr1 - lr0) * ef_map_ctx_uniform(ctx));
-        int64_t cw = round_even(sqrt(target * ratio));
-        int64_t ch = round_even(sqrt(target / ratio));
-        if (cw > 0 && cw <= w && ch > 0 && ch <= h) {
-            crop[0] = below(ctx, h - ch + 1);
-            crop[1] = below(ctx, w - cw + 1);
-            crop[2] = ch;
-            crop[3] = cw;
-            return;
-        }
-    }
-    double in_ratio = (double)w / (double)h;
-    int64_t ch = h, cw = w;
-    if (in_ratio < p->ratio_min)
-        ch = round_even((double)w / p->ratio_min);
-    else if (in_ratio > p->ratio_max)
-        cw = round_even((double)h * p->ratio_max);
-    /* a very thin image can round to nothing: keep a pixel */
-    ch = ch < 1 ? 1 : ch > h ? h : ch;
-    cw = cw < 1 ? 1 : cw > w ? w : cw;
-    crop[0] = (h - ch) / 2;
-    crop[1] = (w - cw) / 2;
-    crop[2] = ch;
-    crop[3] = cw;
-}
-
-static int random_resized_crop_fn(const ef_sample *in, ef_sample **out,
-                                  ef_map_ctx *ctx)
-{
-    const resize_params *p = ef_map_ctx_user(ctx);
-    ef__image img;
-    int rc = ef__image_find(in, p->field, EF__U8_F32, &img, ctx);
-    if (rc != EF_OK)
-        return rc;
-    if (img.h < 1 || img.w < 1)
-        return empty_image(&img, p->field, ctx);
-    int64_t crop[4];
-    choose_crop(p, img.h, img.w, ctx, crop);
-    return resample(in, &img, p, crop[0], crop[1], crop[2], crop[3], out, ctx);
+    return ef__image_resample(in, &img, p->h, p->w, 0, 0, img.h, img.w, out,
+                              ctx);
 }
 
 static int resize_create(ef__stage *s, const ef__opts *o, ef__err *err)
@@ -152,30 +49,6 @@ static int resize_create(ef__stage *s, const ef__opts *o, ef__err *err)
     return ef__image_stage_setup(s, o, resize_fn, p, err);
 }
 
-static int random_resized_crop_create(ef__stage *s, const ef__opts *o,
-                                      ef__err *err)
-{
-    double s0 = ef__opt_float(o, "scale_min"),
-           s1 = ef__opt_float(o, "scale_max");
-    double r0 = ef__opt_float(o, "ratio_min"),
-           r1 = ef__opt_float(o, "ratio_max");
-    if (s0 > s1 || r0 > r1)
-        return ef__err_set(err, EF_ESPEC,
-                           "stage 'random_resized_crop': ranges must not be "
-                           "reversed (got scale %g to %g, ratio %g to %g)",
-                           s0, s1, r0, r1);
-    resize_params *p = ef__calloc(1, sizeof *p);
-    if (!p)
-        return ef__err_set(err, EF_ENOMEM,
-                           "random_resized_crop: out of memory");
-    p->h = p->w = ef__opt_int(o, "size");
-    p->scale_min = s0;
-    p->scale_max = s1;
-    p->ratio_min = r0;
-    p->ratio_max = r1;
-    return ef__image_stage_setup(s, o, random_resized_crop_fn, p, err);
-}
-
 static const ef__option_def resize_options[] = {
     {"size", EF_OPT_INT, "0",
      "output side of a square (0: give height and width)", 0,
@@ -187,33 +60,10 @@ static const ef__option_def resize_options[] = {
     EF__THREADS_OPTION,
 };
 
-static const ef__option_def random_resized_crop_options[] = {
-    {"size", EF_OPT_INT, "224", "output side (a square)", 1,
-     EF__IMAGE_MAX_SIDE},
-    {"scale_min", EF_OPT_FLOAT, "0.08", "smallest crop area, as a fraction", 0,
-     1},
-    {"scale_max", EF_OPT_FLOAT, "1", "largest crop area, as a fraction", 0, 1},
-    {"ratio_min", EF_OPT_FLOAT, "0.75", "smallest aspect ratio (width/height)",
-     0.001, 1000},
-    {"ratio_max", EF_OPT_FLOAT, "1.3333333", "largest aspect ratio (4/3)",
-     0.001, 1000},
-    EF__IMAGE_FIELD_OPTION,
-    EF__THREADS_OPTION,
-};
-
 const ef__stage_def ef__stage_resize = {
     .info = {"resize",
              "bilinear resize of an image to size x size, or height x width", 5,
              resize_options},
     .create = resize_create,
-    EF__IMAGE_STAGE_OPS,
-};
-
-const ef__stage_def ef__stage_random_resized_crop = {
-    .info = {"random_resized_crop",
-             "crop of random area and aspect ratio, resized to a square "
-             "(ImageNet)",
-             7, random_resized_crop_options},
-    .create = random_resized_crop_create,
     EF__IMAGE_STAGE_OPS,
 };
