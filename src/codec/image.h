@@ -8,12 +8,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "codec/pixels.h"
 #include "core/err.h"
-
-/* Headers claiming more than this are rejected before anything is
- * allocated: a corrupt or hostile file must not cost gigabytes. */
-#define EF__IMAGE_MAX_SIDE 32768
-#define EF__IMAGE_MAX_PIXELS (INT64_C(1) << 28)
 
 /* Decodes a JPEG or PNG image held in memory, chosen by its magic bytes,
  * into a new buffer of u8 pixels, row-major [H,W,C]; the caller owns *out.
@@ -33,7 +29,7 @@ int ef__png_encode(const unsigned char *pixels, int64_t h, int64_t w, int c,
 int ef__jpeg_encode(const unsigned char *pixels, int64_t h, int64_t w, int c,
                     int quality, ef_buffer **out, ef__err *err);
 
-/* ---- for image.c, jpeg.c and png.c only ------------------------- */
+/* ---- the per-format codecs, for image.c ------------------------- */
 
 /* The per-format decoders behind ef__image_decode (magic already
  * checked, channels already validated). */
@@ -43,20 +39,5 @@ int ef__jpeg_decode(const unsigned char *data, size_t size, int channels,
 int ef__png_decode(const unsigned char *data, size_t size, int channels,
                    const char *what, ef_buffer **out, int64_t shape[3],
                    ef__err *err);
-
-/* EF_EFORMAT naming the input when a header's size is zero or beyond the
- * limits above; EF_OK otherwise. `format` is "JPEG" or "PNG". */
-int ef__image_check_size(int64_t h, int64_t w, const char *format,
-                         const char *what, ef__err *err);
-/* The shape and buffer of a decoded image: out = h*w*c bytes. */
-int ef__image_alloc(int64_t h, int64_t w, int c, const char *what,
-                    ef_buffer **out, int64_t shape[3], ef__err *err);
-/* Packed RGB to ITU-R 601 luma; dst may equal src (it writes behind the
- * reads). */
-void ef__image_rgb_to_gray(const unsigned char *src, size_t pixels,
-                           unsigned char *dst);
-/* Checks an encoder's arguments: sides 1 to EF__IMAGE_MAX_SIDE, c 1 or 3. */
-int ef__image_check_encode(int64_t h, int64_t w, int c, const char *format,
-                           ef__err *err);
 
 #endif

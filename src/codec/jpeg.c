@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "codec/image.h"
+#include "codec/pixels.h"
 #include "core/alloc.h"
 
 #ifdef EF_HAVE_TURBOJPEG

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "codec/image.h"
+#include "codec/pixels.h"
 #include "core/alloc.h"
 
 #ifdef EF_HAVE_SPNG

@@ -1,0 +1,33 @@
+/* What the JPEG and PNG codecs share: the size limits every header is
+ * checked against, the decoded buffer's allocation, and RGB to gray. The
+ * dependency runs one way: image.c dispatches to jpeg.c and png.c, which
+ * use this and nothing of image.c. */
+#ifndef EF_CODEC_PIXELS_H
+#define EF_CODEC_PIXELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/err.h"
+
+/* Headers claiming more than this are rejected before anything is
+ * allocated: a corrupt or hostile file must not cost gigabytes. */
+#define EF__IMAGE_MAX_SIDE 32768
+#define EF__IMAGE_MAX_PIXELS (INT64_C(1) << 28)
+
+/* EF_EFORMAT naming the input when a header's size is zero or beyond the
+ * limits above; EF_OK otherwise. `format` is "JPEG" or "PNG". */
+int ef__image_check_size(int64_t h, int64_t w, const char *format,
+                         const char *what, ef__err *err);
+/* The shape and buffer of a decoded image: out = h*w*c bytes. */
+int ef__image_alloc(int64_t h, int64_t w, int c, const char *what,
+                    ef_buffer **out, int64_t shape[3], ef__err *err);
+/* Packed RGB to ITU-R 601 luma; dst may equal src (it writes behind the
+ * reads). */
+void ef__image_rgb_to_gray(const unsigned char *src, size_t pixels,
+                           unsigned char *dst);
+/* Checks an encoder's arguments: sides 1 to EF__IMAGE_MAX_SIDE, c 1 or 3. */
+int ef__image_check_encode(int64_t h, int64_t w, int c, const char *format,
+                           ef__err *err);
+
+#endif
