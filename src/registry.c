@@ -5,27 +5,9 @@
 #include "stage.h"
 
 static const ef__stage_def *const registry[] = {
-    &ef__stage_range,
-    &ef__stage_idx,
-    &ef__stage_map,
-    &ef__stage_shuffle,
-    &ef__stage_echo,
-    &ef__stage_batch,
-    &ef__stage_prefetch,
-    &ef__stage_repeat,
-    &ef__stage_take,
-    &ef__stage_throttle,
-    &ef__stage_random_crop,
-    &ef__stage_flip,
-    &ef__stage_decode,
-    &ef__stage_resize,
-    &ef__stage_random_resized_crop,
-    &ef__stage_normalize,
-    &ef__stage_to_chw,
-    &ef__stage_cast,
-    &ef__stage_tar,
-    &ef__stage_tfrecord,
-    &ef__stage_cifar,
+#define EF_STAGE(folder, name) &ef__stage_##name,
+#include "stages/list.h"
+#undef EF_STAGE
 };
 
 #define REGISTRY_SIZE ((int)(sizeof registry / sizeof registry[0]))

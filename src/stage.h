@@ -31,6 +31,19 @@ typedef union {
 
 #define EF__MAX_OPTIONS 16
 
+/* An option table's row count and the table, for ef_stage_info, checked
+ * at compile time against EF__MAX_OPTIONS (a struct may hold a static
+ * assertion, and sizeof makes it an expression). */
+#define EF__OPTIONS(table)                                                     \
+    (int)(sizeof(table) / sizeof((table)[0]) +                                 \
+          0 * sizeof(struct {                                                  \
+              _Static_assert(sizeof(table) / sizeof((table)[0]) <=             \
+                                 EF__MAX_OPTIONS,                              \
+                             #table " has more than EF__MAX_OPTIONS rows");    \
+              int ok;                                                          \
+          })),                                                                 \
+        (table)
+
 /* Options of one stage, checked against its schema and typed. */
 typedef struct {
     int n;
@@ -212,28 +225,10 @@ void ef__stage_free(ef__stage *s);
 
 const ef__stage_def *ef__stage_find(const char *name);
 
-/* One per stage file. */
-extern const ef__stage_def ef__stage_range;
-extern const ef__stage_def ef__stage_idx;
-extern const ef__stage_def ef__stage_map;
-extern const ef__stage_def ef__stage_shuffle;
-extern const ef__stage_def ef__stage_echo;
-extern const ef__stage_def ef__stage_batch;
-extern const ef__stage_def ef__stage_prefetch;
-extern const ef__stage_def ef__stage_repeat;
-extern const ef__stage_def ef__stage_take;
-extern const ef__stage_def ef__stage_throttle;
-extern const ef__stage_def ef__stage_random_crop;
-extern const ef__stage_def ef__stage_flip;
-extern const ef__stage_def ef__stage_decode;
-extern const ef__stage_def ef__stage_resize;
-extern const ef__stage_def ef__stage_random_resized_crop;
-extern const ef__stage_def ef__stage_normalize;
-extern const ef__stage_def ef__stage_to_chw;
-extern const ef__stage_def ef__stage_cast;
-extern const ef__stage_def ef__stage_tar;
-extern const ef__stage_def ef__stage_tfrecord;
-extern const ef__stage_def ef__stage_cifar;
+/* One per stage file (stages/list.h). */
+#define EF_STAGE(folder, name) extern const ef__stage_def ef__stage_##name;
+#include "stages/list.h"
+#undef EF_STAGE
 /* C callback sources: not in the registry, added by
  * ef_pipeline_add_source() only. */
 extern const ef__stage_def ef__stage_source;

@@ -156,8 +156,8 @@ static const ef__option_def batch_options[] = {
 };
 
 const ef__stage_def ef__stage_batch = {
-    .info = {"batch", "stack samples into a batch (leading dimension)", 2,
-             batch_options},
+    .info = {"batch", "stack samples into a batch (leading dimension)",
+             EF__OPTIONS(batch_options)},
     .create = batch_create,
     .next = batch_next,
     .reset = batch_reset,

@@ -467,7 +467,7 @@ const ef__stage_def ef__stage_echo = {
     .info = {"echo",
              "data echoing: re-emit items, fixed factor or auto (zero "
              "copy)",
-             4, echo_options},
+             EF__OPTIONS(echo_options)},
     .create = echo_create,
     .open = echo_open,
     .next = echo_next,

@@ -490,7 +490,8 @@ void *ef__map_user(const ef__stage *s)
 }
 
 const ef__stage_def ef__stage_map = {
-    .info = {"map", "apply a transform on worker threads", 3, map_options},
+    .info = {"map", "apply a transform on worker threads",
+             EF__OPTIONS(map_options)},
     .create = map_create,
     .open = ef__map_open,
     .next = ef__map_next,

@@ -61,8 +61,8 @@ static const ef__option_def prefetch_options[] = {
 };
 
 const ef__stage_def ef__stage_prefetch = {
-    .info = {"prefetch", "run the upstream on its own thread, depth ahead", 1,
-             prefetch_options},
+    .info = {"prefetch", "run the upstream on its own thread, depth ahead",
+             EF__OPTIONS(prefetch_options)},
     .create = prefetch_create,
     .open = prefetch_open,
     .next = prefetch_next,

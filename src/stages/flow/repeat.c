@@ -60,8 +60,8 @@ static const ef__option_def repeat_options[] = {
 };
 
 const ef__stage_def ef__stage_repeat = {
-    .info = {"repeat", "pass over the upstream count times, or forever", 1,
-             repeat_options},
+    .info = {"repeat", "pass over the upstream count times, or forever",
+             EF__OPTIONS(repeat_options)},
     .create = repeat_create,
     .next = repeat_next,
     .reset = repeat_reset,

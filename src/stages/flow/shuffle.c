@@ -70,7 +70,7 @@ static const ef__option_def shuffle_options[] = {
 
 const ef__stage_def ef__stage_shuffle = {
     .info = {"shuffle", "seeded shuffle through a buffer; new order each epoch",
-             1, shuffle_options},
+             EF__OPTIONS(shuffle_options)},
     .create = shuffle_create,
     .open = shuffle_open,
     .next = shuffle_next,

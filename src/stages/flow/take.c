@@ -43,7 +43,8 @@ static const ef__option_def take_options[] = {
 };
 
 const ef__stage_def ef__stage_take = {
-    .info = {"take", "the first count items", 1, take_options},
+    .info = {"take", "the first count items",
+             EF__OPTIONS(take_options)},
     .create = take_create,
     .next = take_next,
     .reset = take_reset,

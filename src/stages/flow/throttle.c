@@ -63,8 +63,8 @@ static const ef__option_def throttle_options[] = {
 };
 
 const ef__stage_def ef__stage_throttle = {
-    .info = {"throttle", "at most rate items/s (emulates a slow upstream)", 1,
-             throttle_options},
+    .info = {"throttle", "at most rate items/s (emulates a slow upstream)",
+             EF__OPTIONS(throttle_options)},
     .create = throttle_create,
     .next = throttle_next,
     .destroy = throttle_destroy,

@@ -158,7 +158,7 @@ const ef__stage_def ef__stage_cast = {
     .info = {"cast",
              "convert dtype (f32 rounds to nearest); out-of-range values are "
              "errors",
-             3, cast_options},
+             EF__OPTIONS(cast_options)},
     .create = cast_create,
     EF__IMAGE_STAGE_OPS,
 };

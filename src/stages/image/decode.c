@@ -270,7 +270,7 @@ const ef__stage_def ef__stage_decode = {
     .info = {"decode",
              "JPEG/PNG bytes to a u8 [H,W,C] image, 'cls' text to an i64 "
              "label",
-             4, decode_options},
+             EF__OPTIONS(decode_options)},
     .create = decode_create,
     EF__IMAGE_STAGE_OPS,
 };

@@ -51,7 +51,8 @@ static const ef__option_def flip_options[] = {
 };
 
 const ef__stage_def ef__stage_flip = {
-    .info = {"flip", "horizontal flip with probability p", 3, flip_options},
+    .info = {"flip", "horizontal flip with probability p",
+             EF__OPTIONS(flip_options)},
     .create = flip_create,
     EF__IMAGE_STAGE_OPS,
 };

@@ -134,7 +134,7 @@ static const ef__option_def normalize_options[] = {
 const ef__stage_def ef__stage_normalize = {
     .info = {"normalize",
              "to f32: (x * scale - mean) / std, scale 1/255 for u8, 1 for f32",
-             4, normalize_options},
+             EF__OPTIONS(normalize_options)},
     .create = normalize_create,
     EF__IMAGE_STAGE_OPS,
 };

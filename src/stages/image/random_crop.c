@@ -70,7 +70,8 @@ static const ef__option_def random_crop_options[] = {
 };
 
 const ef__stage_def ef__stage_random_crop = {
-    .info = {"random_crop", "pad, then crop back at a random offset", 3, random_crop_options},
+    .info = {"random_crop", "pad, then crop back at a random offset",
+             EF__OPTIONS(random_crop_options)},
     .create = random_crop_create,
     EF__IMAGE_STAGE_OPS,
 };

@@ -125,7 +125,7 @@ const ef__stage_def ef__stage_random_resized_crop = {
     .info = {"random_resized_crop",
              "crop of random area and aspect ratio, resized to a square "
              "(ImageNet)",
-             7, random_resized_crop_options},
+             EF__OPTIONS(random_resized_crop_options)},
     .create = random_resized_crop_create,
     EF__IMAGE_STAGE_OPS,
 };

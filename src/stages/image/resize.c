@@ -62,8 +62,8 @@ static const ef__option_def resize_options[] = {
 
 const ef__stage_def ef__stage_resize = {
     .info = {"resize",
-             "bilinear resize of an image to size x size, or height x width", 5,
-             resize_options},
+             "bilinear resize of an image to size x size, or height x width",
+             EF__OPTIONS(resize_options)},
     .create = resize_create,
     EF__IMAGE_STAGE_OPS,
 };

@@ -74,7 +74,7 @@ static const ef__option_def to_chw_options[] = {
 
 const ef__stage_def ef__stage_to_chw = {
     .info = {"to_chw", "[H,W,C] to [C,H,W] (and [H,W] to [1,H,W]), any dtype",
-             2, to_chw_options},
+             EF__OPTIONS(to_chw_options)},
     .create = to_chw_create,
     EF__IMAGE_STAGE_OPS,
 };

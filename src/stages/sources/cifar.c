@@ -289,8 +289,8 @@ static const ef__option_def cifar_options[] = {
 };
 
 const ef__stage_def ef__stage_cifar = {
-    .info = {"cifar", "CIFAR-10 binary files (fields image HWC u8, label)", 3,
-             cifar_options},
+    .info = {"cifar", "CIFAR-10 binary files (fields image HWC u8, label)",
+             EF__OPTIONS(cifar_options)},
     .is_source = 1,
     .create = cifar_create,
     .open = cifar_open,

@@ -268,8 +268,8 @@ static const ef__option_def idx_options[] = {
 };
 
 const ef__stage_def ef__stage_idx = {
-    .info = {"idx", "MNIST/Fashion-MNIST IDX files (fields image, label)", 3,
-             idx_options},
+    .info = {"idx", "MNIST/Fashion-MNIST IDX files (fields image, label)",
+             EF__OPTIONS(idx_options)},
     .is_source = 1,
     .create = idx_create,
     .open = idx_open,

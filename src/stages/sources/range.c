@@ -77,7 +77,7 @@ static const ef__option_def range_options[] = {
 
 const ef__stage_def ef__stage_range = {
     .info = {"range", "synthetic source: samples 0..n-1 (fields index, data)",
-             3, range_options},
+             EF__OPTIONS(range_options)},
     .is_source = 1,
     .create = range_create,
     .next = range_next,

@@ -597,7 +597,7 @@ const ef__stage_def ef__stage_tar = {
     .info = {"tar",
              "WebDataset tar shards (fields by member extension, __key__, "
              "__url__)",
-             9, tar_options},
+             EF__OPTIONS(tar_options)},
     .is_source = 1,
     .create = tar_create,
     .open = tar_open,

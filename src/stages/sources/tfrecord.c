@@ -229,8 +229,8 @@ static const ef__option_def tfrecord_options[] = {
 };
 
 const ef__stage_def ef__stage_tfrecord = {
-    .info = {"tfrecord", "TFRecord files, one u8 field per record", 7,
-             tfrecord_options},
+    .info = {"tfrecord", "TFRecord files, one u8 field per record",
+             EF__OPTIONS(tfrecord_options)},
     .is_source = 1,
     .create = tfrecord_create,
     .next = tfrecord_next,
