@@ -4,8 +4,9 @@
  * Threading: a stage is pulled by one thread at a time (its downstream's
  * thread, or under a lock held by a parallel map). Asynchronous stages own
  * threads of their own; cancel() must wake every one of them, destroy()
- * joins them. Statistics counters have a single writer and are read with
- * relaxed atomics from any thread. */
+ * joins them. Statistics counters are read with relaxed atomics from
+ * any thread; most have a single writer (ef__stat_add), and those marked
+ * "several writers" are updated with atomic adds. */
 #ifndef EF_STAGE_H
 #define EF_STAGE_H
 
@@ -127,7 +128,7 @@ struct ef__stage {
     /* statistics: one writer each, see ef__stat_add */
     _Atomic uint64_t items_in, items_out, wait_up_ns, wait_down_ns;
     _Atomic uint64_t skipped; /* bad samples dropped (several writers) */
-    _Atomic uint64_t abandoned, lost_bytes; /* see ef__ctx */
+    _Atomic uint64_t abandoned, lost_bytes; /* see ef__ctx (several writers) */
     /* the counter of time spent inside this stage's next() by whoever pulls
      * it (the next stage's wait_up_ns, or the consumer's wait); set before
      * open */
