@@ -219,6 +219,7 @@ int ef__opts_parse(ef__opts *o, const ef__stage_def *def, const char *text,
             break;
         }
         given[idx] = copy_value(val, vlen);
+        o->given |= 1u << idx;
         if (!given[idx])
             rc = ef__err_set(err, EF_ENOMEM, "out of memory");
         ntok++;
@@ -281,6 +282,11 @@ double ef__opt_float(const ef__opts *o, const char *name)
 double ef__opt_factor(const ef__opts *o, const char *name)
 {
     return o->values[index_of(o, name)].f;
+}
+
+int ef__opt_given(const ef__opts *o, const char *name)
+{
+    return (o->given >> index_of(o, name)) & 1u;
 }
 
 int ef__opt_bool(const ef__opts *o, const char *name)

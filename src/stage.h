@@ -51,6 +51,7 @@ typedef struct {
     const ef__option_def *defs;
     ef__opt_value values[EF__MAX_OPTIONS];
     char *strings[EF__MAX_OPTIONS]; /* owned copies of string values */
+    unsigned given;                 /* bit i: option i was in the text */
 } ef__opts;
 
 int64_t ef__opt_int(const ef__opts *o, const char *name);
@@ -60,6 +61,8 @@ int ef__opt_bool(const ef__opts *o, const char *name);
 const char *ef__opt_string(const ef__opts *o, const char *name);
 /* Factor options: 0 means "auto". */
 double ef__opt_factor(const ef__opts *o, const char *name);
+/* Whether the option was written in the spec (not left to its default). */
+int ef__opt_given(const ef__opts *o, const char *name);
 
 /* ---- the per-pipeline context ------------------------------------ */
 

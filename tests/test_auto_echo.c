@@ -313,9 +313,21 @@ static void bad_auto_options(void **state)
     const char *bad[] = {"range:n=1 | echo:factor=auto,max=0",
                          "range:n=1 | echo:factor=auto,pool=0",
                          "range:n=1 | echo:factor=automatic",
-                         "range:n=1 | echo:factor=auto,max=x"};
-    const char *names[] = {"max", "pool", "factor", "max"};
-    for (int i = 0; i < 4; i++) {
+                         "range:n=1 | echo:factor=auto,max=x",
+                         /* auto's options with a fixed factor: an error,
+                          * not silently ignored (the default written out
+                          * too) */
+                         "range:n=1 | echo:factor=2,max=8",
+                         "range:n=1 | echo:factor=2,pool=64",
+                         "range:n=1 | echo:1.5,max=4"};
+    const char *names[] = {"max",
+                           "pool",
+                           "factor",
+                           "max",
+                           "'max' and 'pool' apply to factor=auto only",
+                           "'max' and 'pool' apply to factor=auto only",
+                           "with factor=1.5"};
+    for (int i = 0; i < 7; i++) {
         ef_pipeline *p;
         assert_int_equal(ef_pipeline_create(&p), EF_OK);
         assert_int_equal(ef_pipeline_parse(p, bad[i]), EF_ESPEC);

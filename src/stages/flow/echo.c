@@ -41,9 +41,13 @@ typedef struct {
     size_t n, cap;
 } use_list;
 
+/* A fixed factor uses `held` and the fields below it; auto, the pool. */
+typedef enum { ECHO_FIXED, ECHO_AUTO } echo_mode;
+
 typedef struct {
-    double factor; /* 0: auto */
-    int max;
+    echo_mode mode;
+    double factor; /* fixed */
+    int max;       /* auto: copies per item at most */
     size_t shuffle;
     /* fixed factor */
     ef_sample *held; /* the fresh item whose copies are still due */
@@ -74,10 +78,19 @@ static int echo_create(ef__stage *s, const ef__opts *o, ef__err *err)
         return ef__err_set(err, EF_ENOMEM, "echo: out of memory");
     s->state = st;
     st->factor = ef__opt_factor(o, "factor");
+    st->mode = st->factor == 0 ? ECHO_AUTO : ECHO_FIXED;
     st->max = (int)ef__opt_int(o, "max");
     st->shuffle = (size_t)ef__opt_int(o, "shuffle");
     st->pool_cap = (size_t)ef__opt_int(o, "pool");
-    if (st->factor == 0) {
+    if (st->mode == ECHO_FIXED &&
+        (ef__opt_given(o, "max") || ef__opt_given(o, "pool")))
+        return ef__err_set(err, EF_ESPEC,
+                           "stage 'echo': options 'max' and 'pool' apply to "
+                           "factor=auto only; with factor=%g every item is "
+                           "emitted that many times (drop them, or use "
+                           "factor=auto)",
+                           st->factor);
+    if (st->mode == ECHO_AUTO) {
         st->pool = ef__calloc(st->pool_cap, sizeof *st->pool);
         st->by_uses = ef__calloc((size_t)st->max, sizeof *st->by_uses);
         if (!st->pool || !st->by_uses)
@@ -107,7 +120,7 @@ static int echo_open(ef__stage *s, ef__err *err)
     st->up_items = async_up ? &s->up->items_in : &s->items_in;
     ef__rates_init(&st->rates, st->up_ns, st->up_items, s->pulled_ns,
                    &s->items_out);
-    if (st->factor == 0 && !s->up->def->poll) {
+    if (st->mode == ECHO_AUTO && !s->up->def->poll) {
         st->pump = ef__calloc(1, sizeof *st->pump);
         if (!st->pump)
             return ef__err_set(err, EF_ENOMEM, "echo: out of memory");
@@ -359,7 +372,7 @@ static int auto_next(void *arg, ef_sample **out, ef__err *err)
 static int echo_next(ef__stage *s, ef_sample **out, ef__err *err)
 {
     echo_state *st = s->state;
-    ef__producer produce = st->factor == 0 ? auto_next : fixed_next;
+    ef__producer produce = st->mode == ECHO_AUTO ? auto_next : fixed_next;
     int rc = st->shuffle
                  ? ef__shufbuf_next(&st->buf, produce, s, &st->rng, out, err)
                  : produce(s, out, err);
@@ -426,9 +439,9 @@ static void echo_stats(const ef__stage *s, ef_stage_stats *out)
     double fresh = (double)ef__stat_get(&st->fresh);
     double echoed = (double)ef__stat_get(&st->echoed);
     double factor = fresh > 0 ? (fresh + echoed) / fresh : 0;
-    ef__stats_extra(out, "auto", st->factor == 0);
-    ef__stats_extra(out, st->factor == 0 ? "max" : "factor",
-                    st->factor == 0 ? st->max : st->factor);
+    ef__stats_extra(out, "auto", st->mode == ECHO_AUTO);
+    ef__stats_extra(out, st->mode == ECHO_AUTO ? "max" : "factor",
+                    st->mode == ECHO_AUTO ? st->max : st->factor);
     ef__stats_extra(out, "fresh", fresh);
     ef__stats_extra(out, "echoed", echoed);
     ef__stats_extra(out, "effective_factor", factor);
