@@ -22,6 +22,14 @@
 extern "C" {
 #endif
 
+/* What the shared library exports: these declarations and nothing else
+ * (it is built with hidden visibility). */
+#if defined(__GNUC__)
+#define EF_API __attribute__((visibility("default")))
+#else
+#define EF_API
+#endif
+
 #define EF_VERSION_MAJOR 0
 #define EF_VERSION_MINOR 1
 #define EF_VERSION_PATCH 0
@@ -29,9 +37,9 @@ extern "C" {
     (EF_VERSION_MAJOR * 10000 + EF_VERSION_MINOR * 100 + EF_VERSION_PATCH)
 
 /* The version of the library actually linked, as EF_VERSION_NUMBER. */
-unsigned ef_version_number(void);
+EF_API unsigned ef_version_number(void);
 /* "MAJOR.MINOR.PATCH" of the linked library; static storage. */
-const char *ef_version_string(void);
+EF_API const char *ef_version_string(void);
 
 /* ------------------------------------------------------------------ */
 /* Status codes                                                        */
@@ -59,9 +67,9 @@ typedef enum {
 } ef_status;
 
 /* A short text for a status code; static storage, never NULL. */
-const char *ef_strerror(int status);
+EF_API const char *ef_strerror(int status);
 /* The code's name without the prefix ("EINVAL"); static storage. */
-const char *ef_status_name(int status);
+EF_API const char *ef_status_name(int status);
 
 /* ------------------------------------------------------------------ */
 /* Buffers: reference-counted bytes. Thread-safe counting.             */
@@ -70,19 +78,19 @@ typedef struct ef_buffer ef_buffer;
 
 /* A new buffer of `size` bytes (uninitialised), reference count 1.
  * The caller owns the reference; NULL when out of memory. */
-ef_buffer *ef_buffer_new(size_t size);
+EF_API ef_buffer *ef_buffer_new(size_t size);
 /* Wraps memory the buffer does not own: `release(user)` is called when the
  * last reference goes. The caller owns the returned reference. */
-ef_buffer *ef_buffer_wrap(void *data, size_t size, void (*release)(void *user),
+EF_API ef_buffer *ef_buffer_wrap(void *data, size_t size, void (*release)(void *user),
                           void *user);
 /* Adds a reference and returns `b`; the caller owns the new reference. */
-ef_buffer *ef_buffer_retain(ef_buffer *b);
+EF_API ef_buffer *ef_buffer_retain(ef_buffer *b);
 /* Drops a reference; frees on the last. Accepts NULL. */
-void ef_buffer_release(ef_buffer *b);
-void *ef_buffer_data(const ef_buffer *b);
-size_t ef_buffer_size(const ef_buffer *b);
+EF_API void ef_buffer_release(ef_buffer *b);
+EF_API void *ef_buffer_data(const ef_buffer *b);
+EF_API size_t ef_buffer_size(const ef_buffer *b);
 /* Current reference count (a snapshot; for in-place decisions and tests). */
-unsigned ef_buffer_refcount(const ef_buffer *b);
+EF_API unsigned ef_buffer_refcount(const ef_buffer *b);
 
 /* ------------------------------------------------------------------ */
 /* Samples: a small set of named tensor fields. A batch is a sample    */
@@ -95,9 +103,9 @@ typedef enum { EF_U8 = 0, EF_I32, EF_I64, EF_F32, EF__DTYPE_COUNT } ef_dtype;
 #define EF_MAX_NAME 24 /* field names: at most EF_MAX_NAME - 1 bytes */
 
 /* Bytes per element; 0 for an unknown dtype. */
-size_t ef_dtype_size(ef_dtype dtype);
+EF_API size_t ef_dtype_size(ef_dtype dtype);
 /* "u8", "i32", "i64", "f32"; "?" for an unknown dtype. */
-const char *ef_dtype_name(ef_dtype dtype);
+EF_API const char *ef_dtype_name(ef_dtype dtype);
 
 /* A read-only view of one field. `data` points into a buffer that lives at
  * least as long as the sample it came from. */
@@ -125,29 +133,29 @@ typedef struct ef_sample ef_sample;
 
 /* A new empty sample with the given identity. The caller owns it; free it
  * with ef_sample_free(). NULL when out of memory. */
-ef_sample *ef_sample_new(ef_sample_id id);
+EF_API ef_sample *ef_sample_new(ef_sample_id id);
 /* Frees a sample and drops its buffer references. Accepts NULL. */
-void ef_sample_free(ef_sample *s);
+EF_API void ef_sample_free(ef_sample *s);
 /* A new sample sharing every buffer of `s` (no payload copied). */
-ef_sample *ef_sample_clone(const ef_sample *s);
+EF_API ef_sample *ef_sample_clone(const ef_sample *s);
 
 /* Adds a field viewing `nbytes` of `buf` from byte `offset`. The sample takes
  * a new reference to `buf` (the caller keeps its own). nbytes must equal
  * the product of the shape times the dtype size and fit inside the buffer.
  * EF_EINVAL for a bad name, shape or range, or a duplicate name. */
-int ef_sample_add(ef_sample *s, const char *name, ef_dtype dtype, int ndim,
+EF_API int ef_sample_add(ef_sample *s, const char *name, ef_dtype dtype, int ndim,
                   const int64_t *shape, ef_buffer *buf, size_t offset);
 /* Convenience: allocates a buffer for the field and adds it; `*data` (if not
  * NULL) receives a pointer to fill before the sample is emitted. */
-int ef_sample_add_new(ef_sample *s, const char *name, ef_dtype dtype, int ndim,
+EF_API int ef_sample_add_new(ef_sample *s, const char *name, ef_dtype dtype, int ndim,
                       const int64_t *shape, void **data);
 
-int ef_sample_field_count(const ef_sample *s);
+EF_API int ef_sample_field_count(const ef_sample *s);
 /* Field `i` (0 <= i < count) into *out. EF_EINVAL when out of range. */
-int ef_sample_field(const ef_sample *s, int i, ef_tensor *out);
+EF_API int ef_sample_field(const ef_sample *s, int i, ef_tensor *out);
 /* The field called `name` into *out; EF_EINVAL when there is none. */
-int ef_sample_get(const ef_sample *s, const char *name, ef_tensor *out);
-ef_sample_id ef_sample_identity(const ef_sample *s);
+EF_API int ef_sample_get(const ef_sample *s, const char *name, ef_tensor *out);
+EF_API ef_sample_id ef_sample_identity(const ef_sample *s);
 
 /* ------------------------------------------------------------------ */
 /* Map callbacks                                                       */
@@ -162,14 +170,14 @@ typedef struct ef_map_ctx ef_map_ctx;
 typedef int (*ef_map_fn)(const ef_sample *in, ef_sample **out, ef_map_ctx *ctx);
 
 /* The `user` pointer given to ef_pipeline_add_map(). */
-void *ef_map_ctx_user(const ef_map_ctx *ctx);
+EF_API void *ef_map_ctx_user(const ef_map_ctx *ctx);
 /* A random 64-bit value keyed by (seed, stage, sample identity, draw
  * number): the same sample and seed always get the same draws. */
-uint64_t ef_map_ctx_random(ef_map_ctx *ctx);
+EF_API uint64_t ef_map_ctx_random(ef_map_ctx *ctx);
 /* A uniform double in [0, 1) from the same keyed stream. */
-double ef_map_ctx_uniform(ef_map_ctx *ctx);
+EF_API double ef_map_ctx_uniform(ef_map_ctx *ctx);
 /* Records why the callback failed (printf-style); returns `status`. */
-int ef_map_ctx_fail(ef_map_ctx *ctx, int status, const char *fmt, ...)
+EF_API int ef_map_ctx_fail(ef_map_ctx *ctx, int status, const char *fmt, ...)
 #if defined(__GNUC__)
     __attribute__((format(printf, 3, 4)))
 #endif
@@ -182,28 +190,28 @@ typedef struct ef_pipeline ef_pipeline;
 
 /* A new, empty pipeline. The caller owns *out; free with
  * ef_pipeline_destroy(). */
-int ef_pipeline_create(ef_pipeline **out);
+EF_API int ef_pipeline_create(ef_pipeline **out);
 /* Stops every thread, frees every buffered sample. Safe mid-stream. Accepts
  * NULL. */
-void ef_pipeline_destroy(ef_pipeline *p);
+EF_API void ef_pipeline_destroy(ef_pipeline *p);
 
 /* Seed for every random decision (default 0). Before the first next(). */
-int ef_pipeline_set_seed(ef_pipeline *p, uint64_t seed);
+EF_API int ef_pipeline_set_seed(ef_pipeline *p, uint64_t seed);
 
 /* The source reads only part `index` of `count` (0 <= index < count), as
  * its option shard=index/count would: N processes that each read their
  * own part read the data once between them. Before the source is added;
  * a source given its own shard= other than 0/1, or one without a shard
  * option (a C source), is then an error (EF_ESPEC). */
-int ef_pipeline_set_shard(ef_pipeline *p, int64_t index, int64_t count);
+EF_API int ef_pipeline_set_shard(ef_pipeline *p, int64_t index, int64_t count);
 
 /* Appends stages from a text spec: "idx:images=a,labels=b | echo:2 |
  * batch:128". Stages are NAME[:OPT[,OPT...]] joined by '|'; OPT is
  * key=value, or a bare value for the stage's first option. On error nothing
  * is appended and ef_pipeline_error() names the stage and option. */
-int ef_pipeline_parse(ef_pipeline *p, const char *spec);
+EF_API int ef_pipeline_parse(ef_pipeline *p, const char *spec);
 /* Appends one stage by name with options "key=value,..." (may be NULL). */
-int ef_pipeline_add(ef_pipeline *p, const char *stage, const char *options);
+EF_API int ef_pipeline_add(ef_pipeline *p, const char *stage, const char *options);
 /* A source written in C. With block = 1 it stores the next sample in *out
  * and returns EF_OK, returns EF_END at the end of the pass, or a negative
  * status on failure; with block = 0 it may also return EF_AGAIN when no
@@ -216,12 +224,12 @@ typedef int (*ef_source_fn)(void *user, int64_t epoch, int block,
 
 /* Appends a source running `fn`; it must be the first stage. `user` is
  * borrowed: it must outlive the pipeline. No options yet (NULL or ""). */
-int ef_pipeline_add_source(ef_pipeline *p, ef_source_fn fn, void *user,
+EF_API int ef_pipeline_add_source(ef_pipeline *p, ef_source_fn fn, void *user,
                            const char *options);
 
 /* Appends a map stage running `fn` (options as for "map": threads, ordered).
  * `user` is borrowed: it must outlive the pipeline. */
-int ef_pipeline_add_map(ef_pipeline *p, ef_map_fn fn, void *user,
+EF_API int ef_pipeline_add_map(ef_pipeline *p, ef_map_fn fn, void *user,
                         const char *options);
 
 /* What a bad sample does: a corrupt record or image, a truncated file, an
@@ -235,17 +243,17 @@ typedef enum {
 } ef_on_error;
 
 /* Sets the policy for bad samples. Before the first next(). */
-int ef_pipeline_set_on_error(ef_pipeline *p, ef_on_error policy);
+EF_API int ef_pipeline_set_on_error(ef_pipeline *p, ef_on_error policy);
 
 /* Why the first skipped sample was dropped (file, offset, what was wrong),
  * copied into buf (NUL-terminated, cut to cap); "" when none was. Returns
  * the number of samples skipped so far. Any thread. */
-uint64_t ef_pipeline_skipped(ef_pipeline *p, char *buf, size_t cap);
+EF_API uint64_t ef_pipeline_skipped(ef_pipeline *p, char *buf, size_t cap);
 
 /* The same for parts of the input given up under skip: why the first was
  * (its location, and "shard abandoned at byte N of SIZE"); returns how
  * many were. Any thread. */
-uint64_t ef_pipeline_abandoned(ef_pipeline *p, char *buf, size_t cap);
+EF_API uint64_t ef_pipeline_abandoned(ef_pipeline *p, char *buf, size_t cap);
 
 /* The memory budget: the most payload bytes the pipeline's queues,
  * read-ahead, shuffle buffers and echo pools may hold together (0: no
@@ -253,23 +261,23 @@ uint64_t ef_pipeline_abandoned(ef_pipeline *p, char *buf, size_t cap);
  * it; a sample larger than it, or a shuffle buffer or echo pool that
  * alone would pass it, fails the pipeline with EF_ENOMEM and a message
  * naming the stage. Before the first next(). */
-int ef_pipeline_set_memory_budget(ef_pipeline *p, uint64_t bytes);
+EF_API int ef_pipeline_set_memory_budget(ef_pipeline *p, uint64_t bytes);
 
 /* Stops the pipeline from any thread: every thread and every waiting
  * next() wakes up, and next() returns EF_ECANCELED from then on. The
  * pipeline must still be destroyed. */
-void ef_pipeline_stop(ef_pipeline *p);
+EF_API void ef_pipeline_stop(ef_pipeline *p);
 
 /* The next sample into *out (the caller owns it: ef_sample_free()).
  * EF_OK with a sample, EF_END at the end of the data (then again on every
  * call), or a negative status: the pipeline has failed, ef_pipeline_error()
  * says why, and every later call returns the same status. */
-int ef_pipeline_next(ef_pipeline *p, ef_sample **out);
+EF_API int ef_pipeline_next(ef_pipeline *p, ef_sample **out);
 
 /* The detailed message of the last error (file, offset, option, what was
  * expected); "" when none. Owned by the pipeline, valid until the next call
  * on it. */
-const char *ef_pipeline_error(const ef_pipeline *p);
+EF_API const char *ef_pipeline_error(const ef_pipeline *p);
 
 /* ------------------------------------------------------------------ */
 /* Statistics                                                          */
@@ -313,11 +321,11 @@ typedef struct {
 
 /* Consistent enough to read while the pipeline runs (counters are read
  * atomically one by one). */
-int ef_pipeline_stats_get(const ef_pipeline *p, ef_pipeline_stats *out);
-int ef_pipeline_stage_count(const ef_pipeline *p);
-int ef_pipeline_stage_stats(const ef_pipeline *p, int i, ef_stage_stats *out);
+EF_API int ef_pipeline_stats_get(const ef_pipeline *p, ef_pipeline_stats *out);
+EF_API int ef_pipeline_stage_count(const ef_pipeline *p);
+EF_API int ef_pipeline_stage_stats(const ef_pipeline *p, int i, ef_stage_stats *out);
 /* Looks up an extra figure by key; returns 1 and stores it when present. */
-int ef_stage_stats_extra(const ef_stage_stats *st, const char *key,
+EF_API int ef_stage_stats_extra(const ef_stage_stats *st, const char *key,
                          double *value);
 
 /* ------------------------------------------------------------------ */
@@ -333,7 +341,7 @@ typedef struct ef_shard_writer ef_shard_writer;
  * On EF_ESPEC (a bad pattern) *out is still set, so that
  * ef_shard_writer_error() can say why; destroy it as usual. The caller owns
  * *out. */
-int ef_shard_writer_create(ef_shard_writer **out, const char *pattern,
+EF_API int ef_shard_writer_create(ef_shard_writer **out, const char *pattern,
                            int64_t per_shard);
 /* Writes one sample as tar members KEY.EXT. KEY is the text of a u8 field
  * `__key__` when there is one, else the sample's index as 9 digits. Fields:
@@ -345,19 +353,19 @@ int ef_shard_writer_create(ef_shard_writer **out, const char *pattern,
  * as "dir/name", since tar unpacks members there: a leading '/', an empty,
  * '.' or '..' component, a control character or a '.' in the last
  * component is EF_ESHAPE naming the sample and the key. */
-int ef_shard_writer_add(ef_shard_writer *w, const ef_sample *s);
+EF_API int ef_shard_writer_add(ef_shard_writer *w, const ef_sample *s);
 /* Completes the last shard. */
-int ef_shard_writer_finish(ef_shard_writer *w);
+EF_API int ef_shard_writer_finish(ef_shard_writer *w);
 /* Shards begun so far, and samples written. */
-int64_t ef_shard_writer_shards(const ef_shard_writer *w);
-int64_t ef_shard_writer_samples(const ef_shard_writer *w);
+EF_API int64_t ef_shard_writer_shards(const ef_shard_writer *w);
+EF_API int64_t ef_shard_writer_samples(const ef_shard_writer *w);
 /* The shard name for number `shard` into buf (cut to cap). */
-void ef_shard_writer_name(const ef_shard_writer *w, int64_t shard, char *buf,
+EF_API void ef_shard_writer_name(const ef_shard_writer *w, int64_t shard, char *buf,
                           size_t cap);
 /* The detailed message of the last error; "" when none. */
-const char *ef_shard_writer_error(const ef_shard_writer *w);
+EF_API const char *ef_shard_writer_error(const ef_shard_writer *w);
 /* Removes an unfinished shard's temporary file and frees. Accepts NULL. */
-void ef_shard_writer_destroy(ef_shard_writer *w);
+EF_API void ef_shard_writer_destroy(ef_shard_writer *w);
 
 /* ------------------------------------------------------------------ */
 /* The stage registry (self-documenting help)                          */
@@ -385,11 +393,11 @@ typedef struct {
     const ef_option_info *options;
 } ef_stage_info;
 
-int ef_stage_registry_count(void);
+EF_API int ef_stage_registry_count(void);
 /* Stage `i` of the registry; static storage. NULL when out of range. */
-const ef_stage_info *ef_stage_registry_get(int i);
+EF_API const ef_stage_info *ef_stage_registry_get(int i);
 /* "int", "float", "bool", "string", "factor". */
-const char *ef_opt_type_name(ef_opt_type type);
+EF_API const char *ef_opt_type_name(ef_opt_type type);
 
 #ifdef __cplusplus
 }
