@@ -489,6 +489,16 @@ EOF
     else
         fail "train with channels: rc $rc: $(cat "$TMP/train_chw.err")"
     fi
+    # a held-out set without an image field, or not batched: named, not
+    # read from an uninitialised tensor
+    run train_noimg train --spec "idx:images=$IMG,labels=$LAB | batch:128" \
+        --test-spec "range:n=100 | batch:10" --max-fresh 128
+    [ "$rc" -eq 1 ] && grep -q "evaluation set: its samples have no 'image' field" "$TMP/train_noimg.err" ||
+        fail "a test set without images: rc $rc, $(cat "$TMP/train_noimg.err")"
+    run train_nobatch train --spec "idx:images=$IMG,labels=$LAB | batch:128" \
+        --test-spec "idx:images=$IMG,labels=$LAB | take:10" --max-fresh 128
+    [ "$rc" -eq 1 ] && grep -q "evaluation set: end the spec with batch" "$TMP/train_nobatch.err" ||
+        fail "an unbatched test set: rc $rc, $(cat "$TMP/train_nobatch.err")"
     run train_save_bad train --data fashion-mnist --max-fresh 128 \
         --save-model "$TMP/no/such/dir/m.model"
     [ "$rc" -eq 1 ] && grep -q "no/such/dir.*cannot create" "$TMP/train_save_bad.err" ||

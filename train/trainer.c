@@ -102,9 +102,17 @@ int eft_dataset_load(ef_pipeline *p, double mean, double std, eft_dataset *out,
     memset(out, 0, sizeof *out);
     while ((rc = ef_pipeline_next(p, &s)) == EF_OK) {
         ef_tensor img;
-        int64_t b = ef_sample_get(s, "image", &img) == EF_OK && img.ndim >= 3
-                        ? img.shape[0]
-                        : 1;
+        int have = ef_sample_get(s, "image", &img) == EF_OK;
+        if (!have || img.ndim < 3) {
+            ef_sample_free(s);
+            free(x);
+            free(y);
+            return fail(err, errlen,
+                        have ? "evaluation set: end the spec with batch"
+                             : "evaluation set: its samples have no 'image' "
+                               "field");
+        }
+        int64_t b = img.shape[0];
         if (n + (size_t)b > cap) {
             cap = (n + (size_t)b) * 2;
             float *nx = realloc(x, cap * IMAGE_SIZE * sizeof(float));
@@ -119,11 +127,8 @@ int eft_dataset_load(ef_pipeline *p, double mean, double std, eft_dataset *out,
             }
         }
         int got;
-        if (img.ndim >= 3)
-            rc = unpack(s, mean, std, (int)b, x + n * IMAGE_SIZE, y + n, &got,
-                        err, errlen);
-        else
-            rc = fail(err, errlen, "evaluation set: end the spec with batch");
+        rc = unpack(s, mean, std, (int)b, x + n * IMAGE_SIZE, y + n, &got, err,
+                    errlen);
         ef_sample_free(s);
         if (rc != 0) {
             free(x);
