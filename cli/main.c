@@ -186,7 +186,10 @@ static int cmd_run(int argc, char **argv)
     uint64_t budget = 0;
     int budget_given = 0;
     for (int i = 0; i < argc; i++) {
-        if (!strcmp(argv[i], "--json")) {
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            usage(stdout);
+            return 0;
+        } else if (!strcmp(argv[i], "--json")) {
             json = 1;
         } else if (!strcmp(argv[i], "--on-error")) {
             if (i + 1 >= argc ||

@@ -236,6 +236,17 @@ pack_interrupt() {
 pack_interrupt pack_sigint SIGINT 130
 pack_interrupt pack_sigterm SIGTERM 143
 
+# every subcommand answers --help on stdout with status 0
+for sub in run pack train; do
+    run help_$sub $sub --help
+    # train without OpenBLAS says so and exits 2: that is its answer
+    if [ "$sub" = train ] && grep -q "needs OpenBLAS" "$TMP/help_$sub.err"; then
+        continue
+    fi
+    [ "$rc" -eq 0 ] && grep -q "usage: echoflow" "$TMP/help_$sub.out" ||
+        fail "echoflow $sub --help: rc $rc, $(cat "$TMP/help_$sub.out" "$TMP/help_$sub.err")"
+done
+
 run bad_policy run --on-error sometimes "range:n=3"
 [ "$rc" -eq 2 ] && grep -q "fail or skip" "$TMP/bad_policy.err" ||
     fail "run --on-error sometimes: rc $rc, $(cat "$TMP/bad_policy.err")"
