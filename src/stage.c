@@ -149,6 +149,14 @@ int ef__stage_abandon(ef__stage *s, ef__err *err, const char *part,
     return 1;
 }
 
+void ef__stream_opts_from(const ef__opts *o, ef__stream_opts *out)
+{
+    ef__stream_opts_init(out);
+    out->tries = (int)ef__opt_int(o, "tries");
+    out->timeout_s = ef__opt_float(o, "timeout");
+    out->max_inflate = (int)ef__opt_int(o, "max_inflate");
+}
+
 void ef__stats_extra(ef_stage_stats *st, const char *key, double value)
 {
     if (st->nextra < EF_MAX_STAT_EXTRAS) {

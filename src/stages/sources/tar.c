@@ -345,11 +345,8 @@ static int tar_create(ef__stage *s, const ef__opts *o, ef__err *err)
     st->ordered = ef__opt_bool(o, "ordered");
     st->shuffle = ef__opt_bool(o, "shuffle_shards");
     st->depth = (size_t)ef__opt_int(o, "queue");
-    ef__stream_opts_init(&st->sopts);
-    st->sopts.tries = (int)ef__opt_int(o, "tries");
-    st->sopts.timeout_s = ef__opt_float(o, "timeout");
+    ef__stream_opts_from(o, &st->sopts);
     st->sopts.cancelled = &st->stop;
-    st->sopts.max_inflate = (int)ef__opt_int(o, "max_inflate");
     ef__shard part;
     int rc = ef__shard_parse(s, o, &part, err);
     if (rc == EF_OK)
@@ -583,13 +580,7 @@ static const ef__option_def tar_options[] = {
      0},
     {"queue", EF_OPT_INT, "16", "samples buffered per reader thread", 1,
      1 << 16},
-    {"tries", EF_OPT_INT, "5", "HTTP attempts per shard before giving up", 1,
-     100},
-    EF__MAX_INFLATE_OPTION,
-    {"timeout", EF_OPT_FLOAT, "30",
-     "HTTP: seconds an attempt may go without a byte, wait for its "
-     "headers, or get under 1 KiB/s of body",
-     0.001, 86400},
+    EF__STREAM_OPTIONS,
     EF__SHARD_OPTION,
 };
 

@@ -41,11 +41,8 @@ static int tfrecord_create(ef__stage *s, const ef__opts *o, ef__err *err)
     if (!st)
         return ef__err_set(err, EF_ENOMEM, "tfrecord: out of memory");
     s->state = st;
-    ef__stream_opts_init(&st->sopts);
-    st->sopts.tries = (int)ef__opt_int(o, "tries");
-    st->sopts.timeout_s = ef__opt_float(o, "timeout");
+    ef__stream_opts_from(o, &st->sopts);
     st->sopts.cancelled = &s->ctx->cancelled;
-    st->sopts.max_inflate = (int)ef__opt_int(o, "max_inflate");
     const char *comp = ef__opt_string(o, "compression");
     if (strcmp(comp, "auto") == 0)
         st->sopts.gzip = -1;
@@ -218,13 +215,7 @@ static const ef__option_def tfrecord_options[] = {
      "auto (gzip when the data says so), none or gzip", 0, 0},
     {"field", EF_OPT_STRING, "record", "name of the u8 field of each record", 0,
      0},
-    {"tries", EF_OPT_INT, "5", "HTTP attempts per file before giving up", 1,
-     100},
-    EF__MAX_INFLATE_OPTION,
-    {"timeout", EF_OPT_FLOAT, "30",
-     "HTTP: seconds an attempt may go without a byte, wait for its "
-     "headers, or get under 1 KiB/s of body",
-     0.001, 86400},
+    EF__STREAM_OPTIONS,
     EF__SHARD_OPTION,
 };
 
