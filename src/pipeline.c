@@ -18,10 +18,14 @@ struct ef_pipeline {
     ef__ctx ctx;
     ef__stage *stages[MAX_STAGES];
     int nstages;
-    int started;
-    int final_status; /* END or an error, once reached */
+    /* written by the consumer's next(), read by stats from any thread */
+    atomic_int started;
+    atomic_int final_status; /* END or an error, once reached */
+    /* every stage opened: what open() wrote may be read by stats (the
+     * store releases it, the stats' load acquires it) */
+    atomic_int opened;
     ef__err err;
-    uint64_t t_open_ns, t_start_ns; /* first next(); end of startup */
+    _Atomic uint64_t t_open_ns, t_start_ns; /* first next(); end of startup */
     _Atomic uint64_t t_last_ns;     /* end of the last next() */
     _Atomic uint64_t items, consumer_wait_ns;
 };
@@ -303,11 +307,21 @@ int ef_pipeline_add_source(ef_pipeline *p, ef_source_fn fn, void *user,
                    options);
 }
 
+/* Records the end of the data or the failure; every later next()
+ * returns it. */
+static int finish(ef_pipeline *p, int status)
+{
+    atomic_store(&p->final_status, status);
+    return status;
+}
+
 static int start(ef_pipeline *p)
 {
-    p->started = 1;
-    p->t_open_ns = p->t_start_ns = ef__now_ns();
-    atomic_store(&p->t_last_ns, p->t_start_ns);
+    uint64_t now = ef__now_ns();
+    atomic_store(&p->t_open_ns, now);
+    atomic_store(&p->t_start_ns, now);
+    atomic_store(&p->t_last_ns, now);
+    atomic_store(&p->started, 1);
     if (p->nstages == 0)
         return ef__err_set(&p->err, EF_ESPEC, "the pipeline has no stages");
     for (int i = 0; i < p->nstages; i++)
@@ -322,8 +336,10 @@ static int start(ef_pipeline *p)
                 return rc;
         }
     }
-    p->t_start_ns = ef__now_ns();
-    atomic_store(&p->t_last_ns, p->t_start_ns);
+    now = ef__now_ns();
+    atomic_store(&p->t_start_ns, now);
+    atomic_store(&p->t_last_ns, now);
+    atomic_store(&p->opened, 1);
     return EF_OK;
 }
 
@@ -332,15 +348,16 @@ int ef_pipeline_next(ef_pipeline *p, ef_sample **out)
     if (!p || !out)
         return EF_EINVAL;
     *out = NULL;
-    if (p->final_status)
-        return p->final_status;
+    int done = atomic_load(&p->final_status);
+    if (done)
+        return done;
     if (ef__ctx_is_cancelled(&p->ctx))
-        return p->final_status = ef__err_set(&p->err, EF_ECANCELED,
-                                             "the pipeline was stopped");
-    if (!p->started) {
+        return finish(p, ef__err_set(&p->err, EF_ECANCELED,
+                                     "the pipeline was stopped"));
+    if (!atomic_load(&p->started)) {
         int rc = start(p);
         if (rc != EF_OK)
-            return p->final_status = rc;
+            return finish(p, rc);
     }
     ef__stage *last = p->stages[p->nstages - 1];
     uint64_t t0 = ef__now_ns();
@@ -357,7 +374,7 @@ int ef_pipeline_next(ef_pipeline *p, ef_sample **out)
         rc = ef__err_set(&p->err, EF_ECANCELED, "the pipeline was stopped");
     if (rc != EF_END && !p->err.msg[0])
         ef__err_set(&p->err, rc, "%s", ef_strerror(rc));
-    return p->final_status = rc;
+    return finish(p, rc);
 }
 
 const char *ef_pipeline_error(const ef_pipeline *p)
@@ -378,14 +395,16 @@ int ef_pipeline_stats_get(const ef_pipeline *p, ef_pipeline_stats *out)
     out->memory_budget = ctx->budget.limit;
     out->bytes_held = atomic_load(&ctx->budget.held);
     out->peak_bytes_held = atomic_load(&ctx->budget.peak);
-    if (!p->started)
+    ef_pipeline *q = (ef_pipeline *)p; /* atomics are read, not changed */
+    if (!atomic_load(&q->started))
         return EF_OK;
     /* while running, elapsed time runs to now; once ended, to the last
      * next(), so time spent after the end is not counted */
-    uint64_t end = p->final_status ? atomic_load(&((ef_pipeline *)p)->t_last_ns)
-                                   : ef__now_ns();
-    out->startup_s = (double)(p->t_start_ns - p->t_open_ns) * 1e-9;
-    out->elapsed_s = (double)(end - p->t_start_ns) * 1e-9;
+    uint64_t end = atomic_load(&q->final_status) ? atomic_load(&q->t_last_ns)
+                                                 : ef__now_ns();
+    uint64_t t_start = atomic_load(&q->t_start_ns);
+    out->startup_s = (double)(t_start - atomic_load(&q->t_open_ns)) * 1e-9;
+    out->elapsed_s = end > t_start ? (double)(end - t_start) * 1e-9 : 0;
     out->consumer_wait_s = (double)ef__stat_get(&p->consumer_wait_ns) * 1e-9;
     out->consumer_wait_fraction =
         out->elapsed_s > 0 ? out->consumer_wait_s / out->elapsed_s : 0;
@@ -411,7 +430,9 @@ int ef_pipeline_stage_stats(const ef_pipeline *p, int i, ef_stage_stats *out)
     out->skipped = atomic_load(&((ef__stage *)s)->skipped);
     out->abandoned = atomic_load(&((ef__stage *)s)->abandoned);
     out->lost_bytes = atomic_load(&((ef__stage *)s)->lost_bytes);
-    if (s->def->stats)
+    /* a stage's own figures only once it is open: open() sets up what
+     * they read */
+    if (s->def->stats && atomic_load(&((ef_pipeline *)p)->opened))
         s->def->stats(s, out);
     return EF_OK;
 }

@@ -319,8 +319,10 @@ typedef struct {
     uint64_t peak_bytes_held;      /* the most held at once */
 } ef_pipeline_stats;
 
-/* Consistent enough to read while the pipeline runs (counters are read
- * atomically one by one). */
+/* Any thread may read them while the pipeline runs (counters are read
+ * atomically one by one, so figures taken together may be a few items
+ * apart). A stage's own figures (extra) appear once the first next() has
+ * opened the stages. */
 EF_API int ef_pipeline_stats_get(const ef_pipeline *p, ef_pipeline_stats *out);
 EF_API int ef_pipeline_stage_count(const ef_pipeline *p);
 EF_API int ef_pipeline_stage_stats(const ef_pipeline *p, int i, ef_stage_stats *out);
