@@ -11,6 +11,19 @@
  *   non-error states (EF_END), negative values are errors.
  * - Handles are opaque. Destroy functions accept NULL.
  * - Every function that takes or returns a pointer says who frees it.
+ *
+ * Threads:
+ * - A pipeline is built and pulled (create, set_*, parse, add_*, next,
+ *   destroy) by one thread at a time.
+ * - From any thread, while another pulls: ef_pipeline_stop(), the stats
+ *   (ef_pipeline_stats_get, ef_pipeline_stage_count,
+ *   ef_pipeline_stage_stats), ef_pipeline_skipped() and
+ *   ef_pipeline_abandoned(). Destroy only after every such call returned.
+ * - Samples are immutable once emitted: any thread may read and free
+ *   them, and their tensors' memory lives as long as some reference to it
+ *   (a sample, an ef_buffer_retain), even after the pipeline is gone.
+ * - A map callback runs on the map's worker threads, several at once
+ *   when threads > 1; it must not call into its own pipeline.
  */
 #ifndef ECHOFLOW_H
 #define ECHOFLOW_H
