@@ -23,7 +23,7 @@
  *   them, and their tensors' memory lives as long as some reference to it
  *   (a sample, an ef_buffer_retain), even after the pipeline is gone.
  * - A map callback runs on the map's worker threads, several at once
- *   when threads > 1; it must not call into its own pipeline.
+ *   when threads > 1; it must not pull (next) from its own pipeline.
  */
 #ifndef ECHOFLOW_H
 #define ECHOFLOW_H
