@@ -48,6 +48,12 @@ extern "C" {
 #define EF_VERSION_PATCH 0
 #define EF_VERSION_NUMBER                                                      \
     (EF_VERSION_MAJOR * 10000 + EF_VERSION_MINOR * 100 + EF_VERSION_PATCH)
+#define EF__STRINGIFY(x) #x
+#define EF__VERSION_TEXT(a, b, c)                                              \
+    EF__STRINGIFY(a) "." EF__STRINGIFY(b) "." EF__STRINGIFY(c)
+/* "MAJOR.MINOR.PATCH" of this header; ef_version_string() is the library's. */
+#define EF_VERSION_STRING                                                      \
+    EF__VERSION_TEXT(EF_VERSION_MAJOR, EF_VERSION_MINOR, EF_VERSION_PATCH)
 
 /* The version of the library actually linked, as EF_VERSION_NUMBER. */
 EF_API unsigned ef_version_number(void);

@@ -30,10 +30,7 @@ unsigned ef_version_number(void)
     return EF_VERSION_NUMBER;
 }
 
-#define EF__STR2(x) #x
-#define EF__STR(x) EF__STR2(x)
 const char *ef_version_string(void)
 {
-    return EF__STR(EF_VERSION_MAJOR) "." EF__STR(EF_VERSION_MINOR) "." EF__STR(
-        EF_VERSION_PATCH);
+    return EF_VERSION_STRING;
 }
