@@ -27,6 +27,22 @@ run() {
     rc=$?
 }
 
+# expect_refused OPTION MESSAGE VALUE...: `run OPTION VALUE "range:n=3"`
+# exits 2 with MESSAGE on stderr (a %s in it stands for the value), for
+# each VALUE.
+expect_refused() {
+    local opt=$1 msg=$2 bad
+    shift 2
+    for bad in "$@"; do
+        run refused run "$opt" "$bad" "range:n=3"
+        if [ "$rc" -eq 2 ] && grep -qF -- "${msg//%s/$bad}" "$TMP/refused.err"; then
+            pass "run $opt '$bad' refused"
+        else
+            fail "run $opt '$bad': rc $rc, $(cat "$TMP/refused.err")"
+        fi
+    done
+}
+
 # check_json NAME PYTHON_EXPR_FILE: runs the Python checks on $TMP/NAME.out.
 check_json() {
     local name=$1 checks=$2
@@ -290,14 +306,9 @@ PYEOF
 check_json lost_json "$TMP/lost_json.py"
 
 # ---- the memory budget --------------------------------------------------
-for bad in 10x -1 1.5G K "" 99999999999999999999 17179869184T; do
-    run bad_budget run --memory-budget "$bad" "range:n=3"
-    if [ "$rc" -eq 2 ] && grep -qF -- "--memory-budget expects a size in bytes" "$TMP/bad_budget.err"; then
-        pass "run --memory-budget '$bad' refused"
-    else
-        fail "run --memory-budget '$bad': rc $rc, $(cat "$TMP/bad_budget.err")"
-    fi
-done
+expect_refused --memory-budget \
+    "--memory-budget expects a size in bytes, with K, M, G or T for binary multiples (512M, 2G), or 0 for no limit; got '%s'" \
+    10x -1 1.5G K "" 99999999999999999999 17179869184T
 run budget_small run --memory-budget 1K "range:n=3,bytes=2000 | prefetch"
 [ "$rc" -eq 1 ] && grep -q "prefetch: sample 0: 2008 bytes, over the memory budget of 1024 bytes" "$TMP/budget_small.err" ||
     fail "a sample over the budget: rc $rc, $(cat "$TMP/budget_small.err")"
@@ -315,25 +326,14 @@ run budget_pack pack --memory-budget 1K "range:n=3,bytes=2000 | prefetch" "$TMP/
 # ---- numbers on the command line ---------------------------------------
 # a seed is a whole number in 0..2^64-1: converting nan, inf or 1e300 from
 # a double is undefined, and -1 would wrap
-for bad in nan inf 1e300 -1 1.5 +1 " 1" "" 7x 18446744073709551616; do
-    run bad_seed run --seed "$bad" --json "range:n=3"
-    if [ "$rc" -eq 2 ] && grep -qF -- "--seed expects a whole number from 0 to 18446744073709551615, got '$bad'" "$TMP/bad_seed.err"; then
-        pass "run --seed '$bad' refused"
-    else
-        fail "run --seed '$bad': rc $rc, $(cat "$TMP/bad_seed.err")"
-    fi
-done
+expect_refused --seed \
+    "--seed expects a whole number from 0 to 18446744073709551615, got '%s'" \
+    nan inf 1e300 -1 1.5 +1 " 1" "" 7x 18446744073709551616
 run max_seed run --seed 18446744073709551615 --json "range:n=3"
 [ "$rc" -eq 0 ] && grep -q '"seed": 18446744073709551615,' "$TMP/max_seed.out" ||
     fail "run --seed 2^64-1: rc $rc, $(cat "$TMP/max_seed.out" "$TMP/max_seed.err")"
-for bad in inf nan -inf 1e300 -1; do
-    run bad_consume run --consume-us "$bad" "range:n=3"
-    if [ "$rc" -eq 2 ] && grep -qF -- "--consume-us expects a number from 0 to" "$TMP/bad_consume.err"; then
-        pass "run --consume-us '$bad' refused"
-    else
-        fail "run --consume-us '$bad': rc $rc, $(cat "$TMP/bad_consume.err")"
-    fi
-done
+expect_refused --consume-us "--consume-us expects a number from 0 to" \
+    inf nan -inf 1e300 -1
 
 # ---- JSON is UTF-8 whatever the bytes of paths and messages ------------
 # a path with bytes that are no UTF-8 (lone 0xff 0xfe, an overlong NUL, a

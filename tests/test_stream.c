@@ -1037,14 +1037,9 @@ static void test_http_slow_headers(void **state)
     ef__err err;
     ef__stream_stats st;
     char url[128];
-    size_t total;
-    double dt;
-    int rc = http_read_failing(args, opts_with(1, 1, 0.01), &err, &total, &dt,
-                               &st, url, sizeof url);
-    assert_int_equal(rc, EF_EIO);
-    assert_int_equal(total, 0);
+    double dt = http_expect_failure(args, opts_with(1, 1, 0.01), 0, &err, &st,
+                                    url, sizeof url);
     assert_true(dt >= 0.9 && dt < WATCHDOG_S);
-    expect_msg(&err, url);
     expect_msg(&err, "giving up at byte 0 after 1 try");
     expect_msg(&err, "headers did not complete within 1 s");
 }
@@ -1078,13 +1073,8 @@ static void test_http_redirect_loop(void **state)
     ef__err err;
     ef__stream_stats st;
     char url[128];
-    size_t total;
-    double dt;
-    int rc = http_read_failing(args, opts_with(3, 10, 0.01), &err, &total, &dt,
-                               &st, url, sizeof url);
-    assert_int_equal(rc, EF_EIO);
-    assert_int_equal(total, 0);
-    expect_msg(&err, url);
+    http_expect_failure(args, opts_with(3, 10, 0.01), 0, &err, &st, url,
+                        sizeof url);
     expect_msg(&err, "too many redirects: 10 followed (the limit)");
     char again[300];
     snprintf(again, sizeof again, "%s redirects again to %s", url, url);
@@ -1102,13 +1092,8 @@ static void test_http_huge_header(void **state)
     ef__err err;
     ef__stream_stats st;
     char url[128];
-    size_t total;
-    double dt;
-    int rc = http_read_failing(args, opts_with(3, 10, 0.01), &err, &total, &dt,
-                               &st, url, sizeof url);
-    assert_int_equal(rc, EF_EIO);
-    assert_int_equal(total, 0);
-    expect_msg(&err, url);
+    http_expect_failure(args, opts_with(3, 10, 0.01), 0, &err, &st, url,
+                        sizeof url);
     expect_msg(&err, "the server sent a header line larger than curl "
                      "accepts");
     expect_msg(&err, "not retried");

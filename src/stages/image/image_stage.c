@@ -131,11 +131,12 @@ int ef__image_same_shape_output(const ef_sample *in, const ef__image *img,
                             img->f->shape, out, (void **)dst, ctx);
 }
 
-int ef__image_check_nonempty(const ef__image *img, const char *field,
-                             ef_map_ctx *ctx)
+int ef__image_find_resamplable(const ef_sample *in, const char *field,
+                               ef__image *img, ef_map_ctx *ctx)
 {
-    if (img->h >= 1 && img->w >= 1)
-        return EF_OK;
+    int rc = ef__image_find(in, field, EF__U8_F32, img, ctx);
+    if (rc != EF_OK || (img->h >= 1 && img->w >= 1))
+        return rc;
     return ef_map_ctx_fail(ctx, EF_ESHAPE,
                            "field '%s' is an empty image (%lld x %lld); "
                            "nothing to resample",

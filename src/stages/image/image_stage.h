@@ -44,9 +44,10 @@ int ef__image_same_shape_output(const ef_sample *in, const ef__image *img,
                                 ef_sample **out, unsigned char **dst,
                                 ef_map_ctx *ctx);
 
-/* EF_ESHAPE naming `field` when the image has no pixels to resample. */
-int ef__image_check_nonempty(const ef__image *img, const char *field,
-                             ef_map_ctx *ctx);
+/* ef__image_find for a u8 or f32 image to resample: one with no pixels
+ * is EF_ESHAPE naming `field`. */
+int ef__image_find_resamplable(const ef_sample *in, const char *field,
+                               ef__image *img, ef_map_ctx *ctx);
 
 /* A clone of `in` whose image is the crop (y0, x0, ch, cw) of img,
  * resampled bilinearly to oh x ow (bilinear.h). */

@@ -13,10 +13,7 @@ static int resize_fn(const ef_sample *in, ef_sample **out, ef_map_ctx *ctx)
 {
     const resize_params *p = ef_map_ctx_user(ctx);
     ef__image img;
-    int rc = ef__image_find(in, p->field, EF__U8_F32, &img, ctx);
-    if (rc != EF_OK)
-        return rc;
-    rc = ef__image_check_nonempty(&img, p->field, ctx);
+    int rc = ef__image_find_resamplable(in, p->field, &img, ctx);
     if (rc != EF_OK)
         return rc;
     if (img.h == p->h && img.w == p->w) {
