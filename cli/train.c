@@ -33,7 +33,7 @@ typedef struct {
     eft_config cfg;
     const char *data, *spec, *test_spec, *echo, *echo_at;
     double throttle;
-    int json;
+    int json, print_spec;
     uint64_t memory_budget; /* --memory-budget, when budget_given */
     int budget_given;
     eft_comm comm; /* under mpirun: this process's rank and the size */
@@ -69,6 +69,9 @@ static void usage(FILE *f)
             "N  --json\n"
             "  --save-model PATH   write the weights at the end (format: "
             "train/model.h)\n"
+            "  --print-spec     print the training and held-out pipelines "
+            "(one a line)\n"
+            "                   and exit\n"
             "  --memory-budget SIZE  bytes the pipelines' queues and buffers "
             "may hold\n"
             "                   (default 1G; 0: no limit)\n"
@@ -141,6 +144,10 @@ static int parse(train_opts *o, int argc, char **argv)
         const char *a = argv[i];
         if (!strcmp(a, "--json")) {
             o->json = 1;
+            continue;
+        }
+        if (!strcmp(a, "--print-spec")) {
+            o->print_spec = 1;
             continue;
         }
         if (!strcmp(a, "--check-sync")) {
@@ -622,7 +629,9 @@ int cmd_train(int argc, char **argv)
     int launched = 0;
 #endif
     int rc = setup(&o, launched, argc, argv);
-    if (rc == 0)
+    if (rc == 0 && o.print_spec)
+        printf("%s\n%s\n", o.spec, o.test_spec);
+    else if (rc == 0)
         rc = run(&o);
 #ifdef EF_HAVE_MPI
     train_mpi_finish(rc);

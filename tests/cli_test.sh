@@ -425,6 +425,17 @@ if [ "$rc" -eq 2 ] && grep -q "needs OpenBLAS" "$TMP/train_help.err"; then
 else
     [ "$rc" -eq 0 ] && grep -q -- "--echo-at" "$TMP/train_help.out" ||
         fail "train --help: rc $rc"
+    # --print-spec gives the preset's two pipelines, as the experiments read them
+    run train_spec train --data fashion-mnist --model cnn --echo factor=2 \
+        --print-spec
+    if [ "$rc" -eq 0 ] && [ "$(wc -l <"$TMP/train_spec.out")" -eq 2 ] &&
+        grep -q "^idx:.*shuffle:60000 | repeat | echo:factor=2 | random_crop" \
+            "$TMP/train_spec.out" &&
+        grep -q "t10k-images.* | batch:1000$" "$TMP/train_spec.out"; then
+        pass "train --print-spec prints the training and held-out pipelines"
+    else
+        fail "train --print-spec: rc $rc, $(cat "$TMP/train_spec.out" "$TMP/train_spec.err")"
+    fi
     for bad in "--model rnn" "--lr x" "--batch 0" "--echo-at middle" \
                "--schedule cosine" "--bogus 1" "--lr nan" "--batch nan" \
                "--seed nan" "--seed inf" "--seed 1e300" "--seed -1" \
