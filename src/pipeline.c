@@ -30,7 +30,7 @@ struct ef_pipeline {
     _Atomic uint64_t items, consumer_wait_ns;
 };
 
-int ef_pipeline_create(ef_pipeline **out)
+ef_status ef_pipeline_create(ef_pipeline **out)
 {
     if (!out)
         return EF_EINVAL;
@@ -87,7 +87,7 @@ static int check_state(ef_pipeline *p)
     return EF_OK;
 }
 
-int ef_pipeline_set_seed(ef_pipeline *p, uint64_t seed)
+ef_status ef_pipeline_set_seed(ef_pipeline *p, uint64_t seed)
 {
     if (!p)
         return EF_EINVAL;
@@ -97,7 +97,7 @@ int ef_pipeline_set_seed(ef_pipeline *p, uint64_t seed)
     return rc;
 }
 
-int ef_pipeline_set_on_error(ef_pipeline *p, ef_on_error policy)
+ef_status ef_pipeline_set_on_error(ef_pipeline *p, ef_on_error policy)
 {
     if (!p || (policy != EF_ON_ERROR_FAIL && policy != EF_ON_ERROR_SKIP))
         return EF_EINVAL;
@@ -131,7 +131,7 @@ uint64_t ef_pipeline_abandoned(ef_pipeline *p, char *buf, size_t cap)
     return atomic_load(&p->ctx.abandoned);
 }
 
-int ef_pipeline_set_memory_budget(ef_pipeline *p, uint64_t bytes)
+ef_status ef_pipeline_set_memory_budget(ef_pipeline *p, uint64_t bytes)
 {
     if (!p)
         return EF_EINVAL;
@@ -237,7 +237,7 @@ static int spec_stage(void *arg, const ef__spec_stage *st, ef__err *err)
     return add_stage(arg, st->name, st->name_len, st->opts, st->opts_len, err);
 }
 
-int ef_pipeline_set_shard(ef_pipeline *p, int64_t index, int64_t count)
+ef_status ef_pipeline_set_shard(ef_pipeline *p, int64_t index, int64_t count)
 {
     if (!p)
         return EF_EINVAL;
@@ -257,7 +257,7 @@ int ef_pipeline_set_shard(ef_pipeline *p, int64_t index, int64_t count)
     return EF_OK;
 }
 
-int ef_pipeline_parse(ef_pipeline *p, const char *spec)
+ef_status ef_pipeline_parse(ef_pipeline *p, const char *spec)
 {
     if (!p || !spec)
         return EF_EINVAL;
@@ -283,14 +283,14 @@ static int add_one(ef_pipeline *p, const char *name, const ef__stage_def *def,
                  : add_stage(&pd, name, strlen(name), o, strlen(o), &p->err));
 }
 
-int ef_pipeline_add(ef_pipeline *p, const char *stage, const char *options)
+ef_status ef_pipeline_add(ef_pipeline *p, const char *stage, const char *options)
 {
     if (!p || !stage)
         return EF_EINVAL;
     return add_one(p, stage, NULL, NULL, NULL, options);
 }
 
-int ef_pipeline_add_map(ef_pipeline *p, ef_map_fn fn, void *user,
+ef_status ef_pipeline_add_map(ef_pipeline *p, ef_map_fn fn, void *user,
                         const char *options)
 {
     if (!p || !fn)
@@ -298,7 +298,7 @@ int ef_pipeline_add_map(ef_pipeline *p, ef_map_fn fn, void *user,
     return add_one(p, NULL, &ef__stage_map, (void (*)(void))fn, user, options);
 }
 
-int ef_pipeline_add_source(ef_pipeline *p, ef_source_fn fn, void *user,
+ef_status ef_pipeline_add_source(ef_pipeline *p, ef_source_fn fn, void *user,
                            const char *options)
 {
     if (!p || !fn)
@@ -343,7 +343,7 @@ static int start(ef_pipeline *p)
     return EF_OK;
 }
 
-int ef_pipeline_next(ef_pipeline *p, ef_sample **out)
+ef_status ef_pipeline_next(ef_pipeline *p, ef_sample **out)
 {
     if (!p || !out)
         return EF_EINVAL;
@@ -382,10 +382,17 @@ const char *ef_pipeline_error(const ef_pipeline *p)
     return p ? p->err.msg : "";
 }
 
-int ef_pipeline_stats_get(const ef_pipeline *p, ef_pipeline_stats *out)
+/* Copies the first `size` bytes of `all` to `out`, zero past its end: the
+ * caller's struct may be older (smaller) or newer (larger) than ours. */
+static void copy_sized(void *out, size_t size, const void *all, size_t n)
 {
-    if (!p || !out)
-        return EF_EINVAL;
+    memcpy(out, all, size < n ? size : n);
+    if (size > n)
+        memset((char *)out + n, 0, size - n);
+}
+
+static void pipeline_stats(const ef_pipeline *p, ef_pipeline_stats *out)
+{
     memset(out, 0, sizeof *out);
     out->items = ef__stat_get(&p->items);
     ef__ctx *ctx = &((ef_pipeline *)p)->ctx;
@@ -397,7 +404,7 @@ int ef_pipeline_stats_get(const ef_pipeline *p, ef_pipeline_stats *out)
     out->peak_bytes_held = atomic_load(&ctx->budget.peak);
     ef_pipeline *q = (ef_pipeline *)p; /* atomics are read, not changed */
     if (!atomic_load(&q->started))
-        return EF_OK;
+        return;
     /* while running, elapsed time runs to now; once ended, to the last
      * next(), so time spent after the end is not counted */
     uint64_t end = atomic_load(&q->final_status) ? atomic_load(&q->t_last_ns)
@@ -408,6 +415,16 @@ int ef_pipeline_stats_get(const ef_pipeline *p, ef_pipeline_stats *out)
     out->consumer_wait_s = (double)ef__stat_get(&p->consumer_wait_ns) * 1e-9;
     out->consumer_wait_fraction =
         out->elapsed_s > 0 ? out->consumer_wait_s / out->elapsed_s : 0;
+}
+
+ef_status ef_pipeline_stats_get_sized(const ef_pipeline *p,
+                                      ef_pipeline_stats *out, size_t size)
+{
+    if (!p || !out || !size)
+        return EF_EINVAL;
+    ef_pipeline_stats all;
+    pipeline_stats(p, &all);
+    copy_sized(out, size, &all, sizeof all);
     return EF_OK;
 }
 
@@ -416,11 +433,9 @@ int ef_pipeline_stage_count(const ef_pipeline *p)
     return p ? p->nstages : 0;
 }
 
-int ef_pipeline_stage_stats(const ef_pipeline *p, int i, ef_stage_stats *out)
+static void stage_stats(const ef_pipeline *p, const ef__stage *s,
+                        ef_stage_stats *out)
 {
-    if (!p || !out || i < 0 || i >= p->nstages)
-        return EF_EINVAL;
-    const ef__stage *s = p->stages[i];
     memset(out, 0, sizeof *out);
     out->name = s->def->info.name;
     out->items_in = ef__stat_get(&s->items_in);
@@ -434,5 +449,15 @@ int ef_pipeline_stage_stats(const ef_pipeline *p, int i, ef_stage_stats *out)
      * they read */
     if (s->def->stats && atomic_load(&((ef_pipeline *)p)->opened))
         s->def->stats(s, out);
+}
+
+ef_status ef_pipeline_stage_stats_sized(const ef_pipeline *p, int i,
+                                        ef_stage_stats *out, size_t size)
+{
+    if (!p || !out || !size || i < 0 || i >= p->nstages)
+        return EF_EINVAL;
+    ef_stage_stats all;
+    stage_stats(p, p->stages[i], &all);
+    copy_sized(out, size, &all, sizeof all);
     return EF_OK;
 }

@@ -88,7 +88,7 @@ void ef_shard_writer_name(const ef_shard_writer *w, int64_t shard, char *buf,
              w->suffix ? w->suffix : "");
 }
 
-int ef_shard_writer_create(ef_shard_writer **out, const char *pattern,
+ef_status ef_shard_writer_create(ef_shard_writer **out, const char *pattern,
                            int64_t per_shard)
 {
     if (!out)
@@ -290,7 +290,7 @@ static int write_field(ef_shard_writer *w, const ef_sample *s,
                        s->id.index, f->name, ef_dtype_name(f->dtype), shape);
 }
 
-int ef_shard_writer_add(ef_shard_writer *w, const ef_sample *s)
+ef_status ef_shard_writer_add(ef_shard_writer *w, const ef_sample *s)
 {
     if (!w || !s)
         return EF_EINVAL;
@@ -317,7 +317,7 @@ int ef_shard_writer_add(ef_shard_writer *w, const ef_sample *s)
     return rc;
 }
 
-int ef_shard_writer_finish(ef_shard_writer *w)
+ef_status ef_shard_writer_finish(ef_shard_writer *w)
 {
     if (!w)
         return EF_EINVAL;

@@ -444,6 +444,53 @@ static void test_pipeline_stats(void **state)
     ef_pipeline_destroy(p);
 }
 
+/* A caller built against an older header passes a smaller struct and gets
+ * exactly the fields it knows; a newer one gets zeros past ours. */
+static void test_stats_struct_sizes(void **state)
+{
+    (void)state;
+    ef_pipeline *p;
+    assert_int_equal(ef_pipeline_create(&p), EF_OK);
+    assert_int_equal(ef_pipeline_parse(p, "range:n=5"), EF_OK);
+    ef_sample *s;
+    for (int i = 0; i < 5; i++) {
+        assert_int_equal(ef_pipeline_next(p, &s), EF_OK);
+        ef_sample_free(s);
+    }
+
+    size_t old = offsetof(ef_pipeline_stats, startup_s);
+    unsigned char buf[sizeof(ef_pipeline_stats) + 64];
+    memset(buf, 0xAB, sizeof buf);
+    assert_int_equal(ef_pipeline_stats_get_sized(p, (void *)buf, old), EF_OK);
+    uint64_t items;
+    memcpy(&items, buf, sizeof items);
+    assert_int_equal(items, 5);
+    for (size_t k = old; k < sizeof buf; k++)
+        assert_int_equal(buf[k], 0xAB); /* nothing written past `old` */
+
+    memset(buf, 0xAB, sizeof buf);
+    assert_int_equal(ef_pipeline_stats_get_sized(p, (void *)buf, sizeof buf),
+                     EF_OK);
+    for (size_t k = sizeof(ef_pipeline_stats); k < sizeof buf; k++)
+        assert_int_equal(buf[k], 0); /* fields this library lacks: zero */
+
+    unsigned char sbuf[sizeof(ef_stage_stats) + 16];
+    memset(sbuf, 0xAB, sizeof sbuf);
+    size_t name_only = sizeof(const char *);
+    assert_int_equal(
+        ef_pipeline_stage_stats_sized(p, 0, (void *)sbuf, name_only), EF_OK);
+    const char *name;
+    memcpy(&name, sbuf, sizeof name);
+    assert_string_equal(name, "range");
+    assert_int_equal(sbuf[name_only], 0xAB);
+
+    ef_pipeline_stats ps;
+    assert_int_equal(ef_pipeline_stats_get_sized(p, &ps, 0), EF_EINVAL);
+    assert_int_equal(ef_pipeline_stage_stats_sized(p, 0, (void *)sbuf, 0),
+                     EF_EINVAL);
+    ef_pipeline_destroy(p);
+}
+
 static void test_restart_mid_pass(void **state)
 {
     (void)state;
@@ -506,6 +553,7 @@ int main(void)
         cmocka_unit_test(test_map_callbacks),
         cmocka_unit_test(test_throttle_passes_items),
         cmocka_unit_test(test_pipeline_stats),
+        cmocka_unit_test(test_stats_struct_sizes),
         cmocka_unit_test(test_restart_mid_pass),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

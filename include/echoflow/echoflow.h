@@ -162,18 +162,18 @@ EF_API ef_sample *ef_sample_clone(const ef_sample *s);
  * a new reference to `buf` (the caller keeps its own). nbytes must equal
  * the product of the shape times the dtype size and fit inside the buffer.
  * EF_EINVAL for a bad name, shape or range, or a duplicate name. */
-EF_API int ef_sample_add(ef_sample *s, const char *name, ef_dtype dtype, int ndim,
+EF_API ef_status ef_sample_add(ef_sample *s, const char *name, ef_dtype dtype, int ndim,
                   const int64_t *shape, ef_buffer *buf, size_t offset);
 /* Convenience: allocates a buffer for the field and adds it; `*data` (if not
  * NULL) receives a pointer to fill before the sample is emitted. */
-EF_API int ef_sample_add_new(ef_sample *s, const char *name, ef_dtype dtype, int ndim,
+EF_API ef_status ef_sample_add_new(ef_sample *s, const char *name, ef_dtype dtype, int ndim,
                       const int64_t *shape, void **data);
 
 EF_API int ef_sample_field_count(const ef_sample *s);
 /* Field `i` (0 <= i < count) into *out. EF_EINVAL when out of range. */
-EF_API int ef_sample_field(const ef_sample *s, int i, ef_tensor *out);
+EF_API ef_status ef_sample_field(const ef_sample *s, int i, ef_tensor *out);
 /* The field called `name` into *out; EF_EINVAL when there is none. */
-EF_API int ef_sample_get(const ef_sample *s, const char *name, ef_tensor *out);
+EF_API ef_status ef_sample_get(const ef_sample *s, const char *name, ef_tensor *out);
 EF_API ef_sample_id ef_sample_identity(const ef_sample *s);
 
 /* ------------------------------------------------------------------ */
@@ -196,7 +196,7 @@ EF_API uint64_t ef_map_ctx_random(ef_map_ctx *ctx);
 /* A uniform double in [0, 1) from the same keyed stream. */
 EF_API double ef_map_ctx_uniform(ef_map_ctx *ctx);
 /* Records why the callback failed (printf-style); returns `status`. */
-EF_API int ef_map_ctx_fail(ef_map_ctx *ctx, int status, const char *fmt, ...)
+EF_API ef_status ef_map_ctx_fail(ef_map_ctx *ctx, int status, const char *fmt, ...)
 #if defined(__GNUC__)
     __attribute__((format(printf, 3, 4)))
 #endif
@@ -209,28 +209,28 @@ typedef struct ef_pipeline ef_pipeline;
 
 /* A new, empty pipeline. The caller owns *out; free with
  * ef_pipeline_destroy(). */
-EF_API int ef_pipeline_create(ef_pipeline **out);
+EF_API ef_status ef_pipeline_create(ef_pipeline **out);
 /* Stops every thread, frees every buffered sample. Safe mid-stream. Accepts
  * NULL. */
 EF_API void ef_pipeline_destroy(ef_pipeline *p);
 
 /* Seed for every random decision (default 0). Before the first next(). */
-EF_API int ef_pipeline_set_seed(ef_pipeline *p, uint64_t seed);
+EF_API ef_status ef_pipeline_set_seed(ef_pipeline *p, uint64_t seed);
 
 /* The source reads only part `index` of `count` (0 <= index < count), as
  * its option shard=index/count would: N processes that each read their
  * own part read the data once between them. Before the source is added;
  * a source given its own shard= other than 0/1, or one without a shard
  * option (a C source), is then an error (EF_ESPEC). */
-EF_API int ef_pipeline_set_shard(ef_pipeline *p, int64_t index, int64_t count);
+EF_API ef_status ef_pipeline_set_shard(ef_pipeline *p, int64_t index, int64_t count);
 
 /* Appends stages from a text spec: "idx:images=a,labels=b | echo:2 |
  * batch:128". Stages are NAME[:OPT[,OPT...]] joined by '|'; OPT is
  * key=value, or a bare value for the stage's first option. On error nothing
  * is appended and ef_pipeline_error() names the stage and option. */
-EF_API int ef_pipeline_parse(ef_pipeline *p, const char *spec);
+EF_API ef_status ef_pipeline_parse(ef_pipeline *p, const char *spec);
 /* Appends one stage by name with options "key=value,..." (may be NULL). */
-EF_API int ef_pipeline_add(ef_pipeline *p, const char *stage, const char *options);
+EF_API ef_status ef_pipeline_add(ef_pipeline *p, const char *stage, const char *options);
 /* A source written in C. With block = 1 it stores the next sample in *out
  * and returns EF_OK, returns EF_END at the end of the pass, or a negative
  * status on failure; with block = 0 it may also return EF_AGAIN when no
@@ -243,12 +243,12 @@ typedef int (*ef_source_fn)(void *user, int64_t epoch, int block,
 
 /* Appends a source running `fn`; it must be the first stage. `user` is
  * borrowed: it must outlive the pipeline. No options yet (NULL or ""). */
-EF_API int ef_pipeline_add_source(ef_pipeline *p, ef_source_fn fn, void *user,
+EF_API ef_status ef_pipeline_add_source(ef_pipeline *p, ef_source_fn fn, void *user,
                            const char *options);
 
 /* Appends a map stage running `fn` (options as for "map": threads, ordered).
  * `user` is borrowed: it must outlive the pipeline. */
-EF_API int ef_pipeline_add_map(ef_pipeline *p, ef_map_fn fn, void *user,
+EF_API ef_status ef_pipeline_add_map(ef_pipeline *p, ef_map_fn fn, void *user,
                         const char *options);
 
 /* What a bad sample does: a corrupt record or image, a truncated file, an
@@ -262,7 +262,7 @@ typedef enum {
 } ef_on_error;
 
 /* Sets the policy for bad samples. Before the first next(). */
-EF_API int ef_pipeline_set_on_error(ef_pipeline *p, ef_on_error policy);
+EF_API ef_status ef_pipeline_set_on_error(ef_pipeline *p, ef_on_error policy);
 
 /* Why the first skipped sample was dropped (file, offset, what was wrong),
  * copied into buf (NUL-terminated, cut to cap); "" when none was. Returns
@@ -280,7 +280,7 @@ EF_API uint64_t ef_pipeline_abandoned(ef_pipeline *p, char *buf, size_t cap);
  * it; a sample larger than it, or a shuffle buffer or echo pool that
  * alone would pass it, fails the pipeline with EF_ENOMEM and a message
  * naming the stage. Before the first next(). */
-EF_API int ef_pipeline_set_memory_budget(ef_pipeline *p, uint64_t bytes);
+EF_API ef_status ef_pipeline_set_memory_budget(ef_pipeline *p, uint64_t bytes);
 
 /* Stops the pipeline from any thread: every thread and every waiting
  * next() wakes up, and next() returns EF_ECANCELED from then on. The
@@ -291,7 +291,7 @@ EF_API void ef_pipeline_stop(ef_pipeline *p);
  * EF_OK with a sample, EF_END at the end of the data (then again on every
  * call), or a negative status: the pipeline has failed, ef_pipeline_error()
  * says why, and every later call returns the same status. */
-EF_API int ef_pipeline_next(ef_pipeline *p, ef_sample **out);
+EF_API ef_status ef_pipeline_next(ef_pipeline *p, ef_sample **out);
 
 /* The detailed message of the last error (file, offset, option, what was
  * expected); "" when none. Owned by the pipeline, valid until the next call
@@ -319,6 +319,7 @@ typedef struct {
     uint64_t lost_bytes; /* their bytes not read, where sizes were known */
     int nextra;         /* stage-specific figures (echo: fresh, echoed ...) */
     ef_stat_extra extra[EF_MAX_STAT_EXTRAS];
+    /* new fields go here, at the end (see ef_pipeline_stats_get) */
 } ef_stage_stats;
 
 /* Times count from the end of startup (the first next() opens every stage:
@@ -336,15 +337,30 @@ typedef struct {
     uint64_t memory_budget;        /* bytes; 0: no limit */
     uint64_t bytes_held;           /* payload held by queues and buffers */
     uint64_t peak_bytes_held;      /* the most held at once */
+    /* new fields go here, at the end (see ef_pipeline_stats_get) */
 } ef_pipeline_stats;
 
 /* Any thread may read them while the pipeline runs (counters are read
  * atomically one by one, so figures taken together may be a few items
  * apart). A stage's own figures (extra) appear once the first next() has
- * opened the stages. */
-EF_API int ef_pipeline_stats_get(const ef_pipeline *p, ef_pipeline_stats *out);
+ * opened the stages.
+ *
+ * The stats structs grow by fields added at their end. The calls are
+ * macros that pass the size of the caller's struct, so a program built
+ * against an older header gets the fields it knows from a newer library,
+ * and one built against a newer header gets zeros for fields an older
+ * library does not fill. */
+#define ef_pipeline_stats_get(p, out)                                          \
+    ef_pipeline_stats_get_sized((p), (out), sizeof *(out))
+#define ef_pipeline_stage_stats(p, i, out)                                     \
+    ef_pipeline_stage_stats_sized((p), (i), (out), sizeof *(out))
+EF_API ef_status ef_pipeline_stats_get_sized(const ef_pipeline *p,
+                                             ef_pipeline_stats *out,
+                                             size_t size);
 EF_API int ef_pipeline_stage_count(const ef_pipeline *p);
-EF_API int ef_pipeline_stage_stats(const ef_pipeline *p, int i, ef_stage_stats *out);
+EF_API ef_status ef_pipeline_stage_stats_sized(const ef_pipeline *p, int i,
+                                               ef_stage_stats *out,
+                                               size_t size);
 /* Looks up an extra figure by key; returns 1 and stores it when present. */
 EF_API int ef_stage_stats_extra(const ef_stage_stats *st, const char *key,
                          double *value);
@@ -362,7 +378,7 @@ typedef struct ef_shard_writer ef_shard_writer;
  * On EF_ESPEC (a bad pattern) *out is still set, so that
  * ef_shard_writer_error() can say why; destroy it as usual. The caller owns
  * *out. */
-EF_API int ef_shard_writer_create(ef_shard_writer **out, const char *pattern,
+EF_API ef_status ef_shard_writer_create(ef_shard_writer **out, const char *pattern,
                            int64_t per_shard);
 /* Writes one sample as tar members KEY.EXT. KEY is the text of a u8 field
  * `__key__` when there is one, else the sample's index as 9 digits. Fields:
@@ -374,9 +390,9 @@ EF_API int ef_shard_writer_create(ef_shard_writer **out, const char *pattern,
  * as "dir/name", since tar unpacks members there: a leading '/', an empty,
  * '.' or '..' component, a control character or a '.' in the last
  * component is EF_ESHAPE naming the sample and the key. */
-EF_API int ef_shard_writer_add(ef_shard_writer *w, const ef_sample *s);
+EF_API ef_status ef_shard_writer_add(ef_shard_writer *w, const ef_sample *s);
 /* Completes the last shard. */
-EF_API int ef_shard_writer_finish(ef_shard_writer *w);
+EF_API ef_status ef_shard_writer_finish(ef_shard_writer *w);
 /* Shards begun so far, and samples written. */
 EF_API int64_t ef_shard_writer_shards(const ef_shard_writer *w);
 EF_API int64_t ef_shard_writer_samples(const ef_shard_writer *w);

@@ -85,7 +85,7 @@ int ef__sample_find(const ef_sample *s, const char *name)
     return -1;
 }
 
-int ef_sample_add(ef_sample *s, const char *name, ef_dtype dtype, int ndim,
+ef_status ef_sample_add(ef_sample *s, const char *name, ef_dtype dtype, int ndim,
                   const int64_t *shape, ef_buffer *buf, size_t offset)
 {
     if (!s || !name || !buf || !name[0] || strlen(name) >= EF_MAX_NAME ||
@@ -120,7 +120,7 @@ int ef_sample_add(ef_sample *s, const char *name, ef_dtype dtype, int ndim,
     return EF_OK;
 }
 
-int ef_sample_add_new(ef_sample *s, const char *name, ef_dtype dtype, int ndim,
+ef_status ef_sample_add_new(ef_sample *s, const char *name, ef_dtype dtype, int ndim,
                       const int64_t *shape, void **data)
 {
     if (ndim < 0 || ndim > EF_MAX_DIMS || (ndim > 0 && !shape))
@@ -143,7 +143,7 @@ int ef_sample_field_count(const ef_sample *s)
     return s->nfields;
 }
 
-int ef_sample_field(const ef_sample *s, int i, ef_tensor *out)
+ef_status ef_sample_field(const ef_sample *s, int i, ef_tensor *out)
 {
     if (i < 0 || i >= s->nfields)
         return EF_EINVAL;
@@ -159,7 +159,7 @@ int ef_sample_field(const ef_sample *s, int i, ef_tensor *out)
     return EF_OK;
 }
 
-int ef_sample_get(const ef_sample *s, const char *name, ef_tensor *out)
+ef_status ef_sample_get(const ef_sample *s, const char *name, ef_tensor *out)
 {
     int i = ef__sample_find(s, name);
     return i < 0 ? EF_EINVAL : ef_sample_field(s, i, out);

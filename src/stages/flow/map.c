@@ -119,7 +119,7 @@ double ef_map_ctx_uniform(ef_map_ctx *ctx)
     return ef__rng_uniform(&ctx->rng);
 }
 
-int ef_map_ctx_fail(ef_map_ctx *ctx, int status, const char *fmt, ...)
+ef_status ef_map_ctx_fail(ef_map_ctx *ctx, int status, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
