@@ -9,26 +9,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli.h"
-#include "echoflow/echoflow.h"
+#include <unistd.h>
 
-static void usage(FILE *f)
-{
-    fprintf(f,
-            "usage: echoflow pack [--per-shard N] [--on-error fail|skip]\n"
-            "                     [--memory-budget SIZE] SPEC PATTERN\n"
-            "\n"
-            "Writes every sample of the pipeline SPEC into tar shards named "
-            "by\n"
-            "PATTERN, a printf pattern for the shard number such as\n"
-            "out/train-%%06d.tar, N samples per shard (default 10000).\n"
-            "Fields: a u8 image named image becomes KEY.png, an integer "
-            "label\n"
-            "becomes KEY.cls, u8 byte fields are written as they are. For "
-            "example\n"
-            "  echoflow pack \"idx:images=train-images-idx3-ubyte.gz,"
-            "labels=train-labels-idx1-ubyte.gz\" www/train-%%06d.tar\n");
-}
+#include "cli.h"
+#include "monitor.h"
 
 /* "www/train-{000000..000005}.tar": the shard list as the tar source's
  * urls option takes it. */
@@ -118,7 +102,7 @@ static void print_summary(ef_shard_writer *w, ef_pipeline *p, int64_t samples,
  * finished; one with fewer is removed (destroy deletes its .partial
  * file). The summary names the complete shards only. Returns 128 + the
  * signal, as a shell reports a process killed by it. */
-static int interrupted(ef_shard_writer *w, ef_pipeline *p, long long per_shard,
+static int interrupted(ef_shard_writer *w, ef_pipeline *p, long per_shard,
                        int sig)
 {
     int64_t samples = ef_shard_writer_samples(w);
@@ -143,68 +127,41 @@ static int interrupted(ef_shard_writer *w, ef_pipeline *p, long long per_shard,
 
 int cmd_pack(int argc, char **argv)
 {
-    long long per_shard = 10000;
-    int skip = 0, budget_given = 0;
-    uint64_t budget = 0;
-    const char *spec = NULL, *pattern = NULL;
-    for (int i = 0; i < argc; i++) {
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            usage(stdout);
-            return 0;
-        } else if (!strcmp(argv[i], "--per-shard") && i + 1 < argc) {
-            char *end;
-            errno = 0;
-            per_shard = strtoll(argv[++i], &end, 10);
-            if (!*argv[i] || *end || errno || per_shard < 1) {
-                fprintf(stderr,
-                        "echoflow pack: --per-shard expects a whole number "
-                        ">= 1, got '%s'\n",
-                        argv[i]);
-                return 2;
-            }
-        } else if (!strcmp(argv[i], "--on-error") && i + 1 < argc &&
-                   (!strcmp(argv[i + 1], "fail") ||
-                    !strcmp(argv[i + 1], "skip"))) {
-            skip = !strcmp(argv[++i], "skip");
-        } else if (!strcmp(argv[i], "--memory-budget") && i + 1 < argc) {
-            if (cli_parse_size("echoflow pack", "--memory-budget", argv[++i],
-                               &budget))
-                return 2;
-            budget_given = 1;
-        } else if (argv[i][0] == '-' && argv[i][1] == '-') {
-            fprintf(stderr, "echoflow pack: bad option or missing value: %s\n",
-                    argv[i]);
-            usage(stderr);
-            return 2;
-        } else if (!spec) {
-            spec = argv[i];
-        } else if (!pattern) {
-            pattern = argv[i];
-        } else {
-            fprintf(stderr, "echoflow pack: unexpected argument '%s'\n",
-                    argv[i]);
-            return 2;
-        }
-    }
-    if (!spec || !pattern) {
-        usage(stderr);
+    long per_shard = 10000;
+    double stats_every = 0;
+    cli_pipeline_opts po = {0};
+    const arg_opt opts[] = {
+        {"--per-shard", ARG_LONG, &per_shard, NULL, 1, 1e15, NULL, "N",
+         "samples per shard"},
+        CLI_PIPELINE_ARGS(&po),
+        {"--stats-every", ARG_DOUBLE, &stats_every, NULL, 0.01, 86400, NULL,
+         "SECONDS",
+         "while packing, print the stats as a JSON line\n"
+         "on stdout every SECONDS"},
+    };
+    const arg_command cmd = {
+        "echoflow pack", "SPEC PATTERN", 2,
+        "Writes every sample of the pipeline SPEC into tar shards named by\n"
+        "PATTERN, a printf pattern for the shard number such as\n"
+        "out/train-%06d.tar. Fields: a u8 image named image becomes\n"
+        "KEY.png, an integer label becomes KEY.cls, u8 byte fields are\n"
+        "written as they are. For example\n"
+        "  echoflow pack \"idx:images=train-images-idx3-ubyte.gz,"
+        "labels=train-labels-idx1-ubyte.gz\" www/train-%06d.tar\n",
+        opts, (int)(sizeof opts / sizeof opts[0])};
+    const char *pos[2];
+    int parsed = args_parse(&cmd, argc, argv, pos);
+    if (parsed)
+        return parsed == 1 ? 0 : 2;
+    const char *spec = pos[0], *pattern = pos[1];
+    ef_pipeline *p = cli_pipeline("echoflow pack", NULL, &po, spec, 0, 1);
+    if (!p)
         return 2;
-    }
-    ef_pipeline *p = NULL;
     ef_shard_writer *w = NULL;
-    int rc = ef_pipeline_create(&p);
-    if (rc == EF_OK)
-        rc = ef_pipeline_set_on_error(p, skip ? EF_ON_ERROR_SKIP
-                                              : EF_ON_ERROR_FAIL);
-    if (rc == EF_OK && budget_given)
-        rc = ef_pipeline_set_memory_budget(p, budget);
-    if (rc == EF_OK && (rc = ef_pipeline_parse(p, spec)) != EF_OK)
-        fprintf(stderr, "echoflow pack: %s\n", ef_pipeline_error(p));
-    if (rc == EF_OK &&
-        (rc = ef_shard_writer_create(&w, pattern, per_shard)) != EF_OK)
+    ef_status rc = ef_shard_writer_create(&w, pattern, per_shard);
+    if (rc != EF_OK) {
         fprintf(stderr, "echoflow pack: %s\n",
                 w ? ef_shard_writer_error(w) : ef_strerror(rc));
-    if (rc != EF_OK) {
         ef_shard_writer_destroy(w);
         ef_pipeline_destroy(p);
         return 2;
@@ -216,6 +173,8 @@ int cmd_pack(int argc, char **argv)
         fprintf(stderr, "echoflow pack: cannot handle SIGINT/SIGTERM (%s): "
                         "an interrupted pack leaves its .partial shard\n",
                 strerror(errno));
+    cli_monitor *mon =
+        cli_monitor_start("echoflow pack", p, isatty(2), stats_every, stdout);
     ef_sample *s;
     while (!g_signal && (rc = ef_pipeline_next(p, &s)) == EF_OK) {
         rc = ef_shard_writer_add(w, s);
@@ -223,6 +182,7 @@ int cmd_pack(int argc, char **argv)
         if (rc != EF_OK)
             break;
     }
+    cli_monitor_stop(mon);
     /* a signal after the data ended lets the pack finish: it is done */
     int sig = g_signal;
     if (watching) {

@@ -4,142 +4,89 @@
 #include <math.h>
 #include <string.h>
 
-/* The length of the well-formed UTF-8 sequence at s (Unicode table 3-7:
- * no overlong forms, no surrogates, nothing above U+10FFFF), or, negated,
- * the length of its longest invalid start (at least 1). Stops at the
- * terminating NUL, which is no continuation byte. */
-static int utf8_length(const unsigned char *s)
-{
-    unsigned char lo = 0x80, hi = 0xbf; /* the second byte's range */
-    int n;
-    if (s[0] < 0x80)
-        return 1;
-    if (s[0] >= 0xc2 && s[0] <= 0xdf) {
-        n = 2;
-    } else if (s[0] >= 0xe0 && s[0] <= 0xef) {
-        n = 3;
-        lo = s[0] == 0xe0 ? 0xa0 : lo; /* overlong */
-        hi = s[0] == 0xed ? 0x9f : hi; /* surrogates */
-    } else if (s[0] >= 0xf0 && s[0] <= 0xf4) {
-        n = 4;
-        lo = s[0] == 0xf0 ? 0x90 : lo; /* overlong */
-        hi = s[0] == 0xf4 ? 0x8f : hi; /* above U+10FFFF */
-    } else {
-        return -1;
-    }
-    for (int i = 1; i < n; i++, lo = 0x80, hi = 0xbf)
-        if (s[i] < lo || s[i] > hi)
-            return -i;
-    return n;
-}
+#include "json.h"
 
-/* Paths and messages are bytes, not necessarily UTF-8, and a message may
- * be cut mid-character; JSON must be UTF-8. Valid sequences pass through,
- * each invalid byte or cut sequence becomes U+FFFD, the usual
- * replacement. */
-static void json_string(FILE *f, const char *text)
+/* Every stage's counters and figures, as the array "stages". */
+static void stages_json(json_writer *w, const ef_pipeline *p)
 {
-    const unsigned char *s = (const unsigned char *)text;
-    fputc('"', f);
-    while (*s) {
-        int n = utf8_length(s);
-        if (n < 0) {
-            fputs("\\ufffd", f);
-            s += -n;
-        } else if (*s == '"' || *s == '\\') {
-            fprintf(f, "\\%c", *s++);
-        } else if (*s < 0x20) {
-            fprintf(f, "\\u%04x", *s++);
-        } else {
-            fwrite(s, 1, (size_t)n, f);
-            s += n;
-        }
+    json_begin_array(w, "stages");
+    for (int i = 0; i < ef_pipeline_stage_count(p); i++) {
+        ef_stage_stats st;
+        ef_pipeline_stage_stats(p, i, &st);
+        json_begin_object(w, NULL);
+        json_string(w, "name", st.name);
+        json_uint(w, "items_in", st.items_in);
+        json_uint(w, "items_out", st.items_out);
+        json_number(w, "wait_up_s", st.wait_up_s);
+        json_number(w, "wait_down_s", st.wait_down_s);
+        json_uint(w, "skipped", st.skipped);
+        json_uint(w, "abandoned", st.abandoned);
+        json_uint(w, "lost_bytes", st.lost_bytes);
+        for (int k = 0; k < st.nextra; k++)
+            json_number(w, st.extra[k].key, st.extra[k].value);
+        json_end(w);
     }
-    fputc('"', f);
-}
-
-/* JSON has no inf or nan. */
-static void json_number(FILE *f, double v)
-{
-    if (isfinite(v))
-        fprintf(f, "%.9g", v);
-    else
-        fputs("null", f);
+    json_end(w);
 }
 
 void report_json(FILE *f, const ef_pipeline *p, const run_info *ri)
 {
     ef_pipeline_stats ps;
     ef_pipeline_stats_get(p, &ps);
-    fputs("{\"spec\": ", f);
-    json_string(f, ri->spec);
-    fprintf(f,
-            ", \"seed\": %llu, \"consume_us\": ", (unsigned long long)ri->seed);
-    json_number(f, ri->consume_us);
-    fputs(", \"status\": ", f);
-    json_string(f, ri->status == EF_END ? "ok" : ef_status_name(ri->status));
-    if (ri->status < 0) {
-        fputs(", \"error\": ", f);
-        json_string(f, ef_pipeline_error(p));
-    }
-    fprintf(f,
-            ", \"items\": %llu, \"elapsed_s\": ", (unsigned long long)ps.items);
-    json_number(f, ps.elapsed_s);
-    fputs(", \"startup_s\": ", f);
-    json_number(f, ps.startup_s);
-    fputs(", \"items_per_s\": ", f);
-    json_number(f, ps.elapsed_s > 0 ? (double)ps.items / ps.elapsed_s : 0);
-    fputs(", \"consumer_wait_s\": ", f);
-    json_number(f, ps.consumer_wait_s);
-    fputs(", \"consumer_wait_fraction\": ", f);
-    json_number(f, ps.consumer_wait_fraction);
+    json_writer w;
+    json_init(&w, f);
+    json_begin_object(&w, NULL);
+    json_string(&w, "spec", ri->spec);
+    json_uint(&w, "seed", ri->seed);
+    json_number(&w, "consume_us", ri->consume_us);
+    json_string(&w, "status",
+                ri->status == EF_END ? "ok" : ef_status_name(ri->status));
+    if (ri->status < 0)
+        json_string(&w, "error", ef_pipeline_error(p));
+    json_uint(&w, "items", ps.items);
+    json_number(&w, "elapsed_s", ps.elapsed_s);
+    json_number(&w, "startup_s", ps.startup_s);
+    json_number(&w, "items_per_s",
+                ps.elapsed_s > 0 ? (double)ps.items / ps.elapsed_s : 0);
+    json_number(&w, "consumer_wait_s", ps.consumer_wait_s);
+    json_number(&w, "consumer_wait_fraction", ps.consumer_wait_fraction);
     char why[512];
     uint64_t skipped = ef_pipeline_skipped((ef_pipeline *)p, why, sizeof why);
-    fprintf(f, ", \"skipped\": %llu", (unsigned long long)skipped);
-    if (skipped) {
-        fputs(", \"first_skip\": ", f);
-        json_string(f, why);
-    }
+    json_uint(&w, "skipped", skipped);
+    if (skipped)
+        json_string(&w, "first_skip", why);
     uint64_t abandoned =
         ef_pipeline_abandoned((ef_pipeline *)p, why, sizeof why);
-    fprintf(f, ", \"abandoned\": %llu, \"lost_bytes\": %llu",
-            (unsigned long long)abandoned, (unsigned long long)ps.lost_bytes);
-    if (abandoned) {
-        fputs(", \"first_abandon\": ", f);
-        json_string(f, why);
-    }
-    fprintf(f,
-            ", \"memory_budget\": %llu, \"bytes_held\": %llu, "
-            "\"peak_bytes_held\": %llu",
-            (unsigned long long)ps.memory_budget,
-            (unsigned long long)ps.bytes_held,
-            (unsigned long long)ps.peak_bytes_held);
-    fputs(", \"stages\": [", f);
-    for (int i = 0; i < ef_pipeline_stage_count(p); i++) {
-        ef_stage_stats st;
-        ef_pipeline_stage_stats(p, i, &st);
-        fprintf(f, "%s{\"name\": ", i ? ", " : "");
-        json_string(f, st.name);
-        fprintf(f, ", \"items_in\": %llu, \"items_out\": %llu, \"wait_up_s\": ",
-                (unsigned long long)st.items_in,
-                (unsigned long long)st.items_out);
-        json_number(f, st.wait_up_s);
-        fputs(", \"wait_down_s\": ", f);
-        json_number(f, st.wait_down_s);
-        fprintf(f, ", \"skipped\": %llu, \"abandoned\": %llu, "
-                   "\"lost_bytes\": %llu",
-                (unsigned long long)st.skipped,
-                (unsigned long long)st.abandoned,
-                (unsigned long long)st.lost_bytes);
-        for (int k = 0; k < st.nextra; k++) {
-            fputs(", ", f);
-            json_string(f, st.extra[k].key);
-            fputs(": ", f);
-            json_number(f, st.extra[k].value);
-        }
-        fputc('}', f);
-    }
-    fputs("]}\n", f);
+    json_uint(&w, "abandoned", abandoned);
+    json_uint(&w, "lost_bytes", ps.lost_bytes);
+    if (abandoned)
+        json_string(&w, "first_abandon", why);
+    json_uint(&w, "memory_budget", ps.memory_budget);
+    json_uint(&w, "bytes_held", ps.bytes_held);
+    json_uint(&w, "peak_bytes_held", ps.peak_bytes_held);
+    stages_json(&w, p);
+    json_end(&w);
+    fputc('\n', f);
+}
+
+void report_stats_line(FILE *f, const ef_pipeline *p, double t)
+{
+    ef_pipeline_stats ps;
+    ef_pipeline_stats_get(p, &ps);
+    json_writer w;
+    json_init(&w, f);
+    json_begin_object(&w, NULL);
+    json_number(&w, "t", t);
+    json_uint(&w, "items", ps.items);
+    json_number(&w, "elapsed_s", ps.elapsed_s);
+    json_number(&w, "consumer_wait_fraction", ps.consumer_wait_fraction);
+    json_uint(&w, "skipped", ps.skipped);
+    json_uint(&w, "abandoned", ps.abandoned);
+    json_uint(&w, "bytes_held", ps.bytes_held);
+    stages_json(&w, p);
+    json_end(&w);
+    fputc('\n', f);
+    fflush(f);
 }
 
 void report_text(FILE *f, const ef_pipeline *p, const run_info *ri)

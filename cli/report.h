@@ -1,4 +1,4 @@
-/* Printing a finished run: a table for people, JSON for programs. */
+/* Printing a run: a table for people, JSON for programs. */
 #ifndef EF_CLI_REPORT_H
 #define EF_CLI_REPORT_H
 
@@ -17,5 +17,8 @@ typedef struct {
 
 void report_text(FILE *f, const ef_pipeline *p, const run_info *ri);
 void report_json(FILE *f, const ef_pipeline *p, const run_info *ri);
+/* The stats while running, as one JSON line: `t` seconds from the start,
+ * the pipeline's counters and every stage's. */
+void report_stats_line(FILE *f, const ef_pipeline *p, double t);
 
 #endif

@@ -8,7 +8,7 @@
 #include <unistd.h>
 
 #include "cli.h"
-#include "echoflow/echoflow.h"
+#include "json.h"
 
 #ifndef EF_HAVE_TRAINER
 int cmd_train(int argc, char **argv)
@@ -32,238 +32,111 @@ int cmd_train(int argc, char **argv)
 typedef struct {
     eft_config cfg;
     const char *data, *spec, *test_spec, *echo, *echo_at;
+    const char *model, *schedule;
     double throttle;
-    int json, print_spec;
-    uint64_t memory_budget; /* --memory-budget, when budget_given */
-    int budget_given;
+    int json, print_spec, check_sync;
+    cli_pipeline_opts po;
     eft_comm comm; /* under mpirun: this process's rank and the size */
-    char spec_buf[4096], test_buf[1024], shard_buf[4096];
+    char spec_buf[4096], test_buf[1024];
 } train_opts;
 
-static void usage(FILE *f)
-{
-    fprintf(f,
-            "usage: echoflow train [options]\n"
-            "data (one of):\n"
-            "  --data fashion-mnist      the Debian package's files, shuffled,"
-            " normalised;\n"
-            "                            random crop and flip for the cnn\n"
-            "  --spec SPEC --test-spec SPEC  your own pipelines: training "
-            "batches and\n"
-            "                            the held-out set (fields image, "
-            "label)\n"
-            "echoing (with --data):\n"
-            "  --echo OPTS               echo stage options, e.g. factor=2,"
-            "shuffle=1000\n"
-            "                            or factor=auto,max=8\n"
-            "  --echo-at WHERE           before-augment (default), "
-            "after-augment, batch\n"
-            "  --throttle RATE           emulate a slow upstream: RATE "
-            "examples/s\n"
-            "training:\n"
-            "  --model mlp|cnn  --batch N  --lr X  --momentum X  "
-            "--weight-decay X\n"
-            "  --schedule constant|linear  --warmup STEPS  --seed S  "
-            "--threads N\n"
-            "  --target-acc A   --eval-every N (fresh examples)  --max-fresh "
-            "N  --json\n"
-            "  --save-model PATH   write the weights at the end (format: "
-            "train/model.h)\n"
-            "  --print-spec     print the training and held-out pipelines "
-            "(one a line)\n"
-            "                   and exit\n"
-            "  --memory-budget SIZE  bytes the pipelines' queues and buffers "
-            "may hold\n"
-            "                   (default 1G; 0: no limit)\n"
-            "data parallel (under mpirun -np N, each process reads "
-            "shard=RANK/N):\n"
-            "  --check-sync     check after every step that every process "
-            "holds the\n"
-            "                   same weights, bit for bit\n");
-}
+static const char about[] =
+    "Trains a model on batches from an echoflow pipeline and reports the\n"
+    "fresh examples, steps and time it took to reach the target accuracy.\n"
+    "Under mpirun -np N, each process reads shard=RANK/N of the training\n"
+    "pipeline and the processes average their gradients.\n";
 
-static int number(const char *opt, const char *v, double min, double max,
-                  double *out)
-{
-    char *end;
-    errno = 0;
-    double x = strtod(v, &end);
-    /* "nan" passes no range test: refuse it by name */
-    if (!*v || *end || errno || isnan(x) || x < min || x > max) {
-        fprintf(stderr,
-                "echoflow train: %s expects a number from %g to %g, got "
-                "'%s'\n",
-                opt, min, max, v);
-        return -1;
-    }
-    *out = x;
-    return 0;
-}
-
-/* Numeric options: where each goes and the values it accepts. */
-typedef struct {
-    const char *name;
-    double min, max;
-    double value;
-    int given;
-} numeric_opt;
-
-enum {
-    N_BATCH,
-    N_LR,
-    N_MOMENTUM,
-    N_DECAY,
-    N_WARMUP,
-    N_TARGET,
-    N_EVAL,
-    N_MAX_FRESH,
-    N_THREADS,
-    N_THROTTLE,
-    N_COUNT
-};
-
+/* Parses the options into o, the trainer's defaults for the rest: 0, 1
+ * after --help, -1 after a message. */
 static int parse(train_opts *o, int argc, char **argv)
 {
-    numeric_opt num[N_COUNT] = {
-        [N_BATCH] = {"--batch", 1, 65536, 0, 0},
-        [N_LR] = {"--lr", 0, 100, 0, 0},
-        [N_MOMENTUM] = {"--momentum", 0, 0.9999, 0, 0},
-        [N_DECAY] = {"--weight-decay", 0, 1, 0, 0},
-        [N_WARMUP] = {"--warmup", 0, 1e12, 0, 0},
-        [N_TARGET] = {"--target-acc", 0, 1, 0, 0},
-        [N_EVAL] = {"--eval-every", 1, 1e12, 0, 0},
-        [N_MAX_FRESH] = {"--max-fresh", 1, 1e15, 0, 0},
-        [N_THREADS] = {"--threads", 1, 16, 0, 0},
-        [N_THROTTLE] = {"--throttle", 1e-3, 1e12, 0, 0},
-    };
     eft_config *c = &o->cfg;
     eft_config_defaults(c);
-    o->echo_at = "before-augment";
     c->threads = 2;
-    for (int i = 0; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "--json")) {
-            o->json = 1;
-            continue;
-        }
-        if (!strcmp(a, "--print-spec")) {
-            o->print_spec = 1;
-            continue;
-        }
-        if (!strcmp(a, "--check-sync")) {
-            c->check_sync = 1;
-            continue;
-        }
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            usage(stdout);
-            exit(0);
-        }
-        if (i + 1 >= argc) {
-            fprintf(stderr,
-                    "echoflow train: unknown option or missing value: "
-                    "'%s'\n",
-                    a);
-            usage(stderr);
-            return -1;
-        }
-        const char *v = argv[++i];
-        int k = 0;
-        while (k < N_COUNT && strcmp(a, num[k].name) != 0)
-            k++;
-        if (k < N_COUNT) {
-            if (number(a, v, num[k].min, num[k].max, &num[k].value))
-                return -1;
-            num[k].given = 1;
-        } else if (!strcmp(a, "--seed")) {
-            /* an integer: a double would round seeds above 2^53 */
-            if (cli_parse_seed("echoflow train", "--seed", v, &c->seed))
-                return -1;
-        } else if (!strcmp(a, "--memory-budget")) {
-            if (cli_parse_size("echoflow train", "--memory-budget", v,
-                               &o->memory_budget))
-                return -1;
-            o->budget_given = 1;
-        } else if (!strcmp(a, "--data")) {
-            o->data = v;
-        } else if (!strcmp(a, "--spec")) {
-            o->spec = v;
-        } else if (!strcmp(a, "--test-spec")) {
-            o->test_spec = v;
-        } else if (!strcmp(a, "--echo")) {
-            o->echo = v;
-        } else if (!strcmp(a, "--echo-at")) {
-            o->echo_at = v;
-        } else if (!strcmp(a, "--save-model")) {
-            c->save_model = v;
-        } else if (!strcmp(a, "--model")) {
-            if (eft_arch_parse(v, &c->arch)) {
-                fprintf(stderr,
-                        "echoflow train: --model expects mlp or cnn, "
-                        "got '%s'\n",
-                        v);
-                return -1;
-            }
-        } else if (!strcmp(a, "--schedule")) {
-            if (!strcmp(v, "constant") || !strcmp(v, "linear")) {
-                c->schedule = v[0] == 'c' ? EFT_LR_CONSTANT : EFT_LR_LINEAR;
-            } else {
-                fprintf(stderr,
-                        "echoflow train: --schedule expects constant "
-                        "or linear, got '%s'\n",
-                        v);
-                return -1;
-            }
-        } else {
-            fprintf(stderr, "echoflow train: unknown option '%s'\n", a);
-            usage(stderr);
-            return -1;
-        }
-    }
-    if (num[N_BATCH].given)
-        c->batch = (int)num[N_BATCH].value;
-    if (num[N_LR].given)
-        c->lr = num[N_LR].value;
-    if (num[N_MOMENTUM].given)
-        c->momentum = num[N_MOMENTUM].value;
-    if (num[N_DECAY].given)
-        c->weight_decay = num[N_DECAY].value;
-    if (num[N_WARMUP].given)
-        c->warmup_steps = (long)num[N_WARMUP].value;
-    if (num[N_TARGET].given)
-        c->target_acc = num[N_TARGET].value;
-    if (num[N_EVAL].given)
-        c->eval_every = (long)num[N_EVAL].value;
-    if (num[N_MAX_FRESH].given)
-        c->max_fresh = (long)num[N_MAX_FRESH].value;
-    if (num[N_THREADS].given)
-        c->threads = (int)num[N_THREADS].value;
-    if (num[N_THROTTLE].given)
-        o->throttle = num[N_THROTTLE].value;
+    o->echo_at = "before-augment";
+    o->model = eft_arch_name(c->arch);
+    o->schedule = c->schedule == EFT_LR_CONSTANT ? "constant" : "linear";
+    const arg_opt opts[] = {
+        {"data (one of):", ARG_HEADING, NULL, NULL, 0, 0, NULL, NULL, NULL},
+        {"--data", ARG_CHOICE, &o->data, NULL, 0, 0, "fashion-mnist", NULL,
+         "the Debian package's files, shuffled; random crop\n"
+         "and flip for the cnn"},
+        {"--spec", ARG_STRING, &o->spec, NULL, 0, 0, NULL, "SPEC",
+         "your own training pipeline: batches of fields image\n"
+         "and label"},
+        {"--test-spec", ARG_STRING, &o->test_spec, NULL, 0, 0, NULL, "SPEC",
+         "your own held-out pipeline, with --spec"},
+        {"echoing (with --data):", ARG_HEADING, NULL, NULL, 0, 0, NULL, NULL,
+         NULL},
+        {"--echo", ARG_STRING, &o->echo, NULL, 0, 0, NULL, "OPTS",
+         "echo stage options: factor=2,shuffle=1000 or\n"
+         "factor=auto,max=8"},
+        {"--echo-at", ARG_CHOICE, &o->echo_at, NULL, 0, 0,
+         "before-augment|after-augment|batch", "WHERE",
+         "where the echo stage goes: before-augment,\n"
+         "after-augment or batch"},
+        {"--throttle", ARG_DOUBLE, &o->throttle, NULL, 1e-3, 1e12, NULL,
+         "RATE", "emulate a slow upstream: RATE examples/s"},
+        {"training:", ARG_HEADING, NULL, NULL, 0, 0, NULL, NULL, NULL},
+        {"--model", ARG_CHOICE, &o->model, NULL, 0, 0, "mlp|cnn", NULL,
+         "the network"},
+        {"--batch", ARG_INT, &c->batch, NULL, 1, 65536, NULL, "N",
+         "examples per step"},
+        {"--lr", ARG_DOUBLE, &c->lr, NULL, 0, 100, NULL, "X",
+         "learning rate"},
+        {"--momentum", ARG_DOUBLE, &c->momentum, NULL, 0, 0.9999, NULL, "X",
+         "heavy-ball momentum"},
+        {"--weight-decay", ARG_DOUBLE, &c->weight_decay, NULL, 0, 1, NULL,
+         "X", "L2 penalty"},
+        {"--schedule", ARG_CHOICE, &o->schedule, NULL, 0, 0,
+         "constant|linear", NULL, "learning rate schedule"},
+        {"--warmup", ARG_LONG, &c->warmup_steps, NULL, 0, 1e12, NULL, "STEPS",
+         "linear warm-up steps"},
+        {"--target-acc", ARG_DOUBLE, &c->target_acc, NULL, 0, 1, NULL, "A",
+         "stop at this test accuracy (0: never)"},
+        {"--eval-every", ARG_LONG, &c->eval_every, NULL, 1, 1e12, NULL, "N",
+         "evaluate every N fresh examples"},
+        {"--max-fresh", ARG_LONG, &c->max_fresh, NULL, 1, 1e15, NULL, "N",
+         "stop after N fresh examples"},
+        {"--threads", ARG_INT, &c->threads, NULL, 1, 16, NULL, "N",
+         "threads splitting each batch"},
+        {"--save-model", ARG_STRING, &c->save_model, NULL, 0, 0, NULL, "PATH",
+         "write the weights at the end (format:\n"
+         "train/model.h)"},
+        {"pipelines:", ARG_HEADING, NULL, NULL, 0, 0, NULL, NULL, NULL},
+        CLI_PIPELINE_ARGS(&o->po),
+        {"output:", ARG_HEADING, NULL, NULL, 0, 0, NULL, NULL, NULL},
+        {"--json", ARG_FLAG, &o->json, NULL, 0, 0, NULL, NULL,
+         "the report as one JSON object"},
+        {"--print-spec", ARG_FLAG, &o->print_spec, NULL, 0, 0, NULL, NULL,
+         "print the training and held-out pipelines (one a\n"
+         "line) and exit"},
+        {"data parallel (under mpirun -np N):", ARG_HEADING, NULL, NULL, 0, 0,
+         NULL, NULL, NULL},
+        {"--check-sync", ARG_FLAG, &o->check_sync, NULL, 0, 0, NULL, NULL,
+         "check after every step that every process holds\n"
+         "the same weights, bit for bit"},
+    };
+    const arg_command cmd = {"echoflow train", "", 0, about, opts,
+                             (int)(sizeof opts / sizeof opts[0])};
+    int rc = args_parse(&cmd, argc, argv, NULL);
+    if (rc)
+        return rc;
+    c->seed = o->po.seed;
+    c->check_sync = o->check_sync;
+    eft_arch_parse(o->model, &c->arch); /* a choice the parser checked */
+    c->schedule = o->schedule[0] == 'c' ? EFT_LR_CONSTANT : EFT_LR_LINEAR;
     return 0;
 }
 
 /* The preset pipelines for --data fashion-mnist. */
 static int preset(train_opts *o)
 {
-    if (strcmp(o->data, "fashion-mnist") != 0) {
-        fprintf(stderr,
-                "echoflow train: --data knows fashion-mnist only, "
-                "got '%s' (use --spec for other data)\n",
-                o->data);
-        return -1;
-    }
-    const char *where[] = {"before-augment", "after-augment", "batch"};
-    int at = -1;
-    for (int i = 0; i < 3; i++)
-        if (!strcmp(o->echo_at, where[i]))
-            at = i;
-    if (at < 0) {
-        fprintf(stderr,
-                "echoflow train: --echo-at expects before-augment, "
-                "after-augment or batch, got '%s'\n",
-                o->echo_at);
-        return -1;
-    }
+    /* --echo-at, checked by the parser: before-augment, after-augment or
+     * batch */
+    int at = o->echo_at[0] == 'b' && o->echo_at[1] == 'e' ? 0
+             : o->echo_at[0] == 'a'                      ? 1
+                                                         : 2;
     char echo[256] = "", slow[64] = "";
     if (o->echo)
         snprintf(echo, sizeof echo, "echo:%s | ", o->echo);
@@ -295,20 +168,8 @@ static int preset(train_opts *o)
 static ef_pipeline *build(const train_opts *o, const char *spec,
                           const char *what, const eft_comm *comm)
 {
-    ef_pipeline *p;
-    if (ef_pipeline_create(&p) != EF_OK)
-        return NULL;
-    if (ef_pipeline_set_seed(p, o->cfg.seed) != EF_OK ||
-        (o->budget_given &&
-         ef_pipeline_set_memory_budget(p, o->memory_budget) != EF_OK) ||
-        (comm && ef_pipeline_set_shard(p, comm->rank, comm->size) != EF_OK) ||
-        ef_pipeline_parse(p, spec) != EF_OK) {
-        fprintf(stderr, "echoflow train: %s pipeline: %s\n", what,
-                ef_pipeline_error(p));
-        ef_pipeline_destroy(p);
-        return NULL;
-    }
-    return p;
+    return cli_pipeline("echoflow train", what, &o->po, spec,
+                        comm ? comm->rank : 0, comm ? comm->size : 1);
 }
 
 /* The echo stage's stats, or -1 when the pipeline has none. */
@@ -347,24 +208,6 @@ static void on_progress(void *user, const eft_progress *pr, int evaluated)
             pr->train_s, pc->tty ? (evaluated ? "\n" : "") : "\n");
 }
 
-/* A number as JSON: exact for integers up to 2^53, null when not finite
- * (JSON has no NaN or infinity). */
-static void json_value(double v)
-{
-    if (!isfinite(v))
-        printf("null");
-    else if (v == floor(v) && fabs(v) < 9007199254740992.0)
-        printf("%.0f", v);
-    else
-        printf("%.6g", v);
-}
-
-static void json_field(const char *key, double v)
-{
-    printf(", \"%s\": ", key);
-    json_value(v);
-}
-
 /* What each process reports of its own part, gathered on process 0. */
 enum { F_FRESH, F_BATCHES, F_FACTOR, F_R, F_WAIT, F_COUNT };
 
@@ -397,38 +240,43 @@ static void spread(const double *all, int n, int f, double *lo, double *hi)
 }
 
 /* Under mpirun: the processes, their parts, and the collectives' cost. */
-static void report_ranks_json(const eft_comm *c, const eft_result *r,
-                              const double *all, int has_echo)
+static void report_ranks_json(json_writer *w, const eft_comm *c,
+                              const eft_result *r, const double *all,
+                              int has_echo)
 {
-    printf(", \"processes\": %d", c->size);
-    json_field("comm_s", r->comm_s);
-    json_field("comm_ms_per_step",
-               r->final.steps ? 1e3 * r->comm_s / (double)r->final.steps : 0);
-    printf(", \"ranks\": [");
+    json_number(w, "processes", c->size);
+    json_number(w, "comm_s", r->comm_s);
+    json_number(w, "comm_ms_per_step",
+                r->final.steps ? 1e3 * r->comm_s / (double)r->final.steps
+                               : 0);
+    json_begin_array(w, "ranks");
     for (int i = 0; i < c->size; i++) {
         const double *f = all + i * F_COUNT;
-        printf("%s{\"rank\": %d", i ? ", " : "", i);
-        json_field("fresh", f[F_FRESH]);
-        json_field("batches", f[F_BATCHES]);
-        json_field("effective_factor", f[F_FACTOR]);
-        json_field("r_estimate", f[F_R]);
-        json_field("consumer_wait_fraction", f[F_WAIT]);
-        printf("}");
+        json_begin_object(w, NULL);
+        json_number(w, "rank", i);
+        json_number(w, "fresh", f[F_FRESH]);
+        json_number(w, "batches", f[F_BATCHES]);
+        json_number(w, "effective_factor", f[F_FACTOR]);
+        json_number(w, "r_estimate", f[F_R]);
+        json_number(w, "consumer_wait_fraction", f[F_WAIT]);
+        json_end(w);
     }
-    printf("]");
+    json_end(w);
     if (has_echo) {
-        double lo, hi, rlo, rhi;
-        spread(all, c->size, F_FACTOR, &lo, &hi);
-        spread(all, c->size, F_R, &rlo, &rhi);
-        printf(", \"echo_spread\": {\"effective_factor\": [");
-        json_value(lo);
-        printf(", ");
-        json_value(hi);
-        printf("], \"r_estimate\": [");
-        json_value(rlo);
-        printf(", ");
-        json_value(rhi);
-        printf("]}");
+        static const struct {
+            const char *key;
+            int figure;
+        } spreads[] = {{"effective_factor", F_FACTOR}, {"r_estimate", F_R}};
+        json_begin_object(w, "echo_spread");
+        for (int k = 0; k < 2; k++) {
+            double lo, hi;
+            spread(all, c->size, spreads[k].figure, &lo, &hi);
+            json_begin_array(w, spreads[k].key);
+            json_number(w, NULL, lo);
+            json_number(w, NULL, hi);
+            json_end(w);
+        }
+        json_end(w);
     }
 }
 
@@ -456,39 +304,41 @@ static void report(const train_opts *o, const ef_pipeline *p,
     ef_pipeline_stats_get(p, &ps);
     int has_echo = echo_stage(p, &st) >= 0;
     if (json) {
-        printf("{\"model\": \"%s\", \"reached\": %s",
-               eft_arch_name(o->cfg.arch), r->reached ? "true" : "false");
-        json_field("target_acc", o->cfg.target_acc);
-        json_field("fresh_to_target", (double)r->fresh_to_target);
-        json_field("steps_to_target", (double)r->steps_to_target);
-        json_field("time_to_target_s", r->time_to_target_s);
-        printf(", \"diverged\": %s", r->diverged_at_step ? "true" : "false");
-        json_field("eval_time_s", r->final.eval_s);
-        json_field("train_time_s", r->final.train_s);
-        json_field("fresh", (double)r->final.fresh);
-        json_field("steps", (double)r->final.steps);
-        json_field("examples", (double)r->final.examples);
+        json_writer w;
+        json_init(&w, stdout);
+        json_begin_object(&w, NULL);
+        json_string(&w, "model", eft_arch_name(o->cfg.arch));
+        json_bool(&w, "reached", r->reached);
+        json_number(&w, "target_acc", o->cfg.target_acc);
+        json_number(&w, "fresh_to_target", (double)r->fresh_to_target);
+        json_number(&w, "steps_to_target", (double)r->steps_to_target);
+        json_number(&w, "time_to_target_s", r->time_to_target_s);
+        json_bool(&w, "diverged", r->diverged_at_step != 0);
+        json_number(&w, "eval_time_s", r->final.eval_s);
+        json_number(&w, "train_time_s", r->final.train_s);
+        json_number(&w, "fresh", (double)r->final.fresh);
+        json_number(&w, "steps", (double)r->final.steps);
+        json_number(&w, "examples", (double)r->final.examples);
         /* a diverged run has a NaN loss: null, which JSON can hold */
-        json_field("final_accuracy", r->final.accuracy);
-        json_field("final_loss", r->final.loss);
-        json_field("train_examples_per_s", r->train_examples_per_s);
-        json_field("consumer_wait_fraction", ps.consumer_wait_fraction);
-        printf(", \"seed\": %llu", (unsigned long long)o->cfg.seed);
-        json_field("lr", o->cfg.lr);
-        printf(", \"batch\": %d, \"echo\": ", o->cfg.batch);
+        json_number(&w, "final_accuracy", r->final.accuracy);
+        json_number(&w, "final_loss", r->final.loss);
+        json_number(&w, "train_examples_per_s", r->train_examples_per_s);
+        json_number(&w, "consumer_wait_fraction", ps.consumer_wait_fraction);
+        json_uint(&w, "seed", o->cfg.seed);
+        json_number(&w, "lr", o->cfg.lr);
+        json_number(&w, "batch", o->cfg.batch);
         if (!has_echo) {
-            printf("null");
+            json_null(&w, "echo");
         } else {
-            printf("{");
-            for (int k = 0; k < st.nextra; k++) {
-                printf("%s\"%s\": ", k ? ", " : "", st.extra[k].key);
-                json_value(st.extra[k].value);
-            }
-            printf("}");
+            json_begin_object(&w, "echo");
+            for (int k = 0; k < st.nextra; k++)
+                json_number(&w, st.extra[k].key, st.extra[k].value);
+            json_end(&w);
         }
         if (all)
-            report_ranks_json(o->cfg.comm, r, all, has_echo);
-        printf("}\n");
+            report_ranks_json(&w, o->cfg.comm, r, all, has_echo);
+        json_end(&w);
+        putchar('\n');
         return;
     }
     printf("model %s, batch %d, lr %g, seed %llu\n", eft_arch_name(o->cfg.arch),
@@ -526,11 +376,13 @@ static void report(const train_opts *o, const ef_pipeline *p,
         report_ranks_text(o->cfg.comm, r, all);
 }
 
-/* Checks the options and builds the spec; returns 0, or the exit code. */
+/* Checks the options and builds the spec; returns 0 to train, -1 when
+ * there is nothing to do (--help), or the exit code. */
 static int setup(train_opts *o, int launched, int argc, char **argv)
 {
-    if (parse(o, argc, argv))
-        return 2;
+    int parsed = parse(o, argc, argv);
+    if (parsed)
+        return parsed == 1 ? -1 : 2;
     if (launched)
         o->cfg.comm = &o->comm;
     if (o->data && (o->spec || o->test_spec)) {
@@ -540,8 +392,7 @@ static int setup(train_opts *o, int launched, int argc, char **argv)
     }
     if (!o->data && (!o->spec || !o->test_spec)) {
         fprintf(stderr, "echoflow train: give --data fashion-mnist, or both "
-                        "--spec and --test-spec\n");
-        usage(stderr);
+                        "--spec and --test-spec (see --help)\n");
         return 2;
     }
     if (!o->data && (o->echo || o->throttle > 0)) {
@@ -633,6 +484,8 @@ int cmd_train(int argc, char **argv)
         printf("%s\n%s\n", o.spec, o.test_spec);
     else if (rc == 0)
         rc = run(&o);
+    else if (rc < 0)
+        rc = 0; /* --help */
 #ifdef EF_HAVE_MPI
     train_mpi_finish(rc);
 #endif

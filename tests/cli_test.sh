@@ -263,6 +263,78 @@ for sub in run pack train; do
         fail "echoflow $sub --help: rc $rc, $(cat "$TMP/help_$sub.out" "$TMP/help_$sub.err")"
 done
 
+for sub in stages version; do
+    run help_$sub $sub --help
+    [ "$rc" -eq 0 ] && grep -q "usage: echoflow $sub" "$TMP/help_$sub.out" ||
+        fail "echoflow $sub --help: rc $rc"
+    run extra_$sub $sub --bogus
+    [ "$rc" -eq 2 ] && grep -q "unknown option '--bogus'" "$TMP/extra_$sub.err" ||
+        fail "echoflow $sub --bogus: rc $rc, $(cat "$TMP/extra_$sub.err")"
+done
+
+# one parser: --opt=value, missing values and arguments, stray words
+run opt_eq run --json --seed=7 "range:n=3"
+[ "$rc" -eq 0 ] && grep -q '"seed": 7,' "$TMP/opt_eq.out" ||
+    fail "run --seed=7: rc $rc, $(cat "$TMP/opt_eq.err")"
+run no_value run "range:n=3" --seed
+[ "$rc" -eq 2 ] && grep -q "option --seed needs a value" "$TMP/no_value.err" ||
+    fail "run ... --seed: rc $rc, $(cat "$TMP/no_value.err")"
+run flag_value run --json=yes "range:n=3"
+[ "$rc" -eq 2 ] && grep -q "takes no value" "$TMP/flag_value.err" ||
+    fail "run --json=yes: rc $rc, $(cat "$TMP/flag_value.err")"
+run two_specs run range:n=3 range:n=4
+[ "$rc" -eq 2 ] && grep -q "unexpected argument 'range:n=4'" "$TMP/two_specs.err" ||
+    fail "run with two specs: rc $rc, $(cat "$TMP/two_specs.err")"
+run pack_one pack "range:n=3"
+[ "$rc" -eq 2 ] && grep -q "echoflow pack: needs SPEC PATTERN" "$TMP/pack_one.err" ||
+    fail "pack without PATTERN: rc $rc, $(cat "$TMP/pack_one.err")"
+run per_shard pack --per-shard 2.5 "range:n=3" "$TMP/ps-%d.tar"
+[ "$rc" -eq 2 ] && grep -q -- "--per-shard expects a whole number from 1" "$TMP/per_shard.err" ||
+    fail "pack --per-shard 2.5: rc $rc, $(cat "$TMP/per_shard.err")"
+
+# --stats-every: JSON lines while running, then the report
+run stats_every run --json --stats-every 0.05 \
+    "range:n=4000 | throttle:rate=8000 | echo:factor=auto,max=4"
+cat >"$TMP/stats_every.py" <<'PYEOF'
+import json, sys
+lines = open(sys.argv[1]).read().splitlines()
+docs = [json.loads(l) for l in lines]
+ticks, report = docs[:-1], docs[-1]
+if len(ticks) < 5:
+    sys.exit("%d stats lines in about half a second, expected at least 5" % len(ticks))
+if "spec" not in report or report["items"] < 4000:
+    sys.exit("the last line is not the report: %r" % report)
+prev_t = prev_items = -1
+for d in ticks:
+    if d["t"] <= prev_t or d["items"] < prev_items or d["items"] > report["items"]:
+        sys.exit("stats lines out of order: %r" % d)
+    prev_t, prev_items = d["t"], d["items"]
+    echo = [s for s in d["stages"] if s["name"] == "echo"]
+    if len(echo) != 1 or "effective_factor" not in echo[0]:
+        sys.exit("a stats line lacks the echo stage's figures: %r" % d)
+if ticks[-1]["items"] == 0:
+    sys.exit("no progress in the stats lines")
+PYEOF
+if [ "$rc" -eq 0 ] && "$PY" "$TMP/stats_every.py" "$TMP/stats_every.out"; then
+    pass "run --stats-every streams JSON lines, then the report"
+else
+    fail "run --stats-every: rc $rc, $(head -c 600 "$TMP/stats_every.out")"
+fi
+expect_refused --stats-every "--stats-every expects a number from 0.01 to" \
+    0 -1 nan x ""
+
+# the progress line, on a terminal only
+if command -v script >/dev/null; then
+    script -qec "'$CLI' run 'range:n=3000 | throttle:rate=3000 | echo:factor=auto,max=4' >/dev/null" \
+        /dev/null >"$TMP/tty.out" 2>&1
+    rc=$?
+    [ "$rc" -eq 0 ] && grep -q "items/s  echo factor [0-9.]*" "$TMP/tty.out" ||
+        fail "progress line on a terminal: rc $rc, $(head -c 400 "$TMP/tty.out")"
+    run no_tty run "range:n=3000 | throttle:rate=3000"
+    [ "$rc" -eq 0 ] && ! grep -q "items/s" "$TMP/no_tty.err" ||
+        fail "a progress line without a terminal: $(head -c 300 "$TMP/no_tty.err")"
+fi
+
 run bad_policy run --on-error sometimes "range:n=3"
 [ "$rc" -eq 2 ] && grep -q "fail or skip" "$TMP/bad_policy.err" ||
     fail "run --on-error sometimes: rc $rc, $(cat "$TMP/bad_policy.err")"
@@ -438,6 +510,7 @@ else
     fi
     for bad in "--model rnn" "--lr x" "--batch 0" "--echo-at middle" \
                "--schedule cosine" "--bogus 1" "--lr nan" "--batch nan" \
+               "--batch 1.5" "--threads 0" "--data imagenet" \
                "--seed nan" "--seed inf" "--seed 1e300" "--seed -1" \
                "--seed 1.5"; do
         # shellcheck disable=SC2086
