@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# Test of experiments/reproduce.py: runs its one-cell smoke experiment (a
-# real `echoflow train` run of the MLP to a low target) into a temporary
-# directory, checks the CSV row, checks that a second invocation resumes
-# (runs nothing, adds no row), and that a failing trainer is reported with
-# its stderr and leaves no row.
+# Test of experiments/reproduce.py and its package, experiments/repro/:
+# runs its one-cell smoke experiment (a real `echoflow train` run of the
+# MLP to a low target) into a temporary directory, checks the CSV row,
+# checks that a second invocation resumes (runs nothing, adds no row), and
+# that a failing trainer is reported with its stderr and leaves no row.
 #
 # usage: repro_smoke.sh ECHOFLOW_BUILD_DIR REPRODUCE_PY
 set -u

@@ -1,0 +1,10 @@
+"""The experiments, in the order they run and appear in RESULTS.md. Each
+module has NAME, TITLE, PAPER (what of the paper it compares with),
+cells(quick), report(rows, run_cmd) -> lines, and may have plot(rows,
+work, img) -> paths and setup(binary, out_dir, work) -> the environment
+its cells run in (see cells.train_args)."""
+from . import augment, batch, fresh, network, shuffle
+
+ALL = [fresh, augment, batch, shuffle, network]
+BY_NAME = {m.NAME: m for m in ALL}
+NAMES = [m.NAME for m in ALL]
