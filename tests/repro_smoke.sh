@@ -107,6 +107,26 @@ else
     fail "--jobs 0: rc $rc, $(cat "$TMP/jobs0.out" "$TMP/jobs0.err")"
 fi
 
+# a COMMENTARY.md with one experiment's heading twice is refused by report,
+# naming the heading and the file, rather than showing one of the two
+printf '## fresh\nold text\n\n## fresh\nnew text\n' >"$TMP/out/COMMENTARY.md"
+"$PY" "$REPRO" report --results "$TMP/out" >"$TMP/dup.out" 2>"$TMP/dup.err"
+rc=$?
+if [ "$rc" -ne 0 ] && grep -q "'## fresh' appears twice" "$TMP/dup.err" &&
+        grep -q "$TMP/out/COMMENTARY.md:4" "$TMP/dup.err" &&
+        [ ! -e "$TMP/out/RESULTS.md" ]; then
+    pass "a heading twice in COMMENTARY.md is refused: $(cat "$TMP/dup.err")"
+else
+    fail "duplicate heading: rc $rc, $(cat "$TMP/dup.out" "$TMP/dup.err")"
+fi
+printf '## fresh\nnew text\n' >"$TMP/out/COMMENTARY.md"
+if "$PY" "$REPRO" report --results "$TMP/out" >"$TMP/rep.out" 2>&1 &&
+        [ -s "$TMP/out/RESULTS.md" ]; then
+    pass "with the heading once, report writes RESULTS.md"
+else
+    fail "report: $(cat "$TMP/rep.out")"
+fi
+
 if [ "$failures" -ne 0 ]; then
     echo "$failures check(s) failed" >&2
     exit 1
