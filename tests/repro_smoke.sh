@@ -107,6 +107,33 @@ else
     fail "--jobs 0: rc $rc, $(cat "$TMP/jobs0.out" "$TMP/jobs0.err")"
 fi
 
+# the network cells' pipeline is the trainer's preset (--print-spec) with
+# the source swapped for HTTP shards, the throttle for nginx, and the one
+# named override, UPSTREAM_SHUFFLE; a preset of another shape is refused
+if "$PY" - "$BUILD/echoflow" "$(dirname "$REPRO")" <<'PY' >"$TMP/net.out" 2>&1; then
+import subprocess, sys
+sys.path.insert(0, sys.argv[2])
+from repro import network
+c = [c for c in network.cells(False) if c["e"] == 4][0]
+train, test = network.preset_specs(sys.argv[1], c, 1000)
+got = network.over_http(train, "http://h/x.tar").split(" | ")
+want = ["tar:urls=http://h/x.tar", "decode:channels=1",
+        "normalize:mean=0.2860,std=0.3530",
+        "shuffle:%d" % network.UPSTREAM_SHUFFLE, "repeat", "prefetch:256",
+        "echo:" + c["echo"], "batch:128", "prefetch:4"]
+assert got == want, (got, want)
+assert test.startswith("idx:") and test.endswith("| batch:1000"), test
+p = subprocess.run([sys.executable, "-c", "import sys; sys.path.insert(0, "
+                    "%r); from repro import network; network.over_http("
+                    "'idx:x | shuffle:9 | repeat | batch:1', 'u')"
+                    % sys.argv[2]], capture_output=True, text=True)
+assert p.returncode != 0 and "changed shape" in p.stderr, p.stderr
+PY
+    pass "network spec derived from the preset, one override"
+else
+    fail "network spec: $(cat "$TMP/net.out")"
+fi
+
 # a COMMENTARY.md with one experiment's heading twice is refused by report,
 # naming the heading and the file, rather than showing one of the two
 printf '## fresh\nold text\n\n## fresh\nnew text\n' >"$TMP/out/COMMENTARY.md"

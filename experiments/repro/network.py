@@ -1,20 +1,45 @@
 """Time to target over a rate-limited network (the paper's 3.25x
 headline): the MLP reading WebDataset shards from nginx at 1/R of the
 trainer's rate, without echo, at fixed echo factors and with automatic
-echoing."""
+echoing.
+
+The training pipeline is the trainer's own preset (`echoflow train --data
+fashion-mnist --print-spec` with the cell's options), its source swapped
+for the shards over HTTP and its throttle for nginx, and with one named
+difference, UPSTREAM_SHUFFLE."""
 import math
 import os
 import statistics
+import subprocess
 
 from .cells import ECHO_SHUFFLE, cell, example_echo
-from .nginx import FMNIST, Upstream
+from .nginx import TRAIN_EXAMPLES, Upstream
 from .render import cell_summary, gnuplot, section, table
-from .results import ekey, fmt, groups, num, reached_value, summary
+from .results import die, ekey, fmt, groups, num, reached_value, summary
 
 NAME = "network"
 TITLE = "Time to target over a rate-limited network (MLP)"
 PAPER = "the paper's 3.25x headline"
 PAPER_SPEEDUP = 3.25  # ResNet-50 on ImageNet over a network, the headline
+
+# What replaces the preset's idx source: the shards, decoded, normalised
+# with the training set's mean and std. The trainer normalises u8 images
+# with these same values itself (train/trainer.c); as a stage, the shuffle
+# and echo stages hold the f32 images, as every network cell has run.
+HTTP_SOURCE = ("tar:urls=%s | decode:channels=1 | "
+               "normalize:mean=0.2860,std=0.3530")
+
+# The one deliberate difference from the preset. The preset shuffles the
+# whole training set (shuffle:60000), a buffer that must fill before the
+# first batch; here it would fill from the throttled upstream, 60,000
+# examples at 1/R of the trainer's rate (2 s at R = 2, 8 s at R = 8 in the
+# calibration run, against 12 to 28 s to target without echo), a wait that
+# grows with R and so would be measured as if it were echoing's doing.
+# Every row of network.csv has run with this buffer (the CSV's train_spec
+# says so for the rows that record it; report checks them); change it and
+# those rows no longer match.
+UPSTREAM_SHUFFLE = 1000
+
 
 def cells(quick):
     rs = [2, 8] if quick else [2, 4, 8]
@@ -43,36 +68,79 @@ def cells(quick):
     return out
 
 
-TEST_SPEC = ("idx:images=%s/t10k-images-idx3-ubyte.gz,"
-             "labels=%s/t10k-labels-idx1-ubyte.gz | batch:1000"
-             % (FMNIST, FMNIST))
+def preset_specs(binary, c, throttle):
+    """The trainer's preset pipelines (training, held-out) for cell c's
+    model, batch and echo, emulating an upstream of `throttle` examples/s."""
+    args = [binary, "train", "--data", "fashion-mnist", "--model",
+            c["model"], "--batch", fmt(c["batch"]), "--throttle",
+            "%g" % throttle, "--print-spec"]
+    if c["echo"]:
+        args += ["--echo", c["echo"], "--echo-at", c["echo_at"]]
+    p = subprocess.run(args, capture_output=True, text=True)
+    lines = p.stdout.splitlines()
+    if p.returncode != 0 or len(lines) != 2:
+        die("network: %s exited %d, printing %r (expected the training and "
+            "held-out pipelines, one a line): %s" %
+            (" ".join(args), p.returncode, p.stdout, p.stderr.strip()))
+    return lines
+
+
+def over_http(preset, urls):
+    """The preset's training pipeline with its source swapped for the shards
+    at urls, its throttle stage dropped (nginx is the slow upstream; the
+    prefetch after it stays, to let the upstream run ahead), and its shuffle
+    buffer UPSTREAM_SHUFFLE."""
+    stages = preset.split(" | ")
+
+    def only(prefix):
+        at = [i for i, s in enumerate(stages) if s.startswith(prefix)]
+        if len(at) != 1 or (prefix == "idx:" and at != [0]):
+            die("network: the preset's pipeline has changed shape (expected "
+                "an idx source first, one shuffle and one throttle stage): "
+                "%s; update %s" % (preset, __file__))
+        return at[0]
+
+    only("idx:")
+    del stages[only("throttle:")]
+    stages[only("shuffle:")] = "shuffle:%d" % UPSTREAM_SHUFFLE
+    stages[0] = HTTP_SOURCE % urls
+    return " | ".join(stages)
+
+
+def upstream_shuffle(spec):
+    """The buffer of the first shuffle stage in a recorded spec."""
+    for s in spec.split(" | "):
+        if s.startswith("shuffle:"):
+            return s[len("shuffle:"):]
+    return None
 
 
 class Environment:
     """What the network cells run in: the upstream, and their pipelines."""
 
     def __init__(self, binary, out_dir, work):
+        self.binary = binary
         self.upstream = Upstream(binary, out_dir, work)
         self.upstream.prepare()
+        self.recorded = {}
 
     def data_args(self, c):
-        self.upstream.serve(int(c["R"]))
-        # As the preset: normalised with the training set's mean and std
-        # (the trainer's defaults), shuffled, repeated, and a prefetch so the
-        # slow upstream runs ahead of the trainer and the echo stage.
-        echo = "echo:%s | " % c["echo"] if c["echo"] else ""
-        spec = ("tar:urls=%s | decode:channels=1 | "
-                "normalize:mean=0.2860,std=0.3530 | shuffle:1000 | repeat | "
-                "prefetch:256 | %sbatch:%s | prefetch:4" %
-                (self.upstream.urls(), echo, fmt(c["batch"])))
-        return ["--spec", spec, "--test-spec", TEST_SPEC]
+        R = int(c["R"])
+        self.upstream.serve(R)
+        train, test = preset_specs(self.binary, c, self.upstream.rate_at(R))
+        self.recorded[id(c)] = over_http(
+            train, self.upstream.urls().replace(
+                ":%d/" % self.upstream.port, ":PORT/"))
+        return ["--spec", over_http(train, self.upstream.urls()),
+                "--test-spec", test]
 
     def context(self, c):
         R = int(c["R"])
         up = self.upstream
         return {"upstream_rate": round(up.rate_at(R), 1),
                 "limit_rate_bytes": up.limit(R),
-                "calibrated_rate": round(up.rate, 1)}
+                "calibrated_rate": round(up.rate, 1),
+                "train_spec": self.recorded.pop(id(c))}
 
     def stop(self):
         self.upstream.stop()
@@ -82,8 +150,34 @@ def setup(binary, out_dir, work):
     return Environment(binary, out_dir, work)
 
 
+def check_recorded(rows, path):
+    """Rows that record their training pipeline must have run this module's
+    recipe; returns how many record one."""
+    recorded = [r for r in rows if r.get("train_spec")]
+    for r in recorded:
+        got = upstream_shuffle(r["train_spec"])
+        if got != str(UPSTREAM_SHUFFLE):
+            die("%s: a row (%s e=%s R=%s seed=%s) ran with shuffle:%s, but "
+                "the network recipe now shuffles over %d: rerun those cells "
+                "or restore UPSTREAM_SHUFFLE in %s" %
+                (path, r["variant"], r["e"], r["R"], r["seed"], got,
+                 UPSTREAM_SHUFFLE, __file__))
+    return len(recorded)
+
+
+def recorded_text(n_rec, n):
+    checked = "the training pipeline it ran (the CSV's `train_spec`), " \
+        "checked against this shuffle buffer"
+    if n_rec == n:
+        return "Every row records %s." % checked
+    return ("%d of the %d rows record %s; the other %d predate that column, "
+            "and what they ran is the code of the commit each names." %
+            (n_rec, n, checked.replace("it ran", "they ran"), n - n_rec))
+
+
 def report(rows, run_cmd):
     t = rows[0]
+    n_rec = check_recorded(rows, "network.csv")
     lines = ["", "Fashion-MNIST packed into 6 WebDataset shards by "
              "`echoflow pack`, served by nginx on loopback with "
              "`limit_rate` (bytes/s, per connection; the tar source reads "
@@ -96,6 +190,20 @@ def report(rows, run_cmd):
              "Effective e and the R the echo stage measured come from the "
              "trainer's JSON." % (num(float(t["calibrated_rate"])),
                                   PAPER_SPEEDUP)]
+    lines += ["", "The training pipeline is the `--data fashion-mnist` "
+              "preset's (`echoflow train --print-spec` with the cell's "
+              "`--echo`, `--echo-at`, `--batch` and `--throttle`), with its "
+              "idx source replaced by `%s` and its throttle stage by nginx. "
+              "**One deliberate difference:** the preset shuffles the whole "
+              "training set (`shuffle:%d`), and the network's cells shuffle "
+              "over %s examples (`shuffle:%d`): a buffer of %s would have "
+              "to fill from the throttled upstream before the first batch, "
+              "a wait that grows with R and would count as training time. "
+              "The held-out pipeline is the preset's. %s" %
+              (HTTP_SOURCE % "http://127.0.0.1:PORT/train-{000000..000005}"
+               ".tar", TRAIN_EXAMPLES, num(UPSTREAM_SHUFFLE),
+               UPSTREAM_SHUFFLE, num(TRAIN_EXAMPLES), recorded_text(
+                   n_rec, len(rows)))]
     out = []
     for (R,), rr in sorted(groups(rows, ["R"]).items(),
                            key=lambda kv: float(kv[0][0])):

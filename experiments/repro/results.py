@@ -19,8 +19,10 @@ RESULTS = ["reached", "diverged", "fresh_to_target", "steps_to_target",
            "steps", "final_accuracy", "train_examples_per_s",
            "consumer_wait_fraction", "echo_effective_factor",
            "echo_r_estimate"]
+# train_spec: the training pipeline of a cell that passes its own --spec
+# (the network's; its port written as PORT), so a row says what it ran.
 CONTEXT = ["upstream_rate", "limit_rate_bytes", "calibrated_rate",
-           "commit", "date", "wall_s"]
+           "train_spec", "commit", "date", "wall_s"]
 COLUMNS = SETTINGS + RESULTS + CONTEXT
 
 
