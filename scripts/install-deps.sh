@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian packages echoflow needs to build, test and run its
 # demo; with --bench, also what only the benchmarks need (torchvision and
-# photographs to decode, an optimised BLAS for PyTorch).
+# photographs to decode, an optimised BLAS for PyTorch, gnuplot).
 # Idempotent: installs only what is missing and says what that is.
 set -euo pipefail
 
@@ -26,7 +26,8 @@ if [ "${1:-}" = "--bench" ]; then
   # installed; libopenblas0-pthread makes the comparison fair. The decode
   # benchmark compares with torchvision on photographs from scikit-image.
   packages+=(libopenblas0-pthread
-             python3-torchvision python3-pil python3-skimage)
+             python3-torchvision python3-pil python3-skimage
+             gnuplot-nox)  # the pictures of docs/ and the reproduction
 fi
 
 missing=()
