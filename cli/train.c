@@ -440,8 +440,8 @@ static int run(train_opts *o)
     /* --json keeps stderr for errors unless a person is watching */
     progress_ctx pc = {train_p, isatty(2), !lead || (o->json && !isatty(2))};
     eft_result r;
-    int rc = eft_train(&o->cfg, train_p, &test, on_progress, 20, &pc, &r, err,
-                       sizeof err);
+    const eft_job job = {&o->cfg, train_p, &test, on_progress, 20, &pc};
+    int rc = eft_train(&job, &r, err, sizeof err);
     double mine[F_COUNT], *all = NULL;
     if (rc == 0 && comm) {
         own_figures(train_p, &r, mine);

@@ -389,8 +389,9 @@ static void short_run_learns(void **state)
 
     ef_pipeline *p = fmnist("shuffle:10000 | echo:2 | batch:128", 1);
     eft_result r;
-    assert_int_equal(
-        eft_train(&cfg, p, &test, NULL, 0, NULL, &r, err, sizeof err), 0);
+    const eft_job job = {.cfg = &cfg, .train = p, .test = &test};
+    assert_int_equal(eft_train(&job, &r, err, sizeof err), 0);
+    assert_int_equal(test.dim, 784);
     assert_int_equal(r.final.fresh, 12800);
     /* every other example was an echo */
     assert_true(r.final.examples >= 2 * 12800 - 128);
@@ -412,15 +413,32 @@ static void bad_batches_fail_cleanly(void **state)
     eft_result r;
     /* no label field */
     ef_pipeline *p = eft_pipeline("range:n=10,bytes=784 | batch:5", 1);
-    assert_int_equal(
-        eft_train(&cfg, p, NULL, NULL, 0, NULL, &r, err, sizeof err), -1);
+    eft_job job = {.cfg = &cfg, .train = p};
+    assert_int_equal(eft_train(&job, &r, err, sizeof err), -1);
     assert_non_null(strstr(err, "label"));
     ef_pipeline_destroy(p);
+    /* images of another size than the model takes */
+    job.train = p = fmnist("resize:14 | batch:5", 1);
+    assert_int_equal(eft_train(&job, &r, err, sizeof err), -1);
+    assert_non_null(strstr(err, "images of 196 values: expected at most 128 "
+                                "images of 784 values"));
+    ef_pipeline_destroy(p);
+    /* a held-out set of another size, refused before training */
+    float x[2 * 196] = {0};
+    int64_t y[2] = {0, 1};
+    const eft_dataset small = {x, y, 2, 196};
+    job.train = p = fmnist("batch:5", 1);
+    job.test = &small;
+    assert_int_equal(eft_train(&job, &r, err, sizeof err), -1);
+    assert_string_equal(err, "evaluation set: images of 196 values; the mlp "
+                             "takes 784");
+    assert_int_equal(r.final.steps, 0);
+    ef_pipeline_destroy(p);
+    job.test = NULL;
     /* a batch larger than the configured one */
     cfg.batch = 4;
-    p = fmnist("batch:8", 1);
-    assert_int_equal(
-        eft_train(&cfg, p, NULL, NULL, 0, NULL, &r, err, sizeof err), -1);
+    job.train = p = fmnist("batch:8", 1);
+    assert_int_equal(eft_train(&job, &r, err, sizeof err), -1);
     assert_non_null(strstr(err, "at most 4"));
     ef_pipeline_destroy(p);
 }

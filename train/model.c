@@ -21,9 +21,9 @@ static eft_layer *push(eft_model *m, eft_layer_kind kind)
     memset(l, 0, sizeof *l);
     l->kind = kind;
     if (m->nlayers == 0) {
-        l->in_h = 28;
-        l->in_w = 28;
-        l->in_c = 1;
+        l->in_h = EFT_INPUT_H;
+        l->in_w = EFT_INPUT_W;
+        l->in_c = EFT_INPUT_C;
     } else {
         const eft_layer *prev = &m->reps[0].layers[m->nlayers - 1];
         l->in_h = prev->out_h;
@@ -167,6 +167,12 @@ static void *worker_loop(void *arg)
             pthread_cond_signal(&m->done);
         pthread_mutex_unlock(&m->mu);
     }
+}
+
+size_t eft_model_input_size(const eft_model *m)
+{
+    const eft_layer *first = &m->reps[0].layers[0];
+    return (size_t)first->in_h * (size_t)first->in_w * (size_t)first->in_c;
 }
 
 eft_model *eft_model_create(eft_arch arch, int max_batch, int threads,

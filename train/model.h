@@ -21,6 +21,11 @@
 
 typedef enum { EFT_MLP = 0, EFT_CNN } eft_arch;
 
+/* The inputs both models take: Fashion-MNIST's 28x28 gray images. */
+#define EFT_INPUT_H 28
+#define EFT_INPUT_W 28
+#define EFT_INPUT_C 1
+
 #define EFT_MAX_LAYERS 12
 #define EFT_MAX_THREADS 16
 
@@ -71,6 +76,8 @@ void eft_model_destroy(eft_model *m);
 /* "mlp" or "cnn" into *arch; -1 for anything else. */
 int eft_arch_parse(const char *name, eft_arch *arch);
 const char *eft_arch_name(eft_arch arch);
+/* Floats per input example: its height x width x channels. */
+size_t eft_model_input_size(const eft_model *m);
 
 /* Forward (and, with labels and backward, backward) over n <= max_batch
  * inputs. Returns the mean loss; *correct (if not NULL) gets the hits.

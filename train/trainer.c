@@ -10,8 +10,6 @@
 #include <string.h>
 #include <time.h>
 
-#define IMAGE_SIZE 784
-
 static double now_s(void)
 {
     struct timespec ts;
@@ -53,9 +51,11 @@ static void normalise(float *restrict x, const unsigned char *restrict src,
 
 /* Converts a batch's images to normalised floats in x; *n gets the batch
  * size. Accepts u8 (normalised here) or f32 (taken as they are) images of
- * 784 values each, and i64 labels. */
+ * *dim values each (when *dim is 0, this batch's size sets it), and i64
+ * labels. */
 static int unpack(const ef_sample *s, double mean, double std, int max,
-                  float *x, int64_t *y, int *n, char *err, size_t errlen)
+                  size_t *dim, float *x, int64_t *y, int *n, char *err,
+                  size_t errlen)
 {
     ef_tensor img, lab;
     if (ef_sample_get(s, "image", &img) != EF_OK ||
@@ -65,18 +65,20 @@ static int unpack(const ef_sample *s, double mean, double std, int max,
     if (img.ndim < 2 || lab.ndim != 1 || lab.dtype != EF_I64 ||
         lab.shape[0] != img.shape[0])
         return fail(err, errlen,
-                    "train: expected a batch: image [B,28,28] and label "
-                    "[B] i64 (got %d-d image, %d-d %s label)",
+                    "train: expected a batch: image [B,H,W] or [B,H,W,C] and "
+                    "label [B] i64 (got %d-d image, %d-d %s label)",
                     img.ndim, lab.ndim, ef_dtype_name(lab.dtype));
     int64_t b = img.shape[0], per = 1;
     for (int d = 1; d < img.ndim; d++)
         per *= img.shape[d];
-    if (per != IMAGE_SIZE || b > max || b < 1)
+    if (!*dim)
+        *dim = (size_t)per;
+    if (per < 1 || (size_t)per != *dim || b > max || b < 1)
         return fail(err, errlen,
                     "train: batch of %lld images of %lld values: expected at "
-                    "most %d images of 28x28",
-                    (long long)b, (long long)per, max);
-    size_t count = (size_t)b * IMAGE_SIZE;
+                    "most %d images of %zu values",
+                    (long long)b, (long long)per, max, *dim);
+    size_t count = (size_t)b * *dim;
     if (img.dtype == EF_U8) {
         normalise(x, img.data, count, (float)(1.0 / (255.0 * std)),
                   (float)(mean / std));
@@ -94,7 +96,7 @@ static int unpack(const ef_sample *s, double mean, double std, int max,
 int eft_dataset_load(ef_pipeline *p, double mean, double std, eft_dataset *out,
                      char *err, size_t errlen)
 {
-    size_t cap = 0, n = 0;
+    size_t cap = 0, n = 0, dim = 0;
     float *x = NULL;
     int64_t *y = NULL;
     ef_sample *s;
@@ -113,9 +115,14 @@ int eft_dataset_load(ef_pipeline *p, double mean, double std, eft_dataset *out,
                                "field");
         }
         int64_t b = img.shape[0];
+        if (!dim) { /* the first batch's images set the size */
+            dim = 1;
+            for (int d = 1; d < img.ndim; d++)
+                dim *= (size_t)img.shape[d];
+        }
         if (n + (size_t)b > cap) {
             cap = (n + (size_t)b) * 2;
-            float *nx = realloc(x, cap * IMAGE_SIZE * sizeof(float));
+            float *nx = realloc(x, cap * dim * sizeof(float));
             int64_t *ny = realloc(y, cap * sizeof(int64_t));
             x = nx ? nx : x;
             y = ny ? ny : y;
@@ -127,7 +134,7 @@ int eft_dataset_load(ef_pipeline *p, double mean, double std, eft_dataset *out,
             }
         }
         int got;
-        rc = unpack(s, mean, std, (int)b, x + n * IMAGE_SIZE, y + n, &got, err,
+        rc = unpack(s, mean, std, (int)b, &dim, x + n * dim, y + n, &got, err,
                     errlen);
         ef_sample_free(s);
         if (rc != 0) {
@@ -145,6 +152,7 @@ int eft_dataset_load(ef_pipeline *p, double mean, double std, eft_dataset *out,
     out->x = x;
     out->y = y;
     out->n = (int)n;
+    out->dim = dim;
     return 0;
 }
 
@@ -158,6 +166,20 @@ static double lr_at(const eft_config *c, long steps, long fresh)
     return lr > 0 ? lr : 0;
 }
 
+/* A training run's state. */
+typedef struct {
+    const eft_job *job;
+    const eft_config *cfg;
+    eft_model *m;
+    eft_dist d;
+    eft_sgd opt;
+    size_t dim; /* floats per example, as the model takes them */
+    float *x;   /* the batch: cfg->batch x dim */
+    int64_t *y;
+    double t0;          /* the first batch's arrival: startup is not counted */
+    long evaluated_at;  /* fresh count of the last evaluation, or -1 */
+} trainer;
+
 /* What one step did: this process's share and the step's in all. */
 typedef struct {
     int n;            /* this process's examples */
@@ -165,21 +187,20 @@ typedef struct {
     double total_n, total_fresh, loss;
 } step_result;
 
-/* This process's next batch into x and y: its size and fresh examples
- * into r->n and r->local_fresh. 0, 1 at the end of the data, or -1 with a
- * message (a pipeline error, a batch of the wrong shape). */
-static int next_batch(const eft_config *cfg, ef_pipeline *train, float *x,
-                      int64_t *y, step_result *r, char *err, size_t errlen)
+/* This process's next batch into t->x and t->y: its size and fresh
+ * examples into r->n and r->local_fresh. 0, 1 at the end of the data, or
+ * -1 with a message (a pipeline error, a batch of the wrong shape). */
+static int next_batch(trainer *t, step_result *r, char *err, size_t errlen)
 {
     ef_sample *s;
-    int st = ef_pipeline_next(train, &s);
+    int st = ef_pipeline_next(t->job->train, &s);
     if (st == EF_END)
         return 1;
     if (st != EF_OK)
-        return fail(err, errlen, "%s", ef_pipeline_error(train));
+        return fail(err, errlen, "%s", ef_pipeline_error(t->job->train));
     ef_sample_id id = ef_sample_identity(s);
-    int rc = unpack(s, cfg->mean, cfg->std, cfg->batch, x, y, &r->n, err,
-                    errlen);
+    int rc = unpack(s, t->cfg->mean, t->cfg->std, t->cfg->batch, &t->dim,
+                    t->x, t->y, &r->n, err, errlen);
     ef_sample_free(s);
     r->local_fresh = id.echo_copy == 0 ? id.fresh : 0;
     return rc;
@@ -188,17 +209,15 @@ static int next_batch(const eft_config *cfg, ef_pipeline *train, float *x,
 /* One step of a data-parallel run: every process takes part in each, one
  * whose data ran out with no examples, until every one's has run out
  * (returns 1). A process that failed makes every one stop (-1). */
-static int dist_step(const eft_config *cfg, eft_dist *d, eft_model *m,
-                     ef_pipeline *train, float *x, int64_t *y, double lr,
-                     const eft_sgd *opt, step_result *r, char *err,
+static int dist_step(trainer *t, double lr, step_result *r, char *err,
                      size_t errlen)
 {
     memset(r, 0, sizeof *r);
-    int failed = next_batch(cfg, train, x, y, r, err, errlen) < 0;
+    int failed = next_batch(t, r, err, errlen) < 0;
     if (failed)
         r->n = 0, r->local_fresh = 0;
     double counts[3] = {r->n, (double)r->local_fresh, failed};
-    if (eft_dist_sum(d, counts, 3, err, errlen))
+    if (eft_dist_sum(&t->d, counts, 3, err, errlen))
         return -1;
     if (counts[2] > 0) {
         if (!failed)
@@ -210,14 +229,15 @@ static int dist_step(const eft_config *cfg, eft_dist *d, eft_model *m,
         return 1; /* every process's data ran out */
     r->total_n = counts[0];
     r->total_fresh = counts[1];
-    double local_loss = r->n ? eft_model_run(m, x, y, r->n, 1, NULL) : 0;
-    if (eft_dist_average(d, m, r->n, local_loss, r->total_n, &r->loss, err,
-                         errlen))
+    double local_loss =
+        r->n ? eft_model_run(t->m, t->x, t->y, r->n, 1, NULL) : 0;
+    if (eft_dist_average(&t->d, t->m, r->n, local_loss, r->total_n, &r->loss,
+                         err, errlen))
         return -1;
-    eft_model_sgd_step(m, opt, lr);
-    if (cfg->check_sync) {
+    eft_model_sgd_step(t->m, &t->opt, lr);
+    if (t->cfg->check_sync) {
         int same;
-        if (eft_dist_in_sync(d, m, &same, err, errlen))
+        if (eft_dist_in_sync(&t->d, t->m, &same, err, errlen))
             return -1;
         if (!same) {
             fail(err, errlen,
@@ -230,70 +250,55 @@ static int dist_step(const eft_config *cfg, eft_dist *d, eft_model *m,
 }
 
 /* One step of a single process; returns 1 when the data ran out. */
-static int local_step(const eft_config *cfg, eft_model *m, ef_pipeline *train,
-                      float *x, int64_t *y, double lr, const eft_sgd *opt,
-                      step_result *r, char *err, size_t errlen)
+static int local_step(trainer *t, double lr, step_result *r, char *err,
+                      size_t errlen)
 {
     memset(r, 0, sizeof *r);
-    int rc = next_batch(cfg, train, x, y, r, err, errlen);
+    int rc = next_batch(t, r, err, errlen);
     if (rc != 0)
         return rc;
     r->total_n = r->n;
     r->total_fresh = (double)r->local_fresh;
-    r->loss = eft_model_train_batch(m, x, y, r->n, opt, lr, NULL);
+    r->loss = eft_model_train_batch(t->m, t->x, t->y, r->n, &t->opt, lr, NULL);
     return 0;
 }
 
-static int evaluate(eft_dist *d, eft_model *m, const eft_dataset *test,
-                    eft_progress *p, char *err, size_t errlen)
+/* Evaluates on the held-out set (each process its slice, in a data-parallel
+ * run) into p, timed apart from training. */
+static int evaluate(trainer *t, eft_progress *p, char *err, size_t errlen)
 {
-    if (d->comm)
-        return eft_dist_evaluate(d, m, test->x, test->y, test->n, &p->loss,
-                                 &p->accuracy, err, errlen);
-    eft_model_evaluate(m, test->x, test->y, test->n, &p->loss, &p->accuracy);
-    return 0;
-}
-
-int eft_train(const eft_config *cfg, ef_pipeline *train,
-              const eft_dataset *test, eft_progress_fn progress,
-              long every_steps, void *user, eft_result *res, char *err,
-              size_t errlen)
-{
-    memset(res, 0, sizeof *res);
-    eft_model *m =
-        eft_model_create(cfg->arch, cfg->batch, cfg->threads, cfg->seed);
-    float *x = malloc((size_t)cfg->batch * IMAGE_SIZE * sizeof(float));
-    int64_t *y = malloc((size_t)cfg->batch * sizeof(int64_t));
-    eft_dist d = {0};
-    if (!m || !x || !y) {
-        eft_model_destroy(m);
-        free(x);
-        free(y);
-        return fail(err, errlen, "train: out of memory");
-    }
+    const eft_dataset *test = t->job->test;
+    double te = now_s();
     int rc = 0;
-    if (cfg->comm && (eft_dist_init(&d, cfg->comm, m, err, errlen) ||
-                      eft_dist_share_weights(&d, m, err, errlen)))
-        rc = -1;
-    const eft_sgd opt = {cfg->momentum, cfg->weight_decay, cfg->nesterov};
+    if (t->d.comm)
+        rc = eft_dist_evaluate(&t->d, t->m, test->x, test->y, test->n,
+                               &p->loss, &p->accuracy, err, errlen);
+    else
+        eft_model_evaluate(t->m, test->x, test->y, test->n, &p->loss,
+                           &p->accuracy);
+    p->eval_s += now_s() - te;
+    p->evaluated = rc == 0;
+    t->evaluated_at = p->fresh;
+    return rc;
+}
+
+/* The loop: steps until the target, the budget or the end of the data. */
+static int train_loop(trainer *t, eft_result *res, char *err, size_t errlen)
+{
+    const eft_config *cfg = t->cfg;
+    const eft_job *job = t->job;
     eft_progress *p = &res->final;
     long next_eval = cfg->eval_every;
-    long evaluated_at = -1; /* fresh count of the last evaluation */
     double loss_window[50] = {0};
-    double t0 = 0; /* set at the first batch: startup is the pipeline's */
-    while (rc == 0 && p->fresh < cfg->max_fresh) {
+    while (p->fresh < cfg->max_fresh) {
         step_result r;
         double lr = lr_at(cfg, p->steps, p->fresh);
-        int st = cfg->comm ? dist_step(cfg, &d, m, train, x, y, lr, &opt, &r,
-                                       err, errlen)
-                           : local_step(cfg, m, train, x, y, lr, &opt, &r,
-                                        err, errlen);
-        if (t0 == 0)
-            t0 = now_s();
-        if (st != 0) {
-            rc = st < 0 ? -1 : 0; /* 1: the data ran out before the budget */
-            break;
-        }
+        int st = cfg->comm ? dist_step(t, lr, &r, err, errlen)
+                           : local_step(t, lr, &r, err, errlen);
+        if (t->t0 == 0)
+            t->t0 = now_s();
+        if (st != 0)
+            return st < 0 ? -1 : 0; /* 1: the data ran out before the budget */
         loss_window[p->steps % 50] = r.loss;
         p->steps++;
         if (!isfinite(r.loss)) {
@@ -310,17 +315,11 @@ int eft_train(const eft_config *cfg, ef_pipeline *train,
         for (int i = 0; i < window; i++)
             p->train_loss += loss_window[i] / window;
 
-        int evaluate_now = test && p->fresh >= next_eval;
+        int evaluate_now = job->test && p->fresh >= next_eval;
         if (evaluate_now) {
-            double te = now_s();
-            p->train_s = te - t0 - p->eval_s;
-            if (evaluate(&d, m, test, p, err, errlen)) {
-                rc = -1;
-                break;
-            }
-            p->evaluated = 1;
-            evaluated_at = p->fresh;
-            p->eval_s += now_s() - te;
+            p->train_s = now_s() - t->t0 - p->eval_s;
+            if (evaluate(t, p, err, errlen))
+                return -1;
             while (next_eval <= p->fresh)
                 next_eval += cfg->eval_every;
             if (!res->reached && cfg->target_acc > 0 &&
@@ -331,30 +330,58 @@ int eft_train(const eft_config *cfg, ef_pipeline *train,
                 res->time_to_target_s = p->train_s;
             }
         }
-        p->train_s = now_s() - t0 - p->eval_s;
-        if (progress &&
-            (evaluate_now || (every_steps > 0 && p->steps % every_steps == 0)))
-            progress(user, p, evaluate_now);
+        p->train_s = now_s() - t->t0 - p->eval_s;
+        if (job->progress &&
+            (evaluate_now ||
+             (job->progress_steps > 0 && p->steps % job->progress_steps == 0)))
+            job->progress(job->user, p, evaluate_now);
         if (res->reached || res->diverged_at_step)
-            break;
+            return 0;
     }
+    return 0;
+}
+
+int eft_train(const eft_job *job, eft_result *res, char *err, size_t errlen)
+{
+    const eft_config *cfg = job->cfg;
+    memset(res, 0, sizeof *res);
+    trainer t = {.job = job,
+                 .cfg = cfg,
+                 .opt = {cfg->momentum, cfg->weight_decay, cfg->nesterov},
+                 .evaluated_at = -1};
+    t.m = eft_model_create(cfg->arch, cfg->batch, cfg->threads, cfg->seed);
+    if (t.m) {
+        t.dim = eft_model_input_size(t.m);
+        t.x = malloc((size_t)cfg->batch * t.dim * sizeof(float));
+        t.y = malloc((size_t)cfg->batch * sizeof(int64_t));
+    }
+    int rc = 0;
+    if (!t.m || !t.x || !t.y)
+        rc = fail(err, errlen, "train: out of memory");
+    else if (job->test && job->test->dim != t.dim)
+        rc = fail(err, errlen,
+                  "evaluation set: images of %zu values; the %s takes %zu",
+                  job->test->dim, eft_arch_name(cfg->arch), t.dim);
+    else if (cfg->comm && (eft_dist_init(&t.d, cfg->comm, t.m, err, errlen) ||
+                           eft_dist_share_weights(&t.d, t.m, err, errlen)))
+        rc = -1;
+    if (rc == 0)
+        rc = train_loop(&t, res, err, errlen);
+    eft_progress *p = &res->final;
     /* a final evaluation when the last one is stale */
-    if (rc == 0 && test && !res->reached && evaluated_at != p->fresh) {
-        double te = now_s();
-        rc = evaluate(&d, m, test, p, err, errlen);
-        p->evaluated = rc == 0;
-        p->eval_s += now_s() - te;
-        if (progress && rc == 0)
-            progress(user, p, 1);
+    if (rc == 0 && job->test && !res->reached && t.evaluated_at != p->fresh) {
+        rc = evaluate(&t, p, err, errlen);
+        if (job->progress && rc == 0)
+            job->progress(job->user, p, 1);
     }
     res->train_examples_per_s =
         p->train_s > 0 ? (double)p->examples / p->train_s : 0;
-    res->comm_s = d.comm_s;
+    res->comm_s = t.d.comm_s;
     if (rc == 0 && cfg->save_model && (!cfg->comm || cfg->comm->rank == 0))
-        rc = eft_model_save(m, cfg->save_model, err, errlen);
-    eft_dist_free(&d);
-    eft_model_destroy(m);
-    free(x);
-    free(y);
+        rc = eft_model_save(t.m, cfg->save_model, err, errlen);
+    eft_dist_free(&t.d);
+    eft_model_destroy(t.m);
+    free(t.x);
+    free(t.y);
     return rc;
 }

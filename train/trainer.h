@@ -85,9 +85,10 @@ typedef void (*eft_progress_fn)(void *user, const eft_progress *p,
                                 int evaluated);
 
 typedef struct {
-    const float *x; /* n x 784 floats, normalised like training inputs */
+    const float *x; /* n x dim floats, normalised like training inputs */
     const int64_t *y;
     int n;
+    size_t dim; /* floats per example: the product of an image's shape */
 } eft_dataset;
 
 /* Loads every sample of `p` (fields image and label) into memory, images
@@ -96,11 +97,20 @@ typedef struct {
 int eft_dataset_load(ef_pipeline *p, double mean, double std, eft_dataset *out,
                      char *err, size_t errlen);
 
+/* What to train on and whom to tell. */
+typedef struct {
+    const eft_config *cfg;
+    ef_pipeline *train;       /* batches of fields image and label */
+    const eft_dataset *test;  /* the held-out set; NULL: no evaluations */
+    eft_progress_fn progress; /* may be NULL */
+    long progress_steps;      /* steps between progress calls besides
+                                 evaluations; 0: at evaluations only */
+    void *user;               /* passed to progress */
+} eft_job;
+
 /* Trains until the target or the budget. Returns 0, or -1 with a message
- * in err (a pipeline error, a batch of the wrong shape, no memory). */
-int eft_train(const eft_config *cfg, ef_pipeline *train,
-              const eft_dataset *test, eft_progress_fn progress,
-              long every_steps, void *user, eft_result *res, char *err,
-              size_t errlen);
+ * in err (a pipeline error, a batch of the wrong shape, a held-out set
+ * whose examples the model does not take, no memory). */
+int eft_train(const eft_job *job, eft_result *res, char *err, size_t errlen);
 
 #endif
