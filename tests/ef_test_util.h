@@ -1,6 +1,7 @@
 /* Small helpers shared by the test programs. Everything is static inline so
  * that a test which uses only some of them still compiles warning-free.
- * Include after <cmocka.h>. */
+ * Include after <cmocka.h>. Their prefix is tu_ ("test utility"): eft_
+ * belongs to the trainer in train/, which test_train.c also includes. */
 #ifndef EF_TEST_UTIL_H
 #define EF_TEST_UTIL_H
 
@@ -15,7 +16,7 @@
 
 /* A pipeline built from `spec` with `seed`; fails the test (naming the
  * library's message) when creation or parsing fails. */
-static inline ef_pipeline *eft_pipeline(const char *spec, uint64_t seed)
+static inline ef_pipeline *tu_pipeline(const char *spec, uint64_t seed)
 {
     ef_pipeline *p = NULL;
     int rc = ef_pipeline_create(&p);
@@ -32,7 +33,7 @@ static inline ef_pipeline *eft_pipeline(const char *spec, uint64_t seed)
 }
 
 /* Appends `spec` to p, failing the test with the library's message. */
-static inline void eft_parse(ef_pipeline *p, const char *spec)
+static inline void tu_parse(ef_pipeline *p, const char *spec)
 {
     int rc = ef_pipeline_parse(p, spec);
     if (rc != EF_OK)
@@ -41,7 +42,7 @@ static inline void eft_parse(ef_pipeline *p, const char *spec)
 }
 
 /* The next sample; fails the test unless EF_OK. */
-static inline ef_sample *eft_next(ef_pipeline *p)
+static inline ef_sample *tu_next(ef_pipeline *p)
 {
     ef_sample *s = NULL;
     int rc = ef_pipeline_next(p, &s);
@@ -52,7 +53,7 @@ static inline ef_sample *eft_next(ef_pipeline *p)
 }
 
 /* Asserts that the pipeline has ended (twice: END is sticky). */
-static inline void eft_expect_end(ef_pipeline *p)
+static inline void tu_expect_end(ef_pipeline *p)
 {
     for (int k = 0; k < 2; k++) {
         ef_sample *s = NULL;
@@ -66,7 +67,7 @@ static inline void eft_expect_end(ef_pipeline *p)
 }
 
 /* Pulls everything; returns the number of samples; fails on an error. */
-static inline long eft_drain(ef_pipeline *p)
+static inline long tu_drain(ef_pipeline *p)
 {
     long n = 0;
     for (;;) {
@@ -83,7 +84,7 @@ static inline long eft_drain(ef_pipeline *p)
 }
 
 /* Field `name` of s; fails the test when absent. */
-static inline ef_tensor eft_field(const ef_sample *s, const char *name)
+static inline ef_tensor tu_field(const ef_sample *s, const char *name)
 {
     ef_tensor t;
     memset(&t, 0, sizeof t);
@@ -94,9 +95,9 @@ static inline ef_tensor eft_field(const ef_sample *s, const char *name)
 }
 
 /* The scalar EF_I64 field `name`. */
-static inline int64_t eft_i64(const ef_sample *s, const char *name)
+static inline int64_t tu_i64(const ef_sample *s, const char *name)
 {
-    ef_tensor t = eft_field(s, name);
+    ef_tensor t = tu_field(s, name);
     if (t.dtype != EF_I64 || t.ndim != 0 || t.nbytes != 8 || t.data == NULL)
         fail_msg("field \"%s\": expected an i64 scalar, got dtype %d ndim %d "
                  "nbytes %zu",
@@ -107,7 +108,7 @@ static inline int64_t eft_i64(const ef_sample *s, const char *name)
 }
 
 /* Index of the first stage called `name`, or -1. */
-static inline int eft_stage_index(const ef_pipeline *p, const char *name)
+static inline int tu_stage_index(const ef_pipeline *p, const char *name)
 {
     int n = ef_pipeline_stage_count(p);
     for (int i = 0; i < n; i++) {
@@ -121,11 +122,11 @@ static inline int eft_stage_index(const ef_pipeline *p, const char *name)
 }
 
 /* Stats of the first stage called `name`; fails when absent. */
-static inline ef_stage_stats eft_stage(const ef_pipeline *p, const char *name)
+static inline ef_stage_stats tu_stage(const ef_pipeline *p, const char *name)
 {
     ef_stage_stats st;
     memset(&st, 0, sizeof st);
-    int i = eft_stage_index(p, name);
+    int i = tu_stage_index(p, name);
     if (i < 0)
         fail_msg("no stage called \"%s\" in the pipeline stats", name);
     if (ef_pipeline_stage_stats(p, i, &st) != EF_OK)
@@ -134,7 +135,7 @@ static inline ef_stage_stats eft_stage(const ef_pipeline *p, const char *name)
 }
 
 /* An extra figure of a stage; fails when absent. */
-static inline double eft_extra(const ef_stage_stats *st, const char *key)
+static inline double tu_extra(const ef_stage_stats *st, const char *key)
 {
     double v = -1.0;
     if (ef_stage_stats_extra(st, key, &v) != 1)
@@ -144,7 +145,7 @@ static inline double eft_extra(const ef_stage_stats *st, const char *key)
 }
 
 /* Case-insensitive substring test (ASCII). */
-static inline int eft_contains_ci(const char *hay, const char *needle)
+static inline int tu_contains_ci(const char *hay, const char *needle)
 {
     if (hay == NULL || needle == NULL)
         return 0;
@@ -164,7 +165,7 @@ static inline int eft_contains_ci(const char *hay, const char *needle)
 
 /* How often `needle` (non-empty) occurs in `hay`, overlaps counted: a
  * message that names its context once, not twice. */
-static inline int eft_count(const char *hay, const char *needle)
+static inline int tu_count(const char *hay, const char *needle)
 {
     int n = 0;
     for (const char *h = hay; (h = strstr(h, needle)) != NULL; h++)
@@ -173,14 +174,14 @@ static inline int eft_count(const char *hay, const char *needle)
 }
 
 /* Fails the test unless `msg` holds `needle` exactly once. */
-static inline void eft_expect_once(const char *msg, const char *needle)
+static inline void tu_expect_once(const char *msg, const char *needle)
 {
-    int n = eft_count(msg, needle);
+    int n = tu_count(msg, needle);
     if (n != 1)
         fail_msg("'%s' occurs %d times in: %s", needle, n, msg);
 }
 
-static inline double eft_now_s(void)
+static inline double tu_now_s(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);

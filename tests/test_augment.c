@@ -43,7 +43,7 @@ static ef_pipeline *images(const char *stages, uint64_t seed)
     assert_int_equal(ef_pipeline_set_seed(p, seed), EF_OK);
     assert_int_equal(
         ef_pipeline_add_source(p, image_source, &source_state, NULL), EF_OK);
-    eft_parse(p, stages);
+    tu_parse(p, stages);
     return p;
 }
 
@@ -59,11 +59,11 @@ static void crop_without_padding_is_identity(void **state)
     ef_sample *s;
     int n = 0;
     while (ef_pipeline_next(p, &s) == EF_OK) {
-        ef_tensor t = eft_field(s, "image");
+        ef_tensor t = tu_field(s, "image");
         assert_int_equal(t.ndim, 2);
         for (int i = 0; i < 12; i++)
             assert_int_equal(((const unsigned char *)t.data)[i],
-                             (eft_i64(s, "index") + i) & 0xff);
+                             (tu_i64(s, "index") + i) & 0xff);
         ef_sample_free(s);
         n++;
     }
@@ -78,8 +78,8 @@ static void crop_shifts_and_zero_fills(void **state)
     ef_sample *s;
     int shifted = 0;
     while (ef_pipeline_next(p, &s) == EF_OK) {
-        ef_tensor t = eft_field(s, "image");
-        int64_t idx = eft_i64(s, "index");
+        ef_tensor t = tu_field(s, "image");
+        int64_t idx = tu_i64(s, "index");
         /* find the shift (dy, dx) in [-1, 1]^2 this output is */
         int found = 0;
         for (int dy = -1; dy <= 1 && !found; dy++)
@@ -114,7 +114,7 @@ static void crop_padding_wider_than_the_image(void **state)
     ef_sample *s;
     int blank = 0, n = 0;
     while (ef_pipeline_next(p, &s) == EF_OK) {
-        ef_tensor t = eft_field(s, "image");
+        ef_tensor t = tu_field(s, "image");
         int nonzero = 0;
         for (int i = 0; i < 12; i++)
             nonzero += ((const unsigned char *)t.data)[i] != 0;
@@ -131,8 +131,8 @@ static void flip_mirrors_rows(void **state)
 {
     (void)state;
     ef_pipeline *p = images("flip:p=1", 1);
-    ef_sample *s = eft_next(p);
-    ef_tensor t = eft_field(s, "image");
+    ef_sample *s = tu_next(p);
+    ef_tensor t = tu_field(s, "image");
     for (int y = 0; y < 3; y++)
         for (int x = 0; x < 4; x++)
             assert_int_equal(px(&t, y, x), 4 * y + (3 - x));
@@ -141,8 +141,8 @@ static void flip_mirrors_rows(void **state)
 
     /* p = 0 never flips and shares the payload */
     p = images("flip:p=0", 1);
-    s = eft_next(p);
-    t = eft_field(s, "image");
+    s = tu_next(p);
+    t = tu_field(s, "image");
     assert_int_equal(px(&t, 0, 0), 0);
     assert_int_equal(px(&t, 2, 3), 11);
     ef_sample_free(s);
@@ -158,8 +158,8 @@ static void echoed_copies_differ(void **state)
         ef_pipeline *p = images("echo:2 | random_crop:pad=1,threads=3", 9);
         int differ = 0;
         for (int i = 0; i < 50; i++) {
-            ef_sample *a = eft_next(p), *b = eft_next(p);
-            ef_tensor ta = eft_field(a, "image"), tb = eft_field(b, "image");
+            ef_sample *a = tu_next(p), *b = tu_next(p);
+            ef_tensor ta = tu_field(a, "image"), tb = tu_field(b, "image");
             assert_int_equal(ef_sample_identity(b).echo_copy, 1);
             differ += memcmp(ta.data, tb.data, 12) != 0;
             memcpy(first[run][i], ta.data, 12);
@@ -176,13 +176,13 @@ static void wrong_input_is_an_error(void **state)
 {
     (void)state;
     /* a 1-D field is not an image */
-    ef_pipeline *p = eft_pipeline("range:n=5,bytes=12 | flip:field=data", 1);
+    ef_pipeline *p = tu_pipeline("range:n=5,bytes=12 | flip:field=data", 1);
     ef_sample *s;
     assert_int_equal(ef_pipeline_next(p, &s), EF_ESHAPE);
     assert_non_null(strstr(ef_pipeline_error(p), "[H,W]"));
     ef_pipeline_destroy(p);
     /* a missing field */
-    p = eft_pipeline("range:n=5 | random_crop", 1);
+    p = tu_pipeline("range:n=5 | random_crop", 1);
     assert_int_equal(ef_pipeline_next(p, &s), EF_ESHAPE);
     assert_non_null(strstr(ef_pipeline_error(p), "no field 'image'"));
     ef_pipeline_destroy(p);

@@ -49,15 +49,15 @@ static ef_pipeline *gated_pipeline(gated *g, const char *echo_spec)
     ef_pipeline *p;
     assert_int_equal(ef_pipeline_create(&p), EF_OK);
     assert_int_equal(ef_pipeline_add_source(p, gated_fn, g, NULL), EF_OK);
-    eft_parse(p, echo_spec);
+    tu_parse(p, echo_spec);
     return p;
 }
 
 /* Pulls one item and returns its (index, echo copy). */
 static void pull(ef_pipeline *p, int64_t *index, int *copy)
 {
-    ef_sample *s = eft_next(p);
-    *index = eft_i64(s, "index");
+    ef_sample *s = tu_next(p);
+    *index = tu_i64(s, "index");
     *copy = ef_sample_identity(s).echo_copy;
     assert_int_equal(*index, ef_sample_identity(s).index);
     ef_sample_free(s);
@@ -131,10 +131,10 @@ static void cap_holds(void **state)
     g.closed = 1;
     ef_sample *s;
     assert_int_equal(ef_pipeline_next(p, &s), EF_END);
-    ef_stage_stats st = eft_stage(p, "echo");
-    assert_int_equal((int)eft_extra(&st, "fresh"), 2);
-    assert_int_equal((int)eft_extra(&st, "echoed"), 4);
-    assert_true(eft_extra(&st, "effective_factor") == 3.0);
+    ef_stage_stats st = tu_stage(p, "echo");
+    assert_int_equal((int)tu_extra(&st, "fresh"), 2);
+    assert_int_equal((int)tu_extra(&st, "echoed"), 4);
+    assert_true(tu_extra(&st, "effective_factor") == 3.0);
     ef_pipeline_destroy(p);
 }
 
@@ -199,7 +199,7 @@ static void max_one_never_echoes(void **state)
     assert_int_equal(idx, 1);
     pull(p, &idx, &copy);
     assert_int_equal(idx, 2);
-    eft_expect_end(p);
+    tu_expect_end(p);
     ef_pipeline_destroy(p);
 }
 
@@ -217,27 +217,27 @@ static void *consume_all(void *arg)
     ef_sample *s;
     while ((c->rc = ef_pipeline_next(c->p, &s)) == EF_OK)
         ef_sample_free(s);
-    c->returned_at = eft_now_s();
+    c->returned_at = tu_now_s();
     return NULL;
 }
 
 static void stop_while_waiting(void **state)
 {
     (void)state;
-    consumer c = {.p = eft_pipeline("range:n=10 | throttle:rate=0.01 | "
-                                    "echo:factor=auto,max=2",
-                                    1)};
+    consumer c = {.p = tu_pipeline("range:n=10 | throttle:rate=0.01 | "
+                                   "echo:factor=auto,max=2",
+                                   1)};
     pthread_t t;
     assert_int_equal(pthread_create(&t, NULL, consume_all, &c), 0);
     nanosleep(&(struct timespec){0, 100 * 1000 * 1000}, NULL);
-    double stopped_at = eft_now_s();
+    double stopped_at = tu_now_s();
     ef_pipeline_stop(c.p);
     pthread_join(t, NULL);
     assert_int_equal(c.rc, EF_ECANCELED);
     assert_true(c.returned_at - stopped_at < 2.0);
-    ef_stage_stats st = eft_stage(c.p, "echo");
-    assert_int_equal((int)eft_extra(&st, "fresh"), 1);
-    assert_int_equal((int)eft_extra(&st, "echoed"), 1);
+    ef_stage_stats st = tu_stage(c.p, "echo");
+    assert_int_equal((int)tu_extra(&st, "fresh"), 1);
+    assert_int_equal((int)tu_extra(&st, "echoed"), 1);
     ef_sample *s;
     assert_int_equal(ef_pipeline_next(c.p, &s), EF_ECANCELED);
     ef_pipeline_destroy(c.p);
@@ -250,12 +250,12 @@ static void pump_keeps_every_item(void **state)
     (void)state;
     for (int rep = 0; rep < 3; rep++) {
         ef_pipeline *p =
-            eft_pipeline("range:n=2000 | echo:factor=auto,max=3,pool=16", rep);
+            tu_pipeline("range:n=2000 | echo:factor=auto,max=3,pool=16", rep);
         int uses[2000] = {0};
         ef_sample *s;
         int rc;
         while ((rc = ef_pipeline_next(p, &s)) == EF_OK) {
-            int64_t i = eft_i64(s, "index");
+            int64_t i = tu_i64(s, "index");
             assert_true(i >= 0 && i < 2000);
             uses[i]++;
             ef_sample_free(s);
@@ -271,12 +271,12 @@ static void auto_after_batch(void **state)
 {
     (void)state;
     ef_pipeline *p =
-        eft_pipeline("range:n=1000 | batch:10 | echo:factor=auto,max=4", 3);
+        tu_pipeline("range:n=1000 | batch:10 | echo:factor=auto,max=4", 3);
     int fresh_batches = 0;
     ef_sample *s;
     int rc;
     while ((rc = ef_pipeline_next(p, &s)) == EF_OK) {
-        ef_tensor t = eft_field(s, "index");
+        ef_tensor t = tu_field(s, "index");
         assert_int_equal(t.shape[0], 10);
         fresh_batches += ef_sample_identity(s).echo_copy == 0;
         assert_true(ef_sample_identity(s).echo_copy < 4);
@@ -293,9 +293,9 @@ static void stats_carry_r_estimate(void **state)
     const char *specs[] = {"range:n=3000 | echo:2 | batch:8",
                            "range:n=3000 | echo:factor=auto,max=4 | batch:8"};
     for (int i = 0; i < 2; i++) {
-        ef_pipeline *p = eft_pipeline(specs[i], 1);
-        eft_drain(p);
-        ef_stage_stats st = eft_stage(p, "echo");
+        ef_pipeline *p = tu_pipeline(specs[i], 1);
+        tu_drain(p);
+        ef_stage_stats st = tu_stage(p, "echo");
         double v;
         assert_true(ef_stage_stats_extra(&st, "r_estimate", &v));
         assert_true(v >= 0);

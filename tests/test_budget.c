@@ -53,7 +53,7 @@ static ef_pipeline *budgeted(const char *spec, uint64_t budget, int skip)
     assert_int_equal(ef_pipeline_set_memory_budget(p, budget), EF_OK);
     if (skip)
         assert_int_equal(ef_pipeline_set_on_error(p, EF_ON_ERROR_SKIP), EF_OK);
-    eft_parse(p, spec);
+    tu_parse(p, spec);
     return p;
 }
 
@@ -114,7 +114,7 @@ static void test_queues_wait_for_room(void **state)
     ef_pipeline_destroy(p);
     /* without a limit, the same queue fills up */
     p = budgeted(spec, 0, 0);
-    ef_sample *s = eft_next(p);
+    ef_sample *s = tu_next(p);
     ef_sample_free(s);
     struct timespec pause = {0, 200000000}; /* the queue fills meanwhile */
     nanosleep(&pause, NULL);
@@ -128,11 +128,11 @@ static void test_budget_option_rules(void **state)
 {
     (void)state;
     assert_int_equal(ef_pipeline_set_memory_budget(NULL, 1), EF_EINVAL);
-    ef_pipeline *p = eft_pipeline("range:n=3", 0);
+    ef_pipeline *p = tu_pipeline("range:n=3", 0);
     ef_pipeline_stats ps;
     ef_pipeline_stats_get(p, &ps);
     assert_int_equal(ps.memory_budget, (uint64_t)1 << 30); /* the default */
-    ef_sample *s = eft_next(p);
+    ef_sample *s = tu_next(p);
     ef_sample_free(s);
     assert_int_equal(ef_pipeline_set_memory_budget(p, 1), EF_ESTATE);
     ef_pipeline_destroy(p);
@@ -169,7 +169,7 @@ static void test_what_cannot_fit_is_an_error(void **state)
     p = budgeted("range:n=500,bytes=1000 | prefetch:depth=64 | shuffle:8 | "
                  "prefetch:depth=64",
                  20000, 0);
-    assert_int_equal(eft_drain(p), 500);
+    assert_int_equal(tu_drain(p), 500);
     ef_pipeline_stats ps;
     ef_pipeline_stats_get(p, &ps);
     assert_true(ps.peak_bytes_held <= 20000 + 2 * 1008);
@@ -271,12 +271,12 @@ static void test_gzip_bomb_stops_early(void **state)
     ef_pipeline *p = budgeted(spec, (uint64_t)1 << 30, 0);
     expect_failure(p, EF_EFORMAT, "bomb.tar.gz: gzip data inflates to",
                    "a gzip bomb");
-    ef_stage_stats st = eft_stage(p, "tar");
-    assert_true(eft_extra(&st, "bytes") < 1e6); /* compressed bytes read */
+    ef_stage_stats st = tu_stage(p, "tar");
+    assert_true(tu_extra(&st, "bytes") < 1e6); /* compressed bytes read */
     ef_pipeline_destroy(p);
     /* under skip, the shard is abandoned */
     p = budgeted(spec, (uint64_t)1 << 30, 1);
-    assert_int_equal(eft_drain(p), 0);
+    assert_int_equal(tu_drain(p), 0);
     char why[512];
     assert_int_equal(ef_pipeline_abandoned(p, why, sizeof why), 1);
     assert_non_null(strstr(why, "a gzip bomb"));
@@ -290,7 +290,7 @@ static void test_gzip_bomb_stops_early(void **state)
                    "bomb.tar.gz: member 'a.bin' at offset 0: 104857600 "
                    "bytes, over the memory budget of 16777216 bytes",
                    NULL);
-    eft_expect_once(ef_pipeline_error(p), "tar: shard 0: ");
+    tu_expect_once(ef_pipeline_error(p), "tar: shard 0: ");
     ef_pipeline_destroy(p);
 #else
     skip();
@@ -337,7 +337,7 @@ static void test_whole_file_sources_check_the_budget(void **state)
                    NULL);
     ef_pipeline_destroy(p);
     p = budgeted(spec, 8 << 20, 0);
-    assert_int_equal(eft_drain(p), 10000);
+    assert_int_equal(tu_drain(p), 10000);
     ef_pipeline_destroy(p);
     /* cifar, whose size shows only as it is read: 40 records of 3,073 */
     static unsigned char record[3073];
@@ -355,7 +355,7 @@ static void test_whole_file_sources_check_the_budget(void **state)
                    NULL);
     ef_pipeline_destroy(p);
     p = budgeted(spec, 200000, 0);
-    assert_int_equal(eft_drain(p), 40);
+    assert_int_equal(tu_drain(p), 40);
     ef_pipeline_destroy(p);
 }
 
@@ -372,11 +372,11 @@ static void test_unordered_map_queue_is_budgeted(void **state)
     ef_pipeline *p = NULL;
     assert_int_equal(ef_pipeline_create(&p), EF_OK);
     assert_int_equal(ef_pipeline_set_memory_budget(p, 5000), EF_OK);
-    eft_parse(p, "range:n=1000,bytes=1000");
+    tu_parse(p, "range:n=1000,bytes=1000");
     assert_int_equal(ef_pipeline_add_map(p, identity_map, NULL,
                                          "threads=2,ordered=false"),
                      EF_OK);
-    assert_int_equal(eft_drain(p), 1000);
+    assert_int_equal(tu_drain(p), 1000);
     ef_pipeline_stats ps;
     ef_pipeline_stats_get(p, &ps);
     assert_true(ps.peak_bytes_held > 0 && ps.peak_bytes_held <= 5000 + 1008);

@@ -164,7 +164,7 @@ static void test_buffer_wrap(void **state)
     assert_int_equal(ef_buffer_refcount(b), 2);
     ef_buffer_release(b);
     assert_int_equal(log.calls, 0);
-    ef_tensor t = eft_field(s, "bytes");
+    ef_tensor t = tu_field(s, "bytes");
     assert_ptr_equal(t.data, mem);
     ef_sample_free(s);
     assert_int_equal(log.calls, 1);
@@ -292,9 +292,9 @@ static void test_sample_add_validation(void **state)
     assert_int_equal(ef_sample_add(s, "x", EF_U8, 1, four, b, 0), EF_EINVAL);
     assert_int_equal(ef_sample_field_count(s), 2);
     assert_int_equal(ef_buffer_refcount(b), 3);
-    ef_tensor t = eft_field(s, name_ok);
+    ef_tensor t = tu_field(s, name_ok);
     assert_int_equal(t.nbytes, 4);
-    t = eft_field(s, "x");
+    t = tu_field(s, "x");
     assert_int_equal(t.dtype, EF_I32); /* the duplicate did not replace it */
 
     /* at most EF_MAX_FIELDS fields */
@@ -328,7 +328,7 @@ static void test_sample_add_new(void **state)
     float *f = data;
     for (int i = 0; i < 15; i++)
         f[i] = (float)i * 0.5f;
-    ef_tensor t = eft_field(s, "f");
+    ef_tensor t = tu_field(s, "f");
     assert_ptr_equal(t.data, data);
     assert_int_equal(t.nbytes, 60);
     assert_int_equal(t.dtype, EF_F32);
@@ -381,7 +381,7 @@ static void test_sample_clone(void **state)
     /* the clone outlives the original */
     ef_buffer_release(b);
     ef_sample_free(s);
-    ef_tensor t = eft_field(c, "a");
+    ef_tensor t = tu_field(c, "a");
     const unsigned char *d = t.data;
     for (int i = 0; i < 8; i++)
         assert_int_equal(d[i], (unsigned char)(i * 7 + 1));

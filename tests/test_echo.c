@@ -40,7 +40,7 @@ static void stream_push(stream *st, rec r)
 static stream record(const char *spec, uint64_t seed)
 {
     stream st = {NULL, 0, 0};
-    ef_pipeline *p = eft_pipeline(spec, seed);
+    ef_pipeline *p = tu_pipeline(spec, seed);
     for (;;) {
         ef_sample *s = NULL;
         int rc = ef_pipeline_next(p, &s);
@@ -50,7 +50,7 @@ static stream record(const char *spec, uint64_t seed)
             fail_msg("%s: next = %s: %s", spec, ef_status_name(rc),
                      ef_pipeline_error(p));
         ef_sample_id id = ef_sample_identity(s);
-        rec r = {id.index, id.epoch, id.echo_copy, eft_i64(s, "index")};
+        rec r = {id.index, id.epoch, id.echo_copy, tu_i64(s, "index")};
         stream_push(&st, r);
         ef_sample_free(s);
     }
@@ -114,40 +114,40 @@ static long check_copies(const stream *st, int64_t n, int lo, int hi)
 static void test_echo3_consecutive(void **state)
 {
     (void)state;
-    ef_pipeline *p = eft_pipeline("range:n=1000 | echo:3", 0);
+    ef_pipeline *p = tu_pipeline("range:n=1000 | echo:3", 0);
     ef_sample *prev = NULL;
     for (int64_t k = 0; k < 3000; k++) {
-        ef_sample *s = eft_next(p);
+        ef_sample *s = tu_next(p);
         ef_sample_id id = ef_sample_identity(s);
         if (id.index != k / 3 || id.echo_copy != k % 3 || id.epoch != 0)
             fail_msg("item %lld: identity (%lld, epoch %lld, copy %d), "
                      "expected (%lld, 0, %lld)",
                      (long long)k, (long long)id.index, (long long)id.epoch,
                      id.echo_copy, (long long)(k / 3), (long long)(k % 3));
-        assert_int_equal(eft_i64(s, "index"), k / 3);
+        assert_int_equal(tu_i64(s, "index"), k / 3);
         if (k % 3 != 0) {
             /* a copy shares the payload of the item before it */
-            ef_tensor a = eft_field(prev, "index");
-            ef_tensor b = eft_field(s, "index");
+            ef_tensor a = tu_field(prev, "index");
+            ef_tensor b = tu_field(s, "index");
             assert_ptr_equal(a.data, b.data);
         }
         ef_sample_free(prev);
         prev = s;
     }
     ef_sample_free(prev);
-    eft_expect_end(p);
+    tu_expect_end(p);
 
     /* statistics */
     assert_int_equal(ef_pipeline_stage_count(p), 2);
-    ef_stage_stats st = eft_stage(p, "echo");
+    ef_stage_stats st = tu_stage(p, "echo");
     assert_int_equal(st.items_in, 1000);
     assert_int_equal(st.items_out, 3000);
-    assert_true(fabs(eft_extra(&st, "fresh") - 1000.0) < 1e-9);
-    assert_true(fabs(eft_extra(&st, "echoed") - 2000.0) < 1e-9);
-    assert_true(fabs(eft_extra(&st, "effective_factor") - 3.0) < 1e-9);
+    assert_true(fabs(tu_extra(&st, "fresh") - 1000.0) < 1e-9);
+    assert_true(fabs(tu_extra(&st, "echoed") - 2000.0) < 1e-9);
+    assert_true(fabs(tu_extra(&st, "effective_factor") - 3.0) < 1e-9);
     double unused;
     assert_int_equal(ef_stage_stats_extra(&st, "no_such_key", &unused), 0);
-    ef_stage_stats rs = eft_stage(p, "range");
+    ef_stage_stats rs = tu_stage(p, "range");
     assert_int_equal(rs.items_out, 1000);
     ef_pipeline_stats ps;
     assert_int_equal(ef_pipeline_stats_get(p, &ps), EF_OK);
@@ -171,10 +171,10 @@ static void test_echo_add_by_name(void **state)
 {
     (void)state;
     /* the C builder and the bare value give the same as factor=2 */
-    ef_pipeline *p = eft_pipeline("range:n=50", 0);
+    ef_pipeline *p = tu_pipeline("range:n=50", 0);
     assert_int_equal(ef_pipeline_add(p, "echo", "factor=2"), EF_OK);
     assert_int_equal(ef_pipeline_stage_count(p), 2);
-    assert_int_equal(eft_drain(p), 100);
+    assert_int_equal(tu_drain(p), 100);
     ef_pipeline_destroy(p);
     stream a = record("range:n=50 | echo:2", 0);
     stream b = record("range:n=50|echo:factor=2.0", 0);
@@ -211,14 +211,14 @@ static void test_echo3_shuffle(void **state)
                  adjacent_same);
     free(st.r);
 
-    ef_pipeline *p = eft_pipeline("range:n=1000 | echo:3,shuffle=100", 0);
-    assert_int_equal(eft_drain(p), 3000);
-    ef_stage_stats es = eft_stage(p, "echo");
+    ef_pipeline *p = tu_pipeline("range:n=1000 | echo:3,shuffle=100", 0);
+    assert_int_equal(tu_drain(p), 3000);
+    ef_stage_stats es = tu_stage(p, "echo");
     assert_int_equal(es.items_in, 1000);
     assert_int_equal(es.items_out, 3000);
-    assert_true(fabs(eft_extra(&es, "fresh") - 1000.0) < 1e-9);
-    assert_true(fabs(eft_extra(&es, "echoed") - 2000.0) < 1e-9);
-    assert_true(fabs(eft_extra(&es, "effective_factor") - 3.0) < 1e-9);
+    assert_true(fabs(tu_extra(&es, "fresh") - 1000.0) < 1e-9);
+    assert_true(fabs(tu_extra(&es, "echoed") - 2000.0) < 1e-9);
+    assert_true(fabs(tu_extra(&es, "effective_factor") - 3.0) < 1e-9);
     ef_pipeline_destroy(p);
 }
 
@@ -226,7 +226,7 @@ static void test_echo_fractional_large(void **state)
 {
     (void)state;
     const int64_t n = 100000;
-    ef_pipeline *p = eft_pipeline("range:n=100000 | echo:1.5", 0);
+    ef_pipeline *p = tu_pipeline("range:n=100000 | echo:1.5", 0);
     unsigned char *count = calloc((size_t)n, 1);
     assert_non_null(count);
     int64_t total = 0, last_index = -1, last_copy = -1;
@@ -271,12 +271,12 @@ static void test_echo_fractional_large(void **state)
                  (long long)total);
     assert_int_equal(total, n + twice);
 
-    ef_stage_stats es = eft_stage(p, "echo");
+    ef_stage_stats es = tu_stage(p, "echo");
     assert_int_equal(es.items_in, (uint64_t)n);
     assert_int_equal(es.items_out, (uint64_t)total);
-    assert_true(fabs(eft_extra(&es, "fresh") - (double)n) < 1e-6);
-    assert_true(fabs(eft_extra(&es, "echoed") - (double)twice) < 1e-6);
-    assert_true(fabs(eft_extra(&es, "effective_factor") -
+    assert_true(fabs(tu_extra(&es, "fresh") - (double)n) < 1e-6);
+    assert_true(fabs(tu_extra(&es, "echoed") - (double)twice) < 1e-6);
+    assert_true(fabs(tu_extra(&es, "effective_factor") -
                      (double)total / (double)n) < 1e-6);
     ef_pipeline_destroy(p);
 }
@@ -297,16 +297,15 @@ static void test_echo_shares_payload_shuffled(void **state)
     (void)state;
     /* keep every sample alive so that addresses cannot be reused */
     enum { N = 200, F = 3 };
-    ef_pipeline *p =
-        eft_pipeline("range:n=200,bytes=16 | echo:3,shuffle=20", 0);
+    ef_pipeline *p = tu_pipeline("range:n=200,bytes=16 | echo:3,shuffle=20", 0);
     ef_sample *all[N * F];
     const void *data_of[N];
     memset(data_of, 0, sizeof data_of);
     for (int k = 0; k < N * F; k++) {
-        all[k] = eft_next(p);
+        all[k] = tu_next(p);
         ef_sample_id id = ef_sample_identity(all[k]);
         assert_true(id.index >= 0 && id.index < N);
-        ef_tensor t = eft_field(all[k], "data");
+        ef_tensor t = tu_field(all[k], "data");
         assert_int_equal(t.dtype, EF_U8);
         assert_int_equal(t.ndim, 1);
         assert_int_equal(t.shape[0], 16);
@@ -319,7 +318,7 @@ static void test_echo_shares_payload_shuffled(void **state)
             fail_msg("copies of index %lld do not share the payload",
                      (long long)id.index);
     }
-    eft_expect_end(p);
+    tu_expect_end(p);
     for (int k = 0; k < N * F; k++)
         ef_sample_free(all[k]);
     ef_pipeline_destroy(p);
@@ -328,11 +327,11 @@ static void test_echo_shares_payload_shuffled(void **state)
 static void test_echo_after_batch(void **state)
 {
     (void)state;
-    ef_pipeline *p = eft_pipeline("range:n=10,bytes=8 | batch:4 | echo:2", 0);
+    ef_pipeline *p = tu_pipeline("range:n=10,bytes=8 | batch:4 | echo:2", 0);
     static const int64_t rows[3] = {4, 4, 2};
     for (int b = 0; b < 3; b++) {
-        ef_sample *first = eft_next(p);
-        ef_sample *second = eft_next(p);
+        ef_sample *first = tu_next(p);
+        ef_sample *second = tu_next(p);
         ef_sample_id i1 = ef_sample_identity(first);
         ef_sample_id i2 = ef_sample_identity(second);
         assert_int_equal(i1.echo_copy, 0);
@@ -342,9 +341,8 @@ static void test_echo_after_batch(void **state)
         assert_int_equal(ef_sample_field_count(first),
                          ef_sample_field_count(second));
 
-        ef_tensor d1 = eft_field(first, "data"), d2 = eft_field(second, "data");
-        ef_tensor x1 = eft_field(first, "index"),
-                  x2 = eft_field(second, "index");
+        ef_tensor d1 = tu_field(first, "data"), d2 = tu_field(second, "data");
+        ef_tensor x1 = tu_field(first, "index"), x2 = tu_field(second, "index");
         assert_ptr_equal(d1.data, d2.data);
         assert_ptr_equal(x1.data, x2.data);
         assert_int_equal(d1.nbytes, d2.nbytes);
@@ -368,10 +366,10 @@ static void test_echo_after_batch(void **state)
         ef_sample_free(first);
         ef_sample_free(second);
     }
-    eft_expect_end(p);
-    ef_stage_stats es = eft_stage(p, "echo");
-    assert_true(fabs(eft_extra(&es, "fresh") - 3.0) < 1e-9);
-    assert_true(fabs(eft_extra(&es, "echoed") - 3.0) < 1e-9);
+    tu_expect_end(p);
+    ef_stage_stats es = tu_stage(p, "echo");
+    assert_true(fabs(tu_extra(&es, "fresh") - 3.0) < 1e-9);
+    assert_true(fabs(tu_extra(&es, "echoed") - 3.0) < 1e-9);
     ef_pipeline_destroy(p);
 }
 

@@ -43,11 +43,11 @@ static void run_failing(const char *before, const char *after, int64_t k,
     fail_cfg cfg = {k, status, with_message};
     char opts[48];
     snprintf(opts, sizeof opts, "threads=%d,ordered=true", threads);
-    ef_pipeline *p = eft_pipeline(before, 0);
+    ef_pipeline *p = tu_pipeline(before, 0);
     if (ef_pipeline_add_map(p, failing_map, &cfg, opts) != EF_OK)
         fail_msg("add_map(%s): %s", opts, ef_pipeline_error(p));
     if (after)
-        eft_parse(p, after);
+        tu_parse(p, after);
     for (int64_t i = 0; i < k; i++) {
         ef_sample *s = NULL;
         int rc = ef_pipeline_next(p, &s);
@@ -119,7 +119,7 @@ static void test_map_failure_unordered(void **state)
      * error, sticky */
     for (int r = 0; r < 3; r++) {
         fail_cfg cfg = {57, EF_ECALLBACK, 1};
-        ef_pipeline *p = eft_pipeline("range:n=200", 0);
+        ef_pipeline *p = tu_pipeline("range:n=200", 0);
         assert_int_equal(ef_pipeline_add_map(p, failing_map, &cfg,
                                              "threads=4,ordered=false"),
                          EF_OK);
@@ -178,7 +178,7 @@ static ef_pipeline *skipping_pipeline(int n, const char *map_opts, int *status)
     assert_int_equal(ef_pipeline_set_on_error(p, EF_ON_ERROR_SKIP), EF_OK);
     char spec[32];
     snprintf(spec, sizeof spec, "range:n=%d", n);
-    eft_parse(p, spec);
+    tu_parse(p, spec);
     if (ef_pipeline_add_map(p, sevens_map, status, map_opts) != EF_OK)
         fail_msg("add_map(%s): %s", map_opts, ef_pipeline_error(p));
     return p;
@@ -249,11 +249,11 @@ static void test_skip_leaves_other_errors_fatal(void **state)
 static void test_on_error_arguments(void **state)
 {
     (void)state;
-    ef_pipeline *p = eft_pipeline("range:n=3", 0);
+    ef_pipeline *p = tu_pipeline("range:n=3", 0);
     assert_int_equal(ef_pipeline_set_on_error(p, (ef_on_error)7), EF_EINVAL);
     assert_int_equal(ef_pipeline_set_on_error(NULL, EF_ON_ERROR_SKIP),
                      EF_EINVAL);
-    ef_sample *s = eft_next(p);
+    ef_sample *s = tu_next(p);
     ef_sample_free(s);
     assert_int_equal(ef_pipeline_set_on_error(p, EF_ON_ERROR_SKIP), EF_ESTATE);
     char why[8] = "x";
@@ -272,7 +272,7 @@ static void test_range_shards_partition(void **state)
     for (int i = 0; i < 4; i++) {
         char spec[48];
         snprintf(spec, sizeof spec, "range:n=101,shard=%d/4", i);
-        ef_pipeline *p = eft_pipeline(spec, 0);
+        ef_pipeline *p = tu_pipeline(spec, 0);
         ef_sample *s;
         while (ef_pipeline_next(p, &s) == EF_OK) {
             int64_t ix = ef_sample_identity(s).index;
@@ -391,14 +391,14 @@ static void test_idx_valid(void **state)
     char spec[512];
     snprintf(spec, sizeof spec, "idx:images=%s/ok-images,labels=%s/ok-labels",
              fx->dir, fx->dir);
-    ef_pipeline *p = eft_pipeline(spec, 0);
+    ef_pipeline *p = tu_pipeline(spec, 0);
     for (int i = 0; i < 5; i++) {
-        ef_sample *s = eft_next(p);
+        ef_sample *s = tu_next(p);
         ef_sample_id id = ef_sample_identity(s);
         assert_int_equal(id.index, i);
         assert_int_equal(id.epoch, 0);
         assert_int_equal(id.echo_copy, 0);
-        ef_tensor im = eft_field(s, "image");
+        ef_tensor im = tu_field(s, "image");
         assert_int_equal(im.dtype, EF_U8);
         assert_int_equal(im.ndim, 2);
         assert_int_equal(im.shape[0], 2);
@@ -407,24 +407,24 @@ static void test_idx_valid(void **state)
         const unsigned char *px = im.data;
         for (int j = 0; j < 6; j++)
             assert_int_equal(px[j], i * 10 + j);
-        assert_int_equal(eft_i64(s, "label"), i);
+        assert_int_equal(tu_i64(s, "label"), i);
         ef_sample_free(s);
     }
-    eft_expect_end(p);
+    tu_expect_end(p);
     ef_pipeline_destroy(p);
 
     /* images alone: no label field */
     snprintf(spec, sizeof spec, "idx:%s/ok-images", fx->dir);
-    p = eft_pipeline(spec, 0);
+    p = tu_pipeline(spec, 0);
     for (int i = 0; i < 5; i++) {
-        ef_sample *s = eft_next(p);
+        ef_sample *s = tu_next(p);
         ef_tensor t;
         assert_int_equal(ef_sample_get(s, "label", &t), EF_EINVAL);
-        assert_int_equal(((const unsigned char *)eft_field(s, "image").data)[5],
+        assert_int_equal(((const unsigned char *)tu_field(s, "image").data)[5],
                          i * 10 + 5);
         ef_sample_free(s);
     }
-    eft_expect_end(p);
+    tu_expect_end(p);
     ef_pipeline_destroy(p);
 
     /* through the C builder, and batched */
@@ -434,11 +434,11 @@ static void test_idx_valid(void **state)
     assert_int_equal(ef_pipeline_create(&p), EF_OK);
     if (ef_pipeline_add(p, "idx", opts) != EF_OK)
         fail_msg("ef_pipeline_add(idx, %s): %s", opts, ef_pipeline_error(p));
-    eft_parse(p, "batch:size=2");
+    tu_parse(p, "batch:size=2");
     static const int64_t rows[3] = {2, 2, 1};
     for (int b = 0; b < 3; b++) {
-        ef_sample *s = eft_next(p);
-        ef_tensor im = eft_field(s, "image"), lb = eft_field(s, "label");
+        ef_sample *s = tu_next(p);
+        ef_tensor im = tu_field(s, "image"), lb = tu_field(s, "label");
         assert_int_equal(im.ndim, 3);
         assert_int_equal(im.shape[0], rows[b]);
         assert_int_equal(im.shape[1], 2);
@@ -453,21 +453,21 @@ static void test_idx_valid(void **state)
         }
         ef_sample_free(s);
     }
-    eft_expect_end(p);
+    tu_expect_end(p);
     ef_pipeline_destroy(p);
 
     /* a 2-D IDX file: each item is a vector */
     snprintf(spec, sizeof spec, "idx:images=%s/vec-images", fx->dir);
-    p = eft_pipeline(spec, 0);
+    p = tu_pipeline(spec, 0);
     for (int i = 0; i < 3; i++) {
-        ef_sample *s = eft_next(p);
-        ef_tensor im = eft_field(s, "image");
+        ef_sample *s = tu_next(p);
+        ef_tensor im = tu_field(s, "image");
         assert_int_equal(im.ndim, 1);
         assert_int_equal(im.shape[0], 4);
         assert_int_equal(((const unsigned char *)im.data)[3], i * 10 + 3);
         ef_sample_free(s);
     }
-    eft_expect_end(p);
+    tu_expect_end(p);
     ef_pipeline_destroy(p);
 }
 
@@ -530,7 +530,7 @@ static void expect_idx_error(const char *spec, int want, const char *path,
         return;
     int any = 0;
     for (int i = 0; i < nwords; i++)
-        any |= eft_contains_ci(msg, words[i]);
+        any |= tu_contains_ci(msg, words[i]);
     if (!any)
         fail_msg("%s: message (paths removed) \"%s\" lacks \"%s\"", spec, msg,
                  words[0]);
@@ -684,7 +684,7 @@ static void test_bad_specs(void **state)
 static void test_failed_parse_leaves_pipeline_unchanged(void **state)
 {
     (void)state;
-    ef_pipeline *p = eft_pipeline("range:n=5", 0);
+    ef_pipeline *p = tu_pipeline("range:n=5", 0);
     assert_int_equal(ef_pipeline_stage_count(p), 1);
     assert_int_equal(ef_pipeline_parse(p, "batch:size=0"), EF_ESPEC);
     assert_int_equal(ef_pipeline_stage_count(p), 1);
@@ -705,10 +705,10 @@ static void test_failed_parse_leaves_pipeline_unchanged(void **state)
     assert_non_null(strstr(ef_pipeline_error(p), "threads"));
     assert_int_equal(ef_pipeline_stage_count(p), 1);
     /* still usable */
-    eft_parse(p, "batch:size=2");
+    tu_parse(p, "batch:size=2");
     assert_int_equal(ef_pipeline_stage_count(p), 2);
-    assert_int_equal(eft_drain(p), 3);
-    eft_expect_end(p);
+    assert_int_equal(tu_drain(p), 3);
+    tu_expect_end(p);
     ef_pipeline_destroy(p);
 }
 
@@ -731,7 +731,7 @@ static void test_bad_arguments(void **state)
     assert_true(rc < 0);
     ef_pipeline_destroy(p);
 
-    p = eft_pipeline("range:n=3", 0);
+    p = tu_pipeline("range:n=3", 0);
     assert_int_equal(ef_pipeline_next(p, NULL), EF_EINVAL);
     ef_stage_stats st;
     assert_int_equal(ef_pipeline_stage_stats(p, 1, &st), EF_EINVAL);
@@ -742,15 +742,15 @@ static void test_bad_arguments(void **state)
 static void test_spec_whitespace_and_bare_values(void **state)
 {
     (void)state;
-    ef_pipeline *p = eft_pipeline("  range:n=7   |   batch:3  ", 0);
+    ef_pipeline *p = tu_pipeline("  range:n=7   |   batch:3  ", 0);
     assert_int_equal(ef_pipeline_stage_count(p), 2);
-    assert_int_equal(eft_drain(p), 3);
+    assert_int_equal(tu_drain(p), 3);
     ef_pipeline_destroy(p);
-    p = eft_pipeline("range:7|batch:size=3,drop_remainder=true", 0);
-    assert_int_equal(eft_drain(p), 2);
+    p = tu_pipeline("range:7|batch:size=3,drop_remainder=true", 0);
+    assert_int_equal(tu_drain(p), 2);
     ef_pipeline_destroy(p);
-    p = eft_pipeline("range:n=7 |take:2", 0);
-    assert_int_equal(eft_drain(p), 2);
+    p = tu_pipeline("range:n=7 |take:2", 0);
+    assert_int_equal(tu_drain(p), 2);
     ef_pipeline_destroy(p);
 }
 
@@ -760,7 +760,7 @@ static void test_missing_source(void **state)
     char msg[1024];
     int rc = first_failure("echo:2", msg, sizeof msg);
     assert_true(rc < 0);
-    if (!eft_contains_ci(msg, "source"))
+    if (!tu_contains_ci(msg, "source"))
         fail_msg("\"echo:2\": message \"%s\" does not say a source is needed",
                  msg);
     rc = first_failure("range:n=3 | map:fn=nosuchfn", msg, sizeof msg);

@@ -65,7 +65,7 @@ static void check_set(const char *prefix, int64_t n)
     FILE *rl = open_ref(labels, 0x00000801u, (uint32_t)n, 0);
 
     snprintf(spec, sizeof spec, "idx:images=%s,labels=%s", images, labels);
-    ef_pipeline *p = eft_pipeline(spec, 0);
+    ef_pipeline *p = tu_pipeline(spec, 0);
     int64_t per_label[10] = {0};
     unsigned char ref[784];
     int64_t i = 0;
@@ -83,7 +83,7 @@ static void check_set(const char *prefix, int64_t n)
         }
         ef_sample_id id = ef_sample_identity(s);
         assert_int_equal(id.index, i);
-        ef_tensor im = eft_field(s, "image");
+        ef_tensor im = tu_field(s, "image");
         if (im.dtype != EF_U8 || im.ndim != 2 || im.shape[0] != 28 ||
             im.shape[1] != 28 || im.nbytes != 784)
             fail_msg("%s item %lld: image %s ndim %d [%lld,%lld], expected "
@@ -96,14 +96,14 @@ static void check_set(const char *prefix, int64_t n)
                      (long long)i);
         int c = fgetc(rl);
         assert_true(c >= 0 && c <= 9);
-        int64_t label = eft_i64(s, "label");
+        int64_t label = tu_i64(s, "label");
         if (label != c)
             fail_msg("%s item %lld: label %lld, file says %d", prefix,
                      (long long)i, (long long)label, c);
         per_label[label]++;
         ef_sample_free(s);
     }
-    eft_expect_end(p);
+    tu_expect_end(p);
     ef_pipeline_destroy(p);
     pclose(ri);
     pclose(rl);
@@ -146,7 +146,7 @@ static void test_t10k_batched_f32(void **state)
              "idx:images=%s,labels=%s | map:fn=to_f32,threads=2 | "
              "batch:size=128,drop_remainder=true",
              images, labels);
-    ef_pipeline *p = eft_pipeline(spec, 0);
+    ef_pipeline *p = tu_pipeline(spec, 0);
     long batches = 0;
     for (;;) {
         ef_sample *s = NULL;
@@ -155,7 +155,7 @@ static void test_t10k_batched_f32(void **state)
             break;
         if (rc != EF_OK)
             fail_msg("next = %s: %s", ef_status_name(rc), ef_pipeline_error(p));
-        ef_tensor im = eft_field(s, "image"), lb = eft_field(s, "label");
+        ef_tensor im = tu_field(s, "image"), lb = tu_field(s, "label");
         assert_int_equal(im.dtype, EF_F32);
         assert_int_equal(im.ndim, 3);
         assert_int_equal(im.shape[0], 128);
@@ -191,7 +191,7 @@ static void test_t10k_shards(void **state)
     assert_non_null(seen);
     for (int part = 0; part < 3; part++) {
         snprintf(spec, sizeof spec, "idx:images=%s,shard=%d/3", images, part);
-        ef_pipeline *p = eft_pipeline(spec, 0);
+        ef_pipeline *p = tu_pipeline(spec, 0);
         ef_sample *s;
         int n = 0;
         while (ef_pipeline_next(p, &s) == EF_OK) {

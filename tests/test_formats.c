@@ -109,7 +109,7 @@ static size_t read_bytes(const char *path, unsigned char *buf, size_t cap)
 static const char *text(const ef_sample *s, const char *field, char *buf,
                         size_t cap)
 {
-    ef_tensor t = eft_field(s, field);
+    ef_tensor t = tu_field(s, field);
     assert_int_equal(t.dtype, EF_U8);
     assert_int_equal(t.ndim, 1);
     assert_int_equal((size_t)t.shape[0], t.nbytes);
@@ -127,7 +127,7 @@ static ef_pipeline *pipeline(const char *spec, uint64_t seed, int skip)
     assert_int_equal(ef_pipeline_set_seed(p, seed), EF_OK);
     if (skip)
         assert_int_equal(ef_pipeline_set_on_error(p, EF_ON_ERROR_SKIP), EF_OK);
-    eft_parse(p, spec);
+    tu_parse(p, spec);
     return p;
 }
 
@@ -269,8 +269,8 @@ static void test_tar_writer_names(void **state)
 
     char spec[512];
     snprintf(spec, sizeof spec, "tar:urls=%s", at("names.tar"));
-    ef_pipeline *p = eft_pipeline(spec, 0);
-    ef_sample *s = eft_next(p);
+    ef_pipeline *p = tu_pipeline(spec, 0);
+    ef_sample *s = tu_next(p);
     char buf[300], want[300];
     memset(want, 'd', 150);
     want[150] = '/';
@@ -279,7 +279,7 @@ static void test_tar_writer_names(void **state)
     assert_string_equal(text(s, "__key__", buf, sizeof buf), want);
     assert_string_equal(text(s, "dat", buf, sizeof buf), "x");
     ef_sample_free(s);
-    eft_expect_end(p);
+    tu_expect_end(p);
     ef_pipeline_destroy(p);
 }
 
@@ -294,12 +294,12 @@ static void test_tar_grouping(void **state)
     write_tar(at("group.tar"), m, 6);
     char spec[512];
     snprintf(spec, sizeof spec, "tar:urls=%s", at("group.tar"));
-    ef_pipeline *p = eft_pipeline(spec, 0);
+    ef_pipeline *p = tu_pipeline(spec, 0);
     char buf[128];
     static const char *const keys[] = {"a/b/x", "a/b/y", "c.d/z", "e"};
     static const int nfields[] = {4, 3, 4, 3};
     for (int i = 0; i < 4; i++) {
-        ef_sample *s = eft_next(p);
+        ef_sample *s = tu_next(p);
         ef_sample_id id = ef_sample_identity(s);
         assert_int_equal(id.index, i); /* shard 0, position i */
         assert_int_equal(id.epoch, 0);
@@ -321,15 +321,15 @@ static void test_tar_grouping(void **state)
         }
         ef_sample_free(s);
     }
-    eft_expect_end(p);
-    ef_stage_stats st = eft_stage(p, "tar");
+    tu_expect_end(p);
+    ef_stage_stats st = tu_stage(p, "tar");
     assert_int_equal(st.items_out, 4);
-    assert_true(eft_extra(&st, "shards") == 1);
+    assert_true(tu_extra(&st, "shards") == 1);
     unsigned char whole[16384];
     size_t size = read_bytes(at("group.tar"), whole, sizeof whole);
-    assert_true(eft_extra(&st, "bytes") == (double)size);
-    assert_true(eft_extra(&st, "retries") == 0);
-    assert_true(eft_extra(&st, "MB/s") >= 0);
+    assert_true(tu_extra(&st, "bytes") == (double)size);
+    assert_true(tu_extra(&st, "retries") == 0);
+    assert_true(tu_extra(&st, "MB/s") >= 0);
     ef_pipeline_destroy(p);
 }
 
@@ -347,13 +347,13 @@ static void test_tar_long_names(void **state)
         char spec[512];
         snprintf(spec, sizeof spec, "tar:urls=%s/%s", EF_TAR_CORPUS_DIR,
                  seeds[i]);
-        ef_pipeline *p = eft_pipeline(spec, 0);
-        ef_sample *s = eft_next(p);
+        ef_pipeline *p = tu_pipeline(spec, 0);
+        ef_sample *s = tu_next(p);
         assert_string_equal(text(s, "__key__", buf, sizeof buf), want);
         assert_string_equal(text(s, "seg.png", buf, sizeof buf), "png");
         assert_string_equal(text(s, "txt", buf, sizeof buf), "text");
         ef_sample_free(s);
-        eft_expect_end(p);
+        tu_expect_end(p);
         ef_pipeline_destroy(p);
     }
     /* pax `size` overrides the header's; pax global headers, directories,
@@ -372,11 +372,11 @@ static void test_tar_long_names(void **state)
         char spec[512];
         snprintf(spec, sizeof spec, "tar:urls=%s/%s", EF_TAR_CORPUS_DIR,
                  others[i]);
-        ef_pipeline *p = eft_pipeline(spec, 0);
-        ef_sample *s = eft_next(p);
+        ef_pipeline *p = tu_pipeline(spec, 0);
+        ef_sample *s = tu_next(p);
         assert_string_equal(text(s, field[i], buf, sizeof buf), value[i]);
         ef_sample_free(s);
-        eft_expect_end(p);
+        tu_expect_end(p);
         ef_pipeline_destroy(p);
     }
 }
@@ -408,8 +408,8 @@ static void test_tar_errors(void **state)
     ef_pipeline *p = pipeline(spec, 0, 0);
     expect_error(p, EF_EFORMAT, "tar: shard 0: ",
                  "m-1.tar: truncated tar header at offset 1024");
-    eft_expect_once(ef_pipeline_error(p), "tar: shard 0: ");
-    eft_expect_once(ef_pipeline_error(p), "m-1.tar");
+    tu_expect_once(ef_pipeline_error(p), "tar: shard 0: ");
+    tu_expect_once(ef_pipeline_error(p), "m-1.tar");
     ef_pipeline_destroy(p);
     snprintf(spec, sizeof spec, "tar:urls=%s/m-3.tar", dir);
     p = pipeline(spec, 0, 0);
@@ -456,7 +456,7 @@ static void test_tar_errors(void **state)
         ef_pipeline_stats_get(p, &ps);
         assert_int_equal(ps.abandoned, 2);
         assert_int_equal(ps.lost_bytes, size3 - 512);
-        ef_stage_stats st = eft_stage(p, "tar");
+        ef_stage_stats st = tu_stage(p, "tar");
         assert_int_equal(st.skipped, 0);
         assert_int_equal(st.abandoned, 2);
         assert_int_equal(st.lost_bytes, size3 - 512);
@@ -483,8 +483,8 @@ static void test_tar_bad_samples(void **state)
     expect_error(p, EF_EFORMAT, "member 'b.JPG' at offset 2048",
                  "a second field of the same name");
     /* the shard is named once, though the sample fails a layer below */
-    eft_expect_once(ef_pipeline_error(p), "tar: shard 0: ");
-    eft_expect_once(ef_pipeline_error(p), "bad.tar: ");
+    tu_expect_once(ef_pipeline_error(p), "tar: shard 0: ");
+    tu_expect_once(ef_pipeline_error(p), "bad.tar: ");
     ef_pipeline_destroy(p);
 
     p = pipeline(spec, 0, 1);
@@ -497,7 +497,7 @@ static void test_tar_bad_samples(void **state)
         assert_int_equal(ids[i].index, want[i]);
     char why[512];
     assert_int_equal(ef_pipeline_skipped(p, why, sizeof why), 2);
-    eft_expect_once(why, "tar: shard 0: ");
+    tu_expect_once(why, "tar: shard 0: ");
     assert_non_null(strstr(why, "member 'b.JPG' at offset 2048"));
     ef_pipeline_destroy(p);
 }
@@ -516,16 +516,16 @@ static void test_tar_gzip(void **state)
     assert_int_equal(gzclose(gz), Z_OK);
     char spec[512];
     snprintf(spec, sizeof spec, "tar:urls=%s", at("z.tar.gz"));
-    ef_pipeline *p = eft_pipeline(spec, 0);
+    ef_pipeline *p = tu_pipeline(spec, 0);
     char text_buf[64];
     for (int i = 0; i < 4; i++) {
-        ef_sample *s = eft_next(p);
+        ef_sample *s = tu_next(p);
         char want[32];
         snprintf(want, sizeof want, "text 0/%d", i);
         assert_string_equal(text(s, "txt", text_buf, sizeof text_buf), want);
         ef_sample_free(s);
     }
-    eft_expect_end(p);
+    tu_expect_end(p);
     ef_pipeline_destroy(p);
 #else
     skip();
@@ -639,9 +639,9 @@ static void test_tar_cycle(void **state)
              "echo:factor=auto,max=3",
              dir);
     ef_pipeline *p = pipeline(spec, 1, 0);
-    long total = eft_drain(p);
-    ef_stage_stats st = eft_stage(p, "echo");
-    assert_true(eft_extra(&st, "fresh") == 18);
+    long total = tu_drain(p);
+    ef_stage_stats st = tu_stage(p, "echo");
+    assert_true(tu_extra(&st, "fresh") == 18);
     assert_true(total >= 18 && total <= 54);
     ef_pipeline_destroy(p);
 }
@@ -688,12 +688,12 @@ static void test_tar_stop_midway(void **state)
              "repeat:3",
              dir);
     ef_pipeline *p = pipeline(spec, 0, 0);
-    assert_int_equal(eft_drain(p), 12);
+    assert_int_equal(tu_drain(p), 12);
     ef_pipeline_destroy(p);
     snprintf(spec, sizeof spec,
              "tar:urls=\"%s/o-{0..5}.tar\",cycle=4,queue=1,ordered=false", dir);
     p = pipeline(spec, 0, 0);
-    ef_sample *s = eft_next(p);
+    ef_sample *s = tu_next(p);
     ef_sample_free(s);
     ef_pipeline_destroy(p);
 }
@@ -753,16 +753,16 @@ static size_t write_records(const char *path, int bad_at, int bad)
 static void expect_records(const char *spec, const int64_t *want_index,
                            const char *const *want, int n, const char *field)
 {
-    ef_pipeline *p = eft_pipeline(spec, 0);
+    ef_pipeline *p = tu_pipeline(spec, 0);
     char buf[64];
     for (int i = 0; i < n; i++) {
-        ef_sample *s = eft_next(p);
+        ef_sample *s = tu_next(p);
         assert_int_equal(ef_sample_identity(s).index, want_index[i]);
         assert_int_equal(ef_sample_field_count(s), 1);
         assert_string_equal(text(s, field, buf, sizeof buf), want[i]);
         ef_sample_free(s);
     }
-    eft_expect_end(p);
+    tu_expect_end(p);
     ef_pipeline_destroy(p);
 }
 
@@ -934,11 +934,11 @@ static void test_cifar(void **state)
     write_cifar(at("c-2.bin"), labels + 3, 1, 0);
     char spec[512];
     snprintf(spec, sizeof spec, "cifar:files=\"%s/c-{1..2}.bin\"", dir);
-    ef_pipeline *p = eft_pipeline(spec, 0);
+    ef_pipeline *p = tu_pipeline(spec, 0);
     for (int r = 0; r < 4; r++) {
-        ef_sample *s = eft_next(p);
+        ef_sample *s = tu_next(p);
         assert_int_equal(ef_sample_identity(s).index, r);
-        ef_tensor im = eft_field(s, "image");
+        ef_tensor im = tu_field(s, "image");
         assert_int_equal(im.dtype, EF_U8);
         assert_int_equal(im.ndim, 3);
         assert_int_equal(im.shape[0], 32);
@@ -954,20 +954,20 @@ static void test_cifar(void **state)
                                  "%d",
                                  r, y, x, c, d[(y * 32 + x) * 3 + c],
                                  pixel(local, y, x, c));
-        assert_int_equal(eft_i64(s, "label"), labels[r]);
+        assert_int_equal(tu_i64(s, "label"), labels[r]);
         ef_sample_free(s);
     }
-    eft_expect_end(p);
+    tu_expect_end(p);
     ef_pipeline_destroy(p);
 
     /* part 1 of 3: records 1 (file 1) */
     snprintf(spec, sizeof spec, "cifar:files=\"%s/c-{1..2}.bin\",shard=1/3",
              dir);
-    p = eft_pipeline(spec, 0);
-    ef_sample *s = eft_next(p);
+    p = tu_pipeline(spec, 0);
+    ef_sample *s = tu_next(p);
     assert_int_equal(ef_sample_identity(s).index, 1);
     ef_sample_free(s);
-    eft_expect_end(p);
+    tu_expect_end(p);
     ef_pipeline_destroy(p);
     snprintf(spec, sizeof spec, "cifar:files=%s,shard=3/4", at("c-1.bin"));
     p = pipeline(spec, 0, 0);

@@ -388,7 +388,7 @@ static ef_pipeline *from_source(const char *stages, uint64_t seed)
     assert_int_equal(ef_pipeline_create(&p), EF_OK);
     assert_int_equal(ef_pipeline_set_seed(p, seed), EF_OK);
     assert_int_equal(ef_pipeline_add_source(p, source_fn, NULL, NULL), EF_OK);
-    eft_parse(p, stages);
+    tu_parse(p, stages);
     return p;
 }
 
@@ -396,7 +396,7 @@ static ef_pipeline *from_source(const char *stages, uint64_t seed)
 static ef_sample *first(const char *stages)
 {
     ef_pipeline *p = from_source(stages, 1);
-    ef_sample *s = eft_next(p);
+    ef_sample *s = tu_next(p);
     ef_pipeline_destroy(p);
     return s;
 }
@@ -435,18 +435,18 @@ static void expect_spec_error(const char *stages, const char *words)
 
 static const unsigned char *u8_of(const ef_sample *s, const char *name)
 {
-    return eft_field(s, name).data;
+    return tu_field(s, name).data;
 }
 
 static const float *f32_of(const ef_sample *s, const char *name)
 {
-    return eft_field(s, name).data;
+    return tu_field(s, name).data;
 }
 
 static void assert_shape(const ef_sample *s, const char *name, ef_dtype dtype,
                          int ndim, int64_t d0, int64_t d1, int64_t d2)
 {
-    ef_tensor t = eft_field(s, name);
+    ef_tensor t = tu_field(s, name);
     int64_t want[3] = {d0, d1, d2};
     if (t.dtype != dtype || t.ndim != ndim)
         fail_msg("%s: dtype %s ndim %d, expected %s ndim %d", name,
@@ -459,9 +459,9 @@ static void assert_shape(const ef_sample *s, const char *name, ef_dtype dtype,
 static void expect_shared(const char *stages)
 {
     ef_pipeline *p = from_source(stages, 1);
-    ef_sample *a = eft_next(p), *b = eft_next(p);
+    ef_sample *a = tu_next(p), *b = tu_next(p);
     assert_int_equal(ef_sample_identity(b).echo_copy, 1);
-    assert_ptr_equal(eft_field(a, "image").data, eft_field(b, "image").data);
+    assert_ptr_equal(tu_field(a, "image").data, tu_field(b, "image").data);
     ef_sample_free(a);
     ef_sample_free(b);
     ef_pipeline_destroy(p);
@@ -485,8 +485,8 @@ static void decode_images_and_labels(void **state)
     assert_int_equal(ef_sample_field_count(s), 3);
     assert_shape(s, "image", EF_U8, 3, 5, 6, 3);
     assert_memory_equal(u8_of(s, "image"), px, 5 * 6 * 3);
-    assert_int_equal(eft_i64(s, "label"), 42);
-    assert_int_equal(((const int64_t *)eft_field(s, "key").data)[0], 77);
+    assert_int_equal(tu_i64(s, "label"), 42);
+    assert_int_equal(((const int64_t *)tu_field(s, "key").data)[0], 77);
     ef_sample_free(s);
 
     /* options: gray, another name, explicit fields, threads */
@@ -507,7 +507,7 @@ static void decode_images_and_labels(void **state)
         src.f[2].shape[0] = (int64_t)strlen(good[i].text);
         src.f[2].data = good[i].text;
         s = first("decode");
-        assert_int_equal(eft_i64(s, "label"), good[i].value);
+        assert_int_equal(tu_i64(s, "label"), good[i].value);
         ef_sample_free(s);
     }
     static const char *const bad[] = {
@@ -665,7 +665,7 @@ static void random_resized_crop_shapes_and_keys(void **state)
             from_source("echo:2 | random_resized_crop:size=16,threads=3", 5);
         int differ = 0;
         for (int i = 0; i < 40; i++) {
-            ef_sample *a = eft_next(p), *b = eft_next(p);
+            ef_sample *a = tu_next(p), *b = tu_next(p);
             assert_int_equal(ef_sample_identity(b).echo_copy, 1);
             differ += memcmp(u8_of(a, "image"), u8_of(b, "image"),
                              sizeof runs[0][0]) != 0;
@@ -771,7 +771,7 @@ static void to_chw_layout(void **state)
     src_field("image", EF_I32, 3, (int64_t[]){2, 2, 3}, px);
     ef_sample *s = first("to_chw");
     assert_shape(s, "image", EF_I32, 3, 3, 2, 2);
-    const int32_t *o = eft_field(s, "image").data;
+    const int32_t *o = tu_field(s, "image").data;
     for (int k = 0; k < 3; k++)
         for (int p = 0; p < 4; p++)
             assert_int_equal(o[k * 4 + p], 10 * p + k);

@@ -40,7 +40,7 @@ static int vec_equal(const vec *a, const vec *b)
 /* Indices (identity) and epochs of every sample of `spec`. */
 static void order_of(const char *spec, uint64_t seed, vec *index, vec *epoch)
 {
-    ef_pipeline *p = eft_pipeline(spec, seed);
+    ef_pipeline *p = tu_pipeline(spec, seed);
     for (;;) {
         ef_sample *s = NULL;
         int rc = ef_pipeline_next(p, &s);
@@ -50,7 +50,7 @@ static void order_of(const char *spec, uint64_t seed, vec *index, vec *epoch)
             fail_msg("%s: next = %s: %s", spec, ef_status_name(rc),
                      ef_pipeline_error(p));
         ef_sample_id id = ef_sample_identity(s);
-        assert_int_equal(eft_i64(s, "index"), id.index);
+        assert_int_equal(tu_i64(s, "index"), id.index);
         assert_int_equal(id.echo_copy, 0);
         vec_push(index, id.index);
         if (epoch)
@@ -202,7 +202,7 @@ static int tag_copy(const ef_sample *in, ef_sample **out, ef_map_ctx *ctx)
 static const int64_t *i64_rows(const ef_sample *s, const char *name,
                                int64_t rows)
 {
-    ef_tensor t = eft_field(s, name);
+    ef_tensor t = tu_field(s, name);
     if (t.dtype != EF_I64 || t.ndim != 1 || t.shape[0] != rows)
         fail_msg("batch field %s: dtype %d ndim %d rows %lld, expected i64 "
                  "[%lld]",
@@ -224,13 +224,13 @@ static vec run_det(uint64_t seed, int threads)
     ef_pipeline *p = NULL;
     assert_int_equal(ef_pipeline_create(&p), EF_OK);
     assert_int_equal(ef_pipeline_set_seed(p, seed), EF_OK);
-    eft_parse(p, "range:n=2000 | shuffle:100");
+    tu_parse(p, "range:n=2000 | shuffle:100");
     if (ef_pipeline_add_map(p, add_noise, &ms1, opts) != EF_OK)
         fail_msg("add_map(%s): %s", opts, ef_pipeline_error(p));
-    eft_parse(p, "echo:1.5,shuffle=20");
+    tu_parse(p, "echo:1.5,shuffle=20");
     if (ef_pipeline_add_map(p, tag_copy, &ms2, opts) != EF_OK)
         fail_msg("add_map(%s): %s", opts, ef_pipeline_error(p));
-    eft_parse(p, " batch:7 ");
+    tu_parse(p, " batch:7 ");
     assert_int_equal(ef_pipeline_stage_count(p), 6);
 
     vec out = {NULL, 0, 0};
@@ -251,7 +251,7 @@ static vec run_det(uint64_t seed, int threads)
                      (unsigned long long)seed, threads, ef_status_name(rc),
                      ef_pipeline_error(p));
         ef_sample_id id = ef_sample_identity(s);
-        int64_t rows = eft_field(s, "index").shape[0];
+        int64_t rows = tu_field(s, "index").shape[0];
         assert_true(rows >= 1 && rows <= 7);
         const int64_t *ix = i64_rows(s, "index", rows);
         const int64_t *nz = i64_rows(s, "noise", rows);
@@ -332,19 +332,19 @@ static void test_seed_after_parse(void **state)
     (void)state;
     const char *spec = "range:n=500 | shuffle:50 | echo:1.5,shuffle=10";
     int64_t first[1000], n1 = 0, n2 = 0; /* at most 500 x 2 */
-    ef_pipeline *p = eft_pipeline(spec, 77);
+    ef_pipeline *p = tu_pipeline(spec, 77);
     ef_sample *s;
     while (n1 < 1000 && ef_pipeline_next(p, &s) == EF_OK) {
-        first[n1++] = eft_i64(s, "index");
+        first[n1++] = tu_i64(s, "index");
         ef_sample_free(s);
     }
     ef_pipeline_destroy(p);
 
     assert_int_equal(ef_pipeline_create(&p), EF_OK);
-    eft_parse(p, spec);
+    tu_parse(p, spec);
     assert_int_equal(ef_pipeline_set_seed(p, 77), EF_OK);
     while (n2 < 1000 && ef_pipeline_next(p, &s) == EF_OK) {
-        assert_int_equal(eft_i64(s, "index"), first[n2++]);
+        assert_int_equal(tu_i64(s, "index"), first[n2++]);
         ef_sample_free(s);
     }
     assert_int_equal(n1, n2);

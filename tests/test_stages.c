@@ -18,16 +18,16 @@
 static void test_range(void **state)
 {
     (void)state;
-    ef_pipeline *p = eft_pipeline("range:n=300,bytes=5", 0);
+    ef_pipeline *p = tu_pipeline("range:n=300,bytes=5", 0);
     for (int64_t i = 0; i < 300; i++) {
-        ef_sample *s = eft_next(p);
+        ef_sample *s = tu_next(p);
         ef_sample_id id = ef_sample_identity(s);
         assert_int_equal(id.index, i);
         assert_int_equal(id.epoch, 0);
         assert_int_equal(id.echo_copy, 0);
         assert_int_equal(ef_sample_field_count(s), 2);
-        assert_int_equal(eft_i64(s, "index"), i);
-        ef_tensor d = eft_field(s, "data");
+        assert_int_equal(tu_i64(s, "index"), i);
+        ef_tensor d = tu_field(s, "data");
         assert_int_equal(d.dtype, EF_U8);
         assert_int_equal(d.ndim, 1);
         assert_int_equal(d.shape[0], 5);
@@ -37,12 +37,12 @@ static void test_range(void **state)
                              (unsigned char)((i + j) & 0xff));
         ef_sample_free(s);
     }
-    eft_expect_end(p);
+    tu_expect_end(p);
     ef_pipeline_destroy(p);
 
     /* no bytes: the index field only */
-    p = eft_pipeline("range:n=3", 0);
-    ef_sample *s = eft_next(p);
+    p = tu_pipeline("range:n=3", 0);
+    ef_sample *s = tu_next(p);
     assert_int_equal(ef_sample_field_count(s), 1);
     ef_tensor t;
     assert_int_equal(ef_sample_get(s, "data", &t), EF_EINVAL);
@@ -65,11 +65,11 @@ static void test_pipeline_shard(void **state)
     assert_int_equal(ef_pipeline_set_shard(p, 1, 3), EF_OK);
     assert_int_equal(ef_pipeline_parse(p, "range:n=10"), EF_OK);
     for (int64_t i = 1; i < 10; i += 3) {
-        ef_sample *s = eft_next(p);
-        assert_int_equal(eft_i64(s, "index"), i);
+        ef_sample *s = tu_next(p);
+        assert_int_equal(tu_i64(s, "index"), i);
         ef_sample_free(s);
     }
-    eft_expect_end(p);
+    tu_expect_end(p);
     assert_int_equal(ef_pipeline_set_shard(p, 0, 2), EF_ESTATE);
     ef_pipeline_destroy(p);
 
@@ -98,12 +98,12 @@ static void test_pipeline_shard(void **state)
 static void test_batch(void **state)
 {
     (void)state;
-    ef_pipeline *p = eft_pipeline("range:n=10,bytes=3 | batch:size=4", 0);
+    ef_pipeline *p = tu_pipeline("range:n=10,bytes=3 | batch:size=4", 0);
     static const int64_t rows[3] = {4, 4, 2};
     for (int b = 0; b < 3; b++) {
-        ef_sample *s = eft_next(p);
+        ef_sample *s = tu_next(p);
         assert_int_equal(ef_sample_identity(s).index, b);
-        ef_tensor ix = eft_field(s, "index"), d = eft_field(s, "data");
+        ef_tensor ix = tu_field(s, "index"), d = tu_field(s, "data");
         assert_int_equal(ix.dtype, EF_I64);
         assert_int_equal(ix.ndim, 1);
         assert_int_equal(ix.shape[0], rows[b]);
@@ -121,20 +121,20 @@ static void test_batch(void **state)
         }
         ef_sample_free(s);
     }
-    eft_expect_end(p);
-    ef_stage_stats st = eft_stage(p, "batch");
+    tu_expect_end(p);
+    ef_stage_stats st = tu_stage(p, "batch");
     assert_int_equal(st.items_in, 10);
     assert_int_equal(st.items_out, 3);
     ef_pipeline_destroy(p);
 
-    p = eft_pipeline("range:n=10 | batch:size=4,drop_remainder=true", 0);
-    assert_int_equal(eft_drain(p), 2);
+    p = tu_pipeline("range:n=10 | batch:size=4,drop_remainder=true", 0);
+    assert_int_equal(tu_drain(p), 2);
     ef_pipeline_destroy(p);
-    p = eft_pipeline("range:n=8 | batch:size=4,drop_remainder=false", 0);
-    assert_int_equal(eft_drain(p), 2);
+    p = tu_pipeline("range:n=8 | batch:size=4,drop_remainder=false", 0);
+    assert_int_equal(tu_drain(p), 2);
     ef_pipeline_destroy(p);
-    p = eft_pipeline("range:n=3 | batch:size=4,drop_remainder=true", 0);
-    eft_expect_end(p);
+    p = tu_pipeline("range:n=3 | batch:size=4,drop_remainder=true", 0);
+    tu_expect_end(p);
     ef_pipeline_destroy(p);
 }
 
@@ -158,9 +158,9 @@ static int ragged(const ef_sample *in, ef_sample **out, ef_map_ctx *ctx)
 static void test_batch_shape_mismatch(void **state)
 {
     (void)state;
-    ef_pipeline *p = eft_pipeline("range:n=4", 0);
+    ef_pipeline *p = tu_pipeline("range:n=4", 0);
     assert_int_equal(ef_pipeline_add_map(p, ragged, NULL, NULL), EF_OK);
-    eft_parse(p, "batch:2");
+    tu_parse(p, "batch:2");
     ef_sample *s = NULL;
     int rc = ef_pipeline_next(p, &s);
     if (rc == EF_OK)
@@ -174,89 +174,89 @@ static void test_batch_shape_mismatch(void **state)
 static void test_take_and_repeat(void **state)
 {
     (void)state;
-    ef_pipeline *p = eft_pipeline("range:n=10 | take:count=3", 0);
+    ef_pipeline *p = tu_pipeline("range:n=10 | take:count=3", 0);
     for (int i = 0; i < 3; i++) {
-        ef_sample *s = eft_next(p);
+        ef_sample *s = tu_next(p);
         assert_int_equal(ef_sample_identity(s).index, i);
         ef_sample_free(s);
     }
-    eft_expect_end(p);
+    tu_expect_end(p);
     ef_pipeline_destroy(p);
 
-    p = eft_pipeline("range:n=2 | take:count=5", 0);
-    assert_int_equal(eft_drain(p), 2);
+    p = tu_pipeline("range:n=2 | take:count=5", 0);
+    assert_int_equal(tu_drain(p), 2);
     ef_pipeline_destroy(p);
 
-    p = eft_pipeline("range:n=4 | repeat:count=3", 0);
+    p = tu_pipeline("range:n=4 | repeat:count=3", 0);
     for (int i = 0; i < 12; i++) {
-        ef_sample *s = eft_next(p);
+        ef_sample *s = tu_next(p);
         ef_sample_id id = ef_sample_identity(s);
         assert_int_equal(id.index, i % 4);
         assert_int_equal(id.epoch, i / 4);
-        assert_int_equal(eft_i64(s, "index"), i % 4);
+        assert_int_equal(tu_i64(s, "index"), i % 4);
         ef_sample_free(s);
     }
-    eft_expect_end(p);
+    tu_expect_end(p);
     ef_pipeline_destroy(p);
 
     /* forever, cut by take */
-    p = eft_pipeline("range:n=3 | repeat | take:count=100", 0);
+    p = tu_pipeline("range:n=3 | repeat | take:count=100", 0);
     for (int i = 0; i < 100; i++) {
-        ef_sample *s = eft_next(p);
+        ef_sample *s = tu_next(p);
         ef_sample_id id = ef_sample_identity(s);
         assert_int_equal(id.index, i % 3);
         assert_int_equal(id.epoch, i / 3);
         ef_sample_free(s);
     }
-    eft_expect_end(p);
+    tu_expect_end(p);
     ef_pipeline_destroy(p);
 
     /* bare values */
-    p = eft_pipeline("range:n=5 | repeat:2 | take:7", 0);
-    assert_int_equal(eft_drain(p), 7);
+    p = tu_pipeline("range:n=5 | repeat:2 | take:7", 0);
+    assert_int_equal(tu_drain(p), 7);
     ef_pipeline_destroy(p);
 
     /* a repeated batch restarts the batching */
-    p = eft_pipeline("range:n=5 | batch:2 | repeat:count=2", 0);
+    p = tu_pipeline("range:n=5 | batch:2 | repeat:count=2", 0);
     static const int64_t rows[6] = {2, 2, 1, 2, 2, 1};
     for (int b = 0; b < 6; b++) {
-        ef_sample *s = eft_next(p);
-        ef_tensor ix = eft_field(s, "index");
+        ef_sample *s = tu_next(p);
+        ef_tensor ix = tu_field(s, "index");
         assert_int_equal(ix.shape[0], rows[b]);
         assert_int_equal(((const int64_t *)ix.data)[0], (b % 3) * 2);
         ef_sample_free(s);
     }
-    eft_expect_end(p);
+    tu_expect_end(p);
     ef_pipeline_destroy(p);
 }
 
 static void test_prefetch_keeps_order(void **state)
 {
     (void)state;
-    ef_pipeline *p = eft_pipeline(
+    ef_pipeline *p = tu_pipeline(
         "range:n=2000,bytes=4 | prefetch:depth=3 | batch:5 | prefetch:1", 0);
     for (int b = 0; b < 400; b++) {
-        ef_sample *s = eft_next(p);
-        const int64_t *ix = eft_field(s, "index").data;
+        ef_sample *s = tu_next(p);
+        const int64_t *ix = tu_field(s, "index").data;
         for (int r = 0; r < 5; r++)
             assert_int_equal(ix[r], b * 5 + r);
         ef_sample_free(s);
     }
-    eft_expect_end(p);
-    ef_stage_stats st = eft_stage(p, "prefetch");
+    tu_expect_end(p);
+    ef_stage_stats st = tu_stage(p, "prefetch");
     assert_int_equal(st.items_out, 2000);
     ef_pipeline_destroy(p);
 
     /* prefetch under repeat */
-    p = eft_pipeline("range:n=30 | prefetch:4 | repeat:count=3", 0);
+    p = tu_pipeline("range:n=30 | prefetch:4 | repeat:count=3", 0);
     for (int i = 0; i < 90; i++) {
-        ef_sample *s = eft_next(p);
+        ef_sample *s = tu_next(p);
         ef_sample_id id = ef_sample_identity(s);
         assert_int_equal(id.index, i % 30);
         assert_int_equal(id.epoch, i / 30);
         ef_sample_free(s);
     }
-    eft_expect_end(p);
+    tu_expect_end(p);
     ef_pipeline_destroy(p);
 }
 
@@ -268,29 +268,29 @@ static void test_map_builtins(void **state)
         "range:n=500,bytes=6 | map:noop,threads=4",
         "range:n=500,bytes=6 | map:fn=noop,threads=3,ordered=true"};
     for (size_t k = 0; k < 3; k++) {
-        ef_pipeline *p = eft_pipeline(specs[k], 0);
+        ef_pipeline *p = tu_pipeline(specs[k], 0);
         for (int64_t i = 0; i < 500; i++) {
-            ef_sample *s = eft_next(p);
+            ef_sample *s = tu_next(p);
             assert_int_equal(ef_sample_identity(s).index, i);
-            assert_int_equal(eft_i64(s, "index"), i);
-            ef_tensor d = eft_field(s, "data");
+            assert_int_equal(tu_i64(s, "index"), i);
+            ef_tensor d = tu_field(s, "data");
             assert_int_equal(d.dtype, EF_U8);
             assert_int_equal(((const unsigned char *)d.data)[5],
                              (unsigned char)(i + 5));
             ef_sample_free(s);
         }
-        eft_expect_end(p);
-        ef_stage_stats st = eft_stage(p, "map");
+        tu_expect_end(p);
+        ef_stage_stats st = tu_stage(p, "map");
         assert_int_equal(st.items_in, 500);
         assert_int_equal(st.items_out, 500);
         ef_pipeline_destroy(p);
     }
 
     ef_pipeline *p =
-        eft_pipeline("range:n=300,bytes=4 | map:fn=to_f32,threads=2", 0);
+        tu_pipeline("range:n=300,bytes=4 | map:fn=to_f32,threads=2", 0);
     for (int64_t i = 0; i < 300; i++) {
-        ef_sample *s = eft_next(p);
-        ef_tensor d = eft_field(s, "data");
+        ef_sample *s = tu_next(p);
+        ef_tensor d = tu_field(s, "data");
         assert_int_equal(d.dtype, EF_F32);
         assert_int_equal(d.ndim, 1);
         assert_int_equal(d.shape[0], 4);
@@ -302,10 +302,10 @@ static void test_map_builtins(void **state)
                 fail_msg("to_f32 item %lld[%d] = %g, expected %g", (long long)i,
                          j, (double)f[j], (double)want);
         }
-        assert_int_equal(eft_i64(s, "index"), i); /* not u8: unchanged */
+        assert_int_equal(tu_i64(s, "index"), i); /* not u8: unchanged */
         ef_sample_free(s);
     }
-    eft_expect_end(p);
+    tu_expect_end(p);
     ef_pipeline_destroy(p);
 }
 
@@ -345,44 +345,44 @@ static void test_map_callbacks(void **state)
     atomic_init(&cs.calls, 0);
     atomic_init(&cs.bad, 0);
     /* ordered (the default) */
-    ef_pipeline *p = eft_pipeline("range:n=1000", 0);
+    ef_pipeline *p = tu_pipeline("range:n=1000", 0);
     assert_int_equal(ef_pipeline_add_map(p, twice_fn, &cs, "threads=4"), EF_OK);
     for (int64_t i = 0; i < 1000; i++) {
-        ef_sample *s = eft_next(p);
+        ef_sample *s = tu_next(p);
         assert_int_equal(ef_sample_identity(s).index, i);
-        assert_int_equal(eft_i64(s, "twice"), 2 * i);
+        assert_int_equal(tu_i64(s, "twice"), 2 * i);
         ef_sample_free(s);
     }
-    eft_expect_end(p);
+    tu_expect_end(p);
     ef_pipeline_destroy(p);
     assert_int_equal(atomic_load(&cs.calls), 1000);
     assert_int_equal(atomic_load(&cs.bad), 0);
 
     /* unordered: the same multiset */
     atomic_store(&cs.calls, 0);
-    p = eft_pipeline("range:n=1000", 0);
+    p = tu_pipeline("range:n=1000", 0);
     assert_int_equal(
         ef_pipeline_add_map(p, twice_fn, &cs, "threads=4,ordered=false"),
         EF_OK);
     unsigned char seen[1000];
     memset(seen, 0, sizeof seen);
     for (int64_t i = 0; i < 1000; i++) {
-        ef_sample *s = eft_next(p);
+        ef_sample *s = tu_next(p);
         int64_t ix = ef_sample_identity(s).index;
         assert_true(ix >= 0 && ix < 1000);
         assert_int_equal(seen[ix], 0);
         seen[ix] = 1;
-        assert_int_equal(eft_i64(s, "twice"), 2 * ix);
+        assert_int_equal(tu_i64(s, "twice"), 2 * ix);
         ef_sample_free(s);
     }
-    eft_expect_end(p);
+    tu_expect_end(p);
     ef_pipeline_destroy(p);
     assert_int_equal(atomic_load(&cs.calls), 1000);
 
     /* NULL options: defaults */
-    p = eft_pipeline("range:n=10", 0);
+    p = tu_pipeline("range:n=10", 0);
     assert_int_equal(ef_pipeline_add_map(p, twice_fn, &cs, NULL), EF_OK);
-    assert_int_equal(eft_drain(p), 10);
+    assert_int_equal(tu_drain(p), 10);
     ef_pipeline_destroy(p);
 }
 
@@ -390,14 +390,14 @@ static void test_throttle_passes_items(void **state)
 {
     (void)state;
     /* 20 items at 2000/s: about 10 ms; no timing assertion */
-    ef_pipeline *p = eft_pipeline("range:n=20 | throttle:rate=2000", 0);
+    ef_pipeline *p = tu_pipeline("range:n=20 | throttle:rate=2000", 0);
     for (int i = 0; i < 20; i++) {
-        ef_sample *s = eft_next(p);
+        ef_sample *s = tu_next(p);
         assert_int_equal(ef_sample_identity(s).index, i);
         ef_sample_free(s);
     }
-    eft_expect_end(p);
-    ef_stage_stats st = eft_stage(p, "throttle");
+    tu_expect_end(p);
+    ef_stage_stats st = tu_stage(p, "throttle");
     assert_int_equal(st.items_out, 20);
     ef_pipeline_destroy(p);
 }
@@ -405,7 +405,7 @@ static void test_throttle_passes_items(void **state)
 static void test_pipeline_stats(void **state)
 {
     (void)state;
-    ef_pipeline *p = eft_pipeline(
+    ef_pipeline *p = tu_pipeline(
         "range:n=100 | map:fn=noop,threads=2 | echo:2 | batch:16 | prefetch:2",
         0);
     assert_int_equal(ef_pipeline_stage_count(p), 5);
@@ -417,7 +417,7 @@ static void test_pipeline_stats(void **state)
         assert_string_equal(st.name, names[i]);
         assert_int_equal(st.items_out, 0);
     }
-    assert_int_equal(eft_drain(p), 13); /* 200 items in batches of 16 */
+    assert_int_equal(tu_drain(p), 13); /* 200 items in batches of 16 */
     static const uint64_t out[5] = {100, 100, 200, 13, 13};
     static const uint64_t in[5] = {0, 100, 100, 200, 13};
     for (int i = 0; i < 5; i++) {
@@ -505,10 +505,10 @@ static void test_restart_mid_pass(void **state)
         "repeat:3",
     };
     for (size_t k = 0; k < sizeof specs / sizeof specs[0]; k++) {
-        ef_pipeline *p = eft_pipeline(specs[k], 0);
+        ef_pipeline *p = tu_pipeline(specs[k], 0);
         for (int64_t epoch = 0; epoch < 3; epoch++)
             for (int64_t i = 0; i < 3; i++) {
-                ef_sample *s = eft_next(p);
+                ef_sample *s = tu_next(p);
                 ef_sample_id id = ef_sample_identity(s);
                 if (id.index != i || id.epoch != epoch)
                     fail_msg("%s: got index %lld epoch %lld, expected %lld "
@@ -517,7 +517,7 @@ static void test_restart_mid_pass(void **state)
                              (long long)i, (long long)epoch);
                 ef_sample_free(s);
             }
-        eft_expect_end(p);
+        tu_expect_end(p);
         ef_pipeline_destroy(p);
     }
     /* automatic echo pumps its upstream the same way; unordered map
@@ -528,7 +528,7 @@ static void test_restart_mid_pass(void **state)
         "repeat:3",
     };
     for (size_t k = 0; k < 2; k++) {
-        ef_pipeline *p = eft_pipeline(unordered[k], 0);
+        ef_pipeline *p = tu_pipeline(unordered[k], 0);
         int n = 0;
         ef_sample *s;
         while (ef_pipeline_next(p, &s) == EF_OK) {

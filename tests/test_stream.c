@@ -552,8 +552,8 @@ static server server_start(const char *const *extra)
         execv(argv[0], (char *const *)(uintptr_t)argv);
         _exit(127);
     }
-    double t0 = eft_now_s();
-    while (eft_now_s() - t0 < 20) {
+    double t0 = tu_now_s();
+    while (tu_now_s() - t0 < 20) {
         FILE *f = fopen(port_file, "r");
         if (f) {
             int ok = fscanf(f, "%d", &sv.port) == 1;
@@ -622,8 +622,8 @@ typedef struct {
 static void *watch(void *arg)
 {
     watchdog *w = arg;
-    double t0 = eft_now_s();
-    while (!atomic_load(&w->stop) && eft_now_s() - t0 < WATCHDOG_S) {
+    double t0 = tu_now_s();
+    while (!atomic_load(&w->stop) && tu_now_s() - t0 < WATCHDOG_S) {
         struct timespec ts = {0, 20 * 1000 * 1000};
         nanosleep(&ts, NULL);
     }
@@ -652,9 +652,9 @@ static int http_read_failing(const char *const *args, ef__stream_opts o,
     assert_non_null(buf);
     pthread_t th;
     assert_int_equal(pthread_create(&th, NULL, watch, &w), 0);
-    double t0 = eft_now_s();
+    double t0 = tu_now_s();
     int rc = read_pieces(s, buf, BIG_SIZE, total, err);
-    *dt = eft_now_s() - t0;
+    *dt = tu_now_s() - t0;
     atomic_store(&w.stop, 1);
     assert_int_equal(pthread_join(th, NULL), 0);
     assert_true(memcmp(buf, g_big, *total) == 0);
@@ -715,10 +715,10 @@ static void test_http_fail_first(void **state)
     const char *args[] = {"--fail-first", "2", NULL};
     server sv = server_start(args);
     ef__stream_opts o = opts_with(5, 10, 0.05);
-    double t0 = eft_now_s();
+    double t0 = tu_now_s();
     assert_int_equal(http_expect(&sv, "big.bin", &o, g_big, BIG_SIZE), 2);
     /* two backoffs: 0.05 s, then 0.1 s */
-    assert_true(eft_now_s() - t0 >= 0.15);
+    assert_true(tu_now_s() - t0 >= 0.15);
     server_stop(&sv);
 }
 
@@ -733,12 +733,12 @@ static void test_http_not_found(void **state)
     ef__err err;
     ef__err_clear(&err);
     assert_int_equal(ef__stream_open(&s, url, &o, &err), EF_OK);
-    double t0 = eft_now_s();
+    double t0 = tu_now_s();
     unsigned char b[16];
     size_t got = 7;
     assert_int_equal(ef__stream_read(s, b, sizeof b, &got, &err), EF_EIO);
     assert_int_equal(got, 0);
-    assert_true(eft_now_s() - t0 < 0.9); /* no 1 s backoff: no retry */
+    assert_true(tu_now_s() - t0 < 0.9); /* no 1 s backoff: no retry */
     expect_msg(&err, url);
     expect_msg(&err, "404");
     ef__stream_stats st;
@@ -908,9 +908,9 @@ static void test_http_bad_url(void **state)
     assert_int_equal(ef__stream_open(&s, url, &o, &err), EF_OK);
     unsigned char b[8];
     size_t got;
-    double t0 = eft_now_s();
+    double t0 = tu_now_s();
     assert_int_equal(ef__stream_read(s, b, sizeof b, &got, &err), EF_EIO);
-    assert_true(eft_now_s() - t0 < 0.9);
+    assert_true(tu_now_s() - t0 < 0.9);
     expect_msg(&err, url);
     expect_msg(&err, "not retried");
     ef__stream_stats st;
@@ -929,7 +929,7 @@ static void *cancel_later(void *arg)
     canceller *c = arg;
     struct timespec ts = {0, 300 * 1000 * 1000};
     nanosleep(&ts, NULL);
-    c->set_at = eft_now_s();
+    c->set_at = tu_now_s();
     atomic_store(&c->flag, 1);
     return NULL;
 }
@@ -957,7 +957,7 @@ static void test_http_cancel(void **state)
     assert_int_equal(pthread_create(&th, NULL, cancel_later, &c), 0);
     size_t total = 0;
     int rc = read_pieces(s, buf, BIG_SIZE, &total, &err);
-    double done = eft_now_s();
+    double done = tu_now_s();
     assert_int_equal(pthread_join(th, NULL), 0);
     assert_int_equal(rc, EF_ECANCELED);
     assert_true(c.set_at > 0 && done - c.set_at < 1.0);
@@ -990,7 +990,7 @@ static void test_http_cancel_backoff(void **state)
     unsigned char b[64];
     size_t got = 0;
     int rc = ef__stream_read(s, b, sizeof b, &got, &err);
-    double done = eft_now_s();
+    double done = tu_now_s();
     assert_int_equal(pthread_join(th, NULL), 0);
     assert_int_equal(rc, EF_ECANCELED);
     assert_true(c.set_at > 0 && done - c.set_at < 1.0);

@@ -20,7 +20,7 @@ enum { REPEATS = 3 };
 static void pull(ef_pipeline *p, int n)
 {
     for (int i = 0; i < n; i++)
-        ef_sample_free(eft_next(p));
+        ef_sample_free(tu_next(p));
 }
 
 static void test_destroy_mid_stream_full_queues(void **state)
@@ -28,11 +28,11 @@ static void test_destroy_mid_stream_full_queues(void **state)
     (void)state;
     for (int r = 0; r < REPEATS; r++) {
         ef_pipeline *p =
-            eft_pipeline("range:n=1000000,bytes=64 | map:fn=noop,threads=4 | "
-                         "prefetch:depth=8 | echo:2 | prefetch:depth=4",
-                         (uint64_t)r);
+            tu_pipeline("range:n=1000000,bytes=64 | map:fn=noop,threads=4 | "
+                        "prefetch:depth=8 | echo:2 | prefetch:depth=4",
+                        (uint64_t)r);
         for (int i = 0; i < 10; i++) {
-            ef_sample *s = eft_next(p);
+            ef_sample *s = tu_next(p);
             ef_sample_id id = ef_sample_identity(s);
             assert_int_equal(id.index, i / 2);
             assert_int_equal(id.echo_copy, i % 2);
@@ -47,9 +47,9 @@ static void test_destroy_mid_stream_shuffle_repeat_forever(void **state)
     (void)state;
     for (int r = 0; r < REPEATS; r++) {
         ef_pipeline *p =
-            eft_pipeline("range:n=100,bytes=8 | repeat | shuffle:buffer=50 | "
-                         "map:fn=to_f32,threads=2 | prefetch:depth=4",
-                         (uint64_t)r);
+            tu_pipeline("range:n=100,bytes=8 | repeat | shuffle:buffer=50 | "
+                        "map:fn=to_f32,threads=2 | prefetch:depth=4",
+                        (uint64_t)r);
         pull(p, 250 + r);
         ef_pipeline_destroy(p);
     }
@@ -62,11 +62,11 @@ static void test_destroy_while_throttled(void **state)
      * throttle; destroy must wake it rather than wait the sleep out */
     for (int r = 0; r < REPEATS; r++) {
         ef_pipeline *p =
-            eft_pipeline("range:n=100 | throttle:rate=0.1 | prefetch:2", 0);
-        ef_sample_free(eft_next(p));
-        double t0 = eft_now_s();
+            tu_pipeline("range:n=100 | throttle:rate=0.1 | prefetch:2", 0);
+        ef_sample_free(tu_next(p));
+        double t0 = tu_now_s();
         ef_pipeline_destroy(p);
-        double dt = eft_now_s() - t0;
+        double dt = tu_now_s() - t0;
         if (dt >= 2.0)
             fail_msg("destroy took %.2f s with a thread asleep in throttle",
                      dt);
@@ -77,7 +77,7 @@ static void test_destroy_before_next(void **state)
 {
     (void)state;
     for (int r = 0; r < REPEATS; r++) {
-        ef_pipeline *p = eft_pipeline(
+        ef_pipeline *p = tu_pipeline(
             "range:n=1000,bytes=16 | map:fn=noop,threads=4 | shuffle:100 | "
             "prefetch:depth=4 | echo:2,shuffle=10 | batch:8 | prefetch:2",
             0);
@@ -94,7 +94,7 @@ static void test_destroy_after_end(void **state)
 {
     (void)state;
     for (int r = 0; r < REPEATS; r++) {
-        ef_pipeline *p = eft_pipeline(
+        ef_pipeline *p = tu_pipeline(
             "range:n=50,bytes=4 | map:fn=noop,threads=4 | prefetch:depth=4 | "
             "echo:2 | batch:7 | prefetch:depth=2",
             0);
@@ -107,11 +107,11 @@ static void test_destroy_after_end(void **state)
             if (rc != EF_OK)
                 fail_msg("next = %s: %s", ef_status_name(rc),
                          ef_pipeline_error(p));
-            rows += eft_field(s, "index").shape[0];
+            rows += tu_field(s, "index").shape[0];
             ef_sample_free(s);
         }
         assert_int_equal(rows, 100);
-        eft_expect_end(p);
+        tu_expect_end(p);
         ef_pipeline_destroy(p);
     }
 }
@@ -128,10 +128,10 @@ static void test_destroy_after_error(void **state)
 {
     (void)state;
     for (int r = 0; r < REPEATS; r++) {
-        ef_pipeline *p = eft_pipeline("range:n=100000,bytes=8 | prefetch:4", 0);
+        ef_pipeline *p = tu_pipeline("range:n=100000,bytes=8 | prefetch:4", 0);
         assert_int_equal(ef_pipeline_add_map(p, fail_at_20, NULL, "threads=4"),
                          EF_OK);
-        eft_parse(p, "prefetch:depth=4");
+        tu_parse(p, "prefetch:depth=4");
         int rc;
         int n = 0;
         for (;;) {
@@ -149,10 +149,10 @@ static void test_destroy_after_error(void **state)
     /* and destroyed right after the failure happened upstream, before the
      * consumer has seen it */
     for (int r = 0; r < REPEATS; r++) {
-        ef_pipeline *p = eft_pipeline("range:n=100000,bytes=8", 0);
+        ef_pipeline *p = tu_pipeline("range:n=100000,bytes=8", 0);
         assert_int_equal(ef_pipeline_add_map(p, fail_at_20, NULL, "threads=4"),
                          EF_OK);
-        eft_parse(p, "prefetch:depth=64");
+        tu_parse(p, "prefetch:depth=64");
         pull(p, 5);
         ef_pipeline_destroy(p);
     }
@@ -161,19 +161,19 @@ static void test_destroy_after_error(void **state)
 static void test_samples_outlive_pipeline(void **state)
 {
     (void)state;
-    ef_pipeline *p = eft_pipeline(
+    ef_pipeline *p = tu_pipeline(
         "range:n=100,bytes=16 | map:fn=noop,threads=2 | echo:2 | prefetch:2",
         0);
     ef_sample *keep[6];
     for (int i = 0; i < 6; i++)
-        keep[i] = eft_next(p);
-    ef_tensor t = eft_field(keep[0], "data");
+        keep[i] = tu_next(p);
+    ef_tensor t = tu_field(keep[0], "data");
     ef_buffer *held = ef_buffer_retain(t.buffer);
     ef_pipeline_destroy(p);
     for (int i = 0; i < 6; i++) {
         ef_sample_id id = ef_sample_identity(keep[i]);
         assert_int_equal(id.index, i / 2);
-        ef_tensor d = eft_field(keep[i], "data");
+        ef_tensor d = tu_field(keep[i], "data");
         const unsigned char *px = d.data;
         for (int j = 0; j < 16; j++)
             assert_int_equal(px[j], (unsigned char)((id.index + j) & 0xff));
@@ -190,7 +190,7 @@ static void test_many_short_pipelines(void **state)
     (void)state;
     /* start and stop threads many times */
     for (int r = 0; r < 20; r++) {
-        ef_pipeline *p = eft_pipeline(
+        ef_pipeline *p = tu_pipeline(
             "range:n=64 | map:fn=noop,threads=3 | prefetch:depth=2 | batch:4",
             (uint64_t)r);
         pull(p, r % 5);

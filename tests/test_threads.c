@@ -49,11 +49,11 @@ static void test_stats_from_another_thread(void **state)
         "range:n=20000,bytes=16 | echo:factor=2,shuffle=64 | batch:16",
     };
     for (size_t k = 0; k < sizeof specs / sizeof specs[0]; k++) {
-        watcher w = {.p = eft_pipeline(specs[k], 3)};
+        watcher w = {.p = tu_pipeline(specs[k], 3)};
         atomic_init(&w.done, 0);
         pthread_t t;
         assert_int_equal(pthread_create(&t, NULL, watch, &w), 0);
-        long n = eft_drain(w.p); /* the watcher reads before, during, after */
+        long n = tu_drain(w.p); /* the watcher reads before, during, after */
         assert_true(n > 0);
         atomic_store(&w.done, 1);
         pthread_join(t, NULL);
@@ -77,7 +77,7 @@ static void test_stop_from_another_thread(void **state)
 {
     (void)state;
     ef_pipeline *p =
-        eft_pipeline("range:n=100000000 | prefetch | echo:factor=auto", 0);
+        tu_pipeline("range:n=100000000 | prefetch | echo:factor=auto", 0);
     pthread_t t;
     assert_int_equal(pthread_create(&t, NULL, stop_later, p), 0);
     ef_sample *s;

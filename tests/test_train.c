@@ -362,7 +362,7 @@ static ef_pipeline *fmnist(const char *tail, uint64_t seed)
              "labels=" EF_FASHION_MNIST_DIR "/%s-labels-idx1-ubyte.gz | %s",
              strstr(tail, "shuffle") ? "train" : "t10k",
              strstr(tail, "shuffle") ? "train" : "t10k", tail);
-    return eft_pipeline(spec, seed);
+    return tu_pipeline(spec, seed);
 }
 
 /* A short run on the real data lowers the test loss and beats chance by
@@ -412,7 +412,7 @@ static void bad_batches_fail_cleanly(void **state)
     cfg.max_fresh = 1000;
     eft_result r;
     /* no label field */
-    ef_pipeline *p = eft_pipeline("range:n=10,bytes=784 | batch:5", 1);
+    ef_pipeline *p = tu_pipeline("range:n=10,bytes=784 | batch:5", 1);
     eft_job job = {.cfg = &cfg, .train = p};
     assert_int_equal(eft_train(&job, &r, err, sizeof err), -1);
     assert_non_null(strstr(err, "label"));

@@ -81,11 +81,11 @@ static void test_round_trip(void **state)
     snprintf(spec, sizeof spec,
              "tar:urls=%s/part-{000..002}.tar,shuffle_shards=false | decode",
              dir);
-    ef_pipeline *p = eft_pipeline(spec, 0);
+    ef_pipeline *p = tu_pipeline(spec, 0);
     for (int i = 0; i < 7; i++) {
-        ef_sample *s = eft_next(p);
-        ef_tensor im = eft_field(s, "image"), lb = eft_field(s, "label"),
-                  key = eft_field(s, "__key__");
+        ef_sample *s = tu_next(p);
+        ef_tensor im = tu_field(s, "image"), lb = tu_field(s, "label"),
+                  key = tu_field(s, "__key__");
         char want[16];
         snprintf(want, sizeof want, "%09d", i);
         assert_int_equal(key.nbytes, 9);
@@ -100,7 +100,7 @@ static void test_round_trip(void **state)
         assert_int_equal(*(const int64_t *)lb.data, 100 + i);
         ef_sample_free(s);
     }
-    eft_expect_end(p);
+    tu_expect_end(p);
     ef_pipeline_destroy(p);
 }
 
@@ -214,18 +214,18 @@ static void test_relative_key_round_trip(void **state)
 
     snprintf(spec, sizeof spec, "tar:urls=%s/rel-0.tar,shuffle_shards=false",
              dir);
-    ef_pipeline *p = eft_pipeline(spec, 0);
+    ef_pipeline *p = tu_pipeline(spec, 0);
     static const char *const want[] = {"dir/name", ".cache/x-1"};
     for (int i = 0; i < 2; i++) {
-        s = eft_next(p);
-        ef_tensor key = eft_field(s, "__key__"), txt = eft_field(s, "txt");
+        s = tu_next(p);
+        ef_tensor key = tu_field(s, "__key__"), txt = tu_field(s, "txt");
         assert_int_equal(key.nbytes, strlen(want[i]));
         assert_memory_equal(key.data, want[i], key.nbytes);
         assert_int_equal(txt.nbytes, 3);
         assert_memory_equal(txt.data, "abc", 3);
         ef_sample_free(s);
     }
-    eft_expect_end(p);
+    tu_expect_end(p);
     ef_pipeline_destroy(p);
 }
 
@@ -287,7 +287,7 @@ static void test_unwritable_directory(void **state)
     assert_int_equal(ef_shard_writer_add(w, s), EF_EIO);
     /* the file is named once, not once per layer */
     const char *msg = ef_shard_writer_error(w);
-    eft_expect_once(msg, "/nonexistent/dir/s-0.tar.partial");
+    tu_expect_once(msg, "/nonexistent/dir/s-0.tar.partial");
     assert_non_null(strstr(msg, "cannot create"));
     ef_sample_free(s);
     ef_shard_writer_destroy(w);
@@ -307,7 +307,7 @@ static void test_member_name_too_long(void **state)
     assert_int_equal(ef_shard_writer_add(w, s), EF_EINVAL);
     const char *msg = ef_shard_writer_error(w);
     snprintf(partial, sizeof partial, "%s/long-0.tar.partial", dir);
-    eft_expect_once(msg, partial);
+    tu_expect_once(msg, partial);
     assert_non_null(strstr(msg, "cannot store the name"));
     ef_sample_free(s);
     ef_shard_writer_destroy(w);
