@@ -52,6 +52,20 @@ static inline ef_sample *tu_next(ef_pipeline *p)
     return s;
 }
 
+/* The next sample, or NULL at the end; fails the test on any other status,
+ * naming `what` (the spec, say). */
+static inline ef_sample *tu_next_or_end(ef_pipeline *p, const char *what)
+{
+    ef_sample *s = NULL;
+    int rc = ef_pipeline_next(p, &s);
+    if (rc == EF_END)
+        return NULL;
+    if (rc != EF_OK || s == NULL)
+        fail_msg("%s: ef_pipeline_next = %s (%d): %s", what, ef_status_name(rc),
+                 rc, ef_pipeline_error(p));
+    return s;
+}
+
 /* Asserts that the pipeline has ended (twice: END is sticky). */
 static inline void tu_expect_end(ef_pipeline *p)
 {
@@ -180,6 +194,45 @@ static inline void tu_expect_once(const char *msg, const char *needle)
     if (n != 1)
         fail_msg("'%s' occurs %d times in: %s", needle, n, msg);
 }
+
+/* ---- growable arrays ---------------------------------------------- */
+
+/* An array of `type` that grows as it is pushed to: `typedef
+ * TU_ARRAY(int64_t) vec;`, zero-initialised when empty, freed with
+ * free(a.v). */
+#define TU_ARRAY(type)                                                         \
+    struct {                                                                   \
+        type *v;                                                               \
+        size_t n, cap;                                                         \
+    }
+
+/* `v` (of `*cap` items of `size` bytes) reallocated to twice the room;
+ * fails the test when memory runs out. The caller owns the result. */
+static inline void *tu_grow(void *v, size_t *cap, size_t size)
+{
+    size_t want = *cap ? 2 * *cap : 1024;
+    void *w = realloc(v, want * size);
+    if (w == NULL)
+        fail_msg("out of memory growing an array to %zu items", want);
+    *cap = want;
+    return w;
+}
+
+/* Appends `x` to the TU_ARRAY behind pointer `a`. */
+#define TU_PUSH(a, x)                                                          \
+    do {                                                                       \
+        if ((a)->n == (a)->cap)                                                \
+            (a)->v = tu_grow((a)->v, &(a)->cap, sizeof *(a)->v);               \
+        (a)->v[(a)->n++] = (x);                                                \
+    } while (0)
+
+/* Whether two TU_ARRAYs of one type hold the same bytes (for element types
+ * without padding). */
+#define TU_ARRAY_EQUAL(a, b)                                                   \
+    ((a)->n == (b)->n &&                                                       \
+     ((a)->n == 0 || memcmp((a)->v, (b)->v, (a)->n * sizeof *(a)->v) == 0))
+
+/* ---- time ---------------------------------------------------------- */
 
 static inline double tu_now_s(void)
 {

@@ -21,52 +21,24 @@ typedef struct {
     int64_t index, epoch, copy, value; /* value: the `index` field */
 } rec;
 
-typedef struct {
-    rec *r;
-    size_t n, cap;
-} stream;
+typedef TU_ARRAY(rec) stream;
 
-static void stream_push(stream *st, rec r)
-{
-    if (st->n == st->cap) {
-        st->cap = st->cap ? st->cap * 2 : 1024;
-        st->r = realloc(st->r, st->cap * sizeof *st->r);
-        assert_non_null(st->r);
-    }
-    st->r[st->n++] = r;
-}
+/* TU_ARRAY_EQUAL compares bytes: a rec has no padding */
+_Static_assert(sizeof(rec) == 4 * sizeof(int64_t), "rec has padding");
 
 /* The whole stream of (identity, index field) of a scalar-sample spec. */
 static stream record(const char *spec, uint64_t seed)
 {
-    stream st = {NULL, 0, 0};
+    stream st = {0};
     ef_pipeline *p = tu_pipeline(spec, seed);
-    for (;;) {
-        ef_sample *s = NULL;
-        int rc = ef_pipeline_next(p, &s);
-        if (rc == EF_END)
-            break;
-        if (rc != EF_OK)
-            fail_msg("%s: next = %s: %s", spec, ef_status_name(rc),
-                     ef_pipeline_error(p));
+    for (ef_sample *s; (s = tu_next_or_end(p, spec)) != NULL;) {
         ef_sample_id id = ef_sample_identity(s);
         rec r = {id.index, id.epoch, id.echo_copy, tu_i64(s, "index")};
-        stream_push(&st, r);
+        TU_PUSH(&st, r);
         ef_sample_free(s);
     }
     ef_pipeline_destroy(p);
     return st;
-}
-
-static int stream_equal(const stream *a, const stream *b)
-{
-    if (a->n != b->n)
-        return 0;
-    for (size_t i = 0; i < a->n; i++)
-        if (a->r[i].index != b->r[i].index || a->r[i].epoch != b->r[i].epoch ||
-            a->r[i].copy != b->r[i].copy || a->r[i].value != b->r[i].value)
-            return 0;
-    return 1;
 }
 
 /* Checks that every index 0..n-1 appears between lo and hi times, that its
@@ -79,7 +51,7 @@ static long check_copies(const stream *st, int64_t n, int lo, int hi)
     assert_non_null(count);
     assert_non_null(mask);
     for (size_t i = 0; i < st->n; i++) {
-        const rec *r = &st->r[i];
+        const rec *r = &st->v[i];
         if (r->index < 0 || r->index >= n)
             fail_msg("item %zu: index %lld out of range", i,
                      (long long)r->index);
@@ -161,10 +133,10 @@ static void test_echo_factor_one_is_identity(void **state)
     stream st = record("range:n=500 | echo:factor=1", 0);
     assert_int_equal(st.n, 500);
     for (size_t i = 0; i < st.n; i++) {
-        assert_int_equal(st.r[i].index, (int64_t)i);
-        assert_int_equal(st.r[i].copy, 0);
+        assert_int_equal(st.v[i].index, (int64_t)i);
+        assert_int_equal(st.v[i].copy, 0);
     }
-    free(st.r);
+    free(st.v);
 }
 
 static void test_echo_add_by_name(void **state)
@@ -179,13 +151,13 @@ static void test_echo_add_by_name(void **state)
     stream a = record("range:n=50 | echo:2", 0);
     stream b = record("range:n=50|echo:factor=2.0", 0);
     assert_int_equal(a.n, 100);
-    assert_true(stream_equal(&a, &b));
+    assert_true(TU_ARRAY_EQUAL(&a, &b));
     for (size_t i = 0; i < a.n; i++) {
-        assert_int_equal(a.r[i].index, (int64_t)(i / 2));
-        assert_int_equal(a.r[i].copy, (int64_t)(i % 2));
+        assert_int_equal(a.v[i].index, (int64_t)(i / 2));
+        assert_int_equal(a.v[i].copy, (int64_t)(i % 2));
     }
-    free(a.r);
-    free(b.r);
+    free(a.v);
+    free(b.v);
 }
 
 static void test_echo3_shuffle(void **state)
@@ -197,10 +169,10 @@ static void test_echo3_shuffle(void **state)
     /* not the consecutive order, and copies are spread apart */
     long in_place = 0, adjacent_same = 0;
     for (size_t k = 0; k < st.n; k++) {
-        if (st.r[k].index == (int64_t)(k / 3) &&
-            st.r[k].copy == (int64_t)(k % 3))
+        if (st.v[k].index == (int64_t)(k / 3) &&
+            st.v[k].copy == (int64_t)(k % 3))
             in_place++;
-        if (k > 0 && st.r[k].index == st.r[k - 1].index)
+        if (k > 0 && st.v[k].index == st.v[k - 1].index)
             adjacent_same++;
     }
     if (in_place == 3000)
@@ -209,7 +181,7 @@ static void test_echo3_shuffle(void **state)
         fail_msg("echo:3,shuffle=100: %ld adjacent pairs share an index "
                  "(2000 when unshuffled)",
                  adjacent_same);
-    free(st.r);
+    free(st.v);
 
     ef_pipeline *p = tu_pipeline("range:n=1000 | echo:3,shuffle=100", 0);
     assert_int_equal(tu_drain(p), 3000);
@@ -230,13 +202,7 @@ static void test_echo_fractional_large(void **state)
     unsigned char *count = calloc((size_t)n, 1);
     assert_non_null(count);
     int64_t total = 0, last_index = -1, last_copy = -1;
-    for (;;) {
-        ef_sample *s = NULL;
-        int rc = ef_pipeline_next(p, &s);
-        if (rc == EF_END)
-            break;
-        if (rc != EF_OK)
-            fail_msg("next = %s: %s", ef_status_name(rc), ef_pipeline_error(p));
+    for (ef_sample *s; (s = tu_next_or_end(p, "echo:1.5")) != NULL;) {
         ef_sample_id id = ef_sample_identity(s);
         ef_sample_free(s);
         if (id.echo_copy == 0) {
@@ -289,7 +255,7 @@ static void test_echo_fractional_shuffled(void **state)
     assert_int_equal(st.n, 2000 * 2 + more);
     if (more < 800 || more > 1200)
         fail_msg("echo:2.5 gave a third copy to %ld of 2000 items", more);
-    free(st.r);
+    free(st.v);
 }
 
 static void test_echo_shares_payload_shuffled(void **state)
@@ -382,13 +348,13 @@ static void test_echo_seeds(void **state)
         stream a = record(specs[i], 1);
         stream b = record(specs[i], 1);
         stream c = record(specs[i], 2);
-        if (!stream_equal(&a, &b))
+        if (!TU_ARRAY_EQUAL(&a, &b))
             fail_msg("%s: the same seed gave different streams", specs[i]);
-        if (stream_equal(&a, &c))
+        if (TU_ARRAY_EQUAL(&a, &c))
             fail_msg("%s: seeds 1 and 2 gave the same stream", specs[i]);
-        free(a.r);
-        free(b.r);
-        free(c.r);
+        free(a.v);
+        free(b.v);
+        free(c.v);
     }
 }
 
@@ -399,11 +365,11 @@ static void test_echo_with_repeat(void **state)
     stream st = record("range:n=100 | echo:2 | repeat:count=2", 0);
     assert_int_equal(st.n, 400);
     for (size_t k = 0; k < st.n; k++) {
-        assert_int_equal(st.r[k].epoch, (int64_t)(k / 200));
-        assert_int_equal(st.r[k].index, (int64_t)((k % 200) / 2));
-        assert_int_equal(st.r[k].copy, (int64_t)(k % 2));
+        assert_int_equal(st.v[k].epoch, (int64_t)(k / 200));
+        assert_int_equal(st.v[k].index, (int64_t)((k % 200) / 2));
+        assert_int_equal(st.v[k].copy, (int64_t)(k % 2));
     }
-    free(st.r);
+    free(st.v);
 
     /* fractional decisions are keyed by epoch: a new pass doubles
      * different items */
@@ -412,13 +378,13 @@ static void test_echo_with_repeat(void **state)
     memset(twice, 0, sizeof twice);
     long per_epoch[2] = {0, 0};
     for (size_t k = 0; k < st.n; k++) {
-        const rec *r = &st.r[k];
+        const rec *r = &st.v[k];
         assert_true(r->epoch == 0 || r->epoch == 1);
         assert_true(r->index >= 0 && r->index < 1000);
         per_epoch[r->epoch]++;
         if (r->copy == 1)
             twice[r->epoch][r->index] = 1;
-        if (k > 0 && st.r[k - 1].epoch > r->epoch)
+        if (k > 0 && st.v[k - 1].epoch > r->epoch)
             fail_msg("epoch went back at item %zu", k);
     }
     for (int e = 0; e < 2; e++)
@@ -427,7 +393,7 @@ static void test_echo_with_repeat(void **state)
                      per_epoch[e]);
     if (memcmp(twice[0], twice[1], 1000) == 0)
         fail_msg("echo:1.5 doubled the same items in epochs 0 and 1");
-    free(st.r);
+    free(st.v);
 }
 
 int main(void)

@@ -148,13 +148,7 @@ static void test_t10k_batched_f32(void **state)
              images, labels);
     ef_pipeline *p = tu_pipeline(spec, 0);
     long batches = 0;
-    for (;;) {
-        ef_sample *s = NULL;
-        int rc = ef_pipeline_next(p, &s);
-        if (rc == EF_END)
-            break;
-        if (rc != EF_OK)
-            fail_msg("next = %s: %s", ef_status_name(rc), ef_pipeline_error(p));
+    for (ef_sample *s; (s = tu_next_or_end(p, spec)) != NULL;) {
         ef_tensor im = tu_field(s, "image"), lb = tu_field(s, "label");
         assert_int_equal(im.dtype, EF_F32);
         assert_int_equal(im.ndim, 3);

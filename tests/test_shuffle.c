@@ -16,45 +16,19 @@
 
 /* ---- helpers ------------------------------------------------------ */
 
-typedef struct {
-    int64_t *v;
-    size_t n, cap;
-} vec;
-
-static void vec_push(vec *a, int64_t x)
-{
-    if (a->n == a->cap) {
-        a->cap = a->cap ? a->cap * 2 : 4096;
-        a->v = realloc(a->v, a->cap * sizeof *a->v);
-        assert_non_null(a->v);
-    }
-    a->v[a->n++] = x;
-}
-
-static int vec_equal(const vec *a, const vec *b)
-{
-    return a->n == b->n &&
-           (a->n == 0 || memcmp(a->v, b->v, a->n * sizeof *a->v) == 0);
-}
+typedef TU_ARRAY(int64_t) vec;
 
 /* Indices (identity) and epochs of every sample of `spec`. */
 static void order_of(const char *spec, uint64_t seed, vec *index, vec *epoch)
 {
     ef_pipeline *p = tu_pipeline(spec, seed);
-    for (;;) {
-        ef_sample *s = NULL;
-        int rc = ef_pipeline_next(p, &s);
-        if (rc == EF_END)
-            break;
-        if (rc != EF_OK)
-            fail_msg("%s: next = %s: %s", spec, ef_status_name(rc),
-                     ef_pipeline_error(p));
+    for (ef_sample *s; (s = tu_next_or_end(p, spec)) != NULL;) {
         ef_sample_id id = ef_sample_identity(s);
         assert_int_equal(tu_i64(s, "index"), id.index);
         assert_int_equal(id.echo_copy, 0);
-        vec_push(index, id.index);
+        TU_PUSH(index, id.index);
         if (epoch)
-            vec_push(epoch, id.epoch);
+            TU_PUSH(epoch, id.epoch);
         ef_sample_free(s);
     }
     ef_pipeline_destroy(p);
@@ -87,7 +61,7 @@ static void expect_permutation(const vec *v, size_t from, int64_t n)
 static void test_shuffle_permutation(void **state)
 {
     (void)state;
-    vec v = {NULL, 0, 0};
+    vec v = {0};
     order_of("range:n=1000 | shuffle:buffer=100", 0, &v, NULL);
     assert_int_equal(v.n, 1000);
     expect_permutation(&v, 0, 1000);
@@ -99,7 +73,7 @@ static void test_shuffle_permutation(void **state)
     free(v.v);
 
     /* a buffer larger than the data */
-    vec w = {NULL, 0, 0};
+    vec w = {0};
     order_of("range:n=50 | shuffle:buffer=1000", 0, &w, NULL);
     assert_int_equal(w.n, 50);
     expect_permutation(&w, 0, 50);
@@ -109,10 +83,10 @@ static void test_shuffle_permutation(void **state)
 static void test_shuffle_bare_value(void **state)
 {
     (void)state;
-    vec a = {NULL, 0, 0}, b = {NULL, 0, 0};
+    vec a = {0}, b = {0};
     order_of("range:n=300 | shuffle:100", 9, &a, NULL);
     order_of("range:n=300|shuffle:buffer=100", 9, &b, NULL);
-    assert_true(vec_equal(&a, &b));
+    assert_true(TU_ARRAY_EQUAL(&a, &b));
     free(a.v);
     free(b.v);
 }
@@ -120,7 +94,7 @@ static void test_shuffle_bare_value(void **state)
 static void test_shuffle_epochs_differ(void **state)
 {
     (void)state;
-    vec idx = {NULL, 0, 0}, ep = {NULL, 0, 0};
+    vec idx = {0}, ep = {0};
     order_of("range:n=5000 | shuffle:buffer=500 | repeat:count=2", 0, &idx,
              &ep);
     assert_int_equal(idx.n, 10000);
@@ -139,12 +113,12 @@ static void test_shuffle_epochs_differ(void **state)
 static void test_shuffle_seeds(void **state)
 {
     (void)state;
-    vec a = {NULL, 0, 0}, b = {NULL, 0, 0}, c = {NULL, 0, 0};
+    vec a = {0}, b = {0}, c = {0};
     order_of("range:n=1000 | shuffle:buffer=64", 11, &a, NULL);
     order_of("range:n=1000 | shuffle:buffer=64", 11, &b, NULL);
     order_of("range:n=1000 | shuffle:buffer=64", 12, &c, NULL);
-    assert_true(vec_equal(&a, &b));
-    assert_false(vec_equal(&a, &c));
+    assert_true(TU_ARRAY_EQUAL(&a, &b));
+    assert_false(TU_ARRAY_EQUAL(&a, &c));
     expect_permutation(&c, 0, 1000);
     free(a.v);
     free(b.v);
@@ -157,25 +131,31 @@ typedef struct {
     atomic_long calls;
 } map_state;
 
-/* Adds "noise": an i64 scalar drawn from the keyed generator. */
-static int add_noise(const ef_sample *in, ef_sample **out, ef_map_ctx *ctx)
+/* *out: a clone of `in` with the i64 scalar `name` = v added. */
+static int with_i64(const ef_sample *in, ef_sample **out, const char *name,
+                    int64_t v)
 {
-    map_state *ms = ef_map_ctx_user(ctx);
-    atomic_fetch_add(&ms->calls, 1);
     ef_sample *s = ef_sample_clone(in);
     if (s == NULL)
         return EF_ENOMEM;
     int64_t shape[1] = {0};
     void *data = NULL;
-    int rc = ef_sample_add_new(s, "noise", EF_I64, 0, shape, &data);
+    int rc = ef_sample_add_new(s, name, EF_I64, 0, shape, &data);
     if (rc != EF_OK) {
         ef_sample_free(s);
         return rc;
     }
-    int64_t v = (int64_t)(ef_map_ctx_random(ctx) >> 1);
     memcpy(data, &v, sizeof v);
     *out = s;
     return EF_OK;
+}
+
+/* Adds "noise": an i64 scalar drawn from the keyed generator. */
+static int add_noise(const ef_sample *in, ef_sample **out, ef_map_ctx *ctx)
+{
+    map_state *ms = ef_map_ctx_user(ctx);
+    atomic_fetch_add(&ms->calls, 1);
+    return with_i64(in, out, "noise", (int64_t)(ef_map_ctx_random(ctx) >> 1));
 }
 
 /* Adds "copy": the sample's echo copy number, so that it survives batch. */
@@ -183,20 +163,7 @@ static int tag_copy(const ef_sample *in, ef_sample **out, ef_map_ctx *ctx)
 {
     map_state *ms = ef_map_ctx_user(ctx);
     atomic_fetch_add(&ms->calls, 1);
-    ef_sample *s = ef_sample_clone(in);
-    if (s == NULL)
-        return EF_ENOMEM;
-    int64_t shape[1] = {0};
-    void *data = NULL;
-    int rc = ef_sample_add_new(s, "copy", EF_I64, 0, shape, &data);
-    if (rc != EF_OK) {
-        ef_sample_free(s);
-        return rc;
-    }
-    int64_t v = ef_sample_identity(in).echo_copy;
-    memcpy(data, &v, sizeof v);
-    *out = s;
-    return EF_OK;
+    return with_i64(in, out, "copy", ef_sample_identity(in).echo_copy);
 }
 
 static const int64_t *i64_rows(const ef_sample *s, const char *name,
@@ -233,7 +200,7 @@ static vec run_det(uint64_t seed, int threads)
     tu_parse(p, " batch:7 ");
     assert_int_equal(ef_pipeline_stage_count(p), 6);
 
-    vec out = {NULL, 0, 0};
+    vec out = {0};
     int64_t rows_total = 0, batches = 0;
     int64_t *noise_of = malloc(2000 * sizeof *noise_of);
     int *count = calloc(2000, sizeof *count);
@@ -241,29 +208,24 @@ static vec run_det(uint64_t seed, int threads)
     assert_non_null(noise_of);
     assert_non_null(count);
     assert_non_null(copies);
-    for (;;) {
-        ef_sample *s = NULL;
-        int rc = ef_pipeline_next(p, &s);
-        if (rc == EF_END)
-            break;
-        if (rc != EF_OK)
-            fail_msg("seed %llu threads %d: next = %s: %s",
-                     (unsigned long long)seed, threads, ef_status_name(rc),
-                     ef_pipeline_error(p));
+    char what[64];
+    snprintf(what, sizeof what, "seed %llu threads %d",
+             (unsigned long long)seed, threads);
+    for (ef_sample *s; (s = tu_next_or_end(p, what)) != NULL;) {
         ef_sample_id id = ef_sample_identity(s);
         int64_t rows = tu_field(s, "index").shape[0];
         assert_true(rows >= 1 && rows <= 7);
         const int64_t *ix = i64_rows(s, "index", rows);
         const int64_t *nz = i64_rows(s, "noise", rows);
         const int64_t *cp = i64_rows(s, "copy", rows);
-        vec_push(&out, id.index);
-        vec_push(&out, id.epoch);
-        vec_push(&out, id.echo_copy);
-        vec_push(&out, rows);
+        TU_PUSH(&out, id.index);
+        TU_PUSH(&out, id.epoch);
+        TU_PUSH(&out, id.echo_copy);
+        TU_PUSH(&out, rows);
         for (int64_t r = 0; r < rows; r++) {
-            vec_push(&out, ix[r]);
-            vec_push(&out, nz[r]);
-            vec_push(&out, cp[r]);
+            TU_PUSH(&out, ix[r]);
+            TU_PUSH(&out, nz[r]);
+            TU_PUSH(&out, cp[r]);
             if (ix[r] < 0 || ix[r] >= 2000)
                 fail_msg("index %lld out of range", (long long)ix[r]);
             if (cp[r] < 0 || cp[r] > 1)
@@ -311,13 +273,13 @@ static void test_determinism_threads(void **state)
     vec t4 = run_det(1, 4);
     vec t3 = run_det(1, 3);
     vec s2 = run_det(2, 4);
-    if (!vec_equal(&t1, &t4))
+    if (!TU_ARRAY_EQUAL(&t1, &t4))
         fail_msg("seed 1: threads=1 and threads=4 gave different streams "
                  "(%zu vs %zu values)",
                  t1.n, t4.n);
-    if (!vec_equal(&t1, &t3))
+    if (!TU_ARRAY_EQUAL(&t1, &t3))
         fail_msg("seed 1: threads=1 and threads=3 gave different streams");
-    if (vec_equal(&t1, &s2))
+    if (TU_ARRAY_EQUAL(&t1, &s2))
         fail_msg("seeds 1 and 2 gave the same stream");
     free(t1.v);
     free(t4.v);

@@ -99,14 +99,8 @@ static void test_destroy_after_end(void **state)
             "echo:2 | batch:7 | prefetch:depth=2",
             0);
         long rows = 0;
-        for (;;) {
-            ef_sample *s = NULL;
-            int rc = ef_pipeline_next(p, &s);
-            if (rc == EF_END)
-                break;
-            if (rc != EF_OK)
-                fail_msg("next = %s: %s", ef_status_name(rc),
-                         ef_pipeline_error(p));
+        for (ef_sample *s;
+             (s = tu_next_or_end(p, "destroy after end")) != NULL;) {
             rows += tu_field(s, "index").shape[0];
             ef_sample_free(s);
         }
