@@ -6,11 +6,14 @@
 #define EF_TEST_UTIL_H
 
 #include <ctype.h>
+#include <dirent.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "echoflow/echoflow.h"
 
@@ -231,6 +234,91 @@ static inline void *tu_grow(void *v, size_t *cap, size_t size)
 #define TU_ARRAY_EQUAL(a, b)                                                   \
     ((a)->n == (b)->n &&                                                       \
      ((a)->n == 0 || memcmp((a)->v, (b)->v, (a)->n * sizeof *(a)->v) == 0))
+
+/* ---- files --------------------------------------------------------- */
+
+/* The temporary directory of tu_dir_create; empty before. */
+static inline char *tu_dir(void)
+{
+    static char dir[256];
+    return dir;
+}
+
+/* Creates $TMPDIR/<name>.XXXXXX (TMPDIR defaulting to /tmp) as tu_dir().
+ * Returns 0, or -1 when it cannot: the result a cmocka setup returns. */
+static inline int tu_dir_create(const char *name)
+{
+    const char *tmp = getenv("TMPDIR");
+    char *dir = tu_dir();
+    int k =
+        snprintf(dir, 256, "%s/%s.XXXXXX", tmp && *tmp ? tmp : "/tmp", name);
+    if (k <= 0 || k >= 256 || mkdtemp(dir) == NULL) {
+        dir[0] = '\0';
+        return -1;
+    }
+    return 0;
+}
+
+/* Removes `path` and, when it is a directory, what it holds (links are
+ * removed, not followed). Returns 0 or -1. */
+static inline int tu_remove_tree(const char *path)
+{
+    struct stat st;
+    if (lstat(path, &st) != 0)
+        return -1;
+    if (!S_ISDIR(st.st_mode))
+        return unlink(path);
+    DIR *d = opendir(path);
+    if (d == NULL)
+        return -1;
+    int rc = 0;
+    for (struct dirent *e; (e = readdir(d)) != NULL;) {
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+            continue;
+        char sub[1024];
+        int n = snprintf(sub, sizeof sub, "%s/%s", path, e->d_name);
+        if (n <= 0 || (size_t)n >= sizeof sub || tu_remove_tree(sub) != 0)
+            rc = -1;
+    }
+    closedir(d);
+    return rmdir(path) == 0 ? rc : -1;
+}
+
+/* Removes tu_dir() and everything in it. Returns 0, or -1 when something
+ * stays behind: the result a cmocka teardown returns. */
+static inline int tu_dir_remove(void)
+{
+    char *dir = tu_dir();
+    if (dir[0] == '\0')
+        return -1;
+    int rc = tu_remove_tree(dir);
+    dir[0] = '\0';
+    return rc == 0 ? 0 : -1;
+}
+
+/* The path of `name` in tu_dir(), in static storage: the last 8 stay valid. */
+static inline const char *tu_at(const char *name)
+{
+    static char bufs[8][512];
+    static unsigned k;
+    char *b = bufs[k++ % 8];
+    int n = snprintf(b, sizeof bufs[0], "%s/%s", tu_dir(), name);
+    if (n <= 0 || (size_t)n >= sizeof bufs[0])
+        fail_msg("path too long: %s/%s", tu_dir(), name);
+    return b;
+}
+
+/* Writes data[0, n) as the whole file `path`; fails the test on an error.
+ * `data` may be NULL when n is 0. */
+static inline void tu_write_file(const char *path, const void *data, size_t n)
+{
+    FILE *f = fopen(path, "wb");
+    if (f == NULL)
+        fail_msg("cannot create %s", path);
+    if (n)
+        assert_int_equal(fwrite(data, 1, n, f), n);
+    assert_int_equal(fclose(f), 0);
+}
 
 /* ---- time ---------------------------------------------------------- */
 

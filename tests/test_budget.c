@@ -20,30 +20,16 @@
 #include <zlib.h>
 #endif
 
-static char dir[64];
-
-static const char *at(const char *name)
-{
-    static char bufs[4][256];
-    static int k;
-    char *b = bufs[k++ % 4];
-    snprintf(b, sizeof bufs[0], "%s/%s", dir, name);
-    return b;
-}
-
 static int setup(void **state)
 {
     (void)state;
-    strcpy(dir, "/tmp/ef_test_budget.XXXXXX");
-    return mkdtemp(dir) ? 0 : -1;
+    return tu_dir_create("ef_test_budget");
 }
 
 static int teardown(void **state)
 {
     (void)state;
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    return system(cmd);
+    return tu_dir_remove();
 }
 
 static ef_pipeline *budgeted(const char *spec, uint64_t budget, int skip)
@@ -183,7 +169,7 @@ static void write_shards(int n, int per)
     for (int s = 0; s < n; s++) {
         char name[32];
         snprintf(name, sizeof name, "s-%d.tar", s);
-        FILE *f = fopen(at(name), "wb");
+        FILE *f = fopen(tu_at(name), "wb");
         assert_non_null(f);
         ef__err err;
         for (int i = 0; i < per; i++) {
@@ -210,7 +196,7 @@ static void test_tar_readers_share_the_budget(void **state)
         char spec[512];
         snprintf(spec, sizeof spec,
                  "tar:urls=\"%s/s-{0..3}.tar\",cycle=4,queue=256,ordered=%s",
-                 dir, ordered ? "true" : "false");
+                 tu_dir(), ordered ? "true" : "false");
         ef_pipeline *p = budgeted(spec, 8000, 0);
         int seen[4][200] = {{0}};
         ef_sample *s;
@@ -241,7 +227,7 @@ static void write_bomb(const char *path, size_t size)
 {
     unsigned char *zeros = calloc(1, size);
     assert_non_null(zeros);
-    FILE *f = fopen(at("bomb.tar"), "wb");
+    FILE *f = fopen(tu_at("bomb.tar"), "wb");
     ef__err err;
     assert_int_equal(ef__tar_write_member(f, "a.bin", zeros, size, &err),
                      EF_OK);
@@ -249,7 +235,7 @@ static void write_bomb(const char *path, size_t size)
     fclose(f);
     gzFile gz = gzopen(path, "wb1");
     assert_non_null(gz);
-    f = fopen(at("bomb.tar"), "rb");
+    f = fopen(tu_at("bomb.tar"), "rb");
     size_t got;
     while ((got = fread(zeros, 1, 1 << 20, f)) > 0)
         assert_int_equal(gzwrite(gz, zeros, (unsigned)got), (int)got);
@@ -263,11 +249,11 @@ static void test_gzip_bomb_stops_early(void **state)
 {
     (void)state;
 #ifdef EF_HAVE_ZLIB
-    write_bomb(at("bomb.tar.gz"), (size_t)100 << 20);
+    write_bomb(tu_at("bomb.tar.gz"), (size_t)100 << 20);
     char spec[512];
     /* past 64 MiB inflated at over 200 to 1: stopped, a format error */
     snprintf(spec, sizeof spec, "tar:urls=%s | take:count=1",
-             at("bomb.tar.gz"));
+             tu_at("bomb.tar.gz"));
     ef_pipeline *p = budgeted(spec, (uint64_t)1 << 30, 0);
     expect_failure(p, EF_EFORMAT, "bomb.tar.gz: gzip data inflates to",
                    "a gzip bomb");
@@ -284,7 +270,7 @@ static void test_gzip_bomb_stops_early(void **state)
     /* with the ratio allowed, the budget refuses the member before its
      * 100 MiB are allocated */
     snprintf(spec, sizeof spec, "tar:urls=%s,max_inflate=0 | take:count=1",
-             at("bomb.tar.gz"));
+             tu_at("bomb.tar.gz"));
     p = budgeted(spec, 16 << 20, 0);
     expect_failure(p, EF_ENOMEM,
                    "bomb.tar.gz: member 'a.bin' at offset 0: 104857600 "
@@ -308,11 +294,11 @@ static void test_tfrecord_over_budget(void **state)
     uint32_t crc = ef__crc32c_mask(ef__crc32c(0, head, 8));
     for (int i = 0; i < 4; i++)
         head[8 + i] = (unsigned char)(crc >> (8 * i));
-    FILE *f = fopen(at("big.tfrecord"), "wb");
+    FILE *f = fopen(tu_at("big.tfrecord"), "wb");
     assert_int_equal(fwrite(head, 1, sizeof head, f), sizeof head);
     fclose(f);
     char spec[512];
-    snprintf(spec, sizeof spec, "tfrecord:files=%s", at("big.tfrecord"));
+    snprintf(spec, sizeof spec, "tfrecord:files=%s", tu_at("big.tfrecord"));
     ef_pipeline *p = budgeted(spec, 1000000, 0);
     expect_failure(p, EF_ENOMEM,
                    "the record at offset 0: 2000000 bytes, over the memory "
@@ -341,13 +327,13 @@ static void test_whole_file_sources_check_the_budget(void **state)
     ef_pipeline_destroy(p);
     /* cifar, whose size shows only as it is read: 40 records of 3,073 */
     static unsigned char record[3073];
-    FILE *f = fopen(at("c.bin"), "wb");
+    FILE *f = fopen(tu_at("c.bin"), "wb");
     for (int i = 0; i < 40; i++) {
         record[0] = (unsigned char)(i % 10);
         assert_int_equal(fwrite(record, 1, sizeof record, f), sizeof record);
     }
     fclose(f);
-    snprintf(spec, sizeof spec, "cifar:files=%s", at("c.bin"));
+    snprintf(spec, sizeof spec, "cifar:files=%s", tu_at("c.bin"));
     p = budgeted(spec, 100000, 0);
     expect_failure(p, EF_ENOMEM,
                    "c.bin: its first 40 records: 123200 bytes, over the "

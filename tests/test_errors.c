@@ -288,22 +288,6 @@ static void test_range_shards_partition(void **state)
 
 /* ---- IDX fixtures ------------------------------------------------- */
 
-typedef struct {
-    char dir[64];
-} fixture;
-
-static void write_file(const char *dir, const char *name, const void *data,
-                       size_t n)
-{
-    char path[256];
-    snprintf(path, sizeof path, "%s/%s", dir, name);
-    FILE *f = fopen(path, "wb");
-    assert_non_null(f);
-    if (n)
-        assert_int_equal(fwrite(data, 1, n, f), n);
-    assert_int_equal(fclose(f), 0);
-}
-
 static size_t put_be32(unsigned char *p, uint32_t v)
 {
     p[0] = (unsigned char)(v >> 24);
@@ -315,8 +299,8 @@ static size_t put_be32(unsigned char *p, uint32_t v)
 
 /* A u8 IDX file: dims[0] items of dims[1..] each, pixel = item*10 + j;
  * `keep` bytes of the payload (all when -1), magic overridable. */
-static void write_idx(const char *dir, const char *name, int ndim,
-                      const uint32_t *dims, long keep, uint32_t magic)
+static void write_idx(const char *name, int ndim, const uint32_t *dims,
+                      long keep, uint32_t magic)
 {
     unsigned char buf[4096];
     size_t n = 0;
@@ -335,62 +319,44 @@ static void write_idx(const char *dir, const char *name, int ndim,
     if (keep >= 0)
         n = header + (size_t)keep;
     assert_true(n <= sizeof buf);
-    write_file(dir, name, buf, n);
+    tu_write_file(tu_at(name), buf, n);
 }
-
-static const char *const k_fixture_files[] = {
-    "ok-images",    "ok-labels",   "vec-images", "trunc-images",
-    "head-images",  "many-images", "few-labels", "magic-images",
-    "magic-labels", "empty-images"};
 
 static int fixture_setup(void **state)
 {
-    fixture *fx = calloc(1, sizeof *fx);
-    if (!fx)
+    (void)state;
+    if (tu_dir_create("ef_idx") != 0)
         return -1;
-    snprintf(fx->dir, sizeof fx->dir, "/tmp/ef_idx_XXXXXX");
-    if (mkdtemp(fx->dir) == NULL) {
-        free(fx);
-        return -1;
-    }
     uint32_t img[3] = {5, 2, 3}, lab[1] = {5}, vec4[2] = {3, 4};
     uint32_t many[3] = {13, 2, 3}, few[1] = {11};
-    write_idx(fx->dir, "ok-images", 3, img, -1, 0);
-    write_idx(fx->dir, "ok-labels", 1, lab, -1, 0);
-    write_idx(fx->dir, "vec-images", 2, vec4, -1, 0);
-    write_idx(fx->dir, "trunc-images", 3, img, 20, 0); /* 30 bytes due */
-    write_idx(fx->dir, "many-images", 3, many, -1, 0);
-    write_idx(fx->dir, "few-labels", 1, few, -1, 0);
-    write_idx(fx->dir, "magic-images", 3, img, -1, 0x12345678u);
-    write_idx(fx->dir, "magic-labels", 1, lab, -1, 0x00000803u);
-    write_file(fx->dir, "empty-images", "", 0);
+    write_idx("ok-images", 3, img, -1, 0);
+    write_idx("ok-labels", 1, lab, -1, 0);
+    write_idx("vec-images", 2, vec4, -1, 0);
+    write_idx("trunc-images", 3, img, 20, 0); /* 30 bytes due */
+    write_idx("many-images", 3, many, -1, 0);
+    write_idx("few-labels", 1, few, -1, 0);
+    write_idx("magic-images", 3, img, -1, 0x12345678u);
+    write_idx("magic-labels", 1, lab, -1, 0x00000803u);
+    tu_write_file(tu_at("empty-images"), NULL, 0);
     /* a header cut in the middle of the dimensions */
     static const unsigned char head[6] = {0, 0, 8, 3, 0, 0};
-    write_file(fx->dir, "head-images", head, sizeof head);
-    *state = fx;
+    tu_write_file(tu_at("head-images"), head, sizeof head);
     return 0;
 }
 
 static int fixture_teardown(void **state)
 {
-    fixture *fx = *state;
-    for (size_t i = 0; i < sizeof k_fixture_files / sizeof *k_fixture_files;
-         i++) {
-        char path[256];
-        snprintf(path, sizeof path, "%s/%s", fx->dir, k_fixture_files[i]);
-        unlink(path);
-    }
-    rmdir(fx->dir);
-    free(fx);
-    return 0;
+    (void)state;
+    return tu_dir_remove();
 }
 
 static void test_idx_valid(void **state)
 {
-    fixture *fx = *state;
-    char spec[512];
+    (void)state;
+    const char *dir = tu_dir();
+    char spec[1024];
     snprintf(spec, sizeof spec, "idx:images=%s/ok-images,labels=%s/ok-labels",
-             fx->dir, fx->dir);
+             dir, dir);
     ef_pipeline *p = tu_pipeline(spec, 0);
     for (int i = 0; i < 5; i++) {
         ef_sample *s = tu_next(p);
@@ -414,7 +380,7 @@ static void test_idx_valid(void **state)
     ef_pipeline_destroy(p);
 
     /* images alone: no label field */
-    snprintf(spec, sizeof spec, "idx:%s/ok-images", fx->dir);
+    snprintf(spec, sizeof spec, "idx:%s/ok-images", dir);
     p = tu_pipeline(spec, 0);
     for (int i = 0; i < 5; i++) {
         ef_sample *s = tu_next(p);
@@ -428,9 +394,9 @@ static void test_idx_valid(void **state)
     ef_pipeline_destroy(p);
 
     /* through the C builder, and batched */
-    char opts[512];
-    snprintf(opts, sizeof opts, "images=%s/ok-images,labels=%s/ok-labels",
-             fx->dir, fx->dir);
+    char opts[1024];
+    snprintf(opts, sizeof opts, "images=%s/ok-images,labels=%s/ok-labels", dir,
+             dir);
     assert_int_equal(ef_pipeline_create(&p), EF_OK);
     if (ef_pipeline_add(p, "idx", opts) != EF_OK)
         fail_msg("ef_pipeline_add(idx, %s): %s", opts, ef_pipeline_error(p));
@@ -457,7 +423,7 @@ static void test_idx_valid(void **state)
     ef_pipeline_destroy(p);
 
     /* a 2-D IDX file: each item is a vector */
-    snprintf(spec, sizeof spec, "idx:images=%s/vec-images", fx->dir);
+    snprintf(spec, sizeof spec, "idx:images=%s/vec-images", dir);
     p = tu_pipeline(spec, 0);
     for (int i = 0; i < 3; i++) {
         ef_sample *s = tu_next(p);
@@ -538,65 +504,63 @@ static void expect_idx_error(const char *spec, int want, const char *path,
 
 static void test_idx_truncated(void **state)
 {
-    fixture *fx = *state;
-    char spec[512], path[256];
+    (void)state;
+    const char *dir = tu_dir();
+    char spec[1024], path[512];
     static const char *const trunc_words[] = {"truncated", "expected"};
-    snprintf(path, sizeof path, "%s/trunc-images", fx->dir);
-    snprintf(spec, sizeof spec, "idx:images=%s,labels=%s/ok-labels", path,
-             fx->dir);
-    expect_idx_error(spec, EF_EFORMAT, path, trunc_words, 2, fx->dir);
+    snprintf(path, sizeof path, "%s/trunc-images", dir);
+    snprintf(spec, sizeof spec, "idx:images=%s,labels=%s/ok-labels", path, dir);
+    expect_idx_error(spec, EF_EFORMAT, path, trunc_words, 2, dir);
 
-    snprintf(path, sizeof path, "%s/head-images", fx->dir);
+    snprintf(path, sizeof path, "%s/head-images", dir);
     snprintf(spec, sizeof spec, "idx:images=%s", path);
-    expect_idx_error(spec, EF_EFORMAT, path, trunc_words, 2, fx->dir);
+    expect_idx_error(spec, EF_EFORMAT, path, trunc_words, 2, dir);
 
-    snprintf(path, sizeof path, "%s/empty-images", fx->dir);
+    snprintf(path, sizeof path, "%s/empty-images", dir);
     snprintf(spec, sizeof spec, "idx:images=%s", path);
-    expect_idx_error(spec, EF_EFORMAT, path, NULL, 0, fx->dir);
+    expect_idx_error(spec, EF_EFORMAT, path, NULL, 0, dir);
 }
 
 static void test_idx_count_mismatch(void **state)
 {
-    fixture *fx = *state;
-    char spec[512];
+    (void)state;
+    const char *dir = tu_dir();
+    char spec[1024];
     snprintf(spec, sizeof spec,
-             "idx:images=%s/many-images,labels=%s/few-labels", fx->dir,
-             fx->dir);
+             "idx:images=%s/many-images,labels=%s/few-labels", dir, dir);
     static const char *const w13[] = {"13"};
     static const char *const w11[] = {"11"};
-    expect_idx_error(spec, EF_EFORMAT, NULL, w13, 1, fx->dir);
-    expect_idx_error(spec, EF_EFORMAT, NULL, w11, 1, fx->dir);
+    expect_idx_error(spec, EF_EFORMAT, NULL, w13, 1, dir);
+    expect_idx_error(spec, EF_EFORMAT, NULL, w11, 1, dir);
 }
 
 static void test_idx_bad_magic(void **state)
 {
-    fixture *fx = *state;
-    char spec[512], path[256];
-    snprintf(path, sizeof path, "%s/magic-images", fx->dir);
-    snprintf(spec, sizeof spec, "idx:images=%s,labels=%s/ok-labels", path,
-             fx->dir);
-    expect_idx_error(spec, EF_EFORMAT, path, NULL, 0, fx->dir);
+    (void)state;
+    const char *dir = tu_dir();
+    char spec[1024], path[512];
+    snprintf(path, sizeof path, "%s/magic-images", dir);
+    snprintf(spec, sizeof spec, "idx:images=%s,labels=%s/ok-labels", path, dir);
+    expect_idx_error(spec, EF_EFORMAT, path, NULL, 0, dir);
 
     /* an image file given as labels */
-    snprintf(path, sizeof path, "%s/magic-labels", fx->dir);
-    snprintf(spec, sizeof spec, "idx:images=%s/ok-images,labels=%s", fx->dir,
-             path);
-    expect_idx_error(spec, EF_EFORMAT, path, NULL, 0, fx->dir);
+    snprintf(path, sizeof path, "%s/magic-labels", dir);
+    snprintf(spec, sizeof spec, "idx:images=%s/ok-images,labels=%s", dir, path);
+    expect_idx_error(spec, EF_EFORMAT, path, NULL, 0, dir);
 }
 
 static void test_idx_missing_file(void **state)
 {
-    fixture *fx = *state;
-    char spec[512], path[256];
-    snprintf(path, sizeof path, "%s/no-such-images", fx->dir);
-    snprintf(spec, sizeof spec, "idx:images=%s,labels=%s/ok-labels", path,
-             fx->dir);
-    expect_idx_error(spec, EF_EIO, path, NULL, 0, fx->dir);
+    (void)state;
+    const char *dir = tu_dir();
+    char spec[1024], path[512];
+    snprintf(path, sizeof path, "%s/no-such-images", dir);
+    snprintf(spec, sizeof spec, "idx:images=%s,labels=%s/ok-labels", path, dir);
+    expect_idx_error(spec, EF_EIO, path, NULL, 0, dir);
 
-    snprintf(path, sizeof path, "%s/no-such-labels", fx->dir);
-    snprintf(spec, sizeof spec, "idx:images=%s/ok-images,labels=%s", fx->dir,
-             path);
-    expect_idx_error(spec, EF_EIO, path, NULL, 0, fx->dir);
+    snprintf(path, sizeof path, "%s/no-such-labels", dir);
+    snprintf(spec, sizeof spec, "idx:images=%s/ok-images,labels=%s", dir, path);
+    expect_idx_error(spec, EF_EIO, path, NULL, 0, dir);
 }
 
 /* ---- bad specs ---------------------------------------------------- */

@@ -25,31 +25,16 @@
 #include "ef_test_util.h"
 #include "io/paths.h"
 
-static char dir[64];
-
-/* A path in the temporary directory (static storage, 8 in rotation). */
-static const char *at(const char *name)
-{
-    static char bufs[8][256];
-    static int k;
-    char *b = bufs[k++ % 8];
-    snprintf(b, sizeof bufs[0], "%s/%s", dir, name);
-    return b;
-}
-
 static int setup(void **state)
 {
     (void)state;
-    strcpy(dir, "/tmp/ef_test_formats.XXXXXX");
-    return mkdtemp(dir) ? 0 : -1;
+    return tu_dir_create("ef_test_formats");
 }
 
 static int teardown(void **state)
 {
     (void)state;
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    return system(cmd) == 0 ? 0 : -1;
+    return tu_dir_remove();
 }
 
 /* ---- fixtures ------------------------------------------------------ */
@@ -86,14 +71,6 @@ static void write_shard(const char *path, int s, int samples)
         m[2 * i + 1] = (member){names[2 * i + 1], datas[2 * i + 1]};
     }
     write_tar(path, m, 2 * samples);
-}
-
-static void write_bytes(const char *path, const void *data, size_t n)
-{
-    FILE *f = fopen(path, "wb");
-    assert_non_null(f);
-    assert_int_equal(fwrite(data, 1, n, f), n);
-    assert_int_equal(fclose(f), 0);
 }
 
 static size_t read_bytes(const char *path, unsigned char *buf, size_t cap)
@@ -247,7 +224,7 @@ static void test_tar_writer_names(void **state)
 {
     (void)state;
     char name[300];
-    FILE *f = fopen(at("names.tar"), "wb");
+    FILE *f = fopen(tu_at("names.tar"), "wb");
     assert_non_null(f);
     ef__err err;
     /* 150 + '/' + 99: fits with the prefix field */
@@ -268,7 +245,7 @@ static void test_tar_writer_names(void **state)
     fclose(f);
 
     char spec[512];
-    snprintf(spec, sizeof spec, "tar:urls=%s", at("names.tar"));
+    snprintf(spec, sizeof spec, "tar:urls=%s", tu_at("names.tar"));
     ef_pipeline *p = tu_pipeline(spec, 0);
     ef_sample *s = tu_next(p);
     char buf[300], want[300];
@@ -291,9 +268,9 @@ static void test_tar_grouping(void **state)
         {"a/b/y.jpg", "jpeg"},          {"c.d/z.TXT", "zz"},
         {"c.d/z.json", "{}"},           {"e.f", ""},
     };
-    write_tar(at("group.tar"), m, 6);
+    write_tar(tu_at("group.tar"), m, 6);
     char spec[512];
-    snprintf(spec, sizeof spec, "tar:urls=%s", at("group.tar"));
+    snprintf(spec, sizeof spec, "tar:urls=%s", tu_at("group.tar"));
     ef_pipeline *p = tu_pipeline(spec, 0);
     char buf[128];
     static const char *const keys[] = {"a/b/x", "a/b/y", "c.d/z", "e"};
@@ -306,7 +283,7 @@ static void test_tar_grouping(void **state)
         assert_int_equal(ef_sample_field_count(s), nfields[i]);
         assert_string_equal(text(s, "__key__", buf, sizeof buf), keys[i]);
         assert_string_equal(text(s, "__url__", buf, sizeof buf),
-                            at("group.tar"));
+                            tu_at("group.tar"));
         if (i == 0) {
             assert_string_equal(text(s, "seg.png", buf, sizeof buf),
                                 "png bytes");
@@ -326,7 +303,7 @@ static void test_tar_grouping(void **state)
     assert_int_equal(st.items_out, 4);
     assert_true(tu_extra(&st, "shards") == 1);
     unsigned char whole[16384];
-    size_t size = read_bytes(at("group.tar"), whole, sizeof whole);
+    size_t size = read_bytes(tu_at("group.tar"), whole, sizeof whole);
     assert_true(tu_extra(&st, "bytes") == (double)size);
     assert_true(tu_extra(&st, "retries") == 0);
     assert_true(tu_extra(&st, "MB/s") >= 0);
@@ -384,18 +361,18 @@ static void test_tar_long_names(void **state)
 /* Three good shards and two bad ones: g0 t1 g2 c3 g4. */
 static void write_mixed_set(void)
 {
-    write_shard(at("m-0.tar"), 0, 3);
-    write_shard(at("m-2.tar"), 2, 3);
-    write_shard(at("m-4.tar"), 4, 3);
+    write_shard(tu_at("m-0.tar"), 0, 3);
+    write_shard(tu_at("m-2.tar"), 2, 3);
+    write_shard(tu_at("m-4.tar"), 4, 3);
     unsigned char buf[8192];
-    write_shard(at("m-1.tar"), 1, 3);
-    size_t n = read_bytes(at("m-1.tar"), buf, sizeof buf);
+    write_shard(tu_at("m-1.tar"), 1, 3);
+    size_t n = read_bytes(tu_at("m-1.tar"), buf, sizeof buf);
     assert_true(n > 1100);
-    write_bytes(at("m-1.tar"), buf, 1100); /* cut inside the 2nd header */
-    write_shard(at("m-3.tar"), 3, 3);
-    n = read_bytes(at("m-3.tar"), buf, sizeof buf);
+    tu_write_file(tu_at("m-1.tar"), buf, 1100); /* cut inside the 2nd header */
+    write_shard(tu_at("m-3.tar"), 3, 3);
+    n = read_bytes(tu_at("m-3.tar"), buf, sizeof buf);
     buf[0] ^= 1; /* the first header's name: its checksum no longer holds */
-    write_bytes(at("m-3.tar"), buf, n);
+    tu_write_file(tu_at("m-3.tar"), buf, n);
 }
 
 static void test_tar_errors(void **state)
@@ -404,19 +381,19 @@ static void test_tar_errors(void **state)
     write_mixed_set();
     char spec[512];
     snprintf(spec, sizeof spec, "tar:urls=%s/m-1.tar,shuffle_shards=false",
-             dir);
+             tu_dir());
     ef_pipeline *p = pipeline(spec, 0, 0);
     expect_error(p, EF_EFORMAT, "tar: shard 0: ",
                  "m-1.tar: truncated tar header at offset 1024");
     tu_expect_once(ef_pipeline_error(p), "tar: shard 0: ");
     tu_expect_once(ef_pipeline_error(p), "m-1.tar");
     ef_pipeline_destroy(p);
-    snprintf(spec, sizeof spec, "tar:urls=%s/m-3.tar", dir);
+    snprintf(spec, sizeof spec, "tar:urls=%s/m-3.tar", tu_dir());
     p = pipeline(spec, 0, 0);
     expect_error(p, EF_EFORMAT, "m-3.tar",
                  "bad tar header checksum at offset 0");
     ef_pipeline_destroy(p);
-    snprintf(spec, sizeof spec, "tar:urls=%s/m-9.tar", dir);
+    snprintf(spec, sizeof spec, "tar:urls=%s/m-9.tar", tu_dir());
     p = pipeline(spec, 0, 0);
     expect_error(p, EF_EIO, "m-9.tar: cannot open", NULL);
     ef_pipeline_destroy(p);
@@ -425,10 +402,10 @@ static void test_tar_errors(void **state)
      * apart from bad samples, with the bytes left unread; every sample of
      * the good shards comes through */
     unsigned char buf[8192];
-    uint64_t size3 = read_bytes(at("m-3.tar"), buf, sizeof buf);
+    uint64_t size3 = read_bytes(tu_at("m-3.tar"), buf, sizeof buf);
     for (int cycle = 1; cycle <= 3; cycle += 2) {
         snprintf(spec, sizeof spec, "tar:urls=\"%s/m-{0..4}.tar\",cycle=%d",
-                 dir, cycle);
+                 tu_dir(), cycle);
         p = pipeline(spec, 5, 1);
         ef_sample_id ids[64];
         int n;
@@ -476,9 +453,9 @@ static void test_tar_bad_samples(void **state)
         {"d.ffffffffffffffffffffffff", "6"}, /* a 24-byte field name */
         {"e.jpg", "7"},
     };
-    write_tar(at("bad.tar"), m, 7);
+    write_tar(tu_at("bad.tar"), m, 7);
     char spec[512];
-    snprintf(spec, sizeof spec, "tar:urls=%s", at("bad.tar"));
+    snprintf(spec, sizeof spec, "tar:urls=%s", tu_at("bad.tar"));
     ef_pipeline *p = pipeline(spec, 0, 0);
     expect_error(p, EF_EFORMAT, "member 'b.JPG' at offset 2048",
                  "a second field of the same name");
@@ -508,14 +485,14 @@ static void test_tar_gzip(void **state)
 #ifdef EF_HAVE_ZLIB
     /* .tar.gz shards are inflated on the fly (the stream sniffs the magic) */
     unsigned char buf[16384];
-    write_shard(at("z.tar"), 0, 4);
-    size_t n = read_bytes(at("z.tar"), buf, sizeof buf);
-    gzFile gz = gzopen(at("z.tar.gz"), "wb");
+    write_shard(tu_at("z.tar"), 0, 4);
+    size_t n = read_bytes(tu_at("z.tar"), buf, sizeof buf);
+    gzFile gz = gzopen(tu_at("z.tar.gz"), "wb");
     assert_non_null(gz);
     assert_int_equal(gzwrite(gz, buf, (unsigned)n), (int)n);
     assert_int_equal(gzclose(gz), Z_OK);
     char spec[512];
-    snprintf(spec, sizeof spec, "tar:urls=%s", at("z.tar.gz"));
+    snprintf(spec, sizeof spec, "tar:urls=%s", tu_at("z.tar.gz"));
     ef_pipeline *p = tu_pipeline(spec, 0);
     char text_buf[64];
     for (int i = 0; i < 4; i++) {
@@ -538,7 +515,7 @@ static void write_order_set(void)
     for (int s = 0; s < 6; s++) {
         char name[32];
         snprintf(name, sizeof name, "o-%d.tar", s);
-        write_shard(at(name), s, 3);
+        write_shard(tu_at(name), s, 3);
     }
 }
 
@@ -549,7 +526,7 @@ static void shard_orders(const char *opts, uint64_t seed, int epochs,
 {
     char spec[512];
     snprintf(spec, sizeof spec, "tar:urls=\"%s/o-{0..5}.tar\"%s | repeat:%d",
-             dir, opts, epochs);
+             tu_dir(), opts, epochs);
     ef_pipeline *p = pipeline(spec, seed, 0);
     ef_sample_id ids[128];
     int n;
@@ -593,7 +570,8 @@ static void test_tar_shard_order(void **state)
 static int run_ids(const char *opts, uint64_t seed, ef_sample_id *ids)
 {
     char spec[512];
-    snprintf(spec, sizeof spec, "tar:urls=\"%s/o-{0..5}.tar\"%s", dir, opts);
+    snprintf(spec, sizeof spec, "tar:urls=\"%s/o-{0..5}.tar\"%s", tu_dir(),
+             opts);
     ef_pipeline *p = pipeline(spec, seed, 0);
     int n;
     assert_int_equal(drain_ids(p, ids, 64, &n), EF_END);
@@ -637,7 +615,7 @@ static void test_tar_cycle(void **state)
     snprintf(spec, sizeof spec,
              "tar:urls=\"%s/o-{0..5}.tar\",cycle=2,ordered=false | "
              "echo:factor=auto,max=3",
-             dir);
+             tu_dir());
     ef_pipeline *p = pipeline(spec, 1, 0);
     long total = tu_drain(p);
     ef_stage_stats st = tu_stage(p, "echo");
@@ -670,7 +648,8 @@ static void test_tar_parts(void **state)
     ef_pipeline *p = NULL;
     assert_int_equal(ef_pipeline_create(&p), EF_OK);
     char spec[512];
-    snprintf(spec, sizeof spec, "tar:urls=\"%s/o-{0..5}.tar\",shard=6/8", dir);
+    snprintf(spec, sizeof spec, "tar:urls=\"%s/o-{0..5}.tar\",shard=6/8",
+             tu_dir());
     assert_int_equal(ef_pipeline_parse(p, spec), EF_ESPEC);
     assert_non_null(strstr(ef_pipeline_error(p), "6 shards"));
     ef_pipeline_destroy(p);
@@ -686,12 +665,13 @@ static void test_tar_stop_midway(void **state)
     snprintf(spec, sizeof spec,
              "tar:urls=\"%s/o-{0..5}.tar\",cycle=3,queue=1 | take:4 | "
              "repeat:3",
-             dir);
+             tu_dir());
     ef_pipeline *p = pipeline(spec, 0, 0);
     assert_int_equal(tu_drain(p), 12);
     ef_pipeline_destroy(p);
     snprintf(spec, sizeof spec,
-             "tar:urls=\"%s/o-{0..5}.tar\",cycle=4,queue=1,ordered=false", dir);
+             "tar:urls=\"%s/o-{0..5}.tar\",cycle=4,queue=1,ordered=false",
+             tu_dir());
     p = pipeline(spec, 0, 0);
     ef_sample *s = tu_next(p);
     ef_sample_free(s);
@@ -746,7 +726,7 @@ static size_t write_records(const char *path, int bad_at, int bad)
     size_t len = 0;
     for (int i = 0; i < 4; i++)
         put_record(buf, &len, records[i], i == bad_at ? bad : 0);
-    write_bytes(path, buf, len);
+    tu_write_file(path, buf, len);
     return len;
 }
 
@@ -769,10 +749,11 @@ static void expect_records(const char *spec, const int64_t *want_index,
 static void test_tfrecord_round_trip(void **state)
 {
     (void)state;
-    write_records(at("r-0.tfrecord"), -1, 0);
-    write_records(at("r-1.tfrecord"), -1, 0);
+    write_records(tu_at("r-0.tfrecord"), -1, 0);
+    write_records(tu_at("r-1.tfrecord"), -1, 0);
     char spec[512];
-    snprintf(spec, sizeof spec, "tfrecord:files=\"%s/r-{0..1}.tfrecord\"", dir);
+    snprintf(spec, sizeof spec, "tfrecord:files=\"%s/r-{0..1}.tfrecord\"",
+             tu_dir());
     static const int64_t idx[8] = {0,
                                    1,
                                    2,
@@ -788,10 +769,10 @@ static void test_tfrecord_round_trip(void **state)
     /* a field name of our own; part 1 of 2 is the second file */
     snprintf(spec, sizeof spec,
              "tfrecord:files=\"%s/r-{0..1}.tfrecord\",field=bytes,shard=1/2",
-             dir);
+             tu_dir());
     expect_records(spec, idx + 4, want, 4, "bytes");
     snprintf(spec, sizeof spec,
-             "tfrecord:files=\"%s/r-{0..1}.tfrecord\",shard=2/3", dir);
+             "tfrecord:files=\"%s/r-{0..1}.tfrecord\",shard=2/3", tu_dir());
     ef_pipeline *p = NULL;
     assert_int_equal(ef_pipeline_create(&p), EF_OK);
     assert_int_equal(ef_pipeline_parse(p, spec), EF_ESPEC);
@@ -806,15 +787,16 @@ static void test_tfrecord_errors(void **state)
 {
     (void)state;
     /* record 2 starts at 16 + 5 + 16 = 37 */
-    write_records(at("bad-data.tfrecord"), 2, 2);
-    write_records(at("bad-len.tfrecord"), 2, 1);
-    char spec[512];
-    snprintf(spec, sizeof spec, "tfrecord:files=%s", at("bad-data.tfrecord"));
+    write_records(tu_at("bad-data.tfrecord"), 2, 2);
+    write_records(tu_at("bad-len.tfrecord"), 2, 1);
+    char spec[1024];
+    snprintf(spec, sizeof spec, "tfrecord:files=%s",
+             tu_at("bad-data.tfrecord"));
     ef_pipeline *p = pipeline(spec, 0, 0);
     expect_error(p, EF_EFORMAT, "file 0, record 2: ",
                  "bad-data.tfrecord: bad data CRC of the record at offset 37");
     ef_pipeline_destroy(p);
-    snprintf(spec, sizeof spec, "tfrecord:files=%s", at("bad-len.tfrecord"));
+    snprintf(spec, sizeof spec, "tfrecord:files=%s", tu_at("bad-len.tfrecord"));
     p = pipeline(spec, 0, 0);
     expect_error(p, EF_EFORMAT, "record 2",
                  "bad-len.tfrecord: bad length CRC of the record at offset "
@@ -823,10 +805,10 @@ static void test_tfrecord_errors(void **state)
 
     /* truncated in the data of the last record */
     unsigned char buf[512];
-    size_t n = write_records(at("cut.tfrecord"), -1, 0);
-    read_bytes(at("cut.tfrecord"), buf, sizeof buf);
-    write_bytes(at("cut.tfrecord"), buf, n - 6);
-    snprintf(spec, sizeof spec, "tfrecord:files=%s", at("cut.tfrecord"));
+    size_t n = write_records(tu_at("cut.tfrecord"), -1, 0);
+    read_bytes(tu_at("cut.tfrecord"), buf, sizeof buf);
+    tu_write_file(tu_at("cut.tfrecord"), buf, n - 6);
+    snprintf(spec, sizeof spec, "tfrecord:files=%s", tu_at("cut.tfrecord"));
     p = pipeline(spec, 0, 0);
     expect_error(p, EF_EFORMAT, "truncated TFRecord data at offset",
                  "cut.tfrecord");
@@ -837,7 +819,7 @@ static void test_tfrecord_errors(void **state)
     snprintf(spec, sizeof spec,
              "tfrecord:files=\"%s/bad-data.tfrecord %s/bad-len.tfrecord "
              "%s/cut.tfrecord\"",
-             dir, dir, dir);
+             tu_dir(), tu_dir(), tu_dir());
     p = pipeline(spec, 0, 1);
     ef_sample_id ids[16];
     int got;
@@ -860,7 +842,7 @@ static void test_tfrecord_errors(void **state)
      * rest is lost; cut was read to its end */
     assert_int_equal(ef_pipeline_abandoned(p, why, sizeof why), 2);
     unsigned char whole[512];
-    uint64_t size = read_bytes(at("bad-len.tfrecord"), whole, sizeof whole);
+    uint64_t size = read_bytes(tu_at("bad-len.tfrecord"), whole, sizeof whole);
     char tail[96];
     snprintf(tail, sizeof tail, "file abandoned at byte 49 of %llu",
              (unsigned long long)size);
@@ -876,9 +858,9 @@ static void test_tfrecord_gzip(void **state)
     (void)state;
 #ifdef EF_HAVE_ZLIB
     unsigned char buf[512];
-    size_t n = write_records(at("plain.tfrecord"), -1, 0);
-    read_bytes(at("plain.tfrecord"), buf, sizeof buf);
-    gzFile gz = gzopen(at("z.tfrecord.gz"), "wb");
+    size_t n = write_records(tu_at("plain.tfrecord"), -1, 0);
+    read_bytes(tu_at("plain.tfrecord"), buf, sizeof buf);
+    gzFile gz = gzopen(tu_at("z.tfrecord.gz"), "wb");
     assert_non_null(gz);
     assert_int_equal(gzwrite(gz, buf, (unsigned)n), (int)n);
     assert_int_equal(gzclose(gz), Z_OK);
@@ -887,13 +869,13 @@ static void test_tfrecord_gzip(void **state)
     static const char *const modes[] = {"", ",compression=gzip",
                                         ",compression=auto"};
     for (int m = 0; m < 3; m++) {
-        snprintf(spec, sizeof spec, "tfrecord:files=%s%s", at("z.tfrecord.gz"),
-                 modes[m]);
+        snprintf(spec, sizeof spec, "tfrecord:files=%s%s",
+                 tu_at("z.tfrecord.gz"), modes[m]);
         expect_records(spec, idx, records, 4, "record");
     }
     /* read as is, the gzip bytes are no TFRecord */
     snprintf(spec, sizeof spec, "tfrecord:files=%s,compression=none",
-             at("z.tfrecord.gz"));
+             tu_at("z.tfrecord.gz"));
     ef_pipeline *p = pipeline(spec, 0, 0);
     expect_error(p, EF_EFORMAT, "bad length CRC", "offset 0");
     ef_pipeline_destroy(p);
@@ -923,17 +905,17 @@ static void write_cifar(const char *path, const unsigned char *labels, int n,
                 for (int x = 0; x < 32; x++)
                     rec[1 + c * 1024 + y * 32 + x] = pixel(r, y, x, c);
     }
-    write_bytes(path, buf, (size_t)n * 3073 - cut);
+    tu_write_file(path, buf, (size_t)n * 3073 - cut);
 }
 
 static void test_cifar(void **state)
 {
     (void)state;
     static const unsigned char labels[] = {3, 9, 0, 5};
-    write_cifar(at("c-1.bin"), labels, 3, 0);
-    write_cifar(at("c-2.bin"), labels + 3, 1, 0);
+    write_cifar(tu_at("c-1.bin"), labels, 3, 0);
+    write_cifar(tu_at("c-2.bin"), labels + 3, 1, 0);
     char spec[512];
-    snprintf(spec, sizeof spec, "cifar:files=\"%s/c-{1..2}.bin\"", dir);
+    snprintf(spec, sizeof spec, "cifar:files=\"%s/c-{1..2}.bin\"", tu_dir());
     ef_pipeline *p = tu_pipeline(spec, 0);
     for (int r = 0; r < 4; r++) {
         ef_sample *s = tu_next(p);
@@ -962,14 +944,14 @@ static void test_cifar(void **state)
 
     /* part 1 of 3: records 1 (file 1) */
     snprintf(spec, sizeof spec, "cifar:files=\"%s/c-{1..2}.bin\",shard=1/3",
-             dir);
+             tu_dir());
     p = tu_pipeline(spec, 0);
     ef_sample *s = tu_next(p);
     assert_int_equal(ef_sample_identity(s).index, 1);
     ef_sample_free(s);
     tu_expect_end(p);
     ef_pipeline_destroy(p);
-    snprintf(spec, sizeof spec, "cifar:files=%s,shard=3/4", at("c-1.bin"));
+    snprintf(spec, sizeof spec, "cifar:files=%s,shard=3/4", tu_at("c-1.bin"));
     p = pipeline(spec, 0, 0);
     expect_error(p, EF_EFORMAT, "gets no record", "hold 3");
     ef_pipeline_destroy(p);
@@ -1045,12 +1027,12 @@ static void test_idx_dev_zero(void **state)
     ef_pipeline_destroy(p);
     char spec[512];
     snprintf(spec, sizeof spec, "idx:images=%s,labels=/dev/zero",
-             at("zero-ok.idx"));
+             tu_at("zero-ok.idx"));
     static const uint32_t dims[3] = {2, 2, 2};
     unsigned char buf[64];
     size_t n = idx_header(buf, 3, dims);
     memset(buf + n, 7, 8);
-    write_bytes(at("zero-ok.idx"), buf, n + 8);
+    tu_write_file(tu_at("zero-ok.idx"), buf, n + 8);
     p = pipeline(spec, 0, 0);
     expect_error(p, EF_EFORMAT, "/dev/zero", "bad magic");
     ef_pipeline_destroy(p);
@@ -1064,9 +1046,9 @@ static void test_idx_gzip_truncated(void **state)
     static const uint32_t dims[3] = {1000000, 28, 28};
     unsigned char head[32];
     size_t n = idx_header(head, 3, dims);
-    write_gzip_zeros(at("short.idx.gz"), head, n, 100);
+    write_gzip_zeros(tu_at("short.idx.gz"), head, n, 100);
     char spec[512];
-    snprintf(spec, sizeof spec, "idx:images=%s", at("short.idx.gz"));
+    snprintf(spec, sizeof spec, "idx:images=%s", tu_at("short.idx.gz"));
     ef_pipeline *p = pipeline(spec, 0, 0);
     expect_error(p, EF_EFORMAT, "short.idx.gz: truncated",
                  "the data ends at offset 116");
@@ -1084,9 +1066,9 @@ static void test_idx_gzip_bomb(void **state)
     static const uint32_t dims[3] = {60000, 28, 28};
     unsigned char head[32];
     size_t n = idx_header(head, 3, dims);
-    write_gzip_zeros(at("bomb.idx.gz"), head, n, (uint64_t)1 << 30);
+    write_gzip_zeros(tu_at("bomb.idx.gz"), head, n, (uint64_t)1 << 30);
     char spec[512];
-    snprintf(spec, sizeof spec, "idx:images=%s", at("bomb.idx.gz"));
+    snprintf(spec, sizeof spec, "idx:images=%s", tu_at("bomb.idx.gz"));
     ef_pipeline *p = pipeline(spec, 0, 0);
     expect_error(p, EF_EFORMAT, "bomb.idx.gz: extra data after offset",
                  "47040016");
@@ -1097,8 +1079,8 @@ static void test_idx_gzip_bomb(void **state)
     /* exactly the announced data reads back */
     static const uint32_t small[3] = {600, 28, 28};
     n = idx_header(head, 3, small);
-    write_gzip_zeros(at("exact.idx.gz"), head, n, 600 * 28 * 28);
-    snprintf(spec, sizeof spec, "idx:images=%s", at("exact.idx.gz"));
+    write_gzip_zeros(tu_at("exact.idx.gz"), head, n, 600 * 28 * 28);
+    snprintf(spec, sizeof spec, "idx:images=%s", tu_at("exact.idx.gz"));
     p = pipeline(spec, 0, 0);
     ef_sample_id ids[1024];
     int got;
@@ -1117,15 +1099,15 @@ static void test_cifar_bounded(void **state)
                  "stopped reading at offset");
     ef_pipeline_destroy(p);
     static const unsigned char labels[] = {1, 2, 3};
-    write_cifar(at("three.bin"), labels, 3, 0);
+    write_cifar(tu_at("three.bin"), labels, 3, 0);
     char spec[512];
     snprintf(spec, sizeof spec, "cifar:files=%s,max_records=2",
-             at("three.bin"));
+             tu_at("three.bin"));
     p = pipeline(spec, 0, 0);
     expect_error(p, EF_EFORMAT, "three.bin: more than max_records=2", NULL);
     ef_pipeline_destroy(p);
     snprintf(spec, sizeof spec, "cifar:files=%s,max_records=3",
-             at("three.bin"));
+             tu_at("three.bin"));
     p = pipeline(spec, 0, 0);
     ef_sample_id ids[8];
     int got;
@@ -1138,24 +1120,24 @@ static void test_cifar_errors(void **state)
 {
     (void)state;
     static const unsigned char labels[] = {1, 12, 2};
-    write_cifar(at("badlabel.bin"), labels, 3, 0);
+    write_cifar(tu_at("badlabel.bin"), labels, 3, 0);
     static const unsigned char good[] = {1, 2, 3};
-    write_cifar(at("short.bin"), good, 3, 100);
+    write_cifar(tu_at("short.bin"), good, 3, 100);
     char spec[512];
-    snprintf(spec, sizeof spec, "cifar:files=%s", at("badlabel.bin"));
+    snprintf(spec, sizeof spec, "cifar:files=%s", tu_at("badlabel.bin"));
     ef_pipeline *p = pipeline(spec, 0, 0);
     expect_error(p, EF_EFORMAT, "badlabel.bin: record 1 at offset 3073",
                  "label 12");
     ef_pipeline_destroy(p);
-    snprintf(spec, sizeof spec, "cifar:files=%s", at("short.bin"));
+    snprintf(spec, sizeof spec, "cifar:files=%s", tu_at("short.bin"));
     p = pipeline(spec, 0, 0);
     expect_error(p, EF_EFORMAT, "short.bin",
                  "a partial record of 2973 bytes starts at offset 6146");
     ef_pipeline_destroy(p);
 
     /* under skip: the bad record and the partial one are dropped */
-    snprintf(spec, sizeof spec, "cifar:files=\"%s %s\"", at("badlabel.bin"),
-             at("short.bin"));
+    snprintf(spec, sizeof spec, "cifar:files=\"%s %s\"", tu_at("badlabel.bin"),
+             tu_at("short.bin"));
     p = pipeline(spec, 0, 1);
     ef_sample_id ids[8];
     int n;
@@ -1220,18 +1202,19 @@ static void test_alloc_failures(void **state)
 {
     (void)state;
     char spec[512];
-    write_shard(at("a-0.tar"), 0, 3);
-    write_shard(at("a-1.tar"), 1, 2);
-    snprintf(spec, sizeof spec, "tar:urls=\"%s/a-{0..1}.tar\"", dir);
+    write_shard(tu_at("a-0.tar"), 0, 3);
+    write_shard(tu_at("a-1.tar"), 1, 2);
+    snprintf(spec, sizeof spec, "tar:urls=\"%s/a-{0..1}.tar\"", tu_dir());
     alloc_sweep(spec, 5);
-    snprintf(spec, sizeof spec, "tar:urls=\"%s/a-{0..1}.tar\",cycle=2", dir);
+    snprintf(spec, sizeof spec, "tar:urls=\"%s/a-{0..1}.tar\",cycle=2",
+             tu_dir());
     alloc_sweep(spec, 5);
-    write_records(at("a.tfrecord"), -1, 0);
-    snprintf(spec, sizeof spec, "tfrecord:files=%s", at("a.tfrecord"));
+    write_records(tu_at("a.tfrecord"), -1, 0);
+    snprintf(spec, sizeof spec, "tfrecord:files=%s", tu_at("a.tfrecord"));
     alloc_sweep(spec, 4);
     static const unsigned char labels[] = {1, 2};
-    write_cifar(at("a.bin"), labels, 2, 0);
-    snprintf(spec, sizeof spec, "cifar:files=%s", at("a.bin"));
+    write_cifar(tu_at("a.bin"), labels, 2, 0);
+    snprintf(spec, sizeof spec, "cifar:files=%s", tu_at("a.bin"));
     alloc_sweep(spec, 2);
 }
 

@@ -40,7 +40,6 @@
 #define SMALL_SIZE 1000003u /* for the quadratic --ignore-range test */
 #define TEXT_SIZE 2000000u  /* compressible, for gzip */
 
-static char g_dir[256];
 static unsigned char *g_big, *g_small, *g_text;
 #ifdef EF_TEST_HAVE_ZLIB
 static unsigned char *g_gz; /* g_text gzipped */
@@ -60,20 +59,10 @@ static void fill_random(unsigned char *p, size_t n, uint64_t seed)
     }
 }
 
-static void path_in_dir(char *out, size_t cap, const char *name)
-{
-    int k = snprintf(out, cap, "%s/%s", g_dir, name);
-    assert_true(k > 0 && (size_t)k < cap);
-}
-
+/* Writes data[0, n) as `name` in the temporary directory. */
 static void write_file(const char *name, const void *data, size_t n)
 {
-    char path[512];
-    path_in_dir(path, sizeof path, name);
-    FILE *f = fopen(path, "wb");
-    assert_non_null(f);
-    assert_int_equal(fwrite(data, 1, n, f), n);
-    assert_int_equal(fclose(f), 0);
+    tu_write_file(tu_at(name), data, n);
 }
 
 /* Reads `s` to its end in odd-sized pieces into out (cap bytes, more than
@@ -154,10 +143,7 @@ static unsigned char *gzip_bytes(const void *data, size_t n, size_t *out_n)
 static int group_setup(void **state)
 {
     (void)state;
-    const char *tmp = getenv("TMPDIR");
-    snprintf(g_dir, sizeof g_dir, "%s/ef_test_stream.XXXXXX",
-             tmp && *tmp ? tmp : "/tmp");
-    if (!mkdtemp(g_dir))
+    if (tu_dir_create("ef_test_stream") != 0)
         return -1;
     g_big = malloc(BIG_SIZE);
     g_small = malloc(SMALL_SIZE);
@@ -188,22 +174,13 @@ static int group_setup(void **state)
 static int group_teardown(void **state)
 {
     (void)state;
-    static const char *const names[] = {"big.bin", "small.bin",   "empty.bin",
-                                        "text.gz", "plain.bin",   "two.gz",
-                                        "cut.gz",  "changing.bin"};
-    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
-        char path[512];
-        snprintf(path, sizeof path, "%s/%s", g_dir, names[i]);
-        unlink(path);
-    }
-    rmdir(g_dir);
     free(g_big);
     free(g_small);
     free(g_text);
 #ifdef EF_TEST_HAVE_ZLIB
     free(g_gz);
 #endif
-    return 0;
+    return tu_dir_remove();
 }
 
 /* ---- local streams ------------------------------------------------- */
@@ -212,8 +189,7 @@ static void test_file_plain(void **state)
 {
     (void)state;
     write_file("plain.bin", g_small, SMALL_SIZE);
-    char path[512];
-    path_in_dir(path, sizeof path, "plain.bin");
+    const char *path = tu_at("plain.bin");
     ef__stream *s = NULL;
     ef__err err;
     ef__err_clear(&err);
@@ -266,8 +242,7 @@ static void test_memory(void **state)
 static void test_missing_file(void **state)
 {
     (void)state;
-    char path[512];
-    path_in_dir(path, sizeof path, "no/such/file.bin");
+    const char *path = tu_at("no/such/file.bin");
     ef__stream *s = (ef__stream *)&s; /* must be reset to NULL */
     ef__err err;
     ef__err_clear(&err);
@@ -339,8 +314,7 @@ static void test_cancel_local(void **state)
 static void test_gzip_file(void **state)
 {
     (void)state;
-    char path[512];
-    path_in_dir(path, sizeof path, "text.gz");
+    const char *path = tu_at("text.gz");
     ef__stream *s = NULL;
     ef__err err;
     ef__err_clear(&err);
@@ -383,8 +357,7 @@ static void test_gzip_members(void **state)
     memcpy(want + 300000, g_big, 100000);
     write_file("two.gz", cat, n1 + n2 + n3);
 
-    char path[512];
-    path_in_dir(path, sizeof path, "two.gz");
+    const char *path = tu_at("two.gz");
     ef__stream *s = NULL;
     ef__err err;
     ef__err_clear(&err);
@@ -409,8 +382,7 @@ static void test_gzip_truncated(void **state)
     (void)state;
     size_t cut = g_gz_size / 2;
     write_file("cut.gz", g_gz, cut);
-    char path[512];
-    path_in_dir(path, sizeof path, "cut.gz");
+    const char *path = tu_at("cut.gz");
     ef__stream *s = NULL;
     ef__err err;
     ef__err_clear(&err);
@@ -513,7 +485,7 @@ typedef struct {
     int port;
 } server;
 
-/* Starts http_server.py on g_dir with the extra arguments (NULL-ended);
+/* Starts http_server.py on tu_dir() with the extra arguments (NULL-ended);
  * waits until it says its port. */
 static server server_start(const char *const *extra)
 {
@@ -526,13 +498,13 @@ static server server_start(const char *const *extra)
                  EF_TEST_PYTHON);
     char port_file[512], name[32];
     snprintf(name, sizeof name, "port.%d", serial++);
-    path_in_dir(port_file, sizeof port_file, name);
+    snprintf(port_file, sizeof port_file, "%s", tu_at(name));
     const char *argv[24];
     int k = 0;
     argv[k++] = EF_TEST_PYTHON;
     argv[k++] = EF_TEST_HTTP_SERVER;
     argv[k++] = "--root";
-    argv[k++] = g_dir;
+    argv[k++] = tu_dir();
     argv[k++] = "--port-file";
     argv[k++] = port_file;
     if (!getenv("EF_TEST_HTTP_LOG"))

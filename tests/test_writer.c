@@ -15,21 +15,16 @@
 #include "echoflow/echoflow.h"
 #include "ef_test_util.h"
 
-static char dir[64];
-
 static int setup(void **state)
 {
     (void)state;
-    snprintf(dir, sizeof dir, "/tmp/ef_writer.XXXXXX");
-    return mkdtemp(dir) ? 0 : -1;
+    return tu_dir_create("ef_writer");
 }
 
 static int teardown(void **state)
 {
     (void)state;
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    return system(cmd);
+    return tu_dir_remove();
 }
 
 static int file_exists(const char *path)
@@ -59,8 +54,8 @@ static ef_sample *image_sample(int64_t index, int h, int w, int c,
 static void test_round_trip(void **state)
 {
     (void)state;
-    char pattern[128], spec[256];
-    snprintf(pattern, sizeof pattern, "%s/part-%%03d.tar", dir);
+    char pattern[512], spec[1024];
+    snprintf(pattern, sizeof pattern, "%s/part-%%03d.tar", tu_dir());
     ef_shard_writer *w = NULL;
     assert_int_equal(ef_shard_writer_create(&w, pattern, 3), EF_OK);
     for (int i = 0; i < 7; i++) {
@@ -69,7 +64,7 @@ static void test_round_trip(void **state)
         ef_sample_free(s);
     }
     /* the third shard is open, under its temporary name only */
-    char name[160];
+    char name[512];
     ef_shard_writer_name(w, 2, name, sizeof name);
     assert_false(file_exists(name));
     assert_int_equal(ef_shard_writer_finish(w), EF_OK);
@@ -80,7 +75,7 @@ static void test_round_trip(void **state)
 
     snprintf(spec, sizeof spec,
              "tar:urls=%s/part-{000..002}.tar,shuffle_shards=false | decode",
-             dir);
+             tu_dir());
     ef_pipeline *p = tu_pipeline(spec, 0);
     for (int i = 0; i < 7; i++) {
         ef_sample *s = tu_next(p);
@@ -109,8 +104,8 @@ static void test_bytes_and_keys(void **state)
     (void)state;
     /* u8 byte fields go out as they are; __key__ names the sample; a key
      * with a dot would split when read back, so it is refused */
-    char pattern[128];
-    snprintf(pattern, sizeof pattern, "%s/raw-%%d.tar", dir);
+    char pattern[512];
+    snprintf(pattern, sizeof pattern, "%s/raw-%%d.tar", tu_dir());
     ef_shard_writer *w = NULL;
     assert_int_equal(ef_shard_writer_create(&w, pattern, 100), EF_OK);
     ef_sample *s = ef_sample_new((ef_sample_id){.index = 4});
@@ -130,10 +125,10 @@ static void test_bytes_and_keys(void **state)
     assert_int_equal(ef_shard_writer_finish(w), EF_ESHAPE);
     ef_shard_writer_destroy(w);
     ef_sample_free(s);
-    char name[160];
-    snprintf(name, sizeof name, "%s/raw-0.tar", dir);
+    char name[512];
+    snprintf(name, sizeof name, "%s/raw-0.tar", tu_dir());
     assert_false(file_exists(name));
-    snprintf(name, sizeof name, "%s/raw-0.tar.partial", dir);
+    snprintf(name, sizeof name, "%s/raw-0.tar.partial", tu_dir());
     assert_false(file_exists(name));
 }
 
@@ -171,8 +166,8 @@ static void test_unsafe_keys(void **state)
         {"a\tb", "'a\\x09b'", "control character"},
         {"a\x1b[2Jb", "'a\\x1b[2Jb'", "control character"},
     };
-    char pattern[128], name[160];
-    snprintf(pattern, sizeof pattern, "%s/unsafe-%%d.tar", dir);
+    char pattern[512], name[512];
+    snprintf(pattern, sizeof pattern, "%s/unsafe-%%d.tar", tu_dir());
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         ef_shard_writer *w = NULL;
         assert_int_equal(ef_shard_writer_create(&w, pattern, 10), EF_OK);
@@ -189,9 +184,9 @@ static void test_unsafe_keys(void **state)
         ef_shard_writer_destroy(w);
     }
     /* nothing was written beside (or above) the output folder */
-    snprintf(name, sizeof name, "%s/unsafe-0.tar", dir);
+    snprintf(name, sizeof name, "%s/unsafe-0.tar", tu_dir());
     assert_false(file_exists(name));
-    snprintf(name, sizeof name, "%s/../evil.txt", dir);
+    snprintf(name, sizeof name, "%s/../evil.txt", tu_dir());
     assert_false(file_exists(name));
 }
 
@@ -199,8 +194,8 @@ static void test_relative_key_round_trip(void **state)
 {
     (void)state;
     /* a key with folders is ordinary WebDataset: it comes back whole */
-    char pattern[128], spec[256];
-    snprintf(pattern, sizeof pattern, "%s/rel-%%d.tar", dir);
+    char pattern[512], spec[1024];
+    snprintf(pattern, sizeof pattern, "%s/rel-%%d.tar", tu_dir());
     ef_shard_writer *w = NULL;
     assert_int_equal(ef_shard_writer_create(&w, pattern, 10), EF_OK);
     ef_sample *s = keyed_sample(0, "dir/name", 8);
@@ -213,7 +208,7 @@ static void test_relative_key_round_trip(void **state)
     ef_shard_writer_destroy(w);
 
     snprintf(spec, sizeof spec, "tar:urls=%s/rel-0.tar,shuffle_shards=false",
-             dir);
+             tu_dir());
     ef_pipeline *p = tu_pipeline(spec, 0);
     static const char *const want[] = {"dir/name", ".cache/x-1"};
     for (int i = 0; i < 2; i++) {
@@ -232,8 +227,8 @@ static void test_relative_key_round_trip(void **state)
 static void test_field_without_form(void **state)
 {
     (void)state;
-    char pattern[128];
-    snprintf(pattern, sizeof pattern, "%s/f32-%%02d.tar", dir);
+    char pattern[512];
+    snprintf(pattern, sizeof pattern, "%s/f32-%%02d.tar", tu_dir());
     ef_shard_writer *w = NULL;
     assert_int_equal(ef_shard_writer_create(&w, pattern, 10), EF_OK);
     ef_sample *s = ef_sample_new((ef_sample_id){.index = 2});
@@ -297,8 +292,8 @@ static void test_member_name_too_long(void **state)
 {
     (void)state;
     /* the tar writer refuses the member; the shard file is named once */
-    char pattern[128], key[201], partial[160];
-    snprintf(pattern, sizeof pattern, "%s/long-%%d.tar", dir);
+    char pattern[512], key[201], partial[512];
+    snprintf(pattern, sizeof pattern, "%s/long-%%d.tar", tu_dir());
     memset(key, 'k', 200);
     key[200] = '\0';
     ef_shard_writer *w = NULL;
@@ -306,7 +301,7 @@ static void test_member_name_too_long(void **state)
     ef_sample *s = keyed_sample(3, key, 200);
     assert_int_equal(ef_shard_writer_add(w, s), EF_EINVAL);
     const char *msg = ef_shard_writer_error(w);
-    snprintf(partial, sizeof partial, "%s/long-0.tar.partial", dir);
+    snprintf(partial, sizeof partial, "%s/long-0.tar.partial", tu_dir());
     tu_expect_once(msg, partial);
     assert_non_null(strstr(msg, "cannot store the name"));
     ef_sample_free(s);
