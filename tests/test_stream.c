@@ -640,59 +640,288 @@ static int http_read_failing(const char *const *args, ef__stream_opts o,
     return rc;
 }
 
-/* Reads big.bin from a server started with `args` until the read fails
- * with EF_EIO, and checks that the `want_total` bytes handed out before
- * were right. The message goes to *err, the stats to *st, the URL to url;
- * returns the seconds the read took. */
-static double http_expect_failure(const char *const *args, ef__stream_opts o,
-                                  size_t want_total, ef__err *err,
-                                  ef__stream_stats *st, char *url,
-                                  size_t url_cap)
+/* ---- HTTP reads that succeed: the table -------------------------- */
+
+/* Stands for the retries a server cutting every `cut` bytes causes: one
+ * per reply after the first, over the bytes it serves. */
+#define RETRIES_PER_CUT (-1)
+
+typedef struct {
+    const char *name;
+    const char *args[8]; /* http_server.py's, NULL-ended */
+    int tries;
+    double timeout_s, backoff_s;
+    const char *file; /* read from the server: big.bin, small.bin ... */
+    long retries;     /* counted while reading it, or RETRIES_PER_CUT */
+    size_t cut;       /* with RETRIES_PER_CUT: the --cut-every */
+    double min_s;     /* the read takes at least this long (backoffs) */
+} http_read_case;
+
+static const http_read_case k_http_reads[] = {
+    {.name = "test_http_plain",
+     .tries = 1,
+     .timeout_s = 10,
+     .backoff_s = 0.01,
+     .file = "big.bin",
+     .retries = 0},
+    {.name = "test_http_plain_empty",
+     .tries = 1,
+     .timeout_s = 10,
+     .backoff_s = 0.01,
+     .file = "empty.bin",
+     .retries = 0},
+    /* every reply carries 300000 bytes: 17 replies, 16 of them retries */
+    {.name = "test_http_cuts",
+     .args = {"--cut-every", "300000"},
+     .tries = 30,
+     .timeout_s = 10,
+     .file = "big.bin",
+     .retries = BIG_SIZE / 300000},
+    /* two backoffs: 0.05 s, then 0.1 s */
+    {.name = "test_http_fail_first",
+     .args = {"--fail-first", "2"},
+     .tries = 5,
+     .timeout_s = 10,
+     .backoff_s = 0.05,
+     .file = "big.bin",
+     .retries = 2,
+     .min_s = 0.15},
+    /* each 200 reply starts at 0; the stream drops what it already has and
+     * gets 300000 new bytes before the next cut */
+    {.name = "test_http_ignore_range",
+     .args = {"--ignore-range", "--cut-every", "300000"},
+     .tries = 10,
+     .timeout_s = 10,
+     .file = "small.bin",
+     .retries = SMALL_SIZE / 300000},
+    /* 17 cuts with tries=2: each attempt delivers data, so none of them
+     * counts against the budget and the whole file comes */
+    {.name = "test_http_progress_resets_tries",
+     .args = {"--cut-every", "300000"},
+     .tries = 2,
+     .timeout_s = 10,
+     .file = "big.bin",
+     .retries = (BIG_SIZE - 1) / 300000},
+#ifdef EF_TEST_HAVE_ZLIB
+    /* inflated on the fly, also across resumed replies */
+    {.name = "test_http_gzip",
+     .args = {"--cut-every", "100000"},
+     .tries = 100,
+     .timeout_s = 10,
+     .file = "text.gz",
+     .retries = RETRIES_PER_CUT,
+     .cut = 100000},
+#endif
+    /* The first reply is cut at 300000 bytes; the 206 to the range request
+     * that follows carries 1000 bytes past its Content-Range. Those are
+     * dropped, that attempt counts as failed, and the next one (a 416 at
+     * the end of the file) shows the data is complete: every byte right,
+     * none extra. */
+    {.name = "test_http_range_overrun",
+     .args = {"--cut-first", "300000", "--range-overrun", "1000"},
+     .tries = 3,
+     .timeout_s = 10,
+     .file = "big.bin",
+     .retries = 2},
+};
+
+/* What a file of the temporary directory should read back as (*want, *n;
+ * text.gz inflated), and its size on the server (*served). */
+static void body_of(const char *file, const unsigned char **want, size_t *n,
+                    size_t *served)
 {
+    if (strcmp(file, "big.bin") == 0) {
+        *want = g_big;
+        *n = *served = BIG_SIZE;
+    } else if (strcmp(file, "small.bin") == 0) {
+        *want = g_small;
+        *n = *served = SMALL_SIZE;
+    } else if (strcmp(file, "empty.bin") == 0) {
+        *want = g_big;
+        *n = *served = 0;
+#ifdef EF_TEST_HAVE_ZLIB
+    } else if (strcmp(file, "text.gz") == 0) {
+        *want = g_text;
+        *n = TEXT_SIZE;
+        *served = g_gz_size;
+#endif
+    } else {
+        fail_msg("no test data called %s", file);
+    }
+}
+
+/* One row of k_http_reads: the file reads back whole and right, with the
+ * retries and the time the row says. */
+static void test_http_read(void **state)
+{
+    const http_read_case *c = *state;
+    const unsigned char *want = NULL;
+    size_t n = 0, served = 0;
+    body_of(c->file, &want, &n, &served);
+    uint64_t retries = (uint64_t)c->retries;
+    if (c->retries == RETRIES_PER_CUT) {
+        assert_true(c->cut > 0 && served > 0);
+        retries = (served - 1) / c->cut;
+    }
+    server sv = server_start(c->args);
+    ef__stream_opts o = opts_with(c->tries, c->timeout_s, c->backoff_s);
+    double t0 = tu_now_s();
+    assert_int_equal(http_expect(&sv, c->file, &o, want, n), retries);
+    assert_true(tu_now_s() - t0 >= c->min_s);
+    server_stop(&sv);
+}
+
+/* ---- HTTP reads that fail: the table ------------------------------ */
+
+typedef struct {
+    const char *name;
+    const char *args[8]; /* http_server.py's, NULL-ended */
+    int tries;
+    double timeout_s, backoff_s;
+    size_t total_min, total_max; /* bytes of big.bin handed out first */
+    const char *msgs[3];         /* in the message besides the URL */
+    long retries;                /* counted, or -1: not checked */
+    double min_s, max_s;         /* the read's seconds, when max_s > 0 */
+    /* further checks of the message, or NULL */
+    void (*check)(const ef__err *err, const char *url);
+} http_fail_case;
+
+/* The redirect loop's message names the URL that redirects to itself. */
+static void expect_redirect_again(const ef__err *err, const char *url)
+{
+    char again[300];
+    snprintf(again, sizeof again, "%s redirects again to %s", url, url);
+    expect_msg(err, again);
+}
+
+static const http_fail_case k_http_fails[] = {
+    /* three replies of 300000 bytes, then the server answers 503 only;
+     * everything received before giving up is handed out, and right */
+    {.name = "test_http_give_up",
+     .args = {"--cut-every", "300000", "--fail-from", "3"},
+     .tries = 3,
+     .timeout_s = 10,
+     .backoff_s = 0.01,
+     .total_min = 900000,
+     .total_max = 900000,
+     .msgs = {"giving up at byte 900000 after 3 tries in a row "
+              "without progress (5 in all)",
+              "HTTP status 503"}, /* the last failure */
+     .retries = 4},
+    /* A cache that answers a range with bytes from before it: refused,
+     * since taking them would repeat data. */
+    {.name = "test_http_wrong_range",
+     .args = {"--cut-every", "300000", "--range-shift", "1000"},
+     .tries = 3,
+     .timeout_s = 10,
+     .total_min = 300000,
+     .total_max = 300000,
+     .msgs = {"giving up at byte 300000 after 3 tries in a row",
+              "HTTP 206 for bytes 299000-5000010, expected a range "
+              "starting at 300000"},
+     .retries = -1},
+    /* tries=1: the stall itself ends the read, in its own words */
+    {.name = "test_http_stall_timeout",
+     .args = {"--stall-after", "100000"},
+     .tries = 1,
+     .timeout_s = 0.3,
+     .backoff_s = 0.01,
+     .total_min = 100000,
+     .total_max = 100000,
+     .msgs = {"no data for 0.3 s"},
+     .retries = -1},
+    /* the first reply stalls after 100000 bytes; then the server fails */
+    {.name = "test_http_stall",
+     .args = {"--stall-after", "100000", "--fail-from", "1"},
+     .tries = 2,
+     .timeout_s = 0.3,
+     .backoff_s = 0.01,
+     .total_min = 100000,
+     .total_max = 100000,
+     .msgs = {"giving up at byte 100000 after 2 tries in a row"},
+     .retries = 1,
+     .min_s = 0.25,
+     .max_s = 10},
+    /* A server that sends a header line every 0.5 s and never ends them:
+     * the header bytes must not count as progress for ever. */
+    {.name = "test_http_slow_headers",
+     .args = {"--slow-headers", "0.5"},
+     .tries = 1,
+     .timeout_s = 1,
+     .backoff_s = 0.01,
+     .msgs = {"giving up at byte 0 after 1 try",
+              "headers did not complete within 1 s"},
+     .retries = -1,
+     .min_s = 0.9,
+     .max_s = WATCHDOG_S},
+    /* A body of one byte every 0.5 s: a stall, though bytes keep coming;
+     * the bytes that came were handed out. */
+    {.name = "test_http_slow_body",
+     .args = {"--slow-body", "0.5"},
+     .tries = 1,
+     .timeout_s = 1,
+     .backoff_s = 0.01,
+     .total_max = 19,
+     .msgs = {"giving up at byte", "body slower than 1024 bytes/s for 1"},
+     .retries = -1,
+     .min_s = 0.9,
+     .max_s = WATCHDOG_S},
+    /* A 302 to itself: the message names the redirects, not whatever curl
+     * wrote first into its error buffer on the way. */
+    {.name = "test_http_redirect_loop",
+     .args = {"--redirect-loop"},
+     .tries = 3,
+     .timeout_s = 10,
+     .backoff_s = 0.01,
+     .msgs = {"too many redirects: 10 followed (the limit)", "not retried"},
+     .retries = 0,
+     .check = expect_redirect_again},
+    /* A 10 MB header line: the server's fault (EF_EIO), not this process
+     * running out of memory. */
+    {.name = "test_http_huge_header",
+     .args = {"--huge-header", "10000000"},
+     .tries = 3,
+     .timeout_s = 10,
+     .backoff_s = 0.01,
+     .msgs = {"the server sent a header line larger than curl accepts",
+              "not retried"},
+     .retries = 0},
+};
+
+/* One row of k_http_fails: reading big.bin ends in EF_EIO naming the URL,
+ * after the bytes, in the time, with the retries and the words the row
+ * says. */
+static void test_http_fail(void **state)
+{
+    const http_fail_case *c = *state;
+    ef__err err;
+    ef__stream_stats st;
+    char url[128];
     size_t total;
     double dt;
-    assert_int_equal(http_read_failing(args, o, err, &total, &dt, st, url,
-                                       url_cap),
-                     EF_EIO);
-    assert_int_equal(total, want_total);
-    expect_msg(err, url);
-    return dt;
+    int rc = http_read_failing(c->args,
+                               opts_with(c->tries, c->timeout_s, c->backoff_s),
+                               &err, &total, &dt, &st, url, sizeof url);
+    if (rc != EF_EIO)
+        fail_msg("%s: status %s, expected EF_EIO: %s", c->name,
+                 ef_status_name(rc), err.msg);
+    if (total < c->total_min || total > c->total_max)
+        fail_msg("%s: %zu bytes before the failure, expected %zu to %zu",
+                 c->name, total, c->total_min, c->total_max);
+    if (c->max_s > 0 && !(dt >= c->min_s && dt < c->max_s))
+        fail_msg("%s: the read took %.2f s, expected %.2f to %.2f", c->name, dt,
+                 c->min_s, c->max_s);
+    expect_msg(&err, url);
+    for (size_t i = 0; i < sizeof c->msgs / sizeof c->msgs[0] && c->msgs[i];
+         i++)
+        expect_msg(&err, c->msgs[i]);
+    if (c->check)
+        c->check(&err, url);
+    if (c->retries >= 0)
+        assert_int_equal(st.retries, (uint64_t)c->retries);
 }
 
-static void test_http_plain(void **state)
-{
-    (void)state;
-    server sv = server_start(NULL);
-    ef__stream_opts o = opts_with(1, 10, 0.01);
-    assert_int_equal(http_expect(&sv, "big.bin", &o, g_big, BIG_SIZE), 0);
-    assert_int_equal(http_expect(&sv, "empty.bin", &o, g_big, 0), 0);
-    server_stop(&sv);
-}
-
-static void test_http_cuts(void **state)
-{
-    (void)state;
-    const char *args[] = {"--cut-every", "300000", NULL};
-    server sv = server_start(args);
-    ef__stream_opts o = opts_with(30, 10, 0);
-    /* every reply carries 300000 bytes: 17 replies, 16 of them retries */
-    assert_int_equal(http_expect(&sv, "big.bin", &o, g_big, BIG_SIZE),
-                     BIG_SIZE / 300000);
-    server_stop(&sv);
-}
-
-static void test_http_fail_first(void **state)
-{
-    (void)state;
-    const char *args[] = {"--fail-first", "2", NULL};
-    server sv = server_start(args);
-    ef__stream_opts o = opts_with(5, 10, 0.05);
-    double t0 = tu_now_s();
-    assert_int_equal(http_expect(&sv, "big.bin", &o, g_big, BIG_SIZE), 2);
-    /* two backoffs: 0.05 s, then 0.1 s */
-    assert_true(tu_now_s() - t0 >= 0.15);
-    server_stop(&sv);
-}
+/* ---- HTTP cases of their own --------------------------------------- */
 
 static void test_http_not_found(void **state)
 {
@@ -722,110 +951,6 @@ static void test_http_not_found(void **state)
     expect_msg(&err, "404");
     ef__stream_close(s);
     server_stop(&sv);
-}
-
-static void test_http_ignore_range(void **state)
-{
-    (void)state;
-    const char *args[] = {"--ignore-range", "--cut-every", "300000", NULL};
-    server sv = server_start(args);
-    ef__stream_opts o = opts_with(10, 10, 0);
-    /* each 200 reply starts at 0; the stream drops what it already has and
-     * gets 300000 new bytes before the next cut */
-    assert_int_equal(http_expect(&sv, "small.bin", &o, g_small, SMALL_SIZE),
-                     SMALL_SIZE / 300000);
-    server_stop(&sv);
-}
-
-static void test_http_progress_resets_tries(void **state)
-{
-    (void)state;
-    /* 17 cuts with tries=2: each attempt delivers data, so none of them
-     * counts against the budget and the whole file comes */
-    const char *args[] = {"--cut-every", "300000", NULL};
-    server sv = server_start(args);
-    ef__stream_opts o = opts_with(2, 10, 0);
-    assert_int_equal(http_expect(&sv, "big.bin", &o, g_big, BIG_SIZE),
-                     (BIG_SIZE - 1) / 300000);
-    server_stop(&sv);
-}
-
-static void test_http_give_up(void **state)
-{
-    (void)state;
-    /* three replies of 300000 bytes, then the server answers 503 only;
-     * everything received before giving up is handed out, and right */
-    const char *args[] = {"--cut-every", "300000", "--fail-from", "3", NULL};
-    ef__err err;
-    ef__stream_stats st;
-    char url[128];
-    http_expect_failure(args, opts_with(3, 10, 0.01), 900000, &err, &st, url,
-                        sizeof url);
-    expect_msg(&err, "giving up at byte 900000 after 3 tries in a row "
-                     "without progress (5 in all)");
-    expect_msg(&err, "HTTP status 503"); /* the last failure */
-    assert_int_equal(st.retries, 4);
-}
-
-static void test_http_gzip(void **state)
-{
-    (void)state;
-#ifdef EF_TEST_HAVE_ZLIB
-    /* inflated on the fly, also across resumed replies */
-    const char *args[] = {"--cut-every", "100000", NULL};
-    server sv = server_start(args);
-    ef__stream_opts o = opts_with(100, 10, 0);
-    uint64_t retries = http_expect(&sv, "text.gz", &o, g_text, TEXT_SIZE);
-    assert_int_equal(retries, (g_gz_size - 1) / 100000);
-    server_stop(&sv);
-#else
-    skip();
-#endif
-}
-
-static void test_http_stall_timeout(void **state)
-{
-    (void)state;
-    /* tries=1: the stall itself ends the read, in its own words */
-    const char *args[] = {"--stall-after", "100000", NULL};
-    ef__err err;
-    ef__stream_stats st;
-    char url[128];
-    http_expect_failure(args, opts_with(1, 0.3, 0.01), 100000, &err, &st, url,
-                        sizeof url);
-    expect_msg(&err, "no data for 0.3 s");
-}
-
-static void test_http_stall(void **state)
-{
-    (void)state;
-    /* the first reply stalls after 100000 bytes; then the server fails */
-    const char *args[] = {"--stall-after", "100000", "--fail-from", "1", NULL};
-    ef__err err;
-    ef__stream_stats st;
-    char url[128];
-    double dt = http_expect_failure(args, opts_with(2, 0.3, 0.01), 100000, &err,
-                                    &st, url, sizeof url);
-    assert_true(dt >= 0.25 && dt < 10);
-    expect_msg(&err, "giving up at byte 100000 after 2 tries in a row");
-    assert_int_equal(st.retries, 1);
-}
-
-/* A cache that answers a range with bytes from before it: refused, since
- * taking them would repeat data. */
-static void test_http_wrong_range(void **state)
-{
-    (void)state;
-    const char *args[] = {"--cut-every", "300000", "--range-shift", "1000",
-                          NULL};
-    ef__err err;
-    ef__stream_stats st;
-    char url[128];
-    http_expect_failure(args, opts_with(3, 10, 0), 300000, &err, &st, url,
-                        sizeof url);
-    expect_msg(&err, "giving up at byte 300000 after 3 tries in a row");
-    expect_msg(&err, "HTTP 206 for bytes 299000-5000010, expected a range "
-                     "starting at 300000");
 }
 
 /* The file changes size between two attempts: the bytes handed out may no
@@ -1000,94 +1125,6 @@ static void test_http_refused(void **state)
 }
 
 
-/* A server that sends a header line every 0.5 s and never ends them: the
- * header bytes must not count as progress for ever. */
-static void test_http_slow_headers(void **state)
-{
-    (void)state;
-    const char *args[] = {"--slow-headers", "0.5", NULL};
-    ef__err err;
-    ef__stream_stats st;
-    char url[128];
-    double dt = http_expect_failure(args, opts_with(1, 1, 0.01), 0, &err, &st,
-                                    url, sizeof url);
-    assert_true(dt >= 0.9 && dt < WATCHDOG_S);
-    expect_msg(&err, "giving up at byte 0 after 1 try");
-    expect_msg(&err, "headers did not complete within 1 s");
-}
-
-/* A body of one byte every 0.5 s: a stall, though bytes keep coming. */
-static void test_http_slow_body(void **state)
-{
-    (void)state;
-    const char *args[] = {"--slow-body", "0.5", NULL};
-    ef__err err;
-    ef__stream_stats st;
-    char url[128];
-    size_t total;
-    double dt;
-    int rc = http_read_failing(args, opts_with(1, 1, 0.01), &err, &total, &dt,
-                               &st, url, sizeof url);
-    assert_int_equal(rc, EF_EIO);
-    assert_true(total < 20); /* the bytes that came were handed out */
-    assert_true(dt >= 0.9 && dt < WATCHDOG_S);
-    expect_msg(&err, url);
-    expect_msg(&err, "giving up at byte");
-    expect_msg(&err, "body slower than 1024 bytes/s for 1");
-}
-
-/* A 302 to itself: the message names the redirects, not whatever curl
- * wrote first into its error buffer on the way. */
-static void test_http_redirect_loop(void **state)
-{
-    (void)state;
-    const char *args[] = {"--redirect-loop", NULL};
-    ef__err err;
-    ef__stream_stats st;
-    char url[128];
-    http_expect_failure(args, opts_with(3, 10, 0.01), 0, &err, &st, url,
-                        sizeof url);
-    expect_msg(&err, "too many redirects: 10 followed (the limit)");
-    char again[300];
-    snprintf(again, sizeof again, "%s redirects again to %s", url, url);
-    expect_msg(&err, again);
-    expect_msg(&err, "not retried");
-    assert_int_equal(st.retries, 0);
-}
-
-/* A 10 MB header line: the server's fault (EF_EIO), not this process
- * running out of memory. */
-static void test_http_huge_header(void **state)
-{
-    (void)state;
-    const char *args[] = {"--huge-header", "10000000", NULL};
-    ef__err err;
-    ef__stream_stats st;
-    char url[128];
-    http_expect_failure(args, opts_with(3, 10, 0.01), 0, &err, &st, url,
-                        sizeof url);
-    expect_msg(&err, "the server sent a header line larger than curl "
-                     "accepts");
-    expect_msg(&err, "not retried");
-    assert_int_equal(st.retries, 0);
-}
-
-/* The first reply is cut at 300000 bytes; the 206 to the range request
- * that follows carries 1000 bytes past its Content-Range. Those are
- * dropped, that attempt counts as failed, and the next one (a 416 at the
- * end of the file) shows the data is complete: every byte right, none
- * extra. */
-static void test_http_range_overrun(void **state)
-{
-    (void)state;
-    const char *args[] = {"--cut-first", "300000", "--range-overrun", "1000",
-                          NULL};
-    server sv = server_start(args);
-    ef__stream_opts o = opts_with(3, 10, 0);
-    assert_int_equal(http_expect(&sv, "big.bin", &o, g_big, BIG_SIZE), 2);
-    server_stop(&sv);
-}
-
 static void test_http_bad_options(void **state)
 {
     (void)state;
@@ -1126,12 +1163,14 @@ static void test_http_unsupported(void **state)
 
 #endif /* EF_TEST_HAVE_CURL */
 
+#define COUNT(a) (sizeof(a) / sizeof((a)[0]))
+
 int main(void)
 {
     /* the test server is local: never send its requests to a proxy */
     setenv("no_proxy", "127.0.0.1,localhost", 1);
     setenv("NO_PROXY", "127.0.0.1,localhost", 1);
-    const struct CMUnitTest tests[] = {
+    static const struct CMUnitTest own[] = {
         cmocka_unit_test(test_file_plain),
         cmocka_unit_test(test_memory),
         cmocka_unit_test(test_missing_file),
@@ -1145,31 +1184,38 @@ int main(void)
         cmocka_unit_test(test_gzip_unsupported),
 #endif
 #ifdef EF_TEST_HAVE_CURL
-        cmocka_unit_test(test_http_plain),
-        cmocka_unit_test(test_http_cuts),
-        cmocka_unit_test(test_http_fail_first),
         cmocka_unit_test(test_http_not_found),
-        cmocka_unit_test(test_http_ignore_range),
-        cmocka_unit_test(test_http_progress_resets_tries),
-        cmocka_unit_test(test_http_give_up),
-        cmocka_unit_test(test_http_gzip),
-        cmocka_unit_test(test_http_wrong_range),
         cmocka_unit_test(test_http_changed),
         cmocka_unit_test(test_http_bad_url),
-        cmocka_unit_test(test_http_stall_timeout),
-        cmocka_unit_test(test_http_stall),
         cmocka_unit_test(test_http_cancel),
         cmocka_unit_test(test_http_cancel_backoff),
         cmocka_unit_test(test_http_refused),
         cmocka_unit_test(test_http_bad_options),
-        cmocka_unit_test(test_http_slow_headers),
-        cmocka_unit_test(test_http_slow_body),
-        cmocka_unit_test(test_http_redirect_loop),
-        cmocka_unit_test(test_http_huge_header),
-        cmocka_unit_test(test_http_range_overrun),
 #else
         cmocka_unit_test(test_http_unsupported),
 #endif
     };
+#ifdef EF_TEST_HAVE_CURL
+    /* each row of the HTTP tables runs as a test of its own name */
+    struct CMUnitTest
+        tests[COUNT(own) + COUNT(k_http_reads) + COUNT(k_http_fails)];
+#else
+    struct CMUnitTest tests[COUNT(own)];
+#endif
+    size_t n = 0;
+    for (size_t i = 0; i < COUNT(own); i++)
+        tests[n++] = own[i];
+#ifdef EF_TEST_HAVE_CURL
+    for (size_t i = 0; i < COUNT(k_http_reads); i++)
+        tests[n++] = (struct CMUnitTest){
+            .name = k_http_reads[i].name,
+            .test_func = test_http_read,
+            .initial_state = (void *)(uintptr_t)&k_http_reads[i]};
+    for (size_t i = 0; i < COUNT(k_http_fails); i++)
+        tests[n++] = (struct CMUnitTest){
+            .name = k_http_fails[i].name,
+            .test_func = test_http_fail,
+            .initial_state = (void *)(uintptr_t)&k_http_fails[i]};
+#endif
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
