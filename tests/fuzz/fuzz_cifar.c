@@ -13,15 +13,6 @@
 #include "codec/cifar.h"
 #include "fuzz.h"
 
-#define CHECK(cond)                                                            \
-    do {                                                                       \
-        if (!(cond)) {                                                         \
-            fprintf(stderr, "fuzz_cifar.c:%d: invariant violated: %s\n",       \
-                    __LINE__, #cond);                                          \
-            abort();                                                           \
-        }                                                                      \
-    } while (0)
-
 #define NAME "fuzz.bin"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)

@@ -12,15 +12,6 @@
 #include "fuzz.h"
 #include "io/file.h"
 
-#define CHECK(cond)                                                            \
-    do {                                                                       \
-        if (!(cond)) {                                                         \
-            fprintf(stderr, "fuzz_file.c:%d: invariant violated: %s\n",        \
-                    __LINE__, #cond);                                          \
-            abort();                                                           \
-        }                                                                      \
-    } while (0)
-
 static char path[64];
 
 static void remove_file(void)

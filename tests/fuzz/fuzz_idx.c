@@ -12,18 +12,6 @@
 #include "codec/idx.h"
 #include "fuzz.h"
 
-#define CHECK(cond)                                                            \
-    do {                                                                       \
-        if (!(cond))                                                           \
-            violated(#cond, __LINE__);                                         \
-    } while (0)
-
-static void violated(const char *what, int line)
-{
-    fprintf(stderr, "fuzz_idx.c:%d: invariant violated: %s\n", line, what);
-    abort();
-}
-
 static uint32_t be32(const unsigned char *p)
 {
     return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 |
@@ -43,8 +31,7 @@ static void check_failure(int rc, const ef__err *err)
 {
     CHECK(rc == EF_EFORMAT);
     CHECK(err->status == rc);
-    size_t len = strnlen(err->msg, sizeof err->msg);
-    CHECK(len > 0 && len < sizeof err->msg);
+    fuzz_check_message(err->msg, sizeof err->msg, NULL);
 }
 
 static void check_header(const unsigned char *data, size_t size,

@@ -14,15 +14,6 @@
 #include "fuzz.h"
 #include "io/paths.h"
 
-#define CHECK(cond)                                                            \
-    do {                                                                       \
-        if (!(cond)) {                                                         \
-            fprintf(stderr, "fuzz_paths.c:%d: invariant violated: %s\n",       \
-                    __LINE__, #cond);                                          \
-            abort();                                                           \
-        }                                                                      \
-    } while (0)
-
 #define WHAT "fuzz: option 'urls'"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)

@@ -27,12 +27,6 @@
 #include "stage.h"
 #include "io/paths.h"
 
-#define CHECK(cond)                                                            \
-    do {                                                                       \
-        if (!(cond))                                                           \
-            violated(#cond, __LINE__);                                         \
-    } while (0)
-
 /* EF_FUZZ_VERBOSE=1 in the environment: one line per parse and per run of
  * pulls, on stderr (to see what a corpus exercises) */
 static int verbose(void)
@@ -43,12 +37,6 @@ static int verbose(void)
         v = e && *e && strcmp(e, "0") != 0;
     }
     return v;
-}
-
-static void violated(const char *what, int line)
-{
-    fprintf(stderr, "fuzz_spec.c:%d: invariant violated: %s\n", line, what);
-    abort();
 }
 
 /* as in pipeline.c */
@@ -297,10 +285,7 @@ static int count_stages(const char *spec)
 
 static void check_message(const ef_pipeline *p)
 {
-    const char *msg = ef_pipeline_error(p);
-    CHECK(msg != NULL);
-    size_t len = strnlen(msg, EF__ERR_MAX);
-    CHECK(len > 0 && len < EF__ERR_MAX);
+    fuzz_check_message(ef_pipeline_error(p), EF__ERR_MAX, NULL);
 }
 
 /* Parses `spec` onto `p` (scanned first); returns 0 when it was skipped as

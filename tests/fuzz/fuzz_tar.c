@@ -17,15 +17,6 @@
 #include "fuzz.h"
 #include "codec/wds.h"
 
-#define CHECK(cond)                                                            \
-    do {                                                                       \
-        if (!(cond)) {                                                         \
-            fprintf(stderr, "fuzz_tar.c:%d: invariant violated: %s\n",         \
-                    __LINE__, #cond);                                          \
-            abort();                                                           \
-        }                                                                      \
-    } while (0)
-
 #define NAME "fuzz.tar"
 #define MAX_SEEN 256
 
@@ -46,9 +37,7 @@ static void check_failure(int rc, const ef__err *err)
 {
     CHECK(rc == EF_EFORMAT);
     CHECK(err->status == rc);
-    size_t len = strnlen(err->msg, sizeof err->msg);
-    CHECK(len > 0 && len < sizeof err->msg);
-    CHECK(strstr(err->msg, NAME) != NULL);
+    fuzz_check_message(err->msg, sizeof err->msg, NAME);
 }
 
 static void check_sample(ef_sample *s, int64_t *last_index)

@@ -17,15 +17,6 @@
 #include "codec/tfrecord.h"
 #include "fuzz.h"
 
-#define CHECK(cond)                                                            \
-    do {                                                                       \
-        if (!(cond)) {                                                         \
-            fprintf(stderr, "fuzz_tfrecord.c:%d: invariant violated: %s\n",    \
-                    __LINE__, #cond);                                          \
-            abort();                                                           \
-        }                                                                      \
-    } while (0)
-
 #define NAME "fuzz.tfrecord"
 
 /* CRC-32C one bit at a time: slow, plain, and independent of the tables. */

@@ -13,15 +13,7 @@
 #include <string.h>
 
 #include "codec/image.h"
-
-#define CHECK(cond)                                                            \
-    do {                                                                       \
-        if (!(cond)) {                                                         \
-            fprintf(stderr, "%s:%d: invariant violated: %s\n", __FILE__,       \
-                    __LINE__, #cond);                                          \
-            abort();                                                           \
-        }                                                                      \
-    } while (0)
+#include "fuzz.h"
 
 #define FUZZ_WHAT "field 'fuzz'"
 
@@ -44,9 +36,7 @@ static inline ef_buffer *fuzz_decode(const uint8_t *data, size_t size,
          * than the fuzzer's memory limit allows */
         CHECK(rc == EF_EFORMAT || rc == EF_EUNSUPPORTED || rc == EF_ENOMEM);
         CHECK(err.status == rc);
-        size_t len = strnlen(err.msg, sizeof err.msg);
-        CHECK(len > 0 && len < sizeof err.msg);
-        CHECK(strstr(err.msg, FUZZ_WHAT) != NULL);
+        fuzz_check_message(err.msg, sizeof err.msg, FUZZ_WHAT);
         return NULL;
     }
     CHECK(b != NULL);
