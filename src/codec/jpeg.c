@@ -71,13 +71,7 @@ static int decode_pixels(tjhandle tj, const unsigned char *data, size_t size,
         else
             ef__image_rgb_to_gray(px, pixels, dst);
     }
-    if (px != dst)
-        ef__free(px);
-    if (rc != EF_OK) {
-        ef_buffer_release(*out);
-        *out = NULL;
-    }
-    return rc;
+    return ef__image_decode_end(px, out, rc);
 }
 
 int ef__jpeg_decode(const unsigned char *data, size_t size, int channels,

@@ -1,6 +1,8 @@
 /* What the JPEG and PNG codecs share (see pixels.h). */
 #include "codec/pixels.h"
 
+#include "core/alloc.h"
+
 int ef__image_check_size(int64_t h, int64_t w, const char *format,
                          const char *what, ef__err *err)
 {
@@ -27,6 +29,17 @@ int ef__image_alloc(int64_t h, int64_t w, int c, const char *what,
     shape[1] = w;
     shape[2] = c;
     return EF_OK;
+}
+
+int ef__image_decode_end(unsigned char *px, ef_buffer **out, int rc)
+{
+    if (px != ef_buffer_data(*out))
+        ef__free(px);
+    if (rc != EF_OK) {
+        ef_buffer_release(*out);
+        *out = NULL;
+    }
+    return rc;
 }
 
 void ef__image_rgb_to_gray(const unsigned char *src, size_t pixels,

@@ -22,6 +22,10 @@ int ef__image_check_size(int64_t h, int64_t w, const char *format,
 /* The shape and buffer of a decoded image: out = h*w*c bytes. */
 int ef__image_alloc(int64_t h, int64_t w, int c, const char *what,
                     ef_buffer **out, int64_t shape[3], ef__err *err);
+/* Ends a decode into *out (from ef__image_alloc) that went through `px`,
+ * a scratch buffer unless it is *out's own memory: frees it and, when rc
+ * is an error, releases *out and sets it to NULL. Returns rc. */
+int ef__image_decode_end(unsigned char *px, ef_buffer **out, int rc);
 /* Packed RGB to ITU-R 601 luma; dst may equal src (it writes behind the
  * reads). */
 void ef__image_rgb_to_gray(const unsigned char *src, size_t pixels,

@@ -62,13 +62,7 @@ static int decode_pixels(spng_ctx *ctx, const struct spng_ihdr *ihdr,
         rc = png_failed(e, what, "image data", err);
     else if (!direct)
         ef__image_rgb_to_gray(px, pixels, dst);
-    if (px != dst)
-        ef__free(px);
-    if (rc != EF_OK) {
-        ef_buffer_release(*out);
-        *out = NULL;
-    }
-    return rc;
+    return ef__image_decode_end(px, out, rc);
 }
 
 int ef__png_decode(const unsigned char *data, size_t size, int channels,
