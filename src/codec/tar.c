@@ -170,8 +170,14 @@ static int skip_exact(ef__tar *t, uint64_t n, const char *what, ef__err *err)
 }
 
 /* Reads the data of an extended header (bounded) and its padding. */
+/* Parses a metadata member's bytes p[0..n), read from `base` on. */
+typedef int (*meta_parser)(ef__tar *t, const char *p, size_t n, uint64_t base,
+                           ef__err *err);
+
+/* Reads a metadata member (a pax header, a GNU long name) of `size` bytes
+ * whose header is at `off`, and hands its bytes to `parse`. */
 static int read_meta(ef__tar *t, uint64_t size, uint64_t off, const char *what,
-                     ef_buffer **out, ef__err *err)
+                     meta_parser parse, ef__err *err)
 {
     if (size > EF__TAR_MAX_META)
         return ef__err_set(err, EF_EFORMAT,
@@ -180,13 +186,14 @@ static int read_meta(ef__tar *t, uint64_t size, uint64_t off, const char *what,
                            sname(t), what, (unsigned long long)off,
                            (unsigned long long)size,
                            (unsigned long long)EF__TAR_MAX_META);
-    int rc = ef__stream_read_buffer(t->s, size, what, out, err);
+    ef_buffer *b = NULL;
+    int rc = ef__stream_read_buffer(t->s, size, what, &b, err);
     if (rc == EF_OK)
         rc = skip_exact(t, padding(size), "tar padding", err);
-    if (rc != EF_OK) {
-        ef_buffer_release(*out);
-        *out = NULL;
-    }
+    if (rc == EF_OK)
+        rc = parse(t, ef_buffer_data(b), ef_buffer_size(b),
+                   off + EF__TAR_BLOCK, err);
+    ef_buffer_release(b);
     return rc;
 }
 
@@ -246,15 +253,11 @@ static int pax_keyword(ef__tar *t, const char *key, size_t klen,
 
 /* A pax extended header: records "LENGTH key=value\n", LENGTH counting
  * the whole record in decimal. */
-static int read_pax(ef__tar *t, uint64_t size, uint64_t off, ef__err *err)
+static int parse_pax(ef__tar *t, const char *p, size_t n, uint64_t base,
+                     ef__err *err)
 {
-    ef_buffer *b;
-    int rc = read_meta(t, size, off, "pax extended header", &b, err);
-    if (rc != EF_OK)
-        return rc;
-    const char *p = ef_buffer_data(b);
-    size_t n = ef_buffer_size(b), i = 0;
-    uint64_t base = off + EF__TAR_BLOCK;
+    int rc = EF_OK;
+    size_t i = 0;
     while (rc == EF_OK && i < n && p[i] != '\0') {
         size_t len = 0, j = i;
         while (j < n && p[j] >= '0' && p[j] <= '9' && len <= n)
@@ -276,21 +279,16 @@ static int read_pax(ef__tar *t, uint64_t size, uint64_t off, ef__err *err)
                          (size_t)(p + i + len - 1 - val), base + i, err);
         i += len;
     }
-    ef_buffer_release(b);
     return rc;
 }
 
 /* A GNU long name ('L'): the name of the next member, NUL-terminated. */
-static int read_long_name(ef__tar *t, uint64_t size, uint64_t off, ef__err *err)
+static int parse_long_name(ef__tar *t, const char *p, size_t n,
+                           uint64_t base, ef__err *err)
 {
-    ef_buffer *b;
-    int rc = read_meta(t, size, off, "GNU long name", &b, err);
-    if (rc != EF_OK)
-        return rc;
-    const char *p = ef_buffer_data(b);
+    (void)base;
     ef__free(t->long_name);
-    t->long_name = dup_bytes(p, strnlen(p, ef_buffer_size(b)));
-    ef_buffer_release(b);
+    t->long_name = dup_bytes(p, strnlen(p, n));
     return t->long_name
                ? EF_OK
                : ef__err_set(err, EF_ENOMEM, "%s: out of memory", sname(t));
@@ -351,9 +349,11 @@ static int header(ef__tar *t, const unsigned char *h, uint64_t off,
             t->pending_offset = off;
         t->pending = 1;
         if (type == 'x')
-            return read_pax(t, size, off, err);
+            return read_meta(t, size, off, "pax extended header", parse_pax,
+                             err);
         if (type == 'L')
-            return read_long_name(t, size, off, err);
+            return read_meta(t, size, off, "GNU long name", parse_long_name,
+                             err);
         return skip_exact(t, size + padding(size), "GNU long link name", err);
     }
     if (type == 'g')
