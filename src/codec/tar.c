@@ -398,17 +398,25 @@ static int header(ef__tar *t, const unsigned char *h, uint64_t off,
     return EF_OK;
 }
 
+/* The archive or the data ends at `off` while an extended header still
+ * waits for the member it describes. */
+static int orphan_header(ef__tar *t, const char *end, uint64_t off,
+                         ef__err *err)
+{
+    return ef__err_set(err, EF_EFORMAT,
+                       "%s: %s at offset %llu, after an extended header at "
+                       "offset %llu that describes no member",
+                       sname(t), end, (unsigned long long)off,
+                       (unsigned long long)t->pending_offset);
+}
+
 /* A zero block at `off`: the end, if a second one or the end of the data
  * follows. */
 static int zero_block(ef__tar *t, uint64_t off, ef__err *err)
 {
     if (t->pending)
-        return ef__err_set(err, EF_EFORMAT,
-                           "%s: the archive ends (zero block at offset %llu) "
-                           "after an extended header at offset %llu that "
-                           "describes no member",
-                           sname(t), (unsigned long long)off,
-                           (unsigned long long)t->pending_offset);
+        return orphan_header(t, "the archive ends with a zero block", off,
+                             err);
     unsigned char blk[EF__TAR_BLOCK];
     int rc = ef__stream_read_full(t->s, blk, sizeof blk, "tar end block", err);
     if (rc == EF_END)
@@ -444,12 +452,7 @@ static int next_member(ef__tar *t, ef__tar_member *m, ef__err *err)
         unsigned char blk[EF__TAR_BLOCK];
         rc = ef__stream_read_full(t->s, blk, sizeof blk, "tar header", err);
         if (rc == EF_END && t->pending)
-            return ef__err_set(err, EF_EFORMAT,
-                               "%s: the data ends at offset %llu after an "
-                               "extended header at offset %llu that "
-                               "describes no member",
-                               sname(t), (unsigned long long)off,
-                               (unsigned long long)t->pending_offset);
+            return orphan_header(t, "the data ends", off, err);
         if (rc != EF_OK)
             return rc;
         int zero = 1;
