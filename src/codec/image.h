@@ -32,7 +32,7 @@ int ef__jpeg_encode(const unsigned char *pixels, int64_t h, int64_t w, int c,
 /* ---- the per-format codecs, for image.c ------------------------- */
 
 /* The per-format decoders behind ef__image_decode (magic already
- * checked, channels already validated). */
+ * checked, channels already validated), in builds with their library. */
 int ef__jpeg_decode(const unsigned char *data, size_t size, int channels,
                     const char *what, ef_buffer **out, int64_t shape[3],
                     ef__err *err);

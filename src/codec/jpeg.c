@@ -142,15 +142,6 @@ int ef__jpeg_encode(const unsigned char *pixels, int64_t h, int64_t w, int c,
     "echoflow was built without libjpeg-turbo (apt-get install "               \
     "libturbojpeg0-dev, then rebuild)"
 
-int ef__jpeg_decode(const unsigned char *data, size_t size, int channels,
-                    const char *what, ef_buffer **out, int64_t shape[3],
-                    ef__err *err)
-{
-    (void)data, (void)size, (void)channels, (void)out, (void)shape;
-    return ef__err_set(err, EF_EUNSUPPORTED,
-                       "%s: a JPEG image, but " NO_TURBOJPEG, what);
-}
-
 int ef__jpeg_encode(const unsigned char *pixels, int64_t h, int64_t w, int c,
                     int quality, ef_buffer **out, ef__err *err)
 {

@@ -140,15 +140,6 @@ int ef__png_encode(const unsigned char *pixels, int64_t h, int64_t w, int c,
     "echoflow was built without libspng (apt-get install libspng-dev, then "   \
     "rebuild)"
 
-int ef__png_decode(const unsigned char *data, size_t size, int channels,
-                   const char *what, ef_buffer **out, int64_t shape[3],
-                   ef__err *err)
-{
-    (void)data, (void)size, (void)channels, (void)out, (void)shape;
-    return ef__err_set(err, EF_EUNSUPPORTED, "%s: a PNG image, but " NO_SPNG,
-                       what);
-}
-
 int ef__png_encode(const unsigned char *pixels, int64_t h, int64_t w, int c,
                    ef_buffer **out, ef__err *err)
 {
