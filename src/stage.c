@@ -218,8 +218,7 @@ int ef__ctx_is_cancelled(ef__ctx *ctx)
 
 int ef__ctx_sleep_until(ef__ctx *ctx, uint64_t deadline_ns)
 {
-    struct timespec ts = {.tv_sec = (time_t)(deadline_ns / 1000000000u),
-                          .tv_nsec = (long)(deadline_ns % 1000000000u)};
+    struct timespec ts = ef__ns_to_timespec(deadline_ns);
     int rc = EF_OK;
     pthread_mutex_lock(&ctx->mu);
     for (;;) {

@@ -172,7 +172,7 @@ static void attempt_failed(http_conn *h, const char *what)
     double wait = h->received > h->start ? h->backoff_s : h->delay_s;
     double cap = h->backoff_s > MAX_BACKOFF_S ? h->backoff_s : MAX_BACKOFF_S;
     h->delay_s = wait * 2 < cap ? wait * 2 : cap;
-    h->retry_at = ef__now_ns() + (uint64_t)(wait * 1e9);
+    h->retry_at = ef__now_ns() + ef__s_to_ns(wait);
 }
 
 /* ---- libcurl callbacks -------------------------------------------- */
@@ -539,8 +539,7 @@ static int start_attempt(http_conn *h, ef__err *err)
         uint64_t ns = h->retry_at - now;
         if (ns > (uint64_t)POLL_MS * 1000000u)
             ns = (uint64_t)POLL_MS * 1000000u;
-        struct timespec ts = {(time_t)(ns / 1000000000u),
-                              (long)(ns % 1000000000u)};
+        struct timespec ts = ef__ns_to_timespec(ns);
         nanosleep(&ts, NULL);
         return EF_OK;
     }
@@ -599,7 +598,7 @@ static int multi_failed(http_conn *h, CURLMcode mc, ef__err *err)
  * slow. */
 static int too_slow(http_conn *h, uint64_t now, char *what, size_t cap)
 {
-    uint64_t limit = (uint64_t)(h->timeout_s * 1e9);
+    uint64_t limit = ef__s_to_ns(h->timeout_s);
     if (now - h->last_data >= limit) {
         snprintf(what, cap, "no data for %.3g s (the timeout)", h->timeout_s);
         return 1;
@@ -612,7 +611,7 @@ static int too_slow(http_conn *h, uint64_t now, char *what, size_t cap)
     }
     if (!h->checked || h->win_wait_ns < limit)
         return 0;
-    double window_s = (double)h->win_wait_ns / 1e9;
+    double window_s = ef__ns_to_s(h->win_wait_ns);
     if ((double)h->win_bytes < MIN_BODY_RATE * window_s) {
         snprintf(what, cap,
                  "body slower than %d bytes/s for %.3g s at byte %llu "
@@ -643,7 +642,7 @@ static int pump_once(http_conn *h, ef__err *err)
         }
     }
     uint64_t now = ef__now_ns();
-    uint64_t limit = (uint64_t)(h->timeout_s * 1e9);
+    uint64_t limit = ef__s_to_ns(h->timeout_s);
     char what[160];
     /* also when data came: a body that drips a byte per round would
      * otherwise rarely be looked at (what came is still handed out) */

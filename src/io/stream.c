@@ -460,5 +460,5 @@ void ef__stream_get_stats(const ef__stream *s, ef__stream_stats *out)
 {
     out->raw_bytes = s->raw_bytes;
     out->retries = s->backend->retries ? s->backend->retries(s->impl) : 0;
-    out->read_s = (double)s->read_ns / 1e9;
+    out->read_s = ef__ns_to_s(s->read_ns);
 }

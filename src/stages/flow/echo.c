@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "core/alloc.h"
+#include "core/clock.h"
 #include "core/sample.h"
 #include "stage.h"
 #include "stages/flow/echo_rates.h"
@@ -460,7 +461,7 @@ static void echo_stats(const ef__stage *s, ef_stage_stats *out)
     ef__stats_extra(out, "upstream_busy",
                     e.r > 0 && factor > 0 ? fmin(1.0, e.r / factor) : 0);
     ef__stats_extra(out, "downstream_wait_s",
-                    (double)ef__stat_get(s->pulled_ns) * 1e-9);
+                    ef__ns_to_s(ef__stat_get(s->pulled_ns)));
 }
 
 static const ef__option_def echo_options[] = {

@@ -65,10 +65,9 @@ void ef__rates_estimate(ef__rates *r, ef__rate_estimate *out)
     pthread_mutex_unlock(&r->mu);
     double up_items = (double)(b.up_items - a.up_items);
     double out_items = (double)(b.out_items - a.out_items);
-    double up_s = (double)(b.up_ns - a.up_ns) * 1e-9;
+    double up_s = ef__ns_to_s(b.up_ns - a.up_ns);
     double busy_s =
-        ((double)(b.t_ns - a.t_ns) - (double)(b.in_echo_ns - a.in_echo_ns)) *
-        1e-9;
+        ef__ns_to_s(b.t_ns - a.t_ns) - ef__ns_to_s(b.in_echo_ns - a.in_echo_ns);
     out->upstream_rate = up_s > 0 && up_items > 0 ? up_items / up_s : 0;
     out->downstream_rate = busy_s > 0 && out_items > 0 ? out_items / busy_s : 0;
     out->r = out->upstream_rate > 0 && out->downstream_rate > 0

@@ -36,6 +36,7 @@
 
 #include "codec/tar.h"
 #include "core/alloc.h"
+#include "core/clock.h"
 #include "core/queue.h"
 #include "io/stream.h"
 #include "stage.h"
@@ -90,7 +91,7 @@ static void update_stats(reader *r, ef__stream *s, ef__stream_stats *prev)
     ef__stat_add(&r->bytes, now.raw_bytes - prev->raw_bytes);
     ef__stat_add(&r->retries, now.retries - prev->retries);
     double dt = now.read_s - prev->read_s;
-    ef__stat_add(&r->read_ns, dt > 0 ? (uint64_t)(dt * 1e9) : 0);
+    ef__stat_add(&r->read_ns, ef__s_to_ns(dt));
     *prev = now;
 }
 
@@ -563,7 +564,7 @@ static void tar_stats(const ef__stage *s, ef_stage_stats *out)
     }
     ef__stats_extra(out, "shards", (double)shards);
     ef__stats_extra(out, "bytes", (double)bytes);
-    ef__stats_extra(out, "MB/s", ns ? (double)bytes / 1e6 / (ns * 1e-9) : 0);
+    ef__stats_extra(out, "MB/s", ns ? (double)bytes / 1e6 / ef__ns_to_s(ns) : 0);
     ef__stats_extra(out, "retries", (double)retries);
 }
 

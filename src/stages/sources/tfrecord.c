@@ -17,6 +17,7 @@
 
 #include "codec/tfrecord.h"
 #include "core/alloc.h"
+#include "core/clock.h"
 #include "stage.h"
 #include "io/paths.h"
 
@@ -88,7 +89,7 @@ static void close_file(tfrecord_state *st)
     ef__stream_stats ss;
     ef__stream_get_stats(st->stream, &ss);
     ef__stat_add(&st->bytes, ss.raw_bytes);
-    ef__stat_add(&st->read_ns, (uint64_t)(ss.read_s * 1e9));
+    ef__stat_add(&st->read_ns, ef__s_to_ns(ss.read_s));
     ef__stat_add(&st->retries, ss.retries);
     ef__stat_add(&st->files_read, 1);
     ef__stream_close(st->stream);
@@ -199,10 +200,10 @@ static void tfrecord_stats(const ef__stage *s, ef_stage_stats *out)
     const tfrecord_state *st = s->state;
     ef__stats_extra(out, "files", (double)ef__stat_get(&st->files_read));
     double bytes = (double)ef__stat_get(&st->bytes),
-           ns = (double)ef__stat_get(&st->read_ns);
+           read_s = ef__ns_to_s(ef__stat_get(&st->read_ns));
     ef__stats_extra(out, "bytes", bytes);
     /* bytes over the time spent reading them, not over the whole run */
-    ef__stats_extra(out, "MB/s", ns > 0 ? bytes / 1e6 / (ns * 1e-9) : 0);
+    ef__stats_extra(out, "MB/s", read_s > 0 ? bytes / 1e6 / read_s : 0);
     ef__stats_extra(out, "retries", (double)ef__stat_get(&st->retries));
 }
 
