@@ -60,6 +60,12 @@ int ef__stage_reset_upstream(ef__stage *s, int64_t epoch, ef__err *err)
     return s->up ? ef__stage_reset(s->up, epoch, err) : EF_OK;
 }
 
+int ef__stage_stopped(const ef__stage *s, ef__err *err)
+{
+    return ef__err_set(err, EF_ECANCELED, "%s: the pipeline was stopped",
+                       s->def->info.name);
+}
+
 void ef__stage_rng(const ef__stage *s, ef__rng *r, ef_sample_id id)
 {
     ef__rng_init(r, s->ctx->seed, (uint64_t)s->index, id.index, id.epoch,

@@ -163,6 +163,9 @@ int ef__stage_skip(ef__stage *s, ef__err *err);
  * clears err and returns 1. */
 int ef__stage_abandon(ef__stage *s, ef__err *err, const char *part,
                       uint64_t at, int64_t size);
+/* EF_ECANCELED, with the one message every stage gives when the
+ * pipeline is stopped under it: "<stage>: the pipeline was stopped". */
+int ef__stage_stopped(const ef__stage *s, ef__err *err);
 /* Keyed generator for a decision of stage `s` about a sample. */
 void ef__stage_rng(const ef__stage *s, ef__rng *r, ef_sample_id id);
 

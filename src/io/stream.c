@@ -218,7 +218,8 @@ void ef__stream_close(ef__stream *s)
 static int check_cancel(const ef__stream *s, ef__err *err)
 {
     if (s->cancelled && atomic_load(s->cancelled))
-        return ef__err_set(err, EF_ECANCELED, "%s: pipeline stopped", s->name);
+        return ef__err_set(err, EF_ECANCELED, "%s: the pipeline was stopped",
+                           s->name);
     return EF_OK;
 }
 

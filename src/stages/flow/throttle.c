@@ -46,7 +46,7 @@ static int throttle_next(ef__stage *s, ef_sample **out, ef__err *err)
              ef__ctx_sleep_until(s->ctx, (uint64_t)st->next_ns) != EF_OK) {
         ef_sample_free(*out);
         *out = NULL;
-        return ef__err_set(err, EF_ECANCELED, "throttle: stopped");
+        return ef__stage_stopped(s, err);
     }
     st->next_ns += st->interval_ns;
     st->returned_ns = ef__now_ns();
