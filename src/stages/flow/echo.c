@@ -24,9 +24,9 @@
 #include "core/alloc.h"
 #include "core/clock.h"
 #include "core/sample.h"
+#include "feed.h"
 #include "stage.h"
 #include "stages/flow/echo_rates.h"
-#include "stages/flow/pump.h"
 #include "stages/flow/shuffle_buffer.h"
 
 typedef struct {
@@ -55,7 +55,7 @@ typedef struct {
     int copies_left; /* copies of `held` still to emit */
     int next_copy;   /* echo_copy number of the next copy */
     /* auto */
-    ef__pump *pump; /* when the upstream cannot be polled */
+    ef__feed *pump; /* when the upstream cannot be polled */
     pooled *pool;
     size_t pool_cap, pool_n, pool_next; /* ring: pool_next is the oldest */
     uint64_t pool_bytes; /* payload the pool keeps alive (memory budget) */
@@ -125,11 +125,12 @@ static int echo_open(ef__stage *s, ef__err *err)
         st->pump = ef__calloc(1, sizeof *st->pump);
         if (!st->pump)
             return ef__err_set(err, EF_ENOMEM, "echo: out of memory");
-        int rc = ef__pump_init(st->pump, s, st->pool_cap, err);
+        int rc = ef__feed_init(st->pump, s, st->pool_cap, 1, ef__feed_pump,
+                               st->pump, err);
         if (rc == EF_OK)
-            rc = ef__pump_start(st->pump, err);
+            rc = ef__feed_start(st->pump, err);
         if (rc != EF_OK) {
-            ef__pump_destroy(st->pump);
+            ef__feed_destroy(st->pump);
             ef__free(st->pump);
             st->pump = NULL;
             return rc;
@@ -202,7 +203,7 @@ static int take_fresh(ef__stage *s, echo_state *st, int block, ef_sample **out,
                       ef__err *err)
 {
     if (st->pump)
-        return ef__pump_next(st->pump, out, block, err);
+        return ef__feed_take(st->pump, out, block, err);
     return block ? ef__stage_pull(s, out, err) : ef__stage_poll(s, out, err);
 }
 
@@ -402,7 +403,7 @@ static int echo_reset(ef__stage *s, int64_t epoch, ef__err *err)
     if (st->pool)
         pool_clear(s, st);
     if (st->pump)
-        return ef__pump_restart(st->pump, epoch, err);
+        return ef__feed_restart(st->pump, epoch, err);
     return ef__stage_reset_upstream(s, epoch, err);
 }
 
@@ -410,7 +411,7 @@ static void echo_cancel(ef__stage *s)
 {
     echo_state *st = s->state;
     if (st->pump)
-        ef__pump_cancel(st->pump);
+        ef__feed_cancel(st->pump);
 }
 
 static void echo_destroy(ef__stage *s)
@@ -419,7 +420,7 @@ static void echo_destroy(ef__stage *s)
     if (!st)
         return;
     if (st->pump) {
-        ef__pump_destroy(st->pump);
+        ef__feed_destroy(st->pump);
         ef__free(st->pump);
     }
     if (st->up_ns)
