@@ -13,15 +13,16 @@
  * ring), never the other way round. `input_done` is atomic so a worker
  * whose transform failed can stop the input without taking `in_mu`, which
  * a worker waiting for room may hold. The transform runs under neither
- * lock. */
+ * lock. The threads and the queue are a feed (feed.h), which
+ * also keeps the END or error the consumer took, in either mode. */
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "core/alloc.h"
 #include "core/clock.h"
-#include "core/queue.h"
 #include "core/sample.h"
+#include "feed.h"
 #include "stage.h"
 #include "stages/flow/map.h"
 
@@ -40,8 +41,6 @@ typedef struct {
     ef_map_fn fn;
     void *user;
     int nthreads, ordered;
-    pthread_t *threads;
-    int started; /* threads running or to be joined */
     pthread_mutex_t in_mu, mu;
     pthread_cond_t can_submit, can_emit;
     slot *ring;
@@ -51,9 +50,7 @@ typedef struct {
     int stopped, active;
     int emit_waiting;   /* the consumer sleeps on can_emit */
     int submit_waiters; /* workers sleeping on can_submit */
-    int final_status;   /* what the consumer got last: END or an error */
-    ef__err final_err;
-    ef__queue out; /* unordered mode */
+    ef__feed feed;      /* the workers; its queue serves unordered mode */
 } map_state;
 
 /* ---- the built-in transforms ------------------------------------ */
@@ -209,16 +206,10 @@ static int take_input(ef__stage *s, map_state *st, uint64_t *seq,
 }
 
 /* Hands a result over; returns 0 when the worker should stop. */
-static int deliver(ef__stage *s, map_state *st, uint64_t seq, ef__item *item)
+static int deliver(map_state *st, uint64_t seq, ef__item *item)
 {
-    if (!st->ordered) {
-        uint64_t waited = 0;
-        int rc = ef__queue_push(&st->out, item, &waited);
-        ef__stat_add(&s->wait_down_ns, waited);
-        if (rc != EF_OK)
-            ef__item_clear(item);
-        return rc == EF_OK;
-    }
+    if (!st->ordered)
+        return ef__feed_push(&st->feed, item) == EF_OK;
     pthread_mutex_lock(&st->mu);
     slot *sl = &st->ring[seq % st->cap];
     sl->item = *item;
@@ -249,7 +240,7 @@ static void *worker_main(void *arg)
         /* unordered: END goes out only from the last worker, below */
         if (!st->ordered && item.status == EF_END)
             break;
-        if (!deliver(s, st, seq, &item) || last)
+        if (!deliver(st, seq, &item) || last)
             break;
     }
     if (!st->ordered) {
@@ -258,7 +249,7 @@ static void *worker_main(void *arg)
         pthread_mutex_unlock(&st->mu);
         if (last_one) {
             ef__item end = {.status = EF_END};
-            ef__queue_push(&st->out, &end, NULL);
+            ef__feed_push(&st->feed, &end);
         }
     }
     return NULL;
@@ -266,31 +257,16 @@ static void *worker_main(void *arg)
 
 /* ---- the stage ---------------------------------------------------- */
 
-static int start_threads(ef__stage *s, ef__err *err)
+/* After starting the workers (rc: how that went): when some did not
+ * start, the last of those that did still hands END over. */
+static int started(map_state *st, int rc)
 {
-    map_state *st = s->state;
-    st->active = st->nthreads;
-    for (int i = 0; i < st->nthreads; i++) {
-        int rc = pthread_create(&st->threads[i], NULL, worker_main, s);
-        if (rc != 0) {
-            /* the threads already started stop on their own at cancel */
-            st->active -= st->nthreads - i;
-            st->started = i;
-            return ef__err_set(err, EF_ENOMEM,
-                               "map: cannot start thread %d: "
-                               "%s",
-                               i, strerror(rc));
-        }
+    if (rc != EF_OK) {
+        pthread_mutex_lock(&st->mu);
+        st->active -= st->nthreads - st->feed.started;
+        pthread_mutex_unlock(&st->mu);
     }
-    st->started = st->nthreads;
-    return EF_OK;
-}
-
-static void join_threads(map_state *st)
-{
-    for (int i = 0; i < st->started; i++)
-        pthread_join(st->threads[i], NULL);
-    st->started = 0;
+    return rc;
 }
 
 static int map_create(ef__stage *s, const ef__opts *o, ef__err *err)
@@ -329,20 +305,18 @@ int ef__map_setup(ef__stage *s, ef_map_fn fn, void *user, int threads,
     st->nthreads = threads;
     st->ordered = ordered;
     st->cap = (size_t)st->nthreads * 16;
-    st->threads = ef__calloc((size_t)st->nthreads, sizeof *st->threads);
     st->ring = ef__calloc(st->cap, sizeof *st->ring);
-    int qrc = ef__queue_init(&st->out, st->cap);
-    if (!st->threads || !st->ring || qrc != EF_OK) {
-        if (qrc == EF_OK)
-            ef__queue_destroy(&st->out);
-        ef__free(st->threads);
+    /* the ordered ring is bounded by its count of slots only; the queue
+     * is charged to the budget */
+    int rc = st->ring ? ef__feed_init(&st->feed, s, st->cap, threads,
+                                      worker_main, s, err)
+                      : ef__err_set(err, EF_ENOMEM, "%s: out of memory",
+                                    s->def->info.name);
+    if (rc != EF_OK) {
         ef__free(st->ring);
         ef__free(st);
-        return ef__err_set(err, EF_ENOMEM, "%s: out of memory",
-                           s->def->info.name);
+        return rc;
     }
-    /* the ordered ring is bounded by its count of slots only */
-    ef__queue_set_budget(&st->out, &s->ctx->budget, s->def->info.name);
     pthread_mutex_init(&st->in_mu, NULL);
     pthread_mutex_init(&st->mu, NULL);
     pthread_cond_init(&st->can_submit, NULL);
@@ -353,62 +327,61 @@ int ef__map_setup(ef__stage *s, ef_map_fn fn, void *user, int threads,
 
 int ef__map_open(ef__stage *s, ef__err *err)
 {
-    return start_threads(s, err);
+    map_state *st = s->state;
+    st->active = st->nthreads;
+    return started(st, ef__feed_start(&st->feed, err));
 }
 
-static int finish(map_state *st, ef__item *item, ef__err *err)
+/* Ordered mode: the item of slot `emit`, once a worker has put it there;
+ * EF_ECANCELED when the stage was stopped. */
+static int take_slot(ef__stage *s, map_state *st, ef__item *item, ef__err *err)
 {
-    st->final_status = item->status;
-    if (item->status < 0) {
-        ef__err_set(&st->final_err, item->status, "%s",
-                    item->msg ? item->msg : ef_strerror(item->status));
-        memcpy(err, &st->final_err, sizeof *err);
+    pthread_mutex_lock(&st->mu);
+    slot *sl = &st->ring[st->emit % st->cap];
+    st->emit_waiting = 1;
+    while (!sl->done && !st->stopped)
+        pthread_cond_wait(&st->can_emit, &st->mu);
+    st->emit_waiting = 0;
+    if (st->stopped) {
+        pthread_mutex_unlock(&st->mu);
+        return ef__stage_stopped(s, err);
     }
-    ef__item_clear(item);
-    return st->final_status;
+    *item = sl->item;
+    sl->done = 0;
+    memset(&sl->item, 0, sizeof sl->item);
+    if (item->status == EF_OK) {
+        st->emit++;
+        /* wake workers in bulk, once half the ring is free: fewer
+         * context switches than one wake-up per item */
+        if (st->submit_waiters && st->submit - st->emit <= st->cap / 2)
+            pthread_cond_broadcast(&st->can_submit);
+    }
+    pthread_mutex_unlock(&st->mu);
+    return EF_OK;
 }
 
 int ef__map_next(ef__stage *s, ef_sample **out, ef__err *err)
 {
     map_state *st = s->state;
-    *out = NULL;
-    if (st->final_status) {
-        if (st->final_status < 0)
-            memcpy(err, &st->final_err, sizeof *err);
-        return st->final_status;
-    }
-    ef__item item;
-again:
+    int rc;
+    /* either way an item without a sample is one dropped under
+     * on_error=skip */
     if (!st->ordered) {
-        if (ef__queue_pop(&st->out, &item, NULL) != EF_OK)
-            return ef__err_set(err, EF_ECANCELED, "map: stopped");
-    } else {
-        pthread_mutex_lock(&st->mu);
-        slot *sl = &st->ring[st->emit % st->cap];
-        st->emit_waiting = 1;
-        while (!sl->done && !st->stopped)
-            pthread_cond_wait(&st->can_emit, &st->mu);
-        st->emit_waiting = 0;
-        if (st->stopped) {
-            pthread_mutex_unlock(&st->mu);
-            return ef__err_set(err, EF_ECANCELED, "map: stopped");
-        }
-        item = sl->item;
-        sl->done = 0;
-        memset(&sl->item, 0, sizeof sl->item);
-        if (item.status == EF_OK) {
-            st->emit++;
-            /* wake workers in bulk, once half the ring is free: fewer
-             * context switches than one wake-up per item */
-            if (st->submit_waiters && st->submit - st->emit <= st->cap / 2)
-                pthread_cond_broadcast(&st->can_submit);
-        }
-        pthread_mutex_unlock(&st->mu);
+        do
+            rc = ef__feed_take(&st->feed, out, 1, err);
+        while (rc == EF_OK && !*out);
+        return rc;
     }
-    if (item.status != EF_OK)
-        return finish(st, &item, err);
-    if (!item.sample)
-        goto again; /* a bad sample dropped under on_error=skip */
+    *out = NULL;
+    if ((rc = ef__feed_final(&st->feed, err)) != 0)
+        return rc;
+    ef__item item;
+    do {
+        if ((rc = take_slot(s, st, &item, err)) != EF_OK)
+            return rc;
+        if (item.status != EF_OK)
+            return ef__feed_finish(&st->feed, &item, err);
+    } while (!item.sample);
     *out = item.sample;
     return EF_OK;
 }
@@ -416,36 +389,26 @@ again:
 int ef__map_reset(ef__stage *s, int64_t epoch, ef__err *err)
 {
     map_state *st = s->state;
-    /* After the END the consumer took, the workers have ended. Mid-pass
-     * (take under repeat) they may wait on a full ring or queue: stop
+    /* Mid-pass (take under repeat) the workers may wait on a full ring or
+     * queue (after the END the consumer took, they have ended): stop
      * them, then drop what they had done. */
-    int mid_pass = st->final_status == 0;
-    if (mid_pass)
-        ef__map_cancel(s);
-    join_threads(st);
-    if (mid_pass) {
-        for (size_t i = 0; i < st->cap; i++)
-            if (st->ring[i].done) {
-                ef__item_clear(&st->ring[i].item);
-                st->ring[i].done = 0;
-            }
-        ef__queue_reopen(&st->out);
-        pthread_mutex_lock(&st->mu);
-        st->stopped = 0;
-        pthread_mutex_unlock(&st->mu);
-        /* a stop that came just before the reopen stays */
-        if (ef__ctx_is_cancelled(s->ctx)) {
-            ef__map_cancel(s);
-            return ef__err_set(err, EF_ECANCELED,
-                               "%s: the pipeline was stopped",
-                               s->def->info.name);
+    ef__map_cancel(s);
+    ef__feed_stop(&st->feed);
+    for (size_t i = 0; i < st->cap; i++)
+        if (st->ring[i].done) {
+            ef__item_clear(&st->ring[i].item);
+            st->ring[i].done = 0;
         }
-    }
+    pthread_mutex_lock(&st->mu);
+    st->stopped = 0;
+    pthread_mutex_unlock(&st->mu);
     atomic_store(&st->input_done, 0);
-    st->final_status = 0;
     st->submit = st->emit = 0;
-    int rc = ef__stage_reset_upstream(s, epoch, err);
-    return rc == EF_OK ? start_threads(s, err) : rc;
+    st->active = st->nthreads;
+    int rc = started(st, ef__feed_restart(&st->feed, epoch, err));
+    if (rc == EF_ECANCELED) /* a stop that came before the restart stays */
+        ef__map_cancel(s);
+    return rc;
 }
 
 void ef__map_cancel(ef__stage *s)
@@ -456,24 +419,22 @@ void ef__map_cancel(ef__stage *s)
     pthread_cond_broadcast(&st->can_submit);
     pthread_cond_broadcast(&st->can_emit);
     pthread_mutex_unlock(&st->mu);
-    ef__queue_close(&st->out);
+    ef__feed_cancel(&st->feed);
 }
 
 void ef__map_destroy(ef__stage *s)
 {
     map_state *st = s->state;
     ef__map_cancel(s);
-    join_threads(st);
+    ef__feed_destroy(&st->feed);
     for (size_t i = 0; i < st->cap; i++)
         if (st->ring[i].done)
             ef__item_clear(&st->ring[i].item);
-    ef__queue_destroy(&st->out);
     pthread_mutex_destroy(&st->in_mu);
     pthread_mutex_destroy(&st->mu);
     pthread_cond_destroy(&st->can_submit);
     pthread_cond_destroy(&st->can_emit);
     ef__free(st->ring);
-    ef__free(st->threads);
     ef__free(st);
 }
 
