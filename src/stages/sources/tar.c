@@ -23,21 +23,21 @@
  * on with the next. A malformed sample (wds.h) is dropped and counted as
  * skipped.
  *
- * Lock rules: each reader's queue has its own lock (core/queue.c); the
- * queues live as long as the stage, closed to stop their readers and
- * reopened for the next pass. `mu` guards ready_seq (bumped after every
- * push in unordered mode, so the consumer can wait for "some queue has an
- * item"). No lock is held while another is taken, and none while reading.
- * Threads: the readers, started by open() and reset(), end after handing
- * over their END or an error, or when their queue is closed; reset() and
- * destroy() join them. */
+ * Lock rules: each reader is a feed (feed.h) of one thread, with a queue
+ * that has its own lock (core/queue.c); the queues live as long as the
+ * stage, closed to stop their readers and reopened for the next pass.
+ * `mu` guards ready_seq (bumped after every push in unordered mode, so the
+ * consumer can wait for "some queue has an item"). No lock is held while
+ * another is taken, and none while reading. Threads: the readers, started
+ * by open() and reset(), end after handing over their END or an error, or
+ * when their queue is closed; reset() and destroy() join them. */
 #include <stdio.h>
 #include <string.h>
 
 #include "codec/tar.h"
 #include "core/alloc.h"
 #include "core/clock.h"
-#include "core/queue.h"
+#include "feed.h"
 #include "io/stream.h"
 #include "stage.h"
 #include "io/paths.h"
@@ -47,11 +47,8 @@ typedef struct tar_state tar_state;
 
 typedef struct {
     tar_state *st;
-    ef__queue q;
-    pthread_t thread;
-    int running; /* a thread was started and not yet joined */
-    size_t next; /* ordered: the reader's next index in the pass order */
-    int done;    /* consumer side: END or an error was taken */
+    ef__feed feed; /* finished: END or an error was taken */
+    size_t next;   /* ordered: the reader's next index in the pass order */
     /* statistics, written by the reader thread only */
     _Atomic uint64_t bytes, read_ns, retries, shards;
 } reader;
@@ -67,19 +64,16 @@ struct tar_state {
     size_t depth;
     ef__stream_opts sopts;
     atomic_int stop;           /* readers stop reading (cancel, or reset) */
-    atomic_int cancelled;      /* the pipeline was stopped (sticky) */
     _Atomic size_t next_shard; /* unordered: next index in the order */
     reader *readers;
     /* consumer side */
-    int rr;    /* the reader to take from next */
-    int alive; /* readers that have not ended */
-    int finished, final_status;
-    ef__err final_err;
+    int rr;         /* the reader to take from next */
+    int alive;      /* readers that have not ended */
+    reader *failed; /* the one that handed over an error, if any */
     /* see the lock rules above */
     pthread_mutex_t mu;
     pthread_cond_t ready;
     uint64_t ready_seq;
-    int nqueues; /* reader queues initialised (all, once created) */
 };
 
 /* ---- readers ------------------------------------------------------ */
@@ -100,15 +94,8 @@ static void update_stats(reader *r, ef__stream *s, ef__stream_stats *prev)
 static int push(reader *r, ef__item *item)
 {
     tar_state *st = r->st;
-    uint64_t waited = 0;
-    int rc = ef__queue_push(&r->q, item, &waited);
-    /* several readers add to the stage's counter: a real atomic add */
-    atomic_fetch_add_explicit(&st->s->wait_down_ns, waited,
-                              memory_order_relaxed);
-    if (rc != EF_OK) {
-        ef__item_clear(item);
+    if (ef__feed_push(&r->feed, item) != EF_OK)
         return EF_ECANCELED;
-    }
     if (!st->ordered) {
         pthread_mutex_lock(&st->mu);
         st->ready_seq++;
@@ -282,23 +269,15 @@ static void make_order(tar_state *st, int64_t epoch)
     }
 }
 
-static void close_queues(tar_state *st)
-{
-    for (int i = 0; i < st->nqueues; i++)
-        ef__queue_close(&st->readers[i].q);
-}
-
-/* Closes the queues (waking every reader) and joins the readers. Never
- * called concurrently with itself. */
+/* Wakes every reader and joins them all, before a new pass changes what
+ * they read. Never called concurrently with itself. */
 static void stop_readers(tar_state *st)
 {
     atomic_store(&st->stop, 1);
-    close_queues(st);
-    for (int i = 0; i < st->nreaders; i++) {
-        if (st->readers[i].running)
-            pthread_join(st->readers[i].thread, NULL);
-        st->readers[i].running = 0;
-    }
+    for (int i = 0; i < st->nreaders; i++)
+        ef__feed_cancel(&st->readers[i].feed);
+    for (int i = 0; i < st->nreaders; i++)
+        ef__feed_stop(&st->readers[i].feed);
 }
 
 static int start_readers(tar_state *st, int64_t epoch, ef__err *err)
@@ -309,25 +288,15 @@ static int start_readers(tar_state *st, int64_t epoch, ef__err *err)
     atomic_store(&st->stop, 0);
     st->rr = 0;
     st->alive = st->nreaders;
-    st->finished = 0;
-    for (int i = 0; i < st->nqueues; i++)
-        ef__queue_reopen(&st->readers[i].q); /* drops a pass cut short */
-    /* cancel() sets `cancelled` before it closes: a stop that came just
-     * before the reopen is seen here */
-    if (atomic_load(&st->cancelled)) {
-        close_queues(st);
-        return ef__err_set(err, EF_ECANCELED, "tar: the pipeline was stopped");
-    }
+    st->failed = NULL;
     for (int i = 0; i < st->nreaders; i++) {
         reader *r = &st->readers[i];
         r->next = (size_t)i;
-        r->done = 0;
-        int e = pthread_create(&r->thread, NULL, reader_main, r);
-        if (e != 0)
-            return ef__err_set(err, EF_ENOMEM,
-                               "tar: cannot start reader thread %d: %s", i,
-                               strerror(e));
-        r->running = 1;
+        int rc = ef__feed_rewind(&r->feed, err); /* drops a pass cut short */
+        if (rc == EF_OK)
+            rc = ef__feed_start(&r->feed, err);
+        if (rc != EF_OK)
+            return rc;
     }
     return EF_OK;
 }
@@ -373,16 +342,12 @@ static int tar_create(ef__stage *s, const ef__opts *o, ef__err *err)
                            n);
     for (size_t k = 0; k < st->nkept; k++)
         st->kept[k] = part.i + (int64_t)k * part.n;
-    for (int i = 0; i < st->nreaders; i++) {
-        st->readers[i].st = st;
-        if (ef__queue_init(&st->readers[i].q, st->depth) != EF_OK)
-            return ef__err_set(err, EF_ENOMEM,
-                               "tar: out of memory for %d queues of %zu",
-                               st->nreaders, st->depth);
-        ef__queue_set_budget(&st->readers[i].q, &s->ctx->budget, "tar");
-        st->nqueues++;
+    for (int i = 0; i < st->nreaders && rc == EF_OK; i++) {
+        reader *r = &st->readers[i];
+        r->st = st;
+        rc = ef__feed_init(&r->feed, s, st->depth, 1, reader_main, r, err);
     }
-    return EF_OK;
+    return rc;
 }
 
 static int tar_open(ef__stage *s, ef__err *err)
@@ -390,37 +355,19 @@ static int tar_open(ef__stage *s, ef__err *err)
     return start_readers(s->state, 0, err);
 }
 
-static int finish(tar_state *st, int status, const char *msg, ef__err *err)
+/* Takes from reader r, which has not ended: a sample, EF_AGAIN, its END
+ * (the caller goes on with the others), or an error or a stop that ends
+ * the stage. */
+static int take_from(tar_state *st, reader *r, ef_sample **out, int block,
+                     ef__err *err)
 {
-    st->finished = 1;
-    st->final_status = status;
-    if (status < 0) {
-        ef__err_set(&st->final_err, status, "%s",
-                    msg ? msg : ef_strerror(status));
-        *err = st->final_err;
+    int rc = ef__feed_take(&r->feed, out, block, err);
+    if (r->feed.finished) { /* it handed its END or an error over */
+        st->alive--;
+        if (rc < 0)
+            st->failed = r;
     }
-    return status;
-}
-
-/* What a reader handed over besides a sample: its END (1: go on with
- * the others) or an error (the stage fails with it). */
-static int reader_ended(tar_state *st, reader *r, ef__item *item, ef__err *err)
-{
-    r->done = 1;
-    st->alive--;
-    int status = item->status;
-    if (status == EF_END) {
-        ef__item_clear(item);
-        return 1;
-    }
-    finish(st, status, item->msg, err);
-    ef__item_clear(item);
-    return 0;
-}
-
-static int stopped(ef__err *err)
-{
-    return ef__err_set(err, EF_ECANCELED, "tar: the pipeline was stopped");
+    return rc;
 }
 
 /* Round robin: one sample from each reader in turn. */
@@ -428,26 +375,18 @@ static int take_ordered(tar_state *st, ef_sample **out, int block, ef__err *err)
 {
     while (st->alive > 0) {
         reader *r = &st->readers[st->rr];
-        if (r->done) {
+        if (r->feed.finished) {
             st->rr = (st->rr + 1) % st->nreaders;
             continue;
         }
-        ef__item item;
-        int rc = block ? ef__queue_pop(&r->q, &item, NULL)
-                       : ef__queue_try_pop(&r->q, &item);
+        int rc = take_from(st, r, out, block, err);
         if (rc == EF_AGAIN)
             return EF_AGAIN;
-        if (rc != EF_OK)
-            return stopped(err);
         st->rr = (st->rr + 1) % st->nreaders;
-        if (item.status == EF_OK) {
-            *out = item.sample;
-            return EF_OK;
-        }
-        if (!reader_ended(st, r, &item, err))
-            return st->final_status;
+        if (rc != EF_END)
+            return rc;
     }
-    return finish(st, EF_END, NULL, err);
+    return EF_END;
 }
 
 /* Whichever reader has a sample, starting after the last one served. */
@@ -460,21 +399,14 @@ static int take_any(tar_state *st, ef_sample **out, int block, ef__err *err)
         for (int i = 0; i < st->nreaders && st->alive > 0; i++) {
             int k = (st->rr + i) % st->nreaders;
             reader *r = &st->readers[k];
-            if (r->done)
+            if (r->feed.finished)
                 continue;
-            ef__item item;
-            int rc = ef__queue_try_pop(&r->q, &item);
-            if (rc == EF_AGAIN)
+            int rc = take_from(st, r, out, 0, err);
+            if (rc == EF_AGAIN || rc == EF_END)
                 continue;
-            if (rc != EF_OK)
-                return stopped(err);
-            if (item.status == EF_OK) {
+            if (rc == EF_OK)
                 st->rr = (k + 1) % st->nreaders;
-                *out = item.sample;
-                return EF_OK;
-            }
-            if (!reader_ended(st, r, &item, err))
-                return st->final_status;
+            return rc;
         }
         if (st->alive == 0)
             break;
@@ -482,25 +414,23 @@ static int take_any(tar_state *st, ef_sample **out, int block, ef__err *err)
             return EF_AGAIN;
         /* every push bumps ready_seq after the item is in its queue, so
          * a push made since `seen` was read ends this wait */
+        ef__ctx *ctx = st->s->ctx;
         pthread_mutex_lock(&st->mu);
-        while (st->ready_seq == seen && !atomic_load(&st->cancelled))
+        while (st->ready_seq == seen && !ef__ctx_is_cancelled(ctx))
             pthread_cond_wait(&st->ready, &st->mu);
         pthread_mutex_unlock(&st->mu);
-        if (atomic_load(&st->cancelled))
-            return stopped(err);
+        if (ef__ctx_is_cancelled(ctx))
+            return ef__stage_stopped(st->s, err);
     }
-    return finish(st, EF_END, NULL, err);
+    return EF_END;
 }
 
 static int take(ef__stage *s, ef_sample **out, int block, ef__err *err)
 {
     tar_state *st = s->state;
     *out = NULL;
-    if (st->finished) {
-        if (st->final_status < 0)
-            *err = st->final_err;
-        return st->final_status;
-    }
+    if (st->failed)
+        return ef__feed_final(&st->failed->feed, err);
     return st->ordered ? take_ordered(st, out, block, err)
                        : take_any(st, out, block, err);
 }
@@ -525,9 +455,10 @@ static int tar_reset(ef__stage *s, int64_t epoch, ef__err *err)
 static void tar_cancel(ef__stage *s)
 {
     tar_state *st = s->state;
-    atomic_store(&st->cancelled, 1);
     atomic_store(&st->stop, 1);
-    close_queues(st);
+    for (int i = 0; i < st->nreaders; i++)
+        ef__feed_cancel(&st->readers[i].feed);
+    /* the pipeline's flag, which take_any() waits on, is set already */
     pthread_mutex_lock(&st->mu);
     pthread_cond_broadcast(&st->ready);
     pthread_mutex_unlock(&st->mu);
@@ -537,11 +468,10 @@ static void tar_destroy(ef__stage *s)
 {
     tar_state *st = s->state;
     if (st->readers) {
-        tar_cancel(s);
         stop_readers(st);
+        for (int i = 0; i < st->nreaders; i++)
+            ef__feed_destroy(&st->readers[i].feed);
     }
-    for (int i = 0; i < st->nqueues; i++)
-        ef__queue_destroy(&st->readers[i].q);
     ef__paths_free(&st->urls);
     ef__free(st->kept);
     ef__free(st->order);
@@ -564,7 +494,8 @@ static void tar_stats(const ef__stage *s, ef_stage_stats *out)
     }
     ef__stats_extra(out, "shards", (double)shards);
     ef__stats_extra(out, "bytes", (double)bytes);
-    ef__stats_extra(out, "MB/s", ns ? (double)bytes / 1e6 / ef__ns_to_s(ns) : 0);
+    ef__stats_extra(out, "MB/s",
+                    ns ? (double)bytes / 1e6 / ef__ns_to_s(ns) : 0);
     ef__stats_extra(out, "retries", (double)retries);
 }
 
