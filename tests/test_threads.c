@@ -8,6 +8,7 @@
 #include <cmocka.h>
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <string.h>
 
@@ -17,7 +18,7 @@
 typedef struct {
     ef_pipeline *p;
     atomic_int done;
-    long reads;
+    atomic_long reads;
 } watcher;
 
 /* Reads everything a monitor would, as fast as it can, until told. */
@@ -35,7 +36,7 @@ static void *watch(void *arg)
         char why[128];
         ef_pipeline_skipped(w->p, why, sizeof why);
         ef_pipeline_abandoned(w->p, why, sizeof why);
-        w->reads++;
+        atomic_fetch_add(&w->reads, 1);
     }
     return NULL;
 }
@@ -51,13 +52,20 @@ static void test_stats_from_another_thread(void **state)
     for (size_t k = 0; k < sizeof specs / sizeof specs[0]; k++) {
         watcher w = {.p = tu_pipeline(specs[k], 3)};
         atomic_init(&w.done, 0);
+        atomic_init(&w.reads, 0);
         pthread_t t;
         assert_int_equal(pthread_create(&t, NULL, watch, &w), 0);
-        long n = tu_drain(w.p); /* the watcher reads before, during, after */
+        /* the watcher reads before, during and after the run: wait for its
+         * first read before pulling, and for one more after the end */
+        while (atomic_load(&w.reads) == 0)
+            sched_yield();
+        long n = tu_drain(w.p);
         assert_true(n > 0);
+        long at_end = atomic_load(&w.reads);
+        while (atomic_load(&w.reads) == at_end)
+            sched_yield();
         atomic_store(&w.done, 1);
         pthread_join(t, NULL);
-        assert_true(w.reads > 0);
         ef_pipeline_destroy(w.p);
     }
 }
