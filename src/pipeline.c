@@ -55,7 +55,9 @@ void ef_pipeline_stop(ef_pipeline *p)
     if (!p)
         return;
     pthread_mutex_lock(&p->ctx.mu);
-    atomic_store_explicit(&p->ctx.cancelled, 1, memory_order_release);
+    /* sequentially consistent: a stage that publishes a thread while this
+     * runs checks the flag after publishing (see echo_open) */
+    atomic_store(&p->ctx.cancelled, 1);
     pthread_cond_broadcast(&p->ctx.cond);
     pthread_mutex_unlock(&p->ctx.mu);
     /* every cancel hook is idempotent and never blocks */

@@ -55,7 +55,9 @@ typedef struct {
     int copies_left; /* copies of `held` still to emit */
     int next_copy;   /* echo_copy number of the next copy */
     /* auto */
-    ef__feed *pump; /* when the upstream cannot be polled */
+    /* when the upstream cannot be polled; set by open, read by cancel from
+     * any thread */
+    ef__feed *_Atomic pump;
     pooled *pool;
     size_t pool_cap, pool_n, pool_next; /* ring: pool_next is the oldest */
     uint64_t pool_bytes; /* payload the pool keeps alive (memory budget) */
@@ -122,19 +124,23 @@ static int echo_open(ef__stage *s, ef__err *err)
     ef__rates_init(&st->rates, st->up_ns, st->up_items, s->pulled_ns,
                    &s->items_out);
     if (st->mode == ECHO_AUTO && !s->up->def->poll) {
-        st->pump = ef__calloc(1, sizeof *st->pump);
-        if (!st->pump)
+        ef__feed *f = ef__calloc(1, sizeof *f);
+        if (!f)
             return ef__err_set(err, EF_ENOMEM, "echo: out of memory");
-        int rc = ef__feed_init(st->pump, s, st->pool_cap, 1, ef__feed_pump,
-                               st->pump, err);
+        int rc = ef__feed_init(f, s, st->pool_cap, 1, ef__feed_pump, f, err);
         if (rc == EF_OK)
-            rc = ef__feed_start(st->pump, err);
+            rc = ef__feed_start(f, err);
         if (rc != EF_OK) {
-            ef__feed_destroy(st->pump);
-            ef__free(st->pump);
-            st->pump = NULL;
+            ef__feed_destroy(f);
+            ef__free(f);
             return rc;
         }
+        /* a stop from another thread that did not see the feed set the
+         * flag before looking: seen here (both sides sequentially
+         * consistent) */
+        atomic_store(&st->pump, f);
+        if (atomic_load(&s->ctx->cancelled))
+            ef__feed_cancel(f);
     }
     return EF_OK;
 }
@@ -410,8 +416,9 @@ static int echo_reset(ef__stage *s, int64_t epoch, ef__err *err)
 static void echo_cancel(ef__stage *s)
 {
     echo_state *st = s->state;
-    if (st->pump)
-        ef__feed_cancel(st->pump);
+    ef__feed *f = atomic_load(&st->pump);
+    if (f)
+        ef__feed_cancel(f);
 }
 
 static void echo_destroy(ef__stage *s)
