@@ -207,6 +207,14 @@ int ef__stage_create(ef__stage **out, const ef__stage_def *def,
     return EF_OK;
 }
 
+void *ef__stage_new_state(ef__stage *s, size_t size, ef__err *err)
+{
+    s->state = ef__calloc(1, size);
+    if (!s->state)
+        ef__err_set(err, EF_ENOMEM, "%s: out of memory", s->def->info.name);
+    return s->state;
+}
+
 void ef__stage_free(ef__stage *s)
 {
     if (!s)

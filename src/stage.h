@@ -238,6 +238,9 @@ int ef__stage_create(ef__stage **out, const ef__stage_def *def,
                      const char *opts, size_t len, ef__ctx *ctx,
                      void (*fn)(void), void *user, ef__err *err);
 void ef__stage_free(ef__stage *s);
+/* For a create(): s->state, `size` zeroed bytes, freed by the stage's
+ * destroy(). NULL with "<stage>: out of memory" in err. */
+void *ef__stage_new_state(ef__stage *s, size_t size, ef__err *err);
 
 /* ---- the registry ------------------------------------------------ */
 

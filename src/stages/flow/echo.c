@@ -76,10 +76,9 @@ typedef struct {
 
 static int echo_create(ef__stage *s, const ef__opts *o, ef__err *err)
 {
-    echo_state *st = ef__calloc(1, sizeof *st);
+    echo_state *st = ef__stage_new_state(s, sizeof *st, err);
     if (!st)
-        return ef__err_set(err, EF_ENOMEM, "echo: out of memory");
-    s->state = st;
+        return EF_ENOMEM;
     st->factor = ef__opt_factor(o, "factor");
     st->mode = st->factor == 0 ? ECHO_AUTO : ECHO_FIXED;
     st->max = (int)ef__opt_int(o, "max");

@@ -296,10 +296,9 @@ static int map_create(ef__stage *s, const ef__opts *o, ef__err *err)
 int ef__map_setup(ef__stage *s, ef_map_fn fn, void *user, int threads,
                   int ordered, ef__err *err)
 {
-    map_state *st = ef__calloc(1, sizeof *st);
+    map_state *st = ef__stage_new_state(s, sizeof *st, err);
     if (!st)
-        return ef__err_set(err, EF_ENOMEM, "%s: out of memory",
-                           s->def->info.name);
+        return EF_ENOMEM;
     st->fn = fn;
     st->user = user;
     st->nthreads = threads;
@@ -315,13 +314,13 @@ int ef__map_setup(ef__stage *s, ef_map_fn fn, void *user, int threads,
     if (rc != EF_OK) {
         ef__free(st->ring);
         ef__free(st);
+        s->state = NULL; /* destroy() would expect the locks */
         return rc;
     }
     pthread_mutex_init(&st->in_mu, NULL);
     pthread_mutex_init(&st->mu, NULL);
     pthread_cond_init(&st->can_submit, NULL);
     pthread_cond_init(&st->can_emit, NULL);
-    s->state = st;
     return EF_OK;
 }
 

@@ -11,11 +11,10 @@ typedef struct {
 
 static int repeat_create(ef__stage *s, const ef__opts *o, ef__err *err)
 {
-    repeat_state *st = ef__calloc(1, sizeof *st);
+    repeat_state *st = ef__stage_new_state(s, sizeof *st, err);
     if (!st)
-        return ef__err_set(err, EF_ENOMEM, "repeat: out of memory");
+        return EF_ENOMEM;
     st->count = ef__opt_int(o, "count");
-    s->state = st;
     return EF_OK;
 }
 

@@ -9,11 +9,10 @@ typedef struct {
 
 static int take_create(ef__stage *s, const ef__opts *o, ef__err *err)
 {
-    take_state *st = ef__calloc(1, sizeof *st);
+    take_state *st = ef__stage_new_state(s, sizeof *st, err);
     if (!st)
-        return ef__err_set(err, EF_ENOMEM, "take: out of memory");
+        return EF_ENOMEM;
     st->count = ef__opt_int(o, "count");
-    s->state = st;
     return EF_OK;
 }
 

@@ -22,11 +22,10 @@ typedef struct {
 
 static int throttle_create(ef__stage *s, const ef__opts *o, ef__err *err)
 {
-    throttle_state *st = ef__calloc(1, sizeof *st);
+    throttle_state *st = ef__stage_new_state(s, sizeof *st, err);
     if (!st)
-        return ef__err_set(err, EF_ENOMEM, "throttle: out of memory");
+        return EF_ENOMEM;
     st->interval_ns = (double)ef__s_to_ns(1.0 / ef__opt_float(o, "rate"));
-    s->state = st;
     return EF_OK;
 }
 

@@ -43,10 +43,9 @@ typedef struct {
 
 static int cifar_create(ef__stage *s, const ef__opts *o, ef__err *err)
 {
-    cifar_state *st = ef__calloc(1, sizeof *st);
+    cifar_state *st = ef__stage_new_state(s, sizeof *st, err);
     if (!st)
-        return ef__err_set(err, EF_ENOMEM, "cifar: out of memory");
-    s->state = st;
+        return EF_ENOMEM;
     int rc = ef__shard_parse(s, o, &st->shard, err);
     if (rc == EF_OK)
         rc = ef__paths_expand(ef__opt_string(o, "files"),

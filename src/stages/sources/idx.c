@@ -20,10 +20,9 @@ typedef struct {
 
 static int idx_create(ef__stage *s, const ef__opts *o, ef__err *err)
 {
-    idx_state *st = ef__calloc(1, sizeof *st);
-    s->state = st;
+    idx_state *st = ef__stage_new_state(s, sizeof *st, err);
     if (!st)
-        return ef__err_set(err, EF_ENOMEM, "idx: out of memory");
+        return EF_ENOMEM;
     int rc = ef__shard_parse(s, o, &st->shard, err);
     st->next = st->shard.i;
     return rc;

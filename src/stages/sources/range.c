@@ -13,12 +13,11 @@ typedef struct {
 
 static int range_create(ef__stage *s, const ef__opts *o, ef__err *err)
 {
-    range_state *st = ef__calloc(1, sizeof *st);
+    range_state *st = ef__stage_new_state(s, sizeof *st, err);
     if (!st)
-        return ef__err_set(err, EF_ENOMEM, "range: out of memory");
+        return EF_ENOMEM;
     st->n = ef__opt_int(o, "n");
     st->bytes = ef__opt_int(o, "bytes");
-    s->state = st;
     int rc = ef__shard_parse(s, o, &st->shard, err);
     st->next = st->shard.i;
     return rc;

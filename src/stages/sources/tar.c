@@ -305,10 +305,9 @@ static int start_readers(tar_state *st, int64_t epoch, ef__err *err)
 
 static int tar_create(ef__stage *s, const ef__opts *o, ef__err *err)
 {
-    tar_state *st = ef__calloc(1, sizeof *st);
+    tar_state *st = ef__stage_new_state(s, sizeof *st, err);
     if (!st)
-        return ef__err_set(err, EF_ENOMEM, "tar: out of memory");
-    s->state = st;
+        return EF_ENOMEM;
     st->s = s;
     pthread_mutex_init(&st->mu, NULL);
     pthread_cond_init(&st->ready, NULL);

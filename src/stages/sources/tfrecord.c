@@ -38,10 +38,9 @@ typedef struct {
 
 static int tfrecord_create(ef__stage *s, const ef__opts *o, ef__err *err)
 {
-    tfrecord_state *st = ef__calloc(1, sizeof *st);
+    tfrecord_state *st = ef__stage_new_state(s, sizeof *st, err);
     if (!st)
-        return ef__err_set(err, EF_ENOMEM, "tfrecord: out of memory");
-    s->state = st;
+        return EF_ENOMEM;
     ef__stream_opts_from(o, &st->sopts);
     st->sopts.cancelled = &s->ctx->cancelled;
     const char *comp = ef__opt_string(o, "compression");
