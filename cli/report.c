@@ -29,10 +29,37 @@ static void stages_json(json_writer *w, const ef_pipeline *p)
     json_end(w);
 }
 
-void report_json(FILE *f, const ef_pipeline *p, const run_info *ri)
+/* The pipeline's figures, then every stage's, into the open object. */
+static void figures_json(json_writer *w, const ef_pipeline *p)
 {
     ef_pipeline_stats ps;
     ef_pipeline_stats_get(p, &ps);
+    json_uint(w, "items", ps.items);
+    json_number(w, "elapsed_s", ps.elapsed_s);
+    json_number(w, "startup_s", ps.startup_s);
+    json_number(w, "items_per_s",
+                ps.elapsed_s > 0 ? (double)ps.items / ps.elapsed_s : 0);
+    json_number(w, "consumer_wait_s", ps.consumer_wait_s);
+    json_number(w, "consumer_wait_fraction", ps.consumer_wait_fraction);
+    char why[512];
+    uint64_t skipped = ef_pipeline_skipped((ef_pipeline *)p, why, sizeof why);
+    json_uint(w, "skipped", skipped);
+    if (skipped)
+        json_string(w, "first_skip", why);
+    uint64_t abandoned =
+        ef_pipeline_abandoned((ef_pipeline *)p, why, sizeof why);
+    json_uint(w, "abandoned", abandoned);
+    json_uint(w, "lost_bytes", ps.lost_bytes);
+    if (abandoned)
+        json_string(w, "first_abandon", why);
+    json_uint(w, "memory_budget", ps.memory_budget);
+    json_uint(w, "bytes_held", ps.bytes_held);
+    json_uint(w, "peak_bytes_held", ps.peak_bytes_held);
+    stages_json(w, p);
+}
+
+void report_json(FILE *f, const ef_pipeline *p, const run_info *ri)
+{
     json_writer w;
     json_init(&w, f);
     json_begin_object(&w, NULL);
@@ -43,47 +70,18 @@ void report_json(FILE *f, const ef_pipeline *p, const run_info *ri)
                 ri->status == EF_END ? "ok" : ef_status_name(ri->status));
     if (ri->status < 0)
         json_string(&w, "error", ef_pipeline_error(p));
-    json_uint(&w, "items", ps.items);
-    json_number(&w, "elapsed_s", ps.elapsed_s);
-    json_number(&w, "startup_s", ps.startup_s);
-    json_number(&w, "items_per_s",
-                ps.elapsed_s > 0 ? (double)ps.items / ps.elapsed_s : 0);
-    json_number(&w, "consumer_wait_s", ps.consumer_wait_s);
-    json_number(&w, "consumer_wait_fraction", ps.consumer_wait_fraction);
-    char why[512];
-    uint64_t skipped = ef_pipeline_skipped((ef_pipeline *)p, why, sizeof why);
-    json_uint(&w, "skipped", skipped);
-    if (skipped)
-        json_string(&w, "first_skip", why);
-    uint64_t abandoned =
-        ef_pipeline_abandoned((ef_pipeline *)p, why, sizeof why);
-    json_uint(&w, "abandoned", abandoned);
-    json_uint(&w, "lost_bytes", ps.lost_bytes);
-    if (abandoned)
-        json_string(&w, "first_abandon", why);
-    json_uint(&w, "memory_budget", ps.memory_budget);
-    json_uint(&w, "bytes_held", ps.bytes_held);
-    json_uint(&w, "peak_bytes_held", ps.peak_bytes_held);
-    stages_json(&w, p);
+    figures_json(&w, p);
     json_end(&w);
     fputc('\n', f);
 }
 
 void report_stats_line(FILE *f, const ef_pipeline *p, double t)
 {
-    ef_pipeline_stats ps;
-    ef_pipeline_stats_get(p, &ps);
     json_writer w;
     json_init(&w, f);
     json_begin_object(&w, NULL);
     json_number(&w, "t", t);
-    json_uint(&w, "items", ps.items);
-    json_number(&w, "elapsed_s", ps.elapsed_s);
-    json_number(&w, "consumer_wait_fraction", ps.consumer_wait_fraction);
-    json_uint(&w, "skipped", ps.skipped);
-    json_uint(&w, "abandoned", ps.abandoned);
-    json_uint(&w, "bytes_held", ps.bytes_held);
-    stages_json(&w, p);
+    figures_json(&w, p);
     json_end(&w);
     fputc('\n', f);
     fflush(f);

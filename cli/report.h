@@ -18,7 +18,7 @@ typedef struct {
 void report_text(FILE *f, const ef_pipeline *p, const run_info *ri);
 void report_json(FILE *f, const ef_pipeline *p, const run_info *ri);
 /* The stats while running, as one JSON line: `t` seconds from the start,
- * the pipeline's counters and every stage's. */
+ * then the figures of report_json from "items" on. */
 void report_stats_line(FILE *f, const ef_pipeline *p, double t);
 
 #endif
