@@ -6,11 +6,13 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/alloc.h"
+#include "core/sample.h"
 #include "echoflow/echoflow.h"
 #include "ef_test_util.h"
 
@@ -393,6 +395,160 @@ static void test_sample_clone(void **state)
     ef_buffer_release(keep);
 }
 
+/* ---- the header pool (echo's free list) -------------------------- */
+
+static ef_sample *two_field_sample(ef_buffer *b)
+{
+    ef_sample *s = ef_sample_new((ef_sample_id){.index = 3, .epoch = 1});
+    assert_non_null(s);
+    int64_t shape[1] = {8};
+    assert_int_equal(ef_sample_add(s, "a", EF_U8, 1, shape, b, 0), EF_OK);
+    assert_int_equal(ef_sample_add(s, "b", EF_U8, 1, shape, b, 8), EF_OK);
+    return s;
+}
+
+static void test_sample_pool_reuse(void **state)
+{
+    (void)state;
+    ef_buffer *b = filled_buffer(16);
+    ef_sample *s = two_field_sample(b);
+    ef__sample_pool *pool = ef__sample_pool_new();
+    assert_non_null(pool);
+
+    ef_sample *c1 = ef__sample_pool_clone(pool, s);
+    assert_non_null(c1);
+    assert_int_equal(ef_buffer_refcount(b), 5); /* ours, s's two, c1's two */
+    c1->id.echo_copy = 5;
+    ef_sample_free(c1);
+    assert_int_equal(ef_buffer_refcount(b), 3);
+
+    /* the freed header comes back, with nothing allocated for it, and is
+     * a full clone again (the old copy number is gone) */
+    ef__alloc_fail_after(1);
+    ef_sample *c2 = ef__sample_pool_clone(pool, s);
+    ef__alloc_fail_after(0);
+    assert_ptr_equal(c2, c1);
+    assert_int_equal(ef_sample_identity(c2).index, 3);
+    assert_int_equal(ef_sample_identity(c2).echo_copy, 0);
+    assert_int_equal(ef_sample_field_count(c2), 2);
+    assert_ptr_equal(tu_field(c2, "b").data,
+                     (unsigned char *)ef_buffer_data(b) + 8);
+    /* a pooled header is a whole sample: fields can be added to it */
+    int64_t shape[1] = {4};
+    assert_int_equal(ef_sample_add_new(c2, "extra", EF_U8, 1, shape, NULL),
+                     EF_OK);
+
+    /* with no spare header the pool allocates, and says so on failure */
+    ef__alloc_fail_after(1);
+    assert_null(ef__sample_pool_clone(pool, s));
+    ef__alloc_fail_after(0);
+    assert_int_equal(ef_buffer_refcount(b), 5);
+
+    /* the owner lets go while c2 is out: c2 stays whole, and its free
+     * frees the pool (ASan reports a leak or a use after free otherwise) */
+    ef__sample_pool_release(pool);
+    assert_int_equal(((const unsigned char *)tu_field(c2, "a").data)[3], 22);
+    ef_sample_free(c2);
+    ef_sample_free(s);
+    assert_int_equal(ef_buffer_refcount(b), 1);
+    ef_buffer_release(b);
+    ef__sample_pool_release(NULL);
+}
+
+static void test_sample_pool_release_idle(void **state)
+{
+    (void)state;
+    ef_buffer *b = filled_buffer(16);
+    ef_sample *s = two_field_sample(b);
+    ef__sample_pool *pool = ef__sample_pool_new();
+    assert_non_null(pool);
+    ef_sample *c[3];
+    for (int round = 0; round < 3; round++) {
+        for (int i = 0; i < 3; i++)
+            assert_non_null(c[i] = ef__sample_pool_clone(pool, s));
+        for (int i = 0; i < 3; i++)
+            ef_sample_free(c[i]);
+    }
+    /* everything back: the release frees the pool and its headers now */
+    ef__sample_pool_release(pool);
+    ef_sample_free(s);
+    assert_int_equal(ef_buffer_refcount(b), 1);
+    ef_buffer_release(b);
+}
+
+/* Copies handed to other threads through a small locked ring, freed there
+ * while the owner keeps cloning (TSan checks the free list). */
+enum { RING = 16, POOL_THREADS = 2, POOL_ITEMS = 20000 };
+
+typedef struct {
+    pthread_mutex_t mu;
+    pthread_cond_t cond;
+    ef_sample *ring[RING];
+    int head, n, done;
+} handoff;
+
+static void *free_from_ring(void *arg)
+{
+    handoff *h = arg;
+    for (;;) {
+        pthread_mutex_lock(&h->mu);
+        while (h->n == 0 && !h->done)
+            pthread_cond_wait(&h->cond, &h->mu);
+        if (h->n == 0) {
+            pthread_mutex_unlock(&h->mu);
+            return NULL;
+        }
+        ef_sample *s = h->ring[h->head];
+        h->head = (h->head + 1) % RING;
+        h->n--;
+        pthread_cond_broadcast(&h->cond);
+        pthread_mutex_unlock(&h->mu);
+        assert_int_equal(ef_sample_field_count(s), 2);
+        ef_sample_free(s);
+    }
+}
+
+static void test_sample_pool_threads(void **state)
+{
+    (void)state;
+    ef_buffer *b = filled_buffer(16);
+    ef_sample *s = two_field_sample(b);
+    ef__sample_pool *pool = ef__sample_pool_new();
+    assert_non_null(pool);
+    handoff h = {.head = 0};
+    pthread_mutex_init(&h.mu, NULL);
+    pthread_cond_init(&h.cond, NULL);
+    pthread_t t[POOL_THREADS];
+    for (int i = 0; i < POOL_THREADS; i++)
+        assert_int_equal(pthread_create(&t[i], NULL, free_from_ring, &h), 0);
+    for (int i = 0; i < POOL_ITEMS; i++) {
+        ef_sample *c = ef__sample_pool_clone(pool, s);
+        assert_non_null(c);
+        c->id.echo_copy = i;
+        if (i == POOL_ITEMS - 1) /* c at least is still out: its free,
+                                    on a thread, frees the pool */
+            ef__sample_pool_release(pool);
+        pthread_mutex_lock(&h.mu);
+        while (h.n == RING)
+            pthread_cond_wait(&h.cond, &h.mu);
+        h.ring[(h.head + h.n) % RING] = c;
+        h.n++;
+        pthread_cond_broadcast(&h.cond);
+        pthread_mutex_unlock(&h.mu);
+    }
+    pthread_mutex_lock(&h.mu);
+    h.done = 1;
+    pthread_cond_broadcast(&h.cond);
+    pthread_mutex_unlock(&h.mu);
+    for (int i = 0; i < POOL_THREADS; i++)
+        pthread_join(t[i], NULL);
+    pthread_cond_destroy(&h.cond);
+    pthread_mutex_destroy(&h.mu);
+    ef_sample_free(s);
+    assert_int_equal(ef_buffer_refcount(b), 1);
+    ef_buffer_release(b);
+}
+
 /* ---- registry ----------------------------------------------------- */
 
 static void test_registry(void **state)
@@ -588,6 +744,9 @@ int main(void)
         cmocka_unit_test(test_sample_add_validation),
         cmocka_unit_test(test_sample_add_new),
         cmocka_unit_test(test_sample_clone),
+        cmocka_unit_test(test_sample_pool_reuse),
+        cmocka_unit_test(test_sample_pool_release_idle),
+        cmocka_unit_test(test_sample_pool_threads),
         cmocka_unit_test(test_registry),
         cmocka_unit_test(test_alloc_hook_basic),
         cmocka_unit_test(test_alloc_failure_pipeline),

@@ -1,6 +1,8 @@
 /* Samples: named tensor fields viewing reference-counted buffers. */
 #include "core/sample.h"
 
+#include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -51,7 +53,78 @@ ef_sample *ef_sample_new(ef_sample_id id)
         return NULL;
     s->id = id;
     s->nfields = 0;
+    s->pool = NULL;
     return s;
+}
+
+/* ---- the header pool (see sample.h) ------------------------------- */
+
+/* The bias `live` carries while the owner holds the pool: more than the
+ * headers that will ever be handed out, so the count cannot reach 0
+ * before the owner lets go. */
+#define POOL_OWNER_BIAS (UINT64_C(1) << 62)
+
+struct ef__sample_pool {
+    _Atomic(ef_sample *) returned; /* pushed by any thread, emptied by the
+                                      owner (or the last one out) */
+    _Atomic uint64_t live;
+    ef_sample *spare; /* owner only: headers taken from `returned` */
+    uint64_t handed;  /* owner only: headers handed out, ever */
+};
+
+ef__sample_pool *ef__sample_pool_new(void)
+{
+    ef__sample_pool *p = ef__calloc(1, sizeof *p);
+    if (!p)
+        return NULL;
+    atomic_init(&p->returned, NULL);
+    atomic_init(&p->live, POOL_OWNER_BIAS);
+    return p;
+}
+
+static void free_list(ef_sample *s)
+{
+    while (s) {
+        ef_sample *next = s->next_free;
+        ef__free(s);
+        s = next;
+    }
+}
+
+/* Called by whoever brought `live` to 0: nobody else can reach p. */
+static void pool_destroy(ef__sample_pool *p)
+{
+    free_list(
+        atomic_exchange_explicit(&p->returned, NULL, memory_order_acquire));
+    ef__free(p);
+}
+
+void ef__sample_pool_release(ef__sample_pool *p)
+{
+    if (!p)
+        return;
+    free_list(p->spare);
+    p->spare = NULL;
+    /* live becomes handed - returned: the headers still out */
+    uint64_t add = p->handed - POOL_OWNER_BIAS;
+    if (atomic_fetch_add_explicit(&p->live, add, memory_order_acq_rel) + add ==
+        0)
+        pool_destroy(p);
+}
+
+/* Puts a pooled header back; frees the pool when it was the last out and
+ * the owner has let go. */
+static void pool_return(ef_sample *s)
+{
+    ef__sample_pool *p = s->pool;
+    ef_sample *head = atomic_load_explicit(&p->returned, memory_order_relaxed);
+    do
+        s->next_free = head;
+    while (!atomic_compare_exchange_weak_explicit(
+        &p->returned, &head, s, memory_order_release, memory_order_relaxed));
+    /* s may be reused from here on; p lives until our count goes */
+    if (atomic_fetch_sub_explicit(&p->live, 1, memory_order_acq_rel) == 1)
+        pool_destroy(p);
 }
 
 void ef_sample_free(ef_sample *s)
@@ -60,21 +133,48 @@ void ef_sample_free(ef_sample *s)
         return;
     for (int i = 0; i < s->nfields; i++)
         ef_buffer_release(s->fields[i].buf);
-    ef__free(s);
+    if (s->pool)
+        pool_return(s);
+    else
+        ef__free(s);
 }
 
-ef_sample *ef_sample_clone(const ef_sample *s)
+/* Copies the header's fields in use into c and takes a reference on each
+ * buffer: samples are cloned once per echo. */
+static ef_sample *clone_into(ef_sample *c, const ef_sample *s)
 {
-    /* copy only the fields in use: samples are cloned once per echo */
     size_t used =
         offsetof(ef_sample, fields) + (size_t)s->nfields * sizeof(s->fields[0]);
-    ef_sample *c = ef__malloc(sizeof *c);
-    if (!c)
-        return NULL;
     memcpy(c, s, used);
     for (int i = 0; i < c->nfields; i++)
         ef_buffer_retain(c->fields[i].buf);
     return c;
+}
+
+ef_sample *ef_sample_clone(const ef_sample *s)
+{
+    ef_sample *c = ef__malloc(sizeof *c);
+    if (!c)
+        return NULL;
+    c->pool = NULL;
+    return clone_into(c, s);
+}
+
+ef_sample *ef__sample_pool_clone(ef__sample_pool *p, const ef_sample *s)
+{
+    ef_sample *c = p->spare;
+    if (!c)
+        c = atomic_exchange_explicit(&p->returned, NULL, memory_order_acquire);
+    if (c) {
+        p->spare = c->next_free;
+    } else {
+        c = ef__malloc(sizeof *c);
+        if (!c)
+            return NULL;
+        c->pool = p;
+    }
+    p->handed++;
+    return clone_into(c, s);
 }
 
 int ef__sample_find(const ef_sample *s, const char *name)

@@ -16,11 +16,42 @@ typedef struct {
     size_t nbytes;
 } ef__field;
 
+typedef struct ef__sample_pool ef__sample_pool;
+
 struct ef_sample {
     ef_sample_id id;
     int nfields;
     ef__field fields[EF_MAX_FIELDS];
+    /* after the fields, so a clone's copy of the fields in use leaves them
+     * alone: the pool the header returns to when freed (NULL: malloc'd),
+     * and the link while it waits there */
+    ef__sample_pool *pool;
+    ef_sample *next_free;
 };
+
+/* A free list of sample headers for one producer (the echo stage), so
+ * that steady-state cloning allocates nothing. The owner takes headers
+ * with ef__sample_pool_clone (one thread at a time); ef_sample_free, on
+ * any thread and at any time, puts a pooled header back instead of
+ * freeing it. Headers may outlive the owner's release: the pool then
+ * lives until the last one comes back, and that free releases it.
+ *
+ * The returned headers are a lock-free stack that any thread pushes onto
+ * (CAS) and only the owner empties, all at once (atomic exchange), so
+ * there is no ABA. `live` counts the headers out, biased by a huge
+ * constant while the owner holds the pool: returns subtract one each, and
+ * the owner counts its handouts without atomics and adds them (minus the
+ * bias) when it lets go; the count that reaches 0 frees the pool. The pool
+ * keeps as many headers as were ever out at once. */
+/* A new pool, owned by the caller (ef__sample_pool_release); NULL when
+ * out of memory. */
+ef__sample_pool *ef__sample_pool_new(void);
+/* The owner lets go: spare headers are freed now, the pool itself when
+ * the last header out comes back (or now). Accepts NULL. */
+void ef__sample_pool_release(ef__sample_pool *p);
+/* Like ef_sample_clone, with the header taken from `p`; the caller owns
+ * the copy (ef_sample_free). Owner only. NULL when out of memory. */
+ef_sample *ef__sample_pool_clone(ef__sample_pool *p, const ef_sample *s);
 
 /* Index of the field called `name`, or -1. */
 int ef__sample_find(const ef_sample *s, const char *name);

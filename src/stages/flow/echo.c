@@ -14,8 +14,10 @@
  * item is used up, the stage waits for fresh data.
  *
  * Either way copies share the payload buffers: an echo is a new sample
- * header, never a copy of the data. Before `batch` this is example echoing,
- * after it batch echoing. */
+ * header, never a copy of the data. The headers come from a free list of
+ * the stage's own (ef__sample_pool), so steady-state echoing allocates
+ * nothing; copies may outlive the stage. Before `batch` this is example
+ * echoing, after it batch echoing. */
 #include <assert.h>
 #include <math.h>
 #include <stdio.h>
@@ -67,6 +69,7 @@ typedef struct {
     int least;      /* no list below this one is non-empty */
     uint64_t draws; /* RNG counter for pool choices */
     /* both */
+    ef__sample_pool *headers; /* where our copies' headers come from */
     ef__shufbuf buf;
     ef__rng rng; /* shuffle draws, keyed per epoch */
     ef__rates rates;
@@ -79,6 +82,9 @@ static int echo_create(ef__stage *s, const ef__opts *o, ef__err *err)
     echo_state *st = ef__stage_new_state(s, sizeof *st, err);
     if (!st)
         return EF_ENOMEM;
+    st->headers = ef__sample_pool_new();
+    if (!st->headers)
+        return ef__err_set(err, EF_ENOMEM, "echo: out of memory");
     st->factor = ef__opt_factor(o, "factor");
     st->mode = st->factor == 0 ? ECHO_AUTO : ECHO_FIXED;
     st->max = (int)ef__opt_int(o, "max");
@@ -175,7 +181,7 @@ static int fixed_next(void *arg, ef_sample **out, ef__err *err)
         if (n > 1) {
             /* keep a header of our own for the echoes; the fresh one goes
              * downstream now */
-            st->held = ef_sample_clone(fresh);
+            st->held = ef__sample_pool_clone(st->headers, fresh);
             if (!st->held) {
                 ef_sample_free(fresh);
                 return ef__err_set(err, EF_ENOMEM, "echo: out of memory");
@@ -192,7 +198,7 @@ static int fixed_next(void *arg, ef_sample **out, ef__err *err)
         copy = st->held; /* the last copy takes the held header itself */
         st->held = NULL;
     } else {
-        copy = ef_sample_clone(st->held);
+        copy = ef__sample_pool_clone(st->headers, st->held);
         if (!copy)
             return ef__err_set(err, EF_ENOMEM, "echo: out of memory");
     }
@@ -281,7 +287,7 @@ static int pool_add(ef__stage *s, echo_state *st, const ef_sample *fresh,
                     ef__err *err)
 {
     uint64_t n = ef__sample_bytes(fresh);
-    ef_sample *own = ef_sample_clone(fresh);
+    ef_sample *own = ef__sample_pool_clone(st->headers, fresh);
     if (!own)
         return ef__err_set(err, EF_ENOMEM, "echo: out of memory");
     size_t i;
@@ -353,7 +359,7 @@ static int auto_next(void *arg, ef_sample **out, ef__err *err)
         if (rc == EF_ENOMEM)
             return ef__err_set(err, rc, "echo: out of memory");
         if (rc == EF_OK) {
-            ef_sample *copy = ef_sample_clone(p->sample);
+            ef_sample *copy = ef__sample_pool_clone(st->headers, p->sample);
             if (!copy)
                 return ef__err_set(err, EF_ENOMEM, "echo: out of memory");
             copy->id.echo_copy = p->uses - 1;
@@ -438,6 +444,8 @@ static void echo_destroy(ef__stage *s)
     ef__free(st->pool);
     if (st->buf.items)
         ef__shufbuf_destroy(&st->buf);
+    /* last: the samples above went back to it; copies still out keep it */
+    ef__sample_pool_release(st->headers);
     ef__free(st);
 }
 
