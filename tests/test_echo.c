@@ -405,12 +405,12 @@ static void test_echo_with_repeat(void **state)
 static void test_echo_copies_allocate_nothing(void **state)
 {
     (void)state;
-    ef_pipeline *p = tu_pipeline("range:n=100,bytes=16 | echo:4", 0);
-    for (int item = 0; item < 10; item++) {
+    ef_pipeline *p = tu_pipeline("range:n=1000,bytes=16 | echo:4", 0);
+    for (int item = 0; item < 100; item++) {
         ef_sample *fresh = tu_next(p); /* the source allocates for it */
         assert_int_equal(ef_sample_identity(fresh).echo_copy, 0);
         ef_sample_free(fresh);
-        if (item > 0)
+        if (item >= 50) /* the free list has its working set */
             ef__alloc_fail_after(1);
         for (int k = 1; k < 4; k++) {
             ef_sample *copy = tu_next(p);

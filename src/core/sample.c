@@ -59,17 +59,26 @@ ef_sample *ef_sample_new(ef_sample_id id)
 
 /* ---- the header pool (see sample.h) ------------------------------- */
 
-/* The bias `live` carries while the owner holds the pool: more than the
- * headers that will ever be handed out, so the count cannot reach 0
- * before the owner lets go. */
-#define POOL_OWNER_BIAS (UINT64_C(1) << 62)
+/* `returned` once the owner has let go: frees no longer push */
+#define POOL_CLOSED ((uintptr_t)1)
+/* What `left` starts at: more headers than will ever be out, so the
+ * returns made after the close cannot bring it to 0 before the owner has
+ * added the true count. */
+#define POOL_BIAS (UINT64_C(1) << 62)
+/* The owner takes the returned stack back at most once per this many
+ * handouts, allocating a header instead when the spares run out sooner:
+ * the working set grows until one exchange serves this many copies. */
+#define POOL_BATCH 16
 
 struct ef__sample_pool {
-    _Atomic(ef_sample *) returned; /* pushed by any thread, emptied by the
-                                      owner (or the last one out) */
-    _Atomic uint64_t live;
-    ef_sample *spare; /* owner only: headers taken from `returned` */
-    uint64_t handed;  /* owner only: headers handed out, ever */
+    _Atomic uintptr_t returned; /* stack of returned headers (any thread
+                                   pushes, the owner takes it all), or
+                                   POOL_CLOSED */
+    _Atomic uint64_t left;      /* after the close: headers out, biased */
+    /* owner only */
+    ef_sample *spare;           /* headers taken back, to hand out again */
+    uint64_t handed, recovered; /* handouts, and headers taken back */
+    unsigned since_take;        /* handouts since the last exchange */
 };
 
 ef__sample_pool *ef__sample_pool_new(void)
@@ -77,54 +86,60 @@ ef__sample_pool *ef__sample_pool_new(void)
     ef__sample_pool *p = ef__calloc(1, sizeof *p);
     if (!p)
         return NULL;
-    atomic_init(&p->returned, NULL);
-    atomic_init(&p->live, POOL_OWNER_BIAS);
+    atomic_init(&p->returned, 0);
+    atomic_init(&p->left, POOL_BIAS);
     return p;
 }
 
-static void free_list(ef_sample *s)
+/* Frees a list of headers; how many there were. */
+static uint64_t free_list(ef_sample *s)
 {
-    while (s) {
+    uint64_t n = 0;
+    for (; s; n++) {
         ef_sample *next = s->next_free;
         ef__free(s);
         s = next;
     }
-}
-
-/* Called by whoever brought `live` to 0: nobody else can reach p. */
-static void pool_destroy(ef__sample_pool *p)
-{
-    free_list(
-        atomic_exchange_explicit(&p->returned, NULL, memory_order_acquire));
-    ef__free(p);
+    return n;
 }
 
 void ef__sample_pool_release(ef__sample_pool *p)
 {
     if (!p)
         return;
-    free_list(p->spare);
-    p->spare = NULL;
-    /* live becomes handed - returned: the headers still out */
-    uint64_t add = p->handed - POOL_OWNER_BIAS;
-    if (atomic_fetch_add_explicit(&p->live, add, memory_order_acq_rel) + add ==
+    p->recovered += free_list(p->spare);
+    /* from here on frees see POOL_CLOSED and count down `left` */
+    uintptr_t last = atomic_exchange_explicit(&p->returned, POOL_CLOSED,
+                                              memory_order_acq_rel);
+    p->recovered += free_list((ef_sample *)last);
+    uint64_t add = (p->handed - p->recovered) - POOL_BIAS; /* mod 2^64 */
+    if (atomic_fetch_add_explicit(&p->left, add, memory_order_acq_rel) + add ==
         0)
-        pool_destroy(p);
+        ef__free(p);
 }
 
-/* Puts a pooled header back; frees the pool when it was the last out and
- * the owner has let go. */
+/* Gives a pooled header back: onto the stack while the owner holds the
+ * pool (one CAS), else freed, the last one out freeing the pool. */
 static void pool_return(ef_sample *s)
 {
     ef__sample_pool *p = s->pool;
-    ef_sample *head = atomic_load_explicit(&p->returned, memory_order_relaxed);
-    do
-        s->next_free = head;
-    while (!atomic_compare_exchange_weak_explicit(
-        &p->returned, &head, s, memory_order_release, memory_order_relaxed));
-    /* s may be reused from here on; p lives until our count goes */
-    if (atomic_fetch_sub_explicit(&p->live, 1, memory_order_acq_rel) == 1)
-        pool_destroy(p);
+    uintptr_t head = atomic_load_explicit(&p->returned, memory_order_acquire);
+    for (;;) {
+        if (head == POOL_CLOSED) {
+            ef__free(s);
+            if (atomic_fetch_sub_explicit(&p->left, 1, memory_order_acq_rel) ==
+                1)
+                ef__free(p);
+            return;
+        }
+        s->next_free = (ef_sample *)head;
+        /* once pushed, s may be handed out again and p let go: touch
+         * neither after a successful exchange */
+        if (atomic_compare_exchange_weak_explicit(
+                &p->returned, &head, (uintptr_t)s, memory_order_release,
+                memory_order_acquire))
+            return;
+    }
 }
 
 void ef_sample_free(ef_sample *s)
@@ -162,11 +177,15 @@ ef_sample *ef_sample_clone(const ef_sample *s)
 
 ef_sample *ef__sample_pool_clone(ef__sample_pool *p, const ef_sample *s)
 {
+    if (!p->spare && p->since_take >= POOL_BATCH) {
+        p->spare = (ef_sample *)atomic_exchange_explicit(&p->returned, 0,
+                                                         memory_order_acquire);
+        p->since_take = 0;
+    }
     ef_sample *c = p->spare;
-    if (!c)
-        c = atomic_exchange_explicit(&p->returned, NULL, memory_order_acquire);
     if (c) {
         p->spare = c->next_free;
+        p->recovered++;
     } else {
         c = ef__malloc(sizeof *c);
         if (!c)
@@ -174,6 +193,7 @@ ef_sample *ef__sample_pool_clone(ef__sample_pool *p, const ef_sample *s)
         c->pool = p;
     }
     p->handed++;
+    p->since_take++;
     return clone_into(c, s);
 }
 

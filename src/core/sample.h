@@ -37,12 +37,12 @@ struct ef_sample {
  * lives until the last one comes back, and that free releases it.
  *
  * The returned headers are a lock-free stack that any thread pushes onto
- * (CAS) and only the owner empties, all at once (atomic exchange), so
- * there is no ABA. `live` counts the headers out, biased by a huge
- * constant while the owner holds the pool: returns subtract one each, and
- * the owner counts its handouts without atomics and adds them (minus the
- * bias) when it lets go; the count that reaches 0 frees the pool. The pool
- * keeps as many headers as were ever out at once. */
+ * (one CAS) and only the owner empties, all at once (atomic exchange, so
+ * no ABA), at most once per 16 handouts. Releasing swaps a "closed" mark
+ * into the stack's head: later frees see it and free their header,
+ * counting down the headers still out, and the count that reaches 0 frees
+ * the pool. The pool keeps about as many headers as were ever out at
+ * once, plus 16. */
 /* A new pool, owned by the caller (ef__sample_pool_release); NULL when
  * out of memory. */
 ef__sample_pool *ef__sample_pool_new(void);
