@@ -319,7 +319,7 @@ static int finish(ef_pipeline *p, int status)
 
 static int start(ef_pipeline *p)
 {
-    uint64_t now = ef__now_ns();
+    uint64_t now = ef__timer_ns();
     atomic_store(&p->t_open_ns, now);
     atomic_store(&p->t_start_ns, now);
     atomic_store(&p->t_last_ns, now);
@@ -338,7 +338,7 @@ static int start(ef_pipeline *p)
                 return rc;
         }
     }
-    now = ef__now_ns();
+    now = ef__timer_ns();
     atomic_store(&p->t_start_ns, now);
     atomic_store(&p->t_last_ns, now);
     atomic_store(&p->opened, 1);
@@ -362,10 +362,10 @@ ef_status ef_pipeline_next(ef_pipeline *p, ef_sample **out)
             return finish(p, rc);
     }
     ef__stage *last = p->stages[p->nstages - 1];
-    uint64_t t0 = ef__now_ns();
+    uint64_t t0 = ef__timer_ns();
     int rc = last->def->next(last, out, &p->err);
-    uint64_t t1 = ef__now_ns();
-    ef__stat_add(&p->consumer_wait_ns, t1 - t0);
+    uint64_t t1 = ef__timer_ns();
+    ef__stat_add(&p->consumer_wait_ns, ef__elapsed_ns(t0, t1));
     atomic_store_explicit(&p->t_last_ns, t1, memory_order_relaxed);
     if (rc == EF_OK) {
         ef__stat_add(&p->items, 1);
@@ -410,7 +410,7 @@ static void pipeline_stats(const ef_pipeline *p, ef_pipeline_stats *out)
     /* while running, elapsed time runs to now; once ended, to the last
      * next(), so time spent after the end is not counted */
     uint64_t end = atomic_load(&q->final_status) ? atomic_load(&q->t_last_ns)
-                                                 : ef__now_ns();
+                                                 : ef__timer_ns();
     uint64_t t_start = atomic_load(&q->t_start_ns);
     out->startup_s = (double)(t_start - atomic_load(&q->t_open_ns)) * 1e-9;
     out->elapsed_s = end > t_start ? (double)(end - t_start) * 1e-9 : 0;

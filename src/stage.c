@@ -14,9 +14,9 @@ int ef__stage_pull(ef__stage *s, ef_sample **out, ef__err *err)
     *out = NULL;
     if (s->ended)
         return EF_END;
-    uint64_t t0 = ef__now_ns();
+    uint64_t t0 = ef__timer_ns();
     int rc = s->up->def->next(s->up, out, err);
-    ef__stat_add(&s->wait_up_ns, ef__now_ns() - t0);
+    ef__stat_add(&s->wait_up_ns, ef__elapsed_ns(t0, ef__timer_ns()));
     if (rc == EF_OK) {
         ef__stat_add(&s->items_in, 1);
         ef__stat_add(&s->up->items_out, 1);
@@ -31,10 +31,10 @@ int ef__stage_poll(ef__stage *s, ef_sample **out, ef__err *err)
     *out = NULL;
     if (s->ended)
         return EF_END;
-    uint64_t t0 = ef__now_ns();
+    uint64_t t0 = ef__timer_ns();
     int rc = s->up->def->poll(s->up, out, err);
     if (rc == EF_OK) {
-        ef__stat_add(&s->wait_up_ns, ef__now_ns() - t0);
+        ef__stat_add(&s->wait_up_ns, ef__elapsed_ns(t0, ef__timer_ns()));
         ef__stat_add(&s->items_in, 1);
         ef__stat_add(&s->up->items_out, 1);
     } else if (rc == EF_END) {

@@ -6,12 +6,15 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "core/alloc.h"
+#include "core/clock.h"
 #include "core/sample.h"
 #include "echoflow/echoflow.h"
 #include "ef_test_util.h"
@@ -395,6 +398,31 @@ static void test_sample_clone(void **state)
     ef_buffer_release(keep);
 }
 
+/* ---- clocks ------------------------------------------------------ */
+
+/* The per-item timer runs with CLOCK_MONOTONIC: same origin and rate, so
+ * its durations mix with the pipeline's other times. */
+static void test_timer_follows_monotonic(void **state)
+{
+    (void)state;
+    uint64_t t0 = ef__timer_ns(), m0 = ef__now_ns();
+    uint64_t prev = t0;
+    for (int i = 0; i < 100000; i++) {
+        uint64_t t = ef__timer_ns();
+        assert_true(t >= prev); /* one thread: never backwards */
+        prev = t;
+    }
+    struct timespec wait = {0, 50000000};
+    nanosleep(&wait, NULL);
+    uint64_t t1 = ef__timer_ns(), m1 = ef__now_ns();
+    double dt = (double)(t1 - t0), dm = (double)(m1 - m0);
+    assert_true(dm >= 50e6);
+    assert_true(fabs(dt - dm) < 1e-3 * dm + 20000);     /* rate */
+    assert_true(llabs((long long)(t1 - m1)) < 1000000); /* origin */
+    assert_int_equal(ef__elapsed_ns(5, 3), 0);
+    assert_int_equal(ef__elapsed_ns(3, 5), 2);
+}
+
 /* ---- the header pool (echo's free list) -------------------------- */
 
 static ef_sample *two_field_sample(ef_buffer *b)
@@ -769,6 +797,7 @@ int main(void)
         cmocka_unit_test(test_sample_add_validation),
         cmocka_unit_test(test_sample_add_new),
         cmocka_unit_test(test_sample_clone),
+        cmocka_unit_test(test_timer_follows_monotonic),
         cmocka_unit_test(test_sample_pool_reuse),
         cmocka_unit_test(test_sample_pool_release_idle),
         cmocka_unit_test(test_sample_pool_threads),

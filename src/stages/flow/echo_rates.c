@@ -26,7 +26,7 @@ void ef__rates_init(ef__rates *r, const _Atomic uint64_t *up_ns,
     r->out_items = out_items;
     pthread_mutex_init(&r->mu, NULL);
     r->calls = 0;
-    read_counters(r, &r->ring[0], ef__now_ns());
+    read_counters(r, &r->ring[0], ef__timer_ns());
     r->last = r->ring[0];
     r->nsnaps = 1;
     r->head = 0;
@@ -42,7 +42,7 @@ void ef__rates_tick(ef__rates *r, int force)
     if (!force && ++r->calls % CHECK_EVERY)
         return;
     ef__rate_snap s;
-    read_counters(r, &s, ef__now_ns());
+    read_counters(r, &s, ef__timer_ns());
     pthread_mutex_lock(&r->mu);
     r->last = s;
     int newest = (r->head + r->nsnaps - 1) % EF__RATE_SNAPSHOTS;
