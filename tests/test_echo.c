@@ -424,6 +424,39 @@ static void test_echo_copies_allocate_nothing(void **state)
     ef_pipeline_destroy(p);
 }
 
+/* A fixed factor takes the copies' buffer references ahead, in one add;
+ * each copy and the stage's end account for every one of them. */
+static void test_echo_references_taken_ahead(void **state)
+{
+    (void)state;
+    ef_pipeline *p = tu_pipeline("range:n=10,bytes=16 | echo:5", 0);
+    ef_sample *fresh = tu_next(p);
+    ef_buffer *b = tu_field(fresh, "data").buffer;
+    /* the fresh item's, the held header's and three owed to copies 1-3 */
+    assert_int_equal(ef_buffer_refcount(b), 5);
+    ef_sample *c1 = tu_next(p);
+    assert_int_equal(ef_sample_identity(c1).echo_copy, 1);
+    assert_ptr_equal(tu_field(c1, "data").buffer, b);
+    assert_int_equal(ef_buffer_refcount(b), 5); /* c1 took an owed one */
+    ef_sample_free(c1);
+    assert_int_equal(ef_buffer_refcount(b), 4);
+    /* ended with copies due: the owed references go with the stage */
+    ef_pipeline_destroy(p);
+    assert_int_equal(ef_buffer_refcount(b), 1);
+    ef_sample_free(fresh);
+
+    /* and a whole item's copies leave only what the consumer holds */
+    p = tu_pipeline("range:n=10,bytes=16 | echo:4", 0);
+    ef_sample *all[4];
+    for (int k = 0; k < 4; k++)
+        all[k] = tu_next(p);
+    b = tu_field(all[0], "data").buffer;
+    assert_int_equal(ef_buffer_refcount(b), 4);
+    for (int k = 0; k < 4; k++)
+        ef_sample_free(all[k]);
+    ef_pipeline_destroy(p);
+}
+
 typedef struct {
     ef_sample **items;
     size_t n;
@@ -493,6 +526,7 @@ int main(void)
         cmocka_unit_test(test_echo_seeds),
         cmocka_unit_test(test_echo_with_repeat),
         cmocka_unit_test(test_echo_copies_allocate_nothing),
+        cmocka_unit_test(test_echo_references_taken_ahead),
         cmocka_unit_test(test_echo_copies_outlive_pipeline),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -5,7 +5,7 @@
 #include <stdatomic.h>
 
 #include "core/alloc.h"
-#include "echoflow/echoflow.h"
+#include "core/buffer.h"
 
 struct ef_buffer {
     atomic_uint refs;
@@ -51,18 +51,28 @@ ef_buffer *ef_buffer_retain(ef_buffer *b)
     return b;
 }
 
-void ef_buffer_release(ef_buffer *b)
+void ef__buffer_retain_n(ef_buffer *b, unsigned n)
 {
-    if (!b)
+    atomic_fetch_add_explicit(&b->refs, n, memory_order_relaxed);
+}
+
+void ef__buffer_release_n(ef_buffer *b, unsigned n)
+{
+    if (!b || n == 0)
         return;
     /* acq_rel: every write made through other references happens before
      * the free (a release decrement plus an acquire fence would do, but
      * the thread sanitizer does not model lone fences) */
-    if (atomic_fetch_sub_explicit(&b->refs, 1, memory_order_acq_rel) != 1)
+    if (atomic_fetch_sub_explicit(&b->refs, n, memory_order_acq_rel) != n)
         return;
     if (b->release)
         b->release(b->user);
     ef__free(b);
+}
+
+void ef_buffer_release(ef_buffer *b)
+{
+    ef__buffer_release_n(b, 1);
 }
 
 void *ef_buffer_data(const ef_buffer *b)

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "core/alloc.h"
+#include "core/buffer.h"
 
 static const struct {
     size_t size;
@@ -154,16 +155,35 @@ void ef_sample_free(ef_sample *s)
         ef__free(s);
 }
 
-/* Copies the header's fields in use into c and takes a reference on each
- * buffer: samples are cloned once per echo. */
-static ef_sample *clone_into(ef_sample *c, const ef_sample *s)
+/* Copies the header's fields in use into c: samples are copied once per
+ * echo. */
+static ef_sample *copy_into(ef_sample *c, const ef_sample *s)
 {
     size_t used =
         offsetof(ef_sample, fields) + (size_t)s->nfields * sizeof(s->fields[0]);
     memcpy(c, s, used);
+    return c;
+}
+
+/* The copy, and a reference on each buffer. */
+static ef_sample *clone_into(ef_sample *c, const ef_sample *s)
+{
+    copy_into(c, s);
     for (int i = 0; i < c->nfields; i++)
         ef_buffer_retain(c->fields[i].buf);
     return c;
+}
+
+void ef__sample_refs_add(ef_sample *s, unsigned n)
+{
+    for (int i = 0; i < s->nfields; i++)
+        ef__buffer_retain_n(s->fields[i].buf, n);
+}
+
+void ef__sample_refs_drop(ef_sample *s, unsigned n)
+{
+    for (int i = 0; i < s->nfields; i++)
+        ef__buffer_release_n(s->fields[i].buf, n);
 }
 
 ef_sample *ef_sample_clone(const ef_sample *s)
@@ -175,7 +195,8 @@ ef_sample *ef_sample_clone(const ef_sample *s)
     return clone_into(c, s);
 }
 
-ef_sample *ef__sample_pool_clone(ef__sample_pool *p, const ef_sample *s)
+/* A header from the pool (or a new one); NULL when out of memory. */
+static ef_sample *pool_take(ef__sample_pool *p)
 {
     if (!p->spare && p->since_take >= POOL_BATCH) {
         p->spare = (ef_sample *)atomic_exchange_explicit(&p->returned, 0,
@@ -194,7 +215,19 @@ ef_sample *ef__sample_pool_clone(ef__sample_pool *p, const ef_sample *s)
     }
     p->handed++;
     p->since_take++;
-    return clone_into(c, s);
+    return c;
+}
+
+ef_sample *ef__sample_pool_clone(ef__sample_pool *p, const ef_sample *s)
+{
+    ef_sample *c = pool_take(p);
+    return c ? clone_into(c, s) : NULL;
+}
+
+ef_sample *ef__sample_pool_copy(ef__sample_pool *p, const ef_sample *s)
+{
+    ef_sample *c = pool_take(p);
+    return c ? copy_into(c, s) : NULL;
 }
 
 int ef__sample_find(const ef_sample *s, const char *name)

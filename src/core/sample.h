@@ -53,6 +53,17 @@ void ef__sample_pool_release(ef__sample_pool *p);
  * the copy (ef_sample_free). Owner only. NULL when out of memory. */
 ef_sample *ef__sample_pool_clone(ef__sample_pool *p, const ef_sample *s);
 
+/* Like ef__sample_pool_clone, but takes no buffer reference: the caller
+ * took them ahead (ef__sample_refs_add on the sample copied), one per
+ * field for each copy to be made. Owner only. NULL when out of memory. */
+ef_sample *ef__sample_pool_copy(ef__sample_pool *p, const ef_sample *s);
+/* n more references on each of s's buffers (one atomic add per field),
+ * owed to copies made later with ef__sample_pool_copy. */
+void ef__sample_refs_add(ef_sample *s, unsigned n);
+/* Drops n references on each of s's buffers: copies owed that will not
+ * be made. */
+void ef__sample_refs_drop(ef_sample *s, unsigned n);
+
 /* Index of the field called `name`, or -1. */
 int ef__sample_find(const ef_sample *s, const char *name);
 /* Number of elements of a shape (1 for ndim 0). */

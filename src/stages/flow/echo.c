@@ -53,7 +53,9 @@ typedef struct {
     int max;       /* auto: copies per item at most */
     size_t shuffle;
     /* fixed factor */
-    ef_sample *held; /* the fresh item whose copies are still due */
+    ef_sample *held; /* the fresh item whose copies are still due; it
+                        holds copies_left - 1 buffer references per field
+                        beyond its own, taken ahead for the copies */
     int copies_left; /* copies of `held` still to emit */
     int next_copy;   /* echo_copy number of the next copy */
     /* auto */
@@ -186,6 +188,10 @@ static int fixed_next(void *arg, ef_sample **out, ef__err *err)
                 ef_sample_free(fresh);
                 return ef__err_set(err, EF_ENOMEM, "echo: out of memory");
             }
+            /* the references of the n - 2 copies before the last (which
+             * takes the held header), in one add per field */
+            if (n > 2)
+                ef__sample_refs_add(st->held, (unsigned)(n - 2));
             st->copies_left = n - 1;
             st->next_copy = 1;
         }
@@ -198,9 +204,11 @@ static int fixed_next(void *arg, ef_sample **out, ef__err *err)
         copy = st->held; /* the last copy takes the held header itself */
         st->held = NULL;
     } else {
-        copy = ef__sample_pool_clone(st->headers, st->held);
-        if (!copy)
+        copy = ef__sample_pool_copy(st->headers, st->held);
+        if (!copy) {
+            st->copies_left++; /* still owed, its reference still held */
             return ef__err_set(err, EF_ENOMEM, "echo: out of memory");
+        }
     }
     copy->id.echo_copy = st->next_copy++;
     ef__stat_add(&st->echoed, 1);
@@ -437,6 +445,8 @@ static void echo_destroy(ef__stage *s)
     }
     if (st->up_ns)
         ef__rates_destroy(&st->rates);
+    if (st->held && st->copies_left > 1) /* references owed to copies */
+        ef__sample_refs_drop(st->held, (unsigned)(st->copies_left - 1));
     ef_sample_free(st->held);
     if (st->pool && st->by_uses)
         pool_clear(s, st);
