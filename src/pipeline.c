@@ -412,9 +412,10 @@ static void pipeline_stats(const ef_pipeline *p, ef_pipeline_stats *out)
     uint64_t end = atomic_load(&q->final_status) ? atomic_load(&q->t_last_ns)
                                                  : ef__timer_ns();
     uint64_t t_start = atomic_load(&q->t_start_ns);
-    out->startup_s = (double)(t_start - atomic_load(&q->t_open_ns)) * 1e-9;
-    out->elapsed_s = end > t_start ? (double)(end - t_start) * 1e-9 : 0;
-    out->consumer_wait_s = (double)ef__stat_get(&p->consumer_wait_ns) * 1e-9;
+    out->startup_s =
+        ef__ns_to_s(ef__elapsed_ns(atomic_load(&q->t_open_ns), t_start));
+    out->elapsed_s = ef__ns_to_s(ef__elapsed_ns(t_start, end));
+    out->consumer_wait_s = ef__ns_to_s(ef__stat_get(&p->consumer_wait_ns));
     out->consumer_wait_fraction =
         out->elapsed_s > 0 ? out->consumer_wait_s / out->elapsed_s : 0;
 }
@@ -442,8 +443,8 @@ static void stage_stats(const ef_pipeline *p, const ef__stage *s,
     out->name = s->def->info.name;
     out->items_in = ef__stat_get(&s->items_in);
     out->items_out = ef__stat_get(&s->items_out);
-    out->wait_up_s = (double)ef__stat_get(&s->wait_up_ns) * 1e-9;
-    out->wait_down_s = (double)ef__stat_get(&s->wait_down_ns) * 1e-9;
+    out->wait_up_s = ef__ns_to_s(ef__stat_get(&s->wait_up_ns));
+    out->wait_down_s = ef__ns_to_s(ef__stat_get(&s->wait_down_ns));
     out->skipped = atomic_load(&((ef__stage *)s)->skipped);
     out->abandoned = atomic_load(&((ef__stage *)s)->abandoned);
     out->lost_bytes = atomic_load(&((ef__stage *)s)->lost_bytes);
