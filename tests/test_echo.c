@@ -373,6 +373,23 @@ static void test_echo_with_repeat(void **state)
     }
     free(st.v);
 
+    /* a pass that ends mid-copies (take under repeat): the next pass
+     * starts with its own fresh items, not the last pass's copies */
+    st = record("range:n=10 | echo:3 | take:4 | repeat:count=2", 0);
+    assert_int_equal(st.n, 8);
+    for (size_t k = 0; k < st.n; k++) {
+        assert_int_equal(st.v[k].epoch, (int64_t)(k / 4));
+        assert_int_equal(st.v[k].index, (k % 4) < 3 ? 0 : 1);
+        assert_int_equal(st.v[k].copy, (int64_t)((k % 4) % 3));
+    }
+    free(st.v);
+    /* the same through the shuffle buffer */
+    st = record("range:n=10 | echo:3,shuffle=4 | take:4 | repeat:count=2", 0);
+    assert_int_equal(st.n, 8);
+    for (size_t k = 4; k < st.n; k++)
+        assert_int_equal(st.v[k].epoch, 1);
+    free(st.v);
+
     /* fractional decisions are keyed by epoch: a new pass doubles
      * different items */
     st = record("range:n=1000 | echo:1.5 | repeat:count=2", 5);

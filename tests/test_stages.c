@@ -520,6 +520,18 @@ static void test_restart_mid_pass(void **state)
         tu_expect_end(p);
         ef_pipeline_destroy(p);
     }
+    /* a shuffle buffer cut short drops its leftovers: every item of a
+     * pass is of that pass */
+    ef_pipeline *sp =
+        tu_pipeline("range:n=100 | shuffle:10 | take:3 | repeat:3", 0);
+    for (int64_t epoch = 0; epoch < 3; epoch++)
+        for (int i = 0; i < 3; i++) {
+            ef_sample *s = tu_next(sp);
+            assert_int_equal(ef_sample_identity(s).epoch, epoch);
+            ef_sample_free(s);
+        }
+    tu_expect_end(sp);
+    ef_pipeline_destroy(sp);
     /* automatic echo pumps its upstream the same way; unordered map
      * workers push into a queue */
     static const char *unordered[] = {

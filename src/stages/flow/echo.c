@@ -413,9 +413,20 @@ static void pool_clear(ef__stage *s, echo_state *st)
     st->least = st->max;
 }
 
+/* Drops the held item and the copies still due of it. */
+static void drop_held(echo_state *st)
+{
+    if (st->held && st->copies_left > 1) /* references owed to copies */
+        ef__sample_refs_drop(st->held, (unsigned)(st->copies_left - 1));
+    ef_sample_free(st->held);
+    st->held = NULL;
+    st->copies_left = 0;
+}
+
 static int echo_reset(ef__stage *s, int64_t epoch, ef__err *err)
 {
     echo_state *st = s->state;
+    drop_held(st); /* a pass that ended mid-copies: they belong to it */
     if (st->shuffle)
         ef__shufbuf_reset(&st->buf);
     ef__rng_init(&st->rng, s->ctx->seed, (uint64_t)s->index, -1, epoch, 0);
@@ -445,9 +456,7 @@ static void echo_destroy(ef__stage *s)
     }
     if (st->up_ns)
         ef__rates_destroy(&st->rates);
-    if (st->held && st->copies_left > 1) /* references owed to copies */
-        ef__sample_refs_drop(st->held, (unsigned)(st->copies_left - 1));
-    ef_sample_free(st->held);
+    drop_held(st);
     if (st->pool && st->by_uses)
         pool_clear(s, st);
     ef__free(st->by_uses);

@@ -18,15 +18,21 @@ int ef__shufbuf_init(ef__shufbuf *b, size_t cap, ef__budget *budget,
     return b->items ? EF_OK : EF_ENOMEM;
 }
 
-void ef__shufbuf_destroy(ef__shufbuf *b)
+/* Frees what the buffer holds. */
+static void empty(ef__shufbuf *b)
 {
     ef__budget_release(b->budget, b->bytes);
     b->bytes = 0;
     for (size_t i = 0; i < b->n; i++)
         ef_sample_free(b->items[i]);
+    b->n = 0;
+}
+
+void ef__shufbuf_destroy(ef__shufbuf *b)
+{
+    empty(b);
     ef__free(b->items);
     b->items = NULL;
-    b->n = 0;
 }
 
 /* Charges a sample about to join the buffer; frees it and fails when the
@@ -75,5 +81,6 @@ int ef__shufbuf_next(ef__shufbuf *b, ef__producer produce, void *arg,
 
 void ef__shufbuf_reset(ef__shufbuf *b)
 {
+    empty(b); /* a pass cut short (take under repeat): its leftovers */
     b->ended = 0;
 }

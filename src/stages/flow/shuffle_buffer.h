@@ -32,7 +32,8 @@ void ef__shufbuf_destroy(ef__shufbuf *b);
  * empty; errors from the producer pass through. */
 int ef__shufbuf_next(ef__shufbuf *b, ef__producer produce, void *arg,
                      ef__rng *rng, ef_sample **out, ef__err *err);
-/* Ready for another pass (after EF_END). */
+/* Ready for another pass: after EF_END, or mid-pass (what is still held
+ * belongs to the pass that ended, and is dropped). */
 void ef__shufbuf_reset(ef__shufbuf *b);
 
 #endif
