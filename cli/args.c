@@ -7,8 +7,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-int args_seed(const char *prog, const char *opt, const char *text,
-              uint64_t *out)
+/* A seed: digits only, every value to 2^64 - 1. 0, or -1 with
+ * "PROG: OPT expects ..." on stderr. */
+static int args_seed(const char *prog, const char *opt, const char *text,
+                     uint64_t *out)
 {
     char *end = (char *)text;
     unsigned long long v = 0;
@@ -26,8 +28,9 @@ int args_seed(const char *prog, const char *opt, const char *text,
     return 0;
 }
 
-int args_size(const char *prog, const char *opt, const char *text,
-              uint64_t *out)
+/* A size in bytes, with K, M, G or T (binary). As args_seed. */
+static int args_size(const char *prog, const char *opt, const char *text,
+                     uint64_t *out)
 {
     static const char suffixes[] = "KMGT";
     char *end = (char *)text;

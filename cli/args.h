@@ -45,11 +45,4 @@ typedef struct {
 int args_parse(const arg_command *c, int argc, char **argv, const char **pos);
 void args_usage(const arg_command *c, FILE *f);
 
-/* The checks of ARG_SEED and ARG_SIZE, for values that come from elsewhere:
- * 0, or -1 with "PROG: OPT expects ..." on stderr. */
-int args_seed(const char *prog, const char *opt, const char *text,
-              uint64_t *out);
-int args_size(const char *prog, const char *opt, const char *text,
-              uint64_t *out);
-
 #endif

@@ -24,11 +24,16 @@ struct cli_monitor {
     uint64_t last_items;
 };
 
-static double now_s(void)
+long long cli_now_ns(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+    return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+static double now_s(void)
+{
+    return (double)cli_now_ns() / 1e9;
 }
 
 /* The echo stage's figures, when the pipeline has one: 1 and *st. */

@@ -20,4 +20,8 @@ cli_monitor *cli_monitor_start(const char *prog, ef_pipeline *p, int progress,
 /* Stops and joins the thread, erases the progress line. NULL is fine. */
 void cli_monitor_stop(cli_monitor *m);
 
+/* CLOCK_MONOTONIC in nanoseconds: the command's one clock (the monitor's
+ * intervals, run's emulated steps). */
+long long cli_now_ns(void);
+
 #endif

@@ -26,16 +26,9 @@ typedef struct {
     long long end_ns; /* when the current step is due to end */
 } step_clock;
 
-static long long mono_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
-
 static void step(step_clock *c, double us, long long waited_ns)
 {
-    long long now = mono_ns();
+    long long now = cli_now_ns();
     long long start = c->end_ns + waited_ns;
     if (c->end_ns == 0 || start < now - CATCH_UP_NS)
         start = now;
@@ -92,13 +85,13 @@ int cmd_run(int argc, char **argv)
     step_clock clock = {0};
     ef_status rc;
     for (;;) {
-        long long t0 = mono_ns();
+        long long t0 = cli_now_ns();
         rc = ef_pipeline_next(p, &s);
         if (rc != EF_OK)
             break;
         ef_sample_free(s);
         if (ri.consume_us > 0)
-            step(&clock, ri.consume_us, mono_ns() - t0);
+            step(&clock, ri.consume_us, cli_now_ns() - t0);
     }
     cli_monitor_stop(mon);
     ri.status = rc;
