@@ -1,6 +1,6 @@
 """Batch size at e = 4 (the paper's Figure 6): the MLP at batch 32, 128 and
 512, without echo, with example echoing and with batch echoing."""
-from .cells import ECHO_SHUFFLE, cell, example_echo
+from .cells import ECHO_SHUFFLE, cell, example_echo, quick_mlp, seeds
 from .render import cell_summary, section, table
 from .results import groups
 
@@ -11,10 +11,9 @@ PAPER = "the paper's Figure 6"
 
 def cells(quick):
     sizes = [32, 512] if quick else [32, 128, 512]
-    seeds = [0] if quick else [0, 1, 2]
-    t = dict(target_acc=0.85, max_fresh=200000) if quick else {}
+    t = quick_mlp(quick)
     out = []
-    for seed in seeds:
+    for seed in seeds(quick):
         for b in sizes:
             out.append(cell(NAME, "none", batch=b, seed=seed, **t))
             out.append(cell(NAME, "example-shuffled", e=4, batch=b,

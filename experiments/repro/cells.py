@@ -25,6 +25,17 @@ def cell(experiment, variant, **kw):
     return c
 
 
+def seeds(quick):
+    """The seeds of an experiment's grid: one in a quick run."""
+    return [0] if quick else [0, 1, 2]
+
+
+def quick_mlp(quick):
+    """A quick run's lower MLP target and cap, so each cell takes seconds;
+    the full run keeps cell()'s."""
+    return dict(target_acc=0.85, max_fresh=200000) if quick else {}
+
+
 def example_echo(e, shuffle):
     return "factor=%s,shuffle=%d" % (fmt(e), shuffle)
 

@@ -12,7 +12,7 @@ import os
 import statistics
 import subprocess
 
-from .cells import ECHO_SHUFFLE, cell, example_echo
+from .cells import ECHO_SHUFFLE, cell, example_echo, seeds
 from .nginx import TRAIN_EXAMPLES, Upstream
 from .render import cell_summary, gnuplot, section, table
 from .results import die, ekey, fmt, groups, num, reached_value, summary
@@ -45,10 +45,9 @@ def cells(quick):
     rs = [2, 8] if quick else [2, 4, 8]
     echoes = ["none", "4", "auto"] if quick else ["none", "2", "4", "8",
                                                   "auto"]
-    seeds = [0] if quick else [0, 1, 2]
     t = dict(target_acc=0.85, max_fresh=300000) if quick else {}
     out = []
-    for seed in seeds:
+    for seed in seeds(quick):
         for r in rs:
             for ech in echoes:
                 if ech == "none":

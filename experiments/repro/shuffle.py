@@ -1,7 +1,7 @@
 """Echo shuffle buffer at e = 4 (the paper's Figure 7): the MLP with the
 echoed copies shuffled over 0, 1000 or 10000 items."""
 from .batch import by_setting
-from .cells import cell, example_echo
+from .cells import cell, example_echo, quick_mlp, seeds
 
 NAME = "shuffle"
 TITLE = "Echo shuffle buffer at e = 4 (MLP)"
@@ -10,11 +10,10 @@ PAPER = "the paper's Figure 7"
 
 def cells(quick):
     bufs = [0, 10000] if quick else [0, 1000, 10000]
-    seeds = [0] if quick else [0, 1, 2]
-    t = dict(target_acc=0.85, max_fresh=200000) if quick else {}
+    t = quick_mlp(quick)
     return [cell(NAME, "example", e=4, shuffle=s, seed=seed,
                  echo=example_echo(4, s), echo_at="before-augment", **t)
-            for seed in seeds for s in bufs]
+            for seed in seeds(quick) for s in bufs]
 
 
 def report(rows, run_cmd):
