@@ -13,6 +13,7 @@
 
 #include "codec/image.h"
 #include "core/alloc.h"
+#include "stages/image/bilinear.h"
 #include "ef_test_util.h"
 
 /* ---- fixtures ------------------------------------------------------ */
@@ -574,6 +575,91 @@ static void decode_errors(void **state)
     free(px);
 }
 
+/* The per-pixel formula ef__bilinear computes, written out directly: a
+ * reference for the row-at-a-time implementation, which must equal it to
+ * the bit. */
+static float ref_coord(int64_t o, int64_t out, int64_t in, int64_t *i0,
+                       int64_t *i1)
+{
+    double s = ((double)o + 0.5) * ((double)in / (double)out) - 0.5;
+    s = s < 0 ? 0 : s;
+    *i0 = (int64_t)s < in - 1 ? (int64_t)s : in - 1;
+    *i1 = *i0 < in - 1 ? *i0 + 1 : *i0;
+    return (float)(s - (double)*i0);
+}
+
+static void ref_bilinear(const void *in, ef_dtype dtype, int64_t stride,
+                         int64_t ih, int64_t iw, int64_t c, void *dst,
+                         int64_t oh, int64_t ow)
+{
+    for (int64_t y = 0; y < oh; y++) {
+        int64_t y0, y1, x0, x1;
+        float wy = ref_coord(y, oh, ih, &y0, &y1);
+        for (int64_t x = 0; x < ow; x++) {
+            float wx = ref_coord(x, ow, iw, &x0, &x1);
+            for (int64_t k = 0; k < c; k++) {
+                size_t a = (size_t)((y0 * stride + x0) * c + k),
+                       b = (size_t)((y0 * stride + x1) * c + k),
+                       d = (size_t)((y1 * stride + x0) * c + k),
+                       e = (size_t)((y1 * stride + x1) * c + k),
+                       o = (size_t)((y * ow + x) * c + k);
+                if (dtype == EF_U8) {
+                    const unsigned char *p = in;
+                    float top = p[a] + wx * (float)(p[b] - p[a]);
+                    float bot = p[d] + wx * (float)(p[e] - p[d]);
+                    ((unsigned char *)dst)[o] =
+                        (unsigned char)(top + wy * (bot - top) + 0.5f);
+                } else {
+                    const float *p = in;
+                    float top = p[a] + wx * (p[b] - p[a]);
+                    float bot = p[d] + wx * (p[e] - p[d]);
+                    ((float *)dst)[o] = top + wy * (bot - top);
+                }
+            }
+        }
+    }
+}
+
+static void bilinear_equals_the_formula(void **state)
+{
+    (void)state;
+    uint64_t r = 12345;
+    for (int round = 0; round < 300; round++) {
+        /* sizes from 1 to 40, up and down, a stride past the width */
+        int64_t ih = 1 +
+                     (int64_t)((r = r * 6364136223846793005u + 1) >> 58) % 40,
+                iw = 1 +
+                     (int64_t)((r = r * 6364136223846793005u + 1) >> 58) % 40,
+                oh = 1 +
+                     (int64_t)((r = r * 6364136223846793005u + 1) >> 58) % 40,
+                ow = 1 +
+                     (int64_t)((r = r * 6364136223846793005u + 1) >> 58) % 40,
+                c = 1 + round % 4, stride = iw + round % 3;
+        ef_dtype dtype = round % 5 == 4 ? EF_F32 : EF_U8;
+        size_t es = ef_dtype_size(dtype), n = (size_t)(ih * stride * c),
+               m = (size_t)(oh * ow * c);
+        unsigned char *pix = malloc(n * es), *got = malloc(m * es),
+                      *want = malloc(m * es);
+        assert_non_null(pix);
+        assert_non_null(got);
+        assert_non_null(want);
+        for (size_t i = 0; i < n; i++) {
+            r = r * 6364136223846793005u + 1;
+            if (dtype == EF_U8)
+                pix[i] = (unsigned char)(r >> 56);
+            else
+                ((float *)pix)[i] = (float)(r >> 40) / 65536.0f - 100.0f;
+        }
+        assert_int_equal(
+            ef__bilinear(pix, dtype, stride, ih, iw, c, got, oh, ow), EF_OK);
+        ref_bilinear(pix, dtype, stride, ih, iw, c, want, oh, ow);
+        assert_memory_equal(got, want, m * es);
+        free(pix);
+        free(got);
+        free(want);
+    }
+}
+
 /* ---- resize ---------------------------------------------------------- */
 
 static void resize_known_values(void **state)
@@ -923,6 +1009,7 @@ int main(void)
         cmocka_unit_test(png_survives_failed_allocations),
         cmocka_unit_test(decode_images_and_labels),
         cmocka_unit_test(decode_errors),
+        cmocka_unit_test(bilinear_equals_the_formula),
         cmocka_unit_test(resize_known_values),
         cmocka_unit_test(random_resized_crop_shapes_and_keys),
         cmocka_unit_test(random_resized_crop_whole_and_fallback),
