@@ -4,7 +4,15 @@
 #include "core/clock.h"
 
 #define SNAPSHOT_NS 250000000u /* a reading every 0.25 s: 2 s of window */
-#define CHECK_EVERY 16         /* items between clock reads */
+/* The readings between snapshots keep the estimate fresh; about one per
+ * millisecond is plenty, so the items between clock reads (`every`)
+ * double while a reading comes sooner than half of that and halve while
+ * it comes later than twice that. At millions of items per second this
+ * makes the per-item cost a decrement. The cap bounds how stale a sudden
+ * slowdown can leave the estimate: 256 items, a quarter second at 1,000
+ * items/s. */
+#define READING_NS 1000000u
+#define EVERY_MAX 256u
 
 static void read_counters(ef__rates *r, ef__rate_snap *s, uint64_t now)
 {
@@ -25,7 +33,7 @@ void ef__rates_init(ef__rates *r, const _Atomic uint64_t *up_ns,
     r->in_echo_ns = in_echo_ns;
     r->out_items = out_items;
     pthread_mutex_init(&r->mu, NULL);
-    r->calls = 0;
+    r->every = r->countdown = 1;
     read_counters(r, &r->ring[0], ef__timer_ns());
     r->last = r->ring[0];
     r->nsnaps = 1;
@@ -37,12 +45,16 @@ void ef__rates_destroy(ef__rates *r)
     pthread_mutex_destroy(&r->mu);
 }
 
-void ef__rates_tick(ef__rates *r, int force)
+void ef__rates_reading(ef__rates *r)
 {
-    if (!force && ++r->calls % CHECK_EVERY)
-        return;
     ef__rate_snap s;
     read_counters(r, &s, ef__timer_ns());
+    uint64_t since = s.t_ns - r->last.t_ns; /* only this thread writes it */
+    if (since < READING_NS / 2 && r->every < EVERY_MAX)
+        r->every *= 2;
+    else if (since > 2 * (uint64_t)READING_NS && r->every > 1)
+        r->every /= 2;
+    r->countdown = r->every;
     pthread_mutex_lock(&r->mu);
     r->last = s;
     int newest = (r->head + r->nsnaps - 1) % EF__RATE_SNAPSHOTS;

@@ -29,7 +29,8 @@ typedef struct {
     ef__rate_snap ring[EF__RATE_SNAPSHOTS];
     int nsnaps, head;   /* head: the oldest snapshot */
     ef__rate_snap last; /* the newest reading */
-    unsigned calls;
+    unsigned every;     /* items between readings (echo_rates.c) */
+    unsigned countdown; /* items until the next reading */
 } ef__rates;
 
 typedef struct {
@@ -43,9 +44,16 @@ void ef__rates_init(ef__rates *r, const _Atomic uint64_t *up_ns,
                     const _Atomic uint64_t *in_echo_ns,
                     const _Atomic uint64_t *out_items);
 void ef__rates_destroy(ef__rates *r);
+/* Takes a reading now: see ef__rates_tick. */
+void ef__rates_reading(ef__rates *r);
 /* Called on every item the stage emits; takes a reading now and then.
- * force: take one now (at the end of the data). */
-void ef__rates_tick(ef__rates *r, int force);
+ * force: take one now (at the end of the data). Inline: on most items it
+ * is a decrement. */
+static inline void ef__rates_tick(ef__rates *r, int force)
+{
+    if (force || --r->countdown == 0)
+        ef__rates_reading(r);
+}
 void ef__rates_estimate(ef__rates *r, ef__rate_estimate *out);
 
 #endif
