@@ -1,38 +1,15 @@
 /* normalize: an example's image to f32, (x * scale - mean) / std with one
- * mean and std per channel (or one for all); scale is 1/255 for u8. */
-#include <errno.h>
-#include <math.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-
+ * mean and std per channel (or one for all); scale is 1/255 for u8. The
+ * lists and their arithmetic are shared with crop_mirror_normalize
+ * (normalize_values.h). */
 #include "core/alloc.h"
 #include "stages/image/image_stage.h"
-
-#define MAX_CHANNELS 16 /* values in a mean or std list */
+#include "stages/image/normalize_values.h"
 
 typedef struct {
     char field[EF_MAX_NAME]; /* first: see image_stage.h */
-    int nmean, nstd;
-    double mean[MAX_CHANNELS], std[MAX_CHANNELS];
+    ef__norm_values v;
 } normalize_params;
-
-/* Checks that a list of n values suits c channels. */
-static int channels_match(int n, int64_t c, const char *what, const char *field,
-                          ef_map_ctx *ctx)
-{
-    if (n == 1 || n == c)
-        return EF_OK;
-    if (c == 1)
-        return ef_map_ctx_fail(ctx, EF_ESHAPE,
-                               "field '%s' has one channel but %s has %d "
-                               "values; expected one",
-                               field, what, n);
-    return ef_map_ctx_fail(ctx, EF_ESHAPE,
-                           "field '%s' has %lld channels but %s has %d "
-                           "values; expected 1 or %lld",
-                           field, (long long)c, what, n, (long long)c);
-}
 
 static int normalize_fn(const ef_sample *in, ef_sample **out, ef_map_ctx *ctx)
 {
@@ -40,23 +17,16 @@ static int normalize_fn(const ef_sample *in, ef_sample **out, ef_map_ctx *ctx)
     ef__image img;
     int rc = ef__image_find(in, p->field, EF__U8_F32, &img, ctx);
     if (rc == EF_OK)
-        rc = channels_match(p->nmean, img.c, "mean", p->field, ctx);
-    if (rc == EF_OK)
-        rc = channels_match(p->nstd, img.c, "std", p->field, ctx);
+        rc = ef__norm_check(&p->v, img.c, p->field, ctx);
     if (rc != EF_OK)
         return rc;
     /* one value each for every channel: treat the image as one channel
-     * (it may have more than MAX_CHANNELS) */
-    int64_t c = p->nmean == 1 && p->nstd == 1 ? 1 : img.c;
+     * (it may have more than EF__NORM_MAX_CHANNELS) */
+    int64_t c = ef__norm_uniform(&p->v) ? 1 : img.c;
     int64_t pixels = img.h * img.w * img.c / c;
     /* (x * scale - mean) / std as one multiply-add per element */
-    float a[MAX_CHANNELS], b[MAX_CHANNELS];
-    double scale = img.f->dtype == EF_U8 ? 1.0 / 255.0 : 1.0;
-    for (int64_t k = 0; k < c; k++) {
-        double sd = p->std[p->nstd == 1 ? 0 : k];
-        a[k] = (float)(scale / sd);
-        b[k] = (float)(-p->mean[p->nmean == 1 ? 0 : k] / sd);
-    }
+    float a[EF__NORM_MAX_CHANNELS], b[EF__NORM_MAX_CHANNELS];
+    ef__norm_coeffs(&p->v, c, img.f->dtype, a, b);
     float *dst;
     rc = ef__image_output(in, img.index, EF_F32, img.f->ndim, img.f->shape, out,
                           (void **)&dst, ctx);
@@ -75,47 +45,12 @@ static int normalize_fn(const ef_sample *in, ef_sample **out, ef_map_ctx *ctx)
     return EF_OK;
 }
 
-/* "0.5" or "0.485,0.456,0.406" into v; the count into *n. */
-static int parse_list(const char *text, const char *option, int positive,
-                      double *v, int *n, ef__err *err)
-{
-    const char *p = text;
-    *n = 0;
-    for (;;) {
-        char *end;
-        errno = 0;
-        double x = strtod(p, &end);
-        while (*end == ' ')
-            end++;
-        if (end == p || errno || !isfinite(x) || (*end && *end != ',') ||
-            *n == MAX_CHANNELS)
-            return ef__err_set(err, EF_ESPEC,
-                               "stage 'normalize': option '%s' expects a "
-                               "number or a quoted list of up to %d numbers "
-                               "(\"0.485,0.456,0.406\"), got '%s'",
-                               option, MAX_CHANNELS, text);
-        if (positive && !(x > 0))
-            return ef__err_set(err, EF_ESPEC,
-                               "stage 'normalize': option '%s' values must "
-                               "be > 0, got %g (value %d of '%s')",
-                               option, x, *n + 1, text);
-        v[(*n)++] = x;
-        if (!*end)
-            return EF_OK;
-        p = end + 1;
-    }
-}
-
 static int normalize_create(ef__stage *s, const ef__opts *o, ef__err *err)
 {
     normalize_params *p = ef__calloc(1, sizeof *p);
     if (!p)
         return ef__err_set(err, EF_ENOMEM, "normalize: out of memory");
-    int rc = parse_list(ef__opt_string(o, "mean"), "mean", 0, p->mean,
-                        &p->nmean, err);
-    if (rc == EF_OK)
-        rc = parse_list(ef__opt_string(o, "std"), "std", 1, p->std, &p->nstd,
-                        err);
+    int rc = ef__norm_parse(o, "normalize", &p->v, err);
     if (rc != EF_OK) {
         ef__free(p);
         return rc;
@@ -124,13 +59,11 @@ static int normalize_create(ef__stage *s, const ef__opts *o, ef__err *err)
 }
 
 static const ef__option_def normalize_options[] = {
-    {"mean", EF_OPT_STRING, "0",
-     "one value, or one per channel: \"0.485,0.456,0.406\"", 0, 0},
-    {"std", EF_OPT_STRING, "1", "one value > 0, or one per channel", 0, 0},
+    EF__NORM_MEAN_OPTION,
+    EF__NORM_STD_OPTION,
     EF__IMAGE_FIELD_OPTION,
     EF__THREADS_OPTION,
 };
-
 const ef__stage_def ef__stage_normalize = {
     .info = {"normalize",
              "to f32: (x * scale - mean) / std, scale 1/255 for u8, 1 for f32",
