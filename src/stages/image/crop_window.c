@@ -50,3 +50,18 @@ void ef__rrc_window(const ef__rrc_ranges *p, int64_t h, int64_t w,
     crop[2] = ch;
     crop[3] = cw;
 }
+
+int ef__rrc_ranges_parse(const ef__opts *o, const char *stage,
+                         ef__rrc_ranges *r, ef__err *err)
+{
+    *r = (ef__rrc_ranges){
+        ef__opt_float(o, "scale_min"), ef__opt_float(o, "scale_max"),
+        ef__opt_float(o, "ratio_min"), ef__opt_float(o, "ratio_max")};
+    if (r->scale_min > r->scale_max || r->ratio_min > r->ratio_max)
+        return ef__err_set(err, EF_ESPEC,
+                           "stage '%s': ranges must not be reversed (got "
+                           "scale %g to %g, ratio %g to %g)",
+                           stage, r->scale_min, r->scale_max, r->ratio_min,
+                           r->ratio_max);
+    return EF_OK;
+}

@@ -31,34 +31,23 @@ static int random_resized_crop_fn(const ef_sample *in, ef_sample **out,
 static int random_resized_crop_create(ef__stage *s, const ef__opts *o,
                                       ef__err *err)
 {
-    double s0 = ef__opt_float(o, "scale_min"),
-           s1 = ef__opt_float(o, "scale_max");
-    double r0 = ef__opt_float(o, "ratio_min"),
-           r1 = ef__opt_float(o, "ratio_max");
-    if (s0 > s1 || r0 > r1)
-        return ef__err_set(err, EF_ESPEC,
-                           "stage 'random_resized_crop': ranges must not be "
-                           "reversed (got scale %g to %g, ratio %g to %g)",
-                           s0, s1, r0, r1);
+    ef__rrc_ranges ranges;
+    int rc = ef__rrc_ranges_parse(o, "random_resized_crop", &ranges, err);
+    if (rc != EF_OK)
+        return rc;
     rrc_params *p = ef__calloc(1, sizeof *p);
     if (!p)
         return ef__err_set(err, EF_ENOMEM,
                            "random_resized_crop: out of memory");
     p->size = ef__opt_int(o, "size");
-    p->ranges = (ef__rrc_ranges){s0, s1, r0, r1};
+    p->ranges = ranges;
     return ef__image_stage_setup(s, o, random_resized_crop_fn, p, err);
 }
 
 static const ef__option_def random_resized_crop_options[] = {
     {"size", EF_OPT_INT, "224", "output side (a square)", 1,
      EF__IMAGE_MAX_SIDE},
-    {"scale_min", EF_OPT_FLOAT, "0.08", "smallest crop area, as a fraction", 0,
-     1},
-    {"scale_max", EF_OPT_FLOAT, "1", "largest crop area, as a fraction", 0, 1},
-    {"ratio_min", EF_OPT_FLOAT, "0.75", "smallest aspect ratio (width/height)",
-     0.001, 1000},
-    {"ratio_max", EF_OPT_FLOAT, "1.3333333", "largest aspect ratio (4/3)",
-     0.001, 1000},
+    EF__RRC_RANGE_OPTIONS,
     EF__IMAGE_FIELD_OPTION,
     EF__THREADS_OPTION,
 };
