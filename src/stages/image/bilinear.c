@@ -74,21 +74,55 @@ static void row_f32(const float *r, int64_t c, const tap *tx, int64_t ow,
     }
 }
 
-/* What the horizontal passes of one image need. */
+/* One image's resampling: the taps, and the scratch the horizontal
+ * passes need. */
 typedef struct {
     const void *src;
     ef_dtype dtype;
-    int64_t stride, iw, c, ow;
-    const tap *tx;
+    int64_t stride, iw, c, oh, ow;
+    tap *ty, *tx;
     float *wide;    /* a u8 row as float, iw * c values */
     float *rows[2]; /* resampled rows, ow * c values each */
     int64_t held[2];
-} rows_state;
+    float *line; /* one output row, for ef__bilinear_normalize */
+} resampler;
+
+static int resampler_init(resampler *rs, const void *src, ef_dtype dtype,
+                          int64_t stride, int64_t ih, int64_t iw, int64_t c,
+                          int64_t oh, int64_t ow)
+{
+    /* two resampled rows, a widened one and an output line, each padded
+     * by a value for the vector loop in row_u8 */
+    size_t n = (size_t)(ow * c), wide_n = (size_t)(iw * c);
+    tap *ty = ef__malloc((size_t)(oh + ow) * sizeof *ty +
+                         (3 * (n + 1) + wide_n + 1) * sizeof(float));
+    if (!ty)
+        return EF_ENOMEM;
+    float *scratch = (float *)(ty + oh + ow);
+    *rs = (resampler){
+        .src = src,
+        .dtype = dtype,
+        .stride = stride,
+        .iw = iw,
+        .c = c,
+        .oh = oh,
+        .ow = ow,
+        .ty = ty,
+        .tx = ty + oh,
+        .wide = scratch,
+        .rows = {scratch + wide_n + 1, scratch + wide_n + 1 + n + 1},
+        .held = {-1, -1},
+        .line = scratch + wide_n + 1 + 2 * (n + 1)};
+    rs->wide[wide_n] = 0; /* the padding lane 3 may read */
+    make_taps(rs->ty, oh, ih);
+    make_taps(rs->tx, ow, iw);
+    return EF_OK;
+}
 
 /* Source row r resampled horizontally. A row's two taps are r and r + 1
  * (or r alone at the bottom edge), of different parity: slot r % 2 keeps
  * row r until another row of its parity is needed. */
-static const float *row_at(rows_state *rs, int64_t r)
+static const float *row_at(resampler *rs, int64_t r)
 {
     int slot = (int)(r & 1);
     if (rs->held[slot] != r) {
@@ -104,48 +138,74 @@ static const float *row_at(rows_state *rs, int64_t r)
     return rs->rows[slot];
 }
 
+/* Output row y: the vertical blend of its two resampled rows, into u8
+ * `d8` (rounded) or f32 `d32`, whichever is given. top + wy * (bot - top)
+ * lies between them up to a rounding error far below 0.5, so for u8
+ * v + 0.5 is in (0, 256) and truncates to the nearest. */
+static void output_row(resampler *rs, int64_t y, unsigned char *d8, float *d32)
+{
+    const float *top = row_at(rs, rs->ty[y].i0),
+                *bot = row_at(rs, rs->ty[y].i1);
+    float wy = rs->ty[y].t;
+    size_t n = (size_t)(rs->ow * rs->c);
+    if (d8)
+        for (size_t i = 0; i < n; i++)
+            d8[i] =
+                (unsigned char)(int)(top[i] + wy * (bot[i] - top[i]) + 0.5f);
+    else
+        for (size_t i = 0; i < n; i++)
+            d32[i] = top[i] + wy * (bot[i] - top[i]);
+}
+
 int ef__bilinear(const void *src, ef_dtype dtype, int64_t stride, int64_t ih,
                  int64_t iw, int64_t c, void *dst, int64_t oh, int64_t ow)
 {
-    /* scratch: two resampled rows and a widened one, each padded by a
-     * value for the vector loop in row_u8 */
-    size_t n = (size_t)(ow * c), wide_n = (size_t)(iw * c);
-    tap *ty = ef__malloc((size_t)(oh + ow) * sizeof *ty +
-                         (2 * (n + 1) + wide_n + 1) * sizeof(float));
-    if (!ty)
+    resampler rs;
+    if (resampler_init(&rs, src, dtype, stride, ih, iw, c, oh, ow) != EF_OK)
         return EF_ENOMEM;
-    tap *tx = ty + oh;
-    float *scratch = (float *)(tx + ow);
-    scratch[2 * (n + 1) + wide_n] = 0; /* the padding lane 3 may read */
-    rows_state rs = {.src = src,
-                     .dtype = dtype,
-                     .stride = stride,
-                     .iw = iw,
-                     .c = c,
-                     .ow = ow,
-                     .tx = tx,
-                     .wide = scratch + 2 * (n + 1),
-                     .rows = {scratch, scratch + n + 1},
-                     .held = {-1, -1}};
-    make_taps(ty, oh, ih);
-    make_taps(tx, ow, iw);
+    size_t n = (size_t)(ow * c);
     for (int64_t y = 0; y < oh; y++) {
-        const float *top = row_at(&rs, ty[y].i0), *bot = row_at(&rs, ty[y].i1);
-        float wy = ty[y].t;
-        /* top + wy * (bot - top) lies between them up to a rounding error
-         * far below 0.5, so for u8 v + 0.5 is in (0, 256) and truncates to
-         * the nearest */
-        if (dtype == EF_U8) {
-            unsigned char *d = (unsigned char *)dst + (size_t)y * n;
-            for (size_t i = 0; i < n; i++)
-                d[i] = (unsigned char)(int)(top[i] + wy * (bot[i] - top[i]) +
-                                            0.5f);
-        } else {
-            float *d = (float *)dst + (size_t)y * n;
-            for (size_t i = 0; i < n; i++)
-                d[i] = top[i] + wy * (bot[i] - top[i]);
+        if (dtype == EF_U8)
+            output_row(&rs, y, (unsigned char *)dst + (size_t)y * n, NULL);
+        else
+            output_row(&rs, y, NULL, (float *)dst + (size_t)y * n);
+    }
+    ef__free(rs.ty);
+    return EF_OK;
+}
+
+/* ---- resampled and normalized in one pass ------------------------- */
+
+int ef__bilinear_normalize(const void *src, ef_dtype dtype, int64_t stride,
+                           int64_t ih, int64_t iw, int64_t c,
+                           const ef__bilinear_norm *how, float *dst, int64_t oh,
+                           int64_t ow)
+{
+    resampler rs;
+    if (resampler_init(&rs, src, dtype, stride, ih, iw, c, oh, ow) != EF_OK)
+        return EF_ENOMEM;
+    /* output (y, x, k) at y * ystep + x * xstep + k * kstep; a mirrored
+     * row reads resampled column ow - 1 - x */
+    int64_t ystep = how->chw ? ow : ow * c, xstep = how->chw ? 1 : c;
+    int64_t kstep = how->chw ? oh * ow : 1;
+    unsigned char *line8 = dtype == EF_U8 ? (unsigned char *)rs.line : NULL;
+    for (int64_t y = 0; y < oh; y++) {
+        output_row(&rs, y, line8, line8 ? NULL : rs.line);
+        for (int64_t k = 0; k < c; k++) {
+            /* normalize's arithmetic, on the value ef__bilinear stores */
+            float a = how->a[how->per_channel ? k : 0],
+                  b = how->b[how->per_channel ? k : 0];
+            float *d = dst + y * ystep + k * kstep;
+            int64_t from = how->mirror ? (ow - 1) * c + k : k,
+                    step = how->mirror ? -c : c;
+            if (line8)
+                for (int64_t x = 0; x < ow; x++)
+                    d[x * xstep] = (float)line8[from + x * step] * a + b;
+            else
+                for (int64_t x = 0; x < ow; x++)
+                    d[x * xstep] = rs.line[from + x * step] * a + b;
         }
     }
-    ef__free(ty);
+    ef__free(rs.ty);
     return EF_OK;
 }
