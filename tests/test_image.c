@@ -927,8 +927,12 @@ static void cast_rounds_and_refuses(void **state)
 static void image_stage_errors(void **state)
 {
     (void)state;
-    static const char *const stages[] = {"resize:4", "random_resized_crop:4",
-                                         "normalize", "to_chw", "cast:u8"};
+    static const char *const stages[] = {"resize:4",
+                                         "random_resized_crop:4",
+                                         "crop_mirror_normalize:4",
+                                         "normalize",
+                                         "to_chw",
+                                         "cast:u8"};
     static unsigned char px[2 * 4 * 4 * 3];
     for (size_t i = 0; i < sizeof stages / sizeof stages[0]; i++) {
         int any_dtype =
@@ -966,6 +970,7 @@ static void image_stage_errors(void **state)
     src_field("image", EF_U8, 3, (int64_t[]){0, 4, 3}, px);
     expect_error("resize:4", EF_ESHAPE, "empty", NULL);
     expect_error("random_resized_crop:4", EF_ESHAPE, "empty", NULL);
+    expect_error("crop_mirror_normalize:4", EF_ESHAPE, "empty", NULL);
 
     expect_spec_error("resize", "'size'");
     expect_spec_error("resize:height=3", "'size'");
@@ -982,8 +987,8 @@ static void stages_are_registered(void **state)
 {
     (void)state;
     static const char *const names[] = {
-        "decode",    "resize", "random_resized_crop",
-        "normalize", "to_chw", "cast"};
+        "decode", "resize", "random_resized_crop",  "normalize",
+        "to_chw", "cast",   "crop_mirror_normalize"};
     for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
         const ef_stage_info *found = NULL;
         for (int i = 0; i < ef_stage_registry_count(); i++)
