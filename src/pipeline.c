@@ -330,6 +330,9 @@ static int start(ef_pipeline *p)
         p->stages[i]->pulled_ns = i + 1 < p->nstages
                                       ? &p->stages[i + 1]->wait_up_ns
                                       : &p->consumer_wait_ns;
+    for (int i = 0; i < p->nstages; i++)
+        if (p->stages[i]->def->link)
+            p->stages[i]->def->link(p->stages[i]);
     for (int i = 0; i < p->nstages; i++) {
         ef__stage *s = p->stages[i];
         if (s->def->open) {

@@ -100,6 +100,13 @@ typedef struct {
     /* Checks cross-option rules and allocates s->state. Options were
      * already type- and range-checked. */
     int (*create)(ef__stage *s, const ef__opts *o, ef__err *err);
+    /* Called once the pipeline is complete, before any stage opens: a
+     * stage may tell its upstream how it is consumed. Optional. */
+    void (*link)(ef__stage *s);
+    /* Told by link(), before open: this stage's consumer is a batch of n,
+     * so an ordered map stage may write its outputs into the batch's
+     * buffers (stages/flow/slabs.h). Optional. */
+    void (*feeds_batch)(ef__stage *s, int64_t n);
     /* Starts threads. The upstream is already open. Optional. */
     int (*open)(ef__stage *s, ef__err *err);
     /* The next item into *out: EF_OK, EF_END, or an error in err. */

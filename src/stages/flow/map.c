@@ -14,7 +14,11 @@
  * whose transform failed can stop the input without taking `in_mu`, which
  * a worker waiting for room may hold. The transform runs under neither
  * lock. The threads and the queue are a feed (feed.h), which
- * also keeps the END or error the consumer took, in either mode. */
+ * also keeps the END or error the consumer took, in either mode.
+ *
+ * An ordered map stage whose consumer is a batch (feeds_batch) offers
+ * each transform the slot of its seq in a batch slab (slabs.h) through
+ * ef__map_ctx_slot; `slabs` has a lock of its own, taken under no other. */
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -25,11 +29,15 @@
 #include "feed.h"
 #include "stage.h"
 #include "stages/flow/map.h"
+#include "stages/flow/slabs.h"
 
 struct ef_map_ctx {
     void *user;
     ef__rng rng;
     ef__err *err;
+    ef__slabs *slabs; /* NULL: no slots (unordered, or not before batch) */
+    uint64_t seq;     /* the item's sequence number in the ordered ring */
+    int asked;        /* the slot was asked for: one slot per item */
 };
 
 typedef struct {
@@ -51,6 +59,7 @@ typedef struct {
     int emit_waiting;   /* the consumer sleeps on can_emit */
     int submit_waiters; /* workers sleeping on can_submit */
     ef__feed feed;      /* the workers; its queue serves unordered mode */
+    ef__slabs slabs;    /* batch slabs, when feeding a batch in order */
 } map_state;
 
 /* ---- the built-in transforms ------------------------------------ */
@@ -126,13 +135,25 @@ ef_status ef_map_ctx_fail(ef_map_ctx *ctx, int status, const char *fmt, ...)
     return status;
 }
 
-/* Runs the transform on `in` (consumed) into an item. */
-static void transform(ef__stage *s, map_state *st, ef_sample *in,
+ef_buffer *ef__map_ctx_slot(ef_map_ctx *ctx, size_t nbytes, size_t *offset)
+{
+    if (!ctx->slabs || ctx->asked)
+        return NULL;
+    ctx->asked = 1;
+    return ef__slabs_take(ctx->slabs, ctx->seq, nbytes, offset);
+}
+
+/* Runs the transform on `in` (consumed), sequence number `seq`, into an
+ * item. */
+static void transform(ef__stage *s, map_state *st, ef_sample *in, uint64_t seq,
                       ef__item *item)
 {
     ef__err err;
     ef__err_clear(&err);
-    ef_map_ctx ctx = {.user = st->user, .err = &err};
+    ef_map_ctx ctx = {.user = st->user,
+                      .err = &err,
+                      .slabs = st->slabs.n ? &st->slabs : NULL,
+                      .seq = seq};
     ef__stage_rng(s, &ctx.rng, in->id);
     ef_sample *out = NULL;
     int rc = st->fn(in, &out, &ctx);
@@ -231,7 +252,7 @@ static void *worker_main(void *arg)
             break;
         int last = item.status != EF_OK;
         if (item.status == EF_OK) {
-            transform(s, st, item.sample, &item);
+            transform(s, st, item.sample, seq, &item);
             if (item.status != EF_OK) {
                 atomic_store(&st->input_done, 1);
                 last = 1;
@@ -319,9 +340,19 @@ int ef__map_setup(ef__stage *s, ef_map_fn fn, void *user, int threads,
     }
     pthread_mutex_init(&st->in_mu, NULL);
     pthread_mutex_init(&st->mu, NULL);
+    ef__slabs_init(&st->slabs);
     pthread_cond_init(&st->can_submit, NULL);
     pthread_cond_init(&st->can_emit, NULL);
     return EF_OK;
+}
+
+void ef__map_feeds_batch(ef__stage *s, int64_t n)
+{
+    map_state *st = s->state;
+    /* slots follow the ring's order; unordered results have none. Out of
+     * memory for the table only leaves slabs off. */
+    if (st->ordered && n > 1)
+        (void)ef__slabs_on(&st->slabs, (uint64_t)n, st->cap);
 }
 
 int ef__map_open(ef__stage *s, ef__err *err)
@@ -393,6 +424,8 @@ int ef__map_reset(ef__stage *s, int64_t epoch, ef__err *err)
      * them, then drop what they had done. */
     ef__map_cancel(s);
     ef__feed_stop(&st->feed);
+    /* the new pass numbers its items, and batch its batches, from 0 */
+    ef__slabs_clear(&st->slabs);
     for (size_t i = 0; i < st->cap; i++)
         if (st->ring[i].done) {
             ef__item_clear(&st->ring[i].item);
@@ -429,6 +462,7 @@ void ef__map_destroy(ef__stage *s)
     for (size_t i = 0; i < st->cap; i++)
         if (st->ring[i].done)
             ef__item_clear(&st->ring[i].item);
+    ef__slabs_destroy(&st->slabs);
     pthread_mutex_destroy(&st->in_mu);
     pthread_mutex_destroy(&st->mu);
     pthread_cond_destroy(&st->can_submit);

@@ -11,6 +11,15 @@ int ef__map_setup(ef__stage *s, ef_map_fn fn, void *user, int threads,
                   int ordered, ef__err *err);
 void *ef__map_user(const ef__stage *s);
 
+/* The stage's feeds_batch (stage.h): ordered, each output may go into the
+ * slot of a batch slab (slabs.h). */
+void ef__map_feeds_batch(ef__stage *s, int64_t n);
+/* For a built-in transform: the slot its item has in a batch slab, to
+ * write an output of nbytes into; a new reference (the caller's) and the
+ * slot's offset in *offset. NULL when there is none (not feeding a batch,
+ * another size, asked already for this item): make a buffer of its own. */
+ef_buffer *ef__map_ctx_slot(ef_map_ctx *ctx, size_t nbytes, size_t *offset);
+
 int ef__map_open(ef__stage *s, ef__err *err);
 int ef__map_next(ef__stage *s, ef_sample **out, ef__err *err);
 int ef__map_reset(ef__stage *s, int64_t epoch, ef__err *err);

@@ -75,7 +75,11 @@ int ef__image_output(const ef_sample *in, int index, ef_dtype dtype, int ndim,
                (shape[d] == 0 || nbytes <= (SIZE_MAX / 2) / (size_t)shape[d]);
         nbytes = fits ? nbytes * (size_t)shape[d] : 0;
     }
-    ef_buffer *b = fits ? ef_buffer_new(nbytes) : NULL;
+    /* before a batch, the item's slot in the batch's buffer (map.h) */
+    size_t offset = 0;
+    ef_buffer *b = fits ? ef__map_ctx_slot(ctx, nbytes, &offset) : NULL;
+    if (fits && !b)
+        b = ef_buffer_new(nbytes);
     *out = b ? ef_sample_clone(in) : NULL;
     if (!*out) {
         ef_buffer_release(b);
@@ -87,12 +91,12 @@ int ef__image_output(const ef_sample *in, int index, ef_dtype dtype, int ndim,
     ef__field *f = &(*out)->fields[index];
     ef_buffer_release(f->buf);
     f->buf = b;
-    f->offset = 0;
+    f->offset = offset;
     f->nbytes = nbytes;
     f->dtype = dtype;
     f->ndim = ndim;
     memcpy(f->shape, shape, (size_t)ndim * sizeof *shape);
-    *data = ef_buffer_data(b);
+    *data = (unsigned char *)ef_buffer_data(b) + offset;
     return EF_OK;
 }
 

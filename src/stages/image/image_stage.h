@@ -1,9 +1,9 @@
 /* What the image map stages (random_crop, flip, resize,
- * random_resized_crop, normalize, to_chw, cast) share: their `field` and `threads` options, finding and
- * checking the image field of one example, and building the output sample
- * with that field replaced. Each stage keeps its parameters in a struct
- * that starts with `char field[EF_MAX_NAME]`, handed to its map function
- * as the user pointer. */
+ * random_resized_crop, normalize, to_chw, cast) share: their `field` and
+ * `threads` options, finding and checking the image field of one example, and
+ * building the output sample with that field replaced. Each stage keeps its
+ * parameters in a struct that starts with `char field[EF_MAX_NAME]`, handed to
+ * its map function as the user pointer. */
 #ifndef EF_STAGES_IMAGE_IMAGE_STAGE_H
 #define EF_STAGES_IMAGE_IMAGE_STAGE_H
 
@@ -34,7 +34,9 @@ int ef__image_find(const ef_sample *in, const char *field, unsigned dtypes,
                    ef__image *img, ef_map_ctx *ctx);
 
 /* A clone of `in` whose field `index` is a new tensor (dtype, shape) in a
- * new buffer; *data receives its bytes to fill. The caller owns *out. */
+ * new buffer, or, when the stage feeds a batch, in the item's slot of the
+ * batch's buffer (ef__map_ctx_slot); *data receives its bytes to fill, to
+ * be written by this transform only. The caller owns *out. */
 int ef__image_output(const ef_sample *in, int index, ef_dtype dtype, int ndim,
                      const int64_t *shape, ef_sample **out, void **data,
                      ef_map_ctx *ctx);
@@ -73,7 +75,8 @@ void ef__image_stage_destroy(ef__stage *s);
         "threads", EF_OPT_INT, "1", "worker threads", 1, 256                   \
     }
 #define EF__IMAGE_STAGE_OPS                                                    \
-    .open = ef__map_open, .next = ef__map_next, .reset = ef__map_reset,        \
-    .cancel = ef__map_cancel, .destroy = ef__image_stage_destroy
+    .feeds_batch = ef__map_feeds_batch, .open = ef__map_open,                  \
+    .next = ef__map_next, .reset = ef__map_reset, .cancel = ef__map_cancel,    \
+    .destroy = ef__image_stage_destroy
 
 #endif
