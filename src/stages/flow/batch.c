@@ -112,7 +112,8 @@ static int stack_field(batch_state *st, ef_sample *b, int64_t n,
         int rc = ef_sample_add(b, x->name, x->dtype, x->ndim + 1, shape, x->buf,
                                x->offset);
         return rc == EF_OK ? EF_OK
-                           : ef__err_set(err, rc, "batch: out of memory");
+                           : ef__err_set(err, rc, "batch: field '%s': %s",
+                                         x->name, ef_strerror(rc));
     }
     ef__stat_add(&st->copied, 1);
     unsigned char *dst;
