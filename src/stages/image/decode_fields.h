@@ -1,0 +1,65 @@
+/* What the decoding stages (decode, decode_crop) share: their options
+ * `channels`, `as` and `fields`, finding the encoded image and the `cls`
+ * label in a WebDataset-style sample, and the output sample, with the
+ * decoded image and the label in place of their sources and every other
+ * field passed through, sharing its payload. */
+#ifndef EF_STAGES_IMAGE_DECODE_FIELDS_H
+#define EF_STAGES_IMAGE_DECODE_FIELDS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/sample.h"
+#include "stage.h"
+#include "stages/flow/map.h"
+
+#define EF__DECODE_MAX_FIELDS 16
+
+/* The options every decoding stage has. */
+typedef struct {
+    char as[EF_MAX_NAME]; /* name of the decoded image */
+    int channels;         /* 0 (as stored), 1 or 3 */
+    int nfields;
+    char fields[EF__DECODE_MAX_FIELDS][EF_MAX_NAME]; /* may hold the image */
+} ef__decode_fields;
+
+/* Checks options channels, as and fields of stage `stage` (its name, for
+ * messages) into *p. EF_ESPEC naming the option on bad values. */
+int ef__decode_fields_parse(const ef__opts *o, const char *stage,
+                            ef__decode_fields *p, ef__err *err);
+
+/* One sample's encoded image and label, found by ef__decode_plan. */
+typedef struct {
+    int img, cls;     /* field indices; cls -1 when there is none */
+    int64_t label;    /* cls parsed, when there is one */
+    const void *data; /* the encoded image, borrowed from the sample */
+    size_t size;
+    char what[EF_MAX_NAME + 16]; /* "field 'jpg'", for the codec */
+} ef__decode_plan;
+
+/* Finds the image field (exactly one of p->fields) and `cls` in `in`,
+ * checks both are bytes (u8 [N]) and that no output name is taken twice,
+ * and parses the label. Errors go through ctx. */
+int ef__decode_plan_sample(const ef_sample *in, const ef__decode_fields *p,
+                           ef__decode_plan *plan, ef_map_ctx *ctx);
+
+/* The output sample: `in`'s fields in order, the image field replaced by
+ * u8 `shape` (ndim 3) from `pixels` (borrowed: the sample takes its own
+ * reference) named p->as, cls by the i64 scalar `label`. The caller owns
+ * *out. */
+int ef__decode_output(const ef_sample *in, const ef__decode_fields *p,
+                      const ef__decode_plan *plan, ef_buffer *pixels,
+                      const int64_t shape[3], ef_sample **out, ef_map_ctx *ctx);
+
+/* The option rows of ef__decode_fields. */
+/* clang-format off */
+#define EF__DECODE_FIELD_OPTIONS                                               \
+    {"channels", EF_OPT_INT, "0",                                              \
+     "0: as stored (1 gray, 3 colour), 1: gray, 3: RGB; alpha is dropped",     \
+     0, 3},                                                                    \
+    {"as", EF_OPT_STRING, "image", "name of the decoded image field", 0, 0},   \
+    {"fields", EF_OPT_STRING, "jpg,jpeg,png",                                  \
+     "fields that may hold the image (quoted list); one per sample", 0, 0}
+/* clang-format on */
+
+#endif
