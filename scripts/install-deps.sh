@@ -10,6 +10,7 @@ packages=(
   zlib1g-dev                  # gzip-compressed IDX files
   libcurl4-openssl-dev        # reading http:// and https:// URLs
   libturbojpeg0-dev           # decode: JPEG images (TurboJPEG API)
+  libjpeg62-turbo-dev         # decode_crop: only a JPEG's window (libjpeg API)
   libspng-dev                 # decode: PNG images; echoflow pack writes PNG
   libopenblas-dev             # the reference trainer's matrix products
   libcmocka-dev               # the test suite

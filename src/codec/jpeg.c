@@ -28,19 +28,6 @@ static int jpeg_failed(tjhandle tj, const char *what, const char *step,
                        what, kind, step, tjGetErrorStr2(tj));
 }
 
-/* Adobe CMYK JPEGs store inverted inks (255 = none): r = c * k / 255, and
- * so on. In place: pixel i is written at 3i, behind the reads at 4i. */
-static void cmyk_to_rgb(unsigned char *px, size_t pixels)
-{
-    for (size_t i = 0; i < pixels; i++) {
-        unsigned c = px[4 * i], m = px[4 * i + 1], y = px[4 * i + 2],
-                 k = px[4 * i + 3];
-        px[3 * i] = (unsigned char)((c * k + 127) / 255);
-        px[3 * i + 1] = (unsigned char)((m * k + 127) / 255);
-        px[3 * i + 2] = (unsigned char)((y * k + 127) / 255);
-    }
-}
-
 static int decode_pixels(tjhandle tj, const unsigned char *data, size_t size,
                          int h, int w, int colorspace, int channels,
                          const char *what, ef_buffer **out, int64_t shape[3],
@@ -65,7 +52,7 @@ static int decode_pixels(tjhandle tj, const unsigned char *data, size_t size,
                              TJFLAG_STOPONWARNING | TJFLAG_LIMITSCANS) != 0) {
         rc = jpeg_failed(tj, what, "image data", err);
     } else if (cmyk) {
-        cmyk_to_rgb(px, pixels);
+        ef__image_cmyk_to_rgb(px, pixels, px);
         if (c == 3)
             memcpy(dst, px, pixels * 3);
         else
@@ -74,33 +61,64 @@ static int decode_pixels(tjhandle tj, const unsigned char *data, size_t size,
     return ef__image_decode_end(px, out, rc);
 }
 
+/* Reads and checks the header: the frame's size within the limits, a
+ * layout TurboJPEG can name. */
+static int read_header(tjhandle tj, const unsigned char *data, size_t size,
+                       const char *what, int *h, int *w, int *colorspace,
+                       ef__err *err)
+{
+    /* a tables-only stream "succeeds" without setting the size: start
+     * from none */
+    int subsamp = -1;
+    *w = *h = 0;
+    *colorspace = -1;
+    if (tjDecompressHeader3(tj, data, (unsigned long)size, w, h, &subsamp,
+                            colorspace) != 0)
+        return jpeg_failed(tj, what, "header", err);
+    if (*w == 0 && *h == 0)
+        return ef__err_set(err, EF_EFORMAT,
+                           "%s: JPEG without a frame header (tables only, or "
+                           "truncated before the image)",
+                           what);
+    return ef__image_check_size(*h, *w, "JPEG", what, err);
+}
+
+static tjhandle start(const char *what, ef__err *err)
+{
+    tjhandle tj = tjInitDecompress();
+    if (!tj)
+        ef__err_set(err, EF_ENOMEM, "%s: cannot start the JPEG decoder: %s",
+                    what, tjGetErrorStr2(NULL));
+    return tj;
+}
+
 int ef__jpeg_decode(const unsigned char *data, size_t size, int channels,
                     const char *what, ef_buffer **out, int64_t shape[3],
                     ef__err *err)
 {
-    tjhandle tj = tjInitDecompress();
+    tjhandle tj = start(what, err);
     if (!tj)
-        return ef__err_set(err, EF_ENOMEM,
-                           "%s: cannot start the JPEG decoder: %s", what,
-                           tjGetErrorStr2(NULL));
-    /* a tables-only stream "succeeds" without setting the size: start
-     * from none */
-    int w = 0, h = 0, subsamp = -1, colorspace = -1;
-    int rc;
-    if (tjDecompressHeader3(tj, data, (unsigned long)size, &w, &h, &subsamp,
-                            &colorspace) != 0)
-        rc = jpeg_failed(tj, what, "header", err);
-    else if (w == 0 && h == 0)
-        rc = ef__err_set(err, EF_EFORMAT,
-                         "%s: JPEG without a frame header (tables only, or "
-                         "truncated before the image)",
-                         what);
-    else
-        rc = ef__image_check_size(h, w, "JPEG", what, err);
+        return EF_ENOMEM;
+    int w, h, colorspace;
+    int rc = read_header(tj, data, size, what, &h, &w, &colorspace, err);
     if (rc == EF_OK)
         rc = decode_pixels(tj, data, size, h, w, colorspace, channels, what,
                            out, shape, err);
     tjDestroy(tj);
+    return rc;
+}
+
+int ef__jpeg_probe(const unsigned char *data, size_t size, const char *what,
+                   int64_t *h, int64_t *w, ef__err *err)
+{
+    tjhandle tj = start(what, err);
+    if (!tj)
+        return EF_ENOMEM;
+    int ih, iw, colorspace;
+    int rc = read_header(tj, data, size, what, &ih, &iw, &colorspace, err);
+    tjDestroy(tj);
+    *h = ih;
+    *w = iw;
     return rc;
 }
 

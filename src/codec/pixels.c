@@ -16,6 +16,20 @@ int ef__image_check_size(int64_t h, int64_t w, const char *format,
     return EF_OK;
 }
 
+int ef__image_check_window(const int64_t win[4], int64_t h, int64_t w,
+                           const char *what, ef__err *err)
+{
+    if (win[0] >= 0 && win[1] >= 0 && win[2] >= 1 && win[3] >= 1 &&
+        win[2] <= h - win[0] && win[3] <= w - win[1])
+        return EF_OK;
+    return ef__err_set(err, EF_EINVAL,
+                       "%s: window of %lld x %lld pixels at row %lld, column "
+                       "%lld; expected one inside the %lld x %lld image",
+                       what, (long long)win[3], (long long)win[2],
+                       (long long)win[0], (long long)win[1], (long long)w,
+                       (long long)h);
+}
+
 int ef__image_alloc(int64_t h, int64_t w, int c, const char *what,
                     ef_buffer **out, int64_t shape[3], ef__err *err)
 {
@@ -50,6 +64,18 @@ void ef__image_rgb_to_gray(const unsigned char *src, size_t pixels,
         dst[i] = (unsigned char)((299u * src[0] + 587u * src[1] +
                                   114u * src[2] + 500u) /
                                  1000u);
+}
+
+void ef__image_cmyk_to_rgb(const unsigned char *src, size_t pixels,
+                           unsigned char *dst)
+{
+    /* pixel i is written at 3i, behind the reads at 4i */
+    for (size_t i = 0; i < pixels; i++, src += 4) {
+        unsigned c = src[0], m = src[1], y = src[2], k = src[3];
+        dst[3 * i] = (unsigned char)((c * k + 127) / 255);
+        dst[3 * i + 1] = (unsigned char)((m * k + 127) / 255);
+        dst[3 * i + 2] = (unsigned char)((y * k + 127) / 255);
+    }
 }
 
 int ef__image_check_encode(int64_t h, int64_t w, int c, const char *format,

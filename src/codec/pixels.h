@@ -19,6 +19,10 @@
  * limits above; EF_OK otherwise. `format` is "JPEG" or "PNG". */
 int ef__image_check_size(int64_t h, int64_t w, const char *format,
                          const char *what, ef__err *err);
+/* EF_EINVAL naming the input unless the window {y0, x0, height, width}
+ * lies inside an h x w image and has at least one pixel. */
+int ef__image_check_window(const int64_t win[4], int64_t h, int64_t w,
+                           const char *what, ef__err *err);
 /* The shape and buffer of a decoded image: out = h*w*c bytes. */
 int ef__image_alloc(int64_t h, int64_t w, int c, const char *what,
                     ef_buffer **out, int64_t shape[3], ef__err *err);
@@ -29,6 +33,10 @@ int ef__image_decode_end(unsigned char *px, ef_buffer **out, int rc);
 /* Packed RGB to ITU-R 601 luma; dst may equal src (it writes behind the
  * reads). */
 void ef__image_rgb_to_gray(const unsigned char *src, size_t pixels,
+                           unsigned char *dst);
+/* Adobe CMYK JPEG pixels (inverted inks, 255 = none) to packed RGB:
+ * r = c * k / 255, and so on; dst may equal src. */
+void ef__image_cmyk_to_rgb(const unsigned char *src, size_t pixels,
                            unsigned char *dst);
 /* Checks an encoder's arguments: sides 1 to EF__IMAGE_MAX_SIDE, c 1 or 3. */
 int ef__image_check_encode(int64_t h, int64_t w, int c, const char *format,

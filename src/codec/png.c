@@ -65,15 +65,15 @@ static int decode_pixels(spng_ctx *ctx, const struct spng_ihdr *ihdr,
     return ef__image_decode_end(px, out, rc);
 }
 
-int ef__png_decode(const unsigned char *data, size_t size, int channels,
-                   const char *what, ef_buffer **out, int64_t shape[3],
-                   ef__err *err)
+/* A decoder context in *out with the header read and checked; on
+ * failure, *out is NULL. */
+static int read_header(const unsigned char *data, size_t size, const char *what,
+                       struct spng_ihdr *ihdr, spng_ctx **out, ef__err *err)
 {
-    spng_ctx *ctx = new_ctx(0);
+    spng_ctx *ctx = *out = new_ctx(0);
     if (!ctx)
         return ef__err_set(err, EF_ENOMEM,
                            "%s: out of memory for the PNG decoder", what);
-    struct spng_ihdr ihdr;
     /* a bad checksum in a critical chunk is an error; in an ancillary one
      * the chunk is dropped (libspng's defaults, stated) */
     int e = spng_set_crc_action(ctx, SPNG_CRC_ERROR, SPNG_CRC_DISCARD);
@@ -82,16 +82,45 @@ int ef__png_decode(const unsigned char *data, size_t size, int channels,
     if (!e)
         e = spng_set_png_buffer(ctx, data, size);
     if (!e)
-        e = spng_get_ihdr(ctx, &ihdr);
+        e = spng_get_ihdr(ctx, ihdr);
     /* the size check is ours rather than spng_set_image_limits(), so that
      * the message says what the header claimed */
     int rc =
         e ? png_failed(e, what, "header", err)
-          : ef__image_check_size(ihdr.height, ihdr.width, "PNG", what, err);
-    if (rc == EF_OK)
-        rc = decode_pixels(ctx, &ihdr, channels, what, out, shape, err);
+          : ef__image_check_size(ihdr->height, ihdr->width, "PNG", what, err);
+    if (rc != EF_OK) {
+        spng_ctx_free(ctx);
+        *out = NULL;
+    }
+    return rc;
+}
+
+int ef__png_decode(const unsigned char *data, size_t size, int channels,
+                   const char *what, ef_buffer **out, int64_t shape[3],
+                   ef__err *err)
+{
+    struct spng_ihdr ihdr;
+    spng_ctx *ctx;
+    int rc = read_header(data, size, what, &ihdr, &ctx, err);
+    if (rc != EF_OK)
+        return rc;
+    rc = decode_pixels(ctx, &ihdr, channels, what, out, shape, err);
     spng_ctx_free(ctx);
     return rc;
+}
+
+int ef__png_probe(const unsigned char *data, size_t size, const char *what,
+                  int64_t *h, int64_t *w, ef__err *err)
+{
+    struct spng_ihdr ihdr;
+    spng_ctx *ctx;
+    int rc = read_header(data, size, what, &ihdr, &ctx, err);
+    if (rc != EF_OK)
+        return rc;
+    spng_ctx_free(ctx);
+    *h = ihdr.height;
+    *w = ihdr.width;
+    return EF_OK;
 }
 
 int ef__png_encode(const unsigned char *pixels, int64_t h, int64_t w, int c,
