@@ -1,7 +1,8 @@
 #!/usr/bin/python3
-"""Writes the hand-made seeds of corpus/png and corpus/jpeg (run from any
-directory; existing seeds are overwritten, inputs the fuzzer added are
-kept). PNGs are written here chunk by chunk, so that every colour type, bit
+"""Writes the hand-made seeds of corpus/png, corpus/jpeg and
+corpus/jpeg_window (run from any directory; existing seeds are
+overwritten, inputs the fuzzer added are kept; name the kinds to write
+only those). PNGs are written here chunk by chunk, so that every colour type, bit
 depth, interlacing and chunk the format allows can be seeded, and broken
 on purpose; JPEGs come from PIL (python3-pil), cut and damaged here.
 Seeds are named seed-*."""
@@ -189,8 +190,41 @@ def jpeg_seeds():
     return s
 
 
+def window_head(channels, scale, top, left, height, width, side):
+    """The 10 bytes before a fuzz_jpeg_window input's image: channels
+    (0, 1, 3), scaling on or off, the window as fractions of the size,
+    the output side for scaling."""
+    frac = [min(0xFFFF, int(v * 0x10000)) for v in (top, left, height, width)]
+    code = {0: 0, 1: 1, 3: 2}[channels] | (0x80 if scale else 0)
+    return bytes([code]) + struct.pack(">HHHH", *frac) + bytes([side - 1])
+
+
+def jpeg_window_seeds():
+    rng = np.random.default_rng(3)
+    y, x = np.mgrid[0:72, 0:100]
+    noisy = (np.stack([y * 3, x * 2, (x + y)], -1) + rng.integers(0, 40, (72, 100, 3))).astype(np.uint8)
+    images = dict(jpeg_seeds())
+    images["rgb-420-72x100"] = jpeg(Image.fromarray(noisy), quality=85)
+    images["rgb-422-72x100"] = jpeg(Image.fromarray(noisy), quality=85, subsampling=1)
+    images["progressive-72x100"] = jpeg(Image.fromarray(noisy), quality=85, progressive=True)
+    images["cmyk-72x100"] = jpeg(Image.fromarray(noisy).convert("CMYK"), quality=85)
+    heads = {
+        "whole": window_head(0, False, 0, 0, 1, 1, 1),
+        "middle-rgb": window_head(3, False, 0.3, 0.4, 0.4, 0.3, 1),
+        "corner-gray": window_head(1, False, 1, 1, 0, 0, 1),
+        "scaled": window_head(3, True, 0.1, 0.1, 0.8, 0.8, 4),
+    }
+    return {h + "-" + name: head + data
+            for h, head in heads.items() for name, data in images.items()}
+
+
 def main():
-    for kind, seeds in (("png", png_seeds()), ("jpeg", jpeg_seeds())):
+    """usage: make_image_seeds.py [png] [jpeg] [jpeg_window] (all by
+    default)"""
+    kinds = {"png": png_seeds, "jpeg": jpeg_seeds, "jpeg_window": jpeg_window_seeds}
+    import sys
+    wanted = sys.argv[1:] or list(kinds)
+    for kind, seeds in ((k, kinds[k]()) for k in wanted):
         os.makedirs(os.path.join(HERE, "corpus", kind), exist_ok=True)
         for name, data in seeds.items():
             with open(os.path.join(HERE, "corpus", kind, "seed-" + name), "wb") as f:
