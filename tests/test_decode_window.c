@@ -337,6 +337,59 @@ static void window_errors(void **state)
     free(jpg);
 }
 
+/* A progressive colour JPEG of 1 + 3 * 63 * 3 = 568 scans: each AC
+ * coefficient of each component in a scan of its own, then refined
+ * twice. A full decode refuses it (TJFLAG_LIMITSCANS); so must a window. */
+static void too_many_scans(void **state)
+{
+    (void)state;
+    static jpeg_scan_info scans[568];
+    int n = 0;
+    scans[n++] = (jpeg_scan_info){3, {0, 1, 2, 0}, 0, 0, 0, 0};
+    for (int ah = 0; ah <= 2; ah++)
+        for (int k = 1; k < 64; k++)
+            for (int ci = 0; ci < 3; ci++)
+                scans[n++] = (jpeg_scan_info){1, {ci, 0, 0, 0},   k,
+                                              k, ah ? 3 - ah : 0, 2 - ah};
+    assert_int_equal(n, 568);
+    unsigned char *px = picture(16, 16, 3), *jpg = NULL;
+    unsigned long size = 0;
+    struct jpeg_compress_struct ci;
+    struct jpeg_error_mgr jerr;
+    ci.err = jpeg_std_error(&jerr);
+    jpeg_create_compress(&ci);
+    jpeg_mem_dest(&ci, &jpg, &size);
+    ci.image_width = ci.image_height = 16;
+    ci.input_components = 3;
+    ci.in_color_space = JCS_RGB;
+    jpeg_set_defaults(&ci);
+    ci.scan_info = scans;
+    ci.num_scans = n;
+    jpeg_start_compress(&ci, TRUE);
+    while (ci.next_scanline < 16) {
+        JSAMPROW row = px + ci.next_scanline * 16 * 3;
+        jpeg_write_scanlines(&ci, &row, 1);
+    }
+    jpeg_finish_compress(&ci);
+    jpeg_destroy_compress(&ci);
+    free(px);
+    ef_buffer *b;
+    int64_t shape[3], in[4];
+    ef__err err;
+    ef__err_clear(&err);
+    assert_int_equal(ef__image_decode(jpg, size, 3, "x", &b, shape, &err),
+                     EF_EFORMAT);
+    ef__err_clear(&err);
+    assert_int_equal(
+        ef__image_decode_window(jpg, size, 3, (int64_t[]){0, 0, 1, 1}, 0, 0,
+                                "field 'jpg'", &b, shape, in, &err),
+        EF_EFORMAT);
+    assert_null(b);
+    assert_non_null(strstr(err.msg, "field 'jpg'"));
+    assert_non_null(strstr(err.msg, "more than 500 scans"));
+    free(jpg);
+}
+
 /* PNG: decoded whole, the window where it was. */
 static void png_window(void **state)
 {
@@ -377,6 +430,7 @@ int main(void)
         cmocka_unit_test(windows_equal_full_decode),
         cmocka_unit_test(scaled_windows),
         cmocka_unit_test(window_errors),
+        cmocka_unit_test(too_many_scans),
         cmocka_unit_test(png_window),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,5 +1,6 @@
-/* Still images: JPEG (libjpeg-turbo's TurboJPEG API) and PNG (libspng),
- * decoded to 8-bit [H,W,C] pixels, and encoded back for tools and tests.
+/* Still images: JPEG (libjpeg-turbo's TurboJPEG API; windows through its
+ * libjpeg API) and PNG (libspng), decoded to 8-bit [H,W,C] pixels, and
+ * encoded back for tools and tests.
  * A build without one of the libraries answers EF_EUNSUPPORTED for that
  * format, naming the Debian package to install. */
 #ifndef EF_CODEC_IMAGE_H

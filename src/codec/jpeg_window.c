@@ -18,7 +18,9 @@
  * below the window, or the columns beside it in a baseline image (which
  * are entropy-decoded but not inverse-transformed), may go unnoticed
  * where a full decode would fail. */
+#include <limits.h>
 #include <setjmp.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -29,6 +31,9 @@
 #if defined(EF_HAVE_JPEG) && defined(EF_HAVE_TURBOJPEG)
 #include <jerror.h>
 #include <jpeglib.h>
+
+_Static_assert(SIZE_MAX <= ULONG_MAX,
+               "jpeg_mem_src takes sizes as unsigned long");
 
 /* as TurboJPEG's TJFLAG_LIMITSCANS: a progressive image of many tiny
  * scans costs a full pass over the coefficients per scan */
