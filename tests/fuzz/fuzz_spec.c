@@ -161,11 +161,13 @@ static double describe(stage_info *si, const ef__opts *o, double up_bytes)
      * the upstream's bytes) */
     if (strcmp(n, "decode") == 0 || strcmp(n, "normalize") == 0 ||
         strcmp(n, "to_chw") == 0 || strcmp(n, "cast") == 0 ||
-        strcmp(n, "resize") == 0 || strcmp(n, "random_resized_crop") == 0) {
+        strcmp(n, "resize") == 0 || strcmp(n, "random_resized_crop") == 0 ||
+        strcmp(n, "decode_crop") == 0) {
         si->k = K_MAP;
         si->a = opt_num(o, "threads", 1);
         si->bytes = up_bytes * 8;
-        if (strcmp(n, "resize") == 0 || strcmp(n, "random_resized_crop") == 0) {
+        if (strcmp(n, "resize") == 0 || strcmp(n, "random_resized_crop") == 0 ||
+            strcmp(n, "decode_crop") == 0) {
             double side = opt_num(o, "size", 0);
             double h = opt_num(o, "height", 0), w = opt_num(o, "width", 0);
             si->bytes = (h ? h : side) * (w ? w : side) * 4 * up_bytes;

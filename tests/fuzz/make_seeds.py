@@ -387,6 +387,8 @@ SPECS = [
     "tfrecord:files=x-{0..1},shard=2/3",
     "cifar:files=/nonexistent/data_batch_{1..5}.bin | batch:2",
     "cifar:files=a,shard=1/2 | echo:2",
+    "range:n=4,bytes=8 | decode_crop:fields=data,size=8,dct_scale=0",
+    "range:n=1 | decode_crop:scale_min=0.9,scale_max=0.1,channels=2",
 ]
 
 
