@@ -26,7 +26,9 @@
 typedef struct {
     int comps;       /* 1 gray, 3 YCbCr, 4 YCCK */
     int hs, vs;      /* luma sampling factors (chroma 1x1) */
-    int progressive; /* jpeg_simple_progression */
+    int progressive; /* 1: jpeg_simple_progression; 2: DC, then only the
+                        luma's AC to 1 bit short: libjpeg's block smoothing
+                        fills in the rest from neighbouring blocks */
     int restart;     /* restart interval in MCUs, 0 for none */
 } layout;
 
@@ -85,8 +87,15 @@ static void encode(const layout *l, int h, int w, unsigned char **out,
             ci.comp_info[3].v_samp_factor = l->vs;
         }
     }
-    if (l->progressive)
+    static jpeg_scan_info partial[2] = {{3, {0, 1, 2, 0}, 0, 0, 0, 0},
+                                        {1, {0, 0, 0, 0}, 1, 63, 0, 1}};
+    partial[0].comps_in_scan = l->comps < 3 ? l->comps : 3;
+    if (l->progressive == 1) {
         jpeg_simple_progression(&ci);
+    } else if (l->progressive == 2) {
+        ci.scan_info = partial;
+        ci.num_scans = 2;
+    }
     ci.restart_interval = (unsigned)l->restart;
     jpeg_start_compress(&ci, TRUE);
     while (ci.next_scanline < ci.image_height) {
@@ -201,6 +210,9 @@ static void windows_equal_full_decode(void **state)
         {3, 2, 2, 1, 0}, /* progressive 4:2:0 */
         {3, 2, 1, 1, 0}, /* progressive 4:2:2 */
         {1, 1, 1, 1, 0}, /* progressive gray */
+        {3, 2, 2, 2, 0}, /* progressive 4:2:0, smoothed */
+        {3, 1, 1, 2, 0}, /* progressive 4:4:4, smoothed */
+        {1, 1, 1, 2, 0}, /* progressive gray, smoothed */
         {3, 2, 2, 0, 3}, /* restart markers */
         {3, 2, 2, 1, 2}, /* both */
     };

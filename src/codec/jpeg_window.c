@@ -104,6 +104,22 @@ static int64_t div_round(int64_t a, int f)
     return (2 * a + f) / (2 * f);
 }
 
+/* How far beyond the window, in (scaled) pixels, columns must be decoded
+ * for the window's pixels to be those of a full decode. libjpeg treats
+ * the edges of a cropped region as the image's edges in two places:
+ * fancy upsampling of horizontally subsampled chroma reads one chroma
+ * sample beside each, so one iMCU column suffices; and in a progressive
+ * image whose AC coefficients are incomplete (a truncated progression),
+ * block smoothing estimates them from a block's neighbours up to two
+ * blocks away, so two more iMCU columns (an iMCU column holds one block of
+ * the most subsampled component) keep those neighbours real. Rows need no
+ * margin: skipped rows still feed both. */
+static int64_t crop_margin(const struct jpeg_decompress_struct *d)
+{
+    int imcus = (d->max_h_samp_factor > 1) + 2 * (d->progressive_mode != 0);
+    return (int64_t)imcus * d->max_h_samp_factor * d->min_DCT_scaled_size;
+}
+
 /* Decodes rows [y0, y1) of the cropped columns into j->out, starting at
  * row y0 of the (scaled) image. */
 static int read_rows(job *j, JDIMENSION y0, JDIMENSION y1, int c, int cmyk,
@@ -166,14 +182,12 @@ static int run(job *j, const unsigned char *data, size_t size, int channels,
     d->scale_denom = (unsigned)f;
     jpeg_start_decompress(d);
 
-    /* the window in scaled pixels; the columns to decode, with a margin
-     * where chroma is upsampled horizontally */
+    /* the window in scaled pixels; the columns to decode, with margins
+     * (crop_margin) */
     int64_t wy0 = win[0] / f, wx0 = win[1] / f;
     int64_t wy1 = (win[0] + win[2] + f - 1) / f;
     int64_t wx1 = (win[1] + win[3] + f - 1) / f;
-    int64_t mx = d->max_h_samp_factor > 1
-                     ? d->max_h_samp_factor * d->min_DCT_scaled_size
-                     : 0;
+    int64_t mx = crop_margin(d);
     int64_t ow = d->output_width, oh = d->output_height;
     JDIMENSION x0 = (JDIMENSION)(wx0 > mx ? wx0 - mx : 0);
     JDIMENSION x1 = (JDIMENSION)(wx1 + mx < ow ? wx1 + mx : ow);
