@@ -54,7 +54,7 @@ static int cmd_stages(int argc, char **argv)
                 snprintf(def, sizeof def, "default: none");
             else
                 snprintf(def, sizeof def, "default: %s", o->default_value);
-            printf("    %-15s %-7s %-18s %s\n", o->name,
+            printf("    %-15s %-8s %-18s %s\n", o->name,
                    ef_opt_type_name(o->type), def, o->help);
         }
     }

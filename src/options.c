@@ -60,21 +60,22 @@ static int range_error(const ef__stage_def *def, const ef__option_def *od,
 {
     /* integer bounds print whole: "1 and 16777216", not "1.67772e+07" */
     char lo[32], hi[32];
-    if (od->type == EF_OPT_INT) {
+    if (od->type == EF_OPT_INT || od->type == EF_OPT_INT_AUTO) {
         snprintf(lo, sizeof lo, "%.0f", od->min);
         snprintf(hi, sizeof hi, "%.0f", od->max);
     } else {
         snprintf(lo, sizeof lo, "%g", od->min);
         snprintf(hi, sizeof hi, "%g", od->max);
     }
+    const char *or_auto = od->type == EF_OPT_INT_AUTO ? " or 'auto'" : "";
     if (od->max >= 1e300)
         return ef__err_set(err, EF_ESPEC,
-                           "stage '%s': option '%s' must be >= %s (got %s)",
-                           def->info.name, od->name, lo, raw);
+                           "stage '%s': option '%s' must be >= %s%s (got %s)",
+                           def->info.name, od->name, lo, or_auto, raw);
     return ef__err_set(err, EF_ESPEC,
-                       "stage '%s': option '%s' must be between %s and %s "
+                       "stage '%s': option '%s' must be between %s and %s%s "
                        "(got %s)",
-                       def->info.name, od->name, lo, hi, raw);
+                       def->info.name, od->name, lo, hi, or_auto, raw);
 }
 
 static int convert(const ef__stage_def *def, const ef__option_def *od,
@@ -83,6 +84,12 @@ static int convert(const ef__stage_def *def, const ef__option_def *od,
     char *endp;
     const char *what = ef_opt_type_name(od->type);
     switch (od->type) {
+    case EF_OPT_INT_AUTO:
+        if (strcmp(raw, "auto") == 0) {
+            v->i = 0; /* below every min: unambiguous */
+            return EF_OK;
+        }
+        /* fall through */
     case EF_OPT_INT: {
         errno = 0;
         long long x = strtoll(raw, &endp, 10);
@@ -130,10 +137,13 @@ static int convert(const ef__stage_def *def, const ef__option_def *od,
     }
     if (od->type == EF_OPT_FACTOR)
         what = "number >= 1 or 'auto'";
-    return ef__err_set(err, EF_ESPEC,
-                       "stage '%s': option '%s' expects %s %s, got '%s'",
-                       def->info.name, od->name,
-                       od->type == EF_OPT_INT ? "an" : "a", what, raw);
+    if (od->type == EF_OPT_INT_AUTO)
+        what = "int or 'auto'";
+    return ef__err_set(
+        err, EF_ESPEC, "stage '%s': option '%s' expects %s %s, got '%s'",
+        def->info.name, od->name,
+        od->type == EF_OPT_INT || od->type == EF_OPT_INT_AUTO ? "an" : "a",
+        what, raw);
 }
 
 /* Copies a value, dropping surrounding double quotes. */
@@ -313,6 +323,8 @@ const char *ef_opt_type_name(ef_opt_type type)
         return "string";
     case EF_OPT_FACTOR:
         return "factor";
+    case EF_OPT_INT_AUTO:
+        return "int|auto";
     }
     return "?";
 }

@@ -55,6 +55,8 @@ typedef struct {
     unsigned given;                 /* bit i: option i was in the text */
 } ef__opts;
 
+/* Int and int-or-auto options: 0 means "auto" (every such option's min
+ * is at least 1). */
 int64_t ef__opt_int(const ef__opts *o, const char *name);
 double ef__opt_float(const ef__opts *o, const char *name);
 int ef__opt_bool(const ef__opts *o, const char *name);

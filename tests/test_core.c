@@ -107,6 +107,7 @@ static void test_opt_type_names(void **state)
     assert_string_equal(ef_opt_type_name(EF_OPT_BOOL), "bool");
     assert_string_equal(ef_opt_type_name(EF_OPT_STRING), "string");
     assert_string_equal(ef_opt_type_name(EF_OPT_FACTOR), "factor");
+    assert_string_equal(ef_opt_type_name(EF_OPT_INT_AUTO), "int|auto");
 }
 
 /* ---- buffers ------------------------------------------------------ */

@@ -412,7 +412,8 @@ typedef enum {
     EF_OPT_FLOAT,
     EF_OPT_BOOL,
     EF_OPT_STRING,
-    EF_OPT_FACTOR /* a number >= 1, or "auto" */
+    EF_OPT_FACTOR,  /* a number >= 1, or "auto" */
+    EF_OPT_INT_AUTO /* an integer in [min, max], or "auto" */
 } ef_opt_type;
 
 typedef struct {
@@ -433,7 +434,7 @@ typedef struct {
 EF_API int ef_stage_registry_count(void);
 /* Stage `i` of the registry; static storage. NULL when out of range. */
 EF_API const ef_stage_info *ef_stage_registry_get(int i);
-/* "int", "float", "bool", "string", "factor". */
+/* "int", "float", "bool", "string", "factor", "int|auto". */
 EF_API const char *ef_opt_type_name(ef_opt_type type);
 
 #ifdef __cplusplus

@@ -86,6 +86,7 @@ static double opt_num(const ef__opts *o, const char *name, double dflt)
             continue;
         switch (o->defs[i].type) {
         case EF_OPT_INT:
+        case EF_OPT_INT_AUTO: /* auto reads as 0 */
             return (double)o->values[i].i;
         case EF_OPT_FLOAT:
         case EF_OPT_FACTOR:
