@@ -22,6 +22,8 @@ static void stages_json(json_writer *w, const ef_pipeline *p)
         json_uint(w, "skipped", st.skipped);
         json_uint(w, "abandoned", st.abandoned);
         json_uint(w, "lost_bytes", st.lost_bytes);
+        json_uint(w, "threads", (uint64_t)st.threads);
+        json_uint(w, "depth", (uint64_t)st.depth);
         for (int k = 0; k < st.nextra; k++)
             json_number(w, st.extra[k].key, st.extra[k].value);
         json_end(w);
@@ -129,6 +131,11 @@ void report_text(FILE *f, const ef_pipeline *p, const run_info *ri)
         fprintf(f, "%-10s %12llu %12llu %10.3f %10.3f ", st.name,
                 (unsigned long long)st.items_in,
                 (unsigned long long)st.items_out, st.wait_up_s, st.wait_down_s);
+        /* threads and depth now: what threads=auto and depth=auto chose */
+        if (st.threads)
+            fprintf(f, " threads=%d", st.threads);
+        if (st.depth)
+            fprintf(f, " depth=%d", st.depth);
         if (st.skipped)
             fprintf(f, " skipped=%llu", (unsigned long long)st.skipped);
         if (st.abandoned)

@@ -451,6 +451,8 @@ static void stage_stats(const ef_pipeline *p, const ef__stage *s,
     out->skipped = atomic_load(&((ef__stage *)s)->skipped);
     out->abandoned = atomic_load(&((ef__stage *)s)->abandoned);
     out->lost_bytes = atomic_load(&((ef__stage *)s)->lost_bytes);
+    out->threads = atomic_load(&((ef__stage *)s)->threads_now);
+    out->depth = atomic_load(&((ef__stage *)s)->depth_now);
     /* a stage's own figures only once it is open: open() sets up what
      * they read */
     if (s->def->stats && atomic_load(&((ef_pipeline *)p)->opened))

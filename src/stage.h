@@ -146,6 +146,9 @@ struct ef__stage {
      * it (the next stage's wait_up_ns, or the consumer's wait); set before
      * open */
     const _Atomic uint64_t *pulled_ns;
+    /* for the stats: workers allowed now (map stages) and queue depth
+     * now (prefetch); 0 where the stage has none */
+    atomic_int threads_now, depth_now;
 };
 
 /* Pulls the next item from s->up, timing the wait into s->wait_up_ns and

@@ -319,6 +319,10 @@ typedef struct {
     uint64_t lost_bytes; /* their bytes not read, where sizes were known */
     int nextra;         /* stage-specific figures (echo: fresh, echoed ...) */
     ef_stat_extra extra[EF_MAX_STAT_EXTRAS];
+    int threads; /* map stages: workers allowed to take input now (with
+                    threads=auto, what the tuner chose); 0 for others */
+    int depth;   /* prefetch: the queue's depth now (with depth=auto, what
+                    it has grown to); 0 for others */
     /* new fields go here, at the end (see ef_pipeline_stats_get) */
 } ef_stage_stats;
 

@@ -265,7 +265,9 @@ static PyObject *stage_stats(const ef_pipeline *p, int i)
         set_item(d, "abandoned", PyLong_FromUnsignedLongLong(st.abandoned)) <
             0 ||
         set_item(d, "lost_bytes", PyLong_FromUnsignedLongLong(st.lost_bytes)) <
-            0)
+            0 ||
+        set_item(d, "threads", PyLong_FromLong(st.threads)) < 0 ||
+        set_item(d, "depth", PyLong_FromLong(st.depth)) < 0)
         goto fail;
     for (int k = 0; k < st.nextra; k++)
         if (set_item(d, st.extra[k].key,
