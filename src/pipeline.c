@@ -11,6 +11,7 @@
 #include "core/clock.h"
 #include "spec.h"
 #include "stage.h"
+#include "tune.h"
 
 #define MAX_STAGES 64
 
@@ -28,6 +29,7 @@ struct ef_pipeline {
     _Atomic uint64_t t_open_ns, t_start_ns; /* first next(); end of startup */
     _Atomic uint64_t t_last_ns;     /* end of the last next() */
     _Atomic uint64_t items, consumer_wait_ns;
+    ef__tuner tuner; /* threads=auto; the consumer's thread's */
 };
 
 ef_status ef_pipeline_create(ef_pipeline **out)
@@ -344,6 +346,7 @@ static int start(ef_pipeline *p)
     now = ef__timer_ns();
     atomic_store(&p->t_start_ns, now);
     atomic_store(&p->t_last_ns, now);
+    ef__tuner_init(&p->tuner, p->stages, p->nstages, now);
     atomic_store(&p->opened, 1);
     return EF_OK;
 }
@@ -373,6 +376,10 @@ ef_status ef_pipeline_next(ef_pipeline *p, ef_sample **out)
     if (rc == EF_OK) {
         ef__stat_add(&p->items, 1);
         ef__stat_add(&last->items_out, 1);
+        if (p->tuner.nauto)
+            ef__tuner_tick(&p->tuner, p->stages, p->nstages, t1,
+                           ef__stat_get(&p->items),
+                           ef__stat_get(&p->consumer_wait_ns));
         return EF_OK;
     }
     if (rc != EF_END && ef__ctx_is_cancelled(&p->ctx))

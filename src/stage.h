@@ -96,6 +96,21 @@ int ef__ctx_is_cancelled(ef__ctx *ctx);
 
 typedef struct ef__stage ef__stage;
 
+/* A map stage with threads=auto: `max` workers started, of which the
+ * first `allowed` may take input; the pipeline's tuner (tune.c) sets
+ * `allowed` from the measured costs. The stage writes busy_ns (several
+ * writers: atomic adds); the tuner, on the consumer's thread, owns the
+ * fields below it. */
+typedef struct {
+    int max;
+    atomic_int allowed;       /* 1 <= allowed <= max */
+    _Atomic uint64_t busy_ns; /* time inside the transform, all workers */
+    /* after the tuner stored a new `allowed`: wakes workers that wait */
+    void (*wake)(ef__stage *s);
+    uint64_t seen_busy_ns; /* busy_ns at the tuner's last look */
+    double cost;           /* ns of transform per consumer item (smoothed) */
+} ef__auto_threads;
+
 typedef struct {
     ef_stage_info info; /* name, help, option schema */
     int is_source;      /* takes no upstream */
@@ -149,6 +164,7 @@ struct ef__stage {
     /* for the stats: workers allowed now (map stages) and queue depth
      * now (prefetch); 0 where the stage has none */
     atomic_int threads_now, depth_now;
+    ef__auto_threads *auto_threads; /* NULL unless threads=auto */
 };
 
 /* Pulls the next item from s->up, timing the wait into s->wait_up_ns and

@@ -18,13 +18,21 @@
  *
  * An ordered map stage whose consumer is a batch (feeds_batch) offers
  * each transform the slot of its seq in a batch slab (slabs.h) through
- * ef__map_ctx_slot; `slabs` has a lock of its own, taken under no other. */
+ * ef__map_ctx_slot; `slabs` has a lock of its own, taken under no other.
+ *
+ * threads=auto starts one worker per usable core; worker `id` takes input
+ * only while id < allowed (ef__auto_threads, set by the pipeline's tuner)
+ * and otherwise waits on `park` under `mu`. `allowed`, `input_done` and
+ * `stopped` are each changed before `mu` is taken to broadcast `park`, so
+ * no parked worker misses a change. Which workers run never changes what
+ * comes out: ordered mode still emits by sequence number. */
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "core/alloc.h"
 #include "core/clock.h"
+#include "core/cores.h"
 #include "core/sample.h"
 #include "feed.h"
 #include "stage.h"
@@ -60,6 +68,12 @@ typedef struct {
     int submit_waiters; /* workers sleeping on can_submit */
     ef__feed feed;      /* the workers; its queue serves unordered mode */
     ef__slabs slabs;    /* batch slabs, when feeding a batch in order */
+    /* threads=auto (is_auto): the tuner's share, the parked workers'
+     * condition, and the ids workers take as they start */
+    int is_auto;
+    ef__auto_threads at;
+    pthread_cond_t park;
+    atomic_int next_id;
 } map_state;
 
 /* ---- the built-in transforms ------------------------------------ */
@@ -188,6 +202,43 @@ static void transform(ef__stage *s, map_state *st, ef_sample *in, uint64_t seq,
 
 /* ---- workers ------------------------------------------------------ */
 
+/* Marks the input finished (END, an error, or a failed transform) and,
+ * with threads=auto, wakes the parked workers so that they end too. */
+static void end_input(map_state *st)
+{
+    atomic_store(&st->input_done, 1);
+    if (st->is_auto) {
+        pthread_mutex_lock(&st->mu);
+        pthread_cond_broadcast(&st->park);
+        pthread_mutex_unlock(&st->mu);
+    }
+}
+
+/* threads=auto: waits while worker `id` is not among the allowed ones.
+ * Returns 0 when the worker should stop. */
+static int may_take(map_state *st, int id)
+{
+    if (id < atomic_load_explicit(&st->at.allowed, memory_order_relaxed))
+        return 1;
+    pthread_mutex_lock(&st->mu);
+    while (id >= atomic_load(&st->at.allowed) && !st->stopped &&
+           !atomic_load(&st->input_done))
+        pthread_cond_wait(&st->park, &st->mu);
+    int go = !st->stopped && !atomic_load(&st->input_done);
+    pthread_mutex_unlock(&st->mu);
+    return go;
+}
+
+/* The tuner stored a new `allowed`: the workers it lets in wake up. */
+static void wake_parked(ef__stage *s)
+{
+    map_state *st = s->state;
+    atomic_store(&s->threads_now, atomic_load(&st->at.allowed));
+    pthread_mutex_lock(&st->mu);
+    pthread_cond_broadcast(&st->park);
+    pthread_mutex_unlock(&st->mu);
+}
+
 /* Pulls one item under in_mu. Ordered mode first reserves a slot. Returns
  * 0 when the worker should stop. */
 static int take_input(ef__stage *s, map_state *st, uint64_t *seq,
@@ -217,7 +268,7 @@ static int take_input(ef__stage *s, map_state *st, uint64_t *seq,
         ef__err_clear(&err);
         item->status = ef__stage_pull(s, &item->sample, &err);
         if (item->status != EF_OK) {
-            atomic_store(&st->input_done, 1);
+            end_input(st);
             if (item->status < 0)
                 item->msg = ef__strdup(err.msg);
         }
@@ -245,16 +296,26 @@ static void *worker_main(void *arg)
 {
     ef__stage *s = arg;
     map_state *st = s->state;
+    int id = atomic_fetch_add(&st->next_id, 1);
     for (;;) {
         uint64_t seq = 0;
         ef__item item = {0};
+        if (st->is_auto && !may_take(st, id))
+            break;
         if (!take_input(s, st, &seq, &item))
             break;
         int last = item.status != EF_OK;
         if (item.status == EF_OK) {
+            /* threads=auto: the transform's time is what the tuner
+             * shares the cores by */
+            uint64_t t0 = st->is_auto ? ef__timer_ns() : 0;
             transform(s, st, item.sample, seq, &item);
+            if (st->is_auto)
+                atomic_fetch_add_explicit(&st->at.busy_ns,
+                                          ef__elapsed_ns(t0, ef__timer_ns()),
+                                          memory_order_relaxed);
             if (item.status != EF_OK) {
-                atomic_store(&st->input_done, 1);
+                end_input(st);
                 last = 1;
             }
         }
@@ -322,6 +383,18 @@ int ef__map_setup(ef__stage *s, ef_map_fn fn, void *user, int threads,
         return EF_ENOMEM;
     st->fn = fn;
     st->user = user;
+    st->is_auto = threads == 0;
+    if (st->is_auto) {
+        /* one worker per usable core; one takes input until the tuner
+         * has measured something */
+        int cores = ef__usable_cores();
+        threads = cores < EF__MAP_MAX_THREADS ? cores : EF__MAP_MAX_THREADS;
+        st->at.max = threads;
+        atomic_init(&st->at.allowed, 1);
+        st->at.wake = wake_parked;
+        s->auto_threads = &st->at;
+    }
+    atomic_store(&s->threads_now, st->is_auto ? 1 : threads);
     st->nthreads = threads;
     st->ordered = ordered;
     st->cap = (size_t)st->nthreads * 16;
@@ -343,6 +416,7 @@ int ef__map_setup(ef__stage *s, ef_map_fn fn, void *user, int threads,
     ef__slabs_init(&st->slabs);
     pthread_cond_init(&st->can_submit, NULL);
     pthread_cond_init(&st->can_emit, NULL);
+    pthread_cond_init(&st->park, NULL);
     return EF_OK;
 }
 
@@ -359,6 +433,7 @@ int ef__map_open(ef__stage *s, ef__err *err)
 {
     map_state *st = s->state;
     st->active = st->nthreads;
+    atomic_store(&st->next_id, 0);
     return started(st, ef__feed_start(&st->feed, err));
 }
 
@@ -437,6 +512,7 @@ int ef__map_reset(ef__stage *s, int64_t epoch, ef__err *err)
     atomic_store(&st->input_done, 0);
     st->submit = st->emit = 0;
     st->active = st->nthreads;
+    atomic_store(&st->next_id, 0);
     int rc = started(st, ef__feed_restart(&st->feed, epoch, err));
     if (rc == EF_ECANCELED) /* a stop that came before the restart stays */
         ef__map_cancel(s);
@@ -450,6 +526,7 @@ void ef__map_cancel(ef__stage *s)
     st->stopped = 1;
     pthread_cond_broadcast(&st->can_submit);
     pthread_cond_broadcast(&st->can_emit);
+    pthread_cond_broadcast(&st->park);
     pthread_mutex_unlock(&st->mu);
     ef__feed_cancel(&st->feed);
 }
@@ -467,13 +544,14 @@ void ef__map_destroy(ef__stage *s)
     pthread_mutex_destroy(&st->mu);
     pthread_cond_destroy(&st->can_submit);
     pthread_cond_destroy(&st->can_emit);
+    pthread_cond_destroy(&st->park);
     ef__free(st->ring);
     ef__free(st);
 }
 
 static const ef__option_def map_options[] = {
     {"fn", EF_OPT_STRING, "", "built-in transform: noop, to_f32", 0, 0},
-    {"threads", EF_OPT_INT, "1", "worker threads", 1, 256},
+    EF__MAP_THREADS_OPTION,
     {"ordered", EF_OPT_BOOL, "true",
      "keep the upstream's order (deterministic)", 0, 0},
 };

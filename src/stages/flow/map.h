@@ -5,8 +5,22 @@
 
 #include "stage.h"
 
-/* Sets s->state up to run `fn` on `threads` threads. `user` is handed to
- * fn through its context; it stays the caller's (see ef__map_user). */
+#define EF__MAP_MAX_THREADS 256
+
+/* The `threads` option of every map stage: a count, or auto (see map.c
+ * and the pipeline's tuner, tune.c). */
+#define EF__MAP_THREADS_OPTION                                                 \
+    {                                                                          \
+        "threads", EF_OPT_INT_AUTO, "1",                                       \
+            "worker threads, or auto: one per core, of which the pipeline "    \
+            "lets the slowest stages use the most",                            \
+            1, EF__MAP_MAX_THREADS                                             \
+    }
+
+/* Sets s->state up to run `fn` on `threads` threads (0: auto, one per
+ * usable core, as many taking input as the tuner allows). `user` is
+ * handed to fn through its context; it stays the caller's (see
+ * ef__map_user). */
 int ef__map_setup(ef__stage *s, ef_map_fn fn, void *user, int threads,
                   int ordered, ef__err *err);
 void *ef__map_user(const ef__stage *s);
