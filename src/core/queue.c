@@ -5,6 +5,7 @@
  * waiter sleeps through a shutdown. No callback runs under the lock. */
 #include "core/queue.h"
 
+#include <assert.h>
 #include <stdio.h>
 
 #include "core/alloc.h"
@@ -23,7 +24,7 @@ int ef__queue_init(ef__queue *q, size_t capacity)
     q->ring = ef__calloc(capacity, sizeof *q->ring);
     if (!q->ring)
         return EF_ENOMEM;
-    q->cap = capacity;
+    q->cap = q->limit = capacity;
     q->head = q->count = 0;
     q->closed = 0;
     atomic_init(&q->queued, 0);
@@ -95,9 +96,9 @@ int ef__queue_push(ef__queue *q, ef__item *item, uint64_t *waited_ns)
     if (charge(q, item, waited_ns) != EF_OK)
         return EF_ECANCELED;
     pthread_mutex_lock(&q->mu);
-    if (q->count == q->cap && !q->closed) {
+    if (q->count >= q->limit && !q->closed) {
         uint64_t t0 = ef__now_ns();
-        while (q->count == q->cap && !q->closed)
+        while (q->count >= q->limit && !q->closed)
             pthread_cond_wait(&q->not_full, &q->mu);
         if (waited_ns)
             *waited_ns += ef__now_ns() - t0;
@@ -188,6 +189,15 @@ void ef__queue_reopen(ef__queue *q)
     q->closed = 0;
     atomic_store(&q->queued, 0);
     atomic_store(&q->is_closed, 0);
+    pthread_mutex_unlock(&q->mu);
+}
+
+void ef__queue_set_limit(ef__queue *q, size_t limit)
+{
+    pthread_mutex_lock(&q->mu);
+    assert(limit >= 1 && limit <= q->cap);
+    q->limit = limit;
+    pthread_cond_broadcast(&q->not_full);
     pthread_mutex_unlock(&q->mu);
 }
 

@@ -33,6 +33,7 @@ typedef struct {
     pthread_cond_t not_full;
     ef__item *ring;
     size_t cap, head, count;
+    size_t limit; /* a push waits while count >= limit (<= cap) */
     int closed;
     /* mirrors of count and closed for the budget's wait, which runs
      * without mu */
@@ -64,6 +65,10 @@ void ef__queue_close(ef__queue *q);
  * that restarts its producer mid-pass. No producer may be running. */
 void ef__queue_reopen(ef__queue *q);
 size_t ef__queue_count(ef__queue *q);
+/* Sets how many items the queue holds before a push waits, 1 <= limit <=
+ * its capacity (a queue that grows: prefetch's depth=auto); wakes pushes
+ * waiting for room. */
+void ef__queue_set_limit(ef__queue *q, size_t limit);
 
 /* Frees what an item owns. */
 void ef__item_clear(ef__item *item);
