@@ -162,6 +162,43 @@ EOF
     fi
 fi
 
+# threads=auto and depth=auto: the chosen values in the JSON and the table
+run auto_json run --json "range:n=20000 | map:fn=to_f32,threads=auto | map:fn=noop,threads=2 | prefetch:depth=auto"
+if [ "$rc" -ne 0 ]; then
+    fail "run with auto options exited $rc: $(cat "$TMP/auto_json.err")"
+else
+    cat "$TMP/common.py" - >"$TMP/auto.py" <<'EOF'
+import os
+cores = len(os.sched_getaffinity(0))
+need(doc["items"] == 20000, "items = %r" % doc["items"])
+maps = [s for s in doc["stages"] if s["name"] == "map"]
+need(1 <= maps[0]["threads"] <= cores, "auto threads %r with %d cores" % (maps[0]["threads"], cores))
+need(maps[1]["threads"] == 2, "threads=2 reads %r" % maps[1]["threads"])
+d = stage("prefetch")["depth"]
+need(2 <= d <= 1024, "depth=auto reads %r" % d)
+need(stage("range")["threads"] == 0 and stage("range")["depth"] == 0, "range has threads or depth")
+EOF
+    check_json auto_json "$TMP/auto.py"
+fi
+run auto_text run "range:n=1000 | map:fn=noop,threads=auto | prefetch:depth=auto"
+if [ "$rc" -eq 0 ] && grep -qE "^map .* threads=[0-9]+" "$TMP/auto_text.out" &&
+    grep -qE "^prefetch .* depth=[0-9]+" "$TMP/auto_text.out"; then
+    pass "the stage table shows threads and depth"
+else
+    fail "auto table: rc $rc: $(cat "$TMP/auto_text.out" "$TMP/auto_text.err")"
+fi
+grep -q "int|auto" "$TMP/stages.out" && grep -q "threads .*auto" "$TMP/stages.out" ||
+    fail "echoflow stages does not say threads takes auto"
+for bad in "threads=0:between 1 and 256 or 'auto'" "threads=abc:expects an int or 'auto'"; do
+    run auto_bad run "range:n=3 | map:fn=noop,${bad%%:*}"
+    if [ "$rc" -ne 0 ] && grep -qF -- "option 'threads'" "$TMP/auto_bad.err" &&
+        grep -qF -- "${bad#*:}" "$TMP/auto_bad.err"; then
+        pass "run map:${bad%%:*} refused"
+    else
+        fail "run map:${bad%%:*}: rc $rc, $(cat "$TMP/auto_bad.err")"
+    fi
+done
+
 # plain (non-JSON) report
 run plain run "range:n=100 | batch:10"
 if [ "$rc" -ne 0 ]; then
