@@ -189,6 +189,16 @@ def test_stats_are_what_echoflow_run_json_prints(fmnist_spec):
     assert mine["elapsed_s"] > 0 and 0 <= mine["consumer_wait_fraction"] <= 1
 
 
+def test_stats_show_what_auto_chose():
+    spec = "range:n=2000 | map:fn=noop,threads=auto | prefetch:depth=auto"
+    with echoflow.Pipeline(spec) as p:
+        assert sum(1 for _ in p) == 2000
+        stages = p.stats()["stages"]
+    assert 1 <= stages[1]["threads"] <= len(os.sched_getaffinity(0))
+    assert 2 <= stages[2]["depth"] <= 1024
+    assert stages[0]["threads"] == stages[0]["depth"] == 0
+
+
 def test_stats_survive_close():
     p = echoflow.Pipeline("range:n=5")
     assert len(list(p)) == 5
