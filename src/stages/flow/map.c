@@ -392,7 +392,6 @@ int ef__map_setup(ef__stage *s, ef_map_fn fn, void *user, int threads,
         st->at.max = threads;
         atomic_init(&st->at.allowed, 1);
         st->at.wake = wake_parked;
-        s->auto_threads = &st->at;
     }
     atomic_store(&s->threads_now, st->is_auto ? 1 : threads);
     st->nthreads = threads;
@@ -417,6 +416,8 @@ int ef__map_setup(ef__stage *s, ef_map_fn fn, void *user, int threads,
     pthread_cond_init(&st->can_submit, NULL);
     pthread_cond_init(&st->can_emit, NULL);
     pthread_cond_init(&st->park, NULL);
+    if (st->is_auto) /* for the tuner, now that the state stays */
+        s->auto_threads = &st->at;
     return EF_OK;
 }
 
