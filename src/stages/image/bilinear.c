@@ -32,48 +32,6 @@ static void make_taps(tap *taps, int64_t out, int64_t in)
     }
 }
 
-/* One source row resampled horizontally: out[x*c+k] = p0 + t * (p1 - p0)
- * between the row's two taps. A row feeds every output row that samples
- * it, so each is computed once per image, not once per output row. u8
- * rows are widened to float first (`wide`, iw * c values and one of
- * padding; `out` has one too): exact, and it leaves the blend one loop
- * for both dtypes. */
-static void row_u8(const unsigned char *r, int64_t iw, int64_t c, const tap *tx,
-                   int64_t ow, float *wide, float *out)
-{
-    for (int64_t i = 0; i < iw * c; i++)
-        wide[i] = r[i];
-    if (c == 3) { /* the common case: a pixel as one 4-lane vector */
-        for (int64_t x = 0; x < ow; x++) {
-            v4f p, q, t = {tx[x].t, tx[x].t, tx[x].t, tx[x].t};
-            /* lane 3 reads the next pixel's first value (or the padding)
-             * and writes into the next output pixel, rewritten next */
-            memcpy(&p, wide + tx[x].i0 * 3, sizeof p);
-            memcpy(&q, wide + tx[x].i1 * 3, sizeof q);
-            p = p + t * (q - p);
-            memcpy(out + x * 3, &p, sizeof p);
-        }
-        return;
-    }
-    for (int64_t x = 0; x < ow; x++) {
-        const float *p = wide + tx[x].i0 * c, *q = wide + tx[x].i1 * c;
-        float t = tx[x].t;
-        for (int64_t k = 0; k < c; k++)
-            *out++ = p[k] + t * (q[k] - p[k]);
-    }
-}
-
-static void row_f32(const float *r, int64_t c, const tap *tx, int64_t ow,
-                    float *out)
-{
-    for (int64_t x = 0; x < ow; x++) {
-        const float *p = r + tx[x].i0 * c, *q = r + tx[x].i1 * c;
-        float t = tx[x].t;
-        for (int64_t k = 0; k < c; k++)
-            *out++ = p[k] + t * (q[k] - p[k]);
-    }
-}
-
 /* One image's resampling: the taps, and the scratch the horizontal
  * passes need. */
 typedef struct {
@@ -81,21 +39,22 @@ typedef struct {
     ef_dtype dtype;
     int64_t stride, iw, c, oh, ow;
     tap *ty, *tx;
+    int planar;     /* resampled rows as c planes of ow values */
+    int mirror;     /* resampled rows with their columns reversed */
     float *wide;    /* a u8 row as float, iw * c values */
     float *rows[2]; /* resampled rows, ow * c values each */
     int64_t held[2];
-    float *line; /* one output row, for ef__bilinear_normalize */
 } resampler;
 
 static int resampler_init(resampler *rs, const void *src, ef_dtype dtype,
                           int64_t stride, int64_t ih, int64_t iw, int64_t c,
                           int64_t oh, int64_t ow)
 {
-    /* two resampled rows, a widened one and an output line, each padded
-     * by a value for the vector loop in row_u8 */
+    /* two resampled rows and a widened one, each padded by a value for
+     * the 4-lane loops in hpass */
     size_t n = (size_t)(ow * c), wide_n = (size_t)(iw * c);
     tap *ty = ef__malloc((size_t)(oh + ow) * sizeof *ty +
-                         (3 * (n + 1) + wide_n + 1) * sizeof(float));
+                         (2 * (n + 1) + wide_n + 1) * sizeof(float));
     if (!ty)
         return EF_ENOMEM;
     float *scratch = (float *)(ty + oh + ow);
@@ -111,12 +70,57 @@ static int resampler_init(resampler *rs, const void *src, ef_dtype dtype,
         .tx = ty + oh,
         .wide = scratch,
         .rows = {scratch + wide_n + 1, scratch + wide_n + 1 + n + 1},
-        .held = {-1, -1},
-        .line = scratch + wide_n + 1 + 2 * (n + 1)};
+        .held = {-1, -1}};
     rs->wide[wide_n] = 0; /* the padding lane 3 may read */
     make_taps(rs->ty, oh, ih);
     make_taps(rs->tx, ow, iw);
     return EF_OK;
+}
+
+/* One source row `in` (iw * c floats) resampled horizontally into `out`:
+ * p0 + t * (p1 - p0) between each output column's two taps, pixel by
+ * pixel (out[x*c+k]) or plane by plane (out[k*ow+x]), columns reversed
+ * when mirrored. `padded`: `in` has a value past its end (the widened
+ * row does), for the 4-lane loops; `out` always has one. */
+static void hpass(const resampler *rs, const float *in, int padded, float *out)
+{
+    const tap *tx = rs->tx;
+    int64_t c = rs->c, ow = rs->ow;
+    if (c == 3 && padded) { /* the common case: a pixel as one vector */
+        float *o0 = out, *o1 = out + ow, *o2 = out + 2 * ow;
+        for (int64_t x = 0; x < ow; x++) {
+            v4f p, q, t = {tx[x].t, tx[x].t, tx[x].t, tx[x].t};
+            /* lane 3 reads the next pixel's first value (or the padding) */
+            memcpy(&p, in + tx[x].i0 * 3, sizeof p);
+            memcpy(&q, in + tx[x].i1 * 3, sizeof q);
+            p = p + t * (q - p);
+            if (!rs->planar && !rs->mirror) {
+                /* lane 3 lands on the next pixel's first value (or the
+                 * padding), written next */
+                memcpy(out + x * 3, &p, sizeof p);
+                continue;
+            }
+            int64_t to = rs->mirror ? ow - 1 - x : x;
+            if (rs->planar) {
+                o0[to] = p[0];
+                o1[to] = p[1];
+                o2[to] = p[2];
+            } else {
+                out[to * 3] = p[0];
+                out[to * 3 + 1] = p[1];
+                out[to * 3 + 2] = p[2];
+            }
+        }
+        return;
+    }
+    for (int64_t x = 0; x < ow; x++) {
+        const float *p = in + tx[x].i0 * c, *q = in + tx[x].i1 * c;
+        float t = tx[x].t;
+        int64_t to = rs->mirror ? ow - 1 - x : x;
+        for (int64_t k = 0; k < c; k++)
+            out[rs->planar ? k * ow + to : to * c + k] =
+                p[k] + t * (q[k] - p[k]);
+    }
 }
 
 /* Source row r resampled horizontally. A row's two taps are r and r + 1
@@ -127,34 +131,55 @@ static const float *row_at(resampler *rs, int64_t r)
     int slot = (int)(r & 1);
     if (rs->held[slot] != r) {
         size_t at = (size_t)(r * rs->stride * rs->c);
-        if (rs->dtype == EF_U8)
-            row_u8((const unsigned char *)rs->src + at, rs->iw, rs->c, rs->tx,
-                   rs->ow, rs->wide, rs->rows[slot]);
-        else
-            row_f32((const float *)rs->src + at, rs->c, rs->tx, rs->ow,
-                    rs->rows[slot]);
+        if (rs->dtype == EF_U8) {
+            /* widened to float first: exact, and one pass for both */
+            const unsigned char *px = (const unsigned char *)rs->src + at;
+            for (int64_t i = 0; i < rs->iw * rs->c; i++)
+                rs->wide[i] = px[i];
+            hpass(rs, rs->wide, 1, rs->rows[slot]);
+        } else {
+            hpass(rs, (const float *)rs->src + at, 0, rs->rows[slot]);
+        }
         rs->held[slot] = r;
     }
     return rs->rows[slot];
 }
 
-/* Output row y: the vertical blend of its two resampled rows, into u8
- * `d8` (rounded) or f32 `d32`, whichever is given. top + wy * (bot - top)
- * lies between them up to a rounding error far below 0.5, so for u8
- * v + 0.5 is in (0, 256) and truncates to the nearest. */
-static void output_row(resampler *rs, int64_t y, unsigned char *d8, float *d32)
+/* The vertical blend of output row y, v = top + wy * (bot - top), over n
+ * values starting at value `from` of its resampled rows, into d: v as is
+ * (ab NULL), or v * ab[0] + ab[1] (normalize's arithmetic). `round`, with
+ * ab: v is rounded to u8 first, as ef__bilinear stores a u8 result (see
+ * blend_u8). */
+static void blend(resampler *rs, int64_t y, int64_t from, int64_t n, int round,
+                  const float *ab, float *d)
+{
+    const float *top = row_at(rs, rs->ty[y].i0) + from,
+                *bot = row_at(rs, rs->ty[y].i1) + from;
+    float wy = rs->ty[y].t;
+    if (!ab) {
+        for (int64_t i = 0; i < n; i++)
+            d[i] = top[i] + wy * (bot[i] - top[i]);
+        return;
+    }
+    float a = ab[0], b = ab[1];
+    if (round)
+        for (int64_t i = 0; i < n; i++)
+            d[i] = (float)(int)(top[i] + wy * (bot[i] - top[i]) + 0.5f) * a + b;
+    else
+        for (int64_t i = 0; i < n; i++)
+            d[i] = (top[i] + wy * (bot[i] - top[i])) * a + b;
+}
+
+/* The blend into u8, rounded: v lies between top and bot up to a
+ * rounding error far below 0.5, so v + 0.5 is in (0, 256) and truncates
+ * to the nearest. */
+static void blend_u8(resampler *rs, int64_t y, unsigned char *d)
 {
     const float *top = row_at(rs, rs->ty[y].i0),
                 *bot = row_at(rs, rs->ty[y].i1);
     float wy = rs->ty[y].t;
-    size_t n = (size_t)(rs->ow * rs->c);
-    if (d8)
-        for (size_t i = 0; i < n; i++)
-            d8[i] =
-                (unsigned char)(int)(top[i] + wy * (bot[i] - top[i]) + 0.5f);
-    else
-        for (size_t i = 0; i < n; i++)
-            d32[i] = top[i] + wy * (bot[i] - top[i]);
+    for (int64_t i = 0; i < rs->ow * rs->c; i++)
+        d[i] = (unsigned char)(int)(top[i] + wy * (bot[i] - top[i]) + 0.5f);
 }
 
 int ef__bilinear(const void *src, ef_dtype dtype, int64_t stride, int64_t ih,
@@ -163,12 +188,12 @@ int ef__bilinear(const void *src, ef_dtype dtype, int64_t stride, int64_t ih,
     resampler rs;
     if (resampler_init(&rs, src, dtype, stride, ih, iw, c, oh, ow) != EF_OK)
         return EF_ENOMEM;
-    size_t n = (size_t)(ow * c);
+    int64_t n = ow * c;
     for (int64_t y = 0; y < oh; y++) {
         if (dtype == EF_U8)
-            output_row(&rs, y, (unsigned char *)dst + (size_t)y * n, NULL);
+            blend_u8(&rs, y, (unsigned char *)dst + y * n);
         else
-            output_row(&rs, y, NULL, (float *)dst + (size_t)y * n);
+            blend(&rs, y, 0, n, 0, NULL, (float *)dst + y * n);
     }
     ef__free(rs.ty);
     return EF_OK;
@@ -184,26 +209,29 @@ int ef__bilinear_normalize(const void *src, ef_dtype dtype, int64_t stride,
     resampler rs;
     if (resampler_init(&rs, src, dtype, stride, ih, iw, c, oh, ow) != EF_OK)
         return EF_ENOMEM;
-    /* output (y, x, k) at y * ystep + x * xstep + k * kstep; a mirrored
-     * row reads resampled column ow - 1 - x */
-    int64_t ystep = how->chw ? ow : ow * c, xstep = how->chw ? 1 : c;
-    int64_t kstep = how->chw ? oh * ow : 1;
-    unsigned char *line8 = dtype == EF_U8 ? (unsigned char *)rs.line : NULL;
+    /* the resampled rows come mirrored, and in planes for [C,H,W]: each
+     * output row of a plane is then one blend */
+    rs.mirror = how->mirror;
+    rs.planar = how->chw;
+    int round = dtype == EF_U8;
     for (int64_t y = 0; y < oh; y++) {
-        output_row(&rs, y, line8, line8 ? NULL : rs.line);
-        for (int64_t k = 0; k < c; k++) {
-            /* normalize's arithmetic, on the value ef__bilinear stores */
-            float a = how->a[how->per_channel ? k : 0],
-                  b = how->b[how->per_channel ? k : 0];
-            float *d = dst + y * ystep + k * kstep;
-            int64_t from = how->mirror ? (ow - 1) * c + k : k,
-                    step = how->mirror ? -c : c;
-            if (line8)
-                for (int64_t x = 0; x < ow; x++)
-                    d[x * xstep] = (float)line8[from + x * step] * a + b;
-            else
-                for (int64_t x = 0; x < ow; x++)
-                    d[x * xstep] = rs.line[from + x * step] * a + b;
+        if (how->chw) {
+            for (int64_t k = 0; k < c; k++) {
+                int64_t j = how->per_channel ? k : 0;
+                const float ab[2] = {how->a[j], how->b[j]};
+                blend(&rs, y, k * ow, ow, round, ab, dst + (k * oh + y) * ow);
+            }
+        } else if (!how->per_channel) {
+            const float ab[2] = {how->a[0], how->b[0]};
+            blend(&rs, y, 0, ow * c, round, ab, dst + y * ow * c);
+        } else {
+            /* [H,W,C] with a pair per channel: pixel by pixel */
+            float *d = dst + y * ow * c;
+            for (int64_t x = 0; x < ow; x++)
+                for (int64_t k = 0; k < c; k++) {
+                    const float ab[2] = {how->a[k], how->b[k]};
+                    blend(&rs, y, x * c + k, 1, round, ab, d + x * c + k);
+                }
         }
     }
     ef__free(rs.ty);
