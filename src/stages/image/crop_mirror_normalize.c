@@ -82,20 +82,6 @@ static int crop_mirror_normalize_fn(const ef_sample *in, ef_sample **out,
     return EF_OK;
 }
 
-/* Option `name`, which must be one of a, b: 1 for a, 0 for b. */
-static int choice(const ef__opts *o, const char *name, const char *a,
-                  const char *b, int *out, ef__err *err)
-{
-    const char *v = ef__opt_string(o, name);
-    if (strcmp(v, a) && strcmp(v, b))
-        return ef__err_set(err, EF_ESPEC,
-                           "stage 'crop_mirror_normalize': option '%s' must "
-                           "be %s or %s, got '%s'",
-                           name, a, b, v);
-    *out = !strcmp(v, a);
-    return EF_OK;
-}
-
 static int crop_mirror_normalize_create(ef__stage *s, const ef__opts *o,
                                         ef__err *err)
 {
@@ -103,13 +89,15 @@ static int crop_mirror_normalize_create(ef__stage *s, const ef__opts *o,
     if (!p)
         return ef__err_set(err, EF_ENOMEM,
                            "crop_mirror_normalize: out of memory");
-    int rc = choice(o, "crop", "random_resized", "none", &p->random_crop, err);
+    const char *name = "crop_mirror_normalize";
+    int rc = ef__image_choice(o, name, "crop", "random_resized", "none",
+                              &p->random_crop, err);
     if (rc == EF_OK)
-        rc = choice(o, "layout", "chw", "hwc", &p->chw, err);
+        rc = ef__image_choice(o, name, "layout", "chw", "hwc", &p->chw, err);
     if (rc == EF_OK)
-        rc = ef__rrc_ranges_parse(o, "crop_mirror_normalize", &p->ranges, err);
+        rc = ef__rrc_ranges_parse(o, name, &p->ranges, err);
     if (rc == EF_OK)
-        rc = ef__norm_parse(o, "crop_mirror_normalize", &p->v, err);
+        rc = ef__norm_parse(o, name, &p->v, err);
     if (rc != EF_OK) {
         ef__free(p);
         return rc;
