@@ -183,6 +183,84 @@ static void scaled_is_close(void **state)
     compare(path, "size=600", "", 0, NULL);
 }
 
+/* Runs a and b (stages after the tar) to the end: the same number of
+ * samples, with the same fields, byte for byte. */
+static void same_samples(const char *path, const char *a_stages,
+                         const char *b_stages)
+{
+    ef_pipeline *a = open_spec(path, a_stages);
+    ef_pipeline *b = open_spec(path, b_stages);
+    int n = 0;
+    for (;; n++) {
+        ef_sample *x = tu_next_or_end(a, a_stages);
+        ef_sample *y = tu_next_or_end(b, b_stages);
+        assert_true((x == NULL) == (y == NULL));
+        if (!x)
+            break;
+        assert_int_equal(ef_sample_field_count(x), ef_sample_field_count(y));
+        for (int i = 0; i < ef_sample_field_count(x); i++) {
+            ef_tensor tx, ty;
+            assert_int_equal(ef_sample_field(x, i, &tx), EF_OK);
+            ty = tu_field(y, tx.name);
+            assert_int_equal(tx.dtype, ty.dtype);
+            assert_int_equal(tx.ndim, ty.ndim);
+            assert_memory_equal(tx.shape, ty.shape,
+                                (size_t)tx.ndim * sizeof *tx.shape);
+            assert_int_equal(tx.nbytes, ty.nbytes);
+            assert_memory_equal(tx.data, ty.data, tx.nbytes);
+        }
+        ef_sample_free(x);
+        ef_sample_free(y);
+    }
+    assert_true(n > 0);
+    ef_pipeline_destroy(a);
+    ef_pipeline_destroy(b);
+}
+
+/* mirror, mean and std: the chain to f32 [C,H,W] (or [H,W,C]), bit for
+ * bit, one sample at a time or in batches (written into the batch's
+ * buffer). The flip is drawn from the stage's own stream, so mirror is
+ * 0 or 1 here, against flip:p=0 or 1. */
+static void augmented_equals_the_chain(void **state)
+{
+    (void)state;
+    const char *path = write_images(24, 0);
+    const char *norm = "mean=\"0.485,0.456,0.406\",std=\"0.229,0.224,0.225\"";
+    static const struct {
+        const char *mirror, *layout, *tail;
+    } cases[] = {
+        {"1", "", ""},
+        {"0", "", ""},
+        {"1", "", " | batch:4"},
+        {"1", ",layout=hwc", ""},
+        {"0", ",layout=hwc", " | batch:5"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char a[512], b[512];
+        int hwc = cases[i].layout[0] != '\0';
+        snprintf(a, sizeof a,
+                 "repeat:2 | map:fn=noop | decode_crop:size=48,channels=3,"
+                 "dct_scale=0,mirror=%s,%s%s%s",
+                 cases[i].mirror, norm, cases[i].layout, cases[i].tail);
+        snprintf(b, sizeof b,
+                 "repeat:2 | decode:channels=3 | random_resized_crop:size=48 "
+                 "| flip:p=%s | normalize:%s%s%s",
+                 cases[i].mirror, norm, hwc ? "" : " | to_chw", cases[i].tail);
+        same_samples(path, a, b);
+    }
+    /* one mean and std for every channel, gray images kept gray */
+    same_samples(path,
+                 "repeat:2 | map:fn=noop | decode_crop:size=31,dct_scale=0,"
+                 "mirror=1,mean=0.5,std=0.25",
+                 "repeat:2 | decode | random_resized_crop:size=31 | flip:p=1 "
+                 "| normalize:mean=0.5,std=0.25 | to_chw");
+    /* u8 output, flipped */
+    same_samples(path,
+                 "repeat:2 | map:fn=noop | decode_crop:size=40,dct_scale=0,"
+                 "mirror=1",
+                 "repeat:2 | decode | random_resized_crop:size=40 | flip:p=1");
+}
+
 static void errors(void **state)
 {
     (void)state;
@@ -195,6 +273,29 @@ static void errors(void **state)
     assert_int_equal(ef_pipeline_parse(p, "range:3 | decode_crop:channels=2"),
                      EF_ESPEC);
     tu_expect_once(ef_pipeline_error(p), "decode_crop");
+    ef_pipeline_destroy(p);
+    assert_int_equal(ef_pipeline_create(&p), EF_OK);
+    assert_int_equal(ef_pipeline_parse(p, "range:3 | decode_crop:layout=hwc"),
+                     EF_ESPEC);
+    tu_expect_once(ef_pipeline_error(p), "give 'mean' or 'std'");
+    assert_int_equal(
+        ef_pipeline_parse(p, "range:3 | decode_crop:mean=0.5,layout=nchw"),
+        EF_ESPEC);
+    tu_expect_once(ef_pipeline_error(p), "must be chw or hwc, got 'nchw'");
+    assert_int_equal(ef_pipeline_parse(p, "range:3 | decode_crop:std=0"),
+                     EF_ESPEC);
+    tu_expect_once(ef_pipeline_error(p), "std");
+    ef_pipeline_destroy(p);
+
+    /* three means for a gray image: named, with the channel count */
+    p = open_spec(write_images(8, 0),
+                  "decode_crop:size=8,mean=\"0.1,0.2,0.3\"");
+    ef_sample *g = NULL;
+    int rc;
+    while ((rc = ef_pipeline_next(p, &g)) == EF_OK)
+        ef_sample_free(g);
+    assert_int_equal(rc, EF_ESHAPE);
+    tu_expect_once(ef_pipeline_error(p), "one channel but mean has 3 values");
     ef_pipeline_destroy(p);
 
     /* an HTML page saved as a .jpg: the message names the field */
@@ -217,6 +318,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(unscaled_equals_decode_then_crop),
         cmocka_unit_test(scaled_is_close),
+        cmocka_unit_test(augmented_equals_the_chain),
         cmocka_unit_test(errors),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -24,7 +24,9 @@ static int decode_fn(const ef_sample *in, ef_sample **out, ef_map_ctx *ctx)
                           shape, &err);
     if (rc != EF_OK)
         return ef_map_ctx_fail(ctx, rc, "%s", err.msg);
-    rc = ef__decode_output(in, p, &plan, pixels, shape, out, ctx);
+    const ef__decoded img = {
+        pixels, 0, EF_U8, 3, {shape[0], shape[1], shape[2]}};
+    rc = ef__decode_output(in, p, &plan, &img, out, ctx);
     ef_buffer_release(pixels); /* the sample holds its own reference */
     return rc;
 }

@@ -1,44 +1,114 @@
 /* decode_crop: decode and random_resized_crop in one stage, decoding only
- * the crop's window of a JPEG (ef__image_decode_window). The window is
- * drawn from the image's size, read from its header, exactly as
- * random_resized_crop draws it from the decoded image, and resampled the
- * same way: with dct_scale=0 the output equals `decode |
- * random_resized_crop` bit for bit. With dct_scale=1, a window at least
- * twice the output size both ways is scaled down in the JPEG's IDCT by 2,
- * 4 or 8 first (cheaper, and an average of the pixels rather than a
- * sample of them), then resampled from that. Fields, label and options
- * as decode (decode_fields.h). */
+ * the crop's window of a JPEG (ef__image_decode_window), and optionally
+ * the rest of a training augmentation in the same pass: a horizontal flip
+ * (`mirror`) and, when `mean` or `std` is given, normalization to f32 in
+ * `layout`. The window is drawn from the image's size, read from its
+ * header, exactly as random_resized_crop draws it from the decoded image,
+ * and resampled the same way: with dct_scale=0 the output equals
+ *
+ *   decode | random_resized_crop:size=S [| flip:p=M]
+ *          [| normalize:mean=..,std=.. | to_chw]
+ *
+ * bit for bit, given the same window and flip. With dct_scale=1, a window
+ * at least twice the output size both ways is scaled down in the JPEG's
+ * IDCT by 2, 4 or 8 first (cheaper, and an average of the pixels rather
+ * than a sample of them), then resampled from that. Fields, label and
+ * options as decode (decode_fields.h).
+ *
+ * Draws, from the sample's keyed generator: the window (ef__rrc_window),
+ * then, when mirror > 0, one uniform u, flipping when u < mirror.
+ *
+ * Before `batch`, the output is written straight into its slot of the
+ * batch's buffer (map.h). */
+#include <string.h>
+
 #include "codec/image.h"
 #include "core/alloc.h"
 #include "stages/image/bilinear.h"
 #include "stages/image/crop_window.h"
 #include "stages/image/decode_fields.h"
 #include "stages/image/image_stage.h"
+#include "stages/image/normalize_values.h"
 
 typedef struct {
     ef__decode_fields fields;
     int64_t size; /* output side */
     ef__rrc_ranges ranges;
     int dct_scale;
+    double mirror; /* probability of a flip */
+    int normalize; /* mean or std given: f32 output */
+    int chw;       /* its layout */
+    ef__norm_values v;
 } decode_crop_params;
 
-/* The window at `inside` of the decoded pixels, resampled to a new
- * size x size buffer (NULL when out of memory). */
-static ef_buffer *resample(const ef_buffer *px, const int64_t shape[3],
-                           const int64_t inside[4], int64_t size)
+/* A buffer of nbytes for the output: its slot in the batch's slab when
+ * there is one, else a buffer of its own. */
+static ef_buffer *output_buffer(ef_map_ctx *ctx, size_t nbytes, size_t *offset)
 {
-    int64_t c = shape[2];
-    ef_buffer *b = ef_buffer_new((size_t)(size * size * c));
-    if (!b)
-        return NULL;
-    const unsigned char *src = (const unsigned char *)ef_buffer_data(px) +
-                               (inside[0] * shape[1] + inside[1]) * c;
-    if (ef__bilinear(src, EF_U8, shape[1], inside[2], inside[3], c,
-                     ef_buffer_data(b), size, size) != EF_OK) {
-        ef_buffer_release(b);
-        return NULL;
+    ef_buffer *b = ef__map_ctx_slot(ctx, nbytes, offset);
+    if (!b) {
+        b = ef_buffer_new(nbytes);
+        *offset = 0;
     }
     return b;
+}
+
+/* Pixel order reversed in each of the h rows of w pixels of c bytes. */
+static void mirror_u8(unsigned char *px, int64_t h, int64_t w, int64_t c)
+{
+    for (int64_t y = 0; y < h; y++) {
+        unsigned char *row = px + y * w * c;
+        for (int64_t l = 0, r = w - 1; l < r; l++, r--)
+            for (int64_t k = 0; k < c; k++) {
+                unsigned char t = row[l * c + k];
+                row[l * c + k] = row[r * c + k];
+                row[r * c + k] = t;
+            }
+    }
+}
+
+/* The window at `inside` of the decoded pixels `px` ([H,W,C] in shape),
+ * resampled, flipped and normalized as p says, into img. */
+static int finish(const decode_crop_params *p, const ef_buffer *px,
+                  const int64_t shape[3], const int64_t inside[4], int mirror,
+                  ef__decoded *img, ef_map_ctx *ctx)
+{
+    int64_t s = p->size, c = shape[2];
+    const unsigned char *src = (const unsigned char *)ef_buffer_data(px) +
+                               (inside[0] * shape[1] + inside[1]) * c;
+    size_t nbytes = (size_t)(s * s * c) * (p->normalize ? sizeof(float) : 1);
+    *img = (ef__decoded){
+        .dtype = p->normalize ? EF_F32 : EF_U8, .ndim = 3, .shape = {s, s, c}};
+    if (p->normalize && p->chw) {
+        img->shape[0] = c;
+        img->shape[2] = s;
+    }
+    img->buf = output_buffer(ctx, nbytes, &img->offset);
+    if (!img->buf)
+        return ef_map_ctx_fail(ctx, EF_ENOMEM,
+                               "out of memory for a %lld x %lld crop",
+                               (long long)s, (long long)s);
+    unsigned char *dst =
+        (unsigned char *)ef_buffer_data(img->buf) + img->offset;
+    int rc;
+    if (p->normalize) {
+        float a[EF__NORM_MAX_CHANNELS], b[EF__NORM_MAX_CHANNELS];
+        int uniform = ef__norm_uniform(&p->v);
+        ef__norm_coeffs(&p->v, uniform ? 1 : c, EF_U8, a, b);
+        const ef__bilinear_norm how = {a, b, !uniform, mirror, p->chw};
+        rc = ef__bilinear_normalize(src, EF_U8, shape[1], inside[2], inside[3],
+                                    c, &how, (float *)dst, s, s);
+    } else {
+        rc = ef__bilinear(src, EF_U8, shape[1], inside[2], inside[3], c, dst, s,
+                          s);
+        if (rc == EF_OK && mirror)
+            mirror_u8(dst, s, s, c);
+    }
+    if (rc != EF_OK) {
+        ef_buffer_release(img->buf);
+        return ef_map_ctx_fail(ctx, EF_ENOMEM, "out of memory");
+    }
+    return EF_OK;
 }
 
 static int decode_crop_fn(const ef_sample *in, ef_sample **out, ef_map_ctx *ctx)
@@ -56,6 +126,7 @@ static int decode_crop_fn(const ef_sample *in, ef_sample **out, ef_map_ctx *ctx)
         return ef_map_ctx_fail(ctx, rc, "%s", err.msg);
     int64_t win[4], shape[3], inside[4];
     ef__rrc_window(&p->ranges, h, w, ctx, win);
+    int mirror = p->mirror > 0 && ef_map_ctx_uniform(ctx) < p->mirror;
     int64_t scale_to = p->dct_scale ? p->size : 0;
     ef_buffer *px;
     rc = ef__image_decode_window(plan.data, plan.size, p->fields.channels, win,
@@ -63,36 +134,41 @@ static int decode_crop_fn(const ef_sample *in, ef_sample **out, ef_map_ctx *ctx)
                                  inside, &err);
     if (rc != EF_OK)
         return ef_map_ctx_fail(ctx, rc, "%s", err.msg);
-    ef_buffer *crop = resample(px, shape, inside, p->size);
+    if (p->normalize)
+        rc = ef__norm_check(&p->v, shape[2], p->fields.as, ctx);
+    ef__decoded img;
+    if (rc == EF_OK)
+        rc = finish(p, px, shape, inside, mirror, &img, ctx);
     ef_buffer_release(px);
-    if (!crop)
-        return ef_map_ctx_fail(ctx, EF_ENOMEM,
-                               "out of memory for a %lld x %lld crop",
-                               (long long)p->size, (long long)p->size);
-    const int64_t oshape[3] = {p->size, p->size, shape[2]};
-    rc = ef__decode_output(in, &p->fields, &plan, crop, oshape, out, ctx);
-    ef_buffer_release(crop); /* the sample holds its own reference */
+    if (rc != EF_OK)
+        return rc;
+    rc = ef__decode_output(in, &p->fields, &plan, &img, out, ctx);
+    ef_buffer_release(img.buf); /* the sample holds its own reference */
     return rc;
 }
 
 static int decode_crop_create(ef__stage *s, const ef__opts *o, ef__err *err)
 {
-    double s0 = ef__opt_float(o, "scale_min"),
-           s1 = ef__opt_float(o, "scale_max");
-    double r0 = ef__opt_float(o, "ratio_min"),
-           r1 = ef__opt_float(o, "ratio_max");
-    if (s0 > s1 || r0 > r1)
-        return ef__err_set(err, EF_ESPEC,
-                           "stage 'decode_crop': ranges must not be reversed "
-                           "(got scale %g to %g, ratio %g to %g)",
-                           s0, s1, r0, r1);
+    const char *name = "decode_crop";
     decode_crop_params *p = ef__calloc(1, sizeof *p);
     if (!p)
         return ef__err_set(err, EF_ENOMEM, "decode_crop: out of memory");
     p->size = ef__opt_int(o, "size");
-    p->ranges = (ef__rrc_ranges){s0, s1, r0, r1};
     p->dct_scale = ef__opt_bool(o, "dct_scale");
-    int rc = ef__decode_fields_parse(o, "decode_crop", &p->fields, err);
+    p->mirror = ef__opt_float(o, "mirror");
+    p->normalize = ef__opt_given(o, "mean") || ef__opt_given(o, "std");
+    int rc = ef__rrc_ranges_parse(o, name, &p->ranges, err);
+    if (rc == EF_OK)
+        rc = ef__image_choice(o, name, "layout", "chw", "hwc", &p->chw, err);
+    if (rc == EF_OK && !p->normalize && ef__opt_given(o, "layout"))
+        rc = ef__err_set(err, EF_ESPEC,
+                         "stage 'decode_crop': option 'layout' is the layout "
+                         "of the normalized output; give 'mean' or 'std' "
+                         "with it (u8 output is [H,W,C])");
+    if (rc == EF_OK)
+        rc = ef__norm_parse(o, name, &p->v, err);
+    if (rc == EF_OK)
+        rc = ef__decode_fields_parse(o, name, &p->fields, err);
     if (rc == EF_OK)
         rc = ef__map_setup(s, decode_crop_fn, p, (int)ef__opt_int(o, "threads"),
                            1, err);
@@ -105,23 +181,26 @@ static const ef__option_def decode_crop_options[] = {
     EF__DECODE_FIELD_OPTIONS,
     {"size", EF_OPT_INT, "224", "output side (a square)", 1,
      EF__IMAGE_MAX_SIDE},
-    {"scale_min", EF_OPT_FLOAT, "0.08", "smallest crop area, as a fraction", 0,
-     1},
-    {"scale_max", EF_OPT_FLOAT, "1", "largest crop area, as a fraction", 0, 1},
-    {"ratio_min", EF_OPT_FLOAT, "0.75", "smallest aspect ratio (width/height)",
-     0.001, 1000},
-    {"ratio_max", EF_OPT_FLOAT, "1.3333333", "largest aspect ratio (4/3)",
-     0.001, 1000},
+    EF__RRC_RANGE_OPTIONS,
     {"dct_scale", EF_OPT_BOOL, "true",
      "shrink a JPEG window at least twice the output size by 2, 4 or 8 in "
      "the IDCT (0: output equals decode | random_resized_crop)",
      0, 0},
+    {"mirror", EF_OPT_FLOAT, "0", "probability of a horizontal flip", 0, 1},
+    {"mean", EF_OPT_STRING, "0",
+     "given (or std): normalize to f32, (x/255 - mean) / std; one value, or "
+     "one per channel",
+     0, 0},
+    EF__NORM_STD_OPTION,
+    {"layout", EF_OPT_STRING, "chw",
+     "of the normalized output: chw ([C,H,W], as to_chw) or hwc", 0, 0},
     EF__THREADS_OPTION,
 };
 
 const ef__stage_def ef__stage_decode_crop = {
     .info = {"decode_crop",
-             "decode + random_resized_crop, decoding only the crop of a JPEG",
+             "decode + random_resized_crop (+ flip, normalize, to_chw), "
+             "decoding only the crop of a JPEG",
              EF__OPTIONS(decode_crop_options)},
     .create = decode_crop_create,
     EF__IMAGE_STAGE_OPS,

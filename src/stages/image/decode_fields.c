@@ -155,8 +155,8 @@ static int add_label(ef_sample *o, int64_t label)
 }
 
 int ef__decode_output(const ef_sample *in, const ef__decode_fields *p,
-                      const ef__decode_plan *plan, ef_buffer *pixels,
-                      const int64_t shape[3], ef_sample **out, ef_map_ctx *ctx)
+                      const ef__decode_plan *plan, const ef__decoded *img,
+                      ef_sample **out, ef_map_ctx *ctx)
 {
     /* the fields in their order, decoded ones in place of their source */
     ef_sample *o = ef_sample_new(in->id);
@@ -164,7 +164,8 @@ int ef__decode_output(const ef_sample *in, const ef__decode_fields *p,
     for (int i = 0; i < in->nfields && rc == EF_OK; i++) {
         const ef__field *g = &in->fields[i];
         if (i == plan->img)
-            rc = ef_sample_add(o, p->as, EF_U8, 3, shape, pixels, 0);
+            rc = ef_sample_add(o, p->as, img->dtype, img->ndim, img->shape,
+                               img->buf, img->offset);
         else if (i == plan->cls)
             rc = add_label(o, plan->label);
         else

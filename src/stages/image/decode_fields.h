@@ -43,13 +43,22 @@ typedef struct {
 int ef__decode_plan_sample(const ef_sample *in, const ef__decode_fields *p,
                            ef__decode_plan *plan, ef_map_ctx *ctx);
 
+/* The decoded image of an output sample: `ndim` dims of `dtype` at
+ * `offset` in `buf` (borrowed: the sample takes its own reference). */
+typedef struct {
+    ef_buffer *buf;
+    size_t offset;
+    ef_dtype dtype;
+    int ndim;
+    int64_t shape[3];
+} ef__decoded;
+
 /* The output sample: `in`'s fields in order, the image field replaced by
- * u8 `shape` (ndim 3) from `pixels` (borrowed: the sample takes its own
- * reference) named p->as, cls by the i64 scalar `label`. The caller owns
+ * `img` named p->as, cls by the i64 scalar `label`. The caller owns
  * *out. */
 int ef__decode_output(const ef_sample *in, const ef__decode_fields *p,
-                      const ef__decode_plan *plan, ef_buffer *pixels,
-                      const int64_t shape[3], ef_sample **out, ef_map_ctx *ctx);
+                      const ef__decode_plan *plan, const ef__decoded *img,
+                      ef_sample **out, ef_map_ctx *ctx);
 
 /* The option rows of ef__decode_fields. */
 /* clang-format off */
