@@ -6,6 +6,7 @@
 #define EF_TEST_UTIL_H
 
 #include <ctype.h>
+#include <stdarg.h>
 #include <dirent.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -191,6 +192,31 @@ static inline int tu_count(const char *hay, const char *needle)
 }
 
 /* Fails the test unless `msg` holds `needle` exactly once. */
+/* A small deterministic generator (xorshift32) for test data. */
+static inline uint32_t tu_xorshift(uint32_t *state)
+{
+    *state ^= *state << 13;
+    *state ^= *state >> 17;
+    *state ^= *state << 5;
+    return *state;
+}
+
+/* The first pull of p fails with `status`, its message containing each
+ * of the NULL-terminated words in ap; `what` names p in failures. */
+static inline void tu_vexpect_first_error(ef_pipeline *p, const char *what,
+                                          int status, va_list ap)
+{
+    ef_sample *s = NULL;
+    int rc = ef_pipeline_next(p, &s);
+    if (rc != status)
+        fail_msg("%s: expected %s, got %s: %s", what, ef_status_name(status),
+                 ef_status_name(rc), ef_pipeline_error(p));
+    for (const char *w; (w = va_arg(ap, const char *)) != NULL;)
+        if (!strstr(ef_pipeline_error(p), w))
+            fail_msg("%s: message \"%s\" lacks \"%s\"", what,
+                     ef_pipeline_error(p), w);
+}
+
 static inline void tu_expect_once(const char *msg, const char *needle)
 {
     int n = tu_count(msg, needle);

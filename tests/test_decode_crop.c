@@ -32,10 +32,7 @@ static int teardown(void **state)
 static uint32_t rng_state = 777;
 static uint32_t rnd(void)
 {
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 17;
-    rng_state ^= rng_state << 5;
-    return rng_state;
+    return tu_xorshift(&rng_state);
 }
 
 /* Gradients with edges and noise: [h,w,c]. */

@@ -19,6 +19,7 @@
 
 #include "codec/image.h"
 #include "core/alloc.h"
+#include "ef_test_util.h"
 
 #if defined(EF_HAVE_JPEG) && defined(EF_HAVE_TURBOJPEG)
 #include <jpeglib.h>
@@ -35,10 +36,7 @@ typedef struct {
 static uint32_t rng_state = 12345;
 static uint32_t rnd(void)
 {
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 17;
-    rng_state ^= rng_state << 5;
-    return rng_state;
+    return tu_xorshift(&rng_state);
 }
 
 /* A picture with sharp colour edges and noise, so that chroma matters. */

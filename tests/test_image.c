@@ -407,17 +407,9 @@ static ef_sample *first(const char *stages)
 static void expect_error(const char *stages, int status, ...)
 {
     ef_pipeline *p = from_source(stages, 1);
-    ef_sample *s = NULL;
-    int rc = ef_pipeline_next(p, &s);
-    if (rc != status)
-        fail_msg("%s: expected %s, got %s: %s", stages, ef_status_name(status),
-                 ef_status_name(rc), ef_pipeline_error(p));
     va_list ap;
     va_start(ap, status);
-    for (const char *w; (w = va_arg(ap, const char *)) != NULL;)
-        if (!strstr(ef_pipeline_error(p), w))
-            fail_msg("%s: message \"%s\" lacks \"%s\"", stages,
-                     ef_pipeline_error(p), w);
+    tu_vexpect_first_error(p, stages, status, ap);
     va_end(ap);
     ef_pipeline_destroy(p);
 }
