@@ -4,110 +4,6 @@
 #include "core/alloc.h"
 #include "stages/flow/slabs.h"
 
-/* ---- reused slab memory -------------------------------------------- */
-
-#define SPARES 4 /* slabs kept for reuse */
-
-/* A slab's memory, behind its header. */
-typedef struct {
-    ef__slab_spares *owner;
-    size_t size;
-    unsigned char data[]; /* malloc's alignment: the header is 16 bytes */
-} block;
-
-struct ef__slab_spares {
-    pthread_mutex_t mu;
-    unsigned refs; /* the table's (until destroy) and one per block out */
-    int open;      /* the table still wants spares back */
-    int nspare;
-    block *spare[SPARES];
-};
-
-/* Frees the spares' record once its last reference went (`last`). */
-static void spares_free_if(ef__slab_spares *p, int last)
-{
-    if (last) {
-        pthread_mutex_destroy(&p->mu);
-        ef__free(p);
-    }
-}
-
-/* ef_buffer_wrap's release: back to the spares, or freed. */
-static void block_release(void *user)
-{
-    block *b = user;
-    ef__slab_spares *p = b->owner;
-    pthread_mutex_lock(&p->mu);
-    if (p->open && p->nspare < SPARES) {
-        p->spare[p->nspare++] = b;
-        b = NULL;
-    }
-    int last = --p->refs == 0;
-    pthread_mutex_unlock(&p->mu);
-    ef__free(b);
-    spares_free_if(p, last);
-}
-
-/* A buffer of `size` bytes, from a spare when one has that size. */
-static ef_buffer *block_take(ef__slab_spares *p, size_t size)
-{
-    block *b = NULL;
-    pthread_mutex_lock(&p->mu);
-    while (!b && p->nspare) {
-        b = p->spare[--p->nspare];
-        if (b->size != size) { /* another size: its time is over */
-            ef__free(b);
-            b = NULL;
-        }
-    }
-    pthread_mutex_unlock(&p->mu);
-    if (!b && size <= SIZE_MAX - sizeof *b) {
-        b = ef__malloc(sizeof *b + size);
-        if (b) {
-            b->owner = p;
-            b->size = size;
-        }
-    }
-    if (!b)
-        return NULL;
-    ef_buffer *buf = ef_buffer_wrap(b->data, size, block_release, b);
-    if (!buf) {
-        ef__free(b);
-        return NULL;
-    }
-    pthread_mutex_lock(&p->mu);
-    p->refs++;
-    pthread_mutex_unlock(&p->mu);
-    return buf;
-}
-
-static ef__slab_spares *spares_new(void)
-{
-    ef__slab_spares *p = ef__calloc(1, sizeof *p);
-    if (p) {
-        pthread_mutex_init(&p->mu, NULL);
-        p->refs = 1;
-        p->open = 1;
-    }
-    return p;
-}
-
-/* The table lets go: spares freed, blocks still out freed when done. */
-static void spares_close(ef__slab_spares *p)
-{
-    if (!p)
-        return;
-    pthread_mutex_lock(&p->mu);
-    p->open = 0;
-    while (p->nspare)
-        ef__free(p->spare[--p->nspare]);
-    int last = --p->refs == 0;
-    pthread_mutex_unlock(&p->mu);
-    spares_free_if(p, last);
-}
-
-/* ---- the table ------------------------------------------------------ */
-
 void ef__slabs_init(ef__slabs *t)
 {
     memset(t, 0, sizeof *t);
@@ -120,14 +16,8 @@ int ef__slabs_on(ef__slabs *t, uint64_t n, uint64_t window)
      * slabs can still be asked for; one more for slack */
     size_t cap = (size_t)(window / n) + 3;
     ef__slab *open = ef__calloc(cap, sizeof *open);
-    ef__slab_spares *spares = t->spares ? t->spares : spares_new();
-    if (!open || !spares) {
-        ef__free(open);
-        if (!t->spares)
-            spares_close(spares);
+    if (!open)
         return EF_ENOMEM;
-    }
-    t->spares = spares;
     ef__slabs_clear(t);
     ef__free(t->open);
     t->open = open;
@@ -174,7 +64,7 @@ ef_buffer *ef__slabs_take(ef__slabs *t, uint64_t seq, size_t nbytes,
     if (i == t->nopen && t->nopen < t->cap) {
         /* created under the lock: the other workers wait for it rather
          * than making one each; a slab is made once per batch */
-        ef_buffer *nb = block_take(t->spares, nbytes * t->n);
+        ef_buffer *nb = ef_buffer_new(nbytes * t->n);
         if (nb)
             t->open[t->nopen++] = (ef__slab){batch, nb, nbytes, 0};
     }
@@ -201,6 +91,5 @@ void ef__slabs_destroy(ef__slabs *t)
 {
     ef__slabs_clear(t);
     ef__free(t->open);
-    spares_close(t->spares);
     pthread_mutex_destroy(&t->mu);
 }

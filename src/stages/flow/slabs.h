@@ -18,14 +18,8 @@
  * made of it is charged wherever a queue downstream takes it, as a
  * copied batch is.
  *
- * Slab memory is reused: a slab whose last reference is dropped, on any
- * thread, goes back to a few spares the next slab is made from. A fresh
- * block of a batch's size (19 MB for 32 f32 [3,224,224]) costs its page
- * faults and the kernel's zeroing on every first touch, more than the
- * copy the slab saves.
- *
- * Thread-safe: `mu` guards the table; the spares have a lock of their
- * own, taken under `mu` or under nothing. */
+ * Thread-safe: `mu` guards the table; it is a leaf lock (nothing else is
+ * taken under it). */
 #ifndef EF_STAGES_FLOW_SLABS_H
 #define EF_STAGES_FLOW_SLABS_H
 
@@ -42,12 +36,9 @@ typedef struct {
     uint64_t handed; /* slots handed out */
 } ef__slab;
 
-typedef struct ef__slab_spares ef__slab_spares;
-
 typedef struct {
     pthread_mutex_t mu;
-    ef__slab_spares *spares; /* shared with the slabs still out */
-    uint64_t n;              /* slots per slab; 0: off */
+    uint64_t n;      /* slots per slab; 0: off */
     uint64_t window; /* seqs a worker may still hold behind the newest */
     ef__slab *open;
     size_t nopen, cap;
