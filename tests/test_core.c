@@ -14,6 +14,7 @@
 #include <time.h>
 
 #include "core/alloc.h"
+#include "core/buffer.h"
 #include "core/clock.h"
 #include "core/sample.h"
 #include "echoflow/echoflow.h"
@@ -145,6 +146,38 @@ static void on_release(void *user)
     release_log *log = user;
     log->calls++;
     log->last_user = user;
+}
+
+/* Large buffers are reused: a freed one serves the next request of up to
+ * its size and at least half of it, as a new buffer. */
+static void test_buffer_large_reused(void **state)
+{
+    (void)state;
+    if (ef__buffer_keep_max() == 0)
+        skip(); /* address sanitizer builds keep none */
+    size_t big = 3 * EF__BUFFER_LARGE;
+    ef_buffer *a = ef_buffer_new(big);
+    assert_non_null(a);
+    void *at = ef_buffer_data(a);
+    memset(at, 0xab, big);
+    ef_buffer_release(a);
+    ef_buffer *b = ef_buffer_new(big - 1000);
+    assert_ptr_equal(ef_buffer_data(b), at);
+    assert_int_equal(ef_buffer_size(b), big - 1000);
+    assert_int_equal(ef_buffer_refcount(b), 1);
+    ef_buffer_release(b);
+    /* less than half: a block of its own (the kept one is still kept,
+     * so it cannot be this one) */
+    ef_buffer *c = ef_buffer_new(big / 2 - 1);
+    assert_ptr_not_equal(ef_buffer_data(c), at);
+    ef_buffer_release(c);
+    ef_buffer *d = ef_buffer_new(big);
+    assert_ptr_equal(ef_buffer_data(d), at);
+    ef_buffer_release(d);
+    /* small buffers are malloc's business */
+    ef_buffer *e = ef_buffer_new(1000);
+    assert_non_null(e);
+    ef_buffer_release(e);
 }
 
 static void test_buffer_wrap(void **state)
@@ -793,6 +826,7 @@ int main(void)
         cmocka_unit_test(test_dtypes),
         cmocka_unit_test(test_opt_type_names),
         cmocka_unit_test(test_buffer_refcount),
+        cmocka_unit_test(test_buffer_large_reused),
         cmocka_unit_test(test_buffer_wrap),
         cmocka_unit_test(test_sample_add_and_get),
         cmocka_unit_test(test_sample_add_validation),
