@@ -38,9 +38,9 @@ struct ef_buffer {
 #endif
 #endif
 #ifndef KEEP
-#define KEEP 8
+#define KEEP 32
 #endif
-#define KEEP_BYTES ((size_t)64 << 20)
+#define KEEP_BYTES ((size_t)128 << 20)
 
 static pthread_mutex_t kept_mu = PTHREAD_MUTEX_INITIALIZER;
 static ef_buffer *kept[KEEP + 1]; /* oldest first */
