@@ -74,6 +74,7 @@ static int tsc_invariant(void)
 static void read_pair(uint64_t *ns, uint64_t *tsc)
 {
     uint64_t best = UINT64_MAX;
+    *ns = *tsc = 0; /* the first try always replaces them */
     for (int i = 0; i < 16; i++) {
         uint64_t a = ef__now_ns();
         uint64_t t = __rdtsc();
