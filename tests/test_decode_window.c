@@ -105,6 +105,38 @@ static void encode(const layout *l, int h, int w, unsigned char **out,
     free(px);
 }
 
+/* ef__window_fn: the window given in advance (user: int64_t[4]). */
+static void fixed_window(int64_t h, int64_t w, void *user, int64_t win[4])
+{
+    (void)h, (void)w;
+    memcpy(win, user, 4 * sizeof *win);
+}
+
+/* ef__window_fn: the whole image; its size goes to user (int64_t[2]). */
+static void whole_window(int64_t h, int64_t w, void *user, int64_t win[4])
+{
+    int64_t *seen = user;
+    seen[0] = h;
+    seen[1] = w;
+    win[0] = win[1] = 0;
+    win[2] = h;
+    win[3] = w;
+}
+
+/* The size the window decoder reads from the header: the chooser's. */
+static void expect_size(const void *data, size_t n, int64_t h, int64_t w)
+{
+    int64_t seen[2] = {-1, -1}, shape[3], in[4];
+    ef_buffer *b;
+    ef__err err;
+    ef__err_clear(&err);
+    assert_int_equal(ef__image_decode_window(data, n, 0, whole_window, seen, 0,
+                                             0, "x", &b, shape, in, &err),
+                     EF_OK);
+    assert_true(seen[0] == h && seen[1] == w);
+    ef_buffer_release(b);
+}
+
 static ef_buffer *full(const unsigned char *jpg, size_t n, int channels,
                        int64_t shape[3])
 {
@@ -126,8 +158,9 @@ static void check_window(const unsigned char *jpg, size_t n, int channels,
     int64_t shape[3], in[4];
     ef__err err;
     ef__err_clear(&err);
-    int rc = ef__image_decode_window(jpg, n, channels, win, 0, 0, "field 'x'",
-                                     &b, shape, in, &err);
+    int rc =
+        ef__image_decode_window(jpg, n, channels, fixed_window, (void *)win, 0,
+                                0, "field 'x'", &b, shape, in, &err);
     if (rc != EF_OK)
         fail_msg("window %lld,%lld,%lld,%lld: %s", (long long)win[0],
                  (long long)win[1], (long long)win[2], (long long)win[3],
@@ -162,11 +195,7 @@ static void check_layout(const layout *l, int h, int w)
         ef_buffer *whole = full(jpg, n, channels, fs);
         assert_int_equal(fs[0], h);
         assert_int_equal(fs[1], w);
-        int64_t ph, pw;
-        ef__err err;
-        ef__err_clear(&err);
-        assert_int_equal(ef__image_probe(jpg, n, "x", &ph, &pw, &err), EF_OK);
-        assert_true(ph == h && pw == w);
+        expect_size(jpg, n, h, w);
         /* the whole image, each corner's pixel, strips along each edge */
         int64_t fixed[][4] = {
             {0, 0, h, w},
@@ -246,7 +275,8 @@ static void scaled_windows(void **state)
         int64_t shape[3], in[4];
         ef__err err;
         ef__err_clear(&err);
-        assert_int_equal(ef__image_decode_window(jpg, n, 3, cases[i].win,
+        assert_int_equal(ef__image_decode_window(jpg, n, 3, fixed_window,
+                                                 (void *)cases[i].win,
                                                  cases[i].out, cases[i].out,
                                                  "x", &b, shape, in, &err),
                          EF_OK);
@@ -304,32 +334,34 @@ static void window_errors(void **state)
         {0, 0, 65, 1}, {-1, 0, 1, 1}, {0, 60, 1, 5}, {0, 0, 0, 1}};
     for (size_t i = 0; i < 4; i++) {
         ef__err_clear(&err);
-        assert_int_equal(ef__image_decode_window(jpg, n, 3, bad[i], 0, 0,
-                                                 "field 'jpg'", &b, shape, in,
-                                                 &err),
-                         EF_EINVAL);
+        assert_int_equal(
+            ef__image_decode_window(jpg, n, 3, fixed_window, (void *)bad[i], 0,
+                                    0, "field 'jpg'", &b, shape, in, &err),
+            EF_EINVAL);
         assert_null(b);
         assert_non_null(strstr(err.msg, "field 'jpg'"));
     }
     ef__err_clear(&err);
-    assert_int_equal(ef__image_decode_window(jpg, n, 2, (int64_t[]){0, 0, 1, 1},
-                                             0, 0, "x", &b, shape, in, &err),
+    assert_int_equal(ef__image_decode_window(jpg, n, 2, fixed_window,
+                                             (void *)(int64_t[]){0, 0, 1, 1}, 0,
+                                             0, "x", &b, shape, in, &err),
                      EF_EINVAL);
     /* truncated inside the window: an error naming the input; a window
      * above the cut still decodes (rows below are not read) */
     size_t cut = n * 2 / 3;
     ef__err_clear(&err);
-    assert_int_equal(
-        ef__image_decode_window(jpg, cut, 3, (int64_t[]){50, 0, 14, 64}, 0, 0,
-                                "field 'jpg'", &b, shape, in, &err),
-        EF_EFORMAT);
+    assert_int_equal(ef__image_decode_window(jpg, cut, 3, fixed_window,
+                                             (void *)(int64_t[]){50, 0, 14, 64},
+                                             0, 0, "field 'jpg'", &b, shape, in,
+                                             &err),
+                     EF_EFORMAT);
     assert_null(b);
     assert_non_null(strstr(err.msg, "field 'jpg'"));
     assert_non_null(strstr(err.msg, "truncated or corrupt JPEG data"));
     ef__err_clear(&err);
-    assert_int_equal(ef__image_decode_window(jpg, cut, 3,
-                                             (int64_t[]){0, 0, 8, 64}, 0, 0,
-                                             "x", &b, shape, in, &err),
+    assert_int_equal(ef__image_decode_window(jpg, cut, 3, fixed_window,
+                                             (void *)(int64_t[]){0, 0, 8, 64},
+                                             0, 0, "x", &b, shape, in, &err),
                      EF_OK);
     ef_buffer_release(b);
     /* damaged entropy data where the window is: every byte of a stretch
@@ -339,8 +371,9 @@ static void window_errors(void **state)
     for (size_t i = n / 2; i < n / 2 + 8; i++)
         bad_jpg[i] = 0xFF, bad_jpg[++i] = 0xC4;
     ef__err_clear(&err);
-    int rc = ef__image_decode_window(bad_jpg, n, 3, (int64_t[]){0, 0, 64, 64},
-                                     0, 0, "field 'jpg'", &b, shape, in, &err);
+    int rc = ef__image_decode_window(bad_jpg, n, 3, fixed_window,
+                                     (void *)(int64_t[]){0, 0, 64, 64}, 0, 0,
+                                     "field 'jpg'", &b, shape, in, &err);
     assert_int_equal(rc, EF_EFORMAT);
     assert_non_null(strstr(err.msg, "field 'jpg'"));
     free(bad_jpg);
@@ -390,10 +423,11 @@ static void too_many_scans(void **state)
     assert_int_equal(ef__image_decode(jpg, size, 3, "x", &b, shape, &err),
                      EF_EFORMAT);
     ef__err_clear(&err);
-    assert_int_equal(
-        ef__image_decode_window(jpg, size, 3, (int64_t[]){0, 0, 1, 1}, 0, 0,
-                                "field 'jpg'", &b, shape, in, &err),
-        EF_EFORMAT);
+    assert_int_equal(ef__image_decode_window(jpg, size, 3, fixed_window,
+                                             (void *)(int64_t[]){0, 0, 1, 1}, 0,
+                                             0, "field 'jpg'", &b, shape, in,
+                                             &err),
+                     EF_EFORMAT);
     assert_null(b);
     assert_non_null(strstr(err.msg, "field 'jpg'"));
     assert_non_null(strstr(err.msg, "more than 500 scans"));
@@ -413,24 +447,25 @@ static void png_window(void **state)
     if (rc == EF_EUNSUPPORTED)
         skip();
     assert_int_equal(rc, EF_OK);
-    int64_t h, w, shape[3], in[4];
-    assert_int_equal(ef__image_probe(ef_buffer_data(png), ef_buffer_size(png),
-                                     "x", &h, &w, &err),
-                     EF_OK);
-    assert_true(h == 20 && w == 30);
+    int64_t shape[3], in[4];
+    expect_size(ef_buffer_data(png), ef_buffer_size(png), 20, 30);
     ef_buffer *b;
     const int64_t win[4] = {2, 3, 10, 11};
     assert_int_equal(ef__image_decode_window(ef_buffer_data(png),
-                                             ef_buffer_size(png), 0, win, 5, 5,
+                                             ef_buffer_size(png), 0,
+                                             fixed_window, (void *)win, 5, 5,
                                              "x", &b, shape, in, &err),
                      EF_OK);
     assert_memory_equal(in, win, sizeof win);
     assert_true(shape[0] == 20 && shape[1] == 30 && shape[2] == 3);
     ef_buffer_release(b);
     ef_buffer_release(png);
-    /* neither format: the probe says so */
-    assert_int_equal(ef__image_probe("<html>", 6, "field 'x'", &h, &w, &err),
+    /* neither format: said before any window is chosen */
+    assert_int_equal(ef__image_decode_window("<html>", 6, 0, fixed_window,
+                                             (void *)win, 0, 0, "field 'x'", &b,
+                                             shape, in, &err),
                      EF_EFORMAT);
+    assert_null(b);
     assert_non_null(strstr(err.msg, "3c 68 74 6d"));
 }
 

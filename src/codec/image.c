@@ -92,33 +92,10 @@ int ef__image_decode(const void *data, size_t size, int channels,
     }
 }
 
-int ef__image_probe(const void *data, size_t size, const char *what, int64_t *h,
-                    int64_t *w, ef__err *err)
-{
-    const unsigned char *p = data;
-    (void)h, (void)w; /* in a build with neither codec */
-    switch (sniff(p, size)) {
-    case JPEG:
-#ifdef EF_HAVE_TURBOJPEG
-        return ef__jpeg_probe(p, size, what, h, w, err);
-#else
-        return missing(what, "JPEG", "libjpeg-turbo", "libturbojpeg0-dev", err);
-#endif
-    case PNG:
-#ifdef EF_HAVE_SPNG
-        return ef__png_probe(p, size, what, h, w, err);
-#else
-        return missing(what, "PNG", "libspng", "libspng-dev", err);
-#endif
-    default:
-        return not_an_image(p, size, what, err);
-    }
-}
-
 int ef__image_decode_window(const void *data, size_t size, int channels,
-                            const int64_t win[4], int64_t out_h, int64_t out_w,
-                            const char *what, ef_buffer **out, int64_t shape[3],
-                            int64_t inside[4], ef__err *err)
+                            ef__window_fn choose, void *user, int64_t out_h,
+                            int64_t out_w, const char *what, ef_buffer **out,
+                            int64_t shape[3], int64_t inside[4], ef__err *err)
 {
     *out = NULL;
     int rc = check_channels(channels, what, err);
@@ -126,20 +103,20 @@ int ef__image_decode_window(const void *data, size_t size, int channels,
         return rc;
 #if defined(EF_HAVE_JPEG) && defined(EF_HAVE_TURBOJPEG)
     if (sniff(data, size) == JPEG)
-        return ef__jpeg_decode_window(data, size, channels, win, out_h, out_w,
-                                      what, out, shape, inside, err);
+        return ef__jpeg_decode_window(data, size, channels, choose, user, out_h,
+                                      out_w, what, out, shape, inside, err);
 #else
     (void)out_h, (void)out_w;
 #endif
     /* everything else is decoded whole; the window is where it was */
     rc = ef__image_decode(data, size, channels, what, out, shape, err);
-    if (rc == EF_OK)
-        rc = ef__image_check_window(win, shape[0], shape[1], what, err);
+    if (rc == EF_OK) {
+        choose(shape[0], shape[1], user, inside);
+        rc = ef__image_check_window(inside, shape[0], shape[1], what, err);
+    }
     if (rc != EF_OK) {
         ef_buffer_release(*out);
         *out = NULL;
-        return rc;
     }
-    memcpy(inside, win, 4 * sizeof *win);
-    return EF_OK;
+    return rc;
 }

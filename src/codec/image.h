@@ -23,14 +23,14 @@ int ef__image_decode(const void *data, size_t size, int channels,
                      const char *what, ef_buffer **out, int64_t shape[3],
                      ef__err *err);
 
-/* Reads the height and width of a JPEG or PNG image from its header,
- * with the checks ef__image_decode makes of the header (same statuses). */
-int ef__image_probe(const void *data, size_t size, const char *what, int64_t *h,
-                    int64_t *w, ef__err *err);
+/* Chooses the window to decode once the image's size (h x w) is known:
+ * win = {y0, x0, height, width}, in full-size pixels. */
+typedef void (*ef__window_fn)(int64_t h, int64_t w, void *user, int64_t win[4]);
 
-/* Decodes the window win = {y0, x0, height, width} (full-size pixels,
- * inside the image: EF_EINVAL otherwise) of a JPEG or PNG into a new
- * buffer of u8 [shape] pixels the caller owns; channels and errors as
+/* Decodes the window `choose` picks (called once, with `user`, after the
+ * header passed the checks ef__image_decode makes of it; a window not
+ * inside the image is EF_EINVAL) of a JPEG or PNG into a new buffer of u8
+ * [shape] pixels the caller owns; channels and errors as
  * ef__image_decode. The buffer may hold more than the window:
  * inside = {y0, x0, height, width} says where in *out the window lies.
  * A JPEG is decoded only as far as the window needs (jpeg_window.c), and
@@ -39,11 +39,11 @@ int ef__image_probe(const void *data, size_t size, const char *what, int64_t *h,
  * keeps the window at least out_h x out_w): `inside` is then in scaled
  * pixels, rounded. Unscaled, the window's pixels are ef__image_decode's,
  * bit for bit. A PNG (or a JPEG in a build without libjpeg) is decoded
- * whole, inside = win. */
+ * whole, inside = the window. */
 int ef__image_decode_window(const void *data, size_t size, int channels,
-                            const int64_t win[4], int64_t out_h, int64_t out_w,
-                            const char *what, ef_buffer **out, int64_t shape[3],
-                            int64_t inside[4], ef__err *err);
+                            ef__window_fn choose, void *user, int64_t out_h,
+                            int64_t out_w, const char *what, ef_buffer **out,
+                            int64_t shape[3], int64_t inside[4], ef__err *err);
 
 /* Encodes u8 pixels [h,w,c] (c = 1 gray or 3 RGB) as a PNG / a JPEG of
  * the given quality (1 to 100), into a new buffer the caller owns. */
@@ -63,14 +63,14 @@ int ef__png_decode(const unsigned char *data, size_t size, int channels,
                    const char *what, ef_buffer **out, int64_t shape[3],
                    ef__err *err);
 
+/* A JPEG's height and width, with ef__jpeg_decode's checks of the
+ * header. */
 int ef__jpeg_probe(const unsigned char *data, size_t size, const char *what,
                    int64_t *h, int64_t *w, ef__err *err);
-int ef__png_probe(const unsigned char *data, size_t size, const char *what,
-                  int64_t *h, int64_t *w, ef__err *err);
 /* In builds with libjpeg and TurboJPEG. */
 int ef__jpeg_decode_window(const unsigned char *data, size_t size, int channels,
-                           const int64_t win[4], int64_t out_h, int64_t out_w,
-                           const char *what, ef_buffer **out, int64_t shape[3],
-                           int64_t inside[4], ef__err *err);
+                           ef__window_fn choose, void *user, int64_t out_h,
+                           int64_t out_w, const char *what, ef_buffer **out,
+                           int64_t shape[3], int64_t inside[4], ef__err *err);
 
 #endif

@@ -212,14 +212,16 @@ static int run(job *j, const unsigned char *data, size_t size, int channels,
 }
 
 int ef__jpeg_decode_window(const unsigned char *data, size_t size, int channels,
-                           const int64_t win[4], int64_t out_h, int64_t out_w,
-                           const char *what, ef_buffer **out, int64_t shape[3],
-                           int64_t inside[4], ef__err *err)
+                           ef__window_fn choose, void *user, int64_t out_h,
+                           int64_t out_w, const char *what, ef_buffer **out,
+                           int64_t shape[3], int64_t inside[4], ef__err *err)
 {
-    int64_t h, w;
+    *out = NULL;
+    int64_t h, w, win[4];
     int rc = ef__jpeg_probe(data, size, what, &h, &w, err);
     if (rc != EF_OK)
         return rc;
+    choose(h, w, user, win);
     rc = ef__image_check_window(win, h, w, what, err);
     if (rc != EF_OK)
         return rc;

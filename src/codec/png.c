@@ -109,20 +109,6 @@ int ef__png_decode(const unsigned char *data, size_t size, int channels,
     return rc;
 }
 
-int ef__png_probe(const unsigned char *data, size_t size, const char *what,
-                  int64_t *h, int64_t *w, ef__err *err)
-{
-    struct spng_ihdr ihdr;
-    spng_ctx *ctx;
-    int rc = read_header(data, size, what, &ihdr, &ctx, err);
-    if (rc != EF_OK)
-        return rc;
-    spng_ctx_free(ctx);
-    *h = ihdr.height;
-    *w = ihdr.width;
-    return EF_OK;
-}
-
 int ef__png_encode(const unsigned char *pixels, int64_t h, int64_t w, int c,
                    ef_buffer **out, ef__err *err)
 {

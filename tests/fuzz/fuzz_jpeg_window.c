@@ -5,8 +5,8 @@
  * channels (0, 1 or 3) and whether to let the IDCT scale, bytes 1-8 the
  * window as four 16-bit fractions of the image's size (top, left, height,
  * width), byte 9 the output side for scaling. The window is placed inside
- * the size ef__image_probe reads. Checks: a failure is a known status
- * naming the input (the probe's own failure, when it failed); a success
+ * the size the decoder reads (its window chooser). Checks: a failure is a
+ * known status naming the input; a success
  * is a buffer of shape[0]*shape[1]*shape[2] bytes, every one read, with
  * `inside` within it: the window itself when unscaled, at least the
  * output side when scaled. For small images, unscaled, whenever a full
@@ -20,6 +20,28 @@
 static int64_t part(const uint8_t *p, int64_t n)
 {
     return (int64_t)(((uint32_t)p[0] << 8 | p[1]) * (uint64_t)n >> 16);
+}
+
+/* The window's fractions, and what the chooser saw and chose. */
+typedef struct {
+    const uint8_t *fractions; /* bytes 1-8 */
+    int64_t h, w;             /* 0 until chosen */
+    int64_t win[4];
+} choice;
+
+/* ef__window_fn: the fractions of the image's size. */
+static void choose(int64_t h, int64_t w, void *user, int64_t win[4])
+{
+    choice *c = user;
+    CHECK(h >= 1 && h <= EF__IMAGE_MAX_SIDE && w >= 1 &&
+          w <= EF__IMAGE_MAX_SIDE);
+    win[2] = 1 + part(c->fractions + 4, h);
+    win[3] = 1 + part(c->fractions + 6, w);
+    win[0] = part(c->fractions, h - win[2] + 1);
+    win[1] = part(c->fractions + 2, w - win[3] + 1);
+    c->h = h;
+    c->w = w;
+    memcpy(c->win, win, sizeof c->win);
 }
 
 /* The window's pixels against ef__image_decode's, cropped. */
@@ -51,31 +73,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     int64_t out_side = scale ? 1 + data[9] % 64 : 0;
     const uint8_t *jpg = data + HEAD;
     size_t n = size - HEAD;
-    int64_t h = 0, w = 0;
+    choice ch = {.fractions = data + 1};
     ef__err err;
-    ef__err_clear(&err);
-    int probed = ef__image_probe(jpg, n, FUZZ_WHAT, &h, &w, &err);
-    if (probed != EF_OK) {
-        CHECK(probed == EF_EFORMAT || probed == EF_EUNSUPPORTED ||
-              probed == EF_ENOMEM);
-        fuzz_check_message(err.msg, sizeof err.msg, FUZZ_WHAT);
-        h = w = 1; /* the window decode must fail the same way */
-    } else {
-        CHECK(h >= 1 && h <= EF__IMAGE_MAX_SIDE && w >= 1 &&
-              w <= EF__IMAGE_MAX_SIDE);
-    }
-    int64_t win[4];
-    win[2] = 1 + part(data + 5, h);
-    win[3] = 1 + part(data + 7, w);
-    win[0] = part(data + 1, h - win[2] + 1);
-    win[1] = part(data + 3, w - win[3] + 1);
     ef_buffer *b = (ef_buffer *)&b;
     int64_t shape[3], in[4];
     ef__err_clear(&err);
-    int rc = ef__image_decode_window(jpg, n, channels, win, out_side, out_side,
-                                     FUZZ_WHAT, &b, shape, in, &err);
-    if (probed != EF_OK)
-        CHECK(rc == probed);
+    int rc = ef__image_decode_window(jpg, n, channels, choose, &ch, out_side,
+                                     out_side, FUZZ_WHAT, &b, shape, in, &err);
     if (rc != EF_OK) {
         CHECK(b == NULL);
         CHECK(rc == EF_EFORMAT || rc == EF_EUNSUPPORTED || rc == EF_ENOMEM);
@@ -89,15 +93,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         CHECK(in[0] >= 0 && in[1] >= 0 && in[2] >= 1 && in[3] >= 1);
         CHECK(in[0] + in[2] <= shape[0] && in[1] + in[3] <= shape[1]);
         if (!scale) {
-            CHECK(in[2] == win[2] && in[3] == win[3]);
+            CHECK(in[2] == ch.win[2] && in[3] == ch.win[3]);
         } else {
-            CHECK(in[2] >= (win[2] < out_side ? win[2] : out_side));
-            CHECK(in[3] >= (win[3] < out_side ? win[3] : out_side));
+            CHECK(in[2] >= (ch.win[2] < out_side ? ch.win[2] : out_side));
+            CHECK(in[3] >= (ch.win[3] < out_side ? ch.win[3] : out_side));
         }
         fuzz_read_all(b);
     }
-    if (!scale && probed == EF_OK && h * w <= FUZZ_SMALL)
-        check_against_full(jpg, n, channels, win, b, shape, in);
+    /* chosen: the header passed, so a full decode may compare */
+    if (!scale && ch.h && ch.h * ch.w <= FUZZ_SMALL)
+        check_against_full(jpg, n, channels, ch.win, b, shape, in);
     ef_buffer_release(b);
     return 0;
 }

@@ -111,6 +111,15 @@ static int finish(const decode_crop_params *p, const ef_buffer *px,
     return EF_OK;
 }
 
+/* ef__window_fn: random_resized_crop's window of an h x w image, drawn
+ * from the sample's keyed generator (user: the map context). */
+static void choose_window(int64_t h, int64_t w, void *user, int64_t win[4])
+{
+    ef_map_ctx *ctx = user;
+    const decode_crop_params *p = ef_map_ctx_user(ctx);
+    ef__rrc_window(&p->ranges, h, w, ctx, win);
+}
+
 static int decode_crop_fn(const ef_sample *in, ef_sample **out, ef_map_ctx *ctx)
 {
     const decode_crop_params *p = ef_map_ctx_user(ctx);
@@ -120,20 +129,16 @@ static int decode_crop_fn(const ef_sample *in, ef_sample **out, ef_map_ctx *ctx)
         return rc;
     ef__err err;
     ef__err_clear(&err);
-    int64_t h, w;
-    rc = ef__image_probe(plan.data, plan.size, plan.what, &h, &w, &err);
-    if (rc != EF_OK)
-        return ef_map_ctx_fail(ctx, rc, "%s", err.msg);
-    int64_t win[4], shape[3], inside[4];
-    ef__rrc_window(&p->ranges, h, w, ctx, win);
-    int mirror = p->mirror > 0 && ef_map_ctx_uniform(ctx) < p->mirror;
+    int64_t shape[3], inside[4];
     int64_t scale_to = p->dct_scale ? p->size : 0;
     ef_buffer *px;
-    rc = ef__image_decode_window(plan.data, plan.size, p->fields.channels, win,
-                                 scale_to, scale_to, plan.what, &px, shape,
-                                 inside, &err);
+    rc = ef__image_decode_window(plan.data, plan.size, p->fields.channels,
+                                 choose_window, ctx, scale_to, scale_to,
+                                 plan.what, &px, shape, inside, &err);
     if (rc != EF_OK)
         return ef_map_ctx_fail(ctx, rc, "%s", err.msg);
+    /* drawn after the window, as its draws come first */
+    int mirror = p->mirror > 0 && ef_map_ctx_uniform(ctx) < p->mirror;
     if (p->normalize)
         rc = ef__norm_check(&p->v, shape[2], p->fields.as, ctx);
     ef__decoded img;
