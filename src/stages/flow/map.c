@@ -18,7 +18,7 @@
  *
  * An ordered map stage whose consumer is a batch (feeds_batch) offers
  * each transform the slot of its seq in a batch slab (slabs.h) through
- * ef__map_ctx_slot; `slabs` has a lock of its own, taken under no other.
+ * ef__map_ctx_output; `slabs` has a lock of its own, taken under no other.
  *
  * threads=auto starts one worker per usable core; worker `id` takes input
  * only while id < allowed (ef__auto_threads, set by the pipeline's tuner)
@@ -149,12 +149,18 @@ ef_status ef_map_ctx_fail(ef_map_ctx *ctx, int status, const char *fmt, ...)
     return status;
 }
 
-ef_buffer *ef__map_ctx_slot(ef_map_ctx *ctx, size_t nbytes, size_t *offset)
+ef_buffer *ef__map_ctx_output(ef_map_ctx *ctx, size_t nbytes, size_t *offset)
 {
-    if (!ctx->slabs || ctx->asked)
-        return NULL;
-    ctx->asked = 1;
-    return ef__slabs_take(ctx->slabs, ctx->seq, nbytes, offset);
+    ef_buffer *b = NULL;
+    if (ctx->slabs && !ctx->asked) {
+        ctx->asked = 1;
+        b = ef__slabs_take(ctx->slabs, ctx->seq, nbytes, offset);
+    }
+    if (!b) {
+        b = ef_buffer_new(nbytes);
+        *offset = 0;
+    }
+    return b;
 }
 
 /* Runs the transform on `in` (consumed), sequence number `seq`, into an

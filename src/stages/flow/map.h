@@ -28,11 +28,12 @@ void *ef__map_user(const ef__stage *s);
 /* The stage's feeds_batch (stage.h): ordered, each output may go into the
  * slot of a batch slab (slabs.h). */
 void ef__map_feeds_batch(ef__stage *s, int64_t n);
-/* For a built-in transform: the slot its item has in a batch slab, to
- * write an output of nbytes into; a new reference (the caller's) and the
- * slot's offset in *offset. NULL when there is none (not feeding a batch,
- * another size, asked already for this item): make a buffer of its own. */
-ef_buffer *ef__map_ctx_slot(ef_map_ctx *ctx, size_t nbytes, size_t *offset);
+/* For a built-in transform: where to write an output of nbytes, a new
+ * reference (the caller's) and the offset in it. The slot its item has in
+ * a batch slab when there is one (the stage feeds a batch, the size is the
+ * slab's, not asked already for this item), else a buffer of its own;
+ * NULL when out of memory. */
+ef_buffer *ef__map_ctx_output(ef_map_ctx *ctx, size_t nbytes, size_t *offset);
 
 int ef__map_open(ef__stage *s, ef__err *err);
 int ef__map_next(ef__stage *s, ef_sample **out, ef__err *err);

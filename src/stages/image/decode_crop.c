@@ -41,18 +41,6 @@ typedef struct {
     ef__norm_values v;
 } decode_crop_params;
 
-/* A buffer of nbytes for the output: its slot in the batch's slab when
- * there is one, else a buffer of its own. */
-static ef_buffer *output_buffer(ef_map_ctx *ctx, size_t nbytes, size_t *offset)
-{
-    ef_buffer *b = ef__map_ctx_slot(ctx, nbytes, offset);
-    if (!b) {
-        b = ef_buffer_new(nbytes);
-        *offset = 0;
-    }
-    return b;
-}
-
 /* Pixel order reversed in each of the h rows of w pixels of c bytes. */
 static void mirror_u8(unsigned char *px, int64_t h, int64_t w, int64_t c)
 {
@@ -83,7 +71,7 @@ static int finish(const decode_crop_params *p, const ef_buffer *px,
         img->shape[0] = c;
         img->shape[2] = s;
     }
-    img->buf = output_buffer(ctx, nbytes, &img->offset);
+    img->buf = ef__map_ctx_output(ctx, nbytes, &img->offset);
     if (!img->buf)
         return ef_map_ctx_fail(ctx, EF_ENOMEM,
                                "out of memory for a %lld x %lld crop",

@@ -77,9 +77,7 @@ int ef__image_output(const ef_sample *in, int index, ef_dtype dtype, int ndim,
     }
     /* before a batch, the item's slot in the batch's buffer (map.h) */
     size_t offset = 0;
-    ef_buffer *b = fits ? ef__map_ctx_slot(ctx, nbytes, &offset) : NULL;
-    if (fits && !b)
-        b = ef_buffer_new(nbytes);
+    ef_buffer *b = fits ? ef__map_ctx_output(ctx, nbytes, &offset) : NULL;
     *out = b ? ef_sample_clone(in) : NULL;
     if (!*out) {
         ef_buffer_release(b);

@@ -35,7 +35,7 @@ int ef__image_find(const ef_sample *in, const char *field, unsigned dtypes,
 
 /* A clone of `in` whose field `index` is a new tensor (dtype, shape) in a
  * new buffer, or, when the stage feeds a batch, in the item's slot of the
- * batch's buffer (ef__map_ctx_slot); *data receives its bytes to fill, to
+ * batch's buffer (ef__map_ctx_output); *data receives its bytes to fill, to
  * be written by this transform only. The caller owns *out. */
 int ef__image_output(const ef_sample *in, int index, ef_dtype dtype, int ndim,
                      const int64_t *shape, ef_sample **out, void **data,
