@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "core/alloc.h"
+#include "state.h"
 
 int ef__feed_init(ef__feed *p, ef__stage *owner, size_t depth, int nthreads,
                   void *(*main)(void *), void *arg, ef__err *err)
@@ -16,7 +17,9 @@ int ef__feed_init(ef__feed *p, ef__stage *owner, size_t depth, int nthreads,
     p->arg = arg;
     p->nthreads = nthreads;
     p->threads = ef__calloc((size_t)nthreads, sizeof *p->threads);
-    if (!p->threads || ef__queue_init(&p->q, depth) != EF_OK) {
+    p->last = ef__calloc(1, sizeof *p->last);
+    pthread_mutex_init(&p->gate, NULL);
+    if (!p->threads || !p->last || ef__queue_init(&p->q, depth) != EF_OK) {
         ef__feed_destroy(p);
         return ef__err_set(err, EF_ENOMEM,
                            "%s: out of memory for a queue of %zu",
@@ -44,7 +47,14 @@ void *ef__feed_pump(void *feed)
     for (;;) {
         ef__item item = {0};
         ef__err_clear(&err);
+        pthread_mutex_lock(&p->gate);
         item.status = ef__stage_pull(p->owner, &item.sample, &err);
+        if (item.status == EF_OK) {
+            p->pulled++;
+            ef__ident_clear(p->last);
+            *p->last = ef__ident_of(item.sample);
+        }
+        pthread_mutex_unlock(&p->gate);
         if (item.status < 0)
             item.msg = ef__strdup(err.msg); /* NULL if out of memory: ok */
         if (ef__feed_push(p, &item) != EF_OK || item.status != EF_OK)
@@ -79,7 +89,43 @@ int ef__feed_take(ef__feed *p, ef_sample **out, int block, ef__err *err)
         return ef__stage_stopped(p->owner, err);
     if (item.status != EF_OK)
         return ef__feed_finish(p, &item, err);
+    p->taken += item.sample != NULL;
     *out = item.sample;
+    return EF_OK;
+}
+
+void ef__feed_pause(ef__feed *p)
+{
+    pthread_mutex_lock(&p->gate);
+}
+
+void ef__feed_resume(ef__feed *p)
+{
+    pthread_mutex_unlock(&p->gate);
+}
+
+typedef struct {
+    ef__state_out *o;
+    uint64_t n;
+} listing;
+
+static void list_item(void *arg, const ef__item *item)
+{
+    listing *l = arg;
+    if (item->status == EF_OK && item->sample) {
+        ef__state_replay(l->o, item->sample);
+        l->n++;
+    }
+}
+
+int ef__feed_save(ef__feed *p, ef__state_out *o, ef__err *err)
+{
+    (void)err;
+    listing l = {o, 0};
+    ef__queue_each(&p->q, list_item, &l);
+    /* pulled, and neither queued nor taken: still in the pump's hands */
+    if (p->pulled > p->taken + l.n)
+        ef__state_replay_ident(o, p->last);
     return EF_OK;
 }
 
@@ -122,6 +168,7 @@ int ef__feed_rewind(ef__feed *p, ef__err *err)
     ef__feed_stop(p); /* mid-pass, a thread may wait on a full queue */
     ef__queue_reopen(&p->q);
     p->finished = 0;
+    p->pulled = p->taken = 0;
     /* the pipeline's flag is set before any cancel() closes the queue: a
      * stop that came just before the reopen is seen here */
     if (ef__ctx_is_cancelled(p->owner->ctx)) {
@@ -145,4 +192,10 @@ void ef__feed_destroy(ef__feed *p)
     ef__queue_destroy(&p->q);
     ef__free(p->threads);
     p->threads = NULL;
+    if (p->last) {
+        ef__ident_clear(p->last);
+        ef__free(p->last);
+        p->last = NULL;
+        pthread_mutex_destroy(&p->gate);
+    }
 }

@@ -30,7 +30,14 @@ typedef struct {
     pthread_t *threads;
     int nthreads;
     int started; /* threads started and not yet joined */
+    /* a pump's checkpoint view (pause, save): `gate` is held around each
+     * pull; `pulled` counts the samples pulled and `last` is the identity
+     * of the latest, both under the gate */
+    pthread_mutex_t gate;
+    uint64_t pulled;
+    struct ef__ident *last;
     /* consumer side */
+    uint64_t taken; /* samples taken */
     int finished; /* END or an error was taken (sticky until rewind) */
     int final_status;
     ef__err final_err;
@@ -64,6 +71,14 @@ int ef__feed_final(const ef__feed *p, ef__err *err);
 /* Keeps an END or error item the consumer took as the sticky final
  * status; frees the item and returns its status. */
 int ef__feed_finish(ef__feed *p, ef__item *item, ef__err *err);
+
+/* Checkpoints, for a pump: pause() waits for a pull under way and keeps
+ * the pump from pulling until resume(); save(), while paused, lists what
+ * the pump took from the upstream and the consumer has not: the queue's
+ * samples, then the one the pump holds, if any (state.h). */
+void ef__feed_pause(ef__feed *p);
+void ef__feed_resume(ef__feed *p);
+int ef__feed_save(ef__feed *p, ef__state_out *o, ef__err *err);
 
 /* Closes the queue, waking the threads and every wait on it. */
 void ef__feed_cancel(ef__feed *p);

@@ -328,3 +328,49 @@ const char *ef_opt_type_name(ef_opt_type type)
     }
     return "?";
 }
+
+/* Options that change how fast a stage runs, never what it emits: a
+ * state saved with one value restores under another. */
+static int changes_output(const char *name)
+{
+    static const char *const speed_only[] = {"threads", "depth", "tries",
+                                             "timeout"};
+    for (size_t i = 0; i < sizeof speed_only / sizeof speed_only[0]; i++)
+        if (strcmp(name, speed_only[i]) == 0)
+            return 0;
+    return 1;
+}
+
+void ef__opts_format(const ef__opts *o, char *buf, size_t cap)
+{
+    size_t used = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < o->n && used < cap; i++) {
+        const ef__option_def *d = &o->defs[i];
+        if (!changes_output(d->name))
+            continue;
+        const char *sep = used ? "," : "";
+        const ef__opt_value *v = &o->values[i];
+        switch (d->type) {
+        case EF_OPT_INT:
+        case EF_OPT_INT_AUTO:
+            used += (size_t)snprintf(buf + used, cap - used, "%s%s=%lld", sep,
+                                     d->name, (long long)v->i);
+            break;
+        case EF_OPT_FLOAT:
+        case EF_OPT_FACTOR:
+            used += (size_t)snprintf(buf + used, cap - used, "%s%s=%.17g",
+                                     sep, d->name, v->f);
+            break;
+        case EF_OPT_BOOL:
+            used += (size_t)snprintf(buf + used, cap - used, "%s%s=%s", sep,
+                                     d->name, v->b ? "true" : "false");
+            break;
+        case EF_OPT_STRING:
+            used += (size_t)snprintf(buf + used, cap - used, "%s%s=%s", sep,
+                                     d->name,
+                                     o->strings[i] ? o->strings[i] : "");
+            break;
+        }
+    }
+}

@@ -9,28 +9,8 @@
 
 #include "core/alloc.h"
 #include "core/clock.h"
+#include "pipeline.h"
 #include "spec.h"
-#include "stage.h"
-#include "tune.h"
-
-#define MAX_STAGES 64
-
-struct ef_pipeline {
-    ef__ctx ctx;
-    ef__stage *stages[MAX_STAGES];
-    int nstages;
-    /* written by the consumer's next(), read by stats from any thread */
-    atomic_int started;
-    atomic_int final_status; /* END or an error, once reached */
-    /* every stage opened: what open() wrote may be read by stats (the
-     * store releases it, the stats' load acquires it) */
-    atomic_int opened;
-    ef__err err;
-    _Atomic uint64_t t_open_ns, t_start_ns; /* first next(); end of startup */
-    _Atomic uint64_t t_last_ns;     /* end of the last next() */
-    _Atomic uint64_t items, consumer_wait_ns;
-    ef__tuner tuner; /* threads=auto; the consumer's thread's */
-};
 
 ef_status ef_pipeline_create(ef_pipeline **out)
 {
@@ -79,6 +59,7 @@ void ef_pipeline_destroy(ef_pipeline *p)
     pthread_mutex_destroy(&p->ctx.skip_mu);
     pthread_cond_destroy(&p->ctx.cond);
     ef__budget_destroy(&p->ctx.budget);
+    ef__free(p->saved);
     ef__free(p);
 }
 
@@ -311,9 +292,7 @@ ef_status ef_pipeline_add_source(ef_pipeline *p, ef_source_fn fn, void *user,
                    options);
 }
 
-/* Records the end of the data or the failure; every later next()
- * returns it. */
-static int finish(ef_pipeline *p, int status)
+int ef__pipeline_finish(ef_pipeline *p, int status)
 {
     atomic_store(&p->final_status, status);
     return status;
@@ -360,12 +339,12 @@ ef_status ef_pipeline_next(ef_pipeline *p, ef_sample **out)
     if (done)
         return done;
     if (ef__ctx_is_cancelled(&p->ctx))
-        return finish(p, ef__err_set(&p->err, EF_ECANCELED,
+        return ef__pipeline_finish(p, ef__err_set(&p->err, EF_ECANCELED,
                                      "the pipeline was stopped"));
     if (!atomic_load(&p->started)) {
         int rc = start(p);
         if (rc != EF_OK)
-            return finish(p, rc);
+            return ef__pipeline_finish(p, rc);
     }
     ef__stage *last = p->stages[p->nstages - 1];
     uint64_t t0 = ef__timer_ns();
@@ -386,7 +365,7 @@ ef_status ef_pipeline_next(ef_pipeline *p, ef_sample **out)
         rc = ef__err_set(&p->err, EF_ECANCELED, "the pipeline was stopped");
     if (rc != EF_END && !p->err.msg[0])
         ef__err_set(&p->err, rc, "%s", ef_strerror(rc));
-    return finish(p, rc);
+    return ef__pipeline_finish(p, rc);
 }
 
 const char *ef_pipeline_error(const ef_pipeline *p)

@@ -8,10 +8,49 @@
 #include "core/alloc.h"
 #include "core/clock.h"
 #include "stage.h"
+#include "state.h"
+
+/* After a restore: the next item the stage had taken from its upstream,
+ * made again; EF_AGAIN when none is left. */
+static int replay_next(ef__stage *s, ef_sample **out, ef__err *err)
+{
+    ef__idents *l = s->replay;
+    while (l && l->at < l->n) {
+        ef__ident *d = &l->items[l->at];
+        int rc = ef__stage_fetch(s->up, d, out, err);
+        if (rc != EF_OK)
+            return rc;
+        l->at++;
+        ef__ident_clear(d);
+        if (*out) { /* NULL: dropped again under on_error=skip */
+            ef__stat_add(&s->items_in, 1);
+            return EF_OK;
+        }
+    }
+    return EF_AGAIN;
+}
+
+int ef__stage_fetch(ef__stage *s, const ef__ident *d, ef_sample **out,
+                    ef__err *err)
+{
+    *out = NULL;
+    if (s->def->fetch)
+        return s->def->fetch(s, d, out, err);
+    if (!s->up)
+        return ef__err_set(err, EF_EUNSUPPORTED,
+                           "%s: cannot read an item again by its identity",
+                           s->def->info.name);
+    return ef__stage_fetch(s->up, d, out, err);
+}
 
 int ef__stage_pull(ef__stage *s, ef_sample **out, ef__err *err)
 {
     *out = NULL;
+    if (s->replay) {
+        int rc = replay_next(s, out, err);
+        if (rc != EF_AGAIN)
+            return rc;
+    }
     if (s->ended)
         return EF_END;
     uint64_t t0 = ef__timer_ns();
@@ -29,6 +68,11 @@ int ef__stage_pull(ef__stage *s, ef_sample **out, ef__err *err)
 int ef__stage_poll(ef__stage *s, ef_sample **out, ef__err *err)
 {
     *out = NULL;
+    if (s->replay) {
+        int rc = replay_next(s, out, err);
+        if (rc != EF_AGAIN)
+            return rc;
+    }
     if (s->ended)
         return EF_END;
     uint64_t t0 = ef__timer_ns();
@@ -54,9 +98,20 @@ int ef__stage_reset(ef__stage *s, int64_t epoch, ef__err *err)
     return ef__stage_reset_upstream(s, epoch, err);
 }
 
+/* What a restore left to take again belongs to the pass that ends. */
+static void replay_drop(ef__stage *s)
+{
+    if (s->replay) {
+        ef__idents_free(s->replay);
+        ef__free(s->replay);
+        s->replay = NULL;
+    }
+}
+
 int ef__stage_reset_upstream(ef__stage *s, int64_t epoch, ef__err *err)
 {
     s->ended = 0;
+    replay_drop(s);
     return s->up ? ef__stage_reset(s->up, epoch, err) : EF_OK;
 }
 
@@ -221,6 +276,7 @@ void ef__stage_free(ef__stage *s)
         return;
     if (s->state && s->def->destroy)
         s->def->destroy(s);
+    replay_drop(s);
     ef__opts_free(&s->opts);
     ef__free(s);
 }

@@ -96,6 +96,14 @@ int ef__ctx_is_cancelled(ef__ctx *ctx);
 
 typedef struct ef__stage ef__stage;
 
+/* Checkpoints (state.h). */
+struct ef__state_out;
+struct ef__state_in;
+struct ef__ident;
+struct ef__idents;
+typedef struct ef__state_out ef__state_out;
+typedef struct ef__state_in ef__state_in;
+
 /* A map stage with threads=auto: `max` workers started, of which the
  * first `allowed` may take input; the pipeline's tuner (tune.c) sets
  * `allowed` from the measured costs. The stage writes busy_ns (several
@@ -140,6 +148,28 @@ typedef struct {
     void (*destroy)(ef__stage *s);
     /* Adds stage-specific figures to out->extra. Optional. */
     void (*stats)(const ef__stage *s, ef_stage_stats *out);
+    /* ---- checkpoints (state.h, pipeline_state.c) ----
+     * Stops the stage's threads from pulling its upstream until resume(),
+     * waiting for pulls under way: what it took from upstream is then
+     * fixed. Called from the last stage to the first. Optional. */
+    void (*pause)(ef__stage *s);
+    void (*resume)(ef__stage *s);
+    /* Writes the stage's own record: cursors, counters, RNG counters and
+     * the identities of the items it holds. Items taken from the upstream
+     * and not handed on yet go to ef__state_replay() instead, in the order
+     * the stage would take them again. An error (EF_EUNSUPPORTED) for a
+     * stage whose position cannot be saved. Optional: no record. */
+    int (*save)(ef__stage *s, ef__state_out *o, ef__err *err);
+    /* Reads that record back, before the pipeline opens. Held items are
+     * read again with ef__stage_fetch(s->up, ...). Optional: the record
+     * must then be empty. */
+    int (*restore)(ef__stage *s, ef__state_in *in, ef__err *err);
+    /* The item this stage emitted with identity `d`, made again: a
+     * source reads the record, a transform applies itself to the
+     * upstream's item. Thread-safe, usable before open. Optional: the
+     * upstream's item, unchanged. Sources without one cannot restore. */
+    int (*fetch)(ef__stage *s, const struct ef__ident *d, ef_sample **out,
+                 ef__err *err);
 } ef__stage_def;
 
 struct ef__stage {
@@ -165,12 +195,20 @@ struct ef__stage {
      * now (prefetch); 0 where the stage has none */
     atomic_int threads_now, depth_now;
     ef__auto_threads *auto_threads; /* NULL unless threads=auto */
+    /* after a restore: items this stage had taken from its upstream and
+     * not handed on, which its next pulls take again (by identity) before
+     * the upstream's own; see ef__stage_pull. Guarded like the pulls. */
+    struct ef__idents *replay;
 };
 
 /* Pulls the next item from s->up, timing the wait into s->wait_up_ns and
  * counting items. Once the upstream has ended, returns EF_END without
  * calling it again. */
 int ef__stage_pull(ef__stage *s, ef_sample **out, ef__err *err);
+/* The item stage `s` emitted with identity `d`, made again (see the
+ * def's fetch); for restores. */
+int ef__stage_fetch(ef__stage *s, const struct ef__ident *d, ef_sample **out,
+                    ef__err *err);
 /* Non-blocking pull through the upstream's poll(). */
 int ef__stage_poll(ef__stage *s, ef_sample **out, ef__err *err);
 /* Starts pass `epoch` of `s` and everything above it (after EF_END). */
@@ -259,6 +297,10 @@ void ef__stream_opts_from(const ef__opts *o, ef__stream_opts *out);
 int ef__opts_parse(ef__opts *o, const ef__stage_def *def, const char *text,
                    size_t len, ef__err *err);
 void ef__opts_free(ef__opts *o);
+/* The options that shape the stage's output as "name=value,...", every
+ * one spelled out (defaults too), for comparing a saved state with the
+ * pipeline; thread counts and other speed settings are left out. */
+void ef__opts_format(const ef__opts *o, char *buf, size_t cap);
 
 /* A new stage: options parsed and checked, state created. The caller owns
  * *out (ef__stage_free). */

@@ -298,6 +298,37 @@ EF_API ef_status ef_pipeline_next(ef_pipeline *p, ef_sample **out);
  * on it. */
 EF_API const char *ef_pipeline_error(const ef_pipeline *p);
 
+/* Checkpoints: the pipeline's position as a small state, to resume a run
+ * exactly where it stopped (after a preemption, say).
+ *
+ * The state is symbolic: the sources' cursors, every random generator's
+ * counter, the identities (never the payloads) of what shuffle buffers,
+ * echo pools and queues hold, and the items delivered. It is versioned
+ * and checksummed, and independent of thread counts and queue depths.
+ *
+ * ef_pipeline_save_state: between two next() calls, on the consumer's
+ * thread (also before the first). With buf NULL, only *size is set (the
+ * bytes needed); a save that follows with no next() in between gives
+ * exactly that many bytes. EF_EINVAL when cap is smaller than *size;
+ * EF_EUNSUPPORTED for a pipeline with a stage whose position cannot be
+ * saved (a C callback source, an unordered map or tar), the message
+ * naming it; a failed pipeline gives its error.
+ *
+ * ef_pipeline_restore_state: on a pipeline built like the saved one (the
+ * same stages, options and seed), before its first next(). The next
+ * samples are those the saved pipeline would have delivered, identity and
+ * bytes, for pipelines that are deterministic (echo:factor=auto: the
+ * fresh items, with its pool as it was). Items the state names are read
+ * again by identity; the expensive stages run only for those. A state
+ * that is corrupt, truncated, of another version or of another pipeline
+ * gives EF_EFORMAT or EF_ESPEC and a message naming the first stage that
+ * differs, and leaves the pipeline untouched; one whose items can no
+ * longer be read leaves it failed with that error. */
+EF_API ef_status ef_pipeline_save_state(ef_pipeline *p, void *buf, size_t cap,
+                                        size_t *size);
+EF_API ef_status ef_pipeline_restore_state(ef_pipeline *p, const void *buf,
+                                           size_t size);
+
 /* ------------------------------------------------------------------ */
 /* Statistics                                                          */
 

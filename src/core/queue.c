@@ -208,3 +208,12 @@ size_t ef__queue_count(ef__queue *q)
     pthread_mutex_unlock(&q->mu);
     return n;
 }
+
+void ef__queue_each(ef__queue *q, void (*fn)(void *arg, const ef__item *item),
+                    void *arg)
+{
+    pthread_mutex_lock(&q->mu);
+    for (size_t i = 0; i < q->count; i++)
+        fn(arg, &q->ring[(q->head + i) % q->cap]);
+    pthread_mutex_unlock(&q->mu);
+}

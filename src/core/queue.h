@@ -65,6 +65,10 @@ void ef__queue_close(ef__queue *q);
  * that restarts its producer mid-pass. No producer may be running. */
 void ef__queue_reopen(ef__queue *q);
 size_t ef__queue_count(ef__queue *q);
+/* Calls fn on each queued item, oldest first, under the lock: fn must
+ * not use the queue. */
+void ef__queue_each(ef__queue *q, void (*fn)(void *arg, const ef__item *item),
+                    void *arg);
 /* Sets how many items the queue holds before a push waits, 1 <= limit <=
  * its capacity (a queue that grows: prefetch's depth=auto); wakes pushes
  * waiting for room. */

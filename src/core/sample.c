@@ -53,6 +53,7 @@ ef_sample *ef_sample_new(ef_sample_id id)
     if (!s)
         return NULL;
     s->id = id;
+    s->origin = (ef__origin){0, 0, 0, NULL};
     s->nfields = 0;
     s->pool = NULL;
     return s;
@@ -149,6 +150,7 @@ void ef_sample_free(ef_sample *s)
         return;
     for (int i = 0; i < s->nfields; i++)
         ef_buffer_release(s->fields[i].buf);
+    ef_buffer_release(s->origin.members);
     if (s->pool)
         pool_return(s);
     else
@@ -171,6 +173,8 @@ static ef_sample *clone_into(ef_sample *c, const ef_sample *s)
     copy_into(c, s);
     for (int i = 0; i < c->nfields; i++)
         ef_buffer_retain(c->fields[i].buf);
+    if (c->origin.members)
+        ef_buffer_retain(c->origin.members);
     return c;
 }
 
@@ -178,12 +182,16 @@ void ef__sample_refs_add(ef_sample *s, unsigned n)
 {
     for (int i = 0; i < s->nfields; i++)
         ef__buffer_retain_n(s->fields[i].buf, n);
+    if (s->origin.members)
+        ef__buffer_retain_n(s->origin.members, n);
 }
 
 void ef__sample_refs_drop(ef_sample *s, unsigned n)
 {
     for (int i = 0; i < s->nfields; i++)
         ef__buffer_release_n(s->fields[i].buf, n);
+    if (s->origin.members)
+        ef__buffer_release_n(s->origin.members, n);
 }
 
 ef_sample *ef_sample_clone(const ef_sample *s)
@@ -228,6 +236,14 @@ ef_sample *ef__sample_pool_copy(ef__sample_pool *p, const ef_sample *s)
 {
     ef_sample *c = pool_take(p);
     return c ? copy_into(c, s) : NULL;
+}
+
+void ef__sample_origin_copy(ef_sample *dst, const ef_sample *src)
+{
+    if (src->origin.members)
+        ef_buffer_retain(src->origin.members);
+    ef_buffer_release(dst->origin.members);
+    dst->origin = src->origin;
 }
 
 int ef__sample_find(const ef_sample *s, const char *name)

@@ -18,8 +18,19 @@ typedef struct {
 
 typedef struct ef__sample_pool ef__sample_pool;
 
+/* Where a sample can be read again (checkpoints, state.h): the part of
+ * the input (a file or shard number) and the byte offsets of its record,
+ * [offset, end); a source that addresses records by id.index alone leaves
+ * them 0. A batch lists its examples in `members` (an array of
+ * ef__ident, see state.h), shared by its copies. */
+typedef struct {
+    int64_t part, offset, end;
+    ef_buffer *members; /* owned reference; NULL unless a batch */
+} ef__origin;
+
 struct ef_sample {
     ef_sample_id id;
+    ef__origin origin;
     int nfields;
     ef__field fields[EF_MAX_FIELDS];
     /* after the fields, so a clone's copy of the fields in use leaves them
@@ -63,6 +74,10 @@ void ef__sample_refs_add(ef_sample *s, unsigned n);
 /* Drops n references on each of s's buffers: copies owed that will not
  * be made. */
 void ef__sample_refs_drop(ef_sample *s, unsigned n);
+
+/* Gives dst the origin of src (a transform's output can be read again as
+ * its input was). */
+void ef__sample_origin_copy(ef_sample *dst, const ef_sample *src);
 
 /* Index of the field called `name`, or -1. */
 int ef__sample_find(const ef_sample *s, const char *name);

@@ -11,6 +11,7 @@
 #include "core/alloc.h"
 #include "core/sample.h"
 #include "stage.h"
+#include "state.h"
 
 typedef struct {
     int64_t size;
@@ -95,10 +96,9 @@ static int consecutive(ef_sample *const *parts, int64_t n, const ef__field *x)
 }
 
 /* Adds field x of the batch of n parts: a view, or a copy. */
-static int stack_field(batch_state *st, ef_sample *b, int64_t n,
-                       const ef__field *x, ef__err *err)
+static int stack_field(batch_state *st, ef_sample *const *parts, ef_sample *b,
+                       int64_t n, const ef__field *x, ef__err *err)
 {
-    ef_sample *const *parts = st->parts;
     int64_t shape[EF_MAX_DIMS];
     if (x->ndim == EF_MAX_DIMS)
         return ef__err_set(err, EF_ESHAPE,
@@ -131,31 +131,48 @@ static int stack_field(batch_state *st, ef_sample *b, int64_t n,
     return EF_OK;
 }
 
-/* Builds the batch from parts[0..n). */
-static int stack(ef__stage *s, int64_t n, ef_sample **out, ef__err *err)
+/* The identities of the parts, for the batch's origin: a batch is read
+ * again part by part. */
+static ef_buffer *members_of(ef_sample *const *parts, int64_t n)
 {
-    batch_state *st = s->state;
-    const ef_sample *first = st->parts[0];
+    ef_buffer *m = ef_buffer_new((size_t)n * sizeof(ef__ident));
+    if (!m)
+        return NULL;
+    ef__ident *d = ef_buffer_data(m);
+    for (int64_t i = 0; i < n; i++) {
+        const ef_sample *p = parts[i];
+        /* a batch of batches keeps only the outer level */
+        d[i] = (ef__ident){p->id, p->origin.part, p->origin.offset,
+                           p->origin.end, NULL};
+    }
+    return m;
+}
+
+/* Builds the batch of identity `id` from parts[0..n). */
+static int stack(batch_state *st, ef_sample *const *parts, int64_t n,
+                 ef_sample_id id, ef_sample **out, ef__err *err)
+{
+    const ef_sample *first = parts[0];
     for (int64_t i = 1; i < n; i++) {
-        int rc = check_like(first, st->parts[i], i, err);
+        int rc = check_like(first, parts[i], i, err);
         if (rc != EF_OK)
             return rc;
     }
-    int32_t fresh = 0;
+    id.fresh = 0;
     for (int64_t i = 0; i < n; i++)
-        fresh += st->parts[i]->id.echo_copy == 0;
-    ef_sample *b =
-        ef_sample_new((ef_sample_id){st->batch_no, s->epoch, 0, fresh});
-    if (!b)
+        id.fresh += parts[i]->id.echo_copy == 0;
+    ef_sample *b = ef_sample_new(id);
+    if (!b || !(b->origin.members = members_of(parts, n))) {
+        ef_sample_free(b);
         return ef__err_set(err, EF_ENOMEM, "batch: out of memory");
+    }
     for (int f = 0; f < first->nfields; f++) {
-        int rc = stack_field(st, b, n, &first->fields[f], err);
+        int rc = stack_field(st, parts, b, n, &first->fields[f], err);
         if (rc != EF_OK) {
             ef_sample_free(b);
             return rc;
         }
     }
-    st->batch_no++;
     *out = b;
     return EF_OK;
 }
@@ -171,8 +188,12 @@ static int batch_next(ef__stage *s, ef_sample **out, ef__err *err)
             break;
         n++;
     }
-    if (rc == EF_OK || (rc == EF_END && n > 0 && !st->drop_remainder))
-        rc = stack(s, n, out, err);
+    if (rc == EF_OK || (rc == EF_END && n > 0 && !st->drop_remainder)) {
+        rc = stack(st, st->parts, n,
+                   (ef_sample_id){.index = st->batch_no, .epoch = s->epoch},
+                   out, err);
+        st->batch_no += rc == EF_OK;
+    }
     for (int64_t i = 0; i < n; i++) {
         ef_sample_free(st->parts[i]);
         st->parts[i] = NULL;
@@ -192,6 +213,57 @@ static int batch_reset(ef__stage *s, int64_t epoch, ef__err *err)
 {
     ((batch_state *)s->state)->batch_no = 0;
     return ef__stage_reset_upstream(s, epoch, err);
+}
+
+static int batch_save(ef__stage *s, ef__state_out *o, ef__err *err)
+{
+    (void)err;
+    ef__put_i64(o, ((batch_state *)s->state)->batch_no);
+    return EF_OK;
+}
+
+static int batch_restore(ef__stage *s, ef__state_in *in, ef__err *err)
+{
+    (void)err;
+    batch_state *st = s->state;
+    int rc = ef__get_i64(in, "the batch number", &st->batch_no);
+    if (rc == EF_OK && st->batch_no < 0)
+        return ef__state_bad(in, "batch number %lld, expected 0 or more",
+                             (long long)st->batch_no);
+    return rc;
+}
+
+/* A batch made again from its members, fetched one by one. */
+static int batch_fetch(ef__stage *s, const ef__ident *d, ef_sample **out,
+                       ef__err *err)
+{
+    batch_state *st = s->state;
+    size_t n;
+    const ef__ident *m = ef__ident_members(d, &n);
+    if (n == 0 || n > (size_t)st->size)
+        return ef__err_set(err, EF_EFORMAT,
+                           "batch: the state names batch %lld of %zu "
+                           "samples, expected 1 to %lld",
+                           (long long)d->id.index, n, (long long)st->size);
+    ef_sample **parts = ef__calloc(n, sizeof *parts);
+    if (!parts)
+        return ef__err_set(err, EF_ENOMEM, "batch: out of memory");
+    int rc = EF_OK;
+    size_t got = 0;
+    for (; got < n && rc == EF_OK; got++)
+        rc = ef__stage_fetch(s->up, &m[got], &parts[got], err);
+    for (size_t i = 0; i < got && rc == EF_OK; i++)
+        if (!parts[i])
+            rc = ef__err_set(err, EF_EFORMAT,
+                             "batch: sample %lld of batch %lld could not be "
+                             "read again",
+                             (long long)m[i].id.index, (long long)d->id.index);
+    if (rc == EF_OK)
+        rc = stack(st, parts, (int64_t)n, d->id, out, err);
+    for (size_t i = 0; i < got; i++)
+        ef_sample_free(parts[i]);
+    ef__free(parts);
+    return rc;
 }
 
 static void batch_destroy(ef__stage *s)
@@ -223,4 +295,7 @@ const ef__stage_def ef__stage_batch = {
     .reset = batch_reset,
     .destroy = batch_destroy,
     .stats = batch_stats,
+    .save = batch_save,
+    .restore = batch_restore,
+    .fetch = batch_fetch,
 };

@@ -28,6 +28,7 @@
 #include "core/sample.h"
 #include "feed.h"
 #include "stage.h"
+#include "state.h"
 #include "stages/flow/echo_rates.h"
 #include "stages/flow/shuffle_buffer.h"
 
@@ -74,6 +75,7 @@ typedef struct {
     ef__sample_pool *headers; /* where our copies' headers come from */
     ef__shufbuf buf;
     ef__rng rng; /* shuffle draws, keyed per epoch */
+    int restored; /* rng came from a state: open leaves it */
     ef__rates rates;
     _Atomic uint64_t fresh, echoed; /* items emitted: new, and copies */
     const _Atomic uint64_t *up_ns, *up_items; /* where t_up is measured */
@@ -121,7 +123,8 @@ static int echo_open(ef__stage *s, ef__err *err)
 {
     echo_state *st = s->state;
     /* keyed at open: the seed may be set after the stage was added */
-    ef__rng_init(&st->rng, s->ctx->seed, (uint64_t)s->index, -1, 0, 0);
+    if (!st->restored)
+        ef__rng_init(&st->rng, s->ctx->seed, (uint64_t)s->index, -1, 0, 0);
     /* t_up is measured where the upstream's work is timed: by the thread
      * of an asynchronous upstream, or by our own pulls (ours or our
      * pump's) */
@@ -468,6 +471,185 @@ static void echo_destroy(ef__stage *s)
     ef__free(st);
 }
 
+/* ---- checkpoints ---------------------------------------------------- */
+
+static void echo_pause(ef__stage *s)
+{
+    echo_state *st = s->state;
+    if (st->pump)
+        ef__feed_pause(st->pump);
+}
+
+static void echo_resume(ef__stage *s)
+{
+    echo_state *st = s->state;
+    if (st->pump)
+        ef__feed_resume(st->pump);
+}
+
+/* Fixed: the copies still due of the held item. Auto: the pool, oldest
+ * first, with each item's uses, and the draws made. Both: the copy
+ * spreading buffer. The pump's queue is the replay list. */
+static int echo_save(ef__stage *s, ef__state_out *o, ef__err *err)
+{
+    echo_state *st = s->state;
+    if (st->mode == ECHO_FIXED) {
+        ef__put_i64(o, st->copies_left);
+        ef__put_i64(o, st->next_copy);
+        if (st->copies_left > 0) {
+            ef__ident d = ef__ident_of(st->held);
+            ef__put_ident(o, &d);
+            ef__ident_clear(&d);
+        }
+    } else {
+        ef__put_u64(o, st->draws);
+        ef__put_u64(o, st->pool_n);
+        for (size_t k = 0; k < st->pool_n; k++) {
+            const pooled *p = &st->pool[(st->pool_next + k) % st->pool_cap];
+            ef__put_i64(o, p->sample ? p->uses : -1);
+            if (p->sample) {
+                ef__ident d = ef__ident_of(p->sample);
+                ef__put_ident(o, &d);
+                ef__ident_clear(&d);
+            }
+        }
+    }
+    if (st->shuffle) {
+        ef__put_u64(o, st->rng.counter);
+        ef__shufbuf_save(&st->buf, o);
+    }
+    return st->pump ? ef__feed_save(st->pump, o, err) : EF_OK;
+}
+
+/* The upstream's item of identity d, as the fresh item it was. */
+static int fetch_fresh(ef__stage *s, const ef__ident *d, ef_sample **out,
+                       ef__err *err)
+{
+    ef__ident fresh = *d;
+    fresh.id.echo_copy = 0;
+    int rc = ef__stage_fetch(s->up, &fresh, out, err);
+    if (rc == EF_OK && !*out)
+        rc = ef__err_set(err, EF_EFORMAT,
+                         "echo: item %lld (epoch %lld) of the state could "
+                         "not be read again",
+                         (long long)d->id.index, (long long)d->id.epoch);
+    return rc;
+}
+
+/* Our output of identity d: the fresh item, numbered as that copy. */
+static int echo_fetch(ef__stage *s, const ef__ident *d, ef_sample **out,
+                      ef__err *err)
+{
+    int rc = fetch_fresh(s, d, out, err);
+    if (rc == EF_OK)
+        (*out)->id.echo_copy = d->id.echo_copy;
+    return rc;
+}
+
+static int fetch_output(void *arg, const ef__ident *d, ef_sample **out,
+                        ef__err *err)
+{
+    return echo_fetch(arg, d, out, err);
+}
+
+static int restore_fixed(ef__stage *s, echo_state *st, ef__state_in *in,
+                         ef__err *err)
+{
+    int64_t left, next;
+    ef__get_i64(in, "copies still due", &left);
+    int rc = ef__get_i64(in, "the next copy's number", &next);
+    if (rc == EF_OK && (left < 0 || left > ceil(st->factor) || next < 0 ||
+                        next > ceil(st->factor)))
+        return ef__state_bad(in,
+                             "%lld copies due from copy %lld, expected at "
+                             "most the factor %g",
+                             (long long)left, (long long)next, st->factor);
+    if (rc != EF_OK || left == 0)
+        return rc;
+    ef__ident d;
+    if ((rc = ef__get_ident(in, "the item being echoed", &d)) != EF_OK)
+        return rc;
+    rc = fetch_fresh(s, &d, &st->held, err);
+    ef__ident_clear(&d);
+    if (rc != EF_OK)
+        return rc;
+    if (left > 1) /* the references of the copies before the last */
+        ef__sample_refs_add(st->held, (unsigned)(left - 1));
+    st->copies_left = (int)left;
+    st->next_copy = (int)next;
+    return EF_OK;
+}
+
+/* Puts item smp, used `uses` times, at the pool's newest place. */
+static int pool_put(ef__stage *s, echo_state *st, ef_sample *smp, int uses,
+                    ef__err *err)
+{
+    uint64_t n = ef__sample_bytes(smp);
+    if (!ef__budget_fits(&s->ctx->budget, st->pool_bytes + n)) {
+        ef_sample_free(smp);
+        return ef__budget_check(&s->ctx->budget, st->pool_bytes + n,
+                                "echo: its pool", err);
+    }
+    if (list_reserve(st, uses) != 0) {
+        ef_sample_free(smp);
+        return ef__err_set(err, EF_ENOMEM, "echo: out of memory");
+    }
+    size_t i = st->pool_n++;
+    st->pool_bytes += n;
+    ef__budget_hold(&s->ctx->budget, n);
+    st->pool[i].sample = smp;
+    st->pool[i].uses = uses;
+    list_add(st, i);
+    return EF_OK;
+}
+
+static int restore_auto(ef__stage *s, echo_state *st, ef__state_in *in,
+                        ef__err *err)
+{
+    uint64_t n;
+    ef__get_u64(in, "the pool's draws", &st->draws);
+    int rc = ef__get_count(in, "the pool's items", st->pool_cap, &n);
+    for (uint64_t k = 0; k < n && rc == EF_OK; k++) {
+        int64_t uses;
+        if ((rc = ef__get_i64(in, "a pooled item's uses", &uses)) != EF_OK)
+            break;
+        if (uses == -1) { /* a slot left empty and used up */
+            st->pool[st->pool_n].sample = NULL;
+            st->pool[st->pool_n++].uses = st->max;
+            continue;
+        }
+        if (uses < 1 || uses > st->max)
+            return ef__state_bad(in, "a pooled item used %lld times, "
+                                     "expected 1 to max=%d",
+                                 (long long)uses, st->max);
+        ef__ident d;
+        ef_sample *smp;
+        if ((rc = ef__get_ident(in, "a pooled item", &d)) != EF_OK)
+            break;
+        rc = fetch_fresh(s, &d, &smp, err);
+        ef__ident_clear(&d);
+        if (rc == EF_OK)
+            rc = pool_put(s, st, smp, (int)uses, err);
+    }
+    return rc;
+}
+
+static int echo_restore(ef__stage *s, ef__state_in *in, ef__err *err)
+{
+    echo_state *st = s->state;
+    int rc = st->mode == ECHO_FIXED ? restore_fixed(s, st, in, err)
+                                    : restore_auto(s, st, in, err);
+    if (rc == EF_OK && st->shuffle) {
+        ef__rng_init(&st->rng, s->ctx->seed, (uint64_t)s->index, -1,
+                     s->epoch, 0);
+        st->restored = 1;
+        rc = ef__get_u64(in, "the generator's counter", &st->rng.counter);
+        if (rc == EF_OK)
+            rc = ef__shufbuf_restore(&st->buf, in, fetch_output, s, err);
+    }
+    return rc;
+}
+
 static void echo_stats(const ef__stage *s, ef_stage_stats *out)
 {
     echo_state *st = s->state;
@@ -523,4 +705,9 @@ const ef__stage_def ef__stage_echo = {
     .cancel = echo_cancel,
     .destroy = echo_destroy,
     .stats = echo_stats,
+    .pause = echo_pause,
+    .resume = echo_resume,
+    .save = echo_save,
+    .restore = echo_restore,
+    .fetch = echo_fetch,
 };

@@ -38,6 +38,7 @@
 #include "stage.h"
 #include "stages/flow/map.h"
 #include "stages/flow/slabs.h"
+#include "state.h"
 
 struct ef_map_ctx {
     void *user;
@@ -51,6 +52,10 @@ struct ef_map_ctx {
 typedef struct {
     int done;
     ef__item item;
+    /* the identity of the input pulled for this slot (set: pulled and
+     * not yet emitted), for checkpoints */
+    int pulled;
+    ef__ident input;
 } slot;
 
 typedef struct {
@@ -66,6 +71,11 @@ typedef struct {
     int stopped, active;
     int emit_waiting;   /* the consumer sleeps on can_emit */
     int submit_waiters; /* workers sleeping on can_submit */
+    /* checkpoints (ordered): while `paused`, no worker takes a new
+     * sequence number; `pulling` counts those taken and not yet
+     * delivered, and paused_cv tells pause() they are all in */
+    int paused, pulling;
+    pthread_cond_t paused_cv;
     ef__feed feed;      /* the workers; its queue serves unordered mode */
     ef__slabs slabs;    /* batch slabs, when feeding a batch in order */
     /* threads=auto (is_auto): the tuner's share, the parked workers'
@@ -170,9 +180,11 @@ static void transform(ef__stage *s, map_state *st, ef_sample *in, uint64_t seq,
 {
     ef__err err;
     ef__err_clear(&err);
+    /* a fetch (seq UINT64_MAX) makes an item again outside the ring */
     ef_map_ctx ctx = {.user = st->user,
                       .err = &err,
-                      .slabs = st->slabs.n ? &st->slabs : NULL,
+                      .slabs = st->slabs.n && seq != UINT64_MAX ? &st->slabs
+                                                                : NULL,
                       .seq = seq};
     ef__stage_rng(s, &ctx.rng, in->id);
     ef_sample *out = NULL;
@@ -183,6 +195,7 @@ static void transform(ef__stage *s, map_state *st, ef_sample *in, uint64_t seq,
         rc = ef__err_set(&err, EF_ECALLBACK,
                          "returned %d, not a success or an error", rc);
     if (rc == EF_OK) {
+        ef__sample_origin_copy(out, in); /* it can be read again as in */
         item->status = EF_OK;
         item->sample = out;
     } else {
@@ -256,16 +269,19 @@ static int take_input(ef__stage *s, map_state *st, uint64_t *seq,
         go = 1;
         if (st->ordered) {
             pthread_mutex_lock(&st->mu);
-            if (st->submit - st->emit >= st->cap && !st->stopped) {
+            if ((st->submit - st->emit >= st->cap || st->paused) &&
+                !st->stopped) {
                 uint64_t t0 = ef__now_ns();
                 st->submit_waiters++;
-                while (st->submit - st->emit >= st->cap && !st->stopped)
+                while ((st->submit - st->emit >= st->cap || st->paused) &&
+                       !st->stopped)
                     pthread_cond_wait(&st->can_submit, &st->mu);
                 st->submit_waiters--;
                 ef__stat_add(&s->wait_down_ns, ef__now_ns() - t0);
             }
             go = !st->stopped;
             *seq = st->submit++;
+            st->pulling += go;
             pthread_mutex_unlock(&st->mu);
         }
     }
@@ -273,6 +289,12 @@ static int take_input(ef__stage *s, map_state *st, uint64_t *seq,
         ef__err err;
         ef__err_clear(&err);
         item->status = ef__stage_pull(s, &item->sample, &err);
+        if (st->ordered && item->status == EF_OK) {
+            /* the slot is free: its last item was emitted */
+            slot *sl = &st->ring[*seq % st->cap];
+            sl->input = ef__ident_of(item->sample);
+            sl->pulled = 1;
+        }
         if (item->status != EF_OK) {
             end_input(st);
             if (item->status < 0)
@@ -292,6 +314,8 @@ static int deliver(map_state *st, uint64_t seq, ef__item *item)
     slot *sl = &st->ring[seq % st->cap];
     sl->item = *item;
     sl->done = 1;
+    if (--st->pulling == 0 && st->paused)
+        pthread_cond_broadcast(&st->paused_cv);
     if (st->emit_waiting && seq == st->emit)
         pthread_cond_signal(&st->can_emit);
     pthread_mutex_unlock(&st->mu);
@@ -422,6 +446,7 @@ int ef__map_setup(ef__stage *s, ef_map_fn fn, void *user, int threads,
     pthread_cond_init(&st->can_submit, NULL);
     pthread_cond_init(&st->can_emit, NULL);
     pthread_cond_init(&st->park, NULL);
+    pthread_cond_init(&st->paused_cv, NULL);
     if (st->is_auto) /* for the tuner, now that the state stays */
         s->auto_threads = &st->at;
     return EF_OK;
@@ -461,6 +486,8 @@ static int take_slot(ef__stage *s, map_state *st, ef__item *item, ef__err *err)
     *item = sl->item;
     sl->done = 0;
     memset(&sl->item, 0, sizeof sl->item);
+    sl->pulled = 0;
+    ef__ident_clear(&sl->input);
     if (item->status == EF_OK) {
         st->emit++;
         /* wake workers in bulk, once half the ring is free: fewer
@@ -508,11 +535,14 @@ int ef__map_reset(ef__stage *s, int64_t epoch, ef__err *err)
     ef__feed_stop(&st->feed);
     /* the new pass numbers its items, and batch its batches, from 0 */
     ef__slabs_clear(&st->slabs);
-    for (size_t i = 0; i < st->cap; i++)
+    for (size_t i = 0; i < st->cap; i++) {
         if (st->ring[i].done) {
             ef__item_clear(&st->ring[i].item);
             st->ring[i].done = 0;
         }
+        st->ring[i].pulled = 0;
+        ef__ident_clear(&st->ring[i].input);
+    }
     pthread_mutex_lock(&st->mu);
     st->stopped = 0;
     pthread_mutex_unlock(&st->mu);
@@ -543,17 +573,84 @@ void ef__map_destroy(ef__stage *s)
     map_state *st = s->state;
     ef__map_cancel(s);
     ef__feed_destroy(&st->feed);
-    for (size_t i = 0; i < st->cap; i++)
+    for (size_t i = 0; i < st->cap; i++) {
         if (st->ring[i].done)
             ef__item_clear(&st->ring[i].item);
+        ef__ident_clear(&st->ring[i].input);
+    }
     ef__slabs_destroy(&st->slabs);
     pthread_mutex_destroy(&st->in_mu);
     pthread_mutex_destroy(&st->mu);
     pthread_cond_destroy(&st->can_submit);
     pthread_cond_destroy(&st->can_emit);
     pthread_cond_destroy(&st->park);
+    pthread_cond_destroy(&st->paused_cv);
     ef__free(st->ring);
     ef__free(st);
+}
+
+/* ---- checkpoints ------------------------------------------------- */
+
+void ef__map_pause(ef__stage *s)
+{
+    map_state *st = s->state;
+    if (!st->ordered)
+        return; /* save() refuses */
+    pthread_mutex_lock(&st->mu);
+    st->paused = 1;
+    while (st->pulling > 0 && !st->stopped)
+        pthread_cond_wait(&st->paused_cv, &st->mu);
+    pthread_mutex_unlock(&st->mu);
+}
+
+void ef__map_resume(ef__stage *s)
+{
+    map_state *st = s->state;
+    pthread_mutex_lock(&st->mu);
+    st->paused = 0;
+    pthread_cond_broadcast(&st->can_submit);
+    pthread_mutex_unlock(&st->mu);
+}
+
+/* What the workers took and the consumer has not: the inputs of the
+ * ring's slots from `emit` on, in order, to be transformed again. */
+int ef__map_save(ef__stage *s, ef__state_out *o, ef__err *err)
+{
+    map_state *st = s->state;
+    if (!st->ordered)
+        return ef__err_set(err, EF_EUNSUPPORTED,
+                           "%s with ordered=false emits in an order that "
+                           "depends on timing: its position cannot be saved "
+                           "(use ordered=true)",
+                           s->def->info.name);
+    pthread_mutex_lock(&st->mu);
+    for (uint64_t seq = st->emit; seq < st->submit; seq++) {
+        const slot *sl = &st->ring[seq % st->cap];
+        if (sl->pulled)
+            ef__state_replay_ident(o, &sl->input);
+    }
+    pthread_mutex_unlock(&st->mu);
+    return EF_OK;
+}
+
+int ef__map_fetch(ef__stage *s, const ef__ident *d, ef_sample **out,
+                  ef__err *err)
+{
+    map_state *st = s->state;
+    ef_sample *in;
+    int rc = ef__stage_fetch(s->up, d, &in, err);
+    if (rc != EF_OK || !in)
+        return rc;
+    ef__item item = {0};
+    transform(s, st, in, UINT64_MAX, &item);
+    if (item.status != EF_OK) {
+        ef__err_set(err, item.status, "%s",
+                    item.msg ? item.msg : ef_strerror(item.status));
+        ef__item_clear(&item);
+        return err->status;
+    }
+    *out = item.sample; /* NULL: dropped under on_error=skip */
+    return EF_OK;
 }
 
 static const ef__option_def map_options[] = {
@@ -577,4 +674,8 @@ const ef__stage_def ef__stage_map = {
     .reset = ef__map_reset,
     .cancel = ef__map_cancel,
     .destroy = ef__map_destroy,
+    .pause = ef__map_pause,
+    .resume = ef__map_resume,
+    .save = ef__map_save,
+    .fetch = ef__map_fetch,
 };

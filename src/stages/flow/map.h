@@ -40,5 +40,11 @@ int ef__map_next(ef__stage *s, ef_sample **out, ef__err *err);
 int ef__map_reset(ef__stage *s, int64_t epoch, ef__err *err);
 void ef__map_cancel(ef__stage *s);
 void ef__map_destroy(ef__stage *s);
+/* Checkpoints (stage.h): ordered maps only. */
+void ef__map_pause(ef__stage *s);
+void ef__map_resume(ef__stage *s);
+int ef__map_save(ef__stage *s, ef__state_out *o, ef__err *err);
+int ef__map_fetch(ef__stage *s, const struct ef__ident *d, ef_sample **out,
+                  ef__err *err);
 
 #endif

@@ -128,6 +128,23 @@ static void prefetch_destroy(ef__stage *s)
     ef__free(pf);
 }
 
+static void prefetch_pause(ef__stage *s)
+{
+    ef__feed_pause(&((prefetch *)s->state)->feed);
+}
+
+static void prefetch_resume(ef__stage *s)
+{
+    ef__feed_resume(&((prefetch *)s->state)->feed);
+}
+
+/* The queue's items are the stage's replay list; no record of its own
+ * (the depth is a speed setting). */
+static int prefetch_save(ef__stage *s, ef__state_out *o, ef__err *err)
+{
+    return ef__feed_save(&((prefetch *)s->state)->feed, o, err);
+}
+
 static void prefetch_stats(const ef__stage *s, ef_stage_stats *out)
 {
     prefetch *pf = s->state;
@@ -152,4 +169,7 @@ const ef__stage_def ef__stage_prefetch = {
     .cancel = prefetch_cancel,
     .destroy = prefetch_destroy,
     .stats = prefetch_stats,
+    .pause = prefetch_pause,
+    .resume = prefetch_resume,
+    .save = prefetch_save,
 };

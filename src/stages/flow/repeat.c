@@ -3,6 +3,7 @@
  * it into samples and shuffles draw a new order. */
 #include "core/alloc.h"
 #include "stage.h"
+#include "state.h"
 
 typedef struct {
     int64_t count; /* 0: forever */
@@ -48,6 +49,28 @@ static int repeat_reset(ef__stage *s, int64_t epoch, ef__err *err)
     return ef__stage_reset_upstream(s, 0, err);
 }
 
+static int repeat_save(ef__stage *s, ef__state_out *o, ef__err *err)
+{
+    (void)err;
+    ef__put_i64(o, ((repeat_state *)s->state)->items_this_pass);
+    return EF_OK;
+}
+
+static int repeat_restore(ef__stage *s, ef__state_in *in, ef__err *err)
+{
+    (void)err;
+    repeat_state *st = s->state;
+    int rc = ef__get_i64(in, "items this pass", &st->items_this_pass);
+    if (rc == EF_OK && (st->items_this_pass < 0 ||
+                        (st->count && s->epoch >= st->count)))
+        return ef__state_bad(in, "pass %lld with %lld items, expected one "
+                                 "of %lld passes",
+                             (long long)s->epoch,
+                             (long long)st->items_this_pass,
+                             (long long)st->count);
+    return rc;
+}
+
 static void repeat_destroy(ef__stage *s)
 {
     ef__free(s->state);
@@ -65,4 +88,6 @@ const ef__stage_def ef__stage_repeat = {
     .next = repeat_next,
     .reset = repeat_reset,
     .destroy = repeat_destroy,
+    .save = repeat_save,
+    .restore = repeat_restore,
 };

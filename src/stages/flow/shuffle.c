@@ -1,11 +1,13 @@
 /* shuffle: a seeded shuffle buffer; a new order every epoch. */
 #include "core/alloc.h"
 #include "stage.h"
+#include "state.h"
 #include "stages/flow/shuffle_buffer.h"
 
 typedef struct {
     ef__shufbuf buf;
     ef__rng rng; /* keyed by (seed, stage, epoch): one stream per pass */
+    int restored; /* the generator came from a state: open leaves it */
 } shuffle_state;
 
 static void start_epoch(ef__stage *s)
@@ -32,7 +34,8 @@ static int shuffle_create(ef__stage *s, const ef__opts *o, ef__err *err)
 static int shuffle_open(ef__stage *s, ef__err *err)
 {
     (void)err;
-    start_epoch(s);
+    if (!((shuffle_state *)s->state)->restored)
+        start_epoch(s);
     return EF_OK;
 }
 
@@ -56,6 +59,32 @@ static int shuffle_reset(ef__stage *s, int64_t epoch, ef__err *err)
     return ef__stage_reset_upstream(s, epoch, err);
 }
 
+static int shuffle_save(ef__stage *s, ef__state_out *o, ef__err *err)
+{
+    (void)err;
+    shuffle_state *st = s->state;
+    ef__put_u64(o, st->rng.counter);
+    ef__shufbuf_save(&st->buf, o);
+    return EF_OK;
+}
+
+static int fetch_up(void *arg, const ef__ident *d, ef_sample **out,
+                    ef__err *err)
+{
+    ef__stage *s = arg;
+    return ef__stage_fetch(s->up, d, out, err);
+}
+
+static int shuffle_restore(ef__stage *s, ef__state_in *in, ef__err *err)
+{
+    shuffle_state *st = s->state;
+    start_epoch(s);
+    st->restored = 1;
+    int rc = ef__get_u64(in, "the generator's counter", &st->rng.counter);
+    return rc == EF_OK ? ef__shufbuf_restore(&st->buf, in, fetch_up, s, err)
+                       : rc;
+}
+
 static void shuffle_destroy(ef__stage *s)
 {
     shuffle_state *st = s->state;
@@ -76,4 +105,6 @@ const ef__stage_def ef__stage_shuffle = {
     .next = shuffle_next,
     .reset = shuffle_reset,
     .destroy = shuffle_destroy,
+    .save = shuffle_save,
+    .restore = shuffle_restore,
 };

@@ -4,6 +4,7 @@
 #include <stdio.h>
 
 #include "core/alloc.h"
+#include "state.h"
 
 int ef__shufbuf_init(ef__shufbuf *b, size_t cap, ef__budget *budget,
                      const char *owner)
@@ -83,4 +84,43 @@ void ef__shufbuf_reset(ef__shufbuf *b)
 {
     empty(b); /* a pass cut short (take under repeat): its leftovers */
     b->ended = 0;
+}
+
+void ef__shufbuf_save(const ef__shufbuf *b, ef__state_out *o)
+{
+    ef__put_u64(o, (uint64_t)b->ended);
+    ef__put_u64(o, b->n);
+    for (size_t i = 0; i < b->n; i++) {
+        ef__ident d = ef__ident_of(b->items[i]);
+        ef__put_ident(o, &d);
+        ef__ident_clear(&d);
+    }
+}
+
+int ef__shufbuf_restore(ef__shufbuf *b, ef__state_in *in,
+                        int (*fetch)(void *arg, const ef__ident *d,
+                                     ef_sample **out, ef__err *err),
+                        void *arg, ef__err *err)
+{
+    uint64_t ended, n;
+    ef__get_count(in, "the buffer's end flag", 1, &ended);
+    int rc = ef__get_count(in, "the items in the buffer", b->cap, &n);
+    b->ended = (int)ended;
+    for (uint64_t i = 0; i < n && rc == EF_OK; i++) {
+        ef__ident d;
+        ef_sample *smp = NULL;
+        if ((rc = ef__get_ident(in, "an item in the buffer", &d)) != EF_OK)
+            break;
+        rc = fetch(arg, &d, &smp, err);
+        ef__ident_clear(&d);
+        if (rc == EF_OK && !smp)
+            rc = ef__err_set(err, EF_EFORMAT,
+                             "%s: an item of the buffer could not be read "
+                             "again",
+                             b->owner);
+        /* hold() frees the sample when the budget refuses it */
+        if (rc == EF_OK && (rc = hold(b, smp, err)) == EF_OK)
+            b->items[b->n++] = smp;
+    }
+    return rc;
 }

@@ -12,6 +12,10 @@
 #include "core/err.h"
 #include "core/rng.h"
 
+struct ef__state_out;
+struct ef__state_in;
+struct ef__ident;
+
 typedef int (*ef__producer)(void *arg, ef_sample **out, ef__err *err);
 
 typedef struct {
@@ -35,5 +39,15 @@ int ef__shufbuf_next(ef__shufbuf *b, ef__producer produce, void *arg,
 /* Ready for another pass: after EF_END, or mid-pass (what is still held
  * belongs to the pass that ended, and is dropped). */
 void ef__shufbuf_reset(ef__shufbuf *b);
+
+/* Checkpoints (state.h): the end flag and the identities of the items
+ * held, in their order in the buffer. */
+void ef__shufbuf_save(const ef__shufbuf *b, struct ef__state_out *o);
+/* Reads them back into an empty buffer, making each item again with
+ * fetch(arg, identity, &sample, err). */
+int ef__shufbuf_restore(ef__shufbuf *b, struct ef__state_in *in,
+                        int (*fetch)(void *arg, const struct ef__ident *d,
+                                     ef_sample **out, ef__err *err),
+                        void *arg, ef__err *err);
 
 #endif

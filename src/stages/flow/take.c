@@ -2,6 +2,7 @@
  * further). */
 #include "core/alloc.h"
 #include "stage.h"
+#include "state.h"
 
 typedef struct {
     int64_t count, taken;
@@ -32,6 +33,24 @@ static int take_reset(ef__stage *s, int64_t epoch, ef__err *err)
     return ef__stage_reset_upstream(s, epoch, err);
 }
 
+static int take_save(ef__stage *s, ef__state_out *o, ef__err *err)
+{
+    (void)err;
+    ef__put_i64(o, ((take_state *)s->state)->taken);
+    return EF_OK;
+}
+
+static int take_restore(ef__stage *s, ef__state_in *in, ef__err *err)
+{
+    (void)err;
+    take_state *st = s->state;
+    int rc = ef__get_i64(in, "items taken", &st->taken);
+    if (rc == EF_OK && (st->taken < 0 || st->taken > st->count))
+        return ef__state_bad(in, "%lld items taken, expected 0 to %lld",
+                             (long long)st->taken, (long long)st->count);
+    return rc;
+}
+
 static void take_destroy(ef__stage *s)
 {
     ef__free(s->state);
@@ -48,4 +67,6 @@ const ef__stage_def ef__stage_take = {
     .next = take_next,
     .reset = take_reset,
     .destroy = take_destroy,
+    .save = take_save,
+    .restore = take_restore,
 };

@@ -79,6 +79,7 @@ int ef__image_choice(const ef__opts *o, const char *stage, const char *name,
 #define EF__IMAGE_STAGE_OPS                                                    \
     .feeds_batch = ef__map_feeds_batch, .open = ef__map_open,                  \
     .next = ef__map_next, .reset = ef__map_reset, .cancel = ef__map_cancel,    \
-    .destroy = ef__image_stage_destroy
+    .destroy = ef__image_stage_destroy, .pause = ef__map_pause,                \
+    .resume = ef__map_resume, .save = ef__map_save, .fetch = ef__map_fetch
 
 #endif

@@ -9,6 +9,7 @@
 #include "core/alloc.h"
 #include "io/stream.h"
 #include "stage.h"
+#include "state.h"
 
 typedef struct {
     ef_buffer *images; /* the whole images file, host byte order */
@@ -195,9 +196,12 @@ static int load_labels(idx_state *st, const char *path,
     return rc;
 }
 
+/* Reads the files, once: at open, or at a restore's first fetch. */
 static int idx_open(ef__stage *s, ef__err *err)
 {
     idx_state *st = s->state;
+    if (st->images)
+        return EF_OK;
     const char *images = ef__opt_string(&s->opts, "images");
     const char *labels = ef__opt_string(&s->opts, "labels");
     int rc = read_idx(images, &s->ctx->budget, &st->images, &st->h, err);
@@ -208,14 +212,11 @@ static int idx_open(ef__stage *s, ef__err *err)
     return rc;
 }
 
-static int idx_next(ef__stage *s, ef_sample **out, ef__err *err)
+/* Record i of pass `epoch`: views into the files' buffers. */
+static int make(const idx_state *st, int64_t i, int64_t epoch,
+                ef_sample **out, ef__err *err)
 {
-    idx_state *st = s->state;
-    if (st->next >= st->h.dims[0])
-        return EF_END;
-    int64_t i = st->next;
-    ef_sample *smp =
-        ef_sample_new((ef_sample_id){.index = i, .epoch = s->epoch});
+    ef_sample *smp = ef_sample_new((ef_sample_id){.index = i, .epoch = epoch});
     int rc =
         smp ? ef_sample_add(smp, "image", st->h.dtype, st->h.ndim - 1,
                             st->h.dims + 1, st->images,
@@ -229,9 +230,46 @@ static int idx_next(ef__stage *s, ef_sample **out, ef__err *err)
         return ef__err_set(err, rc, "idx: cannot build sample %lld: %s",
                            (long long)i, ef_strerror(rc));
     }
-    st->next += st->shard.n;
     *out = smp;
     return EF_OK;
+}
+
+static int idx_next(ef__stage *s, ef_sample **out, ef__err *err)
+{
+    idx_state *st = s->state;
+    if (st->next >= st->h.dims[0])
+        return EF_END;
+    int rc = make(st, st->next, s->epoch, out, err);
+    if (rc == EF_OK)
+        st->next += st->shard.n;
+    return rc;
+}
+
+static int idx_fetch(ef__stage *s, const ef__ident *d, ef_sample **out,
+                     ef__err *err)
+{
+    idx_state *st = s->state;
+    int rc = idx_open(s, err);
+    if (rc == EF_OK)
+        rc = ef__index_check(s, &st->shard, d->id.index, st->h.dims[0], err);
+    return rc == EF_OK ? make(st, d->id.index, d->id.epoch, out, err) : rc;
+}
+
+static int idx_save(ef__stage *s, ef__state_out *o, ef__err *err)
+{
+    (void)err;
+    ef__put_i64(o, ((idx_state *)s->state)->next);
+    return EF_OK;
+}
+
+/* The record count is known once the files are read: checked then. */
+static int idx_restore(ef__stage *s, ef__state_in *in, ef__err *err)
+{
+    idx_state *st = s->state;
+    int rc = idx_open(s, err);
+    return rc == EF_OK
+               ? ef__cursor_restore(in, &st->shard, st->h.dims[0], &st->next)
+               : rc;
 }
 
 static int idx_reset(ef__stage *s, int64_t epoch, ef__err *err)
@@ -276,4 +314,7 @@ const ef__stage_def ef__stage_idx = {
     .reset = idx_reset,
     .destroy = idx_destroy,
     .stats = idx_stats,
+    .save = idx_save,
+    .restore = idx_restore,
+    .fetch = idx_fetch,
 };

@@ -4,6 +4,7 @@
  * i % N == I. */
 #include "core/alloc.h"
 #include "stage.h"
+#include "state.h"
 
 typedef struct {
     int64_t n, bytes;
@@ -23,14 +24,12 @@ static int range_create(ef__stage *s, const ef__opts *o, ef__err *err)
     return rc;
 }
 
-static int range_next(ef__stage *s, ef_sample **out, ef__err *err)
+/* Sample `index` of pass `epoch`. */
+static int make(const range_state *st, int64_t index, int64_t epoch,
+                ef_sample **out, ef__err *err)
 {
-    range_state *st = s->state;
-    if (st->next >= st->n)
-        return EF_END;
-    int64_t index = st->next;
     ef_sample *smp =
-        ef_sample_new((ef_sample_id){.index = index, .epoch = s->epoch});
+        ef_sample_new((ef_sample_id){.index = index, .epoch = epoch});
     int64_t *value = NULL;
     unsigned char *data = NULL;
     int rc =
@@ -48,9 +47,41 @@ static int range_next(ef__stage *s, ef_sample **out, ef__err *err)
     *value = index;
     for (int64_t j = 0; j < st->bytes; j++)
         data[j] = (unsigned char)((index + j) & 0xff);
-    st->next += st->shard.n;
     *out = smp;
     return EF_OK;
+}
+
+static int range_next(ef__stage *s, ef_sample **out, ef__err *err)
+{
+    range_state *st = s->state;
+    if (st->next >= st->n)
+        return EF_END;
+    int rc = make(st, st->next, s->epoch, out, err);
+    if (rc == EF_OK)
+        st->next += st->shard.n;
+    return rc;
+}
+
+static int range_fetch(ef__stage *s, const ef__ident *d, ef_sample **out,
+                       ef__err *err)
+{
+    range_state *st = s->state;
+    int rc = ef__index_check(s, &st->shard, d->id.index, st->n, err);
+    return rc == EF_OK ? make(st, d->id.index, d->id.epoch, out, err) : rc;
+}
+
+static int range_save(ef__stage *s, ef__state_out *o, ef__err *err)
+{
+    (void)err;
+    ef__put_i64(o, ((range_state *)s->state)->next);
+    return EF_OK;
+}
+
+static int range_restore(ef__stage *s, ef__state_in *in, ef__err *err)
+{
+    (void)err;
+    range_state *st = s->state;
+    return ef__cursor_restore(in, &st->shard, st->n, &st->next);
 }
 
 static int range_reset(ef__stage *s, int64_t epoch, ef__err *err)
@@ -82,4 +113,7 @@ const ef__stage_def ef__stage_range = {
     .next = range_next,
     .reset = range_reset,
     .destroy = range_destroy,
+    .save = range_save,
+    .restore = range_restore,
+    .fetch = range_fetch,
 };

@@ -62,6 +62,17 @@ static int source_reset(ef__stage *s, int64_t epoch, ef__err *err)
     return EF_OK; /* the epoch, already in s->epoch, reaches the callback */
 }
 
+/* A callback has no cursor the pipeline could keep or set. */
+static int source_save(ef__stage *s, ef__state_out *o, ef__err *err)
+{
+    (void)s;
+    (void)o;
+    return ef__err_set(err, EF_EUNSUPPORTED,
+                       "a C callback source (ef_pipeline_add_source) "
+                       "cannot be repositioned: its position cannot be "
+                       "saved");
+}
+
 const ef__stage_def ef__stage_source = {
     .info = {"source", "a C callback (ef_pipeline_add_source)", 0, NULL},
     .is_source = 1,
@@ -69,4 +80,5 @@ const ef__stage_def ef__stage_source = {
     .next = source_next,
     .poll = source_poll,
     .reset = source_reset,
+    .save = source_save,
 };
