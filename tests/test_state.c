@@ -372,6 +372,19 @@ static void test_fashion_mnist_exact(void **state)
     check_resume(spec, spec, fm_cuts, sizeof fm_cuts / sizeof fm_cuts[0]);
 }
 
+/* Echoing before augmentation: every copy is augmented anew, keyed by its
+ * identity, so a held copy made again is augmented the same way. */
+static void test_fashion_mnist_augment(void **state)
+{
+    (void)state;
+    const char *spec = FMNIST("t10k") " | shuffle:buffer=500 | "
+                                      "echo:factor=3,shuffle=200 | "
+                                      "random_crop:pad=2,threads=2 | "
+                                      "flip:p=0.5 | batch:size=16 | take:400";
+    static const size_t aug_cuts[] = {1, 77, 399};
+    check_resume(spec, spec, aug_cuts, sizeof aug_cuts / sizeof aug_cuts[0]);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -384,6 +397,7 @@ int main(void)
         cmocka_unit_test(test_unsaveable),
         cmocka_unit_test(test_fashion_mnist_state_size),
         cmocka_unit_test(test_fashion_mnist_exact),
+        cmocka_unit_test(test_fashion_mnist_augment),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
