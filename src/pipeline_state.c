@@ -69,13 +69,21 @@ static int save_payload(ef_pipeline *p, ef__state_out *o, ef__err *err)
         for (int i = p->nstages - 1; i >= 0; i--)
             if (p->stages[i]->def->pause)
                 p->stages[i]->def->pause(p->stages[i]);
+    /* from the last stage up: one that cannot be saved (an unordered map,
+     * which does not pause) fails before the stages above it are read */
+    ef__state_out parts[MAX_STAGES] = {{0}};
     int rc = EF_OK;
-    for (int i = 0; i < p->nstages && rc == EF_OK; i++)
-        rc = save_stage(p->stages[i], o, err);
+    for (int i = p->nstages - 1; i >= 0 && rc == EF_OK; i--)
+        rc = save_stage(p->stages[i], &parts[i], err);
     if (opened)
         for (int i = 0; i < p->nstages; i++)
             if (p->stages[i]->def->resume)
                 p->stages[i]->def->resume(p->stages[i]);
+    for (int i = 0; i < p->nstages; i++) {
+        if (rc == EF_OK)
+            ef__put_raw(o, &parts[i]);
+        ef__state_out_free(&parts[i]);
+    }
     return rc;
 }
 

@@ -120,6 +120,16 @@ void ef__put_bytes(ef__state_out *o, const void *data, size_t n)
     o->len += n;
 }
 
+void ef__put_raw(ef__state_out *o, const ef__state_out *part)
+{
+    if (part->failed)
+        o->failed = 1;
+    if (part->len == 0 || reserve(o, part->len))
+        return;
+    memcpy(o->buf + o->len, part->buf, part->len);
+    o->len += part->len;
+}
+
 void ef__put_str(ef__state_out *o, const char *s)
 {
     ef__put_bytes(o, s, strlen(s));

@@ -72,6 +72,8 @@ void ef__put_i64(ef__state_out *o, int64_t v);  /* zigzag varint */
 void ef__put_f64(ef__state_out *o, double v);   /* 8 bytes */
 void ef__put_bytes(ef__state_out *o, const void *data, size_t n);
 void ef__put_str(ef__state_out *o, const char *s);
+/* Appends what `part` holds, as it is (no length). */
+void ef__put_raw(ef__state_out *o, const ef__state_out *part);
 void ef__put_ident(ef__state_out *o, const ef__ident *d);
 /* A count, then each identity. */
 void ef__put_idents(ef__state_out *o, const ef__ident *d, size_t n);
