@@ -442,6 +442,20 @@ void eft_model_param(eft_model *m, int i, float **value, float **grad,
     *n = 0;
 }
 
+float *eft_model_momentum(eft_model *m, int i)
+{
+    if (i < 0)
+        return NULL;
+    for (int k = 0; k < m->nlayers; k++) {
+        if (!m->reps[0].layers[k].w)
+            continue;
+        if (i < 2)
+            return m->vel[k][i];
+        i -= 2;
+    }
+    return NULL;
+}
+
 /* ---- saving ---------------------------------------------------------- */
 
 static int put(FILE *f, const void *p, size_t n)

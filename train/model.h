@@ -97,6 +97,9 @@ void eft_model_evaluate(eft_model *m, const float *x, const int64_t *labels,
 int eft_model_param_count(const eft_model *m);
 void eft_model_param(eft_model *m, int i, float **value, float **grad,
                      size_t *n);
+/* Parameter i's momentum buffer: as many values as eft_model_param()
+ * gives it; NULL for an i out of range. For checkpoints. */
+float *eft_model_momentum(eft_model *m, int i);
 
 /* Writes the weights to `path` (through a temporary file and a rename, so
  * the file is whole or absent): "EFTMODEL", then little-endian u32 format
