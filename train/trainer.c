@@ -1,6 +1,7 @@
 /* The training loop (see trainer.h). */
 #include "trainer.h"
 
+#include "checkpoint.h"
 #include "distributed.h"
 
 #include <math.h>
@@ -176,8 +177,17 @@ typedef struct {
     size_t dim; /* floats per example, as the model takes them */
     float *x;   /* the batch: cfg->batch x dim */
     int64_t *y;
+    eft_result *res;
     double t0;          /* the first batch's arrival: startup is not counted */
     long evaluated_at;  /* fresh count of the last evaluation, or -1 */
+    long next_eval;     /* fresh count of the next evaluation */
+    double loss_window[EFT_LOSS_WINDOW];
+    /* a resumed run's training and evaluation time before this process */
+    double train_base, eval_base;
+    int finished; /* resumed from a checkpoint of a run that had ended */
+    eft_run_id id;
+    void *state; /* the training pipeline's state, for checkpoints */
+    size_t state_cap;
 } trainer;
 
 /* What one step did: this process's share and the step's in all. */
@@ -186,6 +196,19 @@ typedef struct {
     long local_fresh; /* ... of them fresh */
     double total_n, total_fresh, loss;
 } step_result;
+
+/* Chains a batch's identity, image bytes and labels into h. */
+static uint64_t hash_batch(uint64_t h, const ef_sample *s, ef_sample_id id)
+{
+    const int64_t ident[4] = {id.index, id.epoch, id.echo_copy, id.fresh};
+    ef_tensor t;
+    h = eft_hash(h, ident, sizeof ident);
+    if (ef_sample_get(s, "image", &t) == EF_OK)
+        h = eft_hash(h, t.data, t.nbytes);
+    if (ef_sample_get(s, "label", &t) == EF_OK)
+        h = eft_hash(h, t.data, t.nbytes);
+    return h;
+}
 
 /* This process's next batch into t->x and t->y: its size and fresh
  * examples into r->n and r->local_fresh. 0, 1 at the end of the data, or
@@ -201,6 +224,8 @@ static int next_batch(trainer *t, step_result *r, char *err, size_t errlen)
     ef_sample_id id = ef_sample_identity(s);
     int rc = unpack(s, t->cfg->mean, t->cfg->std, t->cfg->batch, &t->dim,
                     t->x, t->y, &r->n, err, errlen);
+    if (rc == 0)
+        t->res->samples_hash = hash_batch(t->res->samples_hash, s, id);
     ef_sample_free(s);
     r->local_fresh = id.echo_copy == 0 ? id.fresh : 0;
     return rc;
@@ -282,14 +307,98 @@ static int evaluate(trainer *t, eft_progress *p, char *err, size_t errlen)
     return rc;
 }
 
+/* Training time so far: this process's since its first batch, less
+ * evaluations and checkpoints, and a resumed run's before it. */
+static double train_time(const trainer *t)
+{
+    const eft_result *res = t->res;
+    return t->train_base + (now_s() - t->t0) -
+           (res->final.eval_s - t->eval_base) - res->checkpoint_s;
+}
+
+/* Saves the run to cfg->checkpoint with the training pipeline's state;
+ * `ended`: it trains no further. Its time is kept out of training time. */
+static int checkpoint(trainer *t, int ended, char *err, size_t errlen)
+{
+    const char *path = t->cfg->checkpoint;
+    ef_pipeline *train = t->job->train;
+    double start = now_s();
+    size_t n;
+    int st = ef_pipeline_save_state(train, NULL, 0, &n);
+    if (st == EF_OK && n > t->state_cap) {
+        void *b = realloc(t->state, n);
+        if (!b)
+            return fail(err, errlen, "%s: checkpoint: out of memory", path);
+        t->state = b;
+        t->state_cap = n;
+    }
+    if (st == EF_OK)
+        st = ef_pipeline_save_state(train, t->state, t->state_cap, &n);
+    if (st != EF_OK)
+        return fail(err, errlen,
+                    "%s: cannot save the training pipeline's position: %s",
+                    path, ef_pipeline_error(train));
+    eft_run_state rs;
+    memset(&rs, 0, sizeof rs);
+    rs.res = *t->res;
+    rs.next_eval = t->next_eval;
+    rs.evaluated_at = t->evaluated_at;
+    memcpy(rs.loss_window, t->loss_window, sizeof rs.loss_window);
+    rs.finished = ended;
+    if (eft_checkpoint_save(path, &t->id, t->m, &rs, t->state, n, err,
+                            errlen))
+        return -1;
+    t->res->checkpoints++;
+    t->res->checkpoint_s += now_s() - start;
+    return 0;
+}
+
+/* Loads cfg->checkpoint when there is one: the model, the counters and
+ * the training pipeline's position. Returns 0 (also when there is none:
+ * the run starts afresh), or -1 with a message. */
+static int resume(trainer *t, char *err, size_t errlen)
+{
+    const char *path = t->cfg->checkpoint;
+    ef_pipeline *train = t->job->train;
+    eft_run_state rs;
+    void *state = NULL;
+    size_t n = 0;
+    int rc = eft_checkpoint_load(path, &t->id, t->m, &rs, &state, &n, err,
+                                 errlen);
+    if (rc != 0)
+        return rc < 0 ? -1 : 0;
+    int st = ef_pipeline_restore_state(train, state, n);
+    free(state);
+    if (st == EF_ESPEC)
+        return fail(err, errlen,
+                    "%s: saved from another training pipeline: %s", path,
+                    ef_pipeline_error(train));
+    if (st != EF_OK)
+        return fail(err, errlen,
+                    "%s: cannot restore the training pipeline's position: "
+                    "%s",
+                    path, ef_pipeline_error(train));
+    *t->res = rs.res;
+    t->res->resumed = 1;
+    t->res->resumed_at_step = rs.res.final.steps;
+    t->next_eval = rs.next_eval;
+    t->evaluated_at = rs.evaluated_at;
+    memcpy(t->loss_window, rs.loss_window, sizeof t->loss_window);
+    t->finished = rs.finished;
+    t->train_base = rs.res.final.train_s;
+    t->eval_base = rs.res.final.eval_s;
+    if (t->job->resumed)
+        t->job->resumed(t->job->user, &t->res->final);
+    return 0;
+}
+
 /* The loop: steps until the target, the budget or the end of the data. */
 static int train_loop(trainer *t, eft_result *res, char *err, size_t errlen)
 {
     const eft_config *cfg = t->cfg;
     const eft_job *job = t->job;
     eft_progress *p = &res->final;
-    long next_eval = cfg->eval_every;
-    double loss_window[50] = {0};
+    double *loss_window = t->loss_window;
     while (p->fresh < cfg->max_fresh) {
         step_result r;
         double lr = lr_at(cfg, p->steps, p->fresh);
@@ -299,7 +408,7 @@ static int train_loop(trainer *t, eft_result *res, char *err, size_t errlen)
             t->t0 = now_s();
         if (st != 0)
             return st < 0 ? -1 : 0; /* 1: the data ran out before the budget */
-        loss_window[p->steps % 50] = r.loss;
+        loss_window[p->steps % EFT_LOSS_WINDOW] = r.loss;
         p->steps++;
         if (!isfinite(r.loss)) {
             /* the weights are NaN or infinite now; no step brings them
@@ -310,18 +419,19 @@ static int train_loop(trainer *t, eft_result *res, char *err, size_t errlen)
         p->fresh += (long)r.total_fresh;
         res->local_fresh += r.local_fresh;
         res->local_batches += r.n > 0;
-        int window = p->steps < 50 ? (int)p->steps : 50;
+        int window =
+            p->steps < EFT_LOSS_WINDOW ? (int)p->steps : EFT_LOSS_WINDOW;
         p->train_loss = 0;
         for (int i = 0; i < window; i++)
             p->train_loss += loss_window[i] / window;
 
-        int evaluate_now = job->test && p->fresh >= next_eval;
+        int evaluate_now = job->test && p->fresh >= t->next_eval;
         if (evaluate_now) {
-            p->train_s = now_s() - t->t0 - p->eval_s;
+            p->train_s = train_time(t);
             if (evaluate(t, p, err, errlen))
                 return -1;
-            while (next_eval <= p->fresh)
-                next_eval += cfg->eval_every;
+            while (t->next_eval <= p->fresh)
+                t->next_eval += cfg->eval_every;
             if (!res->reached && cfg->target_acc > 0 &&
                 p->accuracy >= cfg->target_acc) {
                 res->reached = 1;
@@ -330,14 +440,49 @@ static int train_loop(trainer *t, eft_result *res, char *err, size_t errlen)
                 res->time_to_target_s = p->train_s;
             }
         }
-        p->train_s = now_s() - t->t0 - p->eval_s;
+        p->train_s = train_time(t);
         if (job->progress &&
             (evaluate_now ||
              (job->progress_steps > 0 && p->steps % job->progress_steps == 0)))
             job->progress(job->user, p, evaluate_now);
         if (res->reached || res->diverged_at_step)
             return 0;
+        if (cfg->checkpoint && cfg->checkpoint_every > 0 &&
+            p->steps % cfg->checkpoint_every == 0 &&
+            checkpoint(t, 0, err, errlen))
+            return -1;
     }
+    return 0;
+}
+
+/* Before the first step of a run with checkpoints: what identifies the
+ * run, then the checkpoint to go on from (with resume), or else a check
+ * that the training pipeline's position can be saved at all. */
+static int setup_checkpoints(trainer *t, char *err, size_t errlen)
+{
+    const eft_config *cfg = t->cfg;
+    const eft_dataset *test = t->job->test;
+    if (cfg->comm)
+        return fail(err, errlen,
+                    "%s: a checkpoint holds one process's run; this is "
+                    "one of %d",
+                    cfg->checkpoint, cfg->comm->size);
+    t->id.cfg = cfg;
+    if (test) {
+        uint64_t h = eft_hash(0, &test->dim, sizeof test->dim);
+        h = eft_hash(h, test->x, (size_t)test->n * test->dim * sizeof(float));
+        t->id.test_hash =
+            eft_hash(h, test->y, (size_t)test->n * sizeof(int64_t));
+    }
+    if (cfg->resume && resume(t, err, errlen))
+        return -1;
+    size_t n;
+    if (!t->res->resumed &&
+        ef_pipeline_save_state(t->job->train, NULL, 0, &n) != EF_OK)
+        return fail(err, errlen,
+                    "%s: the training pipeline's position cannot be saved: "
+                    "%s",
+                    cfg->checkpoint, ef_pipeline_error(t->job->train));
     return 0;
 }
 
@@ -348,7 +493,9 @@ int eft_train(const eft_job *job, eft_result *res, char *err, size_t errlen)
     trainer t = {.job = job,
                  .cfg = cfg,
                  .opt = {cfg->momentum, cfg->weight_decay, cfg->nesterov},
-                 .evaluated_at = -1};
+                 .res = res,
+                 .evaluated_at = -1,
+                 .next_eval = cfg->eval_every};
     t.m = eft_model_create(cfg->arch, cfg->batch, cfg->threads, cfg->seed);
     if (t.m) {
         t.dim = eft_model_input_size(t.m);
@@ -365,11 +512,14 @@ int eft_train(const eft_job *job, eft_result *res, char *err, size_t errlen)
     else if (cfg->comm && (eft_dist_init(&t.d, cfg->comm, t.m, err, errlen) ||
                            eft_dist_share_weights(&t.d, t.m, err, errlen)))
         rc = -1;
-    if (rc == 0)
+    if (rc == 0 && cfg->checkpoint)
+        rc = setup_checkpoints(&t, err, errlen);
+    if (rc == 0 && !t.finished)
         rc = train_loop(&t, res, err, errlen);
     eft_progress *p = &res->final;
     /* a final evaluation when the last one is stale */
-    if (rc == 0 && job->test && !res->reached && t.evaluated_at != p->fresh) {
+    if (rc == 0 && !t.finished && job->test && !res->reached &&
+        t.evaluated_at != p->fresh) {
         rc = evaluate(&t, p, err, errlen);
         if (job->progress && rc == 0)
             job->progress(job->user, p, 1);
@@ -377,11 +527,16 @@ int eft_train(const eft_job *job, eft_result *res, char *err, size_t errlen)
     res->train_examples_per_s =
         p->train_s > 0 ? (double)p->examples / p->train_s : 0;
     res->comm_s = t.d.comm_s;
+    if (rc == 0 && cfg->checkpoint && !t.finished)
+        rc = checkpoint(&t, 1, err, errlen);
+    if (t.m)
+        res->weights_hash = eft_model_hash(t.m);
     if (rc == 0 && cfg->save_model && (!cfg->comm || cfg->comm->rank == 0))
         rc = eft_model_save(t.m, cfg->save_model, err, errlen);
     eft_dist_free(&t.d);
     eft_model_destroy(t.m);
     free(t.x);
     free(t.y);
+    free(t.state);
     return rc;
 }

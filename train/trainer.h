@@ -52,6 +52,14 @@ typedef struct {
                               process holds the same weights, bit for bit */
     const char *save_model; /* eft_model_save() the weights here at the
                                end (process 0 of a data-parallel run) */
+    /* Checkpoints (checkpoint.h; one process only): the run is saved to
+     * `checkpoint` every `checkpoint_every` steps and at the end. With
+     * `resume`, a checkpoint already there is loaded first and the run
+     * goes on from it (the training pipeline restored before its first
+     * next()); without, it is overwritten. */
+    const char *checkpoint;
+    long checkpoint_every; /* steps; 0: at the end only */
+    int resume;
 } eft_config;
 
 /* Set where config fields have no default of their own. */
@@ -77,6 +85,15 @@ typedef struct {
     /* this process's part, with comm */
     long local_fresh, local_batches;
     double comm_s; /* time in collectives during training steps */
+    /* What was trained on and what came of it, to compare runs bit for
+     * bit: a hash chained over every batch of this process in order (its
+     * identity, image bytes and labels), and one of the final weights. */
+    uint64_t samples_hash, weights_hash;
+    /* checkpoints, of this invocation */
+    int resumed;          /* it went on from a checkpoint ... */
+    long resumed_at_step; /* ... saved after this many steps */
+    long checkpoints;     /* checkpoints written */
+    double checkpoint_s;  /* time writing them (not training time) */
 } eft_result;
 
 /* Called after every evaluation (evaluated = 1) and every `every_steps`
@@ -105,12 +122,18 @@ typedef struct {
     eft_progress_fn progress; /* may be NULL */
     long progress_steps;      /* steps between progress calls besides
                                  evaluations; 0: at evaluations only */
-    void *user;               /* passed to progress */
+    void *user;               /* passed to progress and resumed */
+    /* Called once a checkpoint is loaded, with the progress it holds;
+     * may be NULL. */
+    void (*resumed)(void *user, const eft_progress *p);
 } eft_job;
 
 /* Trains until the target or the budget. Returns 0, or -1 with a message
  * in err (a pipeline error, a batch of the wrong shape, a held-out set
- * whose examples the model does not take, no memory). */
+ * whose examples the model does not take, a checkpoint that cannot be
+ * written, or read, or is of another run, no memory). A run resumed from
+ * a checkpoint of a run that had ended trains no further: it reports
+ * what that run reported. */
 int eft_train(const eft_job *job, eft_result *res, char *err, size_t errlen);
 
 #endif

@@ -1,0 +1,691 @@
+/* Checkpoints of a training run (see checkpoint.h for the format). */
+#include "checkpoint.h"
+
+#include <assert.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define MAGIC "EFTCKPT" /* and its terminating zero: 8 bytes */
+#define VERSION 1
+#define HEADER 24 /* magic, version, zero, payload bytes */
+#define TRAILER 4 /* the CRC */
+#define MAX_SETTINGS 64
+
+static int fail(char *err, size_t len, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+
+static int fail(char *err, size_t len, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, len, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+/* ---- hashes ---------------------------------------------------------- */
+
+uint64_t eft_hash(uint64_t h, const void *data, size_t n)
+{
+    /* each step is a bijection of the state for a given word, so two
+       inputs that differ in one word always hash apart */
+    const unsigned char *p = data;
+    h ^= (uint64_t)n * 0xff51afd7ed558ccdull;
+    for (;; p += 8, n -= 8) {
+        uint64_t w = 0;
+        if (n)
+            memcpy(&w, p, n < 8 ? n : 8);
+        h = (h ^ w) * 0x9e3779b97f4a7c15ull;
+        h ^= h >> 29;
+        if (n <= 8)
+            return h;
+    }
+}
+
+uint64_t eft_model_hash(eft_model *m)
+{
+    uint64_t h = 0;
+    for (int i = 0; i < eft_model_param_count(m); i++) {
+        float *v, *g;
+        size_t n;
+        eft_model_param(m, i, &v, &g, &n);
+        h = eft_hash(h, v, n * sizeof *v);
+    }
+    return h;
+}
+
+/* CRC-32C, eight bytes a step (slicing-by-8). */
+static uint32_t crc_table[8][256];
+static pthread_once_t crc_once = PTHREAD_ONCE_INIT;
+
+static void crc_init(void)
+{
+    for (uint32_t i = 0; i < 256; i++) {
+        uint32_t c = i;
+        for (int k = 0; k < 8; k++)
+            c = c & 1 ? (c >> 1) ^ 0x82f63b78u : c >> 1;
+        crc_table[0][i] = c;
+    }
+    for (int t = 1; t < 8; t++)
+        for (int i = 0; i < 256; i++)
+            crc_table[t][i] = (crc_table[t - 1][i] >> 8) ^
+                              crc_table[0][crc_table[t - 1][i] & 0xff];
+}
+
+static uint32_t le32(const unsigned char *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
+           (uint32_t)p[3] << 24;
+}
+
+uint32_t eft_crc32c(uint32_t crc, const void *data, size_t n)
+{
+    pthread_once(&crc_once, crc_init);
+    const unsigned char *p = data;
+    crc = ~crc;
+    for (; n >= 8; n -= 8, p += 8) {
+        uint32_t lo = crc ^ le32(p), hi = le32(p + 4);
+        crc = crc_table[7][lo & 0xff] ^ crc_table[6][(lo >> 8) & 0xff] ^
+              crc_table[5][(lo >> 16) & 0xff] ^ crc_table[4][lo >> 24] ^
+              crc_table[3][hi & 0xff] ^ crc_table[2][(hi >> 8) & 0xff] ^
+              crc_table[1][(hi >> 16) & 0xff] ^ crc_table[0][hi >> 24];
+    }
+    for (; n > 0; n--, p++)
+        crc = (crc >> 8) ^ crc_table[0][(crc ^ *p) & 0xff];
+    return ~crc;
+}
+
+/* ---- the settings a checkpoint must share with the run ---------------- */
+
+enum { SET_INT = 0, SET_FLOAT = 1 };
+
+typedef struct {
+    const char *name;
+    int kind;
+    uint64_t i; /* SET_INT */
+    double f;   /* SET_FLOAT */
+} setting;
+
+static setting int_setting(const char *name, uint64_t v)
+{
+    return (setting){name, SET_INT, v, 0};
+}
+
+static setting float_setting(const char *name, double v)
+{
+    return (setting){name, SET_FLOAT, 0, v};
+}
+
+/* The run's settings into s[]; returns their count. */
+static int settings_of(const eft_run_id *id, setting *s)
+{
+    const eft_config *c = id->cfg;
+    int n = 0;
+    s[n++] = int_setting("model", (uint64_t)c->arch);
+    s[n++] = int_setting("batch", (uint64_t)c->batch);
+    s[n++] = int_setting("seed", c->seed);
+    s[n++] = float_setting("lr", c->lr);
+    s[n++] = float_setting("momentum", c->momentum);
+    s[n++] = float_setting("weight-decay", c->weight_decay);
+    s[n++] = int_setting("nesterov", (uint64_t)c->nesterov);
+    s[n++] = int_setting("schedule", (uint64_t)c->schedule);
+    s[n++] = int_setting("warmup", (uint64_t)c->warmup_steps);
+    s[n++] = float_setting("target-acc", c->target_acc);
+    s[n++] = int_setting("eval-every", (uint64_t)c->eval_every);
+    s[n++] = int_setting("max-fresh", (uint64_t)c->max_fresh);
+    s[n++] = float_setting("mean", c->mean);
+    s[n++] = float_setting("std", c->std);
+    s[n++] = int_setting("held-out set", id->test_hash);
+    assert(n <= MAX_SETTINGS);
+    return n;
+}
+
+/* A setting's value as the user would write it. */
+static void describe(const setting *s, char *buf, size_t len)
+{
+    if (!strcmp(s->name, "model"))
+        snprintf(buf, len, "%s", eft_arch_name((eft_arch)s->i));
+    else if (!strcmp(s->name, "schedule"))
+        snprintf(buf, len, "%s",
+                 s->i == EFT_LR_CONSTANT ? "constant" : "linear");
+    else if (!strcmp(s->name, "held-out set"))
+        snprintf(buf, len, "hash %016llx", (unsigned long long)s->i);
+    else if (s->kind == SET_FLOAT)
+        snprintf(buf, len, "%.17g", s->f);
+    else if (!strcmp(s->name, "seed"))
+        snprintf(buf, len, "%llu", (unsigned long long)s->i);
+    else
+        snprintf(buf, len, "%lld", (long long)s->i);
+}
+
+/* ---- writing ----------------------------------------------------------- */
+
+typedef struct {
+    unsigned char *p;
+    size_t len, cap;
+} wbuf;
+
+/* Room for n more bytes; the space is written by the caller. */
+static unsigned char *room(wbuf *b, size_t n)
+{
+    if (!b->p)
+        return NULL;
+    if (b->len + n > b->cap) {
+        size_t cap = (b->len + n) * 2;
+        unsigned char *p = realloc(b->p, cap);
+        if (!p) {
+            free(b->p);
+            b->p = NULL;
+            return NULL;
+        }
+        b->p = p;
+        b->cap = cap;
+    }
+    unsigned char *at = b->p + b->len;
+    b->len += n;
+    return at;
+}
+
+static void put_le(wbuf *b, uint64_t v, int bytes)
+{
+    unsigned char *p = room(b, (size_t)bytes);
+    for (int i = 0; p && i < bytes; i++)
+        p[i] = (unsigned char)(v >> (8 * i));
+}
+
+static void put_u64(wbuf *b, uint64_t v)
+{
+    put_le(b, v, 8);
+}
+
+static void put_i64(wbuf *b, long v)
+{
+    put_le(b, (uint64_t)(int64_t)v, 8);
+}
+
+static void put_f64(wbuf *b, double v)
+{
+    uint64_t u;
+    memcpy(&u, &v, sizeof u);
+    put_le(b, u, 8);
+}
+
+static void put_floats(wbuf *b, const float *v, size_t n)
+{
+    unsigned char *p = room(b, n * 4);
+    for (size_t i = 0; p && i < n; i++) {
+        uint32_t u;
+        memcpy(&u, &v[i], sizeof u);
+        p[4 * i] = (unsigned char)u;
+        p[4 * i + 1] = (unsigned char)(u >> 8);
+        p[4 * i + 2] = (unsigned char)(u >> 16);
+        p[4 * i + 3] = (unsigned char)(u >> 24);
+    }
+}
+
+static void put_bytes(wbuf *b, const void *data, size_t n)
+{
+    unsigned char *p = room(b, n);
+    if (p && n)
+        memcpy(p, data, n);
+}
+
+/* The counters, in the order read_counters() reads them. */
+static void put_counters(wbuf *b, const eft_run_state *st)
+{
+    const eft_result *r = &st->res;
+    const eft_progress *p = &r->final;
+    put_u64(b, (uint64_t)r->reached);
+    put_i64(b, r->fresh_to_target);
+    put_i64(b, r->steps_to_target);
+    put_f64(b, r->time_to_target_s);
+    put_i64(b, r->diverged_at_step);
+    put_i64(b, p->fresh);
+    put_i64(b, p->steps);
+    put_i64(b, p->examples);
+    put_f64(b, p->train_s);
+    put_f64(b, p->eval_s);
+    put_f64(b, p->accuracy);
+    put_f64(b, p->loss);
+    put_f64(b, p->train_loss);
+    put_u64(b, (uint64_t)p->evaluated);
+    put_i64(b, r->local_fresh);
+    put_i64(b, r->local_batches);
+    put_u64(b, r->samples_hash);
+    put_i64(b, st->next_eval);
+    put_i64(b, st->evaluated_at);
+    for (int i = 0; i < EFT_LOSS_WINDOW; i++)
+        put_f64(b, st->loss_window[i]);
+    put_u64(b, (uint64_t)st->finished);
+}
+
+/* The whole file's bytes into b. */
+static void encode(wbuf *b, const eft_run_id *id, eft_model *m,
+                   const eft_run_state *st, const void *pipe, size_t pipe_n)
+{
+    put_bytes(b, MAGIC, 8);
+    put_le(b, VERSION, 4);
+    put_le(b, 0, 4);
+    size_t at = b->len; /* the payload's size, filled in at the end */
+    put_u64(b, 0);
+    setting set[MAX_SETTINGS];
+    int nset = settings_of(id, set);
+    put_le(b, (uint64_t)nset, 4);
+    for (int i = 0; i < nset; i++) {
+        size_t len = strlen(set[i].name);
+        put_le(b, len, 1);
+        put_bytes(b, set[i].name, len);
+        put_le(b, (uint64_t)set[i].kind, 1);
+        if (set[i].kind == SET_FLOAT)
+            put_f64(b, set[i].f);
+        else
+            put_u64(b, set[i].i);
+    }
+    put_counters(b, st);
+    int nparams = eft_model_param_count(m);
+    put_le(b, (uint64_t)nparams, 4);
+    for (int i = 0; i < nparams; i++) {
+        float *v, *g;
+        size_t n;
+        eft_model_param(m, i, &v, &g, &n);
+        put_u64(b, n);
+        put_floats(b, v, n);
+        put_floats(b, eft_model_momentum(m, i), n);
+    }
+    put_u64(b, pipe_n);
+    put_bytes(b, pipe, pipe_n);
+    if (!b->p)
+        return;
+    uint64_t payload = b->len - HEADER;
+    for (int i = 0; i < 8; i++)
+        b->p[at + (size_t)i] = (unsigned char)(payload >> (8 * i));
+    put_le(b, eft_crc32c(0, b->p, b->len), 4);
+}
+
+/* Writes all n bytes to fd. */
+static int write_all(int fd, const unsigned char *p, size_t n)
+{
+    while (n > 0) {
+        ssize_t w = write(fd, p, n);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return -1;
+        p += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+/* fsync of the folder that holds path, so that the rename is on disk. */
+static int sync_folder(const char *path)
+{
+    char dir[4096];
+    const char *slash = strrchr(path, '/');
+    if (!slash)
+        snprintf(dir, sizeof dir, ".");
+    else if (slash == path)
+        snprintf(dir, sizeof dir, "/");
+    else
+        snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
+    int fd = open(dir, O_RDONLY | O_DIRECTORY);
+    if (fd < 0)
+        return -1;
+    int rc = fsync(fd);
+    close(fd);
+    return rc;
+}
+
+int eft_checkpoint_save(const char *path, const eft_run_id *id, eft_model *m,
+                        const eft_run_state *st, const void *pipe,
+                        size_t pipe_n, char *err, size_t len)
+{
+    char tmp[4096];
+    if (snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp)
+        return fail(err, len, "%s: checkpoint path too long", path);
+    size_t weights = 0;
+    for (int i = 0; i < eft_model_param_count(m); i++) {
+        float *v, *g;
+        size_t n;
+        eft_model_param(m, i, &v, &g, &n);
+        weights += n;
+    }
+    wbuf b = {NULL, 0, weights * 8 + pipe_n + 4096};
+    b.p = malloc(b.cap);
+    encode(&b, id, m, st, pipe, pipe_n);
+    if (!b.p)
+        return fail(err, len, "%s: checkpoint: out of memory", path);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0) {
+        free(b.p);
+        return fail(err, len, "%s: cannot create: %s", tmp, strerror(errno));
+    }
+    int rc = write_all(fd, b.p, b.len);
+    const char *step = "write";
+    if (rc == 0 && (rc = fsync(fd)) != 0)
+        step = "fsync";
+    int saved = errno;
+    if (close(fd) != 0 && rc == 0) {
+        rc = -1;
+        step = "close";
+        saved = errno;
+    }
+    free(b.p);
+    if (rc != 0) {
+        unlink(tmp);
+        return fail(err, len, "%s: cannot %s: %s", tmp, step, strerror(saved));
+    }
+    if (rename(tmp, path) != 0) {
+        saved = errno;
+        unlink(tmp);
+        return fail(err, len, "%s: cannot rename %s over it: %s", path, tmp,
+                    strerror(saved));
+    }
+    if (sync_folder(path) != 0)
+        return fail(err, len, "%s: cannot fsync its folder: %s", path,
+                    strerror(errno));
+    return 0;
+}
+
+/* ---- reading ----------------------------------------------------------- */
+
+/* A cursor over the payload; running past its end sets `bad`. */
+typedef struct {
+    const unsigned char *p;
+    size_t len, at;
+    int bad;
+} rbuf;
+
+static const unsigned char *take(rbuf *r, size_t n)
+{
+    if (r->bad || n > r->len - r->at) {
+        r->bad = 1;
+        return NULL;
+    }
+    const unsigned char *p = r->p + r->at;
+    r->at += n;
+    return p;
+}
+
+static uint64_t get_le(rbuf *r, int bytes)
+{
+    const unsigned char *p = take(r, (size_t)bytes);
+    uint64_t v = 0;
+    for (int i = 0; p && i < bytes; i++)
+        v |= (uint64_t)p[i] << (8 * i);
+    return v;
+}
+
+static uint64_t get_u64(rbuf *r)
+{
+    return get_le(r, 8);
+}
+
+static long get_i64(rbuf *r)
+{
+    return (long)(int64_t)get_le(r, 8);
+}
+
+static double get_f64(rbuf *r)
+{
+    uint64_t u = get_le(r, 8);
+    double v;
+    memcpy(&v, &u, sizeof v);
+    return v;
+}
+
+static void get_floats(const unsigned char *p, float *out, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u = le32(p + 4 * i);
+        memcpy(&out[i], &u, sizeof u);
+    }
+}
+
+static void read_counters(rbuf *r, eft_run_state *st)
+{
+    eft_result *res = &st->res;
+    eft_progress *p = &res->final;
+    res->reached = get_u64(r) != 0;
+    res->fresh_to_target = get_i64(r);
+    res->steps_to_target = get_i64(r);
+    res->time_to_target_s = get_f64(r);
+    res->diverged_at_step = get_i64(r);
+    p->fresh = get_i64(r);
+    p->steps = get_i64(r);
+    p->examples = get_i64(r);
+    p->train_s = get_f64(r);
+    p->eval_s = get_f64(r);
+    p->accuracy = get_f64(r);
+    p->loss = get_f64(r);
+    p->train_loss = get_f64(r);
+    p->evaluated = get_u64(r) != 0;
+    res->local_fresh = get_i64(r);
+    res->local_batches = get_i64(r);
+    res->samples_hash = get_u64(r);
+    st->next_eval = get_i64(r);
+    st->evaluated_at = get_i64(r);
+    for (int i = 0; i < EFT_LOSS_WINDOW; i++)
+        st->loss_window[i] = get_f64(r);
+    st->finished = get_u64(r) != 0;
+}
+
+/* Compares the file's settings with the run's: 0, or -1 naming the first
+ * that differs. */
+static int check_settings(rbuf *r, const char *path, const eft_run_id *id,
+                          char *err, size_t len)
+{
+    setting mine[MAX_SETTINGS];
+    int nmine = settings_of(id, mine);
+    uint64_t n = get_le(r, 4);
+    if (n > MAX_SETTINGS)
+        return fail(err, len, "%s: corrupt: %llu settings", path,
+                    (unsigned long long)n);
+    int matched = 0;
+    for (uint64_t i = 0; i < n && !r->bad; i++) {
+        setting s = {0};
+        char name[256];
+        size_t nl = (size_t)get_le(r, 1);
+        const unsigned char *np = take(r, nl);
+        s.kind = (int)get_le(r, 1);
+        if (s.kind == SET_FLOAT)
+            s.f = get_f64(r);
+        else
+            s.i = get_u64(r);
+        if (r->bad)
+            break;
+        memcpy(name, np, nl);
+        name[nl] = '\0';
+        s.name = name;
+        const setting *m = NULL;
+        for (int k = 0; k < nmine && !m; k++)
+            m = !strcmp(mine[k].name, name) ? &mine[k] : NULL;
+        if (!m)
+            return fail(err, len,
+                        "%s: saved by a run with a setting this one lacks: "
+                        "'%s'",
+                        path, name);
+        matched++;
+        int same = m->kind == s.kind &&
+                   (s.kind == SET_FLOAT ? memcmp(&m->f, &s.f, sizeof s.f) == 0
+                                        : m->i == s.i);
+        if (!same) {
+            char was[64], now[64];
+            describe(&s, was, sizeof was);
+            describe(m, now, sizeof now);
+            return fail(err, len,
+                        "%s: saved by another run: %s %s there, %s here", path,
+                        name, was, now);
+        }
+    }
+    if (!r->bad && matched != nmine)
+        return fail(err, len,
+                    "%s: saved by a run with %d of this one's %d settings",
+                    path, matched, nmine);
+    return r->bad
+               ? fail(err, len, "%s: corrupt: cut short in the settings", path)
+               : 0;
+}
+
+/* Reads the whole file into *data; 1 when it does not exist. */
+static int read_file(const char *path, unsigned char **data, size_t *size,
+                     char *err, size_t len)
+{
+    int fd = open(path, O_RDONLY);
+    if (fd < 0 && errno == ENOENT)
+        return 1;
+    if (fd < 0)
+        return fail(err, len, "%s: cannot open: %s", path, strerror(errno));
+    struct stat sb;
+    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+        close(fd);
+        return fail(err, len, "%s: not a regular file", path);
+    }
+    size_t n = (size_t)sb.st_size, got = 0;
+    unsigned char *p = malloc(n ? n : 1);
+    if (!p) {
+        close(fd);
+        return fail(err, len, "%s: out of memory for %zu bytes", path, n);
+    }
+    while (got < n) {
+        ssize_t k = read(fd, p + got, n - got);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0)
+            break;
+        got += (size_t)k;
+    }
+    int saved = errno;
+    close(fd);
+    if (got != n) {
+        free(p);
+        return fail(err, len, "%s: cannot read: %s", path,
+                    got < n ? strerror(saved) : "it changed size");
+    }
+    *data = p;
+    *size = n;
+    return 0;
+}
+
+/* Checks the envelope: magic, version, length, CRC. */
+static int check_envelope(const unsigned char *p, size_t n, const char *path,
+                          char *err, size_t len)
+{
+    if (n < 8 || memcmp(p, MAGIC, 8) != 0)
+        return fail(err, len,
+                    n < 8 ? "%s: truncated: %zu bytes, not even a checkpoint "
+                            "header"
+                          : "%s: not a checkpoint (no EFTCKPT header; %zu "
+                            "bytes)",
+                    path, n);
+    if (n < HEADER)
+        return fail(err, len,
+                    "%s: truncated: %zu bytes, the header alone "
+                    "is %d",
+                    path, n, HEADER);
+    uint32_t version = le32(p + 8);
+    if (version != VERSION)
+        return fail(err, len,
+                    "%s: checkpoint format version %u; this build reads "
+                    "version %d",
+                    path, (unsigned)version, VERSION);
+    uint64_t payload = (uint64_t)le32(p + 16) | (uint64_t)le32(p + 20) << 32;
+    uint64_t whole = payload + HEADER + TRAILER; /* what the header says */
+    if (payload > ((uint64_t)1 << 48))
+        return fail(err, len, "%s: corrupt: its header says %llu bytes", path,
+                    (unsigned long long)whole);
+    if ((uint64_t)n < whole)
+        return fail(err, len, "%s: truncated: %zu bytes, its header says %llu",
+                    path, n, (unsigned long long)whole);
+    if ((uint64_t)n > whole)
+        return fail(err, len, "%s: corrupt: %zu bytes, its header says %llu",
+                    path, n, (unsigned long long)whole);
+    if (eft_crc32c(0, p, n - TRAILER) != le32(p + n - TRAILER))
+        return fail(err, len,
+                    "%s: corrupt: its checksum does not match its contents",
+                    path);
+    return 0;
+}
+
+int eft_checkpoint_load(const char *path, const eft_run_id *id, eft_model *m,
+                        eft_run_state *st, void **pipe, size_t *pipe_n,
+                        char *err, size_t len)
+{
+    unsigned char *data = NULL;
+    size_t size = 0;
+    int rc = read_file(path, &data, &size, err, len);
+    if (rc != 0)
+        return rc;
+    rc = check_envelope(data, size, path, err, len);
+    rbuf r = {data + HEADER, rc == 0 ? size - HEADER - TRAILER : 0, 0, 0};
+    if (rc == 0)
+        rc = check_settings(&r, path, id, err, len);
+    eft_run_state got;
+    memset(&got, 0, sizeof got);
+    int nparams = eft_model_param_count(m);
+    const unsigned char *tensors[2 * EFT_MAX_LAYERS][2];
+    if (rc == 0) {
+        read_counters(&r, &got);
+        uint64_t count = get_le(&r, 4);
+        if (!r.bad && count != (uint64_t)nparams)
+            rc = fail(err, len,
+                      "%s: of another model: %llu tensors, the %s has %d", path,
+                      (unsigned long long)count, eft_arch_name(m->arch),
+                      nparams);
+    }
+    for (int i = 0; rc == 0 && i < nparams && !r.bad; i++) {
+        float *v, *g;
+        size_t n;
+        eft_model_param(m, i, &v, &g, &n);
+        uint64_t count = get_u64(&r);
+        if (!r.bad && count != n)
+            rc = fail(err, len,
+                      "%s: of another model: tensor %d has %llu values, "
+                      "the %s's %zu",
+                      path, i, (unsigned long long)count,
+                      eft_arch_name(m->arch), n);
+        else {
+            tensors[i][0] = take(&r, n * 4);
+            tensors[i][1] = take(&r, n * 4);
+        }
+    }
+    const unsigned char *state = NULL;
+    uint64_t state_n = 0;
+    if (rc == 0) {
+        state_n = get_u64(&r);
+        state = take(&r, (size_t)state_n);
+    }
+    if (rc == 0 && (r.bad || r.at != r.len))
+        rc = fail(err, len, "%s: corrupt: %s", path,
+                  r.bad ? "its contents end too soon"
+                        : "bytes after its contents");
+    void *copy = NULL;
+    if (rc == 0 && !(copy = malloc(state_n ? (size_t)state_n : 1)))
+        rc = fail(err, len, "%s: out of memory", path);
+    if (rc == 0) { /* every check passed: apply */
+        for (int i = 0; i < nparams; i++) {
+            float *v, *g;
+            size_t n;
+            eft_model_param(m, i, &v, &g, &n);
+            get_floats(tensors[i][0], v, n);
+            get_floats(tensors[i][1], eft_model_momentum(m, i), n);
+        }
+        if (state_n)
+            memcpy(copy, state, (size_t)state_n);
+        *pipe = copy;
+        *pipe_n = (size_t)state_n;
+        *st = got;
+    }
+    free(data);
+    return rc;
+}

@@ -1,0 +1,72 @@
+/* Checkpoints of a training run: the model's weights and momentum, the
+ * loop's counters and the training pipeline's state in one file, so that
+ * a run killed at any moment resumes from its last checkpoint and ends
+ * as the uninterrupted run would, bit for bit.
+ *
+ * The file is written whole or not at all: to PATH.tmp, fsync'd, renamed
+ * over PATH, then the folder fsync'd. Layout, integers and floats
+ * little-endian:
+ *   "EFTCKPT\0" | u32 format version (1) | u32 0 | u64 payload bytes |
+ *   payload | u32 CRC-32C of everything before it
+ *   payload: the settings (u32 count; each a name (u8 length, bytes), a
+ *            kind (u8: 0 integer, 1 float) and 8 bytes of value), the
+ *            counters (eft_run_state, fixed order), the model (u32
+ *            tensors; each a u64 count, its values, its momentum), the
+ *            pipeline state (u64 bytes, the bytes).
+ * The settings are those of eft_config that shape the run (not threads,
+ * a speed setting) and a hash of the held-out set: a checkpoint of
+ * another run is refused, naming the setting and both values. */
+#ifndef EFT_CHECKPOINT_H
+#define EFT_CHECKPOINT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "model.h"
+#include "trainer.h"
+
+#define EFT_LOSS_WINDOW 50 /* steps the reported training loss is over */
+
+/* Everything of a run besides the model and the pipeline that later steps
+ * or the report depend on. */
+typedef struct {
+    eft_result res;    /* counters, last evaluation, time-to-target */
+    long next_eval;    /* fresh count of the next evaluation */
+    long evaluated_at; /* fresh count of the last evaluation, or -1 */
+    double loss_window[EFT_LOSS_WINDOW];
+    int finished; /* the run ended (budget, target, divergence, data) */
+} eft_run_state;
+
+/* What the run is, for a checkpoint to be checked against. */
+typedef struct {
+    const eft_config *cfg;
+    uint64_t test_hash; /* eft_hash of the held-out set; 0: none */
+} eft_run_id;
+
+/* Writes a checkpoint to `path`; the pipeline state is `pipe_n` bytes at
+ * `pipe`. Returns 0, or -1 with a message naming the file in err. */
+int eft_checkpoint_save(const char *path, const eft_run_id *id, eft_model *m,
+                        const eft_run_state *st, const void *pipe,
+                        size_t pipe_n, char *err, size_t len);
+
+/* Reads the checkpoint at `path` into m and *st, and its pipeline state
+ * into *pipe (the caller frees it) and *pipe_n. Returns 0; 1 when there
+ * is no file at path (nothing changed); -1 with a message naming the
+ * file and what is wrong (unreadable, truncated, corrupt, another format
+ * version, another run's settings or model), m and *st unchanged. */
+int eft_checkpoint_load(const char *path, const eft_run_id *id, eft_model *m,
+                        eft_run_state *st, void **pipe, size_t *pipe_n,
+                        char *err, size_t len);
+
+/* A 64-bit hash of n bytes, chained through h (start from 0): for the
+ * samples trained on, the held-out set and the weights. Not for
+ * security. */
+uint64_t eft_hash(uint64_t h, const void *data, size_t n);
+
+/* eft_hash over every parameter tensor's values. */
+uint64_t eft_model_hash(eft_model *m);
+
+/* CRC-32C (Castagnoli) of n bytes, chained through crc (start from 0). */
+uint32_t eft_crc32c(uint32_t crc, const void *data, size_t n);
+
+#endif
