@@ -35,6 +35,7 @@ typedef struct {
     const char *model, *schedule;
     double throttle;
     int json, print_spec, check_sync;
+    int every_given;
     cli_pipeline_opts po;
     eft_comm comm; /* under mpirun: this process's rank and the size */
     char spec_buf[4096], test_buf[1024];
@@ -53,6 +54,7 @@ static int parse(train_opts *o, int argc, char **argv)
     eft_config *c = &o->cfg;
     eft_config_defaults(c);
     c->threads = 2;
+    c->checkpoint_every = 1000;
     o->echo_at = "before-augment";
     o->model = eft_arch_name(c->arch);
     o->schedule = c->schedule == EFT_LR_CONSTANT ? "constant" : "linear";
@@ -103,6 +105,18 @@ static int parse(train_opts *o, int argc, char **argv)
         {"--save-model", ARG_STRING, &c->save_model, NULL, 0, 0, NULL, "PATH",
          "write the weights at the end (format:\n"
          "train/model.h)"},
+        {"checkpoints (one process):", ARG_HEADING, NULL, NULL, 0, 0, NULL,
+         NULL, NULL},
+        {"--checkpoint", ARG_STRING, &c->checkpoint, NULL, 0, 0, NULL, "PATH",
+         "save the run here (weights, optimiser, counters,\n"
+         "the pipeline's position) every --checkpoint-every\n"
+         "steps and at the end, replacing the file whole"},
+        {"--checkpoint-every", ARG_LONG, &c->checkpoint_every,
+         &o->every_given, 1, 1e12, NULL, "STEPS", "steps between checkpoints"},
+        {"--resume", ARG_FLAG, &c->resume, NULL, 0, 0, NULL, NULL,
+         "go on from --checkpoint's file if there is one\n"
+         "(else start afresh); it must be of this run:\n"
+         "the same options but --threads"},
         {"pipelines:", ARG_HEADING, NULL, NULL, 0, 0, NULL, NULL, NULL},
         CLI_PIPELINE_ARGS(&o->po),
         {"output:", ARG_HEADING, NULL, NULL, 0, 0, NULL, NULL, NULL},
@@ -186,7 +200,18 @@ static int echo_stage(const ef_pipeline *p, ef_stage_stats *st)
 typedef struct {
     ef_pipeline *p;
     int tty, quiet;
+    const char *checkpoint;
 } progress_ctx;
+
+static void on_resumed(void *user, const eft_progress *pr)
+{
+    const progress_ctx *pc = user;
+    if (!pc->quiet)
+        fprintf(stderr,
+                "resuming from %s: step %ld, %ld fresh examples, %.2f s of "
+                "training\n",
+                pc->checkpoint, pr->steps, pr->fresh, pr->train_s);
+}
 
 static void on_progress(void *user, const eft_progress *pr, int evaluated)
 {
@@ -324,6 +349,19 @@ static void report(const train_opts *o, const ef_pipeline *p,
         json_number(&w, "final_loss", r->final.loss);
         json_number(&w, "train_examples_per_s", r->train_examples_per_s);
         json_number(&w, "consumer_wait_fraction", ps.consumer_wait_fraction);
+        char hex[17];
+        snprintf(hex, sizeof hex, "%016llx", (unsigned long long)r->samples_hash);
+        json_string(&w, "samples_hash", hex);
+        snprintf(hex, sizeof hex, "%016llx", (unsigned long long)r->weights_hash);
+        json_string(&w, "weights_hash", hex);
+        if (o->cfg.checkpoint) {
+            if (r->resumed)
+                json_number(&w, "resumed_at_step", (double)r->resumed_at_step);
+            else
+                json_null(&w, "resumed_at_step");
+            json_number(&w, "checkpoints", (double)r->checkpoints);
+            json_number(&w, "checkpoint_time_s", r->checkpoint_s);
+        }
         json_uint(&w, "seed", o->cfg.seed);
         json_number(&w, "lr", o->cfg.lr);
         json_number(&w, "batch", o->cfg.batch);
@@ -363,6 +401,14 @@ static void report(const train_opts *o, const ef_pipeline *p,
            r->train_examples_per_s, r->final.eval_s);
     printf("the trainer waited for data %.1f%% of the time\n",
            100 * ps.consumer_wait_fraction);
+    if (r->resumed)
+        printf("resumed from a checkpoint at step %ld\n", r->resumed_at_step);
+    if (o->cfg.checkpoint)
+        printf("%ld checkpoints written in %.2f s\n", r->checkpoints,
+               r->checkpoint_s);
+    printf("samples hash %016llx, weights hash %016llx\n",
+           (unsigned long long)r->samples_hash,
+           (unsigned long long)r->weights_hash);
     if (has_echo) {
         double v;
         printf("echo:");
@@ -374,6 +420,34 @@ static void report(const train_opts *o, const ef_pipeline *p,
     }
     if (all)
         report_ranks_text(o->cfg.comm, r, all);
+}
+
+/* The checkpoint options: 0 when they make sense, -1 after a message. */
+static int check_checkpoint(const train_opts *o)
+{
+    const eft_config *c = &o->cfg;
+    if (!c->checkpoint && (o->every_given || c->resume)) {
+        fprintf(stderr, "echoflow train: %s needs --checkpoint PATH\n",
+                c->resume ? "--resume" : "--checkpoint-every");
+        return -1;
+    }
+    if (!c->checkpoint)
+        return 0;
+    if (c->comm) {
+        /* each process would need its own file, and all of them the same
+           step on resuming: not done yet */
+        fprintf(stderr, "echoflow train: --checkpoint is for one process; "
+                        "under mpirun it is not supported yet\n");
+        return -1;
+    }
+    if (!c->resume && !o->print_spec && access(c->checkpoint, F_OK) == 0) {
+        fprintf(stderr,
+                "echoflow train: %s exists: give --resume to go on from it, "
+                "or remove it to start afresh\n",
+                c->checkpoint);
+        return -1;
+    }
+    return 0;
 }
 
 /* Checks the options and builds the spec; returns 0 to train, -1 when
@@ -406,6 +480,8 @@ static int setup(train_opts *o, int launched, int argc, char **argv)
                         "of a run under mpirun; this is one process\n");
         return 2;
     }
+    if (check_checkpoint(o))
+        return 2;
     return o->data && preset(o) ? 2 : 0;
 }
 
@@ -438,9 +514,14 @@ static int run(train_opts *o)
         fprintf(stderr, "training on: %s%s\n", o->spec,
                 comm ? " (each process its part: shard=RANK/N)" : "");
     /* --json keeps stderr for errors unless a person is watching */
-    progress_ctx pc = {train_p, isatty(2), !lead || (o->json && !isatty(2))};
+    progress_ctx pc = {train_p, isatty(2), !lead || (o->json && !isatty(2)),
+                       o->cfg.checkpoint};
+    if (!pc.quiet && o->cfg.resume && access(o->cfg.checkpoint, F_OK) != 0)
+        fprintf(stderr, "no checkpoint at %s yet: starting afresh\n",
+                o->cfg.checkpoint);
     eft_result r;
-    const eft_job job = {&o->cfg, train_p, &test, on_progress, 20, &pc};
+    const eft_job job = {&o->cfg, train_p, &test, on_progress, 20, &pc,
+                         on_resumed};
     int rc = eft_train(&job, &r, err, sizeof err);
     double mine[F_COUNT], *all = NULL;
     if (rc == 0 && comm) {
