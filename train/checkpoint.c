@@ -160,8 +160,12 @@ static void describe(const setting *s, char *buf, size_t len)
                  s->i == EFT_LR_CONSTANT ? "constant" : "linear");
     else if (!strcmp(s->name, "held-out set"))
         snprintf(buf, len, "hash %016llx", (unsigned long long)s->i);
-    else if (s->kind == SET_FLOAT)
-        snprintf(buf, len, "%.17g", s->f);
+    else if (s->kind == SET_FLOAT) /* the shortest that reads back */
+        for (int digits = 6; digits <= 17; digits++) {
+            snprintf(buf, len, "%.*g", digits, s->f);
+            if (strtod(buf, NULL) == s->f)
+                break;
+        }
     else if (!strcmp(s->name, "seed"))
         snprintf(buf, len, "%llu", (unsigned long long)s->i);
     else
