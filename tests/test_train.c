@@ -10,6 +10,7 @@
 #include <cblas.h>
 #include <math.h>
 
+#include "checkpoint.h"
 #include "ef_test_util.h"
 #include "model.h"
 #include "trainer.h"
@@ -443,6 +444,176 @@ static void bad_batches_fail_cleanly(void **state)
     ef_pipeline_destroy(p);
 }
 
+/* CRC-32C's check value, and the same CRC whatever the pieces it is
+ * computed over (eight bytes at a time, then one). */
+static void crc32c_values(void **state)
+{
+    (void)state;
+    assert_int_equal(eft_crc32c(0, "123456789", 9), 0xe3069283u);
+    assert_int_equal(eft_crc32c(0, "", 0), 0);
+    unsigned char buf[1000];
+    for (size_t i = 0; i < sizeof buf; i++)
+        buf[i] = (unsigned char)(i * 131 + 7);
+    uint32_t whole = eft_crc32c(0, buf, sizeof buf);
+    for (size_t cut = 0; cut < 40; cut++)
+        assert_int_equal(
+            eft_crc32c(eft_crc32c(0, buf, cut), buf + cut, sizeof buf - cut),
+            whole);
+    buf[500] ^= 1;
+    assert_int_not_equal(eft_crc32c(0, buf, sizeof buf), whole);
+}
+
+/* The copy of the checkpoint taken at one step of run_copying(). */
+typedef struct {
+    const char *path, *copy;
+    long at_step;
+} ckpt_copier;
+
+static void copy_file(const char *from, const char *to)
+{
+    FILE *in = fopen(from, "rb"), *out = fopen(to, "wb");
+    assert_non_null(in);
+    assert_non_null(out);
+    char buf[65536];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, in)) > 0)
+        assert_int_equal(fwrite(buf, 1, n, out), n);
+    fclose(in);
+    assert_int_equal(fclose(out), 0);
+}
+
+static void copy_at_step(void *user, const eft_progress *p, int evaluated)
+{
+    (void)evaluated;
+    ckpt_copier *c = user;
+    if (p->steps == c->at_step)
+        copy_file(c->path, c->copy);
+}
+
+/* A run resumed from a checkpoint taken midway ends as the run it was
+ * taken from: the same steps, samples and weights. Checkpoints of another
+ * run, or damaged ones, are refused with a message. */
+static void checkpoint_resumes_exactly(void **state)
+{
+    (void)state;
+    char err[1024], dir[] = "/tmp/eft_ckpt.XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char path[128], copy[128];
+    snprintf(path, sizeof path, "%s/run.ck", dir);
+    snprintf(copy, sizeof copy, "%s/mid.ck", dir);
+    const char *spec = "shuffle:1000 | echo:factor=2,shuffle=50 | batch:64 | "
+                       "prefetch:2";
+    eft_dataset test;
+    ef_pipeline *tp = fmnist("take:1000 | batch:500", 1);
+    assert_int_equal(eft_dataset_load(tp, 0.286, 0.353, &test, err, sizeof err),
+                     0);
+    ef_pipeline_destroy(tp);
+    eft_config cfg;
+    eft_config_defaults(&cfg);
+    cfg.batch = 64;
+    cfg.max_fresh = 3200;
+    cfg.eval_every = 1000;
+
+    /* the whole run, without checkpoints */
+    eft_result full, r;
+    ef_pipeline *p = fmnist(spec, 3);
+    eft_job job = {.cfg = &cfg, .train = p, .test = &test};
+    assert_int_equal(eft_train(&job, &full, err, sizeof err), 0);
+    ef_pipeline_destroy(p);
+    assert_true(full.final.steps > 90);
+
+    /* again with checkpoints every 7 steps, copying the file at step 40
+       (it holds step 35 then) */
+    cfg.checkpoint = path;
+    cfg.checkpoint_every = 7;
+    cfg.resume = 1; /* no file yet: starts afresh */
+    ckpt_copier c = {path, copy, 40};
+    job.train = p = fmnist(spec, 3);
+    job.progress = copy_at_step;
+    job.progress_steps = 1;
+    job.user = &c;
+    assert_int_equal(eft_train(&job, &r, err, sizeof err), 0);
+    ef_pipeline_destroy(p);
+    assert_false(r.resumed);
+    assert_int_equal(r.checkpoints, full.final.steps / 7 + 1);
+    assert_int_equal(r.weights_hash, full.weights_hash);
+    assert_int_equal(r.samples_hash, full.samples_hash);
+
+    /* resumed from the copy: the rest of the same run */
+    cfg.checkpoint = copy;
+    job.train = p = fmnist(spec, 3);
+    job.progress = NULL;
+    assert_int_equal(eft_train(&job, &r, err, sizeof err), 0);
+    ef_pipeline_destroy(p);
+    assert_true(r.resumed);
+    assert_int_equal(r.resumed_at_step, 35);
+    assert_int_equal(r.final.steps, full.final.steps);
+    assert_int_equal(r.final.fresh, full.final.fresh);
+    assert_int_equal(r.final.examples, full.final.examples);
+    assert_int_equal(r.samples_hash, full.samples_hash);
+    assert_int_equal(r.weights_hash, full.weights_hash);
+    assert_true(r.final.accuracy == full.final.accuracy);
+
+    /* a finished run resumed trains no further and reports the same */
+    job.train = p = fmnist(spec, 3);
+    assert_int_equal(eft_train(&job, &r, err, sizeof err), 0);
+    ef_pipeline_destroy(p);
+    assert_int_equal(r.resumed_at_step, full.final.steps);
+    assert_int_equal(r.checkpoints, 0);
+    assert_int_equal(r.weights_hash, full.weights_hash);
+
+    /* another learning rate, another pipeline, another held-out set */
+    cfg.lr = 0.05;
+    job.train = p = fmnist(spec, 3);
+    assert_int_equal(eft_train(&job, &r, err, sizeof err), -1);
+    ef_pipeline_destroy(p);
+    assert_non_null(strstr(err, "mid.ck: saved by another run: lr 0.03 "
+                                "there, 0.05 here"));
+    cfg.lr = 0.03;
+    job.train = p = fmnist(spec, 4);
+    assert_int_equal(eft_train(&job, &r, err, sizeof err), -1);
+    ef_pipeline_destroy(p);
+    assert_non_null(strstr(err, "mid.ck: saved from another training "
+                                "pipeline: state: saved with seed 3"));
+    eft_dataset other = test;
+    other.n = 999;
+    job.test = &other;
+    job.train = p = fmnist(spec, 3);
+    assert_int_equal(eft_train(&job, &r, err, sizeof err), -1);
+    ef_pipeline_destroy(p);
+    assert_non_null(strstr(err, "saved by another run: held-out set hash"));
+    job.test = &test;
+
+    /* cut short, or one bit changed */
+    FILE *f = fopen(copy, "rb");
+    assert_non_null(f);
+    static unsigned char bytes[4 << 20];
+    size_t n = fread(bytes, 1, sizeof bytes, f);
+    fclose(f);
+    assert_true(n > 1000 && n < sizeof bytes);
+    f = fopen(copy, "wb");
+    assert_int_equal(fwrite(bytes, 1, n - 7, f), n - 7);
+    fclose(f);
+    job.train = p = fmnist(spec, 3);
+    assert_int_equal(eft_train(&job, &r, err, sizeof err), -1);
+    ef_pipeline_destroy(p);
+    assert_non_null(strstr(err, "mid.ck: truncated"));
+    bytes[n / 2] ^= 4;
+    f = fopen(copy, "wb");
+    assert_int_equal(fwrite(bytes, 1, n, f), n);
+    fclose(f);
+    job.train = p = fmnist(spec, 3);
+    assert_int_equal(eft_train(&job, &r, err, sizeof err), -1);
+    ef_pipeline_destroy(p);
+    assert_non_null(strstr(err, "mid.ck: corrupt: its checksum"));
+
+    remove(path);
+    remove(copy);
+    rmdir(dir);
+    free((void *)test.x);
+    free((void *)test.y);
+}
+
 int main(void)
 {
     /* BLAS threads are invisible to the thread sanitizer: keep it to one */
@@ -459,6 +630,8 @@ int main(void)
         cmocka_unit_test_setup(sgd_rule, reseed),
         cmocka_unit_test_setup(short_run_learns, reseed),
         cmocka_unit_test_setup(bad_batches_fail_cleanly, reseed),
+        cmocka_unit_test(crc32c_values),
+        cmocka_unit_test(checkpoint_resumes_exactly),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
