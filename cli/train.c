@@ -361,6 +361,7 @@ static void report(const train_opts *o, const ef_pipeline *p,
                 json_null(&w, "resumed_at_step");
             json_number(&w, "checkpoints", (double)r->checkpoints);
             json_number(&w, "checkpoint_time_s", r->checkpoint_s);
+            json_number(&w, "resume_time_s", r->resume_s);
         }
         json_uint(&w, "seed", o->cfg.seed);
         json_number(&w, "lr", o->cfg.lr);

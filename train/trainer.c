@@ -360,6 +360,7 @@ static int resume(trainer *t, char *err, size_t errlen)
 {
     const char *path = t->cfg->checkpoint;
     ef_pipeline *train = t->job->train;
+    double start = now_s();
     eft_run_state rs;
     void *state = NULL;
     size_t n = 0;
@@ -387,6 +388,7 @@ static int resume(trainer *t, char *err, size_t errlen)
     t->finished = rs.finished;
     t->train_base = rs.res.final.train_s;
     t->eval_base = rs.res.final.eval_s;
+    t->res->resume_s = now_s() - start;
     if (t->job->resumed)
         t->job->resumed(t->job->user, &t->res->final);
     return 0;

@@ -94,6 +94,7 @@ typedef struct {
     long resumed_at_step; /* ... saved after this many steps */
     long checkpoints;     /* checkpoints written */
     double checkpoint_s;  /* time writing them (not training time) */
+    double resume_s;      /* time reading one and restoring the pipeline */
 } eft_result;
 
 /* Called after every evaluation (evaluated = 1) and every `every_steps`
