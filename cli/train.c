@@ -45,7 +45,11 @@ static const char about[] =
     "Trains a model on batches from an echoflow pipeline and reports the\n"
     "fresh examples, steps and time it took to reach the target accuracy.\n"
     "Under mpirun -np N, each process reads shard=RANK/N of the training\n"
-    "pipeline and the processes average their gradients.\n";
+    "pipeline and the processes average their gradients.\n"
+    "With --checkpoint PATH --resume, the same command run again after a\n"
+    "kill goes on from the last checkpoint; with --threads 1 it ends with\n"
+    "the weights the uninterrupted run would have (see the report's\n"
+    "samples_hash and weights_hash).\n";
 
 /* Parses the options into o, the trainer's defaults for the rest: 0, 1
  * after --help, -1 after a message. */
