@@ -535,7 +535,8 @@ static void checkpoint_resumes_exactly(void **state)
     assert_int_equal(eft_train(&job, &r, err, sizeof err), 0);
     ef_pipeline_destroy(p);
     assert_false(r.resumed);
-    assert_int_equal(r.checkpoints, full.final.steps / 7 + 1);
+    /* at the start, every 7 steps, at the end */
+    assert_int_equal(r.checkpoints, 1 + full.final.steps / 7 + 1);
     assert_int_equal(r.weights_hash, full.weights_hash);
     assert_int_equal(r.samples_hash, full.samples_hash);
 
@@ -561,6 +562,29 @@ static void checkpoint_resumes_exactly(void **state)
     assert_int_equal(r.resumed_at_step, full.final.steps);
     assert_int_equal(r.checkpoints, 0);
     assert_int_equal(r.weights_hash, full.weights_hash);
+
+    /* a path that cannot be written fails before the first step */
+    cfg.checkpoint = "/nonexistent-folder/run.ck";
+    job.train = p = fmnist(spec, 3);
+    assert_int_equal(eft_train(&job, &r, err, sizeof err), -1);
+    ef_pipeline_destroy(p);
+    assert_non_null(strstr(err, "/nonexistent-folder/run.ck.tmp: cannot "
+                                "create: No such file or directory"));
+    assert_int_equal(r.final.steps, 0);
+    /* so does a pipeline whose position cannot be saved */
+    char fresh[128];
+    snprintf(fresh, sizeof fresh, "%s/fresh.ck", dir);
+    cfg.checkpoint = fresh;
+    job.train = p = fmnist("shuffle:100 | map:fn=noop,threads=2,ordered=false "
+                           "| batch:64",
+                           3);
+    assert_int_equal(eft_train(&job, &r, err, sizeof err), -1);
+    ef_pipeline_destroy(p);
+    assert_non_null(strstr(err, "fresh.ck: cannot save the training "
+                                "pipeline's position: "));
+    assert_int_equal(r.final.steps, 0);
+    assert_int_equal(access(fresh, F_OK), -1);
+    cfg.checkpoint = copy;
 
     /* another learning rate, another pipeline, another held-out set */
     cfg.lr = 0.05;

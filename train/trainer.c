@@ -185,6 +185,7 @@ typedef struct {
     /* a resumed run's training and evaluation time before this process */
     double train_base, eval_base;
     int finished; /* resumed from a checkpoint of a run that had ended */
+    double ckpt_s; /* time writing checkpoints since t0 */
     eft_run_id id;
     void *state; /* the training pipeline's state, for checkpoints */
     size_t state_cap;
@@ -313,7 +314,7 @@ static double train_time(const trainer *t)
 {
     const eft_result *res = t->res;
     return t->train_base + (now_s() - t->t0) -
-           (res->final.eval_s - t->eval_base) - res->checkpoint_s;
+           (res->final.eval_s - t->eval_base) - t->ckpt_s;
 }
 
 /* Saves the run to cfg->checkpoint with the training pipeline's state;
@@ -348,8 +349,10 @@ static int checkpoint(trainer *t, int ended, char *err, size_t errlen)
     if (eft_checkpoint_save(path, &t->id, t->m, &rs, t->state, n, err,
                             errlen))
         return -1;
+    double took = now_s() - start;
     t->res->checkpoints++;
-    t->res->checkpoint_s += now_s() - start;
+    t->res->checkpoint_s += took;
+    t->ckpt_s += t->t0 > 0 ? took : 0;
     return 0;
 }
 
@@ -458,8 +461,9 @@ static int train_loop(trainer *t, eft_result *res, char *err, size_t errlen)
 }
 
 /* Before the first step of a run with checkpoints: what identifies the
- * run, then the checkpoint to go on from (with resume), or else a check
- * that the training pipeline's position can be saved at all. */
+ * run, then the checkpoint to go on from (with resume), or else a first
+ * checkpoint, so that a path that cannot be written or a pipeline whose
+ * position cannot be saved fails now rather than steps later. */
 static int setup_checkpoints(trainer *t, char *err, size_t errlen)
 {
     const eft_config *cfg = t->cfg;
@@ -478,14 +482,7 @@ static int setup_checkpoints(trainer *t, char *err, size_t errlen)
     }
     if (cfg->resume && resume(t, err, errlen))
         return -1;
-    size_t n;
-    if (!t->res->resumed &&
-        ef_pipeline_save_state(t->job->train, NULL, 0, &n) != EF_OK)
-        return fail(err, errlen,
-                    "%s: the training pipeline's position cannot be saved: "
-                    "%s",
-                    cfg->checkpoint, ef_pipeline_error(t->job->train));
-    return 0;
+    return t->res->resumed ? 0 : checkpoint(t, 0, err, errlen);
 }
 
 int eft_train(const eft_job *job, eft_result *res, char *err, size_t errlen)
