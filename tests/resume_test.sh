@@ -57,7 +57,8 @@ spec() {
         "echo:factor=$1,shuffle=500 | batch:128 | prefetch:4"
 }
 TEST_SPEC="idx:images=$TEST_IMG,labels=$TEST_LAB | batch:1000"
-ARGS=(--threads 1 --max-fresh 60000 --eval-every 20000 --seed 7 --json)
+OPTS=(--threads 1 --max-fresh 60000 --eval-every 20000 --seed 7)
+ARGS=("${OPTS[@]}" --json)
 
 # train NAME ARGS...: a run in the foreground; stdout to $TMP/NAME.out,
 # stderr to $TMP/NAME.err, exit status in $rc.
@@ -89,17 +90,21 @@ pass "uninterrupted: $(tr '\n' ' ' <"$TMP/ref.fig")"
 
 # ---- killed ten times, resumed each time -----------------------------------
 CK="$TMP/run.ck"
-CKARGS=(--spec "$(spec 2)" --test-spec "$TEST_SPEC" "${ARGS[@]}"
+CKTEXT=(--spec "$(spec 2)" --test-spec "$TEST_SPEC" "${OPTS[@]}"
         --checkpoint "$CK" --checkpoint-every 20 --resume)
+CKARGS=("${CKTEXT[@]}" --json)
 # the identity of the checkpoint file now: each save is a new file
 # renamed over the old one
 ck_id() { stat -c '%i %y %s' "$CK" 2>/dev/null || echo none; }
 
 kills=0
 done_early=0
+resumed_at=() # the step each attempt resumed from, from its stderr
 for attempt in $(seq 1 10); do
     before=$(ck_id)
-    "$CLI" train "${CKARGS[@]}" >"$TMP/attempt.out" 2>"$TMP/attempt.err" &
+    # without --json, so that it says where it resumed
+    "$CLI" train "${CKTEXT[@]}" >"$TMP/attempt.out" \
+        2>"$TMP/attempt.err" &
     pid=$!
     # wait for a new checkpoint (or the end of the run)
     while kill -0 "$pid" 2>/dev/null && [ "$(ck_id)" = "$before" ]; do
@@ -110,6 +115,8 @@ for attempt in $(seq 1 10); do
     { wait "$pid"; } 2>/dev/null # no "Killed" line from the shell
     st=$?
     pid=
+    step=$(sed -n 's/^resuming from .*: step \([0-9]*\),.*/\1/p' "$TMP/attempt.err")
+    resumed_at+=("${step:-none}")
     if [ "$st" -eq 137 ]; then
         kills=$((kills + 1))
     elif [ "$st" -eq 0 ]; then
@@ -134,12 +141,26 @@ elif ! diff "$TMP/ref.fig" "$TMP/final.fig" >"$TMP/fig.diff"; then
         "the uninterrupted one (< uninterrupted, > resumed):" \
         "$(cat "$TMP/fig.diff")"
 else
-    pass "killed $kills times and resumed: the same steps, samples and weights"
+    pass "killed $kills times and resumed (at steps ${resumed_at[*]}):" \
+        "the same steps, samples and weights"
 fi
-# a kill can only land once a checkpoint was written, so each of these
-# resumed from one; enough of them must have happened to count
+# a kill lands once a new checkpoint was written, so every attempt after
+# the first resumed from a later step than the one before it; enough of
+# them must have happened to count
 [ "$kills" -ge 5 ] ||
     fail "only $kills of 10 runs were killed before the run ended (done early: $done_early)"
+prev=-1
+for ((i = 1; i < ${#resumed_at[@]}; i++)); do
+    step=${resumed_at[$i]}
+    if [ "$step" = none ] || [ "$step" -le "$prev" ]; then
+        fail "attempt $((i + 1)) resumed at step $step, after $prev" \
+            "(all: ${resumed_at[*]})"
+        break
+    fi
+    prev=$step
+done
+[ "${resumed_at[0]}" = none ] ||
+    fail "the first attempt resumed (at ${resumed_at[0]}) from no checkpoint"
 # once finished, resuming again trains nothing and reports the same
 train again "${CKARGS[@]}"
 if [ "$rc" -eq 0 ] && figures "$TMP/again.out" >"$TMP/again.fig" &&
