@@ -113,8 +113,9 @@ static int parse(train_opts *o, int argc, char **argv)
          NULL, NULL},
         {"--checkpoint", ARG_STRING, &c->checkpoint, NULL, 0, 0, NULL, "PATH",
          "save the run here (weights, optimiser, counters,\n"
-         "the pipeline's position) every --checkpoint-every\n"
-         "steps and at the end, replacing the file whole"},
+         "the pipeline's position) at the start, every\n"
+         "--checkpoint-every steps and at the end, replacing\n"
+         "the file whole"},
         {"--checkpoint-every", ARG_LONG, &c->checkpoint_every,
          &o->every_given, 1, 1e12, NULL, "STEPS", "steps between checkpoints"},
         {"--resume", ARG_FLAG, &c->resume, NULL, 0, 0, NULL, NULL,
