@@ -53,12 +53,13 @@ typedef struct {
     const char *save_model; /* eft_model_save() the weights here at the
                                end (process 0 of a data-parallel run) */
     /* Checkpoints (checkpoint.h; one process only): the run is saved to
-     * `checkpoint` every `checkpoint_every` steps and at the end. With
+     * `checkpoint` before the first step (unless resumed), every
+     * `checkpoint_every` steps and at the end. With
      * `resume`, a checkpoint already there is loaded first and the run
      * goes on from it (the training pipeline restored before its first
      * next()); without, it is overwritten. */
     const char *checkpoint;
-    long checkpoint_every; /* steps; 0: at the end only */
+    long checkpoint_every; /* steps; 0: at the start and the end only */
     int resume;
 } eft_config;
 
