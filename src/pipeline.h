@@ -28,6 +28,9 @@ struct ef_pipeline {
     unsigned char *saved;
     size_t saved_size;
     uint64_t saved_items; /* items delivered when it was made */
+    /* a state was applied: the stages hold its items, and a second one
+     * would be applied on top of them */
+    int restored;
 };
 
 /* Records the end of the data or the failure; every later next()

@@ -279,6 +279,10 @@ ef_status ef_pipeline_restore_state(ef_pipeline *p, const void *buf,
         return ef__err_set(&p->err, EF_ESTATE,
                            "state: restore a pipeline before its first "
                            "next() (build a new one to go back)");
+    if (p->restored)
+        return ef__err_set(&p->err, EF_ESTATE,
+                           "state: the pipeline was restored already "
+                           "(build a new one to restore another state)");
     const unsigned char *payload;
     size_t n;
     int rc = ef__state_open(buf, size, &payload, &n, &p->err);
@@ -290,6 +294,7 @@ ef_status ef_pipeline_restore_state(ef_pipeline *p, const void *buf,
     if ((rc = check_all(p, &check, &h)) != EF_OK)
         return rc;
     /* from here on the pipeline changes: a failure leaves it failed */
+    p->restored = 1;
     ef__state_in in = {
         .p = payload, .len = n, .base = EF__STATE_HEADER, .err = &p->err};
     read_head(&in, &h);

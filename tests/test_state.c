@@ -385,6 +385,44 @@ static void test_fashion_mnist_augment(void **state)
     check_resume(spec, spec, aug_cuts, sizeof aug_cuts / sizeof aug_cuts[0]);
 }
 
+/* A second state applied on top of the first would overfill the buffers
+ * the first refilled: it is refused, and the first still holds. */
+static void test_second_restore_refused(void **state)
+{
+    (void)state;
+    const char *spec = "range:n=50,bytes=4 | shuffle:buffer=8 | "
+                       "echo:factor=2,shuffle=4 | batch:size=3 | "
+                       "prefetch:depth=2";
+    enum { K = 5, MAX = 200 };
+    seen all[MAX], rest[MAX];
+    ef_pipeline *p = tu_pipeline(spec, 7);
+    size_t total = pull(p, all, MAX);
+    ef_pipeline_destroy(p);
+    p = tu_pipeline(spec, 7);
+    assert_int_equal(pull(p, rest, K), K);
+    size_t size;
+    void *saved = save(p, &size);
+    ef_pipeline_destroy(p);
+
+    ef_pipeline *q = tu_pipeline(spec, 7);
+    assert_int_equal(ef_pipeline_restore_state(q, saved, size), EF_OK);
+    assert_int_equal(ef_pipeline_restore_state(q, saved, size), EF_ESTATE);
+    assert_non_null(strstr(ef_pipeline_error(q), "restored already"));
+    size_t n = pull(q, rest, MAX);
+    assert_int_equal(n, total - K);
+    expect_same(all + K, rest, n, K, spec);
+    ef_pipeline_destroy(q);
+
+    /* a state refused before anything changed does not count */
+    q = tu_pipeline(spec, 7);
+    assert_int_equal(ef_pipeline_restore_state(q, saved, size - 1),
+                     EF_EFORMAT);
+    assert_int_equal(ef_pipeline_restore_state(q, saved, size), EF_OK);
+    assert_int_equal(pull(q, rest, MAX), total - K);
+    ef_pipeline_destroy(q);
+    free(saved);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -398,6 +436,7 @@ int main(void)
         cmocka_unit_test(test_fashion_mnist_state_size),
         cmocka_unit_test(test_fashion_mnist_exact),
         cmocka_unit_test(test_fashion_mnist_augment),
+        cmocka_unit_test(test_second_restore_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
