@@ -219,7 +219,12 @@ static int check_all(ef_pipeline *p, ef__state_in *in, head *h)
                            "state: saved from a pipeline of %llu stages, "
                            "this one has %d",
                            (unsigned long long)h->nstages, p->nstages);
+    char where[96];
     for (int i = 0; i < p->nstages; i++) {
+        /* a message about the bytes names the stage they belong to */
+        snprintf(where, sizeof where, "stage %d '%s'", i,
+                 p->stages[i]->def->info.name);
+        in->where = where;
         stage_rec r;
         if ((rc = read_stage(in, &r)) != EF_OK ||
             (rc = check_stage(p, i, &r, in->err)) != EF_OK)
@@ -230,6 +235,7 @@ static int check_all(ef_pipeline *p, ef__state_in *in, head *h)
         if (rc != EF_OK)
             return rc;
     }
+    in->where = NULL;
     return ef__state_in_done(in);
 }
 

@@ -9,6 +9,7 @@
 #include <cmocka.h>
 
 #include "ef_test_util.h"
+#include "state.h"
 
 /* An item as the consumer sees it: identity and a hash of every field. */
 typedef struct {
@@ -385,6 +386,37 @@ static void test_fashion_mnist_augment(void **state)
     check_resume(spec, spec, aug_cuts, sizeof aug_cuts / sizeof aug_cuts[0]);
 }
 
+/* A payload cut short inside a stage, sealed again so that the checksum
+ * holds: the parser's message names that stage and the byte, and the
+ * pipeline still runs from its start. */
+static void test_damaged_payload_names_the_stage(void **state)
+{
+    (void)state;
+    const char *spec = "range:n=50,bytes=4 | shuffle:buffer=8 | batch:size=3";
+    ef_pipeline *p = tu_pipeline(spec, 7);
+    seen got[20];
+    assert_int_equal(pull(p, got, 4), 4);
+    size_t size;
+    unsigned char *saved = save(p, &size);
+    ef_pipeline_destroy(p);
+    size_t n = size - EF__STATE_HEADER - 1; /* the last byte gone */
+    unsigned char *cut = malloc(EF__STATE_HEADER + n);
+    assert_non_null(cut);
+    memcpy(cut + EF__STATE_HEADER, saved + EF__STATE_HEADER, n);
+    ef__state_seal(cut, cut + EF__STATE_HEADER, n);
+
+    ef_pipeline *q = tu_pipeline(spec, 7);
+    assert_int_equal(ef_pipeline_restore_state(q, cut, EF__STATE_HEADER + n),
+                     EF_EFORMAT);
+    const char *msg = ef_pipeline_error(q);
+    if (!strstr(msg, "state: stage 2 'batch': ") || !strstr(msg, "at byte"))
+        fail_msg("message: %s", msg);
+    assert_int_equal(pull(q, got, 20), 17);
+    ef_pipeline_destroy(q);
+    free(cut);
+    free(saved);
+}
+
 /* A second state applied on top of the first would overfill the buffers
  * the first refilled: it is refused, and the first still holds. */
 static void test_second_restore_refused(void **state)
@@ -436,6 +468,7 @@ int main(void)
         cmocka_unit_test(test_fashion_mnist_state_size),
         cmocka_unit_test(test_fashion_mnist_exact),
         cmocka_unit_test(test_fashion_mnist_augment),
+        cmocka_unit_test(test_damaged_payload_names_the_stage),
         cmocka_unit_test(test_second_restore_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
