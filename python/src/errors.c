@@ -60,8 +60,13 @@ int pyef_errors_init(PyObject *module)
             return -1;
         char qualified[64];
         snprintf(qualified, sizeof qualified, "echoflow.%s", classes[i].name);
-        class_of[i] =
-            PyErr_NewExceptionWithDoc(qualified, classes[i].doc, bases, NULL);
+        /* .status of the class too, for errors raised in Python (the
+         * echoflow.torch module's); the C side sets each instance's */
+        PyObject *dict = Py_BuildValue("{s:i}", "status", classes[i].status);
+        class_of[i] = dict ? PyErr_NewExceptionWithDoc(
+                                 qualified, classes[i].doc, bases, dict)
+                           : NULL;
+        Py_XDECREF(dict);
         Py_DECREF(bases);
         if (!class_of[i] ||
             PyModule_AddObjectRef(module, classes[i].name, class_of[i]) < 0)
