@@ -145,6 +145,15 @@ class Pipeline(_Pipeline):
     message. stop() ends the iteration from any thread; close() (or the
     end of a with-block) frees the pipeline; the tensors it gave out stay
     valid.
+
+    state_dict() gives the position between two samples, a small dict of
+    bytes and ints (it names items by identity, never holds their data);
+    load_state_dict() on a pipeline built alike, before its first sample,
+    resumes there:
+
+        state = p.state_dict()              # pickle or torch.save it
+        q = echoflow.Pipeline(spec, seed=0)
+        q.load_state_dict(state)            # q goes on where p stood
     """
 
     def __init__(self, spec, *, seed=0, on_error="fail", shard=None,

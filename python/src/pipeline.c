@@ -3,9 +3,10 @@
  * add_map()). Iterating calls ef_pipeline_next() with the GIL released and
  * yields echoflow.Sample objects.
  *
- * Lock rules: `mu` serialises next(), stats() and close() across Python
- * threads, so one pipeline may be iterated from several threads (each
- * sample goes to one of them). It is taken with the GIL released, never
+ * Lock rules: `mu` serialises next(), stats(), state_dict(),
+ * load_state_dict() and close() across Python threads, so one pipeline
+ * may be iterated from several threads (each sample goes to one of them),
+ * and a state is taken between two samples. It is taken with the GIL released, never
  * the other way round, so a thread waiting for it never holds the GIL that
  * the holder needs. stop() does not take it, so that it can wake a next()
  * in progress; it takes `stop_mu` instead, which close() also takes to
@@ -185,6 +186,20 @@ static PyObject *pipeline_add_map(pipeline *self, PyObject *args)
 
 /* ---- iterating ---- */
 
+/* With an exception set: makes the first exception a Python map raised
+ * its __cause__, if there was one. Returns NULL. */
+static PyObject *with_map_cause(pipeline *self)
+{
+    if (self->map_error) {
+        PyObject *type, *value, *tb;
+        PyErr_Fetch(&type, &value, &tb);
+        PyErr_NormalizeException(&type, &value, &tb);
+        PyException_SetCause(value, Py_NewRef(self->map_error));
+        PyErr_Restore(type, value, tb);
+    }
+    return NULL;
+}
+
 static PyObject *pipeline_iternext(pipeline *self)
 {
     lock(self);
@@ -215,14 +230,7 @@ static PyObject *pipeline_iternext(pipeline *self)
     pyef_raise(rc, interrupted ? "interrupted by SIGINT"
                                : ef_pipeline_error(self->p));
     unlock(self);
-    if (self->map_error) {
-        PyObject *type, *value, *tb;
-        PyErr_Fetch(&type, &value, &tb);
-        PyErr_NormalizeException(&type, &value, &tb);
-        PyException_SetCause(value, Py_NewRef(self->map_error));
-        PyErr_Restore(type, value, tb);
-    }
-    return NULL;
+    return with_map_cause(self);
 }
 
 static PyObject *pipeline_convert_with(pipeline *self, PyObject *fn)
@@ -236,6 +244,122 @@ static PyObject *pipeline_convert_with(pipeline *self, PyObject *fn)
 static PyObject *pipeline_iter(PyObject *self)
 {
     return Py_NewRef(self);
+}
+
+/* ---- checkpoints: the dict state_dict() gives ---- */
+
+/* The version of the dict; the library's state inside has its own. */
+#define STATE_VERSION 1
+
+static PyObject *bad_state(const char *what)
+{
+    return pyef_raise(EF_EFORMAT, what);
+}
+
+/* Both calls with the GIL released: a save pauses the stages' threads,
+ * and a Python map's thread needs the GIL to finish its call. */
+static PyObject *pipeline_state_dict(pipeline *self, PyObject *unused)
+{
+    (void)unused;
+    lock(self);
+    if (!self->p) {
+        unlock(self);
+        return closed_error();
+    }
+    size_t size = 0;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = ef_pipeline_save_state(self->p, NULL, 0, &size);
+    Py_END_ALLOW_THREADS
+    PyObject *bytes = NULL;
+    if (rc == EF_OK &&
+        (bytes = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)size))) {
+        char *buf = PyBytes_AS_STRING(bytes);
+        Py_BEGIN_ALLOW_THREADS
+        /* no next() in between: the same size */
+        rc = ef_pipeline_save_state(self->p, buf, size, &size);
+        Py_END_ALLOW_THREADS
+    }
+    if (rc != EF_OK) {
+        Py_CLEAR(bytes);
+        pyef_raise(rc, ef_pipeline_error(self->p));
+    }
+    unlock(self);
+    if (!bytes)
+        return NULL;
+    return Py_BuildValue("{s:i,s:N}", "version", STATE_VERSION, "pipeline",
+                         bytes);
+}
+
+/* The library's state in `state` (a dict of state_dict()), checked as far
+ * as the dict goes; the library checks the rest. */
+static int state_bytes(PyObject *state, Py_buffer *view)
+{
+    if (!PyDict_Check(state)) {
+        PyErr_Format(PyExc_TypeError,
+                     "load_state_dict() takes the dict state_dict() "
+                     "returned, not %.80s",
+                     Py_TYPE(state)->tp_name);
+        return -1;
+    }
+    PyObject *version = PyDict_GetItemString(state, "version");
+    PyObject *blob = PyDict_GetItemString(state, "pipeline");
+    if (!version || !blob) {
+        bad_state("state: the dict has no 'version' or no 'pipeline' key: "
+                  "not one that Pipeline.state_dict() returned");
+        return -1;
+    }
+    long v = PyLong_Check(version) ? PyLong_AsLong(version) : -1;
+    if (v != STATE_VERSION) {
+        PyErr_Clear();
+        PyObject *msg = PyUnicode_FromFormat(
+            "state: version %R of the dict, this echoflow reads version %d",
+            version, STATE_VERSION);
+        if (msg) {
+            bad_state(PyUnicode_AsUTF8(msg));
+            Py_DECREF(msg);
+        }
+        return -1;
+    }
+    if (PyUnicode_Check(blob) ||
+        PyObject_GetBuffer(blob, view, PyBUF_SIMPLE) < 0) {
+        PyErr_Clear();
+        PyObject *msg = PyUnicode_FromFormat(
+            "state: 'pipeline' is a %s, expected the bytes state_dict() "
+            "gave",
+            Py_TYPE(blob)->tp_name);
+        if (msg) {
+            bad_state(PyUnicode_AsUTF8(msg));
+            Py_DECREF(msg);
+        }
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *pipeline_load_state_dict(pipeline *self, PyObject *state)
+{
+    Py_buffer view;
+    if (state_bytes(state, &view) < 0)
+        return NULL;
+    lock(self);
+    if (!self->p) {
+        unlock(self);
+        PyBuffer_Release(&view);
+        return closed_error();
+    }
+    int rc;
+    /* items are read again, maybe through a Python map */
+    Py_BEGIN_ALLOW_THREADS
+    rc = ef_pipeline_restore_state(self->p, view.buf, (size_t)view.len);
+    Py_END_ALLOW_THREADS
+    if (rc != EF_OK)
+        pyef_raise(rc, ef_pipeline_error(self->p));
+    unlock(self);
+    PyBuffer_Release(&view);
+    if (rc != EF_OK)
+        return with_map_cause(self);
+    Py_RETURN_NONE;
 }
 
 /* ---- stats: the object `echoflow run --json` prints ---- */
@@ -462,6 +586,22 @@ static PyMethodDef pipeline_methods[] = {
     {"convert_with", (PyCFunction)pipeline_convert_with, METH_O,
      "convert_with(fn): yields fields as fn(DLPack capsule) from now on, "
      "such as torch tensors with torch.from_dlpack; None: Tensors again."},
+    {"state_dict", (PyCFunction)pipeline_state_dict, METH_NOARGS,
+     "state_dict() -> dict: the pipeline's position, between two samples "
+     "or before the first: {'version': 1, 'pipeline': bytes}. It names "
+     "positions, generator counters and the identities of the items the "
+     "stages hold, never their payloads; pickle or torch.save it. "
+     "UnsupportedError for a pipeline whose position cannot be saved "
+     "(tar, map:ordered=false); a failed pipeline raises its error."},
+    {"load_state_dict", (PyCFunction)pipeline_load_state_dict, METH_O,
+     "load_state_dict(state): resumes at the position state_dict() gave, "
+     "on a pipeline built like the saved one (the same spec and seed; "
+     "thread counts and depths may differ), before its first sample. The "
+     "samples that follow are those the saved pipeline would have given. "
+     "A corrupt or truncated state raises FormatError, one of another "
+     "pipeline SpecError, each naming the first stage that differs, and "
+     "the pipeline is left as it was; after iteration has started, or a "
+     "second time, StateError."},
     {"stats", (PyCFunction)pipeline_stats, METH_NOARGS,
      "stats() -> dict: what `echoflow run --json` prints for the run so "
      "far (its figures at close() once closed)."},

@@ -6,7 +6,8 @@
  * tensor.c     echoflow.Tensor: a field of a sample, exported without a
  *              copy through the buffer protocol and DLPack
  * sample.c     echoflow.Sample (a dict with an identity) and its Identity
- * pipeline.c   echoflow._Pipeline: building, iterating, stats, stop, close
+ * pipeline.c   echoflow._Pipeline: building, iterating, checkpoints,
+ *              stats, stop, close
  * pymap.c      Python callables as map stages
  * interrupt.c  Ctrl-C while next() waits with the GIL released
  * errors.c     the exception classes, one per status code
