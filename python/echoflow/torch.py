@@ -9,6 +9,10 @@ workers.
         loader.set_epoch(epoch)
         for batch in loader:
             x, y = batch["image"], batch["label"]   # torch.Tensor, no copy
+            if step % 1000 == 0:   # a checkpoint, with the model's
+                torch.save({"loader": loader.state_dict(), ...}, path)
+
+    loader.load_state_dict(torch.load(path)["loader"])  # resume there
 """
 import torch
 import torch.distributed
@@ -21,6 +25,9 @@ try:  # the C entry point of torch.from_dlpack, without its Python checks
     from_capsule = torch._C._from_dlpack
 except AttributeError:  # pragma: no cover - other torch versions
     from_capsule = torch.utils.dlpack.from_dlpack
+
+
+_STATE_VERSION = 1  # of the Loader's state_dict()
 
 
 def to_torch(sample):
@@ -54,6 +61,13 @@ class Loader(torch.utils.data.IterableDataset):
     memory).
     on_error, memory_budget, maps: as for echoflow.Pipeline (the budget
         is each pipeline's: one per DataLoader worker).
+
+    state_dict() and load_state_dict() checkpoint the epoch and the
+    position of the iteration running in this process, so that a Loader
+    built alike and loaded yields what this one would have yielded next
+    (see their docstrings). DataLoader workers (num_workers > 0) run their
+    pipelines in processes of their own, out of reach: there, take states
+    between epochs only.
     """
 
     def __init__(self, spec, *, seed=0, rank=None, world_size=None,
@@ -75,32 +89,146 @@ class Loader(torch.utils.data.IterableDataset):
         self.on_error, self.maps = on_error, maps
         self.memory_budget = memory_budget
         self.epoch = 0
-        self._pipeline = None
+        self._pipeline = None  # that of the latest iteration here
+        self._epoch_of_pipeline = 0
+        # (epoch, Pipeline): restored by load_state_dict(), for the next
+        # iteration of that epoch
+        self._resumed = None
         # Build once to raise a bad spec here rather than in a worker. No
         # thread starts before the first sample is asked for.
-        echoflow.Pipeline(spec, seed=seed, on_error=on_error,
-                          shard=(rank, world_size),
-                          memory_budget=memory_budget, maps=maps).close()
+        self._build(0, rank, world_size).close()
+
+    def _build(self, epoch, part, parts):
+        return echoflow.Pipeline(
+            self.spec, seed=echoflow.epoch_seed(self.seed, epoch, part),
+            on_error=self.on_error, shard=(part, parts),
+            memory_budget=self.memory_budget, maps=self.maps)
+
+    def _drop_resumed(self):
+        if self._resumed is not None and self._resumed[1] is not None:
+            self._resumed[1].close()
+        self._resumed = None
+
+    def _running(self):
+        """The pipeline of an iteration in progress in this process, or
+        None."""
+        p = self._pipeline
+        return p if p is not None and not p.closed else None
 
     def set_epoch(self, epoch):
         """Sets the epoch the next iteration reads, as DistributedSampler's
-        set_epoch does; call it before each epoch."""
+        set_epoch does; call it before each epoch. A state loaded for
+        another epoch is dropped."""
         if epoch < 0:
             raise ValueError("epoch must be >= 0, not %d" % epoch)
+        if self._resumed is not None and self._resumed[0] != epoch:
+            self._drop_resumed()
         self.epoch = epoch
 
     def __iter__(self):
         info = torch.utils.data.get_worker_info()
         worker, workers = (info.id, info.num_workers) if info else (0, 1)
         part = self.rank * workers + worker
-        p = echoflow.Pipeline(
-            self.spec, seed=echoflow.epoch_seed(self.seed, self.epoch, part),
-            on_error=self.on_error, shard=(part, self.world_size * workers),
-            memory_budget=self.memory_budget, maps=self.maps)
+        resumed = self._resumed
+        if resumed is not None and info is not None:
+            raise echoflow.StateError(
+                "state: a Loader's state resumes an iteration in the process "
+                "that loaded it; DataLoader workers (num_workers > 0) each "
+                "read a part of their own (load it with num_workers=0)")
+        if resumed is not None and resumed[0] == self.epoch:
+            self._resumed = None
+            p = resumed[1]
+        else:
+            self._drop_resumed()
+            p = self._build(self.epoch, part, self.world_size * workers)
         p.convert_with(from_capsule)  # torch tensors, made in C
-        self._pipeline = p
+        self._pipeline, self._epoch_of_pipeline = p, self.epoch
         with p:
             yield from p
+
+    def state_dict(self):
+        """Where this Loader stands, as a dict to pickle or torch.save:
+        {"version": 1, "epoch": int, "rank": int, "world_size": int,
+        "pipeline": None or the state_dict() of the pipeline}. Each rank
+        saves and loads its own.
+
+        During an iteration in this process, between two batches: its epoch
+        and the pipeline's position, so that the resumed iteration yields
+        the batches that would have come next, identities and bytes (for a
+        deterministic spec: echo:factor=auto depends on timing). Otherwise
+        (before the first iteration, after one ended or was broken off):
+        the epoch, read from its start by the next iteration; or the state
+        loaded and not iterated yet. The spec and seed are not in it:
+        build the Loader alike; a pipeline that differs is refused when
+        the state is loaded."""
+        p = self._running()
+        epoch = self._epoch_of_pipeline
+        if p is None and self._resumed is not None:
+            epoch, p = self._resumed
+        elif p is None:
+            epoch = self.epoch
+        return {"version": _STATE_VERSION, "epoch": epoch,
+                "rank": self.rank, "world_size": self.world_size,
+                "pipeline": p.state_dict() if p is not None else None}
+
+    def load_state_dict(self, state):
+        """Resumes from a state_dict(): sets the epoch, and the next
+        iteration of that epoch continues where the saved one stood.
+        Call it before iterating, or between iterations; set_epoch() to
+        another epoch drops it. The pipeline is built and restored here,
+        so a state of another spec, seed, rank or world_size raises
+        SpecError (a ValueError), a corrupt one FormatError, with the
+        library's message naming the stage, and the Loader stays as it
+        was. StateError during an iteration in progress."""
+        if not isinstance(state, dict):
+            raise TypeError("load_state_dict() takes the dict state_dict() "
+                            "returned, not %s" % type(state).__name__)
+        missing = [k for k in ("version", "epoch", "rank", "world_size",
+                               "pipeline") if k not in state]
+        if missing:
+            raise echoflow.FormatError(
+                "state: no %s in the dict: not one that Loader.state_dict() "
+                "returned" % ", ".join(map(repr, missing)))
+        if state["version"] != _STATE_VERSION:
+            raise echoflow.FormatError(
+                "state: version %r of the Loader's state, this echoflow "
+                "reads version %d" % (state["version"], _STATE_VERSION))
+        epoch = state["epoch"]
+        if not isinstance(epoch, int) or epoch < 0:
+            raise echoflow.FormatError(
+                "state: epoch %r, expected an int >= 0" % (epoch,))
+        if (state["rank"], state["world_size"]) != (self.rank,
+                                                    self.world_size):
+            raise echoflow.SpecError(
+                "state: saved by rank %r of world_size %r, this Loader is "
+                "rank %d of %d: each rank saves and loads a state of its own"
+                % (state["rank"], state["world_size"], self.rank,
+                   self.world_size))
+        if self._running() is not None:
+            raise echoflow.StateError(
+                "state: an iteration of this Loader is in progress; load a "
+                "state before iterating, or between iterations")
+        resumed = None
+        if state["pipeline"] is not None:
+            p = self._build(epoch, self.rank, self.world_size)
+            try:
+                p.load_state_dict(state["pipeline"])
+            except BaseException:
+                p.close()
+                raise
+            resumed = (epoch, p)
+        self._drop_resumed()
+        self._resumed = resumed
+        self.epoch = epoch
+
+    def __getstate__(self):
+        # pickled for DataLoader workers (spawn): pipelines stay here; a
+        # loaded state is marked, so that a worker refuses it
+        d = self.__dict__.copy()
+        d["_pipeline"] = None
+        if d["_resumed"] is not None:
+            d["_resumed"] = (d["_resumed"][0], None)
+        return d
 
     def stats(self):
         """The stats of the pipeline of the current (or last) iteration in
@@ -109,6 +237,8 @@ class Loader(torch.utils.data.IterableDataset):
         return self._pipeline.stats() if self._pipeline else None
 
     def close(self):
-        """Stops and frees the pipeline of an iteration still running."""
+        """Stops and frees the pipeline of an iteration still running, and
+        that of a state loaded and not iterated yet."""
         if self._pipeline:
             self._pipeline.close()
+        self._drop_resumed()

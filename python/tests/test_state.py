@@ -1,8 +1,8 @@
-"""Checkpoints from Python: Pipeline.state_dict() / load_state_dict(). A
-state taken after k items and loaded into a new pipeline gives exactly
-what the uninterrupted run gives after item k, identities and bytes; it
-survives pickle and torch.save; a bad state raises with the library's
-message and changes nothing."""
+"""Checkpoints from Python: Pipeline.state_dict() / load_state_dict() and
+the torch Loader's. A state taken after k items and loaded into a new
+pipeline (or Loader) gives exactly what the uninterrupted run gives after
+item k, identities and bytes; it survives pickle and torch.save; a bad
+state raises with the library's message and changes nothing."""
 import io
 import pickle
 import struct
@@ -12,8 +12,10 @@ import time
 import numpy
 import pytest
 import torch
+from torch.utils.data import DataLoader
 
 import echoflow
+from echoflow.torch import Loader
 
 
 def fingerprint(sample):
@@ -294,6 +296,141 @@ def test_a_failed_pipeline_gives_its_error():
     with pytest.raises(echoflow.CallbackError, match="fails") as e:
         p.state_dict()
     assert e.value.status == echoflow.CallbackError.status
+
+
+# ---- the torch Loader --------------------------------------------------
+
+def loader_items(loader):
+    return [fingerprint(b) for b in loader]
+
+
+def test_loader_resumes_exactly_inside_an_epoch(fmnist_spec):
+    spec = fmnist_spec + FMNIST_TAIL
+    loader = Loader(spec, seed=9)
+    loader.set_epoch(2)
+    whole = loader_items(loader)
+    assert len(whole) == 300
+    for cut in (0, 1, 120, 299, 300):
+        loader = Loader(spec, seed=9)
+        loader.set_epoch(2)
+        head, it = [], iter(loader)
+        for _ in range(cut):
+            head.append(fingerprint(next(it)))
+        state = via_torch_save(loader.state_dict())
+        assert state["epoch"] == 2 and state["version"] == 1
+        assert (state["rank"], state["world_size"]) == (0, 1)
+        del it
+        again = Loader(spec, seed=9)
+        again.load_state_dict(state)
+        assert again.epoch == 2
+        assert again.state_dict() == state  # loaded, not iterated yet
+        assert head + loader_items(again) == whole, "cut %d" % cut
+        # and the next iteration reads the epoch whole
+        assert loader_items(again) == whole
+
+
+def test_loader_resumes_under_a_single_process_dataloader():
+    # num_workers=0: the DataLoader asks the Loader for one batch at a time
+    # (passed as they are: its default conversion drops the identity)
+    def data(loader):
+        return DataLoader(loader, batch_size=None, collate_fn=lambda b: b)
+
+    spec = "range:n=500,bytes=2 | shuffle:buffer=50 | echo:factor=2"
+    whole = loader_items(data(Loader(spec, seed=8)))
+    loader = Loader(spec, seed=8)
+    it = iter(data(loader))
+    head = [fingerprint(next(it)) for _ in range(333)]
+    state = via_pickle(loader.state_dict())
+    again = Loader(spec, seed=8)
+    again.load_state_dict(state)
+    rest = loader_items(data(again))
+    assert head + rest == whole and len(whole) == 1000
+
+
+def test_loader_state_between_epochs_is_the_epoch_to_read():
+    spec = "range:n=60 | shuffle:buffer=60 | batch:size=8"
+    loader = Loader(spec, seed=4)
+    assert loader.state_dict() == {"version": 1, "epoch": 0, "rank": 0,
+                                   "world_size": 1, "pipeline": None}
+    first = loader_items(loader)
+    loader.set_epoch(1)
+    second = loader_items(loader)
+    assert first != second
+    state = via_pickle(loader.state_dict())
+    assert state == {"version": 1, "epoch": 1, "rank": 0, "world_size": 1,
+                     "pipeline": None}
+    again = Loader(spec, seed=4)
+    again.load_state_dict(state)
+    assert loader_items(again) == second
+    # a state loaded for epoch 1 is dropped by set_epoch(2)
+    it = iter(loader)
+    next(it)
+    mid = loader.state_dict()
+    it.close()  # broken off: the next iteration reads epoch 1 whole
+    assert loader.state_dict()["pipeline"] is None
+    again.load_state_dict(mid)
+    again.set_epoch(2)
+    loader.set_epoch(2)
+    assert loader_items(again) == loader_items(loader)
+
+
+def test_loader_refuses_bad_states_and_stays_as_it_was():
+    spec = "range:n=40 | shuffle:buffer=10 | batch:size=4"
+    loader = Loader(spec, seed=1, rank=0, world_size=2)
+    it = iter(loader)
+    next(it)
+    state = loader.state_dict()
+    with pytest.raises(echoflow.StateError, match="in progress"):
+        loader.load_state_dict(state)
+    it.close()
+
+    fresh = Loader(spec, seed=1, rank=0, world_size=2)
+    whole = loader_items(fresh)
+    for other, words in [(Loader(spec, seed=2, rank=0, world_size=2),
+                          "seed"),
+                         (Loader(spec, seed=1, rank=1, world_size=2),
+                          "saved by rank 0 of world_size 2, this Loader is "
+                          "rank 1 of 2"),
+                         (Loader(spec.replace("size=4", "size=5"), seed=1,
+                                 rank=0, world_size=2), "stage 2 'batch'")]:
+        with pytest.raises(echoflow.SpecError, match=words):
+            other.load_state_dict(state)
+        assert other.state_dict()["pipeline"] is None
+    blob = bytearray(state["pipeline"]["pipeline"])
+    blob[-1] ^= 1
+    broken = dict(state, pipeline={"version": 1, "pipeline": bytes(blob)})
+    with pytest.raises(echoflow.FormatError, match="checksum"):
+        fresh.load_state_dict(broken)
+    for bad, words in [({"version": 1, "epoch": 0}, "no 'rank', "
+                        "'world_size', 'pipeline'"),
+                       (dict(state, version=7), "version 7"),
+                       (dict(state, epoch=-1), "epoch -1")]:
+        with pytest.raises(echoflow.FormatError, match=words) as e:
+            fresh.load_state_dict(bad)
+        assert e.value.status == echoflow.FormatError.status
+    with pytest.raises(TypeError):
+        fresh.load_state_dict([state])
+    assert loader_items(fresh) == whole  # untouched by all of it
+
+
+def test_loader_state_is_refused_by_dataloader_workers():
+    loader = Loader("range:n=20 | batch:size=2", seed=0)
+    it = iter(loader)
+    next(it)
+    state = loader.state_dict()
+    it.close()
+    loader.load_state_dict(state)
+    worker_copy = pickle.loads(pickle.dumps(loader))  # as spawn sends it
+    assert worker_copy._resumed == (0, None)
+    info = torch.utils.data._utils.worker.WorkerInfo(
+        id=0, num_workers=2, seed=0, dataset=worker_copy)
+    torch.utils.data._utils.worker._worker_info = info
+    try:
+        with pytest.raises(echoflow.StateError, match="num_workers"):
+            next(iter(worker_copy))
+    finally:
+        torch.utils.data._utils.worker._worker_info = None
+    loader.close()
 
 
 def test_state_dict_from_another_thread_waits_between_samples():
