@@ -174,9 +174,10 @@ static int read_stage(ef__state_in *in, stage_rec *r)
     ef__get_str(in, "a stage's options", r->opts, sizeof r->opts);
     ef__get_i64(in, "a stage's pass", &r->epoch);
     ef__get_count(in, "a stage's end flag", 1, &r->ended);
-    if (!in->failed && r->epoch < 0)
-        return ef__state_bad(in, "pass %lld, expected 0 or more",
-                             (long long)r->epoch);
+    if (!in->failed && (r->epoch < 0 || r->epoch > EF__STATE_MAX_EPOCH))
+        return ef__state_bad(in, "pass %lld, expected 0 to %lld",
+                             (long long)r->epoch,
+                             (long long)EF__STATE_MAX_EPOCH);
     r->rec_at = in->at;
     return ef__get_bytes(in, "a stage's record", &r->rec, &r->rec_len);
 }

@@ -311,9 +311,12 @@ int ef__get_ident(ef__state_in *in, const char *what, ef__ident *d)
     int rc = ef__get_i64(in, what, &len);
     if (rc != EF_OK)
         return rc;
-    if (copy < 0 || copy > INT32_MAX || fresh < 0 || fresh > INT32_MAX ||
-        d->id.epoch < 0 || len < 0 || d->offset < 0 ||
-        len > INT64_MAX - d->offset)
+    /* every number counts from 0: a batch made again by fetch takes its
+     * index from here, unchecked by any source */
+    if (d->id.index < 0 || copy < 0 || copy > INT32_MAX || fresh < 0 ||
+        fresh > INT32_MAX || d->id.epoch < 0 ||
+        d->id.epoch > EF__STATE_MAX_EPOCH || d->part < 0 || len < 0 ||
+        d->offset < 0 || len > INT64_MAX - d->offset)
         return fail(in, what,
                     "an identity with a negative or out-of-range number");
     d->id.echo_copy = (int32_t)copy;

@@ -27,6 +27,9 @@
 #define EF__STATE_MAGIC "EFST"
 #define EF__STATE_VERSION 1
 #define EF__STATE_HEADER 20 /* magic, version, size, CRC */
+/* The largest pass number a state may hold: far beyond any run (2^62
+ * passes), yet a repeat can count on from it without overflowing. */
+#define EF__STATE_MAX_EPOCH (INT64_C(1) << 62)
 
 /* An item's identity: enough to read it again (see ef__origin). A batch's
  * members are the identities of its examples. */
