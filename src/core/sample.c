@@ -150,7 +150,8 @@ void ef_sample_free(ef_sample *s)
         return;
     for (int i = 0; i < s->nfields; i++)
         ef_buffer_release(s->fields[i].buf);
-    ef_buffer_release(s->origin.members);
+    if (s->origin.members) /* batches only: no call for every example */
+        ef_buffer_release(s->origin.members);
     if (s->pool)
         pool_return(s);
     else
