@@ -17,7 +17,7 @@ Command line (kept stable: other tests start this script too):
                  [--slow-headers SECONDS] [--slow-body SECONDS]
                  [--redirect-loop] [--huge-header BYTES]
                  [--random-faults SEED] [--fault-rate P]
-                 [--fault-counts PATH]
+                 [--fault-counts PATH] [--request-log PATH]
 
   --root DIR          directory to serve (required)
   --port N            port on 127.0.0.1; 0 (the default) picks a free one
@@ -73,6 +73,9 @@ Command line (kept stable: other tests start this script too):
                       counts so far as JSON to PATH (temporary name, then
                       renamed): {"requests", "503", "cut", "stall",
                       "clean"}
+  --request-log PATH  append a line per request to PATH, as it comes:
+                      the method, the path and the Range header ("-"
+                      without one), separated by spaces
   --quiet             do not log requests to stderr
 
 The process serves until killed (SIGTERM or SIGKILL are both fine: handler
@@ -123,6 +126,13 @@ class Faults:
         self.fault_counts = args.fault_counts
         self._counts = dict.fromkeys(
             ("requests", "503", "cut", "stall", "clean"), 0)
+        self.request_log = args.request_log
+
+    def log_request_line(self, method, path, range_header):
+        """--request-log: one line, written whole and flushed."""
+        if self.request_log:
+            with self._lock, open(self.request_log, "a") as fh:
+                fh.write("%s %s %s\n" % (method, path, range_header or "-"))
 
     def count_request(self, path):
         """Returns how many requests for `path` came before this one."""
@@ -232,6 +242,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
     def serve(self, send_body):
         f = self.server.faults
         try:
+            f.log_request_line(self.command, self.path,
+                               self.headers.get("Range"))
             n = f.count_request(self.path)
             fault, frac = f.draw_fault()
             if fault == "503":
@@ -414,6 +426,7 @@ def main():
     ap.add_argument("--random-faults", type=int, metavar="SEED")
     ap.add_argument("--fault-rate", type=float, default=0.3, metavar="P")
     ap.add_argument("--fault-counts", metavar="PATH")
+    ap.add_argument("--request-log", metavar="PATH")
     ap.add_argument("--quiet", action="store_true")
     args = ap.parse_args()
     if not 0 <= args.fault_rate <= 1:

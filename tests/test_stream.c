@@ -1,5 +1,6 @@
 /* Byte streams (src/io/stream.c, src/io/http.c): files, memory, gzip on the
- * fly, the truncation messages of read_full and skip, and HTTP against
+ * fly, opening part way (a seek, a Range request, or inflating and
+ * dropping), the truncation messages of read_full and skip, and HTTP against
  * tests/http_server.py started per test with the faults it needs (cuts,
  * 503s, ignored ranges, stalls, trickled headers and bodies, redirect
  * loops, huge headers, ranges that run long), checking that every byte arrives
@@ -289,6 +290,75 @@ static void test_read_full_and_skip(void **state)
     ef__stream_close(s);
 }
 
+/* Opens `location` at `offset` and checks it reads as want[offset, n),
+ * with offsets counted from the data's start; returns the raw bytes the
+ * stream read. */
+static uint64_t expect_from(const char *location, const ef__stream_opts *o,
+                            uint64_t offset, const unsigned char *want,
+                            size_t n)
+{
+    ef__stream *s = NULL;
+    ef__err err;
+    ef__err_clear(&err);
+    int rc = ef__stream_open_at(&s, location, o, offset, &err);
+    if (rc != EF_OK)
+        fail_msg("open %s at %llu: %s", location, (unsigned long long)offset,
+                 err.msg);
+    assert_int_equal(ef__stream_offset(s), offset);
+    size_t len = n - (size_t)offset;
+    unsigned char *got = malloc(len + 1);
+    assert_non_null(got);
+    size_t total = 0;
+    while (total <= len) {
+        size_t k;
+        rc = ef__stream_read(s, got + total, len + 1 - total, &k, &err);
+        if (rc != EF_OK)
+            fail_msg("read %s from %llu: %s", location,
+                     (unsigned long long)offset, err.msg);
+        if (k == 0)
+            break;
+        total += k;
+    }
+    assert_int_equal(total, len);
+    assert_true(len == 0 || memcmp(got, want + offset, len) == 0);
+    assert_int_equal(ef__stream_offset(s), n);
+    ef__stream_stats st;
+    ef__stream_get_stats(s, &st);
+    free(got);
+    ef__stream_close(s);
+    return st.raw_bytes;
+}
+
+/* A plain file opened part way seeks: the bytes before are never read,
+ * and offsets (raw ones too) still count from the file's start. */
+static void test_open_at_file(void **state)
+{
+    (void)state;
+    const char *path = tu_at("big.bin");
+    static const uint64_t offsets[] = {
+        0, 1, 65536, 1234567, BIG_SIZE - 1, BIG_SIZE,
+    };
+    for (size_t i = 0; i < sizeof offsets / sizeof offsets[0]; i++)
+        assert_int_equal(expect_from(path, NULL, offsets[i], g_big, BIG_SIZE),
+                         BIG_SIZE - offsets[i]);
+    ef__stream *s = NULL;
+    ef__err err;
+    ef__err_clear(&err);
+    assert_int_equal(ef__stream_open_at(&s, path, NULL, 4096, &err), EF_OK);
+    unsigned char b[10];
+    assert_int_equal(ef__stream_read_full(s, b, 10, "head", &err), EF_OK);
+    assert_int_equal(ef__stream_raw_offset(s), 4106);
+    assert_int_equal(ef__stream_gzip(s), 0);
+    ef__stream_close(s);
+    /* past the end: the file, its size and the offset are named */
+    assert_int_equal(ef__stream_open_at(&s, path, NULL, BIG_SIZE + 1, &err),
+                     EF_EFORMAT);
+    assert_null(s);
+    expect_msg(&err, path);
+    expect_msg(&err, "cannot start reading at offset 5000012");
+    expect_msg(&err, "the file has 5000011 bytes");
+}
+
 static void test_cancel_local(void **state)
 {
     (void)state;
@@ -442,6 +512,32 @@ static void test_gzip_truncated(void **state)
     ef__stream_close(s);
     free(bad);
     free(buf);
+}
+
+/* gzip cannot seek: inflated from the start, the bytes before the
+ * offset dropped, whether the magic is sniffed or the kind is given. */
+static void test_open_at_gzip(void **state)
+{
+    (void)state;
+    const char *path = tu_at("text.gz");
+    ef__stream_opts o;
+    ef__stream_opts_init(&o);
+    for (int gz = -1; gz <= 1; gz += 2) {
+        o.gzip = gz;
+        assert_int_equal(expect_from(path, &o, 1000001, g_text, TEXT_SIZE),
+                         g_gz_size);
+        assert_int_equal(expect_from(path, &o, TEXT_SIZE, g_text, TEXT_SIZE),
+                         g_gz_size);
+    }
+    ef__stream *s = NULL;
+    ef__err err;
+    ef__err_clear(&err);
+    assert_int_equal(ef__stream_open_at(&s, path, NULL, TEXT_SIZE + 5, &err),
+                     EF_EFORMAT);
+    assert_null(s);
+    expect_msg(&err, path);
+    expect_msg(&err, "cannot start reading at offset 2000005: the data ends "
+                     "at offset 2000000");
 }
 
 #else /* !EF_TEST_HAVE_ZLIB */
@@ -993,6 +1089,64 @@ static void test_http_changed(void **state)
     server_stop(&sv);
 }
 
+/* A URL opened part way: plain data is asked for from the offset on
+ * (the bytes before are not downloaded), also from a server that
+ * ignores Range and a server that cuts; data of unknown kind is read
+ * from the start, where the gzip magic would be. Past the end, the
+ * message gives the size. */
+static void test_http_open_at(void **state)
+{
+    (void)state;
+    const char *log = tu_at("open_at.log");
+    unlink(log);
+    const char *const plain[] = {"--request-log", log, NULL};
+    static const char *const ignore[] = {"--ignore-range", NULL};
+    static const char *const cuts[] = {"--cut-every", "300000", NULL};
+    const char *const *servers[] = {plain, ignore, cuts};
+    for (int k = 0; k < 3; k++) {
+        server sv = server_start(servers[k]);
+        char url[128];
+        url_of(url, sizeof url, &sv, "big.bin");
+        ef__stream_opts o = opts_with(30, 10, 0.01);
+        o.gzip = 0;
+        /* (a 200 to a Range request sends the head too: dropped, and not
+         * counted, as with a retry) */
+        assert_int_equal(expect_from(url, &o, 3000000, g_big, BIG_SIZE),
+                         BIG_SIZE - 3000000);
+        assert_int_equal(expect_from(url, &o, BIG_SIZE, g_big, BIG_SIZE), 0);
+        if (k == 0) {
+            o.gzip = -1;
+            assert_int_equal(expect_from(url, &o, 3000000, g_big, BIG_SIZE),
+                             BIG_SIZE);
+            o.gzip = 0;
+            ef__stream *s = NULL;
+            ef__err err;
+            ef__err_clear(&err);
+            assert_int_equal(
+                ef__stream_open_at(&s, url, &o, BIG_SIZE + 10, &err), EF_OK);
+            unsigned char b[4];
+            size_t got;
+            assert_int_equal(ef__stream_read(s, b, 4, &got, &err), EF_EIO);
+            expect_msg(&err, url);
+            expect_msg(&err, "cannot read from byte 5000021: the resource "
+                             "has 5000011 bytes (HTTP 416)");
+            ef__stream_close(s);
+            /* what was asked for, request by request */
+            char lines[512] = "";
+            FILE *f = fopen(log, "r");
+            assert_non_null(f);
+            size_t got_n = fread(lines, 1, sizeof lines - 1, f);
+            lines[got_n] = '\0';
+            fclose(f);
+            assert_string_equal(lines, "GET /big.bin bytes=3000000-\n"
+                                       "GET /big.bin bytes=5000011-\n"
+                                       "GET /big.bin -\n"
+                                       "GET /big.bin bytes=5000021-\n");
+        }
+        server_stop(&sv);
+    }
+}
+
 /* A request curl cannot even make is not retried. */
 static void test_http_bad_url(void **state)
 {
@@ -1176,7 +1330,9 @@ int main(void)
         cmocka_unit_test(test_missing_file),
         cmocka_unit_test(test_read_full_and_skip),
         cmocka_unit_test(test_cancel_local),
+        cmocka_unit_test(test_open_at_file),
 #ifdef EF_TEST_HAVE_ZLIB
+        cmocka_unit_test(test_open_at_gzip),
         cmocka_unit_test(test_gzip_file),
         cmocka_unit_test(test_gzip_members),
         cmocka_unit_test(test_gzip_truncated),
@@ -1185,6 +1341,7 @@ int main(void)
 #endif
 #ifdef EF_TEST_HAVE_CURL
         cmocka_unit_test(test_http_not_found),
+        cmocka_unit_test(test_http_open_at),
         cmocka_unit_test(test_http_changed),
         cmocka_unit_test(test_http_bad_url),
         cmocka_unit_test(test_http_cancel),

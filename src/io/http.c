@@ -477,6 +477,12 @@ static void attempt_over(http_conn *h, CURLcode res)
         /* 408 and 429 mean "not now" rather than "not this" */
         if (s >= 500 || s == 408 || s == 429)
             attempt_failed(h, what);
+        else if (s == 416 && h->have_cr && h->cr_total >= 0)
+            fail_for_good(h, EF_EIO,
+                          "%s: cannot read from byte %llu: the resource has "
+                          "%lld bytes (HTTP 416); not retried",
+                          h->url, (unsigned long long)h->start,
+                          (long long)h->cr_total);
         else
             fail_for_good(h, EF_EIO,
                           "%s: HTTP status %ld at byte %llu (expected 200 "
@@ -816,7 +822,8 @@ static CURLcode configure(http_conn *h)
 }
 
 int ef__http_open(void **impl, const ef__stream_backend **backend,
-                  const char *url, const ef__stream_opts *o, ef__err *err)
+                  const char *url, const ef__stream_opts *o, uint64_t offset,
+                  ef__err *err)
 {
     *impl = NULL;
     *backend = NULL;
@@ -845,6 +852,9 @@ int ef__http_open(void **impl, const ef__stream_backend **backend,
     h->backoff_s = o->backoff_s;
     h->delay_s = o->backoff_s;
     h->total = -1;
+    /* as if the bytes before had been read: the first attempt asks for
+     * the rest with a Range request, and a 200 reply's head is dropped */
+    h->received = offset;
     CURLcode c = configure(h);
     if (c != CURLE_OK) {
         http_close(h);
@@ -859,11 +869,13 @@ int ef__http_open(void **impl, const ef__stream_backend **backend,
 #else /* !EF_HAVE_CURL */
 
 int ef__http_open(void **impl, const ef__stream_backend **backend,
-                  const char *url, const ef__stream_opts *o, ef__err *err)
+                  const char *url, const ef__stream_opts *o, uint64_t offset,
+                  ef__err *err)
 {
     (void)impl;
     (void)backend;
     (void)o;
+    (void)offset;
     return ef__err_set(err, EF_EUNSUPPORTED,
                        "%s: echoflow was built without libcurl, so it cannot "
                        "read URLs (apt-get install libcurl4-openssl-dev, then "

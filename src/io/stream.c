@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "core/alloc.h"
 #include "core/clock.h"
@@ -22,7 +23,8 @@ struct ef__stream {
     void *impl;
     char *name;
     const atomic_int *cancelled;
-    uint64_t offset;    /* inflated bytes handed out */
+    uint64_t offset;    /* offset of the next (inflated) byte handed out */
+    uint64_t raw_base;  /* raw offset of the backend's first byte */
     uint64_t raw_bytes; /* bytes the backend gave */
     uint64_t read_ns;
     int gzip; /* after sniffing: 0 or 1 */
@@ -151,21 +153,15 @@ static int finish_open(ef__stream **out, const ef__stream_backend *b,
     return EF_OK;
 }
 
-int ef__stream_open(ef__stream **out, const char *location,
-                    const ef__stream_opts *o, ef__err *err)
+/* Opens a local file; for an `offset` past 0, seeks there when the data
+ * is plain and the file regular, and says so in *seeked (the bytes
+ * before were then not read). gzip data (o->gzip 1, or -1 and the magic
+ * at byte 0) and pipes start at byte 0: the caller skips. */
+static int open_file(ef__stream **out, const char *location,
+                     const ef__stream_opts *o, uint64_t offset, int *seeked,
+                     ef__err *err)
 {
-    *out = NULL;
-    if (is_url(location)) {
-        void *impl;
-        const ef__stream_backend *b;
-        ef__stream_opts def;
-        if (!o) {
-            ef__stream_opts_init(&def);
-            o = &def;
-        }
-        int rc = ef__http_open(&impl, &b, location, o, err);
-        return rc == EF_OK ? finish_open(out, b, impl, location, o, err) : rc;
-    }
+    *seeked = 0;
     file_impl *fi = ef__calloc(1, sizeof *fi);
     if (!fi)
         return ef__err_set(err, EF_ENOMEM, "%s: out of memory", location);
@@ -180,10 +176,100 @@ int ef__stream_open(ef__stream **out, const char *location,
     fi->size = fstat(fileno(fi->f), &sb) == 0 && S_ISREG(sb.st_mode)
                    ? (int64_t)sb.st_size
                    : -1;
-    int rc = finish_open(out, &file_backend, fi, location, o, err);
+    ef__stream_opts use = *o;
+    int rc = EF_OK;
+    if (offset > 0 && fi->size >= 0) {
+        if (use.gzip < 0) { /* the magic, read without moving the FILE */
+            unsigned char m[2];
+            use.gzip = pread(fileno(fi->f), m, 2, 0) == 2 && m[0] == 0x1f &&
+                       m[1] == 0x8b;
+        }
+        if (use.gzip == 0 && offset > (uint64_t)fi->size)
+            rc = ef__err_set(err, EF_EFORMAT,
+                             "%s: cannot start reading at offset %llu: the "
+                             "file has %lld bytes",
+                             location, (unsigned long long)offset,
+                             (long long)fi->size);
+        else if (use.gzip == 0 && fseeko(fi->f, (off_t)offset, SEEK_SET) != 0)
+            rc = ef__err_set(err, EF_EIO, "%s: cannot seek to offset %llu: %s",
+                             location, (unsigned long long)offset,
+                             strerror(errno));
+        *seeked = use.gzip == 0;
+    }
+    if (rc != EF_OK) {
+        fclose(fi->f);
+        ef__free(fi);
+        return rc;
+    }
+    fi->pos = *seeked ? offset : 0;
+    rc = finish_open(out, &file_backend, fi, location, &use, err);
     if (rc == EF_OK)
         fi->name = (*out)->name;
     return rc;
+}
+
+/* Reads and drops the data up to `offset` (the stream is at its start). */
+static int skip_to(ef__stream *s, uint64_t offset, ef__err *err)
+{
+    unsigned char scratch[16384];
+    while (s->offset < offset) {
+        uint64_t left = offset - s->offset;
+        size_t got;
+        int rc = ef__stream_read(
+            s, scratch, left < sizeof scratch ? (size_t)left : sizeof scratch,
+            &got, err);
+        if (rc != EF_OK)
+            return rc;
+        if (got == 0)
+            return ef__err_set(err, EF_EFORMAT,
+                               "%s: cannot start reading at offset %llu: the "
+                               "data ends at offset %llu",
+                               s->name, (unsigned long long)offset,
+                               (unsigned long long)s->offset);
+    }
+    return EF_OK;
+}
+
+int ef__stream_open_at(ef__stream **out, const char *location,
+                       const ef__stream_opts *o, uint64_t offset, ef__err *err)
+{
+    *out = NULL;
+    ef__stream_opts def;
+    if (!o) {
+        ef__stream_opts_init(&def);
+        o = &def;
+    }
+    int rc, seeked = 0;
+    if (is_url(location)) {
+        /* only data known to be plain is asked for from the offset on */
+        seeked = offset > 0 && o->gzip == 0;
+        void *impl;
+        const ef__stream_backend *b;
+        rc = ef__http_open(&impl, &b, location, o, seeked ? offset : 0, err);
+        if (rc == EF_OK)
+            rc = finish_open(out, b, impl, location, o, err);
+    } else {
+        rc = open_file(out, location, o, offset, &seeked, err);
+    }
+    if (rc != EF_OK)
+        return rc;
+    if (seeked) {
+        (*out)->gzip = 0;
+        (*out)->offset = (*out)->raw_base = offset;
+    } else if (offset > 0) {
+        rc = skip_to(*out, offset, err);
+    }
+    if (rc != EF_OK) {
+        ef__stream_close(*out);
+        *out = NULL;
+    }
+    return rc;
+}
+
+int ef__stream_open(ef__stream **out, const char *location,
+                    const ef__stream_opts *o, ef__err *err)
+{
+    return ef__stream_open_at(out, location, o, 0, err);
 }
 
 int ef__stream_open_memory(ef__stream **out, const void *data, size_t size,
@@ -444,7 +530,12 @@ uint64_t ef__stream_offset(const ef__stream *s)
 
 uint64_t ef__stream_raw_offset(const ef__stream *s)
 {
-    return s->raw_bytes - (s->in_len - s->in_pos);
+    return s->raw_base + s->raw_bytes - (s->in_len - s->in_pos);
+}
+
+int ef__stream_gzip(const ef__stream *s)
+{
+    return s->gzip;
 }
 
 int64_t ef__stream_size(const ef__stream *s)

@@ -41,7 +41,9 @@ typedef struct {
 #define EF__INFLATE_FREE ((uint64_t)64 << 20)
 
 typedef struct {
-    uint64_t raw_bytes; /* bytes received from the file or the network */
+    uint64_t raw_bytes; /* bytes received from the file or the network
+                           (none before an ef__stream_open_at offset that
+                           was skipped by seeking or a Range request) */
     uint64_t retries;   /* HTTP attempts after the first */
     double read_s;      /* time spent inside reads */
 } ef__stream_stats;
@@ -54,6 +56,18 @@ void ef__stream_opts_init(ef__stream_opts *o);
  * caller owns *out (ef__stream_close). Errors name the location. */
 int ef__stream_open(ef__stream **out, const char *location,
                     const ef__stream_opts *o, ef__err *err);
+/* Like ef__stream_open, but the first byte read is byte `offset` of the
+ * (inflated) data, and offsets count from the data's start as if the
+ * bytes before had been read. Plain data is not read before the offset:
+ * a local file seeks, a URL is asked for "Range: bytes=offset-". gzip
+ * data cannot seek, so it is inflated from its start and the bytes before
+ * the offset are dropped; so is a pipe, and a URL whose compression is
+ * not known (o->gzip -1: the magic is in the first bytes, which are not
+ * asked for). Data that ends before the offset is EF_EFORMAT (EF_EIO
+ * over HTTP) naming the location, its size and the offset. */
+int ef__stream_open_at(ef__stream **out, const char *location,
+                       const ef__stream_opts *o, uint64_t offset,
+                       ef__err *err);
 /* A stream over `size` bytes at `data`, which must outlive it; `name`
  * stands for the location in messages. */
 int ef__stream_open_memory(ef__stream **out, const void *data, size_t size,
@@ -81,6 +95,9 @@ uint64_t ef__stream_raw_offset(const ef__stream *s);
 /* Raw size of the file or resource; -1 while unknown (a pipe, an HTTP
  * reply without a length). */
 int64_t ef__stream_size(const ef__stream *s);
+/* Whether the data is gzip (1) or plain (0); -1 while not yet known
+ * (before the first read of a stream that sniffs). */
+int ef__stream_gzip(const ef__stream *s);
 /* The path or URL given to open. */
 const char *ef__stream_name(const ef__stream *s);
 void ef__stream_get_stats(const ef__stream *s, ef__stream_stats *out);

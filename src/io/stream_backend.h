@@ -15,9 +15,12 @@ typedef struct {
     int64_t (*size)(const void *impl);
 } ef__stream_backend;
 
-/* The HTTP backend (http.c). EF_EUNSUPPORTED, naming the package to
- * install, when echoflow was built without libcurl. */
+/* The HTTP backend (http.c), whose first byte is byte `offset` of the
+ * resource (asked for with a Range request when not 0). EF_EUNSUPPORTED,
+ * naming the package to install, when echoflow was built without
+ * libcurl. */
 int ef__http_open(void **impl, const ef__stream_backend **backend,
-                  const char *url, const ef__stream_opts *o, ef__err *err);
+                  const char *url, const ef__stream_opts *o, uint64_t offset,
+                  ef__err *err);
 
 #endif
