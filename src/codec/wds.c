@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "core/alloc.h"
+#include "core/sample.h"
 
 #define SHOW 200 /* bytes of a member name quoted in messages */
 
@@ -32,6 +33,9 @@ void ef__wds_free(ef__wds *g)
 
 void ef__wds_finish(ef__wds *g, ef_sample **done)
 {
+    if (g->cur)
+        g->cur->origin = (ef__origin){g->shard, (int64_t)g->key_offset,
+                                      (int64_t)g->key_end, NULL};
     *done = g->cur;
     g->cur = NULL;
     g->active = 0;
@@ -99,7 +103,7 @@ static int begin(ef__wds *g, const char *key, size_t key_len, uint64_t offset,
 }
 
 int ef__wds_add(ef__wds *g, const char *name, ef_buffer *data, uint64_t offset,
-                ef_sample **done, ef__err *err)
+                uint64_t end, ef_sample **done, ef__err *err)
 {
     *done = NULL;
     size_t len = strlen(name);
@@ -114,6 +118,7 @@ int ef__wds_add(ef__wds *g, const char *name, ef_buffer *data, uint64_t offset,
         if (rc != EF_OK)
             return rc;
     }
+    g->key_end = end;
     if (!g->cur)
         return EF_OK; /* a member of a malformed sample */
     char field[EF_MAX_NAME];

@@ -8,8 +8,11 @@
  *
  * A sample's identity is (shard << 32) + its position in the shard (key
  * groups counted from 0, malformed ones included), so the same sample has
- * the same index whatever order the shards are read in. Single-threaded:
- * one grouper per shard being read. */
+ * the same index whatever order the shards are read in. Its origin
+ * (checkpoints, core/sample.h) is where it can be read again: part = the
+ * shard, offset = where its first member's headers start, end = the
+ * offset after its last member's data and padding. Single-threaded: one
+ * grouper per shard being read. */
 #ifndef EF_CODEC_WDS_H
 #define EF_CODEC_WDS_H
 
@@ -23,12 +26,14 @@ typedef struct {
     const char *shard_name; /* path or URL, for messages; borrowed */
     ef_buffer *url;         /* the __url__ bytes, shared by all samples */
     int64_t shard, epoch;
-    int64_t position; /* key groups begun so far */
+    int64_t position; /* key groups begun so far; a reader that starts
+                         part way into a shard sets it after init */
     ef_sample *cur;   /* the sample being built; NULL if none or bad */
     int active;       /* a key group is open (good or bad) */
     char *key;        /* its key */
     size_t key_len, key_cap;
     uint64_t key_offset; /* where its first member starts */
+    uint64_t key_end;    /* the offset after its last member so far */
 } ef__wds;
 
 /* A grouper for shard number `shard` at `url` (copied; also used in
@@ -36,8 +41,9 @@ typedef struct {
 int ef__wds_init(ef__wds *g, const char *url, int64_t shard, int64_t epoch,
                  ef__err *err);
 
-/* Adds the member `name` whose header starts at `offset`, with its data in
- * `data` (borrowed: the sample takes a reference of its own). When the
+/* Adds the member `name` whose header starts at `offset` and whose data
+ * and padding end at `end`, with its data in `data` (borrowed: the
+ * sample takes a reference of its own). When the
  * member starts a new key, the previous sample, if it was good, is handed
  * over in *done (the caller owns it); otherwise *done is NULL. *done may be
  * set even when an error is returned.
@@ -49,7 +55,7 @@ int ef__wds_init(ef__wds *g, const char *url, int64_t shard, int64_t epoch,
  * later members are taken in silently, and grouping goes on with the next
  * key, so a caller that skips bad samples simply calls on. */
 int ef__wds_add(ef__wds *g, const char *name, ef_buffer *data, uint64_t offset,
-                ef_sample **done, ef__err *err);
+                uint64_t end, ef_sample **done, ef__err *err);
 
 /* At the end of the shard: the last sample into *done, if it was good. */
 void ef__wds_finish(ef__wds *g, ef_sample **done);

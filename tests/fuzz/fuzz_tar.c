@@ -8,12 +8,15 @@
  * data offset. The members of the first pass are grouped into samples as
  * the tar source does under on_error=skip, and every sample is checked:
  * __key__ and __url__, at most EF_MAX_FIELDS u8 1-D fields with lowercase
- * names, identities counting up. Any violation aborts. */
+ * names, identities counting up, origins (where a checkpoint reads the
+ * sample again) block-aligned, inside the input and in order. Any
+ * violation aborts. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "codec/tar.h"
+#include "core/sample.h"
 #include "fuzz.h"
 #include "codec/wds.h"
 
@@ -40,12 +43,24 @@ static void check_failure(int rc, const ef__err *err)
     fuzz_check_message(err->msg, sizeof err->msg, NAME);
 }
 
-static void check_sample(ef_sample *s, int64_t *last_index)
+/* The samples so far: the last identity and where the last one ended. */
+typedef struct {
+    int64_t index;
+    int64_t end;
+} order;
+
+static void check_sample(ef_sample *s, order *last, size_t size)
 {
     ef_sample_id id = ef_sample_identity(s);
-    CHECK(id.index > *last_index && id.epoch == 3 && id.echo_copy == 0);
+    CHECK(id.index > last->index && id.epoch == 3 && id.echo_copy == 0);
     CHECK((id.index >> EF__WDS_SHARD_SHIFT) == 7);
-    *last_index = id.index;
+    last->index = id.index;
+    const ef__origin *o = &s->origin;
+    CHECK(o->part == 7 && o->members == NULL);
+    CHECK(o->offset % EF__TAR_BLOCK == 0 && o->end % EF__TAR_BLOCK == 0);
+    CHECK(o->offset >= last->end && o->end > o->offset);
+    CHECK((uint64_t)o->end <= size);
+    last->end = o->end;
     int n = ef_sample_field_count(s);
     CHECK(n >= 3 && n <= EF_MAX_FIELDS);
     ef_tensor t;
@@ -79,7 +94,7 @@ static int read_pass(const uint8_t *data, size_t size, seen *members,
     CHECK(ef__tar_open(&t, s, &err) == EF_OK);
     ef__wds g;
     CHECK(ef__wds_init(&g, NAME, 7, 3, &err) == EF_OK);
-    int64_t last_index = -1;
+    order last = {-1, 0};
     ef_sample *done;
     ef__tar_member m;
     int rc;
@@ -107,9 +122,10 @@ static int read_pass(const uint8_t *data, size_t size, seen *members,
               memcmp(ef_buffer_data(b), data + m.data_offset, m.size) == 0);
         ef__err gerr;
         ef__err_clear(&gerr);
-        int grc = ef__wds_add(&g, m.name, b, m.offset, &done, &gerr);
+        int grc = ef__wds_add(&g, m.name, b, m.offset, ef__stream_offset(s),
+                              &done, &gerr);
         if (done)
-            check_sample(done, &last_index);
+            check_sample(done, &last, size);
         if (grc != EF_OK) {
             check_failure(grc, &gerr);
             CHECK(strstr(gerr.msg, "member") != NULL);
@@ -119,7 +135,7 @@ static int read_pass(const uint8_t *data, size_t size, seen *members,
     if (rc == EF_END) {
         ef__wds_finish(&g, &done);
         if (done)
-            check_sample(done, &last_index);
+            check_sample(done, &last, size);
         CHECK(ef__tar_next(t, &m, &err) == EF_END); /* sticky */
     } else {
         check_failure(rc, &err);

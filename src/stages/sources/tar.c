@@ -162,7 +162,8 @@ static int read_members(reader *r, ef__tar *t, ef__stream *s, ef__wds *g,
         ef_sample *done;
         ef__err gerr;
         ef__err_clear(&gerr);
-        int grc = ef__wds_add(g, m.name, b, m.offset, &done, &gerr);
+        int grc = ef__wds_add(g, m.name, b, m.offset, ef__stream_offset(s),
+                              &done, &gerr);
         ef_buffer_release(b);
         if (done && (rc = push_sample(r, done)) != EF_OK)
             break;
