@@ -333,8 +333,9 @@ const char *ef_opt_type_name(ef_opt_type type)
  * state saved with one value restores under another. */
 static int changes_output(const char *name)
 {
+    /* queue: the samples a tar reader buffers */
     static const char *const speed_only[] = {"threads", "depth", "tries",
-                                             "timeout"};
+                                             "timeout", "queue"};
     for (size_t i = 0; i < sizeof speed_only / sizeof speed_only[0]; i++)
         if (strcmp(name, speed_only[i]) == 0)
             return 0;

@@ -16,6 +16,19 @@
  * whatever sample is ready first, so one slow shard (a slow server) stalls
  * nothing else. poll() never blocks, so echo:factor=auto can follow.
  *
+ * Checkpoints (ordered mode): a sample's origin is its shard and the bytes
+ * of its members, and the state saves, for each reader, where the next
+ * sample the consumer has not taken starts: the shard's index in the pass
+ * order (the order itself comes again from the seed and the epoch), the
+ * byte offset (the end of the last sample taken from that reader, or 0)
+ * and that sample's position in the shard; then whose turn it is. The
+ * readers are not paused: what they read ahead and the consumer has not
+ * taken is read again. A restored reader opens its first shard at the
+ * offset (a local file seeks, a URL is asked for a Range from there; gzip
+ * is inflated from the start, the bytes before dropped), and fetch()
+ * reads one sample at its shard and offset the same way. Unordered mode
+ * depends on timing and cannot be saved.
+ *
  * Errors: a shard that cannot be opened, a corrupt header or checksum, a
  * truncation fail the pipeline with the shard, the URL, the offset and the
  * reason; with on_error=skip the rest of that shard is abandoned (counted
@@ -31,6 +44,7 @@
  * another is taken, and none while reading. Threads: the readers, started
  * by open() and reset(), end after handing over their END or an error, or
  * when their queue is closed; reset() and destroy() join them. */
+#include <assert.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -42,13 +56,31 @@
 #include "stage.h"
 #include "io/paths.h"
 #include "codec/wds.h"
+#include "stages/sources/checkpoint.h"
+#include "state.h"
+
+#define POSITION_MASK (((int64_t)1 << EF__WDS_SHARD_SHIFT) - 1)
 
 typedef struct tar_state tar_state;
+
+/* Where a reader's next sample starts: the shard at index k of the pass
+ * order, byte `offset` of it, the sample at `position` there. */
+typedef struct {
+    size_t k;
+    uint64_t offset;
+    int64_t position;
+} cursor;
 
 typedef struct {
     tar_state *st;
     ef__feed feed; /* finished: END or an error was taken */
     size_t next;   /* ordered: the reader's next index in the pass order */
+    /* where its first shard starts (a restore), set before the thread
+     * starts and read by it once */
+    uint64_t from_offset;
+    int64_t from_position;
+    /* consumer side (ordered): the next sample not taken from it */
+    cursor at;
     /* statistics, written by the reader thread only */
     _Atomic uint64_t bytes, read_ns, retries, shards;
 } reader;
@@ -56,6 +88,7 @@ typedef struct {
 struct tar_state {
     ef__stage *s;
     ef__paths urls;
+    ef__shard part;
     int64_t *kept; /* the shard numbers this part reads */
     size_t nkept;
     int64_t *order; /* this pass's order of `kept` */
@@ -63,6 +96,8 @@ struct tar_state {
     int ordered, shuffle, nreaders;
     size_t depth;
     ef__stream_opts sopts;
+    ef__gzip_seen gz;          /* each shard's compression, once read */
+    int restored;              /* the next start goes from the cursors */
     atomic_int stop;           /* readers stop reading (cancel, or reset) */
     _Atomic size_t next_shard; /* unordered: next index in the order */
     reader *readers;
@@ -144,6 +179,7 @@ static int read_members(reader *r, ef__tar *t, ef__stream *s, ef__wds *g,
         ef__tar_member m;
         rc = ef__tar_next(t, &m, err);
         update_stats(r, s, &prev);
+        ef__gzip_seen_note(&st->gz, (size_t)g->shard, s);
         if (rc != EF_OK)
             break;
         if (!ef__budget_fits(&st->s->ctx->budget, m.size)) {
@@ -182,9 +218,37 @@ static int read_members(reader *r, ef__tar *t, ef__stream *s, ef__wds *g,
     return rc;
 }
 
-/* Reads one shard. EF_OK to go on with the next shard, otherwise the
- * reader stops (an error was handed over, or the queue is closed). */
-static int read_shard(reader *r, int64_t shard)
+/* Opens shard `shard` at byte `offset`, where the sample at `position`
+ * starts, for pass `epoch`: a tar reader and a grouper (which the caller
+ * frees, *have_g says whether it was made) over the stream in *s (the
+ * caller closes it, also after a failure). */
+static int open_shard(tar_state *st, int64_t shard, uint64_t offset,
+                      int64_t position, int64_t epoch,
+                      const atomic_int *cancelled, ef__stream **s, ef__tar **t,
+                      ef__wds *g, int *have_g, ef__err *err)
+{
+    const char *url = st->urls.names[shard];
+    ef__stream_opts o = st->sopts;
+    o.cancelled = cancelled;
+    if (offset > 0)
+        ef__gzip_seen_opts(&st->gz, (size_t)shard, &o);
+    *have_g = 0;
+    int rc = ef__stream_open_at(s, url, &o, offset, err);
+    if (rc == EF_OK)
+        rc = ef__tar_open(t, *s, err);
+    if (rc == EF_OK)
+        *have_g = (rc = ef__wds_init(g, url, shard, epoch, err)) == EF_OK;
+    if (*have_g)
+        g->position = position;
+    return rc;
+}
+
+/* Reads one shard from byte `offset` on, where the sample at `position`
+ * starts (0 and 0: all of it). EF_OK to go on with the next shard,
+ * otherwise the reader stops (an error was handed over, or the queue is
+ * closed). */
+static int read_shard(reader *r, int64_t shard, uint64_t offset,
+                      int64_t position)
 {
     tar_state *st = r->st;
     const char *url = st->urls.names[shard];
@@ -194,16 +258,13 @@ static int read_shard(reader *r, int64_t shard)
     ef__tar *t = NULL;
     ef__wds g;
     int have_g = 0;
-    int rc = ef__stream_open(&s, url, &st->sopts, &err);
-    if (rc == EF_OK)
-        rc = ef__tar_open(&t, s, &err);
-    if (rc == EF_OK)
-        have_g = (rc = ef__wds_init(&g, url, shard, st->epoch, &err)) == EF_OK;
+    int rc = open_shard(st, shard, offset, position, st->epoch, &st->stop, &s,
+                        &t, &g, &have_g, &err);
     if (rc == EF_OK)
         rc = read_members(r, t, s, &g, &err);
     if (have_g)
         ef__wds_free(&g); /* a sample cut short by an error goes too */
-    uint64_t at = s ? ef__stream_raw_offset(s) : 0;
+    uint64_t at = s ? ef__stream_raw_offset(s) : offset;
     int64_t size = s ? ef__stream_size(s) : -1;
     ef__tar_close(t);
     ef__stream_close(s);
@@ -243,7 +304,11 @@ static void *reader_main(void *arg)
         size_t k = take_shard(r);
         if (k >= st->nkept)
             break;
-        if (read_shard(r, st->order[k]) != EF_OK)
+        uint64_t offset = r->from_offset; /* a restore's, first shard only */
+        int64_t position = r->from_position;
+        r->from_offset = 0;
+        r->from_position = 0;
+        if (read_shard(r, st->order[k], offset, position) != EF_OK)
             return NULL;
     }
     ef__item end = {.status = EF_END};
@@ -281,24 +346,32 @@ static void stop_readers(tar_state *st)
         ef__feed_stop(&st->readers[i].feed);
 }
 
+/* Starts pass `epoch`: from the start, or after a restore from the
+ * cursors it set (each reader's `at`, and `rr`). */
 static int start_readers(tar_state *st, int64_t epoch, ef__err *err)
 {
     st->epoch = epoch;
     make_order(st, epoch);
     atomic_store(&st->next_shard, 0);
     atomic_store(&st->stop, 0);
-    st->rr = 0;
+    if (!st->restored)
+        st->rr = 0;
     st->alive = st->nreaders;
     st->failed = NULL;
     for (int i = 0; i < st->nreaders; i++) {
         reader *r = &st->readers[i];
-        r->next = (size_t)i;
+        if (!st->restored)
+            r->at = (cursor){(size_t)i, 0, 0};
+        r->next = r->at.k;
+        r->from_offset = r->at.offset;
+        r->from_position = r->at.position;
         int rc = ef__feed_rewind(&r->feed, err); /* drops a pass cut short */
         if (rc == EF_OK)
             rc = ef__feed_start(&r->feed, err);
         if (rc != EF_OK)
             return rc;
     }
+    st->restored = 0;
     return EF_OK;
 }
 
@@ -324,6 +397,7 @@ static int tar_create(ef__stage *s, const ef__opts *o, ef__err *err)
                               &st->urls, err);
     if (rc != EF_OK)
         return rc;
+    st->part = part;
     size_t n = st->urls.n;
     if ((size_t)part.i >= n)
         return ef__err_set(err, EF_ESPEC,
@@ -337,7 +411,8 @@ static int tar_create(ef__stage *s, const ef__opts *o, ef__err *err)
     int64_t cycle = ef__opt_int(o, "cycle");
     st->nreaders = (int)((size_t)cycle < st->nkept ? (size_t)cycle : st->nkept);
     st->readers = ef__calloc((size_t)st->nreaders, sizeof *st->readers);
-    if (!st->kept || !st->order || !st->readers)
+    if (!st->kept || !st->order || !st->readers ||
+        ef__gzip_seen_init(&st->gz, n) != EF_OK)
         return ef__err_set(err, EF_ENOMEM, "tar: out of memory for %zu shards",
                            n);
     for (size_t k = 0; k < st->nkept; k++)
@@ -345,6 +420,7 @@ static int tar_create(ef__stage *s, const ef__opts *o, ef__err *err)
     for (int i = 0; i < st->nreaders && rc == EF_OK; i++) {
         reader *r = &st->readers[i];
         r->st = st;
+        r->at = (cursor){(size_t)i, 0, 0}; /* for a save before open */
         rc = ef__feed_init(&r->feed, s, st->depth, 1, reader_main, r, err);
     }
     return rc;
@@ -352,7 +428,7 @@ static int tar_create(ef__stage *s, const ef__opts *o, ef__err *err)
 
 static int tar_open(ef__stage *s, ef__err *err)
 {
-    return start_readers(s->state, 0, err);
+    return start_readers(s->state, s->epoch, err); /* 0 unless restored */
 }
 
 /* Takes from reader r, which has not ended: a sample, EF_AGAIN, its END
@@ -362,6 +438,14 @@ static int take_from(tar_state *st, reader *r, ef_sample **out, int block,
                      ef__err *err)
 {
     int rc = ef__feed_take(&r->feed, out, block, err);
+    if (rc == EF_OK && *out && st->ordered) { /* its next starts after it */
+        const ef__origin *o = &(*out)->origin;
+        while (r->at.k < st->nkept && st->order[r->at.k] != o->part)
+            r->at.k += (size_t)st->nreaders; /* the reader's next shards */
+        assert(r->at.k < st->nkept);
+        r->at.offset = (uint64_t)o->end;
+        r->at.position = ((*out)->id.index & POSITION_MASK) + 1;
+    }
     if (r->feed.finished) { /* it handed its END or an error over */
         st->alive--;
         if (rc < 0)
@@ -464,6 +548,199 @@ static void tar_cancel(ef__stage *s)
     pthread_mutex_unlock(&st->mu);
 }
 
+/* ---- checkpoints -------------------------------------------------- */
+
+/* The record: the shard list and part, the shards' compression, then
+ * (count of readers) each reader's cursor, then whose turn it is. A
+ * reader whose END was taken is saved as done: index nkept. */
+static int tar_save(ef__stage *s, ef__state_out *o, ef__err *err)
+{
+    tar_state *st = s->state;
+    if (!st->ordered)
+        return ef__err_set(err, EF_EUNSUPPORTED,
+                           "tar with ordered=false takes whichever shard's "
+                           "sample is ready first, an order that depends on "
+                           "timing: its position cannot be saved (use "
+                           "ordered=true)");
+    ef__files_save(&st->urls, o);
+    ef__part_save(&st->part, o);
+    ef__gzip_seen_save(&st->gz, o);
+    ef__put_u64(o, (uint64_t)st->nreaders);
+    for (int i = 0; i < st->nreaders; i++) {
+        const reader *r = &st->readers[i];
+        int done = r->feed.finished;
+        ef__put_u64(o, done ? st->nkept : r->at.k);
+        ef__put_u64(o, done ? 0 : r->at.offset);
+        ef__put_i64(o, done ? 0 : r->at.position);
+    }
+    ef__put_u64(o, (uint64_t)st->rr);
+    return EF_OK;
+}
+
+/* One reader's cursor: a shard of its own in the pass order (k % C == i,
+ * or nkept: done), an offset, and a position that is 0 exactly when the
+ * offset is (a sample ends past its shard's first byte). */
+static int restore_cursor(tar_state *st, int i, ef__state_in *in, cursor *c)
+{
+    uint64_t k, offset;
+    int64_t position;
+    ef__get_u64(in, "a reader's shard", &k);
+    ef__get_u64(in, "a reader's offset", &offset);
+    int rc = ef__get_i64(in, "a reader's sample", &position);
+    if (rc != EF_OK)
+        return rc;
+    if (k != st->nkept &&
+        (k >= st->nkept || k % (uint64_t)st->nreaders != (uint64_t)i))
+        return ef__state_bad(in,
+                             "reader %d at shard %llu of the pass order, "
+                             "expected one of %d, %d + %d ... below %zu (or "
+                             "%zu: done)",
+                             i, (unsigned long long)k, i, i, st->nreaders,
+                             st->nkept, st->nkept);
+    if (position < 0 || position > POSITION_MASK ||
+        (position == 0) != (offset == 0) || offset > (uint64_t)INT64_MAX)
+        return ef__state_bad(in,
+                             "reader %d at sample %lld, byte %llu: expected "
+                             "both 0 (a shard's start) or both positive",
+                             i, (long long)position,
+                             (unsigned long long)offset);
+    *c = (cursor){(size_t)k, offset, position};
+    return EF_OK;
+}
+
+static int tar_restore(ef__stage *s, ef__state_in *in, ef__err *err)
+{
+    (void)err;
+    tar_state *st = s->state;
+    if (!st->ordered) /* its state never saves: another pipeline's */
+        return ef__state_bad(in, "tar with ordered=false has no position "
+                                 "to restore (use ordered=true)");
+    uint64_t nreaders, rr;
+    int rc = ef__files_restore(&st->urls, "shard", in);
+    if (rc == EF_OK)
+        rc = ef__part_restore(&st->part, in);
+    if (rc == EF_OK)
+        rc = ef__gzip_seen_restore(&st->gz, in);
+    if (rc == EF_OK)
+        rc = ef__get_u64(in, "the number of readers", &nreaders);
+    if (rc != EF_OK)
+        return rc;
+    if (nreaders != (uint64_t)st->nreaders)
+        return ef__state_bad(in, "%llu readers, expected %d",
+                             (unsigned long long)nreaders, st->nreaders);
+    for (int i = 0; i < st->nreaders && rc == EF_OK; i++)
+        rc = restore_cursor(st, i, in, &st->readers[i].at);
+    if (rc == EF_OK)
+        rc = ef__get_count(in, "the reader whose turn it is",
+                           (uint64_t)st->nreaders - 1, &rr);
+    if (rc != EF_OK)
+        return rc;
+    st->rr = (int)rr;
+    st->restored = 1;
+    return EF_OK;
+}
+
+/* Whether `shard` is one this part reads. */
+static int kept(const tar_state *st, int64_t shard)
+{
+    return shard >= 0 && (size_t)shard < st->urls.n &&
+           shard % st->part.n == st->part.i;
+}
+
+/* Reads the members of the sample that starts at d->offset, up to
+ * d->end, into *out (NULL when they make no good sample). */
+static int fetch_members(tar_state *st, const ef__ident *d, ef__stream *s,
+                         ef__tar *t, ef__wds *g, ef_sample **out, ef__err *err)
+{
+    *out = NULL;
+    ef__budget *budget = &st->s->ctx->budget;
+    int rc = EF_OK;
+    while (rc == EF_OK && ef__stream_offset(s) < (uint64_t)d->end) {
+        ef__tar_member m;
+        if ((rc = ef__tar_next(t, &m, err)) != EF_OK)
+            break;
+        if (!ef__budget_fits(budget, m.size)) {
+            char what[EF__ERR_MAX / 2];
+            snprintf(what, sizeof what, "%s: member '%.100s' at offset %llu",
+                     ef__stream_name(s), m.name, (unsigned long long)m.offset);
+            return ef__budget_check(budget, m.size, what, err);
+        }
+        ef_buffer *b = NULL;
+        rc = ef__tar_read(t, &b, err);
+        ef_sample *done = NULL;
+        if (rc == EF_OK)
+            rc = ef__wds_add(g, m.name, b, m.offset, ef__stream_offset(s),
+                             &done, err);
+        ef_buffer_release(b);
+        if (done) { /* a second sample began before d->end: no match */
+            ef_sample_free(done);
+            return EF_OK;
+        }
+    }
+    ef__gzip_seen_note(&st->gz, (size_t)g->shard, s);
+    if (rc == EF_OK || rc == EF_END)
+        ef__wds_finish(g, out);
+    return rc == EF_END ? EF_OK : rc;
+}
+
+/* Sample d read again: the members from its offset to its end. Another
+ * sample there, or none, means the shard is not the one the state was
+ * saved from. Uses its own stream: any thread, any time. */
+static int tar_fetch(ef__stage *s, const ef__ident *d, ef_sample **out,
+                     ef__err *err)
+{
+    tar_state *st = s->state;
+    *out = NULL;
+    if (!kept(st, d->part))
+        return ef__err_set(err, EF_EFORMAT,
+                           "tar: the state names a sample of shard %lld, "
+                           "which part %lld of %lld of the %zu shards does "
+                           "not read",
+                           (long long)d->part, (long long)st->part.i,
+                           (long long)st->part.n, st->urls.n);
+    if ((d->id.index >> EF__WDS_SHARD_SHIFT) != d->part || d->end <= d->offset)
+        return ef__err_set(err, EF_EFORMAT,
+                           "tar: the state names sample %lld at bytes "
+                           "%lld-%lld of shard %lld: expected an index of "
+                           "that shard and a non-empty range",
+                           (long long)d->id.index, (long long)d->offset,
+                           (long long)d->end, (long long)d->part);
+    ef__stream *stream = NULL;
+    ef__tar *t = NULL;
+    ef__wds g;
+    int have_g = 0;
+    int rc = open_shard(st, d->part, (uint64_t)d->offset,
+                        d->id.index & POSITION_MASK, d->id.epoch,
+                        &s->ctx->cancelled, &stream, &t, &g, &have_g, err);
+    ef_sample *smp = NULL;
+    if (rc == EF_OK)
+        rc = fetch_members(st, d, stream, t, &g, &smp, err);
+    if (rc != EF_OK)
+        ef__fetch_failed(err, rc, "shard");
+    uint64_t end = stream ? ef__stream_offset(stream) : 0;
+    if (have_g)
+        ef__wds_free(&g);
+    ef__tar_close(t);
+    ef__stream_close(stream);
+    if (rc == EF_OK &&
+        (!smp || smp->id.index != d->id.index || smp->origin.end != d->end)) {
+        rc = ef__err_set(err, EF_EFORMAT,
+                         "%s: no sample %lld at bytes %lld-%lld as the state "
+                         "says (read up to byte %llu): the shard changed "
+                         "since the state was saved",
+                         st->urls.names[d->part], (long long)d->id.index,
+                         (long long)d->offset, (long long)d->end,
+                         (unsigned long long)end);
+    }
+    if (rc != EF_OK) {
+        ef_sample_free(smp);
+        name_shard(err, d->part);
+        return rc;
+    }
+    *out = smp;
+    return EF_OK;
+}
+
 static void tar_destroy(ef__stage *s)
 {
     tar_state *st = s->state;
@@ -473,6 +750,7 @@ static void tar_destroy(ef__stage *s)
             ef__feed_destroy(&st->readers[i].feed);
     }
     ef__paths_free(&st->urls);
+    ef__gzip_seen_free(&st->gz);
     ef__free(st->kept);
     ef__free(st->order);
     ef__free(st->readers);
@@ -530,4 +808,7 @@ const ef__stage_def ef__stage_tar = {
     .cancel = tar_cancel,
     .destroy = tar_destroy,
     .stats = tar_stats,
+    .save = tar_save,
+    .restore = tar_restore,
+    .fetch = tar_fetch,
 };
