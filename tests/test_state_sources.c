@@ -1,5 +1,5 @@
-/* Checkpoints of the file sources: tar pipelines (one to several
- * readers, gzip shards, parts, on_error=skip) saved after
+/* Checkpoints of the file sources: tar (one to several readers, gzip
+ * shards, parts, on_error=skip) and tfrecord pipelines saved after
  * k items and restored into a new one deliver exactly what the
  * uninterrupted run delivers after item k, identity and bytes, with
  * shuffle, echo, batch and repeat downstream. A resumed shard is not read
@@ -18,6 +18,7 @@
 #include <zlib.h>
 #endif
 
+#include "codec/crc32c.h"
 #include "codec/tar_write.h"
 #include "ef_test_util.h"
 
@@ -261,6 +262,33 @@ static void gzip_file(const char *from, const char *to)
 }
 #endif
 
+static void put_le(unsigned char *p, uint64_t v, int n)
+{
+    for (int i = 0; i < n; i++)
+        p[i] = (unsigned char)(v >> (8 * i));
+}
+
+/* TFRecord file f: 4 to 12 records of random bytes, of random sizes
+ * (empty ones too) when `ragged`, else of one size (for batch). */
+static void write_records(const char *path, int f, int ragged)
+{
+    FILE *out = fopen(path, "wb");
+    assert_non_null(out);
+    int n = 4 + (f * 5) % 9;
+    static unsigned char rec[3000 + 16];
+    for (int r = 0; r < n; r++) {
+        size_t len = ragged ? tu_xorshift(&g_rng) % 3000 : 777;
+        unsigned char *p = rec;
+        put_le(p, len, 8);
+        put_le(p + 8, ef__crc32c_mask(ef__crc32c(0, p, 8)), 4);
+        for (size_t j = 0; j < len; j++)
+            p[12 + j] = (unsigned char)tu_xorshift(&g_rng);
+        put_le(p + 12 + len, ef__crc32c_mask(ef__crc32c(0, p + 12, len)), 4);
+        assert_int_equal(fwrite(rec, 1, len + 16, out), len + 16);
+    }
+    assert_int_equal(fclose(out), 0);
+}
+
 static int setup(void **state)
 {
     (void)state;
@@ -278,6 +306,22 @@ static int setup(void **state)
         snprintf(name, sizeof name, "t-%d.tar", s);
         snprintf(gz, sizeof gz, "g-%d.tar.gz", s);
         gzip_file(tu_at(name), tu_at(gz));
+#endif
+    }
+    /* r-*: for batch; q-*: ragged, every other one compressed */
+    for (int f = 0; f < 4; f++) {
+        char name[32];
+        snprintf(name, sizeof name, "r-%d.tfrecord", f);
+        write_records(tu_at(name), f, 0);
+        snprintf(name, sizeof name, "q-%d.tfrecord", f);
+        write_records(tu_at(name), f, 1);
+#ifdef EF_HAVE_ZLIB
+        if (f % 2) {
+            char gz[32];
+            snprintf(gz, sizeof gz, "q-%d.tfrecord.tmp", f);
+            gzip_file(tu_at(name), tu_at(gz));
+            assert_int_equal(rename(tu_at(gz), tu_at(name)), 0);
+        }
 #endif
     }
     return 0;
@@ -546,6 +590,60 @@ static void test_tar_skip(void **state)
     check_resume(spec, spec, 1000, &skip);
 }
 
+/* ---- tfrecord ---------------------------------------------------- */
+
+static void test_tfrecord(void **state)
+{
+    (void)state;
+    char spec[2048];
+    snprintf(spec, sizeof spec, "tfrecord:files=\"%s/r-{0..3}.tfrecord\"",
+             tu_dir());
+    check_resume(spec, spec, 1000, NULL);
+    snprintf(spec, sizeof spec,
+             "tfrecord:files=\"%s/r-{0..3}.tfrecord\" | shuffle:buffer=6 | "
+             "echo:factor=2,shuffle=4 | batch:size=3 | repeat:count=2",
+             tu_dir());
+    check_resume(spec, spec, 1000, NULL);
+    snprintf(spec, sizeof spec,
+             "tfrecord:files=\"%s/r-{0..3}.tfrecord\",shard=1/2 | "
+             "prefetch:2 | shuffle:buffer=5",
+             tu_dir());
+    check_resume(spec, spec, 1000, NULL);
+    /* ragged records; with zlib, every other file compressed */
+    snprintf(spec, sizeof spec,
+             "tfrecord:files=\"%s/q-{0..3}.tfrecord\" | shuffle:buffer=6 | "
+             "echo:factor=2,shuffle=3",
+             tu_dir());
+    check_resume(spec, spec, 1000, NULL);
+    /* another list */
+    snprintf(spec, sizeof spec, "tfrecord:files=\"%s/r-{0..3}.tfrecord\"",
+             tu_dir());
+    char other[2048];
+    snprintf(other, sizeof other, "tfrecord:files=\"%s/r-{0..2}.tfrecord\"",
+             tu_dir());
+    size_t size;
+    void *st = state_after(spec, 5, NULL, &size);
+    expect_refused(other, NULL, st, size, EF_ESPEC,
+                   "stage 0 'tfrecord' differs", NULL);
+    free(st);
+}
+
+/* A record no longer where the state says. */
+static void test_tfrecord_changed(void **state)
+{
+    (void)state;
+    write_records(tu_at("changing.tfrecord"), 4, 1);
+    char spec[2048];
+    snprintf(spec, sizeof spec, "tfrecord:files=%s | shuffle:buffer=3",
+             tu_at("changing.tfrecord"));
+    size_t size;
+    void *st = state_after(spec, 2, NULL, &size);
+    write_records(tu_at("changing.tfrecord"), 4, 1);
+    expect_refused(spec, NULL, st, size, EF_EFORMAT, "tfrecord: file 0",
+                   "changing.tfrecord", "the file changed", NULL);
+    free(st);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -559,6 +657,8 @@ int main(void)
         cmocka_unit_test(test_tar_shard_changed),
         cmocka_unit_test(test_tar_unordered),
         cmocka_unit_test(test_tar_skip),
+        cmocka_unit_test(test_tfrecord),
+        cmocka_unit_test(test_tfrecord_changed),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -11,7 +11,14 @@
  * bad data CRC drops that record only; a bad length CRC, an absurd length
  * or a truncation drops the rest of the file (the records can no longer be
  * framed), and a file that cannot be opened is dropped whole; each counts
- * once and reading goes on. */
+ * once and reading goes on.
+ *
+ * Checkpoints: a sample's origin is its file and the bytes of its record
+ * (offsets in the inflated data). The state saves the file being read,
+ * the offset of the next record in it and that record's number; a
+ * restore opens the file there (a seek, a Range request, or for gzip
+ * inflating from the start), and fetch() reads one record at its offset
+ * the same way, on a stream of its own. */
 #include <stdio.h>
 #include <string.h>
 
@@ -20,18 +27,25 @@
 #include "core/clock.h"
 #include "stage.h"
 #include "io/paths.h"
+#include "stages/sources/checkpoint.h"
+#include "state.h"
 
 #define FILE_SHIFT 32
 
 typedef struct {
     ef__paths files;
-    int64_t first, step; /* this part's files: first, first + step ... */
+    ef__shard part; /* this part's files: i, i + n ... */
     ef__stream_opts sopts;
+    ef__gzip_seen gz; /* each file's compression, once read */
     char field[EF_MAX_NAME];
     /* the pass */
     int64_t file;       /* the file being read (or next to open) */
     ef__stream *stream; /* open on `file`, or NULL */
     int64_t record;     /* position of the next record in the file */
+    /* after a restore, while `file` is not open yet: where its next
+     * record starts, and its number (0, 0: the file's start) */
+    uint64_t from_offset;
+    int64_t from_record;
     /* statistics: written by the pulling thread only */
     _Atomic uint64_t files_read, bytes, read_ns, retries; /* at file ends */
 } tfrecord_state;
@@ -76,8 +90,10 @@ static int tfrecord_create(ef__stage *s, const ef__opts *o, ef__err *err)
                            (long long)part.i, (long long)part.i,
                            (long long)part.n, st->files.n,
                            st->files.n == 1 ? "" : "s");
-    st->first = st->file = part.i;
-    st->step = part.n;
+    if (ef__gzip_seen_init(&st->gz, st->files.n) != EF_OK)
+        return ef__err_set(err, EF_ENOMEM, "tfrecord: out of memory");
+    st->part = part;
+    st->file = part.i;
     return EF_OK;
 }
 
@@ -93,7 +109,7 @@ static void close_file(tfrecord_state *st)
     ef__stat_add(&st->files_read, 1);
     ef__stream_close(st->stream);
     st->stream = NULL;
-    st->file += st->step;
+    st->file += st->part.n;
 }
 
 /* Names the file and the record in a failure about it. */
@@ -105,12 +121,12 @@ static void locate(const tfrecord_state *st, const char *what, ef__err *err)
     ef__err_prefix(err, where);
 }
 
-static int build(ef__stage *s, tfrecord_state *st, ef_buffer *b,
-                 ef_sample **out, ef__err *err)
+/* The sample of record data `b` (the sample takes the reference), read
+ * from bytes [offset, end) of `file`. */
+static int build(const tfrecord_state *st, ef_sample_id id, int64_t file,
+                 uint64_t offset, uint64_t end, ef_buffer *b, ef_sample **out,
+                 ef__err *err)
 {
-    ef_sample_id id = {.index = (st->file << FILE_SHIFT) + st->record,
-                       .epoch = s->epoch};
-    st->record++;
     ef_sample *smp = ef_sample_new(id);
     int64_t shape[1] = {(int64_t)ef_buffer_size(b)};
     int rc =
@@ -121,8 +137,24 @@ static int build(ef__stage *s, tfrecord_state *st, ef_buffer *b,
         return ef__err_set(err, rc, "tfrecord: cannot build a sample: %s",
                            ef_strerror(rc));
     }
+    smp->origin.part = file;
+    smp->origin.offset = (int64_t)offset;
+    smp->origin.end = (int64_t)end;
     *out = smp;
     return EF_OK;
+}
+
+/* Opens file f at `offset` (0: its start): a file opened part way has
+ * its compression as first seen, when known. */
+static int open_file(const tfrecord_state *st, int64_t f, uint64_t offset,
+                     const atomic_int *cancelled, ef__stream **out,
+                     ef__err *err)
+{
+    ef__stream_opts o = st->sopts;
+    o.cancelled = cancelled;
+    if (offset > 0)
+        ef__gzip_seen_opts(&st->gz, (size_t)f, &o);
+    return ef__stream_open_at(out, st->files.names[f], &o, offset, err);
 }
 
 static int tfrecord_next(ef__stage *s, ef_sample **out, ef__err *err)
@@ -132,15 +164,17 @@ static int tfrecord_next(ef__stage *s, ef_sample **out, ef__err *err)
         if (!st->stream) {
             if ((size_t)st->file >= st->files.n)
                 return EF_END;
-            st->record = 0;
-            int rc = ef__stream_open(&st->stream, st->files.names[st->file],
-                                     &st->sopts, err);
+            uint64_t from = st->from_offset; /* a restore's */
+            st->record = st->from_record;
+            st->from_offset = 0;
+            st->from_record = 0;
+            int rc = open_file(st, st->file, from, st->sopts.cancelled,
+                               &st->stream, err);
             if (rc != EF_OK) {
-                st->stream = NULL;
                 locate(st, "opening", err);
-                if (!ef__stage_abandon(s, err, "file", 0, -1))
+                if (!ef__stage_abandon(s, err, "file", from, -1))
                     return rc;
-                st->file += st->step; /* the whole file is dropped */
+                st->file += st->part.n; /* the whole file is dropped */
                 continue;
             }
         }
@@ -151,10 +185,17 @@ static int tfrecord_next(ef__stage *s, ef_sample **out, ef__err *err)
                                st->files.names[st->file], FILE_SHIFT);
         ef_buffer *b;
         int in_sync;
+        uint64_t at = ef__stream_offset(st->stream);
         int rc = ef__tfrecord_read(st->stream, s->ctx->budget.limit, &b,
                                    &in_sync, err);
-        if (rc == EF_OK)
-            return build(s, st, b, out, err);
+        ef__gzip_seen_note(&st->gz, (size_t)st->file, st->stream);
+        if (rc == EF_OK) {
+            ef_sample_id id = {.index = (st->file << FILE_SHIFT) + st->record,
+                               .epoch = s->epoch};
+            st->record++;
+            return build(st, id, st->file, at, ef__stream_offset(st->stream), b,
+                         out, err);
+        }
         if (rc == EF_END) {
             close_file(st);
             continue;
@@ -182,8 +223,125 @@ static int tfrecord_reset(ef__stage *s, int64_t epoch, ef__err *err)
     (void)err;
     tfrecord_state *st = s->state;
     close_file(st);
-    st->file = st->first;
+    st->file = st->part.i;
+    st->from_offset = 0;
+    st->from_record = 0;
     return EF_OK;
+}
+
+/* ---- checkpoints -------------------------------------------------- */
+
+/* The record: the file list and part, the files' compression, then the
+ * file being read (or next), the offset of its next record and that
+ * record's number. */
+static int tfrecord_save(ef__stage *s, ef__state_out *o, ef__err *err)
+{
+    (void)err;
+    tfrecord_state *st = s->state;
+    ef__files_save(&st->files, o);
+    ef__part_save(&st->part, o);
+    ef__gzip_seen_save(&st->gz, o);
+    ef__put_i64(o, st->file);
+    if (st->stream) {
+        ef__put_u64(o, ef__stream_offset(st->stream));
+        ef__put_i64(o, st->record);
+    } else { /* the next file's start, or where a restore left it */
+        ef__put_u64(o, st->from_offset);
+        ef__put_i64(o, st->from_record);
+    }
+    return EF_OK;
+}
+
+static int tfrecord_restore(ef__stage *s, ef__state_in *in, ef__err *err)
+{
+    (void)err;
+    tfrecord_state *st = s->state;
+    int64_t file, record;
+    uint64_t offset;
+    int rc = ef__files_restore(&st->files, "file", in);
+    if (rc == EF_OK)
+        rc = ef__part_restore(&st->part, in);
+    if (rc == EF_OK)
+        rc = ef__gzip_seen_restore(&st->gz, in);
+    if (rc != EF_OK)
+        return rc;
+    ef__get_i64(in, "the file being read", &file);
+    ef__get_u64(in, "the offset of its next record", &offset);
+    rc = ef__get_i64(in, "the number of its next record", &record);
+    if (rc != EF_OK)
+        return rc;
+    /* past the last file is the end: the file steps by part.n */
+    int64_t n = (int64_t)st->files.n;
+    if (file < st->part.i || file > n + st->part.n ||
+        (file < n && file % st->part.n != st->part.i))
+        return ef__state_bad(in,
+                             "file %lld, expected one of part %lld of %lld "
+                             "of %lld files",
+                             (long long)file, (long long)st->part.i,
+                             (long long)st->part.n, (long long)n);
+    if (record < 0 || record > (int64_t)1 << FILE_SHIFT ||
+        (record == 0) != (offset == 0) || offset > (uint64_t)INT64_MAX)
+        return ef__state_bad(in,
+                             "record %lld at byte %llu of file %lld: expected "
+                             "both 0 (the file's start) or both positive",
+                             (long long)record, (unsigned long long)offset,
+                             (long long)file);
+    st->file = file;
+    st->from_offset = offset;
+    st->from_record = record;
+    return EF_OK;
+}
+
+/* Record d read again, at its offset, on a stream of its own: any
+ * thread, any time. A record that is not there, or ends elsewhere, means
+ * the file is not the one the state was saved from. */
+static int tfrecord_fetch(ef__stage *s, const ef__ident *d, ef_sample **out,
+                          ef__err *err)
+{
+    tfrecord_state *st = s->state;
+    *out = NULL;
+    int64_t f = d->part;
+    if (f < 0 || f >= (int64_t)st->files.n || f % st->part.n != st->part.i ||
+        (d->id.index >> FILE_SHIFT) != f || d->end <= d->offset)
+        return ef__err_set(err, EF_EFORMAT,
+                           "tfrecord: the state names record %lld at bytes "
+                           "%lld-%lld of file %lld: expected a record of "
+                           "part %lld of %lld of the %zu files",
+                           (long long)d->id.index, (long long)d->offset,
+                           (long long)d->end, (long long)f,
+                           (long long)st->part.i, (long long)st->part.n,
+                           st->files.n);
+    ef__stream *stream = NULL;
+    ef_buffer *b = NULL;
+    int in_sync;
+    int rc =
+        open_file(st, f, (uint64_t)d->offset, &s->ctx->cancelled, &stream, err);
+    if (rc == EF_OK)
+        rc = ef__tfrecord_read(stream, s->ctx->budget.limit, &b, &in_sync, err);
+    if (rc != EF_OK && rc != EF_END)
+        ef__fetch_failed(err, rc, "file");
+    uint64_t end = stream ? ef__stream_offset(stream) : 0;
+    if (stream)
+        ef__gzip_seen_note(&st->gz, (size_t)f, stream);
+    ef__stream_close(stream);
+    if (rc == EF_END || (rc == EF_OK && end != (uint64_t)d->end)) {
+        ef_buffer_release(b);
+        rc = ef__err_set(err, EF_EFORMAT,
+                         "%s: the record at offset %lld ends at %llu, the "
+                         "state says %lld: the file changed since the state "
+                         "was saved",
+                         st->files.names[f], (long long)d->offset,
+                         (unsigned long long)end, (long long)d->end);
+    }
+    if (rc != EF_OK) {
+        char where[96];
+        snprintf(where, sizeof where, "tfrecord: file %lld, record %lld",
+                 (long long)f, (long long)(d->id.index & 0xffffffff));
+        ef__err_prefix(err, where);
+        return rc;
+    }
+    ef_sample_id id = {.index = d->id.index, .epoch = d->id.epoch};
+    return build(st, id, f, (uint64_t)d->offset, end, b, out, err);
 }
 
 static void tfrecord_destroy(ef__stage *s)
@@ -191,6 +349,7 @@ static void tfrecord_destroy(ef__stage *s)
     tfrecord_state *st = s->state;
     ef__stream_close(st->stream);
     ef__paths_free(&st->files);
+    ef__gzip_seen_free(&st->gz);
     ef__free(st);
 }
 
@@ -228,4 +387,7 @@ const ef__stage_def ef__stage_tfrecord = {
     .reset = tfrecord_reset,
     .destroy = tfrecord_destroy,
     .stats = tfrecord_stats,
+    .save = tfrecord_save,
+    .restore = tfrecord_restore,
+    .fetch = tfrecord_fetch,
 };
