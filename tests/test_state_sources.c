@@ -1,5 +1,5 @@
 /* Checkpoints of the file sources: tar (one to several readers, gzip
- * shards, parts, on_error=skip) and tfrecord pipelines saved after
+ * shards, parts, on_error=skip), tfrecord and cifar pipelines saved after
  * k items and restored into a new one deliver exactly what the
  * uninterrupted run delivers after item k, identity and bytes, with
  * shuffle, echo, batch and repeat downstream. A resumed shard is not read
@@ -289,6 +289,21 @@ static void write_records(const char *path, int f, int ragged)
     assert_int_equal(fclose(out), 0);
 }
 
+/* A CIFAR-10 file of n records of random pixels, labels 0..9. */
+static void write_cifar(const char *path, int n)
+{
+    FILE *out = fopen(path, "wb");
+    assert_non_null(out);
+    static unsigned char rec[3073];
+    for (int r = 0; r < n; r++) {
+        rec[0] = (unsigned char)(tu_xorshift(&g_rng) % 10);
+        for (int j = 1; j < 3073; j++)
+            rec[j] = (unsigned char)tu_xorshift(&g_rng);
+        assert_int_equal(fwrite(rec, 1, sizeof rec, out), sizeof rec);
+    }
+    assert_int_equal(fclose(out), 0);
+}
+
 static int setup(void **state)
 {
     (void)state;
@@ -324,6 +339,9 @@ static int setup(void **state)
         }
 #endif
     }
+    write_cifar(tu_at("c-1.bin"), 23);
+    write_cifar(tu_at("c-2.bin"), 17);
+    write_cifar(tu_at("c-3.bin"), 30);
     return 0;
 }
 
@@ -644,6 +662,32 @@ static void test_tfrecord_changed(void **state)
     free(st);
 }
 
+/* ---- cifar --------------------------------------------------------- */
+
+static void test_cifar(void **state)
+{
+    (void)state;
+    char spec[2048];
+    snprintf(spec, sizeof spec, "cifar:files=\"%s/c-{1..3}.bin\"", tu_dir());
+    check_resume(spec, spec, 1000, NULL);
+    snprintf(spec, sizeof spec,
+             "cifar:files=\"%s/c-{1..3}.bin\",shard=1/3 | shuffle:buffer=8 "
+             "| echo:factor=3,shuffle=5 | batch:size=4 | repeat:count=2",
+             tu_dir());
+    check_resume(spec, spec, 1000, NULL);
+    /* a state past the end of fewer records */
+    snprintf(spec, sizeof spec, "cifar:files=\"%s/c-{1..3}.bin\"", tu_dir());
+    char other[2048];
+    snprintf(other, sizeof other, "cifar:files=\"%s/c-{1..3}.bin\"", tu_dir());
+    size_t size;
+    void *st = state_after(spec, 60, NULL, &size);
+    write_cifar(tu_at("c-3.bin"), 5);
+    expect_refused(other, NULL, st, size, EF_EFORMAT, "next record 60",
+                   "up to 45 records", NULL);
+    write_cifar(tu_at("c-3.bin"), 30);
+    free(st);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -659,6 +703,7 @@ int main(void)
         cmocka_unit_test(test_tar_skip),
         cmocka_unit_test(test_tfrecord),
         cmocka_unit_test(test_tfrecord_changed),
+        cmocka_unit_test(test_cifar),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

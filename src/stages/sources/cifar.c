@@ -16,7 +16,10 @@
  * bad is dropped and counted once, when the files are read: a file that
  * cannot be read is abandoned (its records then count as none, its bytes
  * as lost), a partial record at the end and a record with a bad label
- * (its number stays taken) are skipped. */
+ * (its number stays taken) are skipped.
+ *
+ * Checkpoints: the state saves the next record's number; fetch() makes a
+ * record again from the files' buffers (read at the restore, once). */
 #include <stdio.h>
 #include <string.h>
 
@@ -25,6 +28,7 @@
 #include "io/stream.h"
 #include "stage.h"
 #include "io/paths.h"
+#include "state.h"
 
 typedef struct {
     ef_buffer *images; /* n x 3072 bytes, HWC; NULL for an unread file */
@@ -37,6 +41,7 @@ typedef struct {
     cifar_file *files;
     int64_t total; /* records in all files */
     ef__shard shard;
+    int loaded;   /* the files were read (at open, or at a restore) */
     int64_t next; /* the next record of this pass */
     size_t cur;   /* the file holding `next` (records only grow in a pass) */
 } cifar_state;
@@ -194,9 +199,13 @@ static int load(ef__stage *s, cifar_state *st, size_t f, ef__err *err)
     return EF_OK;
 }
 
+/* Reads the files, once: at open, or at a restore. */
 static int cifar_open(ef__stage *s, ef__err *err)
 {
     cifar_state *st = s->state;
+    if (st->loaded)
+        return EF_OK;
+    st->loaded = 1; /* a failure fails the pipeline: no second try */
     for (size_t f = 0; f < st->paths.n; f++) {
         int rc = load(s, st, f, err);
         if (rc != EF_OK)
@@ -213,6 +222,36 @@ static int cifar_open(ef__stage *s, ef__err *err)
     return EF_OK;
 }
 
+/* Whether record `local` of cf has a label in range: one that is not was
+ * counted as skipped when the file was read, and is never emitted. */
+static int good(const cifar_file *cf, int64_t local)
+{
+    const int64_t *labels = ef_buffer_data(cf->labels);
+    return labels[local] >= 0 && labels[local] < EF__CIFAR_CLASSES;
+}
+
+/* Record r (record `local` of cf) of pass `epoch`: views into the file's
+ * buffers. */
+static int make(const cifar_file *cf, int64_t r, int64_t local, int64_t epoch,
+                ef_sample **out, ef__err *err)
+{
+    static const int64_t shape[3] = {EF__CIFAR_SIDE, EF__CIFAR_SIDE, 3};
+    ef_sample *smp = ef_sample_new((ef_sample_id){.index = r, .epoch = epoch});
+    int rc = smp ? ef_sample_add(smp, "image", EF_U8, 3, shape, cf->images,
+                                 (size_t)local * EF__CIFAR_IMAGE)
+                 : EF_ENOMEM;
+    if (rc == EF_OK)
+        rc = ef_sample_add(smp, "label", EF_I64, 0, NULL, cf->labels,
+                           (size_t)local * sizeof(int64_t));
+    if (rc != EF_OK) {
+        ef_sample_free(smp);
+        return ef__err_set(err, rc, "cifar: cannot build sample %lld: %s",
+                           (long long)r, ef_strerror(rc));
+    }
+    *out = smp;
+    return EF_OK;
+}
+
 static int cifar_next(ef__stage *s, ef_sample **out, ef__err *err)
 {
     cifar_state *st = s->state;
@@ -222,26 +261,8 @@ static int cifar_next(ef__stage *s, ef_sample **out, ef__err *err)
         while (r >= st->files[st->cur].base + st->files[st->cur].n)
             st->cur++;
         const cifar_file *cf = &st->files[st->cur];
-        int64_t local = r - cf->base;
-        const int64_t *labels = ef_buffer_data(cf->labels);
-        if (labels[local] < 0 || labels[local] >= EF__CIFAR_CLASSES)
-            continue; /* counted as skipped when the file was read */
-        static const int64_t shape[3] = {EF__CIFAR_SIDE, EF__CIFAR_SIDE, 3};
-        ef_sample *smp =
-            ef_sample_new((ef_sample_id){.index = r, .epoch = s->epoch});
-        int rc = smp ? ef_sample_add(smp, "image", EF_U8, 3, shape, cf->images,
-                                     (size_t)local * EF__CIFAR_IMAGE)
-                     : EF_ENOMEM;
-        if (rc == EF_OK)
-            rc = ef_sample_add(smp, "label", EF_I64, 0, NULL, cf->labels,
-                               (size_t)local * sizeof(int64_t));
-        if (rc != EF_OK) {
-            ef_sample_free(smp);
-            return ef__err_set(err, rc, "cifar: cannot build sample %lld: %s",
-                               (long long)r, ef_strerror(rc));
-        }
-        *out = smp;
-        return EF_OK;
+        if (good(cf, r - cf->base))
+            return make(cf, r, r - cf->base, s->epoch, out, err);
     }
     return EF_END;
 }
@@ -254,6 +275,48 @@ static int cifar_reset(ef__stage *s, int64_t epoch, ef__err *err)
     st->next = st->shard.i;
     st->cur = 0;
     return EF_OK;
+}
+
+static int cifar_save(ef__stage *s, ef__state_out *o, ef__err *err)
+{
+    (void)err;
+    ef__put_i64(o, ((cifar_state *)s->state)->next);
+    return EF_OK;
+}
+
+/* The record count is known once the files are read: checked then. */
+static int cifar_restore(ef__stage *s, ef__state_in *in, ef__err *err)
+{
+    cifar_state *st = s->state;
+    int rc = cifar_open(s, err);
+    if (rc == EF_OK)
+        rc = ef__cursor_restore(in, &st->shard, st->total, &st->next);
+    st->cur = 0; /* next() finds the file holding `next` from there */
+    return rc;
+}
+
+static int cifar_fetch(ef__stage *s, const ef__ident *d, ef_sample **out,
+                       ef__err *err)
+{
+    cifar_state *st = s->state;
+    int64_t r = d->id.index;
+    int rc = cifar_open(s, err);
+    if (rc == EF_OK)
+        rc = ef__index_check(s, &st->shard, r, st->total, err);
+    if (rc != EF_OK)
+        return rc;
+    size_t f = 0;
+    while (r >= st->files[f].base + st->files[f].n)
+        f++;
+    const cifar_file *cf = &st->files[f];
+    if (!good(cf, r - cf->base))
+        return ef__err_set(err, EF_EFORMAT,
+                           "cifar: the state names record %lld (record %lld "
+                           "of %s), whose label is out of range: a record "
+                           "never emitted (the file changed?)",
+                           (long long)r, (long long)(r - cf->base),
+                           st->paths.names[f]);
+    return make(cf, r, r - cf->base, d->id.epoch, out, err);
 }
 
 static void cifar_destroy(ef__stage *s)
@@ -297,4 +360,7 @@ const ef__stage_def ef__stage_cifar = {
     .reset = cifar_reset,
     .destroy = cifar_destroy,
     .stats = cifar_stats,
+    .save = cifar_save,
+    .restore = cifar_restore,
+    .fetch = cifar_fetch,
 };
