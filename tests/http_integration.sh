@@ -7,15 +7,19 @@
 # resumes with Range requests, nothing lost, nothing duplicated. Also: a
 # missing shard (404) fails with the URL, or is abandoned and counted; a
 # server that goes down mid-shard: the shard is abandoned at the byte it
-# stopped at, and the bytes left unread are counted.
+# stopped at, and the bytes left unread are counted. And a checkpoint:
+# a tar pipeline saved mid-epoch resumes exactly, asking nginx for the
+# shards it was reading with a Range from the saved offsets, and for no
+# shard it had finished.
 #
 # usage: http_integration.sh ECHOFLOW ROUNDTRIP_CHECK FASHION_MNIST_DIR
-#                            HTTP_SERVER_PY
+#                            HTTP_SERVER_PY RESUME_CHECK
 set -u
-CLI=${1:?usage: http_integration.sh ECHOFLOW ROUNDTRIP_CHECK FMNIST_DIR SERVER_PY}
+CLI=${1:?usage: http_integration.sh ECHOFLOW ROUNDTRIP_CHECK FMNIST_DIR SERVER_PY RESUME_CHECK}
 CHECK=${2:?}
 FMNIST=${3:?}
 SERVER=${4:?}
+RESUME=${5:?}
 PY=/usr/bin/python3
 NGINX=/usr/sbin/nginx
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/ef_http.XXXXXX")
@@ -71,7 +75,8 @@ pid $TMP/nginx/nginx.pid;
 error_log $TMP/nginx/error.log warn;
 events { worker_connections 64; }
 http {
-    access_log off;
+    log_format ranges '\$request_method \$uri "\$http_range" \$status \$body_bytes_sent';
+    access_log $TMP/nginx/access.log ranges;
     client_body_temp_path $TMP/nginx/tmp;
     proxy_temp_path $TMP/nginx/tmp;
     fastcgi_temp_path $TMP/nginx/tmp;
@@ -107,6 +112,89 @@ if "$CHECK" "tar:urls=$URL/train-{000000..000005}.tar | decode" "$IMG" "$LAB" \
     pass "nginx: $(cat "$TMP/nginx.out")"
 else
     fail "nginx round trip: $(cat "$TMP/nginx.out")"
+fi
+
+# ---- a checkpoint mid-epoch, resumed ---------------------------------------
+# Two readers over four shards in list order: reader 0 reads shards 0 and
+# 2, reader 1 shards 1 and 3, and the consumer takes from each in turn.
+# After 6913 samples reader 0 gave 3457 of shard 0 and reader 1 3456 of
+# shard 1, so the restore must ask for shard 0 from the end of its sample
+# 3456 and for shard 1 from the end of its sample 3455, with Range
+# requests, for shards 2 and 3 from their start, and for nothing else.
+# The resumed items must be the whole run's after the 6913th, identity
+# and bytes.
+LOG=$TMP/nginx/access.log
+# lines of the access log once nginx has logged every request so far
+# (it logs a request when it ends, which may follow the client's exit)
+settled_lines() {
+    local n=-1 m
+    for _ in $(seq 50); do
+        m=$(wc -l <"$LOG")
+        [ "$m" = "$n" ] && { echo "$m"; return; }
+        n=$m
+        sleep 0.2
+    done
+    echo "$n"
+}
+RSPEC="tar:urls=$URL/train-{000000..000003}.tar,cycle=2,shuffle_shards=false"
+if "$RESUME" run "$RSPEC" >"$TMP/resume.all" 2>"$TMP/resume.err" &&
+        "$RESUME" save "$RSPEC" 6913 "$TMP/resume.state" \
+            >"$TMP/resume.head" 2>>"$TMP/resume.err"; then
+    mark=$(settled_lines)
+    if "$RESUME" restore "$RSPEC" "$TMP/resume.state" \
+            >"$TMP/resume.tail" 2>>"$TMP/resume.err"; then
+        sleep 0.2
+        settled_lines >/dev/null
+        tail -n +"$((mark + 1))" "$LOG" >"$TMP/resume.log"
+        if "$PY" - "$TMP" <<'PY'; then
+import os, sys, tarfile
+tmp = sys.argv[1]
+lines = lambda name: open(os.path.join(tmp, name)).read().splitlines()
+whole, head, tail = lines("resume.all"), lines("resume.head"), lines("resume.tail")
+assert len(whole) == 40000, len(whole)
+assert len(head) == 6913, len(head)
+assert head + tail == whole, "the resumed items differ from the whole run's"
+
+def sample_end(path, n):
+    # the offset after the last member of sample n (WebDataset grouping)
+    keys, end = [], {}
+    with tarfile.open(path) as t:
+        for m in t:
+            d, b = os.path.split(m.name)
+            key = os.path.join(d, b.split(".", 1)[0])
+            if not keys or keys[-1] != key:
+                keys.append(key)
+            end[len(keys) - 1] = m.offset_data + (m.size + 511) // 512 * 512
+    return end[n]
+
+www = os.path.join(tmp, "www")
+want = {
+    "/train-000000.tar": '"bytes=%d-"' % sample_end(os.path.join(www, "train-000000.tar"), 3456),
+    "/train-000001.tar": '"bytes=%d-"' % sample_end(os.path.join(www, "train-000001.tar"), 3455),
+    "/train-000002.tar": '"-"',
+    "/train-000003.tar": '"-"',
+}
+got = {}
+for line in lines("resume.log"):
+    method, uri, rng, status, sent = line.split()
+    assert uri not in got, "asked twice for %s: %s" % (uri, line)
+    got[uri] = rng
+    assert status == ("206" if rng != '"-"' else "200"), line
+    size = os.path.getsize(os.path.join(www, uri[1:]))
+    start = int(rng[7:-2]) if rng != '"-"' else 0
+    assert 0 < int(sent) <= size - start, (line, size)
+assert got == want, "requests after the restore: %s, expected %s" % (got, want)
+print("%s and %s" % (want["/train-000000.tar"], want["/train-000001.tar"]))
+PY
+            pass "checkpoint over HTTP: 40000 items as in the whole run; the restore asked for shards 0 and 1 with Range from the saved offsets ($(tail -n 1 "$TMP/resume.err"))"
+        else
+            fail "checkpoint over HTTP: $(cat "$TMP/resume.log")"
+        fi
+    else
+        fail "checkpoint restore: $(cat "$TMP/resume.err")"
+    fi
+else
+    fail "checkpoint save: $(cat "$TMP/resume.err")"
 fi
 
 # a shard that is not there: the error names the URL and the status
