@@ -9,116 +9,20 @@
 #include <cmocka.h>
 
 #include "ef_test_util.h"
+#include "state_test_util.h"
 #include "state.h"
 
-/* An item as the consumer sees it: identity and a hash of every field. */
-typedef struct {
-    ef_sample_id id;
-    uint64_t hash;
-} seen;
-
-static uint64_t hash_sample(const ef_sample *s)
+static ef_pipeline *seeded(const char *spec, const void *arg)
 {
-    uint64_t h = 1469598103934665603ull;
-    for (int i = 0; i < ef_sample_field_count(s); i++) {
-        ef_tensor t;
-        assert_int_equal(ef_sample_field(s, i, &t), EF_OK);
-        const unsigned char *p = t.data;
-        for (size_t j = 0; j < t.nbytes; j++)
-            h = (h ^ p[j]) * 1099511628211ull;
-        for (int d = 0; d < t.ndim; d++)
-            h = (h ^ (uint64_t)t.shape[d]) * 1099511628211ull;
-    }
-    return h;
+    (void)arg;
+    return tu_pipeline(spec, 7);
 }
 
-/* Pulls up to max items into out; returns how many (fewer at the end). */
-static size_t pull(ef_pipeline *p, seen *out, size_t max)
-{
-    size_t n = 0;
-    while (n < max) {
-        ef_sample *s = NULL;
-        int rc = ef_pipeline_next(p, &s);
-        if (rc == EF_END)
-            break;
-        if (rc != EF_OK)
-            fail_msg("next = %s: %s", ef_status_name(rc), ef_pipeline_error(p));
-        out[n].id = ef_sample_identity(s);
-        out[n].hash = hash_sample(s);
-        ef_sample_free(s);
-        n++;
-    }
-    return n;
-}
-
-static void *save(ef_pipeline *p, size_t *size)
-{
-    int rc = ef_pipeline_save_state(p, NULL, 0, size);
-    if (rc != EF_OK)
-        fail_msg("save (size) = %s: %s", ef_status_name(rc),
-                 ef_pipeline_error(p));
-    void *buf = malloc(*size);
-    assert_non_null(buf);
-    rc = ef_pipeline_save_state(p, buf, *size, size);
-    if (rc != EF_OK)
-        fail_msg("save = %s: %s", ef_status_name(rc), ef_pipeline_error(p));
-    return buf;
-}
-
-static void expect_same(const seen *a, const seen *b, size_t n, size_t from,
-                        const char *spec)
-{
-    for (size_t i = 0; i < n; i++)
-        if (memcmp(&a[i].id, &b[i].id, sizeof a[i].id) != 0 ||
-            a[i].hash != b[i].hash)
-            fail_msg("%s: resumed at %zu, item %zu differs (%s): index "
-                     "%lld epoch %lld copy %d, expected index %lld epoch "
-                     "%lld copy %d",
-                     spec, from, from + i,
-                     a[i].hash != b[i].hash ? "its bytes" : "its identity",
-                     (long long)b[i].id.index,
-                     (long long)b[i].id.epoch, b[i].id.echo_copy,
-                     (long long)a[i].id.index, (long long)a[i].id.epoch,
-                     a[i].id.echo_copy);
-}
-
-/* Runs `spec` through, then for each cut k saves after k items, restores
- * into a new pipeline (of `restore_spec`, which may differ in speed
- * settings only) and checks the rest. */
+/* Resumes at each cut equal the whole run (see tu_check_resume). */
 static void check_resume(const char *spec, const char *restore_spec,
                          const size_t *cuts, size_t ncuts)
 {
-    enum { MAX = 20000 };
-    seen *all = malloc(MAX * sizeof *all), *rest = malloc(MAX * sizeof *rest);
-    assert_non_null(all);
-    assert_non_null(rest);
-    ef_pipeline *p = tu_pipeline(spec, 7);
-    size_t total = pull(p, all, MAX);
-    ef_pipeline_destroy(p);
-    assert_true(total > 0 && total < MAX);
-    for (size_t c = 0; c < ncuts; c++) {
-        size_t k = cuts[c] < total ? cuts[c] : total;
-        p = tu_pipeline(spec, 7);
-        assert_int_equal(pull(p, rest, k), k);
-        expect_same(all, rest, k, 0, spec);
-        size_t size;
-        void *state = save(p, &size);
-        ef_pipeline_destroy(p);
-        ef_pipeline *q = tu_pipeline(restore_spec, 7);
-        int rc = ef_pipeline_restore_state(q, state, size);
-        if (rc != EF_OK)
-            fail_msg("%s: restore at %zu = %s: %s", spec, k,
-                     ef_status_name(rc), ef_pipeline_error(q));
-        size_t n = pull(q, rest, MAX);
-        if (n != total - k)
-            fail_msg("%s: resumed at %zu: %zu items, expected %zu", spec, k, n,
-                     total - k);
-        expect_same(all + k, rest, n, k, spec);
-        ef_pipeline_destroy(q);
-        free(state);
-    }
-    free(all);
-    free(rest);
+    tu_check_resume(seeded, NULL, spec, restore_spec, cuts, ncuts, 20000);
 }
 
 static const size_t cuts[] = {0, 1, 5, 99, 100, 101, 250, 777, 1999, 5000};
@@ -174,29 +78,29 @@ static void test_auto_echo(void **state)
     enum { N = 3000, MAX = 4 * N };
     const char *spec = "range:n=3000,bytes=32 | shuffle:buffer=200 | "
                        "map:fn=noop,threads=2 | echo:factor=auto,max=4,pool=64";
-    seen *order = malloc(N * sizeof *order), *got = malloc(MAX * sizeof *got);
+    tu_seen *order = malloc(N * sizeof *order), *got = malloc(MAX * sizeof *got);
     assert_non_null(order);
     assert_non_null(got);
     ef_pipeline *p = tu_pipeline(
         "range:n=3000,bytes=32 | shuffle:buffer=200 | map:fn=noop", 3);
-    assert_int_equal(pull(p, order, N), N); /* the fresh items' order */
+    assert_int_equal(tu_pull_seen(p, order, N, "pipeline"), N); /* the fresh items' order */
     ef_pipeline_destroy(p);
     static const size_t auto_cuts[] = {0, 1, 17, 200, 2500};
     for (size_t c = 0; c < sizeof auto_cuts / sizeof auto_cuts[0]; c++) {
         size_t k = auto_cuts[c], fresh = 0;
         p = tu_pipeline(spec, 3);
-        assert_int_equal(pull(p, got, k), k);
+        assert_int_equal(tu_pull_seen(p, got, k, spec), k);
         for (size_t i = 0; i < k; i++)
             fresh += got[i].id.echo_copy == 0;
         size_t size, size2;
-        void *saved = save(p, &size);
+        void *saved = tu_save(p, &size);
         ef_pipeline_destroy(p);
         ef_pipeline *q = tu_pipeline(spec, 3);
         assert_int_equal(ef_pipeline_restore_state(q, saved, size), EF_OK);
-        void *again = save(q, &size2);
+        void *again = tu_save(q, &size2);
         assert_int_equal(size, size2);
         assert_memory_equal(saved, again, size);
-        size_t n = pull(q, got, MAX), later = 0;
+        size_t n = tu_pull_seen(q, got, MAX, spec), later = 0;
         for (size_t i = 0; i < n; i++) {
             if (got[i].id.echo_copy != 0)
                 continue;
@@ -225,9 +129,9 @@ static void *saved_after(const char *spec, uint64_t seed, size_t k,
                          size_t *size)
 {
     ef_pipeline *p = tu_pipeline(spec, seed);
-    seen junk[64];
-    assert_int_equal(pull(p, junk, k), k);
-    void *buf = save(p, size);
+    tu_seen junk[64];
+    assert_int_equal(tu_pull_seen(p, junk, k, "pipeline"), k);
+    void *buf = tu_save(p, size);
     ef_pipeline_destroy(p);
     return buf;
 }
@@ -348,16 +252,16 @@ static void test_fashion_mnist_state_size(void **state)
                                        "echo:factor=auto,pool=64 | "
                                        "batch:size=64 | prefetch:4";
     ef_pipeline *p = tu_pipeline(spec, 11);
-    seen junk[512];
-    assert_int_equal(pull(p, junk, 500), 500);
+    tu_seen junk[512];
+    assert_int_equal(tu_pull_seen(p, junk, 500, "pipeline"), 500);
     size_t size;
-    void *saved = save(p, &size);
+    void *saved = tu_save(p, &size);
     ef_pipeline_destroy(p);
     if (size >= 256 * 1024)
         fail_msg("state of %zu bytes, expected under 256 KiB", size);
     ef_pipeline *q = tu_pipeline(spec, 11);
     assert_int_equal(ef_pipeline_restore_state(q, saved, size), EF_OK);
-    assert_int_equal(pull(q, junk, 10), 10);
+    assert_int_equal(tu_pull_seen(q, junk, 10, "pipeline"), 10);
     ef_pipeline_destroy(q);
     free(saved);
 }
@@ -394,10 +298,10 @@ static void test_damaged_payload_names_the_stage(void **state)
     (void)state;
     const char *spec = "range:n=50,bytes=4 | shuffle:buffer=8 | batch:size=3";
     ef_pipeline *p = tu_pipeline(spec, 7);
-    seen got[20];
-    assert_int_equal(pull(p, got, 4), 4);
+    tu_seen got[20];
+    assert_int_equal(tu_pull_seen(p, got, 4, "pipeline"), 4);
     size_t size;
-    unsigned char *saved = save(p, &size);
+    unsigned char *saved = tu_save(p, &size);
     ef_pipeline_destroy(p);
     size_t n = size - EF__STATE_HEADER - 1; /* the last byte gone */
     unsigned char *cut = malloc(EF__STATE_HEADER + n);
@@ -411,7 +315,7 @@ static void test_damaged_payload_names_the_stage(void **state)
     const char *msg = ef_pipeline_error(q);
     if (!strstr(msg, "state: stage 2 'batch': ") || !strstr(msg, "at byte"))
         fail_msg("message: %s", msg);
-    assert_int_equal(pull(q, got, 20), 17);
+    assert_int_equal(tu_pull_seen(q, got, 20, "pipeline"), 17);
     ef_pipeline_destroy(q);
     free(cut);
     free(saved);
@@ -426,23 +330,23 @@ static void test_second_restore_refused(void **state)
                        "echo:factor=2,shuffle=4 | batch:size=3 | "
                        "prefetch:depth=2";
     enum { K = 5, MAX = 200 };
-    seen all[MAX], rest[MAX];
+    tu_seen all[MAX], rest[MAX];
     ef_pipeline *p = tu_pipeline(spec, 7);
-    size_t total = pull(p, all, MAX);
+    size_t total = tu_pull_seen(p, all, MAX, "pipeline");
     ef_pipeline_destroy(p);
     p = tu_pipeline(spec, 7);
-    assert_int_equal(pull(p, rest, K), K);
+    assert_int_equal(tu_pull_seen(p, rest, K, "pipeline"), K);
     size_t size;
-    void *saved = save(p, &size);
+    void *saved = tu_save(p, &size);
     ef_pipeline_destroy(p);
 
     ef_pipeline *q = tu_pipeline(spec, 7);
     assert_int_equal(ef_pipeline_restore_state(q, saved, size), EF_OK);
     assert_int_equal(ef_pipeline_restore_state(q, saved, size), EF_ESTATE);
     assert_non_null(strstr(ef_pipeline_error(q), "restored already"));
-    size_t n = pull(q, rest, MAX);
+    size_t n = tu_pull_seen(q, rest, MAX, "pipeline");
     assert_int_equal(n, total - K);
-    expect_same(all + K, rest, n, K, spec);
+    tu_expect_same(all + K, rest, n, K, spec);
     ef_pipeline_destroy(q);
 
     /* a state refused before anything changed does not count */
@@ -450,7 +354,7 @@ static void test_second_restore_refused(void **state)
     assert_int_equal(ef_pipeline_restore_state(q, saved, size - 1),
                      EF_EFORMAT);
     assert_int_equal(ef_pipeline_restore_state(q, saved, size), EF_OK);
-    assert_int_equal(pull(q, rest, MAX), total - K);
+    assert_int_equal(tu_pull_seen(q, rest, MAX, "pipeline"), total - K);
     ef_pipeline_destroy(q);
     free(saved);
 }

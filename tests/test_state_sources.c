@@ -21,31 +21,9 @@
 #include "codec/crc32c.h"
 #include "codec/tar_write.h"
 #include "ef_test_util.h"
+#include "state_test_util.h"
 
 /* ---- resuming ------------------------------------------------------ */
-
-/* An item as the consumer sees it: identity and a hash of every field. */
-typedef struct {
-    ef_sample_id id;
-    uint64_t hash;
-} seen;
-
-static uint64_t hash_sample(const ef_sample *s)
-{
-    uint64_t h = 1469598103934665603ull;
-    for (int i = 0; i < ef_sample_field_count(s); i++) {
-        ef_tensor t;
-        assert_int_equal(ef_sample_field(s, i, &t), EF_OK);
-        const unsigned char *p = t.data;
-        for (size_t j = 0; j < t.nbytes; j++)
-            h = (h ^ p[j]) * 1099511628211ull;
-        for (int d = 0; d < t.ndim; d++)
-            h = (h ^ (uint64_t)t.shape[d]) * 1099511628211ull;
-        for (const char *c = t.name; *c; c++)
-            h = (h ^ (unsigned char)*c) * 1099511628211ull;
-    }
-    return h;
-}
 
 /* How the pipelines of a check are made: on_error=skip or not, and the
  * pipeline's part (ef_pipeline_set_shard; n = 0: none). */
@@ -67,111 +45,30 @@ static ef_pipeline *make(const char *spec, const how *h)
     return p;
 }
 
-/* Pulls up to max items into out; returns how many (fewer at the end). */
-static size_t pull(ef_pipeline *p, seen *out, size_t max, const char *spec)
-{
-    size_t n = 0;
-    while (n < max) {
-        ef_sample *s = NULL;
-        int rc = ef_pipeline_next(p, &s);
-        if (rc == EF_END)
-            break;
-        if (rc != EF_OK)
-            fail_msg("%s: next after %zu = %s: %s", spec, n, ef_status_name(rc),
-                     ef_pipeline_error(p));
-        out[n].id = ef_sample_identity(s);
-        out[n].hash = hash_sample(s);
-        ef_sample_free(s);
-        n++;
-    }
-    return n;
-}
-
-/* The state of p (the caller frees it). */
-static void *save(ef_pipeline *p, size_t *size)
-{
-    int rc = ef_pipeline_save_state(p, NULL, 0, size);
-    if (rc != EF_OK)
-        fail_msg("save (size) = %s: %s", ef_status_name(rc),
-                 ef_pipeline_error(p));
-    void *buf = malloc(*size);
-    assert_non_null(buf);
-    rc = ef_pipeline_save_state(p, buf, *size, size);
-    if (rc != EF_OK)
-        fail_msg("save = %s: %s", ef_status_name(rc), ef_pipeline_error(p));
-    return buf;
-}
-
-static void expect_same(const seen *a, const seen *b, size_t n, size_t from,
-                        const char *spec)
-{
-    for (size_t i = 0; i < n; i++)
-        if (memcmp(&a[i].id, &b[i].id, sizeof a[i].id) != 0 ||
-            a[i].hash != b[i].hash)
-            fail_msg("%s: resumed at %zu, item %zu differs: index %lld "
-                     "epoch %lld copy %d, expected index %lld epoch %lld "
-                     "copy %d%s",
-                     spec, from, from + i, (long long)b[i].id.index,
-                     (long long)b[i].id.epoch, b[i].id.echo_copy,
-                     (long long)a[i].id.index, (long long)a[i].id.epoch,
-                     a[i].id.echo_copy,
-                     a[i].hash != b[i].hash ? " (or its bytes)" : "");
-}
-
 enum { MAX_ITEMS = 4000 };
 
-/* Runs `spec` through, then for about `ncuts` cuts k spread over the run
- * (and every k when the run is shorter) saves after k items, restores
- * into a new pipeline of `restore_spec` (which may differ in speed
- * settings only) and checks the rest. Returns the run's length. */
+static ef_pipeline *make_for(const char *spec, const void *arg)
+{
+    return make(spec, arg);
+}
+
+/* Resumes at ncuts evenly spaced points, and at the end, equal the whole
+ * run; returns its items. */
 static size_t check_resume(const char *spec, const char *restore_spec,
                            size_t ncuts, const how *h)
 {
-    seen *all = malloc(MAX_ITEMS * sizeof *all);
-    seen *rest = malloc(MAX_ITEMS * sizeof *rest);
-    assert_non_null(all);
-    assert_non_null(rest);
-    ef_pipeline *p = make(spec, h);
-    size_t total = pull(p, all, MAX_ITEMS, spec);
-    ef_pipeline_destroy(p);
-    if (total == 0 || total >= MAX_ITEMS)
-        fail_msg("%s: %zu items, expected 1 to %d", spec, total, MAX_ITEMS - 1);
-    size_t step = total / ncuts > 1 ? total / ncuts : 1;
-    for (size_t k = 0;; k = k + step < total ? k + step : total) {
-        p = make(spec, h);
-        assert_int_equal(pull(p, rest, k, spec), k);
-        expect_same(all, rest, k, 0, spec);
-        size_t size;
-        void *state = save(p, &size);
-        ef_pipeline_destroy(p);
-        ef_pipeline *q = make(restore_spec, h);
-        int rc = ef_pipeline_restore_state(q, state, size);
-        if (rc != EF_OK)
-            fail_msg("%s: restore at %zu = %s: %s", spec, k, ef_status_name(rc),
-                     ef_pipeline_error(q));
-        size_t n = pull(q, rest, MAX_ITEMS, spec);
-        if (n != total - k)
-            fail_msg("%s: resumed at %zu: %zu items, expected %zu", spec, k, n,
-                     total - k);
-        expect_same(all + k, rest, n, k, spec);
-        ef_pipeline_destroy(q);
-        free(state);
-        if (k == total)
-            break;
-    }
-    free(all);
-    free(rest);
-    return total;
+    return tu_check_resume(make_for, h, spec, restore_spec, NULL, ncuts,
+                           MAX_ITEMS);
 }
 
 /* The state of `spec` after k items. */
 static void *state_after(const char *spec, size_t k, const how *h, size_t *size)
 {
-    seen *buf = malloc((k + 1) * sizeof *buf);
+    tu_seen *buf = malloc((k + 1) * sizeof *buf);
     assert_non_null(buf);
     ef_pipeline *p = make(spec, h);
-    assert_int_equal(pull(p, buf, k, spec), k);
-    void *state = save(p, size);
+    assert_int_equal(tu_pull_seen(p, buf, k, spec), k);
+    void *state = tu_save(p, size);
     ef_pipeline_destroy(p);
     free(buf);
     return state;
