@@ -321,10 +321,13 @@ EF_API const char *ef_pipeline_error(const ef_pipeline *p);
  * fresh items, with its pool as it was). Items the state names are read
  * again by identity; the expensive stages run only for those. A state
  * that is corrupt, truncated, of another version or of another pipeline
- * gives EF_EFORMAT or EF_ESPEC and a message naming the first stage that
- * differs, and leaves the pipeline untouched; one whose items can no
- * longer be read leaves it failed with that error. Once a state has been
- * applied, another restore (or one after next()) gives EF_ESTATE. */
+ * (seed, stages, options) gives EF_EFORMAT or EF_ESPEC and a message
+ * naming the first stage that differs, and leaves the pipeline untouched.
+ * What only a stage's own record shows (a shard list or a file changed
+ * since, items that can no longer be read) is found while the stages are
+ * restored, and leaves the pipeline failed with that error. Once a state
+ * has been applied, another restore (or one after next()) gives
+ * EF_ESTATE. */
 EF_API ef_status ef_pipeline_save_state(ef_pipeline *p, void *buf, size_t cap,
                                         size_t *size);
 EF_API ef_status ef_pipeline_restore_state(ef_pipeline *p, const void *buf,
