@@ -290,21 +290,23 @@ static void test_read_full_and_skip(void **state)
     ef__stream_close(s);
 }
 
-/* Opens `location` at `offset` and checks it reads as want[offset, n),
- * with offsets counted from the data's start; returns the raw bytes the
- * stream read. */
-static uint64_t expect_from(const char *location, const ef__stream_opts *o,
-                            uint64_t offset, const unsigned char *want,
-                            size_t n)
+/* Opens `location` at `offset` up to `end` (0: the data's end) and
+ * checks it reads as want[offset, end) of want[0, n), with offsets
+ * counted from the data's start; returns the raw bytes the stream read. */
+static uint64_t expect_range(const char *location, const ef__stream_opts *o,
+                             uint64_t offset, uint64_t end,
+                             const unsigned char *want, size_t n)
 {
     ef__stream *s = NULL;
     ef__err err;
     ef__err_clear(&err);
-    int rc = ef__stream_open_at(&s, location, o, offset, &err);
+    int rc = ef__stream_open_range(&s, location, o, offset, end, &err);
     if (rc != EF_OK)
         fail_msg("open %s at %llu: %s", location, (unsigned long long)offset,
                  err.msg);
     assert_int_equal(ef__stream_offset(s), offset);
+    if (end > 0 && end < n)
+        n = (size_t)end;
     size_t len = n - (size_t)offset;
     unsigned char *got = malloc(len + 1);
     assert_non_null(got);
@@ -327,6 +329,37 @@ static uint64_t expect_from(const char *location, const ef__stream_opts *o,
     free(got);
     ef__stream_close(s);
     return st.raw_bytes;
+}
+
+/* expect_range to the data's end. */
+static uint64_t expect_from(const char *location, const ef__stream_opts *o,
+                            uint64_t offset, const unsigned char *want,
+                            size_t n)
+{
+    return expect_range(location, o, offset, 0, want, n);
+}
+
+/* A file opened for a range ends at its end, the bytes before its start
+ * not read; past the file's end, the file's end is the data's. */
+static void test_open_range_file(void **state)
+{
+    (void)state;
+    const char *path = tu_at("big.bin");
+    /* one read ahead of a chunk, not the rest of the file */
+    assert_true(expect_range(path, NULL, 4096, 5000, g_big, BIG_SIZE) <= 65536);
+    expect_range(path, NULL, 0, 1, g_big, BIG_SIZE);
+    expect_range(path, NULL, BIG_SIZE - 10, BIG_SIZE + 10, g_big, BIG_SIZE);
+    ef__stream *s = NULL;
+    ef__err err;
+    ef__err_clear(&err);
+    assert_int_equal(ef__stream_open_range(&s, path, NULL, 100, 110, &err),
+                     EF_OK);
+    unsigned char b[16];
+    assert_int_equal(ef__stream_read_full(s, b, 6, "head", &err), EF_OK);
+    assert_int_equal(ef__stream_read_full(s, b, 6, "tail", &err), EF_EFORMAT);
+    expect_msg(&err, "truncated tail at offset 106: expected 6 bytes, the "
+                     "data ends after 4");
+    ef__stream_close(s);
 }
 
 /* A plain file opened part way seeks: the bytes before are never read,
@@ -528,6 +561,8 @@ static void test_open_at_gzip(void **state)
                          g_gz_size);
         assert_int_equal(expect_from(path, &o, TEXT_SIZE, g_text, TEXT_SIZE),
                          g_gz_size);
+        /* the end counts inflated bytes too */
+        expect_range(path, &o, 1000001, 1000301, g_text, TEXT_SIZE);
     }
     ef__stream *s = NULL;
     ef__err err;
@@ -1147,6 +1182,69 @@ static void test_http_open_at(void **state)
     }
 }
 
+/* Reads `log` (a server's --request-log) into out[cap] and empties it. */
+static void take_log(const char *log, char *out, size_t cap)
+{
+    FILE *f = fopen(log, "r");
+    assert_non_null(f);
+    size_t n = fread(out, 1, cap - 1, f);
+    out[n] = '\0';
+    fclose(f);
+    unlink(log);
+}
+
+/* A URL opened for a range of plain data is asked for that range alone,
+ * again after a cut (from where it was cut), and it ends there also when
+ * a server ignores Range and sends the whole file; data of unknown kind
+ * is read from its start, with no end in the request (an end counts
+ * inflated bytes), and still ends where asked. */
+static void test_http_open_range(void **state)
+{
+    (void)state;
+    const char *log = tu_at("open_range.log");
+    unlink(log);
+    const char *const plain[] = {"--request-log", log, NULL};
+    const char *const cuts[] = {"--request-log", log, "--cut-every", "300",
+                                NULL};
+    const char *const ignore[] = {"--request-log", log, "--ignore-range", NULL};
+    static const char *const want[] = {
+        "GET /big.bin bytes=3000000-3000999\n"
+        "GET /big.bin bytes=0-0\n"
+        "GET /big.bin bytes=5000001-5000020\n"
+        "GET /big.bin -\n",
+        "GET /big.bin bytes=3000000-3000999\n"
+        "GET /big.bin bytes=3000300-3000999\n"
+        "GET /big.bin bytes=3000600-3000999\n"
+        "GET /big.bin bytes=3000900-3000999\n"
+        "GET /big.bin bytes=0-0\n"
+        "GET /big.bin bytes=5000001-5000020\n",
+        "GET /big.bin bytes=3000000-3000999\n",
+    };
+    const char *const *servers[] = {plain, cuts, ignore};
+    for (int k = 0; k < 3; k++) {
+        server sv = server_start(servers[k]);
+        char url[128], lines[512];
+        url_of(url, sizeof url, &sv, "big.bin");
+        ef__stream_opts o = opts_with(30, 10, 0.01);
+        o.gzip = 0;
+        uint64_t raw = expect_range(url, &o, 3000000, 3001000, g_big, BIG_SIZE);
+        if (k < 2) {
+            assert_int_equal(raw, 1000); /* nothing past the end came */
+            expect_range(url, &o, 0, 1, g_big, BIG_SIZE);
+            expect_range(url, &o, BIG_SIZE - 10, BIG_SIZE + 10, g_big,
+                         BIG_SIZE);
+        }
+        if (k == 0) {
+            o.gzip = -1;
+            assert_true(expect_range(url, &o, 3000000, 3001000, g_big,
+                                     BIG_SIZE) >= 3001000);
+        }
+        server_stop(&sv);
+        take_log(log, lines, sizeof lines);
+        assert_string_equal(lines, want[k]);
+    }
+}
+
 /* A request curl cannot even make is not retried. */
 static void test_http_bad_url(void **state)
 {
@@ -1331,6 +1429,7 @@ int main(void)
         cmocka_unit_test(test_read_full_and_skip),
         cmocka_unit_test(test_cancel_local),
         cmocka_unit_test(test_open_at_file),
+        cmocka_unit_test(test_open_range_file),
 #ifdef EF_TEST_HAVE_ZLIB
         cmocka_unit_test(test_open_at_gzip),
         cmocka_unit_test(test_gzip_file),
@@ -1342,6 +1441,7 @@ int main(void)
 #ifdef EF_TEST_HAVE_CURL
         cmocka_unit_test(test_http_not_found),
         cmocka_unit_test(test_http_open_at),
+        cmocka_unit_test(test_http_open_range),
         cmocka_unit_test(test_http_changed),
         cmocka_unit_test(test_http_bad_url),
         cmocka_unit_test(test_http_cancel),

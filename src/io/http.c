@@ -17,6 +17,11 @@
  * runs past its Content-Range is cut at the range's end and the attempt
  * fails: the excess is not the file's.
  *
+ * A stream with an end (ef__stream_open_range: one record, read again)
+ * asks for "Range: bytes=start-(end - 1)", retries too, and is complete
+ * once the byte before `end` came; a server that answers with the whole
+ * file is read as usual, and stream.c stops at `end`.
+ *
  * Slow servers: bytes alone do not prove progress. A reply's header block
  * must be complete within `timeout_s` of its status line's request (a
  * server that trickles header lines would otherwise hold the stream for
@@ -78,6 +83,7 @@ typedef struct {
     int attempts;      /* started so far */
     int fruitless;     /* failed attempts in a row that delivered nothing */
     uint64_t received; /* offset of the byte after the last one kept */
+    uint64_t end;      /* 0, or where the data asked for ends */
     int64_t total;     /* size of the resource, -1 until a reply says */
     double delay_s;    /* backoff before the next retry */
     uint64_t retry_at; /* ef__now_ns() when the next attempt may start */
@@ -103,7 +109,7 @@ typedef struct {
     int have_cr;              /* Content-Range of the latest reply: */
     int64_t cr_start, cr_end; /* -1 for "bytes * /T" */
     int64_t cr_total;         /* -1 for "/ *" */
-    char range[32];
+    char range[48];
     char errbuf[CURL_ERROR_SIZE];
 } http_conn;
 
@@ -526,6 +532,8 @@ static void attempt_over(http_conn *h, CURLcode res)
         return;
     }
     int64_t end = h->total >= 0 ? h->total : h->expect_end;
+    if (h->end > 0 && (end < 0 || h->end < (uint64_t)end))
+        end = (int64_t)h->end; /* nothing after it was asked for */
     if (end >= 0 && h->received < (uint64_t)end) {
         snprintf(what, sizeof what,
                  "the body ended at byte %llu of %lld (short reply)",
@@ -565,7 +573,12 @@ static int start_attempt(http_conn *h, ef__err *err)
     h->win_wait_ns = 0;
     h->win_bytes = 0;
     const char *range = NULL;
-    if (h->start > 0) {
+    if (h->end > h->start) {
+        snprintf(h->range, sizeof h->range, "%llu-%llu",
+                 (unsigned long long)h->start,
+                 (unsigned long long)(h->end - 1));
+        range = h->range;
+    } else if (h->start > 0) {
         snprintf(h->range, sizeof h->range, "%llu-",
                  (unsigned long long)h->start);
         range = h->range;
@@ -711,10 +724,12 @@ static int http_read(void *impl, void *buf, size_t n, size_t *got, ef__err *err)
             maybe_unpause(h);
             return EF_OK;
         }
+        /* all that was asked for came (a server that ignored the range
+         * may still be sending the rest) */
+        if (h->state == ST_DONE || (h->end > 0 && h->received >= h->end))
+            return EF_OK;
         if (h->fail_rc)
             return ef__err_set(err, h->fail_rc, "%s", h->fail_msg);
-        if (h->state == ST_DONE)
-            return EF_OK;
         if (is_cancelled(h))
             return ef__err_set(err, EF_ECANCELED,
                                "%s: pipeline stopped while reading at byte "
@@ -823,7 +838,7 @@ static CURLcode configure(http_conn *h)
 
 int ef__http_open(void **impl, const ef__stream_backend **backend,
                   const char *url, const ef__stream_opts *o, uint64_t offset,
-                  ef__err *err)
+                  uint64_t end, ef__err *err)
 {
     *impl = NULL;
     *backend = NULL;
@@ -855,6 +870,7 @@ int ef__http_open(void **impl, const ef__stream_backend **backend,
     /* as if the bytes before had been read: the first attempt asks for
      * the rest with a Range request, and a 200 reply's head is dropped */
     h->received = offset;
+    h->end = end;
     CURLcode c = configure(h);
     if (c != CURLE_OK) {
         http_close(h);
@@ -870,12 +886,13 @@ int ef__http_open(void **impl, const ef__stream_backend **backend,
 
 int ef__http_open(void **impl, const ef__stream_backend **backend,
                   const char *url, const ef__stream_opts *o, uint64_t offset,
-                  ef__err *err)
+                  uint64_t end, ef__err *err)
 {
     (void)impl;
     (void)backend;
     (void)o;
     (void)offset;
+    (void)end;
     return ef__err_set(err, EF_EUNSUPPORTED,
                        "%s: echoflow was built without libcurl, so it cannot "
                        "read URLs (apt-get install libcurl4-openssl-dev, then "

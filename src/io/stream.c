@@ -2,6 +2,7 @@
  * optional gzip inflation, the offset, cancellation and statistics. */
 #include "io/stream.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
@@ -24,6 +25,8 @@ struct ef__stream {
     char *name;
     const atomic_int *cancelled;
     uint64_t offset;    /* offset of the next (inflated) byte handed out */
+    uint64_t end;       /* the data ends here (ef__stream_open_range); 0:
+                           where the file ends */
     uint64_t raw_base;  /* raw offset of the backend's first byte */
     uint64_t raw_bytes; /* bytes the backend gave */
     uint64_t read_ns;
@@ -230,9 +233,11 @@ static int skip_to(ef__stream *s, uint64_t offset, ef__err *err)
     return EF_OK;
 }
 
-int ef__stream_open_at(ef__stream **out, const char *location,
-                       const ef__stream_opts *o, uint64_t offset, ef__err *err)
+int ef__stream_open_range(ef__stream **out, const char *location,
+                          const ef__stream_opts *o, uint64_t offset,
+                          uint64_t end, ef__err *err)
 {
+    assert(end == 0 || end > offset);
     *out = NULL;
     ef__stream_opts def;
     if (!o) {
@@ -245,7 +250,9 @@ int ef__stream_open_at(ef__stream **out, const char *location,
         seeked = offset > 0 && o->gzip == 0;
         void *impl;
         const ef__stream_backend *b;
-        rc = ef__http_open(&impl, &b, location, o, seeked ? offset : 0, err);
+        /* an end in inflated bytes says nothing of the raw ones */
+        rc = ef__http_open(&impl, &b, location, o, seeked ? offset : 0,
+                           o->gzip == 0 ? end : 0, err);
         if (rc == EF_OK)
             rc = finish_open(out, b, impl, location, o, err);
     } else {
@@ -253,6 +260,7 @@ int ef__stream_open_at(ef__stream **out, const char *location,
     }
     if (rc != EF_OK)
         return rc;
+    (*out)->end = end;
     if (seeked) {
         (*out)->gzip = 0;
         (*out)->offset = (*out)->raw_base = offset;
@@ -266,10 +274,16 @@ int ef__stream_open_at(ef__stream **out, const char *location,
     return rc;
 }
 
+int ef__stream_open_at(ef__stream **out, const char *location,
+                       const ef__stream_opts *o, uint64_t offset, ef__err *err)
+{
+    return ef__stream_open_range(out, location, o, offset, 0, err);
+}
+
 int ef__stream_open(ef__stream **out, const char *location,
                     const ef__stream_opts *o, ef__err *err)
 {
-    return ef__stream_open_at(out, location, o, 0, err);
+    return ef__stream_open_range(out, location, o, 0, 0, err);
 }
 
 int ef__stream_open_memory(ef__stream **out, const void *data, size_t size,
@@ -462,6 +476,12 @@ int ef__stream_read(ef__stream *s, void *buf, size_t n, size_t *got,
                     ef__err *err)
 {
     *got = 0;
+    if (s->end > 0) { /* ef__stream_open_range's end */
+        if (s->offset >= s->end)
+            return EF_OK;
+        if (n > s->end - s->offset)
+            n = (size_t)(s->end - s->offset);
+    }
     uint64_t t0 = ef__now_ns();
     int rc = sniff(s, err);
     if (rc == EF_OK) {

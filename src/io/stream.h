@@ -68,6 +68,16 @@ int ef__stream_open(ef__stream **out, const char *location,
 int ef__stream_open_at(ef__stream **out, const char *location,
                        const ef__stream_opts *o, uint64_t offset,
                        ef__err *err);
+/* Like ef__stream_open_at, for a record known to lie in [offset, end)
+ * (end > offset): the data ends at `end` even where the file goes on,
+ * and a URL of data known to be plain (o->gzip 0) is asked for "Range:
+ * bytes=offset-(end - 1)" only. Asked for the rest of the file, a server
+ * would send as much of it as the connection holds before the reader
+ * has its record and closes: megabytes for a record of a few kilobytes.
+ * Data that ends before `end` ends the stream there, as usual. */
+int ef__stream_open_range(ef__stream **out, const char *location,
+                          const ef__stream_opts *o, uint64_t offset,
+                          uint64_t end, ef__err *err);
 /* A stream over `size` bytes at `data`, which must outlive it; `name`
  * stands for the location in messages. */
 int ef__stream_open_memory(ef__stream **out, const void *data, size_t size,

@@ -16,11 +16,13 @@ typedef struct {
 } ef__stream_backend;
 
 /* The HTTP backend (http.c), whose first byte is byte `offset` of the
- * resource (asked for with a Range request when not 0). EF_EUNSUPPORTED,
- * naming the package to install, when echoflow was built without
- * libcurl. */
+ * resource (asked for with a Range request when not 0). With `end` past
+ * 0, only the bytes before `end` are asked for ("Range: bytes=offset-
+ * (end - 1)", retries too) and the data is complete once they came.
+ * EF_EUNSUPPORTED, naming the package to install, when echoflow was built
+ * without libcurl. */
 int ef__http_open(void **impl, const ef__stream_backend **backend,
                   const char *url, const ef__stream_opts *o, uint64_t offset,
-                  ef__err *err);
+                  uint64_t end, ef__err *err);
 
 #endif
