@@ -26,8 +26,9 @@
  * taken is read again. A restored reader opens its first shard at the
  * offset (a local file seeks, a URL is asked for a Range from there; gzip
  * is inflated from the start, the bytes before dropped), and fetch()
- * reads one sample at its shard and offset the same way. Unordered mode
- * depends on timing and cannot be saved.
+ * reads one sample at its shard and offset the same way, a URL being
+ * asked for that sample's bytes alone (a restore may fetch thousands).
+ * Unordered mode depends on timing and cannot be saved.
  *
  * Errors: a shard that cannot be opened, a corrupt header or checksum, a
  * truncation fail the pipeline with the shard, the URL, the offset and the
@@ -219,21 +220,22 @@ static int read_members(reader *r, ef__tar *t, ef__stream *s, ef__wds *g,
 }
 
 /* Opens shard `shard` at byte `offset`, where the sample at `position`
- * starts, for pass `epoch`: a tar reader and a grouper (which the caller
- * frees, *have_g says whether it was made) over the stream in *s (the
- * caller closes it, also after a failure). */
+ * starts, for pass `epoch`, up to byte `end` (0: the shard's end): a tar
+ * reader and a grouper (which the caller frees, *have_g says whether it
+ * was made) over the stream in *s (the caller closes it, also after a
+ * failure). */
 static int open_shard(tar_state *st, int64_t shard, uint64_t offset,
-                      int64_t position, int64_t epoch,
+                      uint64_t end, int64_t position, int64_t epoch,
                       const atomic_int *cancelled, ef__stream **s, ef__tar **t,
                       ef__wds *g, int *have_g, ef__err *err)
 {
     const char *url = st->urls.names[shard];
     ef__stream_opts o = st->sopts;
     o.cancelled = cancelled;
-    if (offset > 0)
+    if (offset > 0 || end > 0)
         ef__gzip_seen_opts(&st->gz, (size_t)shard, &o);
     *have_g = 0;
-    int rc = ef__stream_open_at(s, url, &o, offset, err);
+    int rc = ef__stream_open_range(s, url, &o, offset, end, err);
     if (rc == EF_OK)
         rc = ef__tar_open(t, *s, err);
     if (rc == EF_OK)
@@ -258,8 +260,8 @@ static int read_shard(reader *r, int64_t shard, uint64_t offset,
     ef__tar *t = NULL;
     ef__wds g;
     int have_g = 0;
-    int rc = open_shard(st, shard, offset, position, st->epoch, &st->stop, &s,
-                        &t, &g, &have_g, &err);
+    int rc = open_shard(st, shard, offset, 0, position, st->epoch, &st->stop,
+                        &s, &t, &g, &have_g, &err);
     if (rc == EF_OK)
         rc = read_members(r, t, s, &g, &err);
     if (have_g)
@@ -709,7 +711,7 @@ static int tar_fetch(ef__stage *s, const ef__ident *d, ef_sample **out,
     ef__tar *t = NULL;
     ef__wds g;
     int have_g = 0;
-    int rc = open_shard(st, d->part, (uint64_t)d->offset,
+    int rc = open_shard(st, d->part, (uint64_t)d->offset, (uint64_t)d->end,
                         d->id.index & POSITION_MASK, d->id.epoch,
                         &s->ctx->cancelled, &stream, &t, &g, &have_g, err);
     ef_sample *smp = NULL;

@@ -144,17 +144,18 @@ static int build(const tfrecord_state *st, ef_sample_id id, int64_t file,
     return EF_OK;
 }
 
-/* Opens file f at `offset` (0: its start): a file opened part way has
- * its compression as first seen, when known. */
+/* Opens file f at `offset` (0: its start) up to byte `end` (0: the
+ * file's end): a file opened part way has its compression as first seen,
+ * when known. */
 static int open_file(const tfrecord_state *st, int64_t f, uint64_t offset,
-                     const atomic_int *cancelled, ef__stream **out,
-                     ef__err *err)
+                     uint64_t end, const atomic_int *cancelled,
+                     ef__stream **out, ef__err *err)
 {
     ef__stream_opts o = st->sopts;
     o.cancelled = cancelled;
-    if (offset > 0)
+    if (offset > 0 || end > 0)
         ef__gzip_seen_opts(&st->gz, (size_t)f, &o);
-    return ef__stream_open_at(out, st->files.names[f], &o, offset, err);
+    return ef__stream_open_range(out, st->files.names[f], &o, offset, end, err);
 }
 
 static int tfrecord_next(ef__stage *s, ef_sample **out, ef__err *err)
@@ -168,7 +169,7 @@ static int tfrecord_next(ef__stage *s, ef_sample **out, ef__err *err)
             st->record = st->from_record;
             st->from_offset = 0;
             st->from_record = 0;
-            int rc = open_file(st, st->file, from, st->sopts.cancelled,
+            int rc = open_file(st, st->file, from, 0, st->sopts.cancelled,
                                &st->stream, err);
             if (rc != EF_OK) {
                 locate(st, "opening", err);
@@ -314,8 +315,8 @@ static int tfrecord_fetch(ef__stage *s, const ef__ident *d, ef_sample **out,
     ef__stream *stream = NULL;
     ef_buffer *b = NULL;
     int in_sync;
-    int rc =
-        open_file(st, f, (uint64_t)d->offset, &s->ctx->cancelled, &stream, err);
+    int rc = open_file(st, f, (uint64_t)d->offset, (uint64_t)d->end,
+                       &s->ctx->cancelled, &stream, err);
     if (rc == EF_OK)
         rc = ef__tfrecord_read(stream, s->ctx->budget.limit, &b, &in_sync, err);
     if (rc != EF_OK && rc != EF_END)
