@@ -6,9 +6,8 @@
 # checkpoints that are truncated, corrupt or of another run are refused
 # with a message naming the file and what differs, and left as they were.
 #
-# Each kill waits for the run to write a new checkpoint, then a random
-# 0-250 ms, so every kill lands in training (sometimes inside a save)
-# however fast or loaded the machine is; nothing here is timed.
+# The kills and resumes: kill_resume.sh, which http_integration.sh shares
+# for the same run over HTTP.
 #
 # usage: resume_test.sh ECHOFLOW_BINARY FASHION_MNIST_DIR
 set -u
@@ -23,6 +22,7 @@ cleanup() {
     rm -rf "$TMP"
 }
 trap cleanup EXIT
+. "$(dirname "${BASH_SOURCE[0]}")/kill_resume.sh"
 
 failures=0
 fail() {
@@ -60,26 +60,6 @@ TEST_SPEC="idx:images=$TEST_IMG,labels=$TEST_LAB | batch:1000"
 OPTS=(--threads 1 --max-fresh 60000 --eval-every 20000 --seed 7)
 ARGS=("${OPTS[@]}" --json)
 
-# train NAME ARGS...: a run in the foreground; stdout to $TMP/NAME.out,
-# stderr to $TMP/NAME.err, exit status in $rc.
-train() {
-    local name=$1
-    shift
-    timeout 300 "$CLI" train "$@" >"$TMP/$name.out" 2>"$TMP/$name.err"
-    rc=$?
-}
-
-# The figures that must agree, one a line, from a run's JSON.
-figures() {
-    "$PY" - "$1" <<'EOF'
-import json, sys
-d = json.load(open(sys.argv[1]))
-for k in ("steps", "fresh", "examples", "samples_hash", "weights_hash",
-          "final_accuracy", "final_loss", "reached", "diverged"):
-    print(k, d[k])
-EOF
-}
-
 # ---- the uninterrupted run ------------------------------------------------
 train ref --spec "$(spec 2)" --test-spec "$TEST_SPEC" "${ARGS[@]}"
 if [ "$rc" -ne 0 ] || ! figures "$TMP/ref.out" >"$TMP/ref.fig"; then
@@ -93,74 +73,7 @@ CK="$TMP/run.ck"
 CKTEXT=(--spec "$(spec 2)" --test-spec "$TEST_SPEC" "${OPTS[@]}"
         --checkpoint "$CK" --checkpoint-every 20 --resume)
 CKARGS=("${CKTEXT[@]}" --json)
-# the identity of the checkpoint file now: each save is a new file
-# renamed over the old one
-ck_id() { stat -c '%i %y %s' "$CK" 2>/dev/null || echo none; }
-
-kills=0
-done_early=0
-resumed_at=() # the step each attempt resumed from, from its stderr
-for attempt in $(seq 1 10); do
-    before=$(ck_id)
-    # without --json, so that it says where it resumed
-    "$CLI" train "${CKTEXT[@]}" >"$TMP/attempt.out" \
-        2>"$TMP/attempt.err" &
-    pid=$!
-    # wait for a new checkpoint (or the end of the run)
-    while kill -0 "$pid" 2>/dev/null && [ "$(ck_id)" = "$before" ]; do
-        sleep 0.02
-    done
-    sleep "0.$(printf '%03d' $((RANDOM % 250)))"
-    kill -9 "$pid" 2>/dev/null
-    { wait "$pid"; } 2>/dev/null # no "Killed" line from the shell
-    st=$?
-    pid=
-    step=$(sed -n 's/^resuming from .*: step \([0-9]*\),.*/\1/p' "$TMP/attempt.err")
-    resumed_at+=("${step:-none}")
-    if [ "$st" -eq 137 ]; then
-        kills=$((kills + 1))
-    elif [ "$st" -eq 0 ]; then
-        done_early=1 # it finished before the kill: nothing left to kill
-        break
-    else
-        fail "attempt $attempt exited $st: $(cat "$TMP/attempt.err")"
-        break
-    fi
-done
-if [ -e "$CK.tmp" ]; then
-    echo "note: a kill landed inside a save ($CK.tmp left behind)"
-fi
-# the remaining part, uninterrupted
-train final "${CKARGS[@]}"
-if [ "$rc" -ne 0 ]; then
-    fail "the last resume: rc $rc, $(cat "$TMP/final.err")"
-elif ! figures "$TMP/final.out" >"$TMP/final.fig"; then
-    fail "the last resume printed no report: $(cat "$TMP/final.out")"
-elif ! diff "$TMP/ref.fig" "$TMP/final.fig" >"$TMP/fig.diff"; then
-    fail "killed $kills times and resumed, the run ends otherwise than" \
-        "the uninterrupted one (< uninterrupted, > resumed):" \
-        "$(cat "$TMP/fig.diff")"
-else
-    pass "killed $kills times and resumed (at steps ${resumed_at[*]}):" \
-        "the same steps, samples and weights"
-fi
-# a kill lands once a new checkpoint was written, so every attempt after
-# the first resumed from a later step than the one before it; enough of
-# them must have happened to count
-[ "$kills" -ge 5 ] ||
-    fail "only $kills of 10 runs were killed before the run ended (done early: $done_early)"
-prev=-1
-for ((i = 1; i < ${#resumed_at[@]}; i++)); do
-    step=${resumed_at[$i]}
-    if [ "$step" = none ] || [ "$step" -le "$prev" ]; then
-        fail "attempt $((i + 1)) resumed at step $step, after $prev" \
-            "(all: ${resumed_at[*]})"
-        break
-    fi
-    prev=$step
-done
-[ "${resumed_at[0]}" = none ] ||
-    fail "the first attempt resumed (at ${resumed_at[0]}) from no checkpoint"
+kill_and_resume "$TMP/ref.fig" "$CK" "${CKTEXT[@]}"
 # once finished, resuming again trains nothing and reports the same
 train again "${CKARGS[@]}"
 if [ "$rc" -eq 0 ] && figures "$TMP/again.out" >"$TMP/again.fig" &&
