@@ -10,7 +10,8 @@
 # stopped at, and the bytes left unread are counted. And a checkpoint:
 # a tar pipeline saved mid-epoch resumes exactly, asking nginx for the
 # shards it was reading with a Range from the saved offsets, and for no
-# shard it had finished.
+# shard it had finished. And `echoflow train` on the shards, killed ten
+# times and resumed, ends as the uninterrupted run (kill_resume.sh).
 #
 # usage: http_integration.sh ECHOFLOW ROUNDTRIP_CHECK FASHION_MNIST_DIR
 #                            HTTP_SERVER_PY RESUME_CHECK
@@ -24,12 +25,15 @@ PY=/usr/bin/python3
 NGINX=/usr/sbin/nginx
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/ef_http.XXXXXX")
 pids=()
+pid= # a training run of kill_resume.sh
 cleanup() {
-    for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null; done
+    [ -n "$pid" ] && kill -9 "$pid" 2>/dev/null
+    for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
     wait 2>/dev/null
     rm -rf "$TMP"
 }
 trap cleanup EXIT
+. "$(dirname "${BASH_SOURCE[0]}")/kill_resume.sh"
 
 failures=0
 fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
@@ -195,6 +199,118 @@ PY
     fi
 else
     fail "checkpoint save: $(cat "$TMP/resume.err")"
+fi
+
+# ---- training killed and resumed, reading the shards over HTTP ------------
+# `echoflow train --threads 1` on tar shards from nginx (shuffled, echoed
+# with a shuffle, prefetched), killed with SIGKILL ten times and resumed
+# (kill_resume.sh, as resume_test.sh does it with IDX files), ends as the
+# uninterrupted run over HTTP: the same steps, fresh examples, samples and
+# weights. Shards of 1000 samples, so that readers cross shards and resumes
+# land at many places in them; the run stays in one pass of the 8 shards.
+# nginx's log, run by run, shows how each resume read: each sample a
+# restore made again was asked for by its own bytes ("bytes=A-B", exactly
+# one sample), each reader went on from where the checkpoint left it
+# ("bytes=N-", N the end of a sample past those it gave, at most once a
+# reader, and in some resume at least), and no shard was asked for from
+# its start in a run that read samples of it again.
+hr_t0=$SECONDS
+if ! "$CLI" train --help >/dev/null 2>&1; then
+    echo "skip: training over HTTP: this echoflow has no trainer (OpenBLAS missing)"
+elif ! "$CLI" pack --per-shard 1000 "idx:images=$IMG,labels=$LAB | take:8000" \
+        "$TMP/www/small-%06d.tar" >"$TMP/small.out" 2>&1; then
+    fail "pack small shards: $(cat "$TMP/small.out")"
+else
+    TEST_IMG=$FMNIST/t10k-images-idx3-ubyte.gz
+    TEST_LAB=$FMNIST/t10k-labels-idx1-ubyte.gz
+    HSPEC="tar:urls=$URL/small-{000000..000007}.tar,cycle=2 | decode:channels=1"
+    HSPEC+=" | shuffle:200 | repeat | echo:factor=2,shuffle=100 | batch:128"
+    HSPEC+=" | prefetch:2"
+    HTRAIN=(--model cnn --threads 1 --max-fresh 4000 --eval-every 2000 --seed 7
+        --spec "$HSPEC"
+        --test-spec "idx:images=$TEST_IMG,labels=$TEST_LAB | take:2000 | batch:1000")
+    hr_mark=$(settled_lines)
+    # the requests of each run, once nginx logged them all
+    after_attempt() {
+        local now
+        now=$(settled_lines)
+        sed -n "$((hr_mark + 1)),${now}p" "$LOG" >"$TMP/hr.$1.log"
+        hr_mark=$now
+    }
+    train ref "${HTRAIN[@]}" --json
+    after_attempt ref
+    if [ "$rc" -ne 0 ] || ! figures "$TMP/ref.out" >"$TMP/hr.ref.fig"; then
+        fail "training over HTTP, uninterrupted: rc $rc, $(cat "$TMP/ref.err")"
+    else
+        kill_and_resume "$TMP/hr.ref.fig" "$TMP/hr.ck" "${HTRAIN[@]}" \
+            --checkpoint "$TMP/hr.ck" --checkpoint-every 3 --resume
+        if "$PY" - "$TMP" "${resumed_at[@]}" >"$TMP/hr.check" 2>&1 <<'PY'; then
+import os, re, sys, tarfile
+tmp, resumed_at = sys.argv[1], sys.argv[2:]
+www = os.path.join(tmp, "www")
+
+def samples(path):
+    # (start, end) of each sample's bytes (WebDataset grouping)
+    out, key = [], None
+    with tarfile.open(path) as t:
+        for m in t:
+            d, b = os.path.split(m.name)
+            k = os.path.join(d, b.split(".", 1)[0])
+            end = m.offset_data + (m.size + 511) // 512 * 512
+            if k != key:
+                out.append([m.offset, end])
+                key = k
+            out[-1][1] = end
+    return out
+
+spans = {"/" + f: samples(os.path.join(www, f))
+         for f in os.listdir(www) if f.startswith("small-")}
+ends = {u: {b for _, b in s} for u, s in spans.items()}
+whole = {u: {(a, b) for a, b in s} for u, s in spans.items()}
+runs = ["ref"] + [str(i + 1) for i in range(len(resumed_at))] + ["final"]
+resumed = {"ref": False, "final": True}
+resumed.update({str(i + 1): s != "none" for i, s in enumerate(resumed_at)})
+went_on, fetched_n = [], 0
+for run in runs:
+    fresh, fetched, last_fetched, went = set(), set(), {}, {}
+    for line in open(os.path.join(tmp, "hr.%s.log" % run)):
+        method, uri, rng, status, sent = line.split()
+        assert uri in spans, line
+        if rng == '"-"':
+            assert status == "200", (run, line)
+            fresh.add(uri)
+            continue
+        assert status == "206", (run, line)
+        m = re.fullmatch(r'"bytes=(\d+)-(\d*)"', rng)
+        assert m, (run, line)
+        a = int(m.group(1))
+        assert resumed[run], "run %s did not resume: %s" % (run, line)
+        if m.group(2):  # a sample made again: its bytes, no more
+            assert (a, int(m.group(2)) + 1) in whole[uri], (run, line)
+            fetched.add(uri)
+            last_fetched[uri] = max(a, last_fetched.get(uri, 0))
+            fetched_n += 1
+        else:  # a reader going on after the sample it gave last
+            assert a in ends[uri] and uri not in went, (run, line)
+            went[uri] = a
+            went_on.append((run, uri, a))
+    # each of the two readers goes on once, past the samples it gave
+    assert len(went) <= 2, "run %s: %s" % (run, went)
+    for uri, a in went.items():
+        assert last_fetched.get(uri, 0) < a, (run, uri, a, last_fetched)
+    again = fresh & fetched
+    assert not again, "run %s read %s from the start, and samples of it " \
+        "again with Range requests" % (run, sorted(again))
+assert went_on, "no resume asked for a shard from part way (bytes=N-)"
+print("%d readers went on from part way (first: run %s, %s from byte %d); "
+      "%d samples read again by their bytes" % ((len(went_on),) + went_on[0]
+                                                 + (fetched_n,)))
+PY
+            pass "training over HTTP killed and resumed: $(tail -n 1 "$TMP/hr.check") ($((SECONDS - hr_t0)) s)"
+        else
+            fail "training over HTTP, the requests: $(cat "$TMP/hr.check")"
+        fi
+    fi
 fi
 
 # a shard that is not there: the error names the URL and the status
