@@ -47,6 +47,14 @@ static ef_pipeline *make(const char *spec, const how *h)
 
 enum { MAX_ITEMS = 4000 };
 
+/* Every cut of these short runs; under TSan, which starts each reader
+ * thread many times slower, about 40 spread over each run. */
+#ifdef __SANITIZE_THREAD__
+#define ALL_CUTS 40
+#else
+#define ALL_CUTS 1000
+#endif
+
 static ef_pipeline *make_for(const char *spec, const void *arg)
 {
     return make(spec, arg);
@@ -256,17 +264,17 @@ static void test_tar_one_reader(void **state)
     char spec[2048];
     /* the samples alone, in order: every cut */
     snprintf(spec, sizeof spec, "tar:urls=\"%s/v-{0..5}.tar\"", tu_dir());
-    assert_int_equal(check_resume(spec, spec, 1000, NULL), 47);
+    assert_int_equal(check_resume(spec, spec, ALL_CUTS, NULL), 47);
     snprintf(spec, sizeof spec,
              "tar:urls=\"%s/v-{0..5}.tar\",cycle=3 | shuffle:buffer=9 | "
              "echo:factor=2,shuffle=5 | repeat:count=2",
              tu_dir());
-    check_resume(spec, spec, 1000, NULL);
+    check_resume(spec, spec, ALL_CUTS, NULL);
     snprintf(spec, sizeof spec,
              "tar:urls=\"%s/t-{0..5}.tar\",shuffle_shards=false | "
              "shuffle:buffer=9 | echo:factor=2,shuffle=5 | batch:size=4",
              tu_dir());
-    check_resume(spec, spec, 1000, NULL);
+    check_resume(spec, spec, ALL_CUTS, NULL);
 }
 
 static void test_tar_cycle(void **state)
@@ -278,7 +286,7 @@ static void test_tar_cycle(void **state)
              "shuffle:buffer=7 | echo:factor=1.5,shuffle=4 | batch:size=3 | "
              "repeat:count=2",
              tu_dir());
-    check_resume(spec, spec, 1000, NULL);
+    check_resume(spec, spec, ALL_CUTS, NULL);
     /* the queue is a speed setting: a state restores under another */
     snprintf(other, sizeof other,
              "tar:urls=\"%s/t-{0..5}.tar\",cycle=3,queue=40 | "
@@ -291,7 +299,7 @@ static void test_tar_cycle(void **state)
              "tar:urls=\"%s/t-{0..5}.tar\",cycle=8 | prefetch:depth=3 | "
              "map:fn=noop,threads=2 | batch:size=5,drop_remainder=true",
              tu_dir());
-    check_resume(spec, spec, 1000, NULL);
+    check_resume(spec, spec, ALL_CUTS, NULL);
 }
 
 /* cycle changes the order in which samples come: a state of one cycle
@@ -376,12 +384,12 @@ static void test_tar_parts(void **state)
              "tar:urls=\"%s/t-{0..5}.tar\",shard=1/2,cycle=2 | "
              "shuffle:buffer=5",
              tu_dir());
-    check_resume(spec, spec, 1000, NULL);
+    check_resume(spec, spec, ALL_CUTS, NULL);
     snprintf(spec, sizeof spec,
              "tar:urls=\"%s/t-{0..5}.tar\",cycle=2 | shuffle:buffer=5",
              tu_dir());
     how part = {0, 2, 3};
-    check_resume(spec, spec, 1000, &part);
+    check_resume(spec, spec, ALL_CUTS, &part);
     size_t size;
     void *st = state_after(spec, 3, &part, &size);
     how other = {0, 1, 3};
@@ -502,7 +510,7 @@ static void test_tar_skip(void **state)
              "cycle=2 | shuffle:buffer=3",
              tu_dir(), tu_dir(), tu_dir(), tu_dir());
     how skip = {1, 0, 0};
-    check_resume(spec, spec, 1000, &skip);
+    check_resume(spec, spec, ALL_CUTS, &skip);
 }
 
 /* ---- tfrecord ---------------------------------------------------- */
@@ -513,23 +521,23 @@ static void test_tfrecord(void **state)
     char spec[2048];
     snprintf(spec, sizeof spec, "tfrecord:files=\"%s/r-{0..3}.tfrecord\"",
              tu_dir());
-    check_resume(spec, spec, 1000, NULL);
+    check_resume(spec, spec, ALL_CUTS, NULL);
     snprintf(spec, sizeof spec,
              "tfrecord:files=\"%s/r-{0..3}.tfrecord\" | shuffle:buffer=6 | "
              "echo:factor=2,shuffle=4 | batch:size=3 | repeat:count=2",
              tu_dir());
-    check_resume(spec, spec, 1000, NULL);
+    check_resume(spec, spec, ALL_CUTS, NULL);
     snprintf(spec, sizeof spec,
              "tfrecord:files=\"%s/r-{0..3}.tfrecord\",shard=1/2 | "
              "prefetch:2 | shuffle:buffer=5",
              tu_dir());
-    check_resume(spec, spec, 1000, NULL);
+    check_resume(spec, spec, ALL_CUTS, NULL);
     /* ragged records; with zlib, every other file compressed */
     snprintf(spec, sizeof spec,
              "tfrecord:files=\"%s/q-{0..3}.tfrecord\" | shuffle:buffer=6 | "
              "echo:factor=2,shuffle=3",
              tu_dir());
-    check_resume(spec, spec, 1000, NULL);
+    check_resume(spec, spec, ALL_CUTS, NULL);
     /* another list */
     snprintf(spec, sizeof spec, "tfrecord:files=\"%s/r-{0..3}.tfrecord\"",
              tu_dir());
@@ -566,12 +574,12 @@ static void test_cifar(void **state)
     (void)state;
     char spec[2048];
     snprintf(spec, sizeof spec, "cifar:files=\"%s/c-{1..3}.bin\"", tu_dir());
-    check_resume(spec, spec, 1000, NULL);
+    check_resume(spec, spec, ALL_CUTS, NULL);
     snprintf(spec, sizeof spec,
              "cifar:files=\"%s/c-{1..3}.bin\",shard=1/3 | shuffle:buffer=8 "
              "| echo:factor=3,shuffle=5 | batch:size=4 | repeat:count=2",
              tu_dir());
-    check_resume(spec, spec, 1000, NULL);
+    check_resume(spec, spec, ALL_CUTS, NULL);
     /* a state past the end of fewer records */
     snprintf(spec, sizeof spec, "cifar:files=\"%s/c-{1..3}.bin\"", tu_dir());
     char other[2048];
