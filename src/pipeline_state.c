@@ -96,23 +96,24 @@ static int make_state(ef_pipeline *p)
     ef__state_out o = {0};
     ef__err err;
     ef__err_clear(&err);
-    /* room for the header first, filled in once the payload is known */
-    unsigned char header[EF__STATE_HEADER] = {0};
-    for (size_t i = 0; i < sizeof header; i++)
-        ef__put_u64(&o, 0);
     int rc = save_payload(p, &o, &err);
     if (rc == EF_OK && o.failed)
+        rc = ef__err_set(&err, EF_ENOMEM, "state: out of memory");
+    unsigned char *state =
+        rc == EF_OK ? ef__malloc(EF__STATE_HEADER + o.len) : NULL;
+    if (rc == EF_OK && !state)
         rc = ef__err_set(&err, EF_ENOMEM, "state: out of memory");
     if (rc != EF_OK) {
         ef__state_out_free(&o);
         return ef__err_set(&p->err, rc, "%s", err.msg);
     }
-    ef__state_seal(header, o.buf + EF__STATE_HEADER,
-                   o.len - EF__STATE_HEADER);
-    memcpy(o.buf, header, sizeof header);
+    if (o.len)
+        memcpy(state + EF__STATE_HEADER, o.buf, o.len);
+    ef__state_seal(state, state + EF__STATE_HEADER, o.len);
     ef__free(p->saved);
-    p->saved = o.buf;
-    p->saved_size = o.len;
+    p->saved = state;
+    p->saved_size = EF__STATE_HEADER + o.len;
+    ef__state_out_free(&o);
     p->saved_items = items;
     return EF_OK;
 }

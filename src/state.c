@@ -25,14 +25,6 @@ void ef__ident_clear(ef__ident *d)
     d->members = NULL;
 }
 
-void ef__ident_stamp(ef_sample *s, const ef__ident *d)
-{
-    ef_buffer_release(s->origin.members);
-    s->origin = (ef__origin){d->part, d->offset, d->end, d->members};
-    if (d->members)
-        ef_buffer_retain(d->members);
-}
-
 const ef__ident *ef__ident_members(const ef__ident *d, size_t *n)
 {
     *n = d->members ? ef_buffer_size(d->members) / sizeof(ef__ident) : 0;
@@ -99,16 +91,6 @@ void ef__put_u64(ef__state_out *o, uint64_t v)
 void ef__put_i64(ef__state_out *o, int64_t v)
 {
     ef__put_u64(o, ((uint64_t)v << 1) ^ (uint64_t)(v >> 63));
-}
-
-void ef__put_f64(ef__state_out *o, double v)
-{
-    uint64_t bits;
-    memcpy(&bits, &v, sizeof bits);
-    if (reserve(o, 8))
-        return;
-    for (int i = 0; i < 8; i++)
-        o->buf[o->len++] = (unsigned char)(bits >> (8 * i));
 }
 
 void ef__put_bytes(ef__state_out *o, const void *data, size_t n)
@@ -244,20 +226,6 @@ int ef__get_count(ef__state_in *in, const char *what, uint64_t max,
         return fail(in, what, expected);
     }
     return rc;
-}
-
-int ef__get_f64(ef__state_in *in, const char *what, double *v)
-{
-    *v = 0;
-    if (in->failed)
-        return EF_EFORMAT;
-    if (in->len - in->at < 8)
-        return fail(in, what, "the state ends inside a number");
-    uint64_t bits = 0;
-    for (int i = 0; i < 8; i++)
-        bits |= (uint64_t)in->p[in->at++] << (8 * i);
-    memcpy(v, &bits, sizeof *v);
-    return EF_OK;
 }
 
 int ef__get_bytes(ef__state_in *in, const char *what, const void **data,

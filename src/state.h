@@ -42,8 +42,6 @@ typedef struct ef__ident {
 /* The identity of `s`, taking a reference on its members. */
 ef__ident ef__ident_of(const ef_sample *s);
 void ef__ident_clear(ef__ident *d);
-/* Stamps d's origin (and a new reference on its members) into s. */
-void ef__ident_stamp(ef_sample *s, const ef__ident *d);
 /* A batch's members: the array in d->members, and its count. */
 const ef__ident *ef__ident_members(const ef__ident *d, size_t *n);
 
@@ -72,7 +70,6 @@ void ef__state_replay_ident(ef__state_out *o, const ef__ident *d);
 
 void ef__put_u64(ef__state_out *o, uint64_t v); /* varint */
 void ef__put_i64(ef__state_out *o, int64_t v);  /* zigzag varint */
-void ef__put_f64(ef__state_out *o, double v);   /* 8 bytes */
 void ef__put_bytes(ef__state_out *o, const void *data, size_t n);
 void ef__put_str(ef__state_out *o, const char *s);
 /* Appends what `part` holds, as it is (no length). */
@@ -101,7 +98,6 @@ int ef__get_i64(ef__state_in *in, const char *what, int64_t *v);
 /* A varint no larger than max. */
 int ef__get_count(ef__state_in *in, const char *what, uint64_t max,
                   uint64_t *v);
-int ef__get_f64(ef__state_in *in, const char *what, double *v);
 /* A byte run: *data points into the state. */
 int ef__get_bytes(ef__state_in *in, const char *what, const void **data,
                   size_t *n);

@@ -546,12 +546,6 @@ static int echo_fetch(ef__stage *s, const ef__ident *d, ef_sample **out,
     return rc;
 }
 
-static int fetch_output(void *arg, const ef__ident *d, ef_sample **out,
-                        ef__err *err)
-{
-    return echo_fetch(arg, d, out, err);
-}
-
 static int restore_fixed(ef__stage *s, echo_state *st, ef__state_in *in,
                          ef__err *err)
 {
@@ -645,7 +639,7 @@ static int echo_restore(ef__stage *s, ef__state_in *in, ef__err *err)
         st->restored = 1;
         rc = ef__get_u64(in, "the generator's counter", &st->rng.counter);
         if (rc == EF_OK)
-            rc = ef__shufbuf_restore(&st->buf, in, fetch_output, s, err);
+            rc = ef__shufbuf_restore(&st->buf, in, s, err);
     }
     return rc;
 }

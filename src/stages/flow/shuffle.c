@@ -68,20 +68,13 @@ static int shuffle_save(ef__stage *s, ef__state_out *o, ef__err *err)
     return EF_OK;
 }
 
-static int fetch_up(void *arg, const ef__ident *d, ef_sample **out,
-                    ef__err *err)
-{
-    ef__stage *s = arg;
-    return ef__stage_fetch(s->up, d, out, err);
-}
-
 static int shuffle_restore(ef__stage *s, ef__state_in *in, ef__err *err)
 {
     shuffle_state *st = s->state;
     start_epoch(s);
     st->restored = 1;
     int rc = ef__get_u64(in, "the generator's counter", &st->rng.counter);
-    return rc == EF_OK ? ef__shufbuf_restore(&st->buf, in, fetch_up, s, err)
+    return rc == EF_OK ? ef__shufbuf_restore(&st->buf, in, s->up, err)
                        : rc;
 }
 

@@ -97,10 +97,8 @@ void ef__shufbuf_save(const ef__shufbuf *b, ef__state_out *o)
     }
 }
 
-int ef__shufbuf_restore(ef__shufbuf *b, ef__state_in *in,
-                        int (*fetch)(void *arg, const ef__ident *d,
-                                     ef_sample **out, ef__err *err),
-                        void *arg, ef__err *err)
+int ef__shufbuf_restore(ef__shufbuf *b, ef__state_in *in, ef__stage *from,
+                        ef__err *err)
 {
     uint64_t ended, n;
     ef__get_count(in, "the buffer's end flag", 1, &ended);
@@ -111,7 +109,7 @@ int ef__shufbuf_restore(ef__shufbuf *b, ef__state_in *in,
         ef_sample *smp = NULL;
         if ((rc = ef__get_ident(in, "an item in the buffer", &d)) != EF_OK)
             break;
-        rc = fetch(arg, &d, &smp, err);
+        rc = ef__stage_fetch(from, &d, &smp, err);
         ef__ident_clear(&d);
         if (rc == EF_OK && !smp)
             rc = ef__err_set(err, EF_EFORMAT,

@@ -15,6 +15,7 @@
 struct ef__state_out;
 struct ef__state_in;
 struct ef__ident;
+struct ef__stage;
 
 typedef int (*ef__producer)(void *arg, ef_sample **out, ef__err *err);
 
@@ -43,11 +44,9 @@ void ef__shufbuf_reset(ef__shufbuf *b);
 /* Checkpoints (state.h): the end flag and the identities of the items
  * held, in their order in the buffer. */
 void ef__shufbuf_save(const ef__shufbuf *b, struct ef__state_out *o);
-/* Reads them back into an empty buffer, making each item again with
- * fetch(arg, identity, &sample, err). */
+/* Reads them back into an empty buffer, making each item again as stage
+ * `from` emitted it (ef__stage_fetch). */
 int ef__shufbuf_restore(ef__shufbuf *b, struct ef__state_in *in,
-                        int (*fetch)(void *arg, const struct ef__ident *d,
-                                     ef_sample **out, ef__err *err),
-                        void *arg, ef__err *err);
+                        struct ef__stage *from, ef__err *err);
 
 #endif
