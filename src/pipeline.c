@@ -4,6 +4,7 @@
  * Stages are created (options checked) when added, opened on the first
  * next(), cancelled then destroyed from the last to the first on
  * destroy: cancelling first wakes every thread, so no join can hang. */
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -371,6 +372,21 @@ ef_status ef_pipeline_next(ef_pipeline *p, ef_sample **out)
 const char *ef_pipeline_error(const ef_pipeline *p)
 {
     return p ? p->err.msg : "";
+}
+
+ef_status ef_pipeline_feedback(ef_pipeline *p, const ef_sample_id *ids,
+                               const double *values, size_t n)
+{
+    if (!p || (n && (!ids || !values)))
+        return EF_EINVAL;
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(values[i]))
+            return EF_EINVAL;
+    /* the stage list is fixed once the pipeline runs */
+    for (int i = 0; i < p->nstages; i++)
+        if (p->stages[i]->def->feedback)
+            p->stages[i]->def->feedback(p->stages[i], ids, values, n);
+    return EF_OK;
 }
 
 /* Copies the first `size` bytes of `all` to `out`, zero past its end: the

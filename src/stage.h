@@ -170,6 +170,10 @@ typedef struct {
      * upstream's item, unchanged. Sources without one cannot restore. */
     int (*fetch)(ef__stage *s, const struct ef__ident *d, ef_sample **out,
                  ef__err *err);
+    /* Values the consumer measured per item (ef_pipeline_feedback), from
+     * any thread; arguments already checked. */
+    void (*feedback)(ef__stage *s, const ef_sample_id *ids,
+                     const double *values, size_t n);
 } ef__stage_def;
 
 struct ef__stage {

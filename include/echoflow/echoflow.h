@@ -175,6 +175,12 @@ EF_API ef_status ef_sample_field(const ef_sample *s, int i, ef_tensor *out);
 /* The field called `name` into *out; EF_EINVAL when there is none. */
 EF_API ef_status ef_sample_get(const ef_sample *s, const char *name, ef_tensor *out);
 EF_API ef_sample_id ef_sample_identity(const ef_sample *s);
+/* A batch's examples: the identities of the samples stacked into it, in
+ * order, into out[0..cap) (out may be NULL when cap is 0). Returns how many
+ * the batch holds, which may exceed cap; 0 for a sample that is not a
+ * batch. Feed these back with ef_pipeline_feedback(). */
+EF_API int64_t ef_sample_members(const ef_sample *s, ef_sample_id *out,
+                                 int64_t cap);
 
 /* ------------------------------------------------------------------ */
 /* Map callbacks                                                       */
@@ -297,6 +303,19 @@ EF_API ef_status ef_pipeline_next(ef_pipeline *p, ef_sample **out);
  * expected); "" when none. Owned by the pipeline, valid until the next call
  * on it. */
 EF_API const char *ef_pipeline_error(const ef_pipeline *p);
+
+/* Feedback for echo policies (echo:policy=..., docs/echoing.md): one value
+ * per example, such as its training loss, by the identity it came with
+ * (ef_sample_identity(), or ef_sample_members() of a batch; echo_copy is
+ * ignored, so a value for any copy counts for the item). Echo stages with
+ * a policy other than uniform use the values to choose what to echo; the
+ * others ignore them, as they do identities no longer held. Callable from
+ * any thread while the pipeline runs. EF_EINVAL for a NULL pipeline or
+ * array, or a value that is not finite (NaN, infinite): nothing is applied
+ * then, and ef_pipeline_error() is left alone, as another thread may be
+ * reading it. */
+EF_API ef_status ef_pipeline_feedback(ef_pipeline *p, const ef_sample_id *ids,
+                                      const double *values, size_t n);
 
 /* Checkpoints: the pipeline's position as a small state, to resume a run
  * exactly where it stopped (after a preemption, say).

@@ -8,6 +8,7 @@
 
 #include "core/alloc.h"
 #include "core/buffer.h"
+#include "state.h"
 
 static const struct {
     size_t size;
@@ -338,4 +339,15 @@ ef_status ef_sample_get(const ef_sample *s, const char *name, ef_tensor *out)
 ef_sample_id ef_sample_identity(const ef_sample *s)
 {
     return s->id;
+}
+
+int64_t ef_sample_members(const ef_sample *s, ef_sample_id *out, int64_t cap)
+{
+    size_t n = 0;
+    const ef__ident *m =
+        s ? ef__ident_members(&(ef__ident){.members = s->origin.members}, &n)
+          : NULL;
+    for (int64_t i = 0; i < cap && (size_t)i < n; i++)
+        out[i] = m[i].id;
+    return (int64_t)n;
 }
