@@ -181,7 +181,7 @@ static void test_bad_states(void **state)
     expect_refused("range:n=100,bytes=4 | echo:factor=3 | batch:size=3", 5,
                    good, size, EF_ESPEC,
                    "stage 1 'echo' differs: the state has options "
-                   "'factor=2,shuffle=0,max=8,pool=64'");
+                   "'factor=2,shuffle=0,max=8,pool=64,policy=uniform,mix=0'");
     expect_refused("range:n=100,bytes=4 | shuffle:9 | batch:size=3", 5, good,
                    size, EF_ESPEC,
                    "stage 1 differs: the state has 'echo', the pipeline "

@@ -13,6 +13,13 @@
  * the least-echoed, never more than `max` times in all; when every pooled
  * item is used up, the stage waits for fresh data.
  *
+ * policy=NAME (echo_policy.h): which pooled item to echo is drawn by
+ * priorities from values the consumer feeds back (ef_pipeline_feedback),
+ * such as training losses, instead of among the least-echoed. With a
+ * fixed factor F, every fresh item then joins the pool and brings F - 1
+ * echoes due, drawn from the pool: the same echoes in all, spread by
+ * priority rather than F per item.
+ *
  * Either way copies share the payload buffers: an echo is a new sample
  * header, never a copy of the data. The headers come from a free list of
  * the stage's own (ef__sample_pool), so steady-state echoing allocates
@@ -29,6 +36,7 @@
 #include "feed.h"
 #include "stage.h"
 #include "state.h"
+#include "stages/flow/echo_policy.h"
 #include "stages/flow/echo_rates.h"
 #include "stages/flow/shuffle_buffer.h"
 
@@ -68,9 +76,14 @@ typedef struct {
     uint64_t pool_bytes; /* payload the pool keeps alive (memory budget) */
     /* by_uses[u] lists the pooled items used u times (u < max), so the
      * least-used are found without scanning the pool */
-    use_list *by_uses;
+    use_list *by_uses; /* NULL with a policy, which keeps its own */
     int least;      /* no list below this one is non-empty */
     uint64_t draws; /* RNG counter for pool choices */
+    /* a policy: NULL for uniform. Fixed factor: echoes due, and drawn
+     * from the pool, as each fresh item adds factor - 1 */
+    ef__policy *policy;
+    double owed;
+    _Atomic uint64_t fed, stale; /* values fed back: matched, not held */
     /* both */
     ef__sample_pool *headers; /* where our copies' headers come from */
     ef__shufbuf buf;
@@ -94,18 +107,38 @@ static int echo_create(ef__stage *s, const ef__opts *o, ef__err *err)
     st->max = (int)ef__opt_int(o, "max");
     st->shuffle = (size_t)ef__opt_int(o, "shuffle");
     st->pool_cap = (size_t)ef__opt_int(o, "pool");
-    if (st->mode == ECHO_FIXED &&
+    ef__policy_kind kind;
+    const char *policy = ef__opt_string(o, "policy");
+    if (ef__policy_parse(policy, &kind) != 0)
+        return ef__err_set(err, EF_ESPEC,
+                           "stage 'echo': option 'policy' is '%s', expected "
+                           "%s",
+                           policy, ef__policy_names());
+    if (kind == EF__POLICY_UNIFORM && ef__opt_given(o, "mix"))
+        return ef__err_set(err, EF_ESPEC,
+                           "stage 'echo': option 'mix' tempers a policy "
+                           "toward uniform picks; with policy=uniform every "
+                           "pick is uniform (drop it, or set a policy)");
+    if (st->mode == ECHO_FIXED && kind == EF__POLICY_UNIFORM &&
         (ef__opt_given(o, "max") || ef__opt_given(o, "pool")))
         return ef__err_set(err, EF_ESPEC,
                            "stage 'echo': options 'max' and 'pool' apply to "
                            "factor=auto only; with factor=%g every item is "
-                           "emitted that many times (drop them, or use "
-                           "factor=auto)",
+                           "emitted that many times (drop them, use "
+                           "factor=auto, or set a policy)",
                            st->factor);
-    if (st->mode == ECHO_AUTO) {
+    /* a fixed budget spread by priority needs room above the factor */
+    if (st->mode == ECHO_FIXED && kind != EF__POLICY_UNIFORM &&
+        !ef__opt_given(o, "max"))
+        st->max = (int)fmax(st->max, 2 * ceil(st->factor));
+    if (st->mode == ECHO_AUTO || kind != EF__POLICY_UNIFORM) {
         st->pool = ef__calloc(st->pool_cap, sizeof *st->pool);
-        st->by_uses = ef__calloc((size_t)st->max, sizeof *st->by_uses);
-        if (!st->pool || !st->by_uses)
+        if (kind == EF__POLICY_UNIFORM)
+            st->by_uses = ef__calloc((size_t)st->max, sizeof *st->by_uses);
+        else
+            st->policy = ef__policy_new(kind, ef__opt_float(o, "mix"),
+                                        st->pool_cap);
+        if (!st->pool || (!st->by_uses && !st->policy))
             return ef__err_set(err, EF_ENOMEM,
                                "echo: out of memory for a pool of %zu",
                                st->pool_cap);
@@ -232,9 +265,9 @@ static int take_fresh(ef__stage *s, echo_state *st, int block, ef_sample **out,
 /* Room for one more item in list u; -1 when out of memory. */
 static int list_reserve(echo_state *st, int u)
 {
-    use_list *l = &st->by_uses[u];
-    if (u >= st->max || l->n < l->cap)
+    if (!st->by_uses || u >= st->max || st->by_uses[u].n < st->by_uses[u].cap)
         return 0;
+    use_list *l = &st->by_uses[u];
     size_t cap = l->cap ? 2 * l->cap : 8;
     size_t *items = ef__realloc(l->items, cap * sizeof *items);
     if (!items)
@@ -247,6 +280,11 @@ static int list_reserve(echo_state *st, int u)
 static void list_add(echo_state *st, size_t i)
 {
     pooled *p = &st->pool[i];
+    if (st->policy) {
+        if (p->uses >= st->max)
+            ef__policy_retire(st->policy, i);
+        return; /* the policy keeps its own account */
+    }
     if (p->uses >= st->max)
         return; /* used up: in no list */
     use_list *l = &st->by_uses[p->uses];
@@ -260,7 +298,7 @@ static void list_add(echo_state *st, size_t i)
 static void list_remove(echo_state *st, size_t i)
 {
     pooled *p = &st->pool[i];
-    if (p->uses >= st->max)
+    if (st->policy || p->uses >= st->max)
         return;
     use_list *l = &st->by_uses[p->uses];
     size_t last = l->items[--l->n];
@@ -290,6 +328,8 @@ static void pool_drop(ef__stage *s, echo_state *st, size_t i)
     ef__budget_release(&s->ctx->budget, n);
     ef_sample_free(smp);
     st->pool[i].sample = NULL;
+    if (st->policy)
+        ef__policy_leave(st->policy, i);
 }
 
 /* Adds a fresh item (used once) to the pool, evicting the oldest when
@@ -331,6 +371,8 @@ static int pool_add(ef__stage *s, echo_state *st, const ef_sample *fresh,
     ef__budget_hold(&s->ctx->budget, n);
     st->pool[i].sample = own;
     st->pool[i].uses = 1;
+    if (st->policy)
+        ef__policy_enter(st->policy, i, own->id);
     list_add(st, i);
     return EF_OK;
 }
@@ -340,6 +382,19 @@ static int pool_add(ef__stage *s, echo_state *st, const ef_sample *fresh,
  * up, or EF_ENOMEM. */
 static int pool_pick(ef__stage *s, echo_state *st, pooled **out)
 {
+    if (st->policy) {
+        ef__rng r;
+        ef__rng_init(&r, s->ctx->seed, (uint64_t)s->index,
+                     (int64_t)st->draws++, s->epoch, 0);
+        double u = ef__rng_uniform(&r), v = ef__rng_uniform(&r);
+        size_t i;
+        if (ef__policy_pick(st->policy, u, v, &i) != 0)
+            return EF_AGAIN;
+        st->pool[i].uses++;
+        list_add(st, i); /* retires it when used up */
+        *out = &st->pool[i];
+        return EF_OK;
+    }
     while (st->least < st->max && st->by_uses[st->least].n == 0)
         st->least++;
     if (st->least >= st->max)
@@ -358,6 +413,33 @@ static int pool_pick(ef__stage *s, echo_state *st, pooled **out)
     return EF_OK;
 }
 
+/* A new header for pooled item p's latest use. */
+static int emit_copy(echo_state *st, const pooled *p, ef_sample **out,
+                     ef__err *err)
+{
+    ef_sample *copy = ef__sample_pool_clone(st->headers, p->sample);
+    if (!copy)
+        return ef__err_set(err, EF_ENOMEM, "echo: out of memory");
+    copy->id.echo_copy = p->uses - 1;
+    ef__stat_add(&st->echoed, 1);
+    *out = copy;
+    return EF_OK;
+}
+
+/* Pools the fresh item and hands it on. */
+static int emit_fresh(ef__stage *s, echo_state *st, ef_sample *fresh,
+                      ef_sample **out, ef__err *err)
+{
+    int rc;
+    if (st->max > 1 && (rc = pool_add(s, st, fresh, err)) != EF_OK) {
+        ef_sample_free(fresh);
+        return rc;
+    }
+    ef__stat_add(&st->fresh, 1);
+    *out = fresh;
+    return EF_OK;
+}
+
 static int auto_next(void *arg, ef_sample **out, ef__err *err)
 {
     ef__stage *s = arg;
@@ -369,26 +451,39 @@ static int auto_next(void *arg, ef_sample **out, ef__err *err)
         rc = pool_pick(s, st, &p);
         if (rc == EF_ENOMEM)
             return ef__err_set(err, rc, "echo: out of memory");
-        if (rc == EF_OK) {
-            ef_sample *copy = ef__sample_pool_clone(st->headers, p->sample);
-            if (!copy)
-                return ef__err_set(err, EF_ENOMEM, "echo: out of memory");
-            copy->id.echo_copy = p->uses - 1;
-            ef__stat_add(&st->echoed, 1);
-            *out = copy;
-            return EF_OK;
-        }
+        if (rc == EF_OK)
+            return emit_copy(st, p, out, err);
         rc = take_fresh(s, st, 1, &fresh, err); /* nothing left: wait */
     }
     if (rc != EF_OK)
         return rc;
-    if (st->max > 1 && (rc = pool_add(s, st, fresh, err)) != EF_OK) {
-        ef_sample_free(fresh);
-        return rc;
+    return emit_fresh(s, st, fresh, out, err);
+}
+
+/* ---- fixed factor with a policy ------------------------------------- */
+
+static int budget_next(void *arg, ef_sample **out, ef__err *err)
+{
+    ef__stage *s = arg;
+    echo_state *st = s->state;
+    if (st->owed >= 1) {
+        pooled *p;
+        int rc = pool_pick(s, st, &p);
+        if (rc == EF_ENOMEM)
+            return ef__err_set(err, rc, "echo: out of memory");
+        if (rc == EF_OK) {
+            st->owed -= 1;
+            return emit_copy(st, p, out, err);
+        }
+        /* every pooled item is used up: the echoes due lapse, which the
+         * effective factor in the statistics shows */
+        st->owed = 0;
     }
-    ef__stat_add(&st->fresh, 1);
-    *out = fresh;
-    return EF_OK;
+    ef_sample *fresh;
+    int rc = ef__stage_pull(s, &fresh, err);
+    if (rc == EF_OK && (rc = emit_fresh(s, st, fresh, out, err)) == EF_OK)
+        st->owed += st->factor - 1;
+    return rc;
 }
 
 /* ---- the stage ------------------------------------------------------ */
@@ -396,7 +491,9 @@ static int auto_next(void *arg, ef_sample **out, ef__err *err)
 static int echo_next(ef__stage *s, ef_sample **out, ef__err *err)
 {
     echo_state *st = s->state;
-    ef__producer produce = st->mode == ECHO_AUTO ? auto_next : fixed_next;
+    ef__producer produce = st->mode == ECHO_AUTO ? auto_next
+                           : st->policy         ? budget_next
+                                                : fixed_next;
     int rc = st->shuffle
                  ? ef__shufbuf_next(&st->buf, produce, s, &st->rng, out, err)
                  : produce(s, out, err);
@@ -409,7 +506,8 @@ static void pool_clear(ef__stage *s, echo_state *st)
     for (size_t k = 0; k < st->pool_n; k++)
         pool_drop(s, st, (st->pool_next + k) % st->pool_cap);
     st->pool_n = st->pool_next = 0;
-    for (int u = 1; u < st->max; u++) {
+    st->owed = 0;
+    for (int u = 1; u < st->max && st->by_uses; u++) {
         ef__free(st->by_uses[u].items);
         memset(&st->by_uses[u], 0, sizeof st->by_uses[u]);
     }
@@ -460,8 +558,9 @@ static void echo_destroy(ef__stage *s)
     if (st->up_ns)
         ef__rates_destroy(&st->rates);
     drop_held(st);
-    if (st->pool && st->by_uses)
+    if (st->pool && (st->by_uses || st->policy))
         pool_clear(s, st);
+    ef__policy_free(st->policy);
     ef__free(st->by_uses);
     ef__free(st->pool);
     if (st->buf.items)
@@ -487,13 +586,14 @@ static void echo_resume(ef__stage *s)
         ef__feed_resume(st->pump);
 }
 
-/* Fixed: the copies still due of the held item. Auto: the pool, oldest
- * first, with each item's uses, and the draws made. Both: the copy
- * spreading buffer. The pump's queue is the replay list. */
+/* Fixed: the copies still due of the held item. Auto or a policy: the
+ * pool, oldest first, with each item's uses (and values fed back), the
+ * draws made (and the echoes due). All: the copy spreading buffer. The
+ * pump's queue is the replay list. */
 static int echo_save(ef__stage *s, ef__state_out *o, ef__err *err)
 {
     echo_state *st = s->state;
-    if (st->mode == ECHO_FIXED) {
+    if (!st->pool) {
         ef__put_i64(o, st->copies_left);
         ef__put_i64(o, st->next_copy);
         if (st->copies_left > 0) {
@@ -503,6 +603,8 @@ static int echo_save(ef__stage *s, ef__state_out *o, ef__err *err)
         }
     } else {
         ef__put_u64(o, st->draws);
+        if (st->policy) /* picks depend on where items sit */
+            ef__put_u64(o, st->pool_next);
         ef__put_u64(o, st->pool_n);
         for (size_t k = 0; k < st->pool_n; k++) {
             const pooled *p = &st->pool[(st->pool_next + k) % st->pool_cap];
@@ -511,7 +613,17 @@ static int echo_save(ef__stage *s, ef__state_out *o, ef__err *err)
                 ef__ident d = ef__ident_of(p->sample);
                 ef__put_ident(o, &d);
                 ef__ident_clear(&d);
+                if (st->policy)
+                    ef__policy_save_slot(st->policy, (size_t)(p - st->pool),
+                                         o);
             }
+        }
+        if (st->policy)
+            ef__policy_save(st->policy, o);
+        if (st->policy && st->mode == ECHO_FIXED) {
+            uint64_t owed;
+            memcpy(&owed, &st->owed, sizeof owed);
+            ef__put_u64(o, owed);
         }
     }
     if (st->shuffle) {
@@ -588,28 +700,34 @@ static int pool_put(ef__stage *s, echo_state *st, ef_sample *smp, int uses,
         ef_sample_free(smp);
         return ef__err_set(err, EF_ENOMEM, "echo: out of memory");
     }
-    size_t i = st->pool_n++;
+    size_t i = (st->pool_next + st->pool_n++) % st->pool_cap;
     st->pool_bytes += n;
     ef__budget_hold(&s->ctx->budget, n);
     st->pool[i].sample = smp;
     st->pool[i].uses = uses;
+    if (st->policy)
+        ef__policy_enter(st->policy, i, smp->id);
     list_add(st, i);
     return EF_OK;
 }
 
-static int restore_auto(ef__stage *s, echo_state *st, ef__state_in *in,
+static int restore_pool(ef__stage *s, echo_state *st, ef__state_in *in,
                         ef__err *err)
 {
-    uint64_t n;
+    uint64_t n, next = 0;
     ef__get_u64(in, "the pool's draws", &st->draws);
+    if (st->policy)
+        ef__get_count(in, "the pool's oldest place", st->pool_cap - 1, &next);
+    st->pool_next = (size_t)next;
     int rc = ef__get_count(in, "the pool's items", st->pool_cap, &n);
     for (uint64_t k = 0; k < n && rc == EF_OK; k++) {
         int64_t uses;
         if ((rc = ef__get_i64(in, "a pooled item's uses", &uses)) != EF_OK)
             break;
         if (uses == -1) { /* a slot left empty and used up */
-            st->pool[st->pool_n].sample = NULL;
-            st->pool[st->pool_n++].uses = st->max;
+            size_t i = (st->pool_next + st->pool_n++) % st->pool_cap;
+            st->pool[i].sample = NULL;
+            st->pool[i].uses = st->max;
             continue;
         }
         if (uses < 1 || uses > st->max)
@@ -624,6 +742,21 @@ static int restore_auto(ef__stage *s, echo_state *st, ef__state_in *in,
         ef__ident_clear(&d);
         if (rc == EF_OK)
             rc = pool_put(s, st, smp, (int)uses, err);
+        if (rc == EF_OK && st->policy)
+            rc = ef__policy_restore_slot(
+                st->policy, (st->pool_next + st->pool_n - 1) % st->pool_cap,
+                in);
+    }
+    if (rc == EF_OK && st->policy)
+        rc = ef__policy_restore(st->policy, in);
+    if (rc == EF_OK && st->policy && st->mode == ECHO_FIXED) {
+        uint64_t bits;
+        rc = ef__get_u64(in, "the echoes due", &bits);
+        memcpy(&st->owed, &bits, sizeof bits);
+        if (rc == EF_OK && !(st->owed >= 0 && st->owed < st->factor))
+            return ef__state_bad(in, "%g echoes due, expected 0 to the "
+                                     "factor %g",
+                                 st->owed, st->factor);
     }
     return rc;
 }
@@ -631,8 +764,8 @@ static int restore_auto(ef__stage *s, echo_state *st, ef__state_in *in,
 static int echo_restore(ef__stage *s, ef__state_in *in, ef__err *err)
 {
     echo_state *st = s->state;
-    int rc = st->mode == ECHO_FIXED ? restore_fixed(s, st, in, err)
-                                    : restore_auto(s, st, in, err);
+    int rc = st->pool ? restore_pool(s, st, in, err)
+                      : restore_fixed(s, st, in, err);
     if (rc == EF_OK && st->shuffle) {
         ef__rng_init(&st->rng, s->ctx->seed, (uint64_t)s->index, -1,
                      s->epoch, 0);
@@ -658,6 +791,12 @@ static void echo_stats(const ef__stage *s, ef_stage_stats *out)
     ef__stats_extra(out, "effective_factor", factor);
     ef__stats_extra(out, "fresh_fraction",
                     fresh + echoed > 0 ? fresh / (fresh + echoed) : 0);
+    if (st->policy) {
+        ef__stats_extra(out, "feedback_matched",
+                        (double)ef__stat_get(&st->fed));
+        ef__stats_extra(out, "feedback_stale",
+                        (double)ef__stat_get(&st->stale));
+    }
     if (!st->up_ns)
         return; /* not opened yet */
     ef__rate_estimate e;
@@ -674,6 +813,17 @@ static void echo_stats(const ef__stage *s, ef_stage_stats *out)
                     ef__ns_to_s(ef__stat_get(s->pulled_ns)));
 }
 
+static void echo_feedback(ef__stage *s, const ef_sample_id *ids,
+                          const double *values, size_t n)
+{
+    echo_state *st = s->state;
+    if (!st->policy)
+        return;
+    size_t matched = ef__policy_feedback(st->policy, ids, values, n);
+    ef__stat_add(&st->fed, matched);
+    ef__stat_add(&st->stale, n - matched);
+}
+
 static const ef__option_def echo_options[] = {
     {"factor", EF_OPT_FACTOR, "2",
      "times each item is emitted (>= 1; fractional: stochastic rounding), or "
@@ -681,10 +831,21 @@ static const ef__option_def echo_options[] = {
      1, 1e6},
     {"shuffle", EF_OPT_INT, "0",
      "buffer that spreads copies apart (0: copies consecutive)", 0, 1 << 26},
-    {"max", EF_OPT_INT, "8", "auto: most times one item is emitted in all", 1,
-     65536},
+    {"max", EF_OPT_INT, "8",
+     "auto or a policy: most times one item is emitted in all (a fixed "
+     "factor with a policy: at least twice the factor)",
+     1, 65536},
     {"pool", EF_OPT_INT, "64",
-     "auto: recent fresh items kept for echoing (and read ahead)", 1, 1 << 20},
+     "auto or a policy: recent fresh items kept for echoing (auto: and "
+     "read ahead)",
+     1, 1 << 20},
+    {"policy", EF_OPT_STRING, "uniform",
+     "which pooled items to echo: uniform, or by values fed back with "
+     "ef_pipeline_feedback: loss, rank, improvement, reducible "
+     "(docs/echoing.md)",
+     0, 0},
+    {"mix", EF_OPT_FLOAT, "0",
+     "with a policy: the share of echoes picked uniformly instead", 0, 1},
 };
 
 const ef__stage_def ef__stage_echo = {
@@ -704,4 +865,5 @@ const ef__stage_def ef__stage_echo = {
     .save = echo_save,
     .restore = echo_restore,
     .fetch = echo_fetch,
+    .feedback = echo_feedback,
 };

@@ -1,0 +1,517 @@
+/* echo_policy: priorities over the echo pool from fed-back values.
+ *
+ * Priorities live in a Fenwick (binary indexed) tree over the slots, so
+ * changing one and drawing in proportion to all cost O(log n). The tree
+ * holds integers (priorities in units of 2^-24): their sums are exact
+ * whatever the order of the changes, so a pool restored from a checkpoint
+ * draws exactly as the saved one would have. A second tree counts the
+ * eligible slots, for the uniform share of the picks (mix). Identities
+ * find their slot through an open-addressing hash table (linear
+ * probing). */
+#include "stages/flow/echo_policy.h"
+
+#include <assert.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/alloc.h"
+
+/* The least priority of an item with a value: an item nothing favours is
+ * still picked now and then, and a pool whose values are all 0 still
+ * draws. */
+#define FLOOR 1e-6
+/* rank: the most likely item is this many times as likely as the least
+ * (the selection pressure of Loshchilov and Hutter, 2015) */
+#define RANK_PRESSURE 100.0
+/* priorities in the tree: units of 2^-24, at most 1e4 each, so that a
+ * pool of 2^20 slots sums below 2^63 */
+#define UNITS 16777216.0
+#define MOST 1e4
+
+typedef struct {
+    int64_t index, epoch;
+    unsigned char used;     /* holds an item */
+    unsigned char eligible; /* may be picked */
+    unsigned char nvalues;  /* values fed back so far, at most 2 kept */
+    double value, prev;     /* the last value and the one before */
+    double weight;          /* priority, whether eligible or not */
+    uint64_t units;         /* the weight in the tree's units */
+} slot_info;
+
+struct ef__policy {
+    ef__policy_kind kind;
+    double mix;
+    size_t n;
+    slot_info *slots;
+    uint64_t *weights; /* Fenwick tree of eligible slots' units, 1-based */
+    uint64_t *counts;  /* Fenwick tree of eligible slots (1 each) */
+    size_t top;      /* the largest power of two <= n */
+    uint32_t *table; /* slot + 1, or 0 when empty */
+    size_t mask;     /* table size - 1 */
+    double known_sum; /* weights of used slots with a priority of their own */
+    long known_n;
+    uint64_t rank_stale; /* values since ranks were last assigned */
+    pthread_mutex_t mu;
+};
+
+static const char *const names[] = {"uniform", "loss", "rank", "improvement",
+                                    "reducible"};
+
+int ef__policy_parse(const char *name, ef__policy_kind *out)
+{
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++)
+        if (strcmp(name, names[i]) == 0) {
+            *out = (ef__policy_kind)i;
+            return 0;
+        }
+    return -1;
+}
+
+const char *ef__policy_names(void)
+{
+    return "uniform, loss, rank, improvement or reducible";
+}
+
+/* ---- trees ---------------------------------------------------------- */
+
+static void tree_add(uint64_t *t, size_t n, size_t slot, uint64_t d)
+{
+    for (size_t i = slot + 1; i <= n; i += i & -i)
+        t[i] += d; /* modulo 2^64: adding -x takes x away */
+}
+
+static uint64_t tree_total(const uint64_t *t, size_t n)
+{
+    uint64_t sum = 0;
+    for (size_t i = n; i > 0; i -= i & -i)
+        sum += t[i];
+    return sum;
+}
+
+/* The slot where the running sum first exceeds `target`. */
+static size_t tree_find(const uint64_t *t, size_t n, size_t top,
+                        uint64_t target)
+{
+    size_t pos = 0;
+    for (size_t step = top; step > 0; step >>= 1)
+        if (pos + step <= n && t[pos + step] <= target) {
+            pos += step;
+            target -= t[pos];
+        }
+    return pos < n ? pos : n - 1;
+}
+
+/* Both trees again from the slots, in O(n). */
+static void rebuild(ef__policy *p)
+{
+    for (size_t i = 1; i <= p->n; i++) {
+        const slot_info *s = &p->slots[i - 1];
+        p->weights[i] = s->eligible ? s->units : 0;
+        p->counts[i] = s->eligible;
+    }
+    for (size_t i = 1; i <= p->n; i++) {
+        size_t up = i + (i & -i);
+        if (up <= p->n) {
+            p->weights[up] += p->weights[i];
+            p->counts[up] += p->counts[i];
+        }
+    }
+}
+
+/* ---- priorities ------------------------------------------------------ */
+
+/* Whether the slot's values give it a priority of its own. */
+static int known(const ef__policy *p, const slot_info *s)
+{
+    if (p->kind == EF__POLICY_IMPROVEMENT)
+        return s->nvalues >= 2;
+    return s->nvalues >= 1;
+}
+
+/* The priority of a slot with no value yet: the mean of those with one,
+ * so an item waiting for its first value is neither favoured nor
+ * starved. */
+static double unknown_weight(const ef__policy *p)
+{
+    return p->known_n > 0 ? p->known_sum / (double)p->known_n : 1.0;
+}
+
+static double value_weight(const ef__policy *p, const slot_info *s)
+{
+    switch (p->kind) {
+    case EF__POLICY_IMPROVEMENT:
+        return fmax(s->prev - s->value, 0) + FLOOR;
+    case EF__POLICY_RANK:
+        return s->weight; /* assigned by rerank */
+    default:
+        return fmax(s->value, 0) + FLOOR;
+    }
+}
+
+static uint64_t units_of(double w)
+{
+    return (uint64_t)(fmin(w, MOST) * UNITS) + 1;
+}
+
+static void set_weight(ef__policy *p, size_t i, double w)
+{
+    slot_info *s = &p->slots[i];
+    uint64_t u = units_of(w);
+    if (s->eligible)
+        tree_add(p->weights, p->n, i, u - s->units);
+    s->weight = w;
+    s->units = u;
+}
+
+/* Takes the slot's weight out of, or into, the mean of known weights. */
+static void count_known(ef__policy *p, const slot_info *s, double sign)
+{
+    if (s->used && known(p, s)) {
+        p->known_sum += sign * s->weight;
+        p->known_n += sign > 0 ? 1 : -1;
+    }
+}
+
+static void set_eligible(ef__policy *p, size_t i, int on)
+{
+    slot_info *s = &p->slots[i];
+    if (s->eligible == on)
+        return;
+    s->eligible = (unsigned char)on;
+    tree_add(p->weights, p->n, i, on ? s->units : -s->units);
+    tree_add(p->counts, p->n, i, on ? 1 : (uint64_t)-1);
+}
+
+typedef struct {
+    double value;
+    size_t slot;
+} ranked;
+
+static int by_value_desc(const void *a, const void *b)
+{
+    double x = ((const ranked *)a)->value, y = ((const ranked *)b)->value;
+    return (x < y) - (x > y);
+}
+
+/* rank: the item of the k-th largest value among the m with one gets
+ * RANK_PRESSURE^(-k / (m - 1)). Ranks change with every value, so they
+ * are assigned again once an eighth of the pool's worth of values came
+ * in, in O(n log n). */
+static void rerank(ef__policy *p)
+{
+    ranked *order = ef__malloc(p->n * sizeof *order);
+    if (!order)
+        return; /* the old ranks stay: a priority a little out of date */
+    size_t m = 0;
+    for (size_t i = 0; i < p->n; i++)
+        if (p->slots[i].used && p->slots[i].nvalues)
+            order[m++] = (ranked){p->slots[i].value, i};
+    qsort(order, m, sizeof *order, by_value_desc);
+    p->known_sum = 0;
+    p->known_n = (long)m;
+    for (size_t k = 0; k < m; k++) {
+        double w = m > 1 ? pow(RANK_PRESSURE, -(double)k / (double)(m - 1))
+                         : 1.0;
+        slot_info *s = &p->slots[order[k].slot];
+        s->weight = w;
+        s->units = units_of(w);
+        p->known_sum += w;
+    }
+    double mean = unknown_weight(p);
+    for (size_t i = 0; i < p->n; i++)
+        if (p->slots[i].used && !p->slots[i].nvalues) {
+            p->slots[i].weight = mean;
+            p->slots[i].units = units_of(mean);
+        }
+    ef__free(order);
+    rebuild(p);
+    p->rank_stale = 0;
+}
+
+/* ---- identities ------------------------------------------------------ */
+
+static size_t home(const ef__policy *p, int64_t index, int64_t epoch)
+{
+    uint64_t h = (uint64_t)index * 0x9e3779b97f4a7c15u ^
+                 (uint64_t)epoch * 0xc2b2ae3d27d4eb4fu;
+    h ^= h >> 29;
+    return (size_t)(h * 0xbf58476d1ce4e5b9u >> 17) & p->mask;
+}
+
+/* The table position of the slot holding (index, epoch), or -1. */
+static long find(const ef__policy *p, int64_t index, int64_t epoch)
+{
+    for (size_t j = home(p, index, epoch);; j = (j + 1) & p->mask) {
+        uint32_t e = p->table[j];
+        if (!e)
+            return -1;
+        const slot_info *s = &p->slots[e - 1];
+        if (s->index == index && s->epoch == epoch)
+            return (long)j;
+    }
+}
+
+/* Removes table entry j, moving later entries of the same run back so
+ * that every entry stays reachable from its home. */
+static void table_delete(ef__policy *p, size_t j)
+{
+    size_t i = j;
+    for (;;) {
+        j = (j + 1) & p->mask;
+        uint32_t e = p->table[j];
+        if (!e)
+            break;
+        const slot_info *s = &p->slots[e - 1];
+        size_t k = home(p, s->index, s->epoch);
+        /* entry j may move to i when its home is not within (i, j] */
+        int stays = i <= j ? (i < k && k <= j) : (i < k || k <= j);
+        if (!stays) {
+            p->table[i] = e;
+            i = j;
+        }
+    }
+    p->table[i] = 0;
+}
+
+/* ---- the interface --------------------------------------------------- */
+
+ef__policy *ef__policy_new(ef__policy_kind kind, double mix, size_t slots)
+{
+    ef__policy *p = ef__calloc(1, sizeof *p);
+    if (!p)
+        return NULL;
+    p->kind = kind;
+    p->mix = mix;
+    p->n = slots;
+    size_t cap = 16;
+    while (cap < 2 * slots)
+        cap *= 2;
+    p->mask = cap - 1;
+    for (p->top = 1; p->top * 2 <= slots; p->top *= 2)
+        ;
+    p->slots = ef__calloc(slots, sizeof *p->slots);
+    p->weights = ef__calloc(slots + 1, sizeof *p->weights);
+    p->counts = ef__calloc(slots + 1, sizeof *p->counts);
+    p->table = ef__calloc(cap, sizeof *p->table);
+    if (!p->slots || !p->weights || !p->counts || !p->table ||
+        pthread_mutex_init(&p->mu, NULL) != 0) {
+        ef__free(p->slots);
+        ef__free(p->weights);
+        ef__free(p->counts);
+        ef__free(p->table);
+        ef__free(p);
+        return NULL;
+    }
+    return p;
+}
+
+void ef__policy_free(ef__policy *p)
+{
+    if (!p)
+        return;
+    pthread_mutex_destroy(&p->mu);
+    ef__free(p->slots);
+    ef__free(p->weights);
+    ef__free(p->counts);
+    ef__free(p->table);
+    ef__free(p);
+}
+
+/* Forgets slot i's item; the caller holds the lock. */
+static void leave(ef__policy *p, size_t i)
+{
+    slot_info *s = &p->slots[i];
+    if (!s->used)
+        return;
+    set_eligible(p, i, 0);
+    count_known(p, s, -1);
+    long j = find(p, s->index, s->epoch);
+    if (j >= 0 && p->table[j] == i + 1)
+        table_delete(p, (size_t)j);
+    memset(s, 0, sizeof *s);
+}
+
+int ef__policy_enter(ef__policy *p, size_t i, ef_sample_id id)
+{
+    pthread_mutex_lock(&p->mu);
+    leave(p, i);
+    slot_info *s = &p->slots[i];
+    s->index = id.index;
+    s->epoch = id.epoch;
+    s->used = 1;
+    s->weight = unknown_weight(p);
+    s->units = units_of(s->weight);
+    /* a second item of the same identity takes the entry over */
+    long j = find(p, id.index, id.epoch);
+    if (j < 0)
+        for (j = (long)home(p, id.index, id.epoch); p->table[j];
+             j = (long)(((size_t)j + 1) & p->mask))
+            ;
+    p->table[j] = (uint32_t)(i + 1);
+    set_eligible(p, i, 1);
+    if (p->kind == EF__POLICY_RANK)
+        p->rank_stale++;
+    pthread_mutex_unlock(&p->mu);
+    return 0;
+}
+
+void ef__policy_leave(ef__policy *p, size_t i)
+{
+    pthread_mutex_lock(&p->mu);
+    leave(p, i);
+    pthread_mutex_unlock(&p->mu);
+}
+
+void ef__policy_retire(ef__policy *p, size_t i)
+{
+    pthread_mutex_lock(&p->mu);
+    set_eligible(p, i, 0);
+    pthread_mutex_unlock(&p->mu);
+}
+
+/* The slot at share v of the tree's total. */
+static size_t find_share(const uint64_t *t, const ef__policy *p, double v,
+                         uint64_t total)
+{
+    uint64_t target = (uint64_t)(v * (double)total);
+    if (target >= total) /* v * total rounded up */
+        target = total - 1;
+    return tree_find(t, p->n, p->top, target);
+}
+
+int ef__policy_pick(ef__policy *p, double u, double v, size_t *out)
+{
+    pthread_mutex_lock(&p->mu);
+    int rc = -1;
+    if (p->kind == EF__POLICY_RANK && p->rank_stale >= p->n / 8 + 1)
+        rerank(p);
+    uint64_t eligible = tree_total(p->counts, p->n);
+    if (eligible > 0) {
+        uint64_t total = tree_total(p->weights, p->n);
+        size_t i = u >= p->mix ? find_share(p->weights, p, v, total)
+                               : find_share(p->counts, p, v, eligible);
+        assert(p->slots[i].eligible); /* every eligible slot weighs >= 1 */
+        *out = i;
+        rc = 0;
+    }
+    pthread_mutex_unlock(&p->mu);
+    return rc;
+}
+
+/* Records value x for slot i and updates its priority; lock held. */
+static void record(ef__policy *p, size_t i, double x)
+{
+    slot_info *s = &p->slots[i];
+    count_known(p, s, -1);
+    s->prev = s->value;
+    s->value = x;
+    if (s->nvalues < 2)
+        s->nvalues++;
+    if (p->kind == EF__POLICY_RANK)
+        p->rank_stale++;
+    if (known(p, s))
+        set_weight(p, i, value_weight(p, s));
+    count_known(p, s, +1);
+}
+
+size_t ef__policy_feedback(ef__policy *p, const ef_sample_id *ids,
+                           const double *values, size_t n)
+{
+    size_t matched = 0;
+    pthread_mutex_lock(&p->mu);
+    for (size_t k = 0; k < n; k++) {
+        long j = find(p, ids[k].index, ids[k].epoch);
+        if (j < 0)
+            continue; /* evicted, or never pooled */
+        record(p, p->table[j] - 1, values[k]);
+        matched++;
+    }
+    pthread_mutex_unlock(&p->mu);
+    return matched;
+}
+
+static uint64_t bits_of(double x)
+{
+    uint64_t b;
+    memcpy(&b, &x, sizeof b);
+    return b;
+}
+
+static double double_of(uint64_t b)
+{
+    double x;
+    memcpy(&x, &b, sizeof x);
+    return x;
+}
+
+/* The values as fed, and the weight as it stands: ranks and the mean
+ * given to items without a value depend on when they were computed, so
+ * weights are kept rather than computed again. */
+void ef__policy_save_slot(ef__policy *p, size_t i, ef__state_out *o)
+{
+    pthread_mutex_lock(&p->mu);
+    const slot_info *s = &p->slots[i];
+    ef__put_u64(o, s->nvalues);
+    ef__put_u64(o, bits_of(s->prev));
+    ef__put_u64(o, bits_of(s->value));
+    ef__put_u64(o, bits_of(s->weight));
+    pthread_mutex_unlock(&p->mu);
+}
+
+int ef__policy_restore_slot(ef__policy *p, size_t i, ef__state_in *in)
+{
+    uint64_t n, b[3];
+    int rc = ef__get_count(in, "a pooled item's values", 2, &n);
+    for (int k = 0; k < 3 && rc == EF_OK; k++)
+        rc = ef__get_u64(in, "a pooled item's value", &b[k]);
+    if (rc != EF_OK)
+        return rc;
+    double prev = double_of(b[0]), value = double_of(b[1]),
+           weight = double_of(b[2]);
+    if (!isfinite(prev) || !isfinite(value) || !(weight >= 0) ||
+        !isfinite(weight))
+        return ef__state_bad(in, "a pooled item's value or priority is "
+                                 "not a finite number");
+    pthread_mutex_lock(&p->mu);
+    slot_info *s = &p->slots[i];
+    s->nvalues = (unsigned char)n;
+    s->prev = prev;
+    s->value = value;
+    set_weight(p, i, weight);
+    pthread_mutex_unlock(&p->mu);
+    return EF_OK;
+}
+
+void ef__policy_save(ef__policy *p, ef__state_out *o)
+{
+    pthread_mutex_lock(&p->mu);
+    ef__put_u64(o, bits_of(p->known_sum));
+    ef__put_i64(o, p->known_n);
+    ef__put_u64(o, p->rank_stale);
+    pthread_mutex_unlock(&p->mu);
+}
+
+int ef__policy_restore(ef__policy *p, ef__state_in *in)
+{
+    uint64_t sum, stale;
+    int64_t known;
+    ef__get_u64(in, "the policy's sum of priorities", &sum);
+    ef__get_i64(in, "the policy's items with a value", &known);
+    int rc = ef__get_u64(in, "the policy's values since ranking", &stale);
+    if (rc == EF_OK &&
+        (known < 0 || (uint64_t)known > p->n || !isfinite(double_of(sum))))
+        return ef__state_bad(in, "the policy's %lld items with a value do "
+                                 "not fit a pool of %zu",
+                             (long long)known, p->n);
+    if (rc != EF_OK)
+        return rc;
+    pthread_mutex_lock(&p->mu);
+    p->known_sum = double_of(sum);
+    p->known_n = known;
+    p->rank_stale = stale;
+    pthread_mutex_unlock(&p->mu);
+    return EF_OK;
+}

@@ -1,0 +1,472 @@
+/* Echo policies: the priorities from fed-back values (echo_policy.c), the
+ * feedback path through the public API, batch members, and checkpoints of
+ * a pipeline whose echo has a policy. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <cmocka.h>
+
+#include "ef_test_util.h"
+#include "state_test_util.h"
+#include "stages/flow/echo_policy.h"
+
+#define DRAWS 100000
+
+static ef_sample_id id_of(int64_t index)
+{
+    return (ef_sample_id){.index = index, .epoch = 0};
+}
+
+/* A policy over `n` slots holding items 0..n-1. */
+static ef__policy *filled(ef__policy_kind kind, double mix, size_t n)
+{
+    ef__policy *p = ef__policy_new(kind, mix, n);
+    assert_non_null(p);
+    for (size_t i = 0; i < n; i++)
+        assert_int_equal(ef__policy_enter(p, i, id_of((int64_t)i)), 0);
+    return p;
+}
+
+static void feed(ef__policy *p, const double *values, size_t n)
+{
+    ef_sample_id ids[64];
+    assert_true(n <= 64);
+    for (size_t i = 0; i < n; i++)
+        ids[i] = id_of((int64_t)i);
+    assert_int_equal(ef__policy_feedback(p, ids, values, n), n);
+}
+
+/* How often each of n slots is picked in DRAWS picks. */
+static void pick_counts(ef__policy *p, size_t n, long *counts)
+{
+    uint32_t rng = 12345;
+    memset(counts, 0, n * sizeof *counts);
+    for (int k = 0; k < DRAWS; k++) {
+        double u = tu_xorshift(&rng) / 4294967296.0;
+        double v = tu_xorshift(&rng) / 4294967296.0;
+        size_t slot;
+        assert_int_equal(ef__policy_pick(p, u, v, &slot), 0);
+        assert_true(slot < n);
+        counts[slot]++;
+    }
+}
+
+/* counts[i] within 5% of DRAWS * share[i] (a fixed generator: the counts
+ * are the same on every run; the margin is about five standard
+ * deviations). */
+static void expect_shares(const long *counts, const double *share, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        double want = DRAWS * share[i];
+        if (fabs((double)counts[i] - want) > 0.05 * want + 50)
+            fail_msg("slot %zu picked %ld times, expected about %.0f", i,
+                     counts[i], want);
+    }
+}
+
+static void test_loss_picks_in_proportion(void **state)
+{
+    (void)state;
+    ef__policy *p = filled(EF__POLICY_LOSS, 0, 4);
+    feed(p, (double[]){1, 2, 3, 4}, 4);
+    long c[4];
+    pick_counts(p, 4, c);
+    expect_shares(c, (double[]){0.1, 0.2, 0.3, 0.4}, 4);
+    /* negative values count as 0: such items are (almost) never picked */
+    feed(p, (double[]){-5, 1, 1, 2}, 4);
+    pick_counts(p, 4, c);
+    assert_true(c[0] < 10);
+    expect_shares(c + 1, (double[]){0.25, 0.25, 0.5}, 3);
+    ef__policy_free(p);
+}
+
+static void test_mix_tempers_toward_uniform(void **state)
+{
+    (void)state;
+    ef__policy *p = filled(EF__POLICY_LOSS, 0.5, 4);
+    feed(p, (double[]){1, 2, 3, 4}, 4);
+    long c[4];
+    pick_counts(p, 4, c);
+    /* half by value, half uniform */
+    expect_shares(c, (double[]){0.175, 0.225, 0.275, 0.325}, 4);
+    ef__policy_free(p);
+    p = filled(EF__POLICY_LOSS, 1, 4);
+    feed(p, (double[]){1, 2, 3, 100}, 4);
+    pick_counts(p, 4, c);
+    expect_shares(c, (double[]){0.25, 0.25, 0.25, 0.25}, 4);
+    ef__policy_free(p);
+}
+
+static void test_rank_follows_order_not_size(void **state)
+{
+    (void)state;
+    /* the same order, very different sizes: the same picks */
+    long a[3], b[3];
+    ef__policy *p = filled(EF__POLICY_RANK, 0, 3);
+    feed(p, (double[]){0.5, 0.1, 0.2}, 3);
+    pick_counts(p, 3, a);
+    ef__policy_free(p);
+    p = filled(EF__POLICY_RANK, 0, 3);
+    feed(p, (double[]){1000, 0.01, 7}, 3);
+    pick_counts(p, 3, b);
+    ef__policy_free(p);
+    assert_memory_equal(a, b, sizeof a);
+    /* weights 1, 10^-1, 10^-2 for ranks 0, 1, 2 (pressure 100) */
+    double sum = 1 + 0.1 + 0.01;
+    expect_shares(a, (double[]){1 / sum, 0.01 / sum, 0.1 / sum}, 3);
+}
+
+static void test_improvement_needs_two_values(void **state)
+{
+    (void)state;
+    ef__policy *p = filled(EF__POLICY_IMPROVEMENT, 0, 4);
+    long c[4];
+    /* one value each: no improvement known yet, every item alike */
+    feed(p, (double[]){3, 3, 3, 3}, 4);
+    pick_counts(p, 4, c);
+    expect_shares(c, (double[]){0.25, 0.25, 0.25, 0.25}, 4);
+    /* slot 0 fell by 2, slot 1 by 1, slot 2 not, slot 3 rose */
+    feed(p, (double[]){1, 2, 3, 4}, 4);
+    pick_counts(p, 4, c);
+    expect_shares(c, (double[]){2.0 / 3, 1.0 / 3, 0, 0}, 2);
+    assert_true(c[2] < 10 && c[3] < 10);
+    ef__policy_free(p);
+}
+
+static void test_missing_values_get_the_mean(void **state)
+{
+    (void)state;
+    ef__policy *p = ef__policy_new(EF__POLICY_LOSS, 0, 3);
+    assert_non_null(p);
+    ef__policy_enter(p, 0, id_of(0));
+    ef__policy_enter(p, 1, id_of(1));
+    feed(p, (double[]){1, 3}, 2);
+    /* item 2 enters with no value: the mean of the others' priorities */
+    ef__policy_enter(p, 2, id_of(2));
+    long c[3];
+    pick_counts(p, 3, c);
+    expect_shares(c, (double[]){1.0 / 6, 3.0 / 6, 2.0 / 6}, 3);
+    ef__policy_free(p);
+}
+
+static void test_stale_values_are_ignored(void **state)
+{
+    (void)state;
+    ef__policy *p = filled(EF__POLICY_LOSS, 0, 2);
+    feed(p, (double[]){1, 1}, 2);
+    /* an item never pooled, and one of another epoch */
+    ef_sample_id other[2] = {id_of(7), {.index = 0, .epoch = 1}};
+    assert_int_equal(ef__policy_feedback(p, other, (double[]){50, 50}, 2), 0);
+    /* a copy's value counts for its item */
+    ef_sample_id copy = {.index = 1, .epoch = 0, .echo_copy = 3};
+    assert_int_equal(ef__policy_feedback(p, &copy, (double[]){3}, 1), 1);
+    long c[2];
+    pick_counts(p, 2, c);
+    expect_shares(c, (double[]){0.25, 0.75}, 2);
+    /* slot 0 evicted and taken by item 5: item 0's value no longer lands,
+     * and item 5 has none */
+    ef__policy_leave(p, 0);
+    ef__policy_enter(p, 0, id_of(5));
+    assert_int_equal(ef__policy_feedback(p, (ef_sample_id[]){id_of(0)},
+                                         (double[]){100}, 1),
+                     0);
+    pick_counts(p, 2, c);
+    expect_shares(c, (double[]){0.5, 0.5}, 2);
+    ef__policy_free(p);
+}
+
+static void test_retired_items_are_not_picked(void **state)
+{
+    (void)state;
+    ef__policy *p = filled(EF__POLICY_LOSS, 0.5, 3);
+    feed(p, (double[]){10, 1, 1}, 3);
+    ef__policy_retire(p, 0);
+    long c[3];
+    pick_counts(p, 3, c);
+    assert_int_equal(c[0], 0);
+    expect_shares(c + 1, (double[]){0.5, 0.5}, 2);
+    ef__policy_retire(p, 1);
+    ef__policy_retire(p, 2);
+    size_t slot;
+    assert_int_equal(ef__policy_pick(p, 0.3, 0.3, &slot), -1);
+    ef__policy_free(p);
+}
+
+static void test_many_slots_and_changes(void **state)
+{
+    (void)state;
+    /* a pool turning over many times: the hash table and the rebuilt
+     * sums stay right */
+    enum { N = 1000 };
+    ef__policy *p = ef__policy_new(EF__POLICY_LOSS, 0, N);
+    assert_non_null(p);
+    for (int64_t k = 0; k < 50 * N; k++) {
+        size_t slot = (size_t)(k % N);
+        ef__policy_enter(p, slot, id_of(k));
+        double v = (k % 10) == 0 ? 9.0 : 1.0;
+        ef_sample_id id = id_of(k);
+        assert_int_equal(ef__policy_feedback(p, &id, &v, 1), 1);
+    }
+    /* items 49000..49999 are in the pool: a tenth of them at 9 */
+    ef_sample_id old = id_of(48999);
+    assert_int_equal(ef__policy_feedback(p, &old, (double[]){1}, 1), 0);
+    uint32_t rng = 99;
+    long favoured = 0;
+    for (int k = 0; k < DRAWS; k++) {
+        size_t slot;
+        assert_int_equal(ef__policy_pick(p, tu_xorshift(&rng) / 4294967296.0,
+                                         tu_xorshift(&rng) / 4294967296.0,
+                                         &slot),
+                         0);
+        favoured += slot % 10 == 0;
+    }
+    /* 100 items at 9 against 900 at 1: half the picks */
+    assert_true(labs(favoured - DRAWS / 2) < DRAWS / 40);
+    ef__policy_free(p);
+}
+
+/* ---- through the pipeline ------------------------------------------ */
+
+static void test_batch_members(void **state)
+{
+    (void)state;
+    ef_pipeline *p = tu_pipeline("range:n=10 | batch:4", 1);
+    ef_sample *b = tu_next(p);
+    ef_sample_id ids[8];
+    assert_int_equal(ef_sample_members(b, ids, 8), 4);
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(ids[i].index, i);
+    /* a smaller array gets the first; the count is the batch's */
+    memset(ids, 0xff, sizeof ids);
+    assert_int_equal(ef_sample_members(b, ids, 2), 4);
+    assert_int_equal(ids[1].index, 1);
+    assert_int_equal(ids[2].index, -1);
+    assert_int_equal(ef_sample_members(b, NULL, 0), 4);
+    ef_sample_free(b);
+    ef_pipeline_destroy(p);
+    /* an example is no batch */
+    p = tu_pipeline("range:n=3", 1);
+    ef_sample *s = tu_next(p);
+    assert_int_equal(ef_sample_members(s, ids, 8), 0);
+    ef_sample_free(s);
+    ef_pipeline_destroy(p);
+    assert_int_equal(ef_sample_members(NULL, ids, 8), 0);
+}
+
+/* Index i's value: a tenth of the items high. */
+static double value_of(int64_t index)
+{
+    return index % 10 == 0 ? 5.0 : 0.01;
+}
+
+/* Pulls up to max items, feeding back each one's value as it comes (a
+ * batch's: its members'). */
+static size_t pull_feeding(ef_pipeline *p, tu_seen *out, size_t max)
+{
+    size_t n = 0;
+    ef_sample *s;
+    while (n < max && ef_pipeline_next(p, &s) == EF_OK) {
+        ef_sample_id id = ef_sample_identity(s), m[64];
+        double v[64];
+        int64_t k = ef_sample_members(s, m, 64);
+        assert_true(k <= 64);
+        if (k == 0) /* an example: its own value */
+            m[k++] = id;
+        for (int64_t i = 0; i < k; i++)
+            v[i] = value_of(m[i].index);
+        assert_int_equal(ef_pipeline_feedback(p, m, v, (size_t)k), EF_OK);
+        out[n].id = id;
+        out[n].hash = tu_hash_sample(s);
+        ef_sample_free(s);
+        n++;
+    }
+    return n;
+}
+
+static void test_feedback_steers_fixed_factor(void **state)
+{
+    (void)state;
+    enum { N = 2000 };
+    ef_pipeline *p =
+        tu_pipeline("range:n=2000 | echo:factor=3,policy=loss,pool=500", 3);
+    tu_seen *seen = malloc(4 * N * sizeof *seen);
+    assert_non_null(seen);
+    size_t n = pull_feeding(p, seen, 4 * N);
+    /* the budget: exactly factor - 1 echoes per fresh item */
+    assert_int_equal(n, 3 * N);
+    long echoes = 0, favoured = 0;
+    for (size_t i = 0; i < n; i++)
+        if (seen[i].id.echo_copy > 0) {
+            echoes++;
+            favoured += seen[i].id.index % 10 == 0;
+            /* never more than max = 8 (at least 2 * factor) uses */
+            assert_true(seen[i].id.echo_copy < 8);
+        }
+    assert_int_equal(echoes, 2 * N);
+    /* a tenth of the items, at 500 times the others' value, are echoed
+     * up to max: 7 echoes each, 1,400 of the 4,000 (uniform picks would
+     * give them a tenth) */
+    if (favoured < 1300)
+        fail_msg("%ld of %ld echoes went to the favoured tenth", favoured,
+                 echoes);
+    ef_stage_stats st = tu_stage(p, "echo");
+    assert_true(tu_extra(&st, "feedback_matched") > 0);
+    ef_pipeline_destroy(p);
+    free(seen);
+}
+
+static void test_feedback_steers_auto(void **state)
+{
+    (void)state;
+    /* an upstream slower than the consumer: auto echoes, and what it
+     * echoes follows the values. max is high enough that the favoured
+     * items are not used up, or every item would end up echoed alike. */
+    ef_pipeline *p = tu_pipeline("range:n=2000 | throttle:rate=5000 | "
+                                 "echo:factor=auto,max=64,pool=200,"
+                                 "policy=loss",
+                                 3);
+    long echoes = 0, favoured = 0;
+    ef_sample *s;
+    while (ef_pipeline_next(p, &s) == EF_OK) {
+        ef_sample_id id = ef_sample_identity(s);
+        double v = value_of(id.index);
+        assert_int_equal(ef_pipeline_feedback(p, &id, &v, 1), EF_OK);
+        if (id.echo_copy > 0) {
+            echoes++;
+            favoured += id.index % 10 == 0;
+        }
+        ef_sample_free(s);
+        /* a consumer of at most 20,000 items/s, about four times the
+         * upstream, so that the pool is not used up */
+        nanosleep(&(struct timespec){0, 50000}, NULL);
+    }
+    if (echoes < 300)
+        fail_msg("%ld echoes of 2000 items, expected the slow upstream to "
+                 "leave room for more",
+                 echoes);
+    /* uniform picks would give the favoured tenth a tenth */
+    if (favoured <= echoes / 2)
+        fail_msg("%ld of %ld echoes went to the favoured tenth", favoured,
+                 echoes);
+    ef_pipeline_destroy(p);
+}
+
+static void test_feedback_errors(void **state)
+{
+    (void)state;
+    ef_pipeline *p = tu_pipeline("range:n=10 | echo:factor=2,policy=loss", 1);
+    ef_sample_id id = id_of(0);
+    double nan_value = NAN, inf_value = INFINITY, ok = 1;
+    assert_int_equal(ef_pipeline_feedback(p, &id, &nan_value, 1), EF_EINVAL);
+    assert_int_equal(ef_pipeline_feedback(p, &id, &inf_value, 1), EF_EINVAL);
+    assert_int_equal(ef_pipeline_feedback(p, NULL, &ok, 1), EF_EINVAL);
+    assert_int_equal(ef_pipeline_feedback(p, &id, NULL, 1), EF_EINVAL);
+    assert_int_equal(ef_pipeline_feedback(NULL, &id, &ok, 1), EF_EINVAL);
+    assert_int_equal(ef_pipeline_feedback(p, NULL, NULL, 0), EF_OK);
+    /* before the first item, and for items not held: accepted, unused */
+    assert_int_equal(ef_pipeline_feedback(p, &id, &ok, 1), EF_OK);
+    assert_string_equal(ef_pipeline_error(p), "");
+    ef_pipeline_destroy(p);
+    /* no policy: accepted and ignored */
+    p = tu_pipeline("range:n=10 | echo:2 | batch:2", 1);
+    assert_int_equal(ef_pipeline_feedback(p, &id, &ok, 1), EF_OK);
+    assert_int_equal(tu_drain(p), 10);
+    ef_pipeline_destroy(p);
+}
+
+static void test_bad_policy_options(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *spec, *needle;
+    } cases[] = {
+        {"range:n=5 | echo:factor=2,policy=hardest", "expected uniform, loss"},
+        {"range:n=5 | echo:factor=2,mix=0.5", "option 'mix'"},
+        {"range:n=5 | echo:factor=2,policy=loss,mix=1.5", "mix"},
+        {"range:n=5 | echo:factor=2,pool=10", "set a policy"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        ef_pipeline *p;
+        assert_int_equal(ef_pipeline_create(&p), EF_OK);
+        int rc = ef_pipeline_parse(p, cases[i].spec);
+        if (rc == EF_OK)
+            rc = ef_pipeline_next(p, &(ef_sample *){NULL});
+        assert_int_not_equal(rc, EF_OK);
+        if (!tu_contains_ci(ef_pipeline_error(p), cases[i].needle))
+            fail_msg("%s: '%s' lacks '%s'", cases[i].spec,
+                     ef_pipeline_error(p), cases[i].needle);
+        ef_pipeline_destroy(p);
+    }
+}
+
+/* A run cut at k, saved, restored and fed on gives what the whole run
+ * gave: the pool, its values, the draws and the echoes due are in the
+ * state. */
+static void check_policy_resume(const char *spec)
+{
+    enum { MAX = 20000 };
+    tu_seen *all = malloc(MAX * sizeof *all), *rest = malloc(MAX * sizeof *rest);
+    assert_non_null(all);
+    assert_non_null(rest);
+    ef_pipeline *p = tu_pipeline(spec, 7);
+    size_t total = pull_feeding(p, all, MAX);
+    ef_pipeline_destroy(p);
+    assert_true(total > 100 && total < MAX);
+    const size_t cuts[] = {0, 1, 17, 333, total / 2, total - 1, total};
+    for (size_t c = 0; c < sizeof cuts / sizeof *cuts; c++) {
+        size_t k = cuts[c];
+        p = tu_pipeline(spec, 7);
+        assert_int_equal(pull_feeding(p, rest, k), k);
+        size_t size;
+        void *st = tu_save(p, &size);
+        ef_pipeline_destroy(p);
+        ef_pipeline *q = tu_pipeline(spec, 7);
+        int rc = ef_pipeline_restore_state(q, st, size);
+        if (rc != EF_OK)
+            fail_msg("%s: restore at %zu: %s", spec, k, ef_pipeline_error(q));
+        size_t n = pull_feeding(q, rest, MAX);
+        assert_int_equal(n, total - k);
+        tu_expect_same(all + k, rest, n, k, spec);
+        ef_pipeline_destroy(q);
+        free(st);
+    }
+    free(all);
+    free(rest);
+}
+
+static void test_policy_resume(void **state)
+{
+    (void)state;
+    check_policy_resume("range:n=1500 | echo:factor=2.5,policy=loss,pool=300,"
+                        "shuffle=50");
+    check_policy_resume("range:n=1500 | echo:factor=3,policy=rank,pool=300");
+    check_policy_resume("range:n=1500 | echo:factor=2,policy=improvement,"
+                        "mix=0.3,pool=100 | batch:7");
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_loss_picks_in_proportion),
+        cmocka_unit_test(test_mix_tempers_toward_uniform),
+        cmocka_unit_test(test_rank_follows_order_not_size),
+        cmocka_unit_test(test_improvement_needs_two_values),
+        cmocka_unit_test(test_missing_values_get_the_mean),
+        cmocka_unit_test(test_stale_values_are_ignored),
+        cmocka_unit_test(test_retired_items_are_not_picked),
+        cmocka_unit_test(test_many_slots_and_changes),
+        cmocka_unit_test(test_batch_members),
+        cmocka_unit_test(test_feedback_steers_fixed_factor),
+        cmocka_unit_test(test_feedback_steers_auto),
+        cmocka_unit_test(test_feedback_errors),
+        cmocka_unit_test(test_bad_policy_options),
+        cmocka_unit_test(test_policy_resume),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
