@@ -8,6 +8,8 @@ typed by hand, and a cell already in its CSV is not run again (resume after
 an interruption by running the same command).
 
   reproduce.py run [--quick] [--only EXP[,EXP]] [--build DIR] [--out DIR]
+                   [--variants V[,V]] [--lrs LR[,LR]] [--es E[,E]]
+                   [--seeds 0-4|S[,S]]    # only the cells these select
   reproduce.py run --smoke --out DIR     # one short MLP cell (the ctest)
   reproduce.py plot [--quick]            # gnuplot PNGs into docs/img/
   reproduce.py report [--quick]          # docs/RESULTS.md from the CSVs
@@ -41,6 +43,14 @@ def main():
                    "(default: the number of CPUs)")
     r.add_argument("--only", help="experiments, comma-separated: " +
                    ", ".join(NAMES))
+    r.add_argument("--variants", help="only cells of these variants, "
+                   "comma-separated (e.g. none,uniform,rank)")
+    r.add_argument("--lrs", help="only cells at these learning rates "
+                   "(e.g. 0.03)")
+    r.add_argument("--es", help="only echo cells at these echo factors "
+                   "(e.g. 2,4); cells without echo are kept")
+    r.add_argument("--seeds", help="only cells of these seeds (e.g. 0-4 or "
+                   "0,2)")
     r.add_argument("--build", default=os.path.join(ROOT, "build"))
     r.add_argument("--out", help="results directory (default "
                    "experiments/results or results-quick)")

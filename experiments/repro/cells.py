@@ -6,7 +6,7 @@ import subprocess
 import sys
 import time
 
-from .results import RESULTS, ROOT, fmt
+from .results import OPTIONAL_RESULTS, RESULTS, ROOT, fmt
 
 FIXED_LR = 0.03
 # The echo shuffle buffer of the "copies shuffled" variants: the baseline
@@ -20,7 +20,8 @@ def cell(experiment, variant, **kw):
          "source": "preset", "echo": "", "echo_at": "", "e": 1,
          "shuffle": "", "batch": 128, "lr": FIXED_LR, "warmup": "", "seed": 0,
          "target_acc": 0.88, "max_fresh": 600000, "eval_every": 10000,
-         "R": "", "threads": 1}
+         "R": "", "threads": 1, "policy": "", "mix": "", "holdout": "",
+         "pinned": ""}
     c.update(kw)
     return c
 
@@ -70,7 +71,7 @@ def train_args(c, env):
          "--target-acc", fmt(c["target_acc"]),
          "--max-fresh", fmt(c["max_fresh"]),
          "--eval-every", fmt(c["eval_every"])]
-    for opt in ["threads", "warmup"]:
+    for opt in ["threads", "warmup", "holdout"]:
         if fmt(c[opt]):
             a += ["--" + opt, fmt(c[opt])]
     if c["source"] != "preset":
@@ -82,8 +83,12 @@ def train_args(c, env):
 
 
 def run_cell(binary, c, env, commit):
-    """Runs one cell; returns its CSV row, or None (stderr shown) on failure."""
+    """Runs one cell; returns its CSV row, or None (stderr shown) on failure.
+    An environment with a prefix(c) method runs the trainer under it (the
+    pinned network's taskset)."""
     args = [binary] + train_args(c, env)
+    if env is not None and hasattr(env, "prefix"):
+        args = env.prefix(c) + args
     t0 = time.monotonic()
     p = subprocess.run(args, capture_output=True, text=True)
     wall = time.monotonic() - t0
@@ -100,13 +105,18 @@ def run_cell(binary, c, env, commit):
         return None
     row = dict(c)
     for k in RESULTS:
-        if not k.startswith("echo_"):
+        if k in OPTIONAL_RESULTS:
+            v = r.get(OPTIONAL_RESULTS[k])
+            row[k] = "" if v is None else v
+        elif not k.startswith("echo_"):
             row[k] = r[k]
     row["reached"] = int(bool(r["reached"]))
     row["diverged"] = int(bool(r["diverged"]))
     echo = r.get("echo") or {}
     row["echo_effective_factor"] = echo.get("effective_factor", 1.0)
     row["echo_r_estimate"] = echo.get("r_estimate", "")
+    if not row["echo_policy"]:
+        row["echo_policy"] = echo.get("policy", "")
     if c["source"] != "preset":
         row.update(env.context(c))
     row.update(commit=commit, wall_s=round(wall, 2),

@@ -13,6 +13,54 @@ from .results import (ROOT, append_row, die, fmt, key_of, load, read_csv,
                       report_dir, results_dir)
 
 
+def parse_list(opt, text, ranges=False):
+    """The values of a filter option ("a,b"; "0-4" too where ranges), as
+    the CSV writes them (fmt), or None when the option is not given."""
+    if text is None:
+        return None
+    out = set()
+    for x in text.split(","):
+        x = x.strip()
+        if ranges and "-" in x[1:]:
+            lo, hi = x.split("-", 1)
+            try:
+                out.update(str(i) for i in range(int(lo), int(hi) + 1))
+            except ValueError:
+                die("%s: '%s' is not a range of integers like 0-4" % (opt, x))
+            continue
+        if ranges:
+            try:
+                x = str(int(x))
+            except ValueError:
+                die("%s: '%s' is not an integer" % (opt, x))
+        elif opt in ("--lrs", "--es") and x != "auto":
+            try:
+                x = fmt(float(x))
+            except ValueError:
+                die("%s: '%s' is not a number" % (opt, x))
+        out.add(x)
+    return out
+
+
+def cell_filter(a):
+    """Which cells --variants, --lrs, --es and --seeds keep. --es leaves the
+    cells without echo (e = 1, the baselines) alone: they have no e to
+    choose, and every e is compared with them."""
+    want = {"variant": parse_list("--variants", getattr(a, "variants", None)),
+            "lr": parse_list("--lrs", getattr(a, "lrs", None)),
+            "e": parse_list("--es", getattr(a, "es", None)),
+            "seed": parse_list("--seeds", getattr(a, "seeds", None), True)}
+
+    def keep(c):
+        for k, vals in want.items():
+            if vals is None or (k == "e" and fmt(c["e"]) == "1"):
+                continue
+            if fmt(c[k]) not in vals:
+                return False
+        return True
+    return keep
+
+
 def cmd_run(a):
     binary = os.path.join(a.build, "echoflow")
     if not os.access(binary, os.X_OK):
@@ -30,7 +78,9 @@ def cmd_run(a):
             if x not in BY_NAME:
                 die("--only: unknown experiment '%s' (known: %s)" %
                     (x, ", ".join(NAMES)))
-        plan = [(m.NAME, m, m.cells(a.quick)) for m in ALL if m.NAME in only]
+        keep = cell_filter(a)
+        plan = [(m.NAME, m, [c for c in m.cells(a.quick) if keep(c)])
+                for m in ALL if m.NAME in only]
     os.makedirs(out, exist_ok=True)
     commit = commit_id()
     ran = skipped = failed = 0
@@ -51,10 +101,11 @@ def cmd_run(a):
                 env = mod.setup(binary, out, work)
                 envs.append(env)
             # Single-threaded cells count fresh examples the same however
-            # busy the machine is, so they run side by side; the rest (the
-            # network's timed cells) one at a time.
+            # busy the machine is, so they run side by side; the rest, and
+            # the cells of a timed experiment (TIMED: the network's), one at
+            # a time.
             jobs = a.jobs if all(fmt(c["threads"]) == "1" for c in todo) \
-                else 1
+                and not getattr(mod, "TIMED", False) else 1
             with concurrent.futures.ThreadPoolExecutor(jobs) as pool:
                 running = [pool.submit(run_cell, binary, c, env, commit)
                            for c in todo]

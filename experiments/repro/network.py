@@ -84,11 +84,12 @@ def preset_specs(binary, c, throttle):
     return lines
 
 
-def over_http(preset, urls):
+def over_http(preset, urls, source=HTTP_SOURCE):
     """The preset's training pipeline with its source swapped for the shards
-    at urls, its throttle stage dropped (nginx is the slow upstream; the
-    prefetch after it stays, to let the upstream run ahead), and its shuffle
-    buffer UPSTREAM_SHUFFLE."""
+    at urls (through source, a format with the urls' %s), its throttle
+    stage dropped (nginx is the slow upstream; the prefetch after it stays,
+    to let the upstream run ahead), and its shuffle buffer
+    UPSTREAM_SHUFFLE."""
     stages = preset.split(" | ")
 
     def only(prefix):
@@ -102,7 +103,7 @@ def over_http(preset, urls):
     only("idx:")
     del stages[only("throttle:")]
     stages[only("shuffle:")] = "shuffle:%d" % UPSTREAM_SHUFFLE
-    stages[0] = HTTP_SOURCE % urls
+    stages[0] = source % urls
     return " | ".join(stages)
 
 

@@ -21,10 +21,20 @@ class Upstream:
     the tar source reads one shard at a time, so the limit is the
     upstream's rate)."""
 
-    def __init__(self, binary, out_dir, work):
+    def __init__(self, binary, out_dir, work,
+                 cal_name="network-calibration.json", cal_args=None,
+                 cpu=None):
+        """cal_args: the trainer's options for the calibration run (default
+        the MLP preset's); a calibration run under `taskset -c` the trainer
+        CPU when cpu is given. cpu: the CPU nginx runs pinned to (None: not
+        pinned)."""
         self.binary, self.work = binary, work
         self.www = os.path.join(work, "www")
-        self.cal_path = os.path.join(out_dir, "network-calibration.json")
+        self.cal_path = os.path.join(out_dir, cal_name)
+        self.cal_args = cal_args or ["--data", "fashion-mnist",
+                                     "--max-fresh", "40000"]
+        self.cal_prefix = []
+        self.cpu = cpu
         self.proc, self.R, self.port = None, None, None
 
     def prepare(self):
@@ -53,9 +63,9 @@ class Upstream:
                   (self.rate, self.cal_path))
             return
         # as scripts/demo.sh: the trainer's rate when data is free
-        p = subprocess.run([self.binary, "train", "--data", "fashion-mnist",
-                            "--max-fresh", "40000", "--eval-every",
-                            "100000000", "--json"],
+        p = subprocess.run(self.cal_prefix + [self.binary, "train"] +
+                           self.cal_args + ["--eval-every", "100000000",
+                                            "--json"],
                            capture_output=True, text=True)
         if p.returncode != 0:
             die("network: calibration run failed: " + p.stderr.strip())
@@ -63,7 +73,10 @@ class Upstream:
         with open(self.cal_path, "w") as f:
             json.dump({"train_examples_per_s": self.rate,
                        "bytes_per_example": self.bytes_per_example,
-                       "commit": commit_id()}, f, indent=1)
+                       "commit": commit_id(),
+                       "command": " ".join(self.cal_prefix +
+                                           ["echoflow", "train"] +
+                                           self.cal_args)}, f, indent=1)
         print("network: trainer rate %.0f examples/s (calibration saved to "
               "%s)" % (self.rate, self.cal_path))
 
@@ -112,8 +125,12 @@ http {
 """ % dict(d=conf_dir, t=t, port=port, www=self.www,
                     limit=self.limit(R)))
             err = open(os.path.join(conf_dir, "start.err"), "a")
-            proc = subprocess.Popen([NGINX, "-c", conf, "-p", conf_dir],
-                                    stderr=err)
+            # master_process off: one nginx process does all the serving,
+            # so taskset on it pins all of nginx
+            pin = [] if self.cpu is None else ["taskset", "-c",
+                                               str(self.cpu)]
+            proc = subprocess.Popen(pin + [NGINX, "-c", conf, "-p",
+                                           conf_dir], stderr=err)
             for _ in range(50):
                 try:
                     socket.create_connection(("127.0.0.1", port), 0.2).close()

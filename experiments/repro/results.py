@@ -10,15 +10,29 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))))
 
 # The settings that identify a cell; a row whose settings equal a cell's is
-# that cell's result, which is how a rerun resumes.
+# that cell's result, which is how a rerun resumes. policy, mix, holdout
+# (the echo stage's choice of what to echo, its share of uniform picks, and
+# the trainer's --holdout) and pinned (the network's CPU pinning) came
+# later: empty in every older row and cell, so old rows still match.
 SETTINGS = ["experiment", "variant", "model", "source", "echo", "echo_at",
             "e", "shuffle", "batch", "lr", "warmup", "seed", "target_acc",
-            "max_fresh", "eval_every", "R", "threads"]
+            "max_fresh", "eval_every", "R", "threads", "policy", "mix",
+            "holdout", "pinned"]
+# echo_policy .. holdout_accuracy: from trainers that feed losses back to
+# the echo stage (empty when the JSON has no such key); holdout_records is
+# the JSON's "holdout", the records it held out.
 RESULTS = ["reached", "diverged", "fresh_to_target", "steps_to_target",
            "time_to_target_s", "eval_time_s", "train_time_s", "fresh",
            "steps", "final_accuracy", "train_examples_per_s",
            "consumer_wait_fraction", "echo_effective_factor",
-           "echo_r_estimate"]
+           "echo_r_estimate", "echo_policy", "feedback_values",
+           "holdout_records", "holdout_time_s", "holdout_accuracy"]
+# results that older trainers do not report
+OPTIONAL_RESULTS = {"echo_policy": "echo_policy",
+                    "feedback_values": "feedback_values",
+                    "holdout_records": "holdout",
+                    "holdout_time_s": "holdout_time_s",
+                    "holdout_accuracy": "holdout_accuracy"}
 # train_spec: the training pipeline of a cell that passes its own --spec
 # (the network's; its port written as PORT), so a row says what it ran.
 CONTEXT = ["upstream_rate", "limit_rate_bytes", "calibrated_rate",
