@@ -6,7 +6,8 @@ with Data Echoing", on the reference trainer (`echoflow train --json`).
   nginx.py       shards served over rate-limited HTTP (network experiment)
   render.py      pieces of RESULTS.md (tables, sections) and gnuplot
   commentary.py  COMMENTARY.md, the person-written comparison, checked
-  fresh.py, augment.py, batch.py, shuffle.py, network.py
+  fresh.py, policy.py, augment.py, policy_cnn.py, batch.py, shuffle.py,
+  network.py, network_pinned.py
                  one experiment each: its cells, report and plots
   experiments.py the experiments in report order
   commands.py    run, plot and report

@@ -101,7 +101,7 @@ def cells(quick):
     return out
 
 
-# ---- report ------------------------------------------------------------------
+# ---- report -----------------------------------------------------------------
 
 def vkey(v):
     return (ORDER.index(v), v) if v in ORDER else (len(ORDER), v)
