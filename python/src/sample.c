@@ -1,13 +1,25 @@
 /* echoflow.Sample: what iterating a pipeline yields, a dict of field name to
  * Tensor that also carries the sample's identity (echoflow.Identity: source
- * index, epoch, echo copy, and for a batch its count of fresh examples). */
+ * index, epoch, echo copy, and for a batch its count of fresh examples),
+ * and for a batch its members' identities (ef_sample_members()). */
 #include "pyef.h"
 
 #include <structmember.h>
 
+/* Columns of a row of Sample.members, as the fields of Identity. */
+#define MEMBER_COLS 4
+
 typedef struct {
     PyDictObject dict;
     PyObject *identity; /* an Identity, or NULL (None) */
+    /* A batch's members: `members_raw` holds them as bytes of n rows of
+     * MEMBER_COLS int64, copied when the sample is built (the ef_sample is
+     * freed right after); the first read of .members wraps them, without a
+     * copy, in a numpy array that stays in `members`, so each later read is
+     * free and numpy is imported only by those who ask. At most one of the
+     * two is set; neither: None. */
+    PyObject *members_raw;
+    PyObject *members;
 } sample;
 
 static PyStructSequence_Field identity_fields[] = {
@@ -31,12 +43,15 @@ PyTypeObject pyef_identity_type;
 static int sample_traverse(sample *self, visitproc visit, void *arg)
 {
     Py_VISIT(self->identity);
+    Py_VISIT(self->members);
     return PyDict_Type.tp_traverse((PyObject *)self, visit, arg);
 }
 
 static int sample_clear(sample *self)
 {
     Py_CLEAR(self->identity);
+    Py_CLEAR(self->members_raw);
+    Py_CLEAR(self->members);
     return PyDict_Type.tp_clear((PyObject *)self);
 }
 
@@ -44,6 +59,8 @@ static void sample_dealloc(sample *self)
 {
     PyObject_GC_UnTrack(self);
     Py_CLEAR(self->identity);
+    Py_CLEAR(self->members_raw);
+    Py_CLEAR(self->members);
     PyDict_Type.tp_dealloc((PyObject *)self);
 }
 
@@ -51,6 +68,61 @@ static PyMemberDef sample_members[] = {
     {"identity", T_OBJECT, offsetof(sample, identity), 0,
      "echoflow.Identity of the sample (None for one built by hand)"},
     {NULL, 0, 0, 0, NULL},
+};
+
+/* numpy.ndarray((n, MEMBER_COLS), "int64", buffer=raw): read-only, since
+ * bytes are, and sharing raw's memory. */
+static PyObject *members_array(PyObject *raw)
+{
+    PyObject *numpy = PyImport_ImportModule("numpy");
+    if (!numpy)
+        return NULL;
+    PyObject *ndarray = PyObject_GetAttrString(numpy, "ndarray");
+    Py_DECREF(numpy);
+    if (!ndarray)
+        return NULL;
+    Py_ssize_t n = PyBytes_GET_SIZE(raw) / (MEMBER_COLS * 8);
+    PyObject *args = Py_BuildValue("((nn)s)", n, (Py_ssize_t)MEMBER_COLS,
+                                   "int64");
+    PyObject *kwargs = args ? Py_BuildValue("{sO}", "buffer", raw) : NULL;
+    PyObject *a = kwargs ? PyObject_Call(ndarray, args, kwargs) : NULL;
+    Py_XDECREF(kwargs);
+    Py_XDECREF(args);
+    Py_DECREF(ndarray);
+    return a;
+}
+
+static PyObject *sample_get_members(sample *self, void *closure)
+{
+    (void)closure;
+    if (!self->members && self->members_raw) {
+        self->members = members_array(self->members_raw);
+        if (!self->members)
+            return NULL;
+        Py_CLEAR(self->members_raw);
+    }
+    return Py_NewRef(self->members ? self->members : Py_None);
+}
+
+/* Settable, as identity is, so that a converted copy of a sample
+ * (echoflow.torch.to_torch) carries them on. */
+static int sample_set_members(sample *self, PyObject *value, void *closure)
+{
+    (void)closure;
+    Py_CLEAR(self->members_raw);
+    Py_XSETREF(self->members,
+               value && value != Py_None ? Py_NewRef(value) : NULL);
+    return 0;
+}
+
+static PyGetSetDef sample_getset[] = {
+    {"members", (getter)sample_get_members, (setter)sample_set_members,
+     "A batch's examples, in order: a read-only numpy int64 array of shape "
+     "[n, 4], one row (index, epoch, echo_copy, fresh) per example, as "
+     "Identity; what Pipeline.feedback() takes. None for a sample that is "
+     "not a batch. Built once, on the first read.",
+     NULL},
+    {NULL, NULL, NULL, NULL, NULL},
 };
 
 PyTypeObject pyef_sample_type = {
@@ -63,6 +135,7 @@ PyTypeObject pyef_sample_type = {
     .tp_clear = (inquiry)sample_clear,
     .tp_dealloc = (destructor)sample_dealloc,
     .tp_members = sample_members,
+    .tp_getset = sample_getset,
 };
 
 int pyef_sample_types_init(void)
@@ -93,6 +166,36 @@ static PyObject *identity_from(ef_sample_id id)
     return t;
 }
 
+/* The members of batch `s` as bytes of n rows of MEMBER_COLS int64; NULL
+ * without an exception for a sample that is not a batch. */
+static PyObject *members_bytes(const ef_sample *s)
+{
+    int64_t n = ef_sample_members(s, NULL, 0);
+    if (n <= 0)
+        return NULL;
+    if ((uint64_t)n > PY_SSIZE_T_MAX / (MEMBER_COLS * 8))
+        return PyErr_NoMemory();
+    ef_sample_id *ids = PyMem_Malloc((size_t)n * sizeof *ids);
+    if (!ids)
+        return PyErr_NoMemory();
+    int64_t got = ef_sample_members(s, ids, n);
+    assert(got == n);
+    (void)got;
+    PyObject *raw =
+        PyBytes_FromStringAndSize(NULL, (Py_ssize_t)n * MEMBER_COLS * 8);
+    if (raw) {
+        int64_t *row = (int64_t *)PyBytes_AS_STRING(raw);
+        for (int64_t i = 0; i < n; i++, row += MEMBER_COLS) {
+            row[0] = ids[i].index;
+            row[1] = ids[i].epoch;
+            row[2] = ids[i].echo_copy;
+            row[3] = ids[i].fresh;
+        }
+    }
+    PyMem_Free(ids);
+    return raw;
+}
+
 PyObject *pyef_sample_from(const ef_sample *s, PyObject *convert)
 {
     sample *out = (sample *)PyObject_CallNoArgs((PyObject *)&pyef_sample_type);
@@ -100,6 +203,9 @@ PyObject *pyef_sample_from(const ef_sample *s, PyObject *convert)
         return NULL;
     out->identity = identity_from(ef_sample_identity(s));
     if (!out->identity)
+        goto fail;
+    out->members_raw = members_bytes(s);
+    if (!out->members_raw && PyErr_Occurred())
         goto fail;
     int n = ef_sample_field_count(s);
     for (int i = 0; i < n; i++) {
