@@ -100,6 +100,56 @@ def _as_field(name, value):
     return a if a.flags.c_contiguous else numpy.ascontiguousarray(a)
 
 
+def _to_numpy(name, value):
+    """`value` as a numpy array: torch tensors are detached and brought to
+    the CPU (a copy from a GPU), everything else goes through asarray."""
+    import numpy
+    if hasattr(value, "detach") and hasattr(value, "cpu"):  # torch
+        value = value.detach().cpu().numpy()
+    try:
+        a = numpy.asarray(value)
+    except ValueError as e:  # ragged nested sequences
+        raise TypeError("feedback: %s: %s" % (name, e)) from None
+    if a.size == 0:  # [] has no shape to check and no dtype of its own
+        return a.reshape(0, *a.shape[1:])
+    return a
+
+
+def _feedback_ids(ids):
+    """ids as feedback() takes them: Sample.members, or Identity tuples,
+    into a C-contiguous int64 array [n, 4]."""
+    import numpy
+    a = _to_numpy("ids", ids)
+    if a.size == 0:
+        return numpy.empty((0, 4), numpy.int64)
+    if a.dtype.kind not in "iu":
+        raise TypeError("feedback: ids must be integers (Sample.members, or "
+                        "echoflow.Identity tuples), not an array of %s"
+                        % a.dtype)
+    if a.ndim != 2 or a.shape[1] != 4:
+        raise ValueError("feedback: ids must have shape [n, 4], one row "
+                         "(index, epoch, echo_copy, fresh) per example as "
+                         "Sample.members or a list of echoflow.Identity, not "
+                         "shape %s" % (list(a.shape),))
+    return numpy.ascontiguousarray(a, dtype=numpy.int64)
+
+
+def _feedback_values(values):
+    """values as feedback() takes them: any 1-D sequence of numbers, into a
+    C-contiguous float64 array."""
+    import numpy
+    a = _to_numpy("values", values)
+    if a.size == 0:
+        return numpy.empty(0, numpy.float64)
+    if a.dtype.kind not in "iuf":
+        raise TypeError("feedback: values must be real numbers, not an "
+                        "array of %s" % a.dtype)
+    if a.ndim != 1:
+        raise ValueError("feedback: values must be 1-D, one per id, not "
+                         "shape %s" % (list(a.shape),))
+    return numpy.ascontiguousarray(a, dtype=numpy.float64)
+
+
 def _adapt(fn):
     def call(sample):
         out = fn(sample)
@@ -180,6 +230,28 @@ class Pipeline(_Pipeline):
                 raise SpecError("maps: %s named by no map:fn=NAME stage of "
                                 "the spec" % ", ".join(map(repr, unused)))
         _live.add(self)
+
+    def feedback(self, ids, values):
+        """Tells the pipeline's echo stages what each example cost, for
+        echo policies (echo:policy=...): one value per example, such as its
+        training loss, by its identity.
+
+        ids: a batch's Sample.members (int64 [n, 4]), or a sequence of
+            echoflow.Identity (sample.identity of unbatched examples).
+        values: n real numbers: a sequence, a numpy array or a torch tensor
+            (detached; one on a GPU is copied to the CPU), as float64.
+
+        Echo stages without a policy ignore it, as they ignore identities
+        they no longer hold. Callable from any thread, also while another
+        waits in next(); the GIL is released during the call. Lengths that
+        differ, or a value that is NaN or infinite, raise ValueError and
+        nothing is applied; ids or values of the wrong kind or shape raise
+        TypeError or ValueError saying what was expected. Needs numpy."""
+        ids, values = _feedback_ids(ids), _feedback_values(values)
+        if len(ids) != len(values):
+            raise ValueError("feedback: %d ids and %d values; expected one "
+                             "value per id" % (len(ids), len(values)))
+        self._feedback(ids, values)
 
     def __enter__(self):
         return self

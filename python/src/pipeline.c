@@ -12,10 +12,13 @@
  * in progress; it takes `stop_mu` instead, which close() also takes to
  * detach `p`, so a pipeline is never destroyed while another thread is
  * inside ef_pipeline_stop() on it (that call wakes the waiter before it
- * returns). close() takes `mu`, then `stop_mu`; nothing takes them the
- * other way round. */
+ * returns). _feedback() takes `stop_mu` too, for the same reason and not
+ * `mu`: the library takes feedback while a next() waits, and a training
+ * loop may give it from another thread than the one iterating. close()
+ * takes `mu`, then `stop_mu`; nothing takes them the other way round. */
 #include "pyef.h"
 
+#include <math.h>
 #include <pthread.h>
 
 typedef struct {
@@ -480,6 +483,120 @@ static PyObject *pipeline_stats(pipeline *self, PyObject *unused)
     return d;
 }
 
+/* ---- feedback for echo policies ---- */
+
+/* Whether `view` holds native int64 (`is_int`) or float64 items. */
+static int is_8byte(const Py_buffer *view, int is_int)
+{
+    const char *f = view->format ? view->format : "B";
+    if (*f == '@' || *f == '=' || (*f == '<' && PY_LITTLE_ENDIAN))
+        f++;
+    int ok = is_int ? (f[0] == 'q' || f[0] == 'l') : f[0] == 'd';
+    return ok && f[1] == '\0' && view->itemsize == 8;
+}
+
+/* Raises ValueError naming the first value that is not finite and returns
+ * 1; 0 when there is none. */
+static int raise_non_finite(const double *values, Py_ssize_t n)
+{
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (isfinite(values[i]))
+            continue;
+        PyObject *v = PyFloat_FromDouble(values[i]);
+        if (v) {
+            PyErr_Format(PyExc_ValueError,
+                         "feedback: values[%zd] is %R; each value must be "
+                         "finite (no NaN or infinity): nothing was applied",
+                         i, v);
+            Py_DECREF(v);
+        }
+        return 1;
+    }
+    return 0;
+}
+
+/* The rows of `view` ([n, 4] int64: index, epoch, echo_copy, fresh) as
+ * identities, in memory the caller frees with PyMem_Free. */
+static ef_sample_id *ids_of(const Py_buffer *view, Py_ssize_t n)
+{
+    ef_sample_id *ids = PyMem_Malloc((size_t)(n ? n : 1) * sizeof *ids);
+    if (!ids)
+        return (ef_sample_id *)PyErr_NoMemory();
+    const int64_t *row = view->buf;
+    for (Py_ssize_t i = 0; i < n; i++, row += 4)
+        ids[i] = (ef_sample_id){.index = row[0],
+                                .epoch = row[1],
+                                .echo_copy = (int32_t)row[2],
+                                .fresh = (int32_t)row[3]};
+    return ids;
+}
+
+/* _feedback(ids, values): the buffers echoflow.Pipeline.feedback() made,
+ * checked again here: ids C-contiguous int64 [n, 4], values float64 [n]. */
+static PyObject *pipeline_feedback(pipeline *self, PyObject *args)
+{
+    PyObject *ids_obj, *values_obj;
+    if (!PyArg_ParseTuple(args, "OO:_feedback", &ids_obj, &values_obj))
+        return NULL;
+    Py_buffer iv, vv;
+    if (PyObject_GetBuffer(ids_obj, &iv, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) <
+        0)
+        return NULL;
+    if (PyObject_GetBuffer(values_obj, &vv,
+                           PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
+        PyBuffer_Release(&iv);
+        return NULL;
+    }
+    PyObject *result = NULL;
+    ef_sample_id *ids = NULL;
+    if (!is_8byte(&iv, 1) || iv.ndim != 2 || iv.shape[1] != 4) {
+        PyErr_Format(PyExc_TypeError,
+                     "feedback: ids must be a C-contiguous int64 buffer of "
+                     "shape [n, 4] (as Sample.members), not format '%s' "
+                     "with %d dimensions",
+                     iv.format ? iv.format : "B", iv.ndim);
+        goto done;
+    }
+    if (!is_8byte(&vv, 0) || vv.ndim != 1) {
+        PyErr_Format(PyExc_TypeError,
+                     "feedback: values must be a C-contiguous float64 "
+                     "buffer of shape [n], not format '%s' with %d "
+                     "dimensions",
+                     vv.format ? vv.format : "B", vv.ndim);
+        goto done;
+    }
+    Py_ssize_t n = iv.shape[0];
+    if (vv.shape[0] != n) {
+        PyErr_Format(PyExc_ValueError,
+                     "feedback: %zd ids and %zd values; expected one value "
+                     "per id",
+                     n, vv.shape[0]);
+        goto done;
+    }
+    if (raise_non_finite(vv.buf, n) || !(ids = ids_of(&iv, n)))
+        goto done;
+    int rc = EF_OK, closed = 0;
+    Py_BEGIN_ALLOW_THREADS
+    pthread_mutex_lock(&self->stop_mu); /* close() waits for us */
+    if (self->p)
+        rc = ef_pipeline_feedback(self->p, ids, vv.buf, (size_t)n);
+    else
+        closed = 1;
+    pthread_mutex_unlock(&self->stop_mu);
+    Py_END_ALLOW_THREADS
+    if (closed)
+        closed_error();
+    else if (rc != EF_OK) /* the library leaves its message alone */
+        pyef_raise(rc, "feedback: the library refused the values");
+    else
+        result = Py_NewRef(Py_None);
+done:
+    PyMem_Free(ids);
+    PyBuffer_Release(&vv);
+    PyBuffer_Release(&iv);
+    return result;
+}
+
 /* ---- ending ---- */
 
 static PyObject *pipeline_stop(pipeline *self, PyObject *unused)
@@ -602,6 +719,10 @@ static PyMethodDef pipeline_methods[] = {
      "pipeline SpecError, each naming the first stage that differs, and "
      "the pipeline is left as it was; after iteration has started, or a "
      "second time, StateError."},
+    {"_feedback", (PyCFunction)pipeline_feedback, METH_VARARGS,
+     "_feedback(ids, values): ids a C-contiguous int64 buffer [n, 4], "
+     "values a float64 buffer [n]; echoflow.Pipeline.feedback() converts "
+     "what it is given into these."},
     {"stats", (PyCFunction)pipeline_stats, METH_NOARGS,
      "stats() -> dict: what `echoflow run --json` prints for the run so "
      "far (its figures at close() once closed)."},
