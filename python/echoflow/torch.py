@@ -37,6 +37,7 @@ def to_torch(sample):
     out = echoflow.Sample((k, from_capsule(v.__dlpack__()))
                           for k, v in sample.items())
     out.identity = sample.identity
+    out.members = sample.members
     return out
 
 
@@ -229,6 +230,33 @@ class Loader(torch.utils.data.IterableDataset):
         if d["_resumed"] is not None:
             d["_resumed"] = (d["_resumed"][0], None)
         return d
+
+    def feedback(self, ids, values):
+        """Pipeline.feedback() on the pipeline of the iteration in progress
+        in this process: per-example values (losses, say) for an echo
+        policy, by the ids of a batch (batch.members):
+
+            for batch in loader:
+                losses = F.cross_entropy(model(x), y, reduction="none")
+                loader.feedback(batch.members, losses)
+                losses.mean().backward()
+
+        StateError when no iteration runs in this process: before the
+        first, after one ended, or with DataLoader workers (num_workers >
+        0), whose pipelines run in the workers' processes, out of the
+        Loader's reach (there is no channel back to them); use
+        num_workers=0 there (the pipeline runs its stages on threads of
+        its own)."""
+        p = self._running()
+        if p is None:
+            raise echoflow.StateError(
+                "feedback: no iteration of this Loader is in progress in "
+                "this process. Feedback goes to the pipeline of the "
+                "iteration in progress: give it between the batches of one. "
+                "With DataLoader workers (num_workers > 0) the pipelines run "
+                "in the workers' processes, which feedback cannot reach; "
+                "use num_workers=0 for echo policies")
+        p.feedback(ids, values)
 
     def stats(self):
         """The stats of the pipeline of the current (or last) iteration in
