@@ -1,4 +1,8 @@
-from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Tuple
+from typing import (Any, Callable, Dict, Iterator, List, Mapping, Optional,
+                    Sequence, Tuple, Union)
+
+import numpy
+import numpy.typing
 
 __version__: str
 
@@ -31,6 +35,15 @@ class Tensor:
 
 class Sample(Dict[str, Any]):
     identity: Optional[Identity]
+    # A batch's examples in order: read-only int64, shape [n, 4], one row
+    # (index, epoch, echo_copy, fresh) per example as Identity; None for a
+    # sample that is not a batch. Built on the first read, then cached.
+    members: Optional[numpy.ndarray]
+
+# Pipeline.feedback's ids: Sample.members, or echoflow.Identity tuples.
+FeedbackIds = Union[numpy.typing.ArrayLike, Sequence[Identity]]
+# n real numbers: a sequence, numpy array or torch tensor (detached).
+FeedbackValues = Any
 
 MapFn = Callable[[Sample], Mapping[str, Any]]
 
@@ -46,6 +59,7 @@ class _Pipeline:
     def stats(self) -> Dict[str, Any]: ...
     def state_dict(self) -> Dict[str, Any]: ...
     def load_state_dict(self, state: Dict[str, Any]) -> None: ...
+    def _feedback(self, ids: Any, values: Any) -> None: ...
     def stop(self) -> None: ...
     def close(self) -> None: ...
 
@@ -54,6 +68,11 @@ class Pipeline(_Pipeline):
                  shard: Optional[Tuple[int, int]] = ...,
                  memory_budget: Optional[int] = ...,
                  maps: Optional[Mapping[str, MapFn]] = ...) -> None: ...
+    # One value per example (a loss) for echo policies (echo:policy=...);
+    # ValueError for lengths that differ or a NaN or infinite value (its
+    # position named, nothing applied); TypeError or ValueError for ids or
+    # values of the wrong kind or shape. A no-op without a policy.
+    def feedback(self, ids: FeedbackIds, values: FeedbackValues) -> None: ...
     def __enter__(self) -> "Pipeline": ...
     def __exit__(self, *exc: Any) -> bool: ...
 
