@@ -115,25 +115,27 @@ def test_feedback_from_another_thread_while_next_waits_and_close():
     p = echoflow.Pipeline("range:n=100000 | echo:2 | batch:64")
     ids = numpy.zeros((64, 4), numpy.int64)
     values = numpy.ones(64)
-    errors, calls = [], [0]
+    errors, calls, started = [], [0], threading.Event()
 
     def give():
         try:
             while True:
                 p.feedback(ids, values)
                 calls[0] += 1
+                started.set()
         except ValueError as e:  # closed: the end
             errors.append(str(e))
 
     t = threading.Thread(target=give)
     t.start()
+    assert started.wait(10)  # calls overlap the iteration, whatever timing
     for k, _ in enumerate(p):
         if k == 500:
             break
     p.close()
     t.join(10)
     assert not t.is_alive()
-    assert calls[0] > 0 and errors == ["the pipeline is closed"]
+    assert errors == ["the pipeline is closed"], errors
 
 
 # ---- feedback refused -------------------------------------------------------
