@@ -549,6 +549,113 @@ static void test_idx_bad_magic(void **state)
     expect_idx_error(spec, EF_EFORMAT, path, NULL, 0, dir);
 }
 
+/* The records of `spec` (a source over ok-images) are want[0..n). */
+static void expect_range(const char *spec, const int64_t *want, int n)
+{
+    ef_pipeline *p = tu_pipeline(spec, 0);
+    for (int i = 0; i < n; i++) {
+        ef_sample *s = tu_next(p);
+        /* the identity is the file's record index, not the range's */
+        assert_int_equal(ef_sample_identity(s).index, want[i]);
+        assert_int_equal(((const unsigned char *)tu_field(s, "image").data)[2],
+                         want[i] * 10 + 2);
+        assert_int_equal(tu_i64(s, "label"), want[i]);
+        ef_sample_free(s);
+    }
+    tu_expect_end(p);
+    ef_pipeline_destroy(p);
+}
+
+static void test_idx_range(void **state)
+{
+    (void)state;
+    const char *dir = tu_dir();
+    char spec[1024];
+    static const int64_t all[5] = {0, 1, 2, 3, 4};
+#define RANGE(opts)                                                            \
+    snprintf(spec, sizeof spec,                                                \
+             "idx:images=%s/ok-images,labels=%s/ok-labels," opts, dir, dir)
+    RANGE("first=1,count=3");
+    expect_range(spec, all + 1, 3);
+    RANGE("first=2"); /* to the end */
+    expect_range(spec, all + 2, 3);
+    RANGE("count=2");
+    expect_range(spec, all, 2);
+    RANGE("first=0,count=5");
+    expect_range(spec, all, 5);
+    RANGE("first=4,count=1");
+    expect_range(spec, all + 4, 1);
+    /* shards part the range: its records 0 and 2 are the file's 1 and 3 */
+    static const int64_t part0[2] = {1, 3}, part1[2] = {2, 4};
+    RANGE("first=1,shard=0/2");
+    expect_range(spec, part0, 2);
+    RANGE("first=1,shard=1/2");
+    expect_range(spec, part1, 2);
+
+    /* a checkpoint names records by their index in the file: restored
+       into a pipeline over the same range, reading goes on where it was */
+    RANGE("first=2,count=3 | shuffle:3");
+    ef_pipeline *p = tu_pipeline(spec, 7);
+    ef_sample *s = tu_next(p);
+    int64_t seen = ef_sample_identity(s).index;
+    ef_sample_free(s);
+    unsigned char buf[4096];
+    size_t n;
+    assert_int_equal(ef_pipeline_save_state(p, buf, sizeof buf, &n), EF_OK);
+    int64_t rest[2];
+    for (int i = 0; i < 2; i++) {
+        s = tu_next(p);
+        rest[i] = ef_sample_identity(s).index;
+        assert_true(rest[i] >= 2 && rest[i] != seen);
+        ef_sample_free(s);
+    }
+    tu_expect_end(p);
+    ef_pipeline_destroy(p);
+    p = tu_pipeline(spec, 7);
+    assert_int_equal(ef_pipeline_restore_state(p, buf, n), EF_OK);
+    for (int i = 0; i < 2; i++) {
+        s = tu_next(p);
+        assert_int_equal(ef_sample_identity(s).index, rest[i]);
+        ef_sample_free(s);
+    }
+    tu_expect_end(p);
+    ef_pipeline_destroy(p);
+#undef RANGE
+}
+
+/* A range outside the file names the option, the file and its count. */
+static void test_idx_range_errors(void **state)
+{
+    (void)state;
+    const char *dir = tu_dir();
+    char spec[1024], path[512];
+    snprintf(path, sizeof path, "%s/ok-images", dir);
+    static const struct {
+        const char *opts, *word;
+    } bad[] = {
+        {"first=5", "first=5"},         /* past the end: nothing to read */
+        {"first=9", "first=9"},
+        {"first=3,count=3", "count=3"}, /* runs past the end */
+        {"count=6", "count=6"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char spec_i[1024];
+        snprintf(spec_i, sizeof spec_i, "idx:images=%s,labels=%s/ok-labels,%s",
+                 path, dir, bad[i].opts);
+        const char *const words[] = {bad[i].word};
+        expect_idx_error(spec_i, EF_ESPEC, path, words, 1, dir);
+        const char *const five[] = {"5 records"};
+        expect_idx_error(spec_i, EF_ESPEC, path, five, 1, dir);
+    }
+    /* an empty range or a negative first is refused by the option's bounds */
+    static const char *const count_word[] = {"count"};
+    snprintf(spec, sizeof spec, "idx:images=%s,count=0", path);
+    expect_idx_error(spec, EF_ESPEC, NULL, count_word, 1, dir);
+    static const char *const first_word[] = {"first"};
+    snprintf(spec, sizeof spec, "idx:images=%s,first=-1", path);
+    expect_idx_error(spec, EF_ESPEC, NULL, first_word, 1, dir);
+}
+
 static void test_idx_missing_file(void **state)
 {
     (void)state;
@@ -762,6 +869,10 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_idx_count_mismatch, fixture_setup,
                                         fixture_teardown),
         cmocka_unit_test_setup_teardown(test_idx_bad_magic, fixture_setup,
+                                        fixture_teardown),
+        cmocka_unit_test_setup_teardown(test_idx_range, fixture_setup,
+                                        fixture_teardown),
+        cmocka_unit_test_setup_teardown(test_idx_range_errors, fixture_setup,
                                         fixture_teardown),
         cmocka_unit_test_setup_teardown(test_idx_missing_file, fixture_setup,
                                         fixture_teardown),

@@ -1,7 +1,10 @@
 /* idx: MNIST-style IDX files as a source. Images and labels are read at
  * open (gzip or not, through a stream), checked against each other, and every sample's
- * fields are views into those two buffers: no per-sample copy. shard=I/N
- * keeps the records r with r % N == I. */
+ * fields are views into those two buffers: no per-sample copy.
+ * first= and count= read the records [first, first + count) only (a
+ * held-out split of one file); identities keep the file's record index,
+ * so checkpoints and fetch name the same record whatever the range.
+ * shard=I/N keeps the range's r-th record when r % N == I. */
 #include <stdio.h>
 #include <string.h>
 
@@ -16,7 +19,8 @@ typedef struct {
     ef_buffer *labels; /* i64 per record, or NULL without labels */
     ef__idx_header h;
     ef__shard shard;
-    int64_t next; /* next record of this pass */
+    int64_t first, count; /* the range read, once the files are */
+    int64_t next; /* next record of this pass, counted from first */
 } idx_state;
 
 static int idx_create(ef__stage *s, const ef__opts *o, ef__err *err)
@@ -196,6 +200,32 @@ static int load_labels(idx_state *st, const char *path,
     return rc;
 }
 
+/* first= and count= against the file's records: the range into st, or
+ * an error naming the option, the file and its record count. Only now,
+ * with the file read, is the count known. */
+static int set_range(ef__stage *s, idx_state *st, const char *path,
+                     ef__err *err)
+{
+    int64_t records = st->h.dims[0];
+    int64_t first = ef__opt_int(&s->opts, "first");
+    int has_count = ef__opt_given(&s->opts, "count");
+    int64_t count = has_count ? ef__opt_int(&s->opts, "count") : 0;
+    if (first > records || (!has_count && first == records))
+        return ef__err_set(err, EF_ESPEC,
+                           "idx: first=%lld is past the end of %s, which "
+                           "holds %lld records",
+                           (long long)first, path, (long long)records);
+    if (has_count && count > records - first)
+        return ef__err_set(err, EF_ESPEC,
+                           "idx: first=%lld,count=%lld runs past the end of "
+                           "%s, which holds %lld records",
+                           (long long)first, (long long)count, path,
+                           (long long)records);
+    st->first = first;
+    st->count = has_count ? count : records - first;
+    return EF_OK;
+}
+
 /* Reads the files, once: at open, or at a restore's first fetch. */
 static int idx_open(ef__stage *s, ef__err *err)
 {
@@ -209,6 +239,13 @@ static int idx_open(ef__stage *s, ef__err *err)
         ef__idx_to_host(ef_buffer_data(st->images), &st->h);
     if (rc == EF_OK && labels[0])
         rc = load_labels(st, labels, &s->ctx->budget, err);
+    if (rc == EF_OK)
+        rc = set_range(s, st, images, err);
+    if (rc != EF_OK) { /* not half open: a retry reads the files again */
+        ef_buffer_release(st->images);
+        ef_buffer_release(st->labels);
+        st->images = st->labels = NULL;
+    }
     return rc;
 }
 
@@ -237,9 +274,9 @@ static int make(const idx_state *st, int64_t i, int64_t epoch,
 static int idx_next(ef__stage *s, ef_sample **out, ef__err *err)
 {
     idx_state *st = s->state;
-    if (st->next >= st->h.dims[0])
+    if (st->next >= st->count)
         return EF_END;
-    int rc = make(st, st->next, s->epoch, out, err);
+    int rc = make(st, st->first + st->next, s->epoch, out, err);
     if (rc == EF_OK)
         st->next += st->shard.n;
     return rc;
@@ -250,9 +287,16 @@ static int idx_fetch(ef__stage *s, const ef__ident *d, ef_sample **out,
 {
     idx_state *st = s->state;
     int rc = idx_open(s, err);
+    int64_t i = d->id.index;
+    if (rc == EF_OK && (i < st->first || i - st->first >= st->count))
+        rc = ef__err_set(err, EF_EFORMAT,
+                         "idx: the state names record %lld, outside the "
+                         "records [%lld, %lld) this source reads",
+                         (long long)i, (long long)st->first,
+                         (long long)(st->first + st->count));
     if (rc == EF_OK)
-        rc = ef__index_check(s, &st->shard, d->id.index, st->h.dims[0], err);
-    return rc == EF_OK ? make(st, d->id.index, d->id.epoch, out, err) : rc;
+        rc = ef__index_check(s, &st->shard, i - st->first, st->count, err);
+    return rc == EF_OK ? make(st, i, d->id.epoch, out, err) : rc;
 }
 
 static int idx_save(ef__stage *s, ef__state_out *o, ef__err *err)
@@ -268,7 +312,7 @@ static int idx_restore(ef__stage *s, ef__state_in *in, ef__err *err)
     idx_state *st = s->state;
     int rc = idx_open(s, err);
     return rc == EF_OK
-               ? ef__cursor_restore(in, &st->shard, st->h.dims[0], &st->next)
+               ? ef__cursor_restore(in, &st->shard, st->count, &st->next)
                : rc;
 }
 
@@ -294,13 +338,17 @@ static void idx_destroy(ef__stage *s)
 static void idx_stats(const ef__stage *s, ef_stage_stats *out)
 {
     const idx_state *st = s->state;
-    ef__stats_extra(out, "records", st->images ? (double)st->h.dims[0] : 0);
+    /* the records this source reads: the range's */
+    ef__stats_extra(out, "records", st->images ? (double)st->count : 0);
 }
 
 static const ef__option_def idx_options[] = {
     {"images", EF_OPT_STRING, NULL, "IDX images file (gzip or raw)", 0, 0},
     {"labels", EF_OPT_STRING, "", "IDX labels file, paired with the images", 0,
      0},
+    {"first", EF_OPT_INT, "0", "first record read (0-based)", 0, 9.2e18},
+    {"count", EF_OPT_INT, "",
+     "records read from first on (none: to the end)", 1, 9.2e18},
     EF__SHARD_OPTION,
 };
 
