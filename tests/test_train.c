@@ -206,19 +206,19 @@ static void softmax_gradients(void **state)
     int64_t y[3] = {0, 3, 2};
     fill(z, 12, 2);
     /* the gradient is of the sum divided by norm */
-    eft_softmax_xent(z, y, 3, 4, dz, 3, NULL);
+    eft_softmax_xent(z, y, 3, 4, dz, 3, NULL, NULL);
     for (int i = 0; i < 12; i++) {
         memcpy(tmp, z, sizeof z);
         tmp[i] += 1e-3f;
-        double up = eft_softmax_xent(tmp, y, 3, 4, NULL, 3, NULL);
+        double up = eft_softmax_xent(tmp, y, 3, 4, NULL, 3, NULL, NULL);
         tmp[i] -= 2e-3f;
-        double down = eft_softmax_xent(tmp, y, 3, 4, NULL, 3, NULL);
+        double down = eft_softmax_xent(tmp, y, 3, 4, NULL, 3, NULL, NULL);
         assert_true(rel_err((up - down) / 2e-3 / 3, dz[i]) < 1e-2);
     }
     /* a label out of range counts as wrong and adds no gradient */
     int64_t bad[3] = {0, 9, -1};
     int correct;
-    eft_softmax_xent(z, bad, 3, 4, dz, 3, &correct);
+    eft_softmax_xent(z, bad, 3, 4, dz, 3, &correct, NULL);
     for (int c = 0; c < 4; c++)
         assert_true(dz[4 + c] == 0 && dz[8 + c] == 0);
 }
@@ -323,6 +323,67 @@ static void cnn_gradients(void **state)
     (void)state;
     check_model(EFT_CNN);
     check_replicas(EFT_CNN, 3);
+}
+
+/* Each example's loss, from the step's own forward pass: they sum to the
+ * batch's loss, whatever the threads splitting it, each is that example's
+ * loss alone, and asking for them changes neither loss nor gradients. */
+static void check_losses(eft_arch arch, int threads)
+{
+    const int n = 7;
+    eft_model *m = eft_model_create(arch, n, threads, 5);
+    eft_model *plain = eft_model_create(arch, n, threads, 5);
+    assert_true(m && plain);
+    float *x = malloc((size_t)n * 784 * sizeof(float));
+    fill(x, (size_t)n * 784, 1);
+    int64_t y[7] = {3, 1, 4, 1, 5, 9, 2};
+    double losses[7], alone[1];
+    for (int backward = 0; backward <= 1; backward++) {
+        for (int i = 0; i < n; i++)
+            losses[i] = -1;
+        double mean = eft_model_run_each(m, x, y, n, backward, NULL, losses);
+        double sum = 0;
+        for (int i = 0; i < n; i++) {
+            assert_true(losses[i] > 0);
+            sum += losses[i];
+        }
+        if (fabs(sum - n * mean) > 1e-9 * fabs(n * mean))
+            fail_msg("%s, %d threads: losses sum to %.17g, batch loss x n "
+                     "is %.17g",
+                     eft_arch_name(arch), threads, sum, n * mean);
+        assert_true(mean == eft_model_run(plain, x, y, n, backward, NULL));
+    }
+    for (int t = 0; t < eft_model_param_count(m); t++) {
+        float *v1, *g1, *v2, *g2;
+        size_t n1, n2;
+        eft_model_param(m, t, &v1, &g1, &n1);
+        eft_model_param(plain, t, &v2, &g2, &n2);
+        assert_memory_equal(g1, g2, n1 * sizeof(float));
+    }
+    for (int i = 0; i < n; i++) {
+        eft_model_run_each(plain, x + (size_t)i * 784, y + i, 1, 0, NULL,
+                           alone);
+        assert_true(fabs(alone[0] - losses[i]) <= 1e-4 * losses[i]);
+    }
+    free(x);
+    eft_model_destroy(m);
+    eft_model_destroy(plain);
+}
+
+static void per_example_losses(void **state)
+{
+    (void)state;
+    check_losses(EFT_MLP, 1);
+    check_losses(EFT_MLP, 3);
+    check_losses(EFT_CNN, 2);
+    /* a label out of range loses 0, like its share of the sum */
+    float z[3 * 4];
+    fill(z, 12, 2);
+    int64_t bad[3] = {0, 9, -1};
+    double each[3];
+    double sum = eft_softmax_xent(z, bad, 3, 4, NULL, 3, NULL, each);
+    assert_true(each[0] > 0 && each[1] == 0 && each[2] == 0);
+    assert_true(sum == each[0]);
 }
 
 /* One step by hand: PyTorch's SGD with Nesterov momentum and decay. */
@@ -651,6 +712,7 @@ int main(void)
         cmocka_unit_test_setup(softmax_gradients, reseed),
         cmocka_unit_test_setup(mlp_gradients, reseed),
         cmocka_unit_test_setup(cnn_gradients, reseed),
+        cmocka_unit_test_setup(per_example_losses, reseed),
         cmocka_unit_test_setup(sgd_rule, reseed),
         cmocka_unit_test_setup(short_run_learns, reseed),
         cmocka_unit_test_setup(bad_batches_fail_cleanly, reseed),

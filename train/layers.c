@@ -397,7 +397,8 @@ void eft_layer_backward(eft_layer *l, const float *dout, float *din, int n)
 }
 
 double eft_softmax_xent(const float *logits, const int64_t *labels, int n,
-                        int classes, float *dlogits, double norm, int *correct)
+                        int classes, float *dlogits, double norm, int *correct,
+                        double *losses)
 {
     double loss = 0;
     int hits = 0;
@@ -417,8 +418,10 @@ double eft_softmax_xent(const float *logits, const int64_t *labels, int n,
         int64_t y = labels[i];
         int valid = y >= 0 && y < classes;
         hits += valid && best == y;
-        if (valid)
-            loss += log(sum) - (double)(z[y] - zmax);
+        double li = valid ? log(sum) - (double)(z[y] - zmax) : 0;
+        loss += li;
+        if (losses)
+            losses[i] = li;
         if (dz)
             for (int c = 0; c < classes; c++) {
                 double p = exp((double)(z[c] - zmax)) / sum;

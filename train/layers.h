@@ -54,10 +54,12 @@ void eft_layer_backward(eft_layer *l, const float *dout, float *din, int n);
 
 /* Softmax cross-entropy of logits [n, classes] against labels, summed;
  * the gradient of the sum divided by `norm` (the whole batch when n is a
- * shard of it) goes to dlogits (may be NULL).
- * Labels out of range count as wrong and add no gradient. Returns the sum
- * of the losses; *correct gets the number of argmax hits. */
+ * shard of it) goes to dlogits (may be NULL), and each example's loss to
+ * losses[0..n) (may be NULL).
+ * Labels out of range count as wrong, lose 0 and add no gradient. Returns
+ * the sum of the losses; *correct gets the number of argmax hits. */
 double eft_softmax_xent(const float *logits, const int64_t *labels, int n,
-                        int classes, float *dlogits, double norm, int *correct);
+                        int classes, float *dlogits, double norm, int *correct,
+                        double *losses);
 
 #endif

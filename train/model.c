@@ -134,7 +134,7 @@ static void run_replica(eft_model *m, eft_replica *rep)
     }
     rep->loss = eft_softmax_xent(a, rep->y, rep->n, m->classes,
                                  rep->backward ? rep->dlogits : NULL, rep->norm,
-                                 &rep->correct);
+                                 &rep->correct, rep->losses);
     if (!rep->backward)
         return;
     const float *dout = rep->dlogits;
@@ -309,6 +309,12 @@ static void reduce_gradients(eft_model *m)
 double eft_model_run(eft_model *m, const float *x, const int64_t *labels, int n,
                      int backward, int *correct)
 {
+    return eft_model_run_each(m, x, labels, n, backward, correct, NULL);
+}
+
+double eft_model_run_each(eft_model *m, const float *x, const int64_t *labels,
+                          int n, int backward, int *correct, double *losses)
+{
     size_t in = eft_layer_in_size(&m->reps[0].layers[0]);
     /* shards of at most `shard` examples; reps[0] takes the first */
     int shard = (n + m->threads - 1) / m->threads;
@@ -319,6 +325,7 @@ double eft_model_run(eft_model *m, const float *x, const int64_t *labels, int n,
         rep->n = at >= n ? 0 : (n - at < shard ? n - at : shard);
         rep->x = x + (size_t)(at < n ? at : 0) * in;
         rep->y = labels + (at < n ? at : 0);
+        rep->losses = losses ? losses + (at < n ? at : 0) : NULL;
         rep->backward = backward;
         rep->norm = n;
         workers += r > 0;

@@ -38,6 +38,7 @@ typedef struct {
     const float *x;
     const int64_t *y;
     int n, backward;
+    double *losses; /* each example's loss goes here; NULL: not wanted */
     double norm; /* the whole batch's size: gradients are of its mean */
     double loss; /* summed over the shard */
     int correct;
@@ -84,6 +85,12 @@ size_t eft_model_input_size(const eft_model *m);
  * After a backward pass the parameters' gradients hold the batch's. */
 double eft_model_run(eft_model *m, const float *x, const int64_t *labels, int n,
                      int backward, int *correct);
+/* eft_model_run, and each example's loss into losses[0..n) (NULL: as
+ * eft_model_run): the loss of the same forward pass the gradients are
+ * of, for feedback to the pipeline at no extra pass. Their sum over the
+ * batch is n times the mean returned, up to rounding. */
+double eft_model_run_each(eft_model *m, const float *x, const int64_t *labels,
+                          int n, int backward, int *correct, double *losses);
 void eft_model_sgd_step(eft_model *m, const eft_sgd *opt, double lr);
 /* One training step on a batch; returns the loss. */
 double eft_model_train_batch(eft_model *m, const float *x,
