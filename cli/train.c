@@ -5,9 +5,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cli.h"
+#include "echo_policy.h"
 #include "json.h"
 
 #ifndef EF_HAVE_TRAINER
@@ -22,12 +24,18 @@ int cmd_train(int argc, char **argv)
 #else
 #include <cblas.h>
 
+#include "holdout.h"
 #include "trainer.h"
 #ifdef EF_HAVE_MPI
 #include "train_mpi.h"
 #endif
 
 #define FMNIST "/usr/share/datasets/fashion-mnist"
+#define FMNIST_TRAIN_RECORDS 60000L
+/* --holdout's default with policy=reducible: as many records as the test
+ * set holds, a sixth of the training set, enough for an IL model of about
+ * the accuracy the RHO-LOSS paper's work with. */
+#define DEFAULT_HOLDOUT 10000L
 
 typedef struct {
     eft_config cfg;
@@ -39,6 +47,13 @@ typedef struct {
     cli_pipeline_opts po;
     eft_comm comm; /* under mpirun: this process's rank and the size */
     char spec_buf[4096], test_buf[1024];
+    /* echo policy feedback (cfg.feedback) and RHO-LOSS's IL model */
+    char policy[32];          /* the echo policy; "uniform": none */
+    int reducible;            /* policy=reducible: an IL model is trained */
+    int holdout_given;
+    const char *holdout_spec; /* the IL model's records, with reducible */
+    char holdout_buf[1024];
+    double holdout_s, holdout_acc; /* its training time, test accuracy */
 } train_opts;
 
 static const char about[] =
@@ -49,7 +64,11 @@ static const char about[] =
     "With --checkpoint PATH --resume, the same command run again after a\n"
     "kill goes on from the last checkpoint; with --threads 1 it ends with\n"
     "the weights the uninterrupted run would have (see the report's\n"
-    "samples_hash and weights_hash).\n";
+    "samples_hash and weights_hash).\n"
+    "With an echo policy (--echo ...,policy=NAME, or echo:policy=NAME in\n"
+    "--spec), each step feeds every example's training loss back to the\n"
+    "echo stage; policy=reducible feeds the loss less that of a model\n"
+    "trained first on --holdout records (RHO-LOSS).\n";
 
 /* Parses the options into o, the trainer's defaults for the rest: 0, 1
  * after --help, -1 after a message. */
@@ -76,7 +95,13 @@ static int parse(train_opts *o, int argc, char **argv)
          NULL},
         {"--echo", ARG_STRING, &o->echo, NULL, 0, 0, NULL, "OPTS",
          "echo stage options: factor=2,shuffle=1000 or\n"
-         "factor=auto,max=8"},
+         "factor=auto,max=8; policy=NAME (not uniform):\n"
+         "each example's training loss is fed back"},
+        {"--holdout", ARG_LONG, &o->cfg.holdout, &o->holdout_given, 0, 1e12,
+         NULL, "N",
+         "train on the first 60000-N records only; the last\n"
+         "N train policy=reducible's irreducible-loss model\n"
+         "(10000 with policy=reducible unless given)"},
         {"--echo-at", ARG_CHOICE, &o->echo_at, NULL, 0, 0,
          "before-augment|after-augment|batch", "WHERE",
          "where the echo stage goes: before-augment,\n"
@@ -165,12 +190,16 @@ static int preset(train_opts *o)
                  o->throttle);
     const char *augment =
         o->cfg.arch == EFT_CNN ? "random_crop:pad=2 | flip:p=0.5 | " : "";
+    long holdout = o->cfg.holdout, kept = FMNIST_TRAIN_RECORDS - holdout;
+    char range[64] = ""; /* none without a holdout: the spec as it was */
+    if (holdout > 0)
+        snprintf(range, sizeof range, ",count=%ld", kept);
     int n = snprintf(o->spec_buf, sizeof o->spec_buf,
                      "idx:images=" FMNIST "/train-images-idx3-ubyte.gz,"
-                     "labels=" FMNIST "/train-labels-idx1-ubyte.gz | "
+                     "labels=" FMNIST "/train-labels-idx1-ubyte.gz%s | "
                      "shuffle:60000 | repeat | %s%s%s%sbatch:%d | %sprefetch:4",
-                     slow, at == 0 ? echo : "", augment, at == 1 ? echo : "",
-                     o->cfg.batch, at == 2 ? echo : "");
+                     range, slow, at == 0 ? echo : "", augment,
+                     at == 1 ? echo : "", o->cfg.batch, at == 2 ? echo : "");
     if (n >= (int)sizeof o->spec_buf) {
         fprintf(stderr, "echoflow train: --echo options too long\n");
         return -1;
@@ -180,6 +209,14 @@ static int preset(train_opts *o)
              "labels=" FMNIST "/t10k-labels-idx1-ubyte.gz | batch:1000");
     o->spec = o->spec_buf;
     o->test_spec = o->test_buf;
+    if (o->reducible) {
+        snprintf(o->holdout_buf, sizeof o->holdout_buf,
+                 "idx:images=" FMNIST "/train-images-idx3-ubyte.gz,"
+                 "labels=" FMNIST "/train-labels-idx1-ubyte.gz,"
+                 "first=%ld,count=%ld | batch:1000",
+                 kept, holdout);
+        o->holdout_spec = o->holdout_buf;
+    }
     return 0;
 }
 
@@ -239,7 +276,7 @@ static void on_progress(void *user, const eft_progress *pr, int evaluated)
 }
 
 /* What each process reports of its own part, gathered on process 0. */
-enum { F_FRESH, F_BATCHES, F_FACTOR, F_R, F_WAIT, F_COUNT };
+enum { F_FRESH, F_BATCHES, F_FACTOR, F_R, F_WAIT, F_FEEDBACK, F_COUNT };
 
 static void own_figures(const ef_pipeline *p, const eft_result *r,
                         double out[F_COUNT])
@@ -256,6 +293,7 @@ static void own_figures(const ef_pipeline *p, const eft_result *r,
         ef_stage_stats_extra(&st, "r_estimate", &out[F_R]);
     }
     out[F_WAIT] = ps.consumer_wait_fraction;
+    out[F_FEEDBACK] = (double)r->feedback_values;
 }
 
 /* The smallest and largest of figure f over the n processes. */
@@ -289,6 +327,7 @@ static void report_ranks_json(json_writer *w, const eft_comm *c,
         json_number(w, "effective_factor", f[F_FACTOR]);
         json_number(w, "r_estimate", f[F_R]);
         json_number(w, "consumer_wait_fraction", f[F_WAIT]);
+        json_number(w, "feedback_values", f[F_FEEDBACK]);
         json_end(w);
     }
     json_end(w);
@@ -333,6 +372,10 @@ static void report(const train_opts *o, const ef_pipeline *p,
     ef_stage_stats st;
     ef_pipeline_stats_get(p, &ps);
     int has_echo = echo_stage(p, &st) >= 0;
+    /* every process feeds its own pipeline: the run's count is the sum */
+    double fed = (double)r->feedback_values;
+    for (int i = 1; all && i < o->cfg.comm->size; i++)
+        fed += all[i * F_COUNT + F_FEEDBACK];
     if (json) {
         json_writer w;
         json_init(&w, stdout);
@@ -371,6 +414,14 @@ static void report(const train_opts *o, const ef_pipeline *p,
         json_uint(&w, "seed", o->cfg.seed);
         json_number(&w, "lr", o->cfg.lr);
         json_number(&w, "batch", o->cfg.batch);
+        json_string(&w, "echo_policy", o->policy);
+        json_number(&w, "feedback_values", fed);
+        json_number(&w, "holdout", (double)o->cfg.holdout);
+        json_number(&w, "holdout_time_s", o->holdout_s);
+        if (o->reducible)
+            json_number(&w, "holdout_accuracy", o->holdout_acc);
+        else
+            json_null(&w, "holdout_accuracy");
         if (!has_echo) {
             json_null(&w, "echo");
         } else {
@@ -412,6 +463,14 @@ static void report(const train_opts *o, const ef_pipeline *p,
     if (o->cfg.checkpoint)
         printf("%ld checkpoints written in %.2f s\n", r->checkpoints,
                r->checkpoint_s);
+    if (o->cfg.feedback)
+        printf("echo policy %s: %.0f values fed back\n", o->policy, fed);
+    if (o->reducible)
+        printf("irreducible-loss model: %ld held-out records, test accuracy "
+               "%.4f, trained in %.2f s (apart from training)\n",
+               o->cfg.holdout, o->holdout_acc, o->holdout_s);
+    else if (o->cfg.holdout > 0)
+        printf("%ld training records held out\n", o->cfg.holdout);
     printf("samples hash %016llx, weights hash %016llx\n",
            (unsigned long long)r->samples_hash,
            (unsigned long long)r->weights_hash);
@@ -456,6 +515,48 @@ static int check_checkpoint(const train_opts *o)
     return 0;
 }
 
+/* The echo policy and --holdout: 0 when they make sense (cfg.feedback and
+ * cfg.holdout set), -1 after a message. */
+static int check_feedback(train_opts *o)
+{
+    eft_config *c = &o->cfg;
+    c->feedback =
+        o->data ? echo_policy_of_opts(o->echo, o->policy, sizeof o->policy)
+                : echo_policy_of_spec(o->spec, o->policy, sizeof o->policy);
+    o->reducible = c->feedback && !strcmp(o->policy, "reducible");
+    if (!o->data && o->holdout_given) {
+        fprintf(stderr, "echoflow train: --holdout splits the --data "
+                        "training set; with --spec, hold records out in "
+                        "the spec (idx:...,first=,count=)\n");
+        return -1;
+    }
+    if (!o->data && o->reducible) {
+        fprintf(stderr, "echoflow train: policy=reducible needs an "
+                        "irreducible-loss model, trained on records held "
+                        "out of --data fashion-mnist (--holdout N); with "
+                        "--spec there is none\n");
+        return -1;
+    }
+    if (!o->data)
+        return 0;
+    if (!o->holdout_given)
+        c->holdout = o->reducible ? DEFAULT_HOLDOUT : 0;
+    if (c->holdout >= FMNIST_TRAIN_RECORDS) {
+        fprintf(stderr,
+                "echoflow train: --holdout %ld: the Fashion-MNIST training "
+                "set has %ld records, and some must be left to train on\n",
+                c->holdout, FMNIST_TRAIN_RECORDS);
+        return -1;
+    }
+    if (o->reducible && c->holdout == 0) {
+        fprintf(stderr, "echoflow train: policy=reducible trains its "
+                        "irreducible-loss model on held-out records: give "
+                        "--holdout N > 0\n");
+        return -1;
+    }
+    return 0;
+}
+
 /* Checks the options and builds the spec; returns 0 to train, -1 when
  * there is nothing to do (--help), or the exit code. */
 static int setup(train_opts *o, int launched, int argc, char **argv)
@@ -486,9 +587,51 @@ static int setup(train_opts *o, int launched, int argc, char **argv)
                         "of a run under mpirun; this is one process\n");
         return 2;
     }
-    if (check_checkpoint(o))
+    if (check_checkpoint(o) || check_feedback(o))
         return 2;
     return o->data && preset(o) ? 2 : 0;
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* policy=reducible's irreducible-loss model, trained on the held-out
+ * records (every process the same one: the same records and seed) and
+ * evaluated on the test set; its time goes to o->holdout_s, not to
+ * training time. NULL after a message. */
+static eft_model *train_irreducible(train_opts *o, const eft_dataset *test)
+{
+    double start = now_s();
+    ef_pipeline *p = build(o, o->holdout_spec, "holdout", NULL);
+    if (!p)
+        return NULL;
+    char err[1024];
+    eft_dataset held;
+    int rc = eft_dataset_load(p, o->cfg.mean, o->cfg.std, &held, err,
+                              sizeof err);
+    ef_pipeline_destroy(p);
+    if (rc) {
+        fprintf(stderr, "echoflow train: holdout: %s\n", err);
+        return NULL;
+    }
+    eft_holdout_config hc;
+    eft_holdout_defaults(&hc, o->cfg.seed);
+    eft_model *il = eft_holdout_train(&hc, &held, o->cfg.batch, err,
+                                      sizeof err);
+    free((void *)held.x);
+    free((void *)held.y);
+    if (!il) {
+        fprintf(stderr, "echoflow train: %s\n", err);
+        return NULL;
+    }
+    o->holdout_s = now_s() - start;
+    double loss;
+    eft_model_evaluate(il, test->x, test->y, test->n, &loss, &o->holdout_acc);
+    return il;
 }
 
 /* Everything after the options: 0, or the exit code. */
@@ -516,6 +659,18 @@ static int run(train_opts *o)
         return 1;
     }
     ef_pipeline_destroy(test_p);
+    eft_model *il = NULL;
+    if (o->reducible && !(il = train_irreducible(o, &test))) {
+        free((void *)test.x);
+        free((void *)test.y);
+        ef_pipeline_destroy(train_p);
+        return 1;
+    }
+    if (il && !o->json && lead)
+        fprintf(stderr,
+                "irreducible-loss model: %ld held-out records, test accuracy "
+                "%.4f, trained in %.2f s\n",
+                o->cfg.holdout, o->holdout_acc, o->holdout_s);
     if (!o->json && lead)
         fprintf(stderr, "training on: %s%s\n", o->spec,
                 comm ? " (each process its part: shard=RANK/N)" : "");
@@ -527,7 +682,7 @@ static int run(train_opts *o)
                 o->cfg.checkpoint);
     eft_result r;
     const eft_job job = {&o->cfg, train_p, &test, on_progress, 20, &pc,
-                         on_resumed};
+                         on_resumed, il};
     int rc = eft_train(&job, &r, err, sizeof err);
     double mine[F_COUNT], *all = NULL;
     if (rc == 0 && comm) {
@@ -546,6 +701,7 @@ static int run(train_opts *o)
     else if (lead)
         report(o, train_p, &r, all, o->json);
     free(all);
+    eft_model_destroy(il);
     free((void *)test.x);
     free((void *)test.y);
     ef_pipeline_destroy(train_p);
@@ -567,8 +723,10 @@ int cmd_train(int argc, char **argv)
     int launched = 0;
 #endif
     int rc = setup(&o, launched, argc, argv);
-    if (rc == 0 && o.print_spec)
-        printf("%s\n%s\n", o.spec, o.test_spec);
+    if (rc == 0 && o.print_spec) /* the IL model's records third */
+        printf("%s\n%s\n%s%s", o.spec, o.test_spec,
+               o.holdout_spec ? o.holdout_spec : "",
+               o.holdout_spec ? "\n" : "");
     else if (rc == 0)
         rc = run(&o);
     else if (rc < 0)

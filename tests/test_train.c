@@ -12,6 +12,7 @@
 
 #include "checkpoint.h"
 #include "ef_test_util.h"
+#include "holdout.h"
 #include "model.h"
 #include "trainer.h"
 
@@ -655,6 +656,14 @@ static void checkpoint_resumes_exactly(void **state)
     assert_non_null(strstr(err, "mid.ck: saved by another run: lr 0.03 "
                                 "there, 0.05 here"));
     cfg.lr = 0.03;
+    /* records held out for an IL model make another run too */
+    cfg.holdout = 1000;
+    job.train = p = fmnist(spec, 3);
+    assert_int_equal(eft_train(&job, &r, err, sizeof err), -1);
+    ef_pipeline_destroy(p);
+    assert_non_null(strstr(err, "mid.ck: saved by a run without the setting "
+                                "'holdout' (1000 here)"));
+    cfg.holdout = 0;
     job.train = p = fmnist(spec, 4);
     assert_int_equal(eft_train(&job, &r, err, sizeof err), -1);
     ef_pipeline_destroy(p);
@@ -699,6 +708,107 @@ static void checkpoint_resumes_exactly(void **state)
     free((void *)test.y);
 }
 
+/* Feeding values back: every example of every step, by identity, from the
+ * step's own forward pass; to a pipeline with no policy that listens it
+ * changes nothing, with or without an irreducible-loss model. A run with
+ * held-out records resumes only as one with as many. */
+static void feedback_runs(void **state)
+{
+    (void)state;
+    char err[1024], dir[] = "/tmp/eft_feedback.XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char path[128];
+    snprintf(path, sizeof path, "%s/run.ck", dir);
+    const char *spec = "shuffle:1000 | echo:factor=2,shuffle=50 | batch:64";
+    eft_dataset test, held;
+    ef_pipeline *tp = fmnist("take:1000 | batch:500", 1);
+    assert_int_equal(eft_dataset_load(tp, 0.286, 0.353, &test, err, sizeof err),
+                     0);
+    ef_pipeline_destroy(tp);
+    /* the IL model's records: any others than the test set's will do */
+    tp = fmnist("take:3000 | batch:500", 1);
+    assert_int_equal(eft_dataset_load(tp, 0.286, 0.353, &held, err, sizeof err),
+                     0);
+    ef_pipeline_destroy(tp);
+    held.x += 1000 * held.dim, held.y += 1000, held.n = 2000;
+    eft_config cfg;
+    eft_config_defaults(&cfg);
+    cfg.batch = 64;
+    cfg.max_fresh = 1280;
+    cfg.eval_every = 100000;
+
+    eft_result plain, fed, r;
+    ef_pipeline *p = fmnist(spec, 3);
+    eft_job job = {.cfg = &cfg, .train = p, .test = &test};
+    assert_int_equal(eft_train(&job, &plain, err, sizeof err), 0);
+    ef_pipeline_destroy(p);
+    assert_int_equal(plain.feedback_values, 0);
+
+    cfg.feedback = 1;
+    job.train = p = fmnist(spec, 3);
+    assert_int_equal(eft_train(&job, &fed, err, sizeof err), 0);
+    ef_pipeline_destroy(p);
+    assert_int_equal(fed.feedback_values, fed.final.examples);
+    assert_int_equal(fed.samples_hash, plain.samples_hash);
+    assert_int_equal(fed.weights_hash, plain.weights_hash);
+
+    /* RHO-LOSS's IL model, trained on its own records, beats chance */
+    eft_holdout_config hc;
+    eft_holdout_defaults(&hc, 5);
+    hc.passes = 3;
+    eft_model *il = eft_holdout_train(&hc, &held, cfg.batch, err, sizeof err);
+    assert_non_null(il);
+    double loss, acc;
+    eft_model_evaluate(il, test.x, test.y, test.n, &loss, &acc);
+    assert_true(acc > 0.6);
+    job.irreducible = il;
+    cfg.holdout = 2000;
+    cfg.checkpoint = path;
+    job.train = p = fmnist(spec, 3);
+    assert_int_equal(eft_train(&job, &r, err, sizeof err), 0);
+    ef_pipeline_destroy(p);
+    assert_int_equal(r.feedback_values, r.final.examples);
+    assert_int_equal(r.weights_hash, plain.weights_hash);
+    /* resumed: the count goes on from the checkpoint's */
+    cfg.resume = 1;
+    job.train = p = fmnist(spec, 3);
+    assert_int_equal(eft_train(&job, &r, err, sizeof err), 0);
+    ef_pipeline_destroy(p);
+    assert_true(r.resumed);
+    assert_int_equal(r.feedback_values, r.final.examples);
+    cfg.holdout = 0;
+    job.train = p = fmnist(spec, 3);
+    assert_int_equal(eft_train(&job, &r, err, sizeof err), -1);
+    ef_pipeline_destroy(p);
+    assert_non_null(strstr(err, "run.ck: saved by a run with a setting this "
+                                "one lacks: 'holdout'"));
+    cfg.holdout = 2000;
+    cfg.checkpoint = NULL;
+    cfg.resume = 0;
+
+    /* an IL model too small for the batches is refused */
+    eft_model *small = eft_model_create(EFT_MLP, 16, 1, 1);
+    job.irreducible = small;
+    job.train = p = fmnist(spec, 3);
+    assert_int_equal(eft_train(&job, &r, err, sizeof err), -1);
+    ef_pipeline_destroy(p);
+    assert_non_null(strstr(err, "irreducible-loss model takes batches of 16"));
+    eft_model_destroy(small);
+    /* and no IL model without records */
+    eft_dataset none = held;
+    none.n = 0;
+    assert_null(eft_holdout_train(&hc, &none, 64, err, sizeof err));
+    assert_non_null(strstr(err, "no records"));
+
+    eft_model_destroy(il);
+    remove(path);
+    rmdir(dir);
+    free((void *)test.x);
+    free((void *)test.y);
+    free((void *)(held.x - 1000 * held.dim));
+    free((void *)(held.y - 1000));
+}
+
 int main(void)
 {
     /* BLAS threads are invisible to the thread sanitizer: keep it to one */
@@ -718,6 +828,7 @@ int main(void)
         cmocka_unit_test_setup(bad_batches_fail_cleanly, reseed),
         cmocka_unit_test(crc32c_values),
         cmocka_unit_test(checkpoint_resumes_exactly),
+        cmocka_unit_test(feedback_runs),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -146,6 +146,10 @@ static int settings_of(const eft_run_id *id, setting *s)
     s[n++] = float_setting("mean", c->mean);
     s[n++] = float_setting("std", c->std);
     s[n++] = int_setting("held-out set", id->test_hash);
+    /* only when used, so that checkpoints of runs without one still
+       load: the training records differ, and so does the IL model */
+    if (c->holdout > 0)
+        s[n++] = int_setting("holdout", (uint64_t)c->holdout);
     assert(n <= MAX_SETTINGS);
     return n;
 }
@@ -495,7 +499,7 @@ static int check_settings(rbuf *r, const char *path, const eft_run_id *id,
     if (n > MAX_SETTINGS)
         return fail(err, len, "%s: corrupt: %llu settings", path,
                     (unsigned long long)n);
-    int matched = 0;
+    int matched = 0, seen[MAX_SETTINGS] = {0};
     for (uint64_t i = 0; i < n && !r->bad; i++) {
         setting s = {0};
         char name[256];
@@ -513,7 +517,10 @@ static int check_settings(rbuf *r, const char *path, const eft_run_id *id,
         s.name = name;
         const setting *m = NULL;
         for (int k = 0; k < nmine && !m; k++)
-            m = !strcmp(mine[k].name, name) ? &mine[k] : NULL;
+            if (!strcmp(mine[k].name, name)) {
+                m = &mine[k];
+                seen[k] = 1;
+            }
         if (!m)
             return fail(err, len,
                         "%s: saved by a run with a setting this one lacks: "
@@ -532,7 +539,16 @@ static int check_settings(rbuf *r, const char *path, const eft_run_id *id,
                         name, was, now);
         }
     }
-    if (!r->bad && matched != nmine)
+    for (int k = 0; k < nmine && !r->bad && matched != nmine; k++)
+        if (!seen[k]) {
+            char now[64];
+            describe(&mine[k], now, sizeof now);
+            return fail(err, len,
+                        "%s: saved by a run without the setting '%s' (%s "
+                        "here)",
+                        path, mine[k].name, now);
+        }
+    if (!r->bad && matched != nmine) /* a setting written twice */
         return fail(err, len,
                     "%s: saved by a run with %d of this one's %d settings",
                     path, matched, nmine);

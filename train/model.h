@@ -39,8 +39,8 @@ typedef struct {
     const int64_t *y;
     int n, backward;
     double *losses; /* each example's loss goes here; NULL: not wanted */
-    double norm; /* the whole batch's size: gradients are of its mean */
-    double loss; /* summed over the shard */
+    double norm;    /* the whole batch's size: gradients are of its mean */
+    double loss;    /* summed over the shard */
     int correct;
 } eft_replica;
 

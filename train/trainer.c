@@ -189,6 +189,10 @@ typedef struct {
     eft_run_id id;
     void *state; /* the training pipeline's state, for checkpoints */
     size_t state_cap;
+    /* with cfg->feedback, cfg->batch of each, allocated once: the batch's
+     * identities, its examples' values and the irreducible losses */
+    ef_sample_id *ids;
+    double *values, *il_losses;
 } trainer;
 
 /* What one step did: this process's share and the step's in all. */
@@ -227,9 +231,43 @@ static int next_batch(trainer *t, step_result *r, char *err, size_t errlen)
                     t->x, t->y, &r->n, err, errlen);
     if (rc == 0)
         t->res->samples_hash = hash_batch(t->res->samples_hash, s, id);
+    if (rc == 0 && t->ids) { /* before the free: the batch holds them */
+        int64_t k = ef_sample_members(s, t->ids, t->cfg->batch);
+        if (k != r->n)
+            rc = fail(err, errlen,
+                      "train: the echo policy's feedback needs each batch's "
+                      "examples by identity, but this batch of %d names %lld",
+                      r->n, (long long)k);
+    }
     ef_sample_free(s);
     r->local_fresh = id.echo_copy == 0 ? id.fresh : 0;
     return rc;
+}
+
+/* Feeds the values of the step's n examples back to the training pipeline
+ * (t->values holds their training losses). With an irreducible-loss model
+ * the value is the reducible loss, RHO-LOSS's selection score. A step
+ * with a loss that is not finite feeds nothing: the pipeline would refuse
+ * it, and the run stops there as diverged. */
+static int feed_back(trainer *t, int n, char *err, size_t errlen)
+{
+    if (!t->ids || n == 0)
+        return 0;
+    if (t->job->irreducible) {
+        eft_model_run_each(t->job->irreducible, t->x, t->y, n, 0, NULL,
+                           t->il_losses);
+        for (int i = 0; i < n; i++)
+            t->values[i] -= t->il_losses[i];
+    }
+    for (int i = 0; i < n; i++)
+        if (!isfinite(t->values[i]))
+            return 0;
+    int st = ef_pipeline_feedback(t->job->train, t->ids, t->values, (size_t)n);
+    if (st != EF_OK)
+        return fail(err, errlen, "train: feedback to the pipeline: %s",
+                    ef_strerror(st));
+    t->res->feedback_values += n;
+    return 0;
 }
 
 /* One step of a data-parallel run: every process takes part in each, one
@@ -256,7 +294,8 @@ static int dist_step(trainer *t, double lr, step_result *r, char *err,
     r->total_n = counts[0];
     r->total_fresh = counts[1];
     double local_loss =
-        r->n ? eft_model_run(t->m, t->x, t->y, r->n, 1, NULL) : 0;
+        r->n ? eft_model_run_each(t->m, t->x, t->y, r->n, 1, NULL, t->values)
+             : 0;
     if (eft_dist_average(&t->d, t->m, r->n, local_loss, r->total_n, &r->loss,
                          err, errlen))
         return -1;
@@ -272,7 +311,8 @@ static int dist_step(trainer *t, double lr, step_result *r, char *err,
             return -1;
         }
     }
-    return 0;
+    /* each process its own examples, to its own pipeline */
+    return feed_back(t, r->n, err, errlen);
 }
 
 /* One step of a single process; returns 1 when the data ran out. */
@@ -285,8 +325,10 @@ static int local_step(trainer *t, double lr, step_result *r, char *err,
         return rc;
     r->total_n = r->n;
     r->total_fresh = (double)r->local_fresh;
-    r->loss = eft_model_train_batch(t->m, t->x, t->y, r->n, &t->opt, lr, NULL);
-    return 0;
+    /* eft_model_train_batch, with each example's loss when fed back */
+    r->loss = eft_model_run_each(t->m, t->x, t->y, r->n, 1, NULL, t->values);
+    eft_model_sgd_step(t->m, &t->opt, lr);
+    return feed_back(t, r->n, err, errlen);
 }
 
 /* Evaluates on the held-out set (each process its slice, in a data-parallel
@@ -389,6 +431,9 @@ static int resume(trainer *t, char *err, size_t errlen)
     t->evaluated_at = rs.evaluated_at;
     memcpy(t->loss_window, rs.loss_window, sizeof t->loss_window);
     t->finished = rs.finished;
+    /* a checkpoint is of one process, which fed back every example it
+       trained on: the count need not be saved */
+    t->res->feedback_values = t->ids ? rs.res.final.examples : 0;
     t->train_base = rs.res.final.train_s;
     t->eval_base = rs.res.final.eval_s;
     t->res->resume_s = now_s() - start;
@@ -501,9 +546,20 @@ int eft_train(const eft_job *job, eft_result *res, char *err, size_t errlen)
         t.x = malloc((size_t)cfg->batch * t.dim * sizeof(float));
         t.y = malloc((size_t)cfg->batch * sizeof(int64_t));
     }
-    int rc = 0;
-    if (!t.m || !t.x || !t.y)
+    int rc = 0, feedback_ok = 1;
+    if (cfg->feedback) {
+        t.ids = malloc((size_t)cfg->batch * sizeof *t.ids);
+        t.values = malloc((size_t)cfg->batch * sizeof *t.values);
+        t.il_losses = malloc((size_t)cfg->batch * sizeof *t.il_losses);
+        feedback_ok = t.ids && t.values && t.il_losses;
+    }
+    if (!t.m || !t.x || !t.y || !feedback_ok)
         rc = fail(err, errlen, "train: out of memory");
+    else if (job->irreducible && job->irreducible->max_batch < cfg->batch)
+        rc = fail(err, errlen,
+                  "train: the irreducible-loss model takes batches of %d, "
+                  "not %d",
+                  job->irreducible->max_batch, cfg->batch);
     else if (job->test && job->test->dim != t.dim)
         rc = fail(err, errlen,
                   "evaluation set: images of %zu values; the %s takes %zu",
@@ -537,5 +593,8 @@ int eft_train(const eft_job *job, eft_result *res, char *err, size_t errlen)
     free(t.x);
     free(t.y);
     free(t.state);
+    free(t.ids);
+    free(t.values);
+    free(t.il_losses);
     return rc;
 }
