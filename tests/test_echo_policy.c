@@ -24,9 +24,9 @@ static ef_sample_id id_of(int64_t index)
 }
 
 /* A policy over `n` slots holding items 0..n-1. */
-static ef__policy *filled(ef__policy_kind kind, double mix, size_t n)
+static ef__policy *filled(ef__policy_kind kind, size_t n)
 {
-    ef__policy *p = ef__policy_new(kind, mix, n);
+    ef__policy *p = ef__policy_new(kind, n);
     assert_non_null(p);
     for (size_t i = 0; i < n; i++)
         assert_int_equal(ef__policy_enter(p, i, id_of((int64_t)i)), 0);
@@ -48,10 +48,9 @@ static void pick_counts(ef__policy *p, size_t n, long *counts)
     uint32_t rng = 12345;
     memset(counts, 0, n * sizeof *counts);
     for (int k = 0; k < DRAWS; k++) {
-        double u = tu_xorshift(&rng) / 4294967296.0;
         double v = tu_xorshift(&rng) / 4294967296.0;
         size_t slot;
-        assert_int_equal(ef__policy_pick(p, u, v, &slot), 0);
+        assert_int_equal(ef__policy_pick(p, v, &slot), 0);
         assert_true(slot < n);
         counts[slot]++;
     }
@@ -73,7 +72,7 @@ static void expect_shares(const long *counts, const double *share, size_t n)
 static void test_loss_picks_in_proportion(void **state)
 {
     (void)state;
-    ef__policy *p = filled(EF__POLICY_LOSS, 0, 4);
+    ef__policy *p = filled(EF__POLICY_LOSS, 4);
     feed(p, (double[]){1, 2, 3, 4}, 4);
     long c[4];
     pick_counts(p, 4, c);
@@ -86,33 +85,16 @@ static void test_loss_picks_in_proportion(void **state)
     ef__policy_free(p);
 }
 
-static void test_mix_tempers_toward_uniform(void **state)
-{
-    (void)state;
-    ef__policy *p = filled(EF__POLICY_LOSS, 0.5, 4);
-    feed(p, (double[]){1, 2, 3, 4}, 4);
-    long c[4];
-    pick_counts(p, 4, c);
-    /* half by value, half uniform */
-    expect_shares(c, (double[]){0.175, 0.225, 0.275, 0.325}, 4);
-    ef__policy_free(p);
-    p = filled(EF__POLICY_LOSS, 1, 4);
-    feed(p, (double[]){1, 2, 3, 100}, 4);
-    pick_counts(p, 4, c);
-    expect_shares(c, (double[]){0.25, 0.25, 0.25, 0.25}, 4);
-    ef__policy_free(p);
-}
-
 static void test_rank_follows_order_not_size(void **state)
 {
     (void)state;
     /* the same order, very different sizes: the same picks */
     long a[3], b[3];
-    ef__policy *p = filled(EF__POLICY_RANK, 0, 3);
+    ef__policy *p = filled(EF__POLICY_RANK, 3);
     feed(p, (double[]){0.5, 0.1, 0.2}, 3);
     pick_counts(p, 3, a);
     ef__policy_free(p);
-    p = filled(EF__POLICY_RANK, 0, 3);
+    p = filled(EF__POLICY_RANK, 3);
     feed(p, (double[]){1000, 0.01, 7}, 3);
     pick_counts(p, 3, b);
     ef__policy_free(p);
@@ -125,7 +107,7 @@ static void test_rank_follows_order_not_size(void **state)
 static void test_improvement_needs_two_values(void **state)
 {
     (void)state;
-    ef__policy *p = filled(EF__POLICY_IMPROVEMENT, 0, 4);
+    ef__policy *p = filled(EF__POLICY_IMPROVEMENT, 4);
     long c[4];
     /* one value each: no improvement known yet, every item alike */
     feed(p, (double[]){3, 3, 3, 3}, 4);
@@ -142,7 +124,7 @@ static void test_improvement_needs_two_values(void **state)
 static void test_missing_values_get_the_mean(void **state)
 {
     (void)state;
-    ef__policy *p = ef__policy_new(EF__POLICY_LOSS, 0, 3);
+    ef__policy *p = ef__policy_new(EF__POLICY_LOSS, 3);
     assert_non_null(p);
     ef__policy_enter(p, 0, id_of(0));
     ef__policy_enter(p, 1, id_of(1));
@@ -158,7 +140,7 @@ static void test_missing_values_get_the_mean(void **state)
 static void test_stale_values_are_ignored(void **state)
 {
     (void)state;
-    ef__policy *p = filled(EF__POLICY_LOSS, 0, 2);
+    ef__policy *p = filled(EF__POLICY_LOSS, 2);
     feed(p, (double[]){1, 1}, 2);
     /* an item never pooled, and one of another epoch */
     ef_sample_id other[2] = {id_of(7), {.index = 0, .epoch = 1}};
@@ -184,7 +166,7 @@ static void test_stale_values_are_ignored(void **state)
 static void test_retired_items_are_not_picked(void **state)
 {
     (void)state;
-    ef__policy *p = filled(EF__POLICY_LOSS, 0.5, 3);
+    ef__policy *p = filled(EF__POLICY_LOSS, 3);
     feed(p, (double[]){10, 1, 1}, 3);
     ef__policy_retire(p, 0);
     long c[3];
@@ -194,7 +176,7 @@ static void test_retired_items_are_not_picked(void **state)
     ef__policy_retire(p, 1);
     ef__policy_retire(p, 2);
     size_t slot;
-    assert_int_equal(ef__policy_pick(p, 0.3, 0.3, &slot), -1);
+    assert_int_equal(ef__policy_pick(p, 0.3, &slot), -1);
     ef__policy_free(p);
 }
 
@@ -204,7 +186,7 @@ static void test_many_slots_and_changes(void **state)
     /* a pool turning over many times: the hash table and the rebuilt
      * sums stay right */
     enum { N = 1000 };
-    ef__policy *p = ef__policy_new(EF__POLICY_LOSS, 0, N);
+    ef__policy *p = ef__policy_new(EF__POLICY_LOSS, N);
     assert_non_null(p);
     for (int64_t k = 0; k < 50 * N; k++) {
         size_t slot = (size_t)(k % N);
@@ -220,10 +202,8 @@ static void test_many_slots_and_changes(void **state)
     long favoured = 0;
     for (int k = 0; k < DRAWS; k++) {
         size_t slot;
-        assert_int_equal(ef__policy_pick(p, tu_xorshift(&rng) / 4294967296.0,
-                                         tu_xorshift(&rng) / 4294967296.0,
-                                         &slot),
-                         0);
+        assert_int_equal(
+            ef__policy_pick(p, tu_xorshift(&rng) / 4294967296.0, &slot), 0);
         favoured += slot % 10 == 0;
     }
     /* 100 items at 9 against 900 at 1: half the picks */
@@ -319,6 +299,52 @@ static void test_feedback_steers_fixed_factor(void **state)
     assert_true(tu_extra(&st, "feedback_matched") > 0);
     ef_pipeline_destroy(p);
     free(seen);
+}
+
+/* Echoes per index of `spec` run with fed-back values, into counts[n]. */
+static void echoes_per_item(const char *spec, long *counts, size_t n)
+{
+    ef_pipeline *p = tu_pipeline(spec, 3);
+    tu_seen *seen = malloc(8 * n * sizeof *seen);
+    assert_non_null(seen);
+    size_t got = pull_feeding(p, seen, 8 * n);
+    memset(counts, 0, n * sizeof *counts);
+    for (size_t i = 0; i < got; i++)
+        if (seen[i].id.echo_copy > 0) {
+            assert_true((size_t)seen[i].id.index < n);
+            counts[seen[i].id.index]++;
+        }
+    ef_pipeline_destroy(p);
+    free(seen);
+}
+
+static void test_mix_keeps_a_share_uniform(void **state)
+{
+    (void)state;
+    enum { N = 2000 };
+    long c[N];
+    /* mix=1: every pick the uniform way, so every item is emitted exactly
+     * factor times, whatever the values */
+    echoes_per_item("range:n=2000 | echo:factor=3,policy=loss,mix=1,pool=500",
+                    c, N);
+    for (int i = 0; i < N; i++)
+        if (c[i] != 2)
+            fail_msg("mix=1: item %d echoed %ld times, expected 2", i, c[i]);
+    /* mix=0.5: half the echoes by value; the favoured tenth gets more than
+     * its tenth, less than with no mix */
+    long half = 0, none = 0;
+    echoes_per_item("range:n=2000 | echo:factor=3,policy=loss,mix=0.5,"
+                    "pool=500",
+                    c, N);
+    for (int i = 0; i < N; i += 10)
+        half += c[i];
+    echoes_per_item("range:n=2000 | echo:factor=3,policy=loss,pool=500", c, N);
+    for (int i = 0; i < N; i += 10)
+        none += c[i];
+    if (!(half > 2 * N / 10 + 200 && half < none))
+        fail_msg("the favoured tenth got %ld echoes with mix=0.5, %ld without "
+                 "mix, expected between %d and the latter",
+                 half, none, 2 * N / 10 + 200);
 }
 
 static void test_feedback_steers_auto(void **state)
@@ -454,7 +480,6 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_loss_picks_in_proportion),
-        cmocka_unit_test(test_mix_tempers_toward_uniform),
         cmocka_unit_test(test_rank_follows_order_not_size),
         cmocka_unit_test(test_improvement_needs_two_values),
         cmocka_unit_test(test_missing_values_get_the_mean),
@@ -463,6 +488,7 @@ int main(void)
         cmocka_unit_test(test_many_slots_and_changes),
         cmocka_unit_test(test_batch_members),
         cmocka_unit_test(test_feedback_steers_fixed_factor),
+        cmocka_unit_test(test_mix_keeps_a_share_uniform),
         cmocka_unit_test(test_feedback_steers_auto),
         cmocka_unit_test(test_feedback_errors),
         cmocka_unit_test(test_bad_policy_options),

@@ -15,10 +15,11 @@
  *
  * policy=NAME (echo_policy.h): which pooled item to echo is drawn by
  * priorities from values the consumer feeds back (ef_pipeline_feedback),
- * such as training losses, instead of among the least-echoed. With a
- * fixed factor F, every fresh item then joins the pool and brings F - 1
- * echoes due, drawn from the pool: the same echoes in all, spread by
- * priority rather than F per item.
+ * such as training losses, instead of among the least-echoed; mix=S
+ * keeps a share S of the picks the uniform way. With a fixed factor F,
+ * every fresh item then joins the pool and brings F - 1 echoes due, drawn
+ * from the pool: the same echoes in all, spread by priority rather than F
+ * per item (with mix=1, F per item again).
  *
  * Either way copies share the payload buffers: an echo is a new sample
  * header, never a copy of the data. The headers come from a free list of
@@ -76,12 +77,13 @@ typedef struct {
     uint64_t pool_bytes; /* payload the pool keeps alive (memory budget) */
     /* by_uses[u] lists the pooled items used u times (u < max), so the
      * least-used are found without scanning the pool */
-    use_list *by_uses; /* NULL with a policy, which keeps its own */
+    use_list *by_uses;
     int least;      /* no list below this one is non-empty */
     uint64_t draws; /* RNG counter for pool choices */
     /* a policy: NULL for uniform. Fixed factor: echoes due, and drawn
      * from the pool, as each fresh item adds factor - 1 */
     ef__policy *policy;
+    double mix; /* the share of picks among the least-echoed */
     double owed;
     _Atomic uint64_t fed, stale; /* values fed back: matched, not held */
     /* both */
@@ -133,12 +135,12 @@ static int echo_create(ef__stage *s, const ef__opts *o, ef__err *err)
         st->max = (int)fmax(st->max, 2 * ceil(st->factor));
     if (st->mode == ECHO_AUTO || kind != EF__POLICY_UNIFORM) {
         st->pool = ef__calloc(st->pool_cap, sizeof *st->pool);
-        if (kind == EF__POLICY_UNIFORM)
-            st->by_uses = ef__calloc((size_t)st->max, sizeof *st->by_uses);
-        else
-            st->policy = ef__policy_new(kind, ef__opt_float(o, "mix"),
-                                        st->pool_cap);
-        if (!st->pool || (!st->by_uses && !st->policy))
+        st->by_uses = ef__calloc((size_t)st->max, sizeof *st->by_uses);
+        if (kind != EF__POLICY_UNIFORM)
+            st->policy = ef__policy_new(kind, st->pool_cap);
+        st->mix = ef__opt_float(o, "mix");
+        if (!st->pool || !st->by_uses ||
+            (kind != EF__POLICY_UNIFORM && !st->policy))
             return ef__err_set(err, EF_ENOMEM,
                                "echo: out of memory for a pool of %zu",
                                st->pool_cap);
@@ -265,9 +267,9 @@ static int take_fresh(ef__stage *s, echo_state *st, int block, ef_sample **out,
 /* Room for one more item in list u; -1 when out of memory. */
 static int list_reserve(echo_state *st, int u)
 {
-    if (!st->by_uses || u >= st->max || st->by_uses[u].n < st->by_uses[u].cap)
-        return 0;
     use_list *l = &st->by_uses[u];
+    if (u >= st->max || l->n < l->cap)
+        return 0;
     size_t cap = l->cap ? 2 * l->cap : 8;
     size_t *items = ef__realloc(l->items, cap * sizeof *items);
     if (!items)
@@ -280,13 +282,11 @@ static int list_reserve(echo_state *st, int u)
 static void list_add(echo_state *st, size_t i)
 {
     pooled *p = &st->pool[i];
-    if (st->policy) {
-        if (p->uses >= st->max)
+    if (p->uses >= st->max) {
+        if (st->policy)
             ef__policy_retire(st->policy, i);
-        return; /* the policy keeps its own account */
-    }
-    if (p->uses >= st->max)
         return; /* used up: in no list */
+    }
     use_list *l = &st->by_uses[p->uses];
     assert(l->n < l->cap); /* reserved by the caller */
     p->pos = l->n++;
@@ -298,7 +298,7 @@ static void list_add(echo_state *st, size_t i)
 static void list_remove(echo_state *st, size_t i)
 {
     pooled *p = &st->pool[i];
-    if (st->policy || p->uses >= st->max)
+    if (p->uses >= st->max)
         return;
     use_list *l = &st->by_uses[p->uses];
     size_t last = l->items[--l->n];
@@ -377,35 +377,29 @@ static int pool_add(ef__stage *s, echo_state *st, const ef_sample *fresh,
     return EF_OK;
 }
 
-/* A pooled item used fewer than max times, at random among the least
- * used, counted as used once more: EF_OK, EF_AGAIN when every one is used
- * up, or EF_ENOMEM. */
+/* A pooled item used fewer than max times, counted as used once more: by
+ * the policy's priorities, or (uniform, and the mix share of a policy's
+ * picks) at random among the least used. EF_OK, EF_AGAIN when every one
+ * is used up, or EF_ENOMEM. */
 static int pool_pick(ef__stage *s, echo_state *st, pooled **out)
 {
-    if (st->policy) {
-        ef__rng r;
-        ef__rng_init(&r, s->ctx->seed, (uint64_t)s->index,
-                     (int64_t)st->draws++, s->epoch, 0);
-        double u = ef__rng_uniform(&r), v = ef__rng_uniform(&r);
-        size_t i;
-        if (ef__policy_pick(st->policy, u, v, &i) != 0)
-            return EF_AGAIN;
-        st->pool[i].uses++;
-        list_add(st, i); /* retires it when used up */
-        *out = &st->pool[i];
-        return EF_OK;
-    }
     while (st->least < st->max && st->by_uses[st->least].n == 0)
         st->least++;
     if (st->least >= st->max)
         return EF_AGAIN;
-    if (list_reserve(st, st->least + 1) != 0)
-        return EF_ENOMEM;
     ef__rng r;
     ef__rng_init(&r, s->ctx->seed, (uint64_t)s->index, (int64_t)st->draws++,
                  s->epoch, 0);
-    use_list *l = &st->by_uses[st->least];
-    size_t i = l->items[ef__rng_below(&r, l->n)];
+    size_t i;
+    if (st->policy && ef__rng_uniform(&r) >= st->mix) {
+        if (ef__policy_pick(st->policy, ef__rng_uniform(&r), &i) != 0)
+            return EF_AGAIN; /* not reached: the lists hold eligible ones */
+    } else {
+        use_list *l = &st->by_uses[st->least];
+        i = l->items[ef__rng_below(&r, l->n)];
+    }
+    if (list_reserve(st, st->pool[i].uses + 1) != 0)
+        return EF_ENOMEM;
     list_remove(st, i);
     st->pool[i].uses++;
     list_add(st, i);
@@ -507,7 +501,7 @@ static void pool_clear(ef__stage *s, echo_state *st)
         pool_drop(s, st, (st->pool_next + k) % st->pool_cap);
     st->pool_n = st->pool_next = 0;
     st->owed = 0;
-    for (int u = 1; u < st->max && st->by_uses; u++) {
+    for (int u = 1; u < st->max; u++) {
         ef__free(st->by_uses[u].items);
         memset(&st->by_uses[u], 0, sizeof st->by_uses[u]);
     }
@@ -558,7 +552,7 @@ static void echo_destroy(ef__stage *s)
     if (st->up_ns)
         ef__rates_destroy(&st->rates);
     drop_held(st);
-    if (st->pool && (st->by_uses || st->policy))
+    if (st->pool && st->by_uses)
         pool_clear(s, st);
     ef__policy_free(st->policy);
     ef__free(st->by_uses);
@@ -613,9 +607,13 @@ static int echo_save(ef__stage *s, ef__state_out *o, ef__err *err)
                 ef__ident d = ef__ident_of(p->sample);
                 ef__put_ident(o, &d);
                 ef__ident_clear(&d);
-                if (st->policy)
+                if (st->policy) {
+                    /* uniform picks index the lists: keep their order */
+                    if (p->uses < st->max)
+                        ef__put_u64(o, p->pos);
                     ef__policy_save_slot(st->policy, (size_t)(p - st->pool),
                                          o);
+                }
             }
         }
         if (st->policy)
@@ -711,6 +709,30 @@ static int pool_put(ef__stage *s, echo_state *st, ef_sample *smp, int uses,
     return EF_OK;
 }
 
+/* Puts every use list's items back at their saved places, want[slot]. */
+static int lists_reorder(echo_state *st, const size_t *want, size_t *tmp,
+                         ef__state_in *in)
+{
+    for (int u = 1; u < st->max; u++) {
+        use_list *l = &st->by_uses[u];
+        for (size_t k = 0; k < l->n; k++)
+            tmp[k] = SIZE_MAX;
+        for (size_t k = 0; k < l->n; k++) {
+            size_t i = l->items[k];
+            if (want[i] >= l->n || tmp[want[i]] != SIZE_MAX)
+                return ef__state_bad(in, "pooled items used %d times are "
+                                         "not in a valid order",
+                                     u);
+            tmp[want[i]] = i;
+        }
+        for (size_t k = 0; k < l->n; k++) {
+            l->items[k] = tmp[k];
+            st->pool[tmp[k]].pos = k;
+        }
+    }
+    return EF_OK;
+}
+
 static int restore_pool(ef__stage *s, echo_state *st, ef__state_in *in,
                         ef__err *err)
 {
@@ -719,6 +741,11 @@ static int restore_pool(ef__stage *s, echo_state *st, ef__state_in *in,
     if (st->policy)
         ef__get_count(in, "the pool's oldest place", st->pool_cap - 1, &next);
     st->pool_next = (size_t)next;
+    /* a policy's saved places in the use lists, and room to sort them */
+    size_t *want = NULL;
+    if (st->policy &&
+        !(want = ef__calloc(2 * st->pool_cap, sizeof *want)))
+        return ef__err_set(err, EF_ENOMEM, "echo: out of memory");
     int rc = ef__get_count(in, "the pool's items", st->pool_cap, &n);
     for (uint64_t k = 0; k < n && rc == EF_OK; k++) {
         int64_t uses;
@@ -730,10 +757,12 @@ static int restore_pool(ef__stage *s, echo_state *st, ef__state_in *in,
             st->pool[i].uses = st->max;
             continue;
         }
-        if (uses < 1 || uses > st->max)
-            return ef__state_bad(in, "a pooled item used %lld times, "
-                                     "expected 1 to max=%d",
-                                 (long long)uses, st->max);
+        if (uses < 1 || uses > st->max) {
+            rc = ef__state_bad(in, "a pooled item used %lld times, expected "
+                                   "1 to max=%d",
+                               (long long)uses, st->max);
+            break;
+        }
         ef__ident d;
         ef_sample *smp;
         if ((rc = ef__get_ident(in, "a pooled item", &d)) != EF_OK)
@@ -742,11 +771,19 @@ static int restore_pool(ef__stage *s, echo_state *st, ef__state_in *in,
         ef__ident_clear(&d);
         if (rc == EF_OK)
             rc = pool_put(s, st, smp, (int)uses, err);
-        if (rc == EF_OK && st->policy)
-            rc = ef__policy_restore_slot(
-                st->policy, (st->pool_next + st->pool_n - 1) % st->pool_cap,
-                in);
+        size_t i = (st->pool_next + st->pool_n - 1) % st->pool_cap;
+        uint64_t at = 0;
+        if (rc == EF_OK && st->policy && uses < st->max)
+            rc = ef__get_count(in, "a pooled item's place", st->pool_cap,
+                               &at);
+        if (rc == EF_OK && st->policy) {
+            want[i] = (size_t)at;
+            rc = ef__policy_restore_slot(st->policy, i, in);
+        }
     }
+    if (rc == EF_OK && st->policy)
+        rc = lists_reorder(st, want, want + st->pool_cap, in);
+    ef__free(want);
     if (rc == EF_OK && st->policy)
         rc = ef__policy_restore(st->policy, in);
     if (rc == EF_OK && st->policy && st->mode == ECHO_FIXED) {
@@ -845,7 +882,9 @@ static const ef__option_def echo_options[] = {
      "(docs/echoing.md)",
      0, 0},
     {"mix", EF_OPT_FLOAT, "0",
-     "with a policy: the share of echoes picked uniformly instead", 0, 1},
+     "with a policy: the share of echoes picked as uniform does (among the "
+     "least echoed) instead",
+     0, 1},
 };
 
 const ef__stage_def ef__stage_echo = {

@@ -4,10 +4,8 @@
  * changing one and drawing in proportion to all cost O(log n). The tree
  * holds integers (priorities in units of 2^-24): their sums are exact
  * whatever the order of the changes, so a pool restored from a checkpoint
- * draws exactly as the saved one would have. A second tree counts the
- * eligible slots, for the uniform share of the picks (mix). Identities
- * find their slot through an open-addressing hash table (linear
- * probing). */
+ * draws exactly as the saved one would have. Identities find their slot
+ * through an open-addressing hash table (linear probing). */
 #include "stages/flow/echo_policy.h"
 
 #include <assert.h>
@@ -43,11 +41,9 @@ typedef struct {
 
 struct ef__policy {
     ef__policy_kind kind;
-    double mix;
     size_t n;
     slot_info *slots;
     uint64_t *weights; /* Fenwick tree of eligible slots' units, 1-based */
-    uint64_t *counts;  /* Fenwick tree of eligible slots (1 each) */
     size_t top;      /* the largest power of two <= n */
     uint32_t *table; /* slot + 1, or 0 when empty */
     size_t mask;     /* table size - 1 */
@@ -104,20 +100,17 @@ static size_t tree_find(const uint64_t *t, size_t n, size_t top,
     return pos < n ? pos : n - 1;
 }
 
-/* Both trees again from the slots, in O(n). */
+/* The tree again from the slots, in O(n). */
 static void rebuild(ef__policy *p)
 {
     for (size_t i = 1; i <= p->n; i++) {
         const slot_info *s = &p->slots[i - 1];
         p->weights[i] = s->eligible ? s->units : 0;
-        p->counts[i] = s->eligible;
     }
     for (size_t i = 1; i <= p->n; i++) {
         size_t up = i + (i & -i);
-        if (up <= p->n) {
+        if (up <= p->n)
             p->weights[up] += p->weights[i];
-            p->counts[up] += p->counts[i];
-        }
     }
 }
 
@@ -182,7 +175,6 @@ static void set_eligible(ef__policy *p, size_t i, int on)
         return;
     s->eligible = (unsigned char)on;
     tree_add(p->weights, p->n, i, on ? s->units : -s->units);
-    tree_add(p->counts, p->n, i, on ? 1 : (uint64_t)-1);
 }
 
 typedef struct {
@@ -278,13 +270,12 @@ static void table_delete(ef__policy *p, size_t j)
 
 /* ---- the interface --------------------------------------------------- */
 
-ef__policy *ef__policy_new(ef__policy_kind kind, double mix, size_t slots)
+ef__policy *ef__policy_new(ef__policy_kind kind, size_t slots)
 {
     ef__policy *p = ef__calloc(1, sizeof *p);
     if (!p)
         return NULL;
     p->kind = kind;
-    p->mix = mix;
     p->n = slots;
     size_t cap = 16;
     while (cap < 2 * slots)
@@ -294,13 +285,11 @@ ef__policy *ef__policy_new(ef__policy_kind kind, double mix, size_t slots)
         ;
     p->slots = ef__calloc(slots, sizeof *p->slots);
     p->weights = ef__calloc(slots + 1, sizeof *p->weights);
-    p->counts = ef__calloc(slots + 1, sizeof *p->counts);
     p->table = ef__calloc(cap, sizeof *p->table);
-    if (!p->slots || !p->weights || !p->counts || !p->table ||
+    if (!p->slots || !p->weights || !p->table ||
         pthread_mutex_init(&p->mu, NULL) != 0) {
         ef__free(p->slots);
         ef__free(p->weights);
-        ef__free(p->counts);
         ef__free(p->table);
         ef__free(p);
         return NULL;
@@ -315,7 +304,6 @@ void ef__policy_free(ef__policy *p)
     pthread_mutex_destroy(&p->mu);
     ef__free(p->slots);
     ef__free(p->weights);
-    ef__free(p->counts);
     ef__free(p->table);
     ef__free(p);
 }
@@ -372,29 +360,20 @@ void ef__policy_retire(ef__policy *p, size_t i)
     pthread_mutex_unlock(&p->mu);
 }
 
-/* The slot at share v of the tree's total. */
-static size_t find_share(const uint64_t *t, const ef__policy *p, double v,
-                         uint64_t total)
-{
-    uint64_t target = (uint64_t)(v * (double)total);
-    if (target >= total) /* v * total rounded up */
-        target = total - 1;
-    return tree_find(t, p->n, p->top, target);
-}
-
-int ef__policy_pick(ef__policy *p, double u, double v, size_t *out)
+int ef__policy_pick(ef__policy *p, double v, size_t *out)
 {
     pthread_mutex_lock(&p->mu);
-    int rc = -1;
     if (p->kind == EF__POLICY_RANK && p->rank_stale >= p->n / 8 + 1)
         rerank(p);
-    uint64_t eligible = tree_total(p->counts, p->n);
-    if (eligible > 0) {
-        uint64_t total = tree_total(p->weights, p->n);
-        size_t i = u >= p->mix ? find_share(p->weights, p, v, total)
-                               : find_share(p->counts, p, v, eligible);
-        assert(p->slots[i].eligible); /* every eligible slot weighs >= 1 */
-        *out = i;
+    /* every eligible slot weighs at least one unit */
+    uint64_t total = tree_total(p->weights, p->n);
+    int rc = -1;
+    if (total > 0) {
+        uint64_t target = (uint64_t)(v * (double)total);
+        if (target >= total) /* v * total rounded up */
+            target = total - 1;
+        *out = tree_find(p->weights, p->n, p->top, target);
+        assert(p->slots[*out].eligible);
         rc = 0;
     }
     pthread_mutex_unlock(&p->mu);

@@ -32,9 +32,8 @@ const char *ef__policy_names(void);
 
 typedef struct ef__policy ef__policy;
 
-/* A policy over `slots` pool slots; `mix` of the picks (0 to 1) are made
- * uniformly among the eligible items instead. NULL when out of memory. */
-ef__policy *ef__policy_new(ef__policy_kind kind, double mix, size_t slots);
+/* A policy over `slots` pool slots; NULL when out of memory. */
+ef__policy *ef__policy_new(ef__policy_kind kind, size_t slots);
 void ef__policy_free(ef__policy *p);
 
 /* Slot `slot` now holds the fresh item `id` (echo_copy ignored), eligible
@@ -45,9 +44,9 @@ void ef__policy_leave(ef__policy *p, size_t slot);
 /* The slot's item stays but may not be picked again (used up). */
 void ef__policy_retire(ef__policy *p, size_t slot);
 
-/* An eligible slot into *slot, drawn with the uniforms u and v in [0, 1):
- * 0, or -1 when no slot is eligible. */
-int ef__policy_pick(ef__policy *p, double u, double v, size_t *slot);
+/* An eligible slot into *slot, drawn in proportion to priority with the
+ * uniform v in [0, 1): 0, or -1 when no slot is eligible. */
+int ef__policy_pick(ef__policy *p, double v, size_t *slot);
 
 /* Values by identity; those of items not in the pool are ignored. Returns
  * how many matched an item in the pool. */
