@@ -55,6 +55,10 @@ static const struct {
     {"range:n=16,bytes=2 | prefetch:depth=2 | "
      "echo:factor=auto,max=2,pool=4,shuffle=3 | take:count=30",
      0},
+    /* a policy fed each item's value as it is pulled (pull_one) */
+    {"range:n=30,bytes=2 | echo:factor=2.5,policy=rank,pool=6,max=4,"
+     "mix=0.5 | batch:size=3",
+     1},
 };
 #define NPIPELINES ((int)(sizeof pipelines / sizeof pipelines[0]))
 #define RAW 0x80
@@ -99,6 +103,14 @@ static seen pull_one(ef_pipeline *p)
     CHECK(s != NULL);
     v.id = ef_sample_identity(s);
     CHECK(v.id.index >= 0 && v.id.epoch >= 0 && v.id.echo_copy >= 0);
+    /* values for echo policies: a batch's members', by index */
+    ef_sample_id m[16];
+    double values[16];
+    int64_t k = ef_sample_members(s, m, 16);
+    CHECK(k >= 0 && k <= 16);
+    for (int64_t i = 0; i < k; i++)
+        values[i] = (double)(m[i].index % 7);
+    CHECK(ef_pipeline_feedback(p, m, values, (size_t)k) == EF_OK);
     v.hash = 1469598103934665603ull;
     int nf = ef_sample_field_count(s);
     CHECK(nf >= 0 && nf <= EF_MAX_FIELDS);
