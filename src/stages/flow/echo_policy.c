@@ -146,7 +146,7 @@ static double value_weight(const ef__policy *p, const slot_info *s)
 
 static uint64_t units_of(double w)
 {
-    return (uint64_t)(fmin(w, MOST) * UNITS) + 1;
+    return (uint64_t)(fmax(0, fmin(w, MOST)) * UNITS) + 1;
 }
 
 static void set_weight(ef__policy *p, size_t i, double w)
@@ -481,10 +481,12 @@ int ef__policy_restore(ef__policy *p, ef__state_in *in)
     ef__get_i64(in, "the policy's items with a value", &known);
     int rc = ef__get_u64(in, "the policy's values since ranking", &stale);
     if (rc == EF_OK &&
-        (known < 0 || (uint64_t)known > p->n || !isfinite(double_of(sum))))
-        return ef__state_bad(in, "the policy's %lld items with a value do "
-                                 "not fit a pool of %zu",
-                             (long long)known, p->n);
+        (known < 0 || (uint64_t)known > p->n || !(double_of(sum) >= 0) ||
+         !isfinite(double_of(sum))))
+        return ef__state_bad(in, "the policy's %lld items with a value "
+                                 "(priorities summing to %g) do not fit a "
+                                 "pool of %zu",
+                             (long long)known, double_of(sum), p->n);
     if (rc != EF_OK)
         return rc;
     pthread_mutex_lock(&p->mu);
