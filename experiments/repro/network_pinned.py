@@ -32,13 +32,11 @@ u8, as in the preset, so random_crop pads with black, and the trainer
 normalises them), its throttle for nginx, and its shuffle buffer the
 network experiment's UPSTREAM_SHUFFLE.
 
-For the integrator: the policy cells' echo options are
-`factor=auto,max=8,policy=P,pool=10000,shuffle=10000`, as the issue
-writes them; with factor=auto, `max` is the automatic factor's ceiling,
-and the fixed-factor cells of policy.py use `max` for the most times one
-pooled item is emitted. Check that the echo stage reads it as intended
-here. A BEST_POLICY of `reducible` passes `--holdout` with `--spec`: check
-that the trainer holds records out of a custom pipeline too."""
+The policy cells' echo options are
+`factor=auto,max=8,policy=P,pool=10000,shuffle=10000`: with factor=auto,
+`max` caps how often one pooled item is emitted, and so the factor. The
+trainer holds records out for `policy=reducible` only from its preset, not
+from a `--spec`, so a BEST_POLICY of `reducible` cannot run here."""
 import math
 import os
 import statistics
