@@ -32,9 +32,10 @@ BEST_POLICY = "rank"
 
 # The recent fresh items a policy picks its echoes from.
 POOL = 10000
-# Uniform picks from the policy's pool: the control that separates the pool
-# mechanism (echoes drawn from recent items, each at most max times) from
-# the priorities.
+# The policy's pool with every pick made as uniform echoing makes them (mix=1:
+# the least-echoed first): the control that separates the pool mechanism
+# (echoes drawn from recent items, each at most max times) from the
+# priorities. It must need what uniform echoing needs.
 CONTROL = "pool-uniform"
 
 # variant: (policy, mix); "none" and "uniform" are the baselines
@@ -182,8 +183,9 @@ def lead(rows, what):
             "are." % (what, t["target_acc"], t["max_fresh"], num(POOL),
                       num(ECHO_SHUFFLE)))
     if CONTROL in vs:
-        text += (" `%s` is `policy=loss,mix=1`: uniform picks from the same "
-                 "pool." % CONTROL)
+        text += (" `%s` is `policy=loss,mix=1`: the same pool with every "
+                 "pick made the uniform way (the least-echoed first), a "
+                 "control that must match uniform echoing." % CONTROL)
     if any(r.get("holdout") for r in rows):
         text += (" The reducible policy's cells hold out %s training "
                  "records (`--holdout`) for their irreducible-loss model, so "
