@@ -14,7 +14,7 @@ import subprocess
 
 from .cells import ECHO_SHUFFLE, cell, example_echo, seeds
 from .nginx import TRAIN_EXAMPLES, Upstream
-from .render import cell_summary, gnuplot, section, table
+from .render import cell_summary, gnuplot, section, table, write_points
 from .results import die, ekey, fmt, groups, num, reached_value, summary
 
 NAME = "network"
@@ -238,15 +238,10 @@ def plot(rows, work, img):
     for (e,), rs in sorted(groups(rows, ["e"]).items(),
                            key=lambda kv: ekey(kv[0][0])):
         path = os.path.join(work, "net-%s.dat" % e)
-        with open(path, "w") as f:
+        write_points(path, [
+            (R, summary([reached_value(r, "time_to_target_s") for r in rr]))
             for (R,), rr in sorted(groups(rs, ["R"]).items(),
-                                   key=lambda kv: float(kv[0][0])):
-                s = summary([reached_value(r, "time_to_target_s")
-                             for r in rr])
-                if s[0] < math.inf:
-                    f.write("%s %g %g %g\n" % (R, s[0], s[1],
-                                               s[2] if s[2] < math.inf
-                                               else s[0]))
+                                   key=lambda kv: float(kv[0][0]))])
         title = "no echo" if e == "1" else "e = %s" % (
             "auto (max 8)" if e == "auto" else e)
         plots.append("'%s' using 1:2:3:4 with yerrorlines title '%s'" %

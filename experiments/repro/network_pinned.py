@@ -46,7 +46,7 @@ from .network import (PAPER_SPEEDUP, UPSTREAM_SHUFFLE, check_recorded,
 from .nginx import Upstream
 from .policy import BEST_POLICY, policy_cell, vkey
 from .policy_cnn import settings
-from .render import cell_summary, gnuplot, section, table
+from .render import cell_summary, gnuplot, section, table, write_points
 from .results import die, fmt, groups, num, reached_value, summary
 
 NAME = "network-pinned"
@@ -193,15 +193,10 @@ def plot(rows, work, img):
     for (v,), rs in sorted(groups(rows, ["variant"]).items(),
                            key=lambda kv: vkey(kv[0][0])):
         path = os.path.join(work, "pinned-%s.dat" % v)
-        with open(path, "w") as f:
+        write_points(path, [
+            (R, summary([reached_value(r, "time_to_target_s") for r in rr]))
             for (R,), rr in sorted(groups(rs, ["R"]).items(),
-                                   key=lambda kv: float(kv[0][0])):
-                s = summary([reached_value(r, "time_to_target_s")
-                             for r in rr])
-                if s[0] < math.inf:
-                    f.write("%s %g %g %g\n" % (R, s[0], s[1],
-                                               s[2] if s[2] < math.inf
-                                               else s[0]))
+                                   key=lambda kv: float(kv[0][0]))])
         plots.append("'%s' using 1:2:3:4 with yerrorlines title '%s'" %
                      (path, label(v)))
     out = os.path.join(img, "network_pinned_time_vs_R.png")

@@ -14,7 +14,7 @@ import math
 import os
 
 from .cells import ECHO_SHUFFLE, cell, quick_mlp
-from .render import cell_summary, gnuplot, section, table
+from .render import cell_summary, gnuplot, section, table, write_points
 from .results import best_lr, ekey, fmt, groups, num, reached_value, summary
 
 NAME = "policy"
@@ -245,11 +245,7 @@ def plot_lines(rows, work, img, name, title):
                       if v == variant)
         if base:
             line.insert(0, (1.0, base))  # no echo is e = 1 of each
-        with open(path, "w") as f:
-            for e, s in line:
-                if s[0] < math.inf:  # not reached: no point to draw
-                    f.write("%g %g %g %g\n" % (e, s[0], s[1], s[2]
-                                                if s[2] < math.inf else s[0]))
+        write_points(path, [("%g" % e, s) for e, s in line])
         plots.append("'%s' using 1:2:3:4 with yerrorlines title '%s'" %
                      (path, variant))
     if not plots:

@@ -1,5 +1,6 @@
 """How results become RESULTS.md and pictures: Markdown tables and
 sections, and gnuplot."""
+import math
 import subprocess
 
 from .results import die, num, reached_value, summary
@@ -33,3 +34,14 @@ def gnuplot(script):
                        text=True)
     if p.returncode != 0:
         die("gnuplot failed: %s\nscript:\n%s" % (p.stderr.strip(), script))
+
+
+def write_points(path, points):
+    """A gnuplot data file of (x, summary) points: x, median, min, max (a
+    max not reached drawn at the median); points not reached are left
+    out."""
+    with open(path, "w") as f:
+        for x, s in points:
+            if s[0] < math.inf:
+                f.write("%s %g %g %g\n" % (x, s[0], s[1],
+                                           s[2] if s[2] < math.inf else s[0]))
