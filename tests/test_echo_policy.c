@@ -68,19 +68,56 @@ static void expect_shares(const long *counts, const double *share, size_t n)
     }
 }
 
-static void test_loss_picks_in_proportion(void **state)
+/* Rank k of m (0 for the largest value) weighs 100^(-k / (m - 1)). */
+static double rank_weight(size_t k, size_t m)
+{
+    return pow(100.0, -(double)k / (double)(m - 1));
+}
+
+static void test_rank_picks_by_rank(void **state)
 {
     (void)state;
-    ef__policy *p = filled(EF__POLICY_LOSS, 4);
+    ef__policy *p = filled(EF__POLICY_RANK, 4);
     feed(p, (double[]){1, 2, 3, 4}, 4);
     long c[4];
     pick_counts(p, 4, c);
-    expect_shares(c, (double[]){0.1, 0.2, 0.3, 0.4}, 4);
-    /* negative values count as 0: such items are (almost) never picked */
-    feed(p, (double[]){-5, 1, 1, 2}, 4);
+    double w[4], sum = 0;
+    for (size_t i = 0; i < 4; i++)
+        sum += w[i] = rank_weight(3 - i, 4);
+    expect_shares(c, (double[]){w[0] / sum, w[1] / sum, w[2] / sum,
+                                w[3] / sum},
+                  4);
+    /* new values, a new order: negative ones rank like any other */
+    feed(p, (double[]){-5, 10, 0, 3}, 4);
     pick_counts(p, 4, c);
-    assert_true(c[0] < 10);
-    expect_shares(c + 1, (double[]){0.25, 0.25, 0.5}, 3);
+    expect_shares(c, (double[]){w[0] / sum, w[3] / sum, w[1] / sum,
+                                w[2] / sum},
+                  4);
+    ef__policy_free(p);
+}
+
+static void test_rank_waits_for_an_eighth(void **state)
+{
+    (void)state;
+    /* 16 slots: ranks are assigned again once more than 16 / 8 values
+     * came in since the last ranking, not on every value */
+    enum { N = 16 };
+    ef__policy *p = filled(EF__POLICY_RANK, N);
+    double v[N];
+    for (size_t i = 0; i < N; i++)
+        v[i] = (double)i;
+    feed(p, v, N);
+    long before[N], after[N];
+    pick_counts(p, N, before);
+    assert_true(before[N - 1] > before[0] * 50);
+    /* two values that would put slots 0 and 1 first: the old ranks stay */
+    feed(p, (double[]){100, 99}, 2);
+    pick_counts(p, N, after);
+    assert_memory_equal(before, after, sizeof before);
+    /* a third: ranked again, slot 0 first now and slot 3 last */
+    feed(p, (double[]){100, 99, 98}, 3);
+    pick_counts(p, N, after);
+    assert_true(after[0] > after[N - 1] && after[0] > after[3] * 50);
     ef__policy_free(p);
 }
 
@@ -103,55 +140,40 @@ static void test_rank_follows_order_not_size(void **state)
     expect_shares(a, (double[]){1 / sum, 0.01 / sum, 0.1 / sum}, 3);
 }
 
-static void test_improvement_needs_two_values(void **state)
-{
-    (void)state;
-    ef__policy *p = filled(EF__POLICY_IMPROVEMENT, 4);
-    long c[4];
-    /* one value each: no improvement known yet, every item alike */
-    feed(p, (double[]){3, 3, 3, 3}, 4);
-    pick_counts(p, 4, c);
-    expect_shares(c, (double[]){0.25, 0.25, 0.25, 0.25}, 4);
-    /* slot 0 fell by 2, slot 1 by 1, slot 2 not, slot 3 rose */
-    feed(p, (double[]){1, 2, 3, 4}, 4);
-    pick_counts(p, 4, c);
-    expect_shares(c, (double[]){2.0 / 3, 1.0 / 3, 0, 0}, 2);
-    assert_true(c[2] < 10 && c[3] < 10);
-    ef__policy_free(p);
-}
-
 static void test_missing_values_get_the_mean(void **state)
 {
     (void)state;
-    ef__policy *p = ef__policy_new(EF__POLICY_LOSS, 3);
+    ef__policy *p = ef__policy_new(EF__POLICY_RANK, 3);
     assert_non_null(p);
     ef__policy_enter(p, 0, id_of(0));
     ef__policy_enter(p, 1, id_of(1));
     feed(p, (double[]){1, 3}, 2);
-    /* item 2 enters with no value: the mean of the others' priorities */
+    /* item 2 enters with no value: the mean of the others' priorities,
+     * ranks 1 (item 1) and 0.01 (item 0) */
     ef__policy_enter(p, 2, id_of(2));
     long c[3];
     pick_counts(p, 3, c);
-    expect_shares(c, (double[]){1.0 / 6, 3.0 / 6, 2.0 / 6}, 3);
+    double mean = (1 + 0.01) / 2, sum = 1 + 0.01 + mean;
+    expect_shares(c, (double[]){0.01 / sum, 1 / sum, mean / sum}, 3);
     ef__policy_free(p);
 }
 
 static void test_stale_values_are_ignored(void **state)
 {
     (void)state;
-    ef__policy *p = filled(EF__POLICY_LOSS, 2);
-    feed(p, (double[]){1, 1}, 2);
+    ef__policy *p = filled(EF__POLICY_RANK, 2);
+    feed(p, (double[]){1, 2}, 2);
     /* an item never pooled, and one of another epoch */
     ef_sample_id other[2] = {id_of(7), {.index = 0, .epoch = 1}};
     assert_int_equal(ef__policy_feedback(p, other, (double[]){50, 50}, 2), 0);
-    /* a copy's value counts for its item */
+    /* a copy's value counts for its item: item 1 falls below item 0 */
     ef_sample_id copy = {.index = 1, .epoch = 0, .echo_copy = 3};
-    assert_int_equal(ef__policy_feedback(p, &copy, (double[]){3}, 1), 1);
+    assert_int_equal(ef__policy_feedback(p, &copy, (double[]){0.5}, 1), 1);
     long c[2];
     pick_counts(p, 2, c);
-    expect_shares(c, (double[]){0.25, 0.75}, 2);
+    expect_shares(c, (double[]){1 / 1.01, 0.01 / 1.01}, 2);
     /* slot 0 evicted and taken by item 5: item 0's value no longer lands,
-     * and item 5 has none */
+     * and item 5 has none: the mean, item 1's weight alone */
     ef__policy_leave(p, 0);
     ef__policy_enter(p, 0, id_of(5));
     assert_int_equal(ef__policy_feedback(p, (ef_sample_id[]){id_of(0)},
@@ -165,13 +187,14 @@ static void test_stale_values_are_ignored(void **state)
 static void test_retired_items_are_not_picked(void **state)
 {
     (void)state;
-    ef__policy *p = filled(EF__POLICY_LOSS, 3);
-    feed(p, (double[]){10, 1, 1}, 3);
+    ef__policy *p = filled(EF__POLICY_RANK, 3);
+    feed(p, (double[]){10, 1, 2}, 3);
     ef__policy_retire(p, 0);
+    /* item 0 ranks first but is used up; items 2 and 1 weigh 0.1, 0.01 */
     long c[3];
     pick_counts(p, 3, c);
     assert_int_equal(c[0], 0);
-    expect_shares(c + 1, (double[]){0.5, 0.5}, 2);
+    expect_shares(c + 1, (double[]){0.01 / 0.11, 0.1 / 0.11}, 2);
     ef__policy_retire(p, 1);
     ef__policy_retire(p, 2);
     size_t slot;
@@ -185,19 +208,26 @@ static void test_many_slots_and_changes(void **state)
     /* a pool turning over many times: the hash table and the rebuilt
      * sums stay right */
     enum { N = 1000 };
-    ef__policy *p = ef__policy_new(EF__POLICY_LOSS, N);
+    ef__policy *p = ef__policy_new(EF__POLICY_RANK, N);
     assert_non_null(p);
+    uint32_t rng = 99;
     for (int64_t k = 0; k < 50 * N; k++) {
         size_t slot = (size_t)(k % N);
         ef__policy_enter(p, slot, id_of(k));
         double v = (k % 10) == 0 ? 9.0 : 1.0;
         ef_sample_id id = id_of(k);
         assert_int_equal(ef__policy_feedback(p, &id, &v, 1), 1);
+        if (k % 97 == 0) { /* ranked again while the pool turns over */
+            size_t any;
+            assert_int_equal(
+                ef__policy_pick(p, tu_xorshift(&rng) / 4294967296.0, &any),
+                0);
+            assert_true(any < N);
+        }
     }
     /* items 49000..49999 are in the pool: a tenth of them at 9 */
     ef_sample_id old = id_of(48999);
     assert_int_equal(ef__policy_feedback(p, &old, (double[]){1}, 1), 0);
-    uint32_t rng = 99;
     long favoured = 0;
     for (int k = 0; k < DRAWS; k++) {
         size_t slot;
@@ -205,8 +235,16 @@ static void test_many_slots_and_changes(void **state)
             ef__policy_pick(p, tu_xorshift(&rng) / 4294967296.0, &slot), 0);
         favoured += slot % 10 == 0;
     }
-    /* 100 items at 9 against 900 at 1: half the picks */
-    assert_true(labs(favoured - DRAWS / 2) < DRAWS / 40);
+    /* 100 items at 9 take ranks 0..99 of 1000, whichever way ties fall */
+    double top = 0, all = 0;
+    for (size_t k = 0; k < N; k++) {
+        all += rank_weight(k, N);
+        top += k < 100 ? rank_weight(k, N) : 0;
+    }
+    long want = (long)(DRAWS * top / all); /* about 37% */
+    if (labs(favoured - want) > DRAWS / 40)
+        fail_msg("%ld picks of the favoured tenth, expected about %ld",
+                 favoured, want);
     ef__policy_free(p);
 }
 
@@ -273,7 +311,7 @@ static void test_feedback_steers_fixed_factor(void **state)
     (void)state;
     enum { N = 2000 };
     ef_pipeline *p =
-        tu_pipeline("range:n=2000 | echo:factor=3,policy=loss,pool=500", 3);
+        tu_pipeline("range:n=2000 | echo:factor=3,policy=rank,pool=500", 3);
     tu_seen *seen = malloc(4 * N * sizeof *seen);
     assert_non_null(seen);
     size_t n = pull_feeding(p, seen, 4 * N);
@@ -288,10 +326,13 @@ static void test_feedback_steers_fixed_factor(void **state)
             assert_true(seen[i].id.echo_copy < 8);
         }
     assert_int_equal(echoes, 2 * N);
-    /* a tenth of the items, at 500 times the others' value, are echoed
-     * up to max: 7 echoes each, 1,400 of the 4,000 (uniform picks would
-     * give them a tenth) */
-    if (favoured < 1300)
+    /* uniform picks would give the favoured tenth a tenth, 400 of the
+     * 4,000. Rank weighs by order, not size: the tenth on top of a pool
+     * of 500 holds ranks 0..49, about 37% of the weight (100^(-k/499)
+     * summed), less while the pool fills and items wait for their first
+     * value, and capped at 7 echoes an item; this run gives 1,159 (a
+     * value-proportional policy at 500 times the value gave 1,400) */
+    if (favoured < 1000)
         fail_msg("%ld of %ld echoes went to the favoured tenth", favoured,
                  echoes);
     ef_stage_stats st = tu_stage(p, "echo");
@@ -324,7 +365,7 @@ static void test_mix_keeps_a_share_uniform(void **state)
     long c[N];
     /* mix=1: every pick the uniform way, so every item is emitted exactly
      * factor times, whatever the values */
-    echoes_per_item("range:n=2000 | echo:factor=3,policy=loss,mix=1,pool=500",
+    echoes_per_item("range:n=2000 | echo:factor=3,policy=rank,mix=1,pool=500",
                     c, N);
     for (int i = 0; i < N; i++)
         if (c[i] != 2)
@@ -332,12 +373,12 @@ static void test_mix_keeps_a_share_uniform(void **state)
     /* mix=0.5: half the echoes by value; the favoured tenth gets more than
      * its tenth, less than with no mix */
     long half = 0, none = 0;
-    echoes_per_item("range:n=2000 | echo:factor=3,policy=loss,mix=0.5,"
+    echoes_per_item("range:n=2000 | echo:factor=3,policy=rank,mix=0.5,"
                     "pool=500",
                     c, N);
     for (int i = 0; i < N; i += 10)
         half += c[i];
-    echoes_per_item("range:n=2000 | echo:factor=3,policy=loss,pool=500", c, N);
+    echoes_per_item("range:n=2000 | echo:factor=3,policy=rank,pool=500", c, N);
     for (int i = 0; i < N; i += 10)
         none += c[i];
     if (!(half > 2 * N / 10 + 200 && half < none))
@@ -375,7 +416,7 @@ static void test_feedback_steers_auto(void **state)
     ef_pipeline *p;
     assert_int_equal(ef_pipeline_create(&p), EF_OK);
     assert_int_equal(ef_pipeline_add_source(p, slow_fn, &g, NULL), EF_OK);
-    tu_parse(p, "echo:factor=auto,max=64,pool=200,policy=loss");
+    tu_parse(p, "echo:factor=auto,max=64,pool=200,policy=rank");
     long echoes = 0, favoured = 0;
     ef_sample *s;
     while (ef_pipeline_next(p, &s) == EF_OK) {
@@ -391,8 +432,11 @@ static void test_feedback_steers_auto(void **state)
     /* four per fresh item, but for the first polls, when nothing was
      * pooled yet */
     assert_in_range(echoes, 4 * 2000 - 10, 4 * 2000);
-    /* uniform picks would give the favoured tenth a tenth */
-    if (favoured <= echoes * 8 / 10)
+    /* uniform picks would give the favoured tenth a tenth; rank gives
+     * the 20 on top of a pool of 200 about 37% of the weight
+     * (100^(-k/199) for ranks 0..19 against all 200); this run gives
+     * 36.9% */
+    if (favoured <= echoes * 3 / 10)
         fail_msg("%ld of %ld echoes went to the favoured tenth", favoured,
                  echoes);
     ef_pipeline_destroy(p);
@@ -401,7 +445,7 @@ static void test_feedback_steers_auto(void **state)
 static void test_feedback_errors(void **state)
 {
     (void)state;
-    ef_pipeline *p = tu_pipeline("range:n=10 | echo:factor=2,policy=loss", 1);
+    ef_pipeline *p = tu_pipeline("range:n=10 | echo:factor=2,policy=rank", 1);
     ef_sample_id id = id_of(0);
     double nan_value = NAN, inf_value = INFINITY, ok = 1;
     assert_int_equal(ef_pipeline_feedback(p, &id, &nan_value, 1), EF_EINVAL);
@@ -427,9 +471,12 @@ static void test_bad_policy_options(void **state)
     static const struct {
         const char *spec, *needle;
     } cases[] = {
-        {"range:n=5 | echo:factor=2,policy=hardest", "expected uniform, loss"},
+        {"range:n=5 | echo:factor=2,policy=hardest", "expected uniform or rank"},
+        /* retired after the experiments of docs/RESULTS.md */
+        {"range:n=5 | echo:factor=2,policy=loss", "expected uniform or rank"},
+        {"range:n=5 | echo:factor=2,policy=reducible", "uniform or rank"},
         {"range:n=5 | echo:factor=2,mix=0.5", "option 'mix'"},
-        {"range:n=5 | echo:factor=2,policy=loss,mix=1.5", "mix"},
+        {"range:n=5 | echo:factor=2,policy=rank,mix=1.5", "mix"},
         {"range:n=5 | echo:factor=2,pool=10", "set a policy"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
@@ -484,19 +531,19 @@ static void check_policy_resume(const char *spec)
 static void test_policy_resume(void **state)
 {
     (void)state;
-    check_policy_resume("range:n=1500 | echo:factor=2.5,policy=loss,pool=300,"
+    check_policy_resume("range:n=1500 | echo:factor=2.5,policy=rank,pool=300,"
                         "shuffle=50");
     check_policy_resume("range:n=1500 | echo:factor=3,policy=rank,pool=300");
-    check_policy_resume("range:n=1500 | echo:factor=2,policy=improvement,"
+    check_policy_resume("range:n=1500 | echo:factor=2,policy=rank,"
                         "mix=0.3,pool=100 | batch:7");
 }
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_loss_picks_in_proportion),
+        cmocka_unit_test(test_rank_picks_by_rank),
         cmocka_unit_test(test_rank_follows_order_not_size),
-        cmocka_unit_test(test_improvement_needs_two_values),
+        cmocka_unit_test(test_rank_waits_for_an_eighth),
         cmocka_unit_test(test_missing_values_get_the_mean),
         cmocka_unit_test(test_stale_values_are_ignored),
         cmocka_unit_test(test_retired_items_are_not_picked),

@@ -877,9 +877,8 @@ static const ef__option_def echo_options[] = {
      "read ahead)",
      1, 1 << 20},
     {"policy", EF_OPT_STRING, "uniform",
-     "which pooled items to echo: uniform, or by values fed back with "
-     "ef_pipeline_feedback: loss, rank, improvement, reducible "
-     "(docs/echoing.md)",
+     "which pooled items to echo: uniform, or rank: by the rank of values "
+     "fed back with ef_pipeline_feedback (docs/echoing.md)",
      0, 0},
     {"mix", EF_OPT_FLOAT, "0",
      "with a policy: the share of echoes picked as uniform does (among the "

@@ -17,10 +17,6 @@
 
 #include "core/alloc.h"
 
-/* The least priority of an item with a value: an item nothing favours is
- * still picked now and then, and a pool whose values are all 0 still
- * draws. */
-#define FLOOR 1e-6
 /* rank: the most likely item is this many times as likely as the least
  * (the selection pressure of Loshchilov and Hutter, 2015) */
 #define RANK_PRESSURE 100.0
@@ -33,8 +29,8 @@ typedef struct {
     int64_t index, epoch;
     unsigned char used;     /* holds an item */
     unsigned char eligible; /* may be picked */
-    unsigned char nvalues;  /* values fed back so far, at most 2 kept */
-    double value, prev;     /* the last value and the one before */
+    unsigned char valued;   /* a value was fed back */
+    double value;           /* the last value fed back */
     double weight;          /* priority, whether eligible or not */
     uint64_t units;         /* the weight in the tree's units */
 } slot_info;
@@ -53,8 +49,7 @@ struct ef__policy {
     pthread_mutex_t mu;
 };
 
-static const char *const names[] = {"uniform", "loss", "rank", "improvement",
-                                    "reducible"};
+static const char *const names[] = {"uniform", "rank"};
 
 int ef__policy_parse(const char *name, ef__policy_kind *out)
 {
@@ -68,7 +63,7 @@ int ef__policy_parse(const char *name, ef__policy_kind *out)
 
 const char *ef__policy_names(void)
 {
-    return "uniform, loss, rank, improvement or reducible";
+    return "uniform or rank";
 }
 
 /* ---- trees ---------------------------------------------------------- */
@@ -116,32 +111,12 @@ static void rebuild(ef__policy *p)
 
 /* ---- priorities ------------------------------------------------------ */
 
-/* Whether the slot's values give it a priority of its own. */
-static int known(const ef__policy *p, const slot_info *s)
-{
-    if (p->kind == EF__POLICY_IMPROVEMENT)
-        return s->nvalues >= 2;
-    return s->nvalues >= 1;
-}
-
 /* The priority of a slot with no value yet: the mean of those with one,
  * so an item waiting for its first value is neither favoured nor
  * starved. */
 static double unknown_weight(const ef__policy *p)
 {
     return p->known_n > 0 ? p->known_sum / (double)p->known_n : 1.0;
-}
-
-static double value_weight(const ef__policy *p, const slot_info *s)
-{
-    switch (p->kind) {
-    case EF__POLICY_IMPROVEMENT:
-        return fmax(s->prev - s->value, 0) + FLOOR;
-    case EF__POLICY_RANK:
-        return s->weight; /* assigned by rerank */
-    default:
-        return fmax(s->value, 0) + FLOOR;
-    }
 }
 
 static uint64_t units_of(double w)
@@ -159,10 +134,11 @@ static void set_weight(ef__policy *p, size_t i, double w)
     s->units = u;
 }
 
-/* Takes the slot's weight out of, or into, the mean of known weights. */
+/* Takes the slot's weight out of, or into, the mean of the weights of
+ * items with a value. */
 static void count_known(ef__policy *p, const slot_info *s, double sign)
 {
-    if (s->used && known(p, s)) {
+    if (s->used && s->valued) {
         p->known_sum += sign * s->weight;
         p->known_n += sign > 0 ? 1 : -1;
     }
@@ -199,7 +175,7 @@ static void rerank(ef__policy *p)
         return; /* the old ranks stay: a priority a little out of date */
     size_t m = 0;
     for (size_t i = 0; i < p->n; i++)
-        if (p->slots[i].used && p->slots[i].nvalues)
+        if (p->slots[i].used && p->slots[i].valued)
             order[m++] = (ranked){p->slots[i].value, i};
     qsort(order, m, sizeof *order, by_value_desc);
     p->known_sum = 0;
@@ -214,7 +190,7 @@ static void rerank(ef__policy *p)
     }
     double mean = unknown_weight(p);
     for (size_t i = 0; i < p->n; i++)
-        if (p->slots[i].used && !p->slots[i].nvalues) {
+        if (p->slots[i].used && !p->slots[i].valued) {
             p->slots[i].weight = mean;
             p->slots[i].units = units_of(mean);
         }
@@ -272,6 +248,7 @@ static void table_delete(ef__policy *p, size_t j)
 
 ef__policy *ef__policy_new(ef__policy_kind kind, size_t slots)
 {
+    assert(kind == EF__POLICY_RANK);
     ef__policy *p = ef__calloc(1, sizeof *p);
     if (!p)
         return NULL;
@@ -340,8 +317,7 @@ int ef__policy_enter(ef__policy *p, size_t i, ef_sample_id id)
             ;
     p->table[j] = (uint32_t)(i + 1);
     set_eligible(p, i, 1);
-    if (p->kind == EF__POLICY_RANK)
-        p->rank_stale++;
+    p->rank_stale++;
     pthread_mutex_unlock(&p->mu);
     return 0;
 }
@@ -363,7 +339,7 @@ void ef__policy_retire(ef__policy *p, size_t i)
 int ef__policy_pick(ef__policy *p, double v, size_t *out)
 {
     pthread_mutex_lock(&p->mu);
-    if (p->kind == EF__POLICY_RANK && p->rank_stale >= p->n / 8 + 1)
+    if (p->rank_stale >= p->n / 8 + 1)
         rerank(p);
     /* every eligible slot weighs at least one unit */
     uint64_t total = tree_total(p->weights, p->n);
@@ -380,19 +356,16 @@ int ef__policy_pick(ef__policy *p, double v, size_t *out)
     return rc;
 }
 
-/* Records value x for slot i and updates its priority; lock held. */
+/* Records value x for slot i; lock held. The priority stays until the
+ * next ranking, but from now on the slot counts among those with a value
+ * (with its weight so far: the mean it entered with, or its last rank's). */
 static void record(ef__policy *p, size_t i, double x)
 {
     slot_info *s = &p->slots[i];
     count_known(p, s, -1);
-    s->prev = s->value;
     s->value = x;
-    if (s->nvalues < 2)
-        s->nvalues++;
-    if (p->kind == EF__POLICY_RANK)
-        p->rank_stale++;
-    if (known(p, s))
-        set_weight(p, i, value_weight(p, s));
+    s->valued = 1;
+    p->rank_stale++;
     count_known(p, s, +1);
 }
 
@@ -426,15 +399,14 @@ static double double_of(uint64_t b)
     return x;
 }
 
-/* The values as fed, and the weight as it stands: ranks and the mean
+/* The value as fed, and the weight as it stands: ranks and the mean
  * given to items without a value depend on when they were computed, so
  * weights are kept rather than computed again. */
 void ef__policy_save_slot(ef__policy *p, size_t i, ef__state_out *o)
 {
     pthread_mutex_lock(&p->mu);
     const slot_info *s = &p->slots[i];
-    ef__put_u64(o, s->nvalues);
-    ef__put_u64(o, bits_of(s->prev));
+    ef__put_u64(o, s->valued);
     ef__put_u64(o, bits_of(s->value));
     ef__put_u64(o, bits_of(s->weight));
     pthread_mutex_unlock(&p->mu);
@@ -442,22 +414,19 @@ void ef__policy_save_slot(ef__policy *p, size_t i, ef__state_out *o)
 
 int ef__policy_restore_slot(ef__policy *p, size_t i, ef__state_in *in)
 {
-    uint64_t n, b[3];
-    int rc = ef__get_count(in, "a pooled item's values", 2, &n);
-    for (int k = 0; k < 3 && rc == EF_OK; k++)
+    uint64_t n, b[2];
+    int rc = ef__get_count(in, "a pooled item's values", 1, &n);
+    for (int k = 0; k < 2 && rc == EF_OK; k++)
         rc = ef__get_u64(in, "a pooled item's value", &b[k]);
     if (rc != EF_OK)
         return rc;
-    double prev = double_of(b[0]), value = double_of(b[1]),
-           weight = double_of(b[2]);
-    if (!isfinite(prev) || !isfinite(value) || !(weight >= 0) ||
-        !isfinite(weight))
+    double value = double_of(b[0]), weight = double_of(b[1]);
+    if (!isfinite(value) || !(weight >= 0) || !isfinite(weight))
         return ef__state_bad(in, "a pooled item's value or priority is "
                                  "not a finite number");
     pthread_mutex_lock(&p->mu);
     slot_info *s = &p->slots[i];
-    s->nvalues = (unsigned char)n;
-    s->prev = prev;
+    s->valued = (unsigned char)n;
     s->value = value;
     set_weight(p, i, weight);
     pthread_mutex_unlock(&p->mu);

@@ -3,7 +3,7 @@
  * example's training loss.
  *
  * The pool's slots are the echo stage's; this module keeps, per slot, the
- * item's identity, its last two values and its priority, in a sum tree so
+ * item's identity, its last value and its priority, in a sum tree so
  * that a pick in proportion to priority costs O(log slots). Feedback
  * arrives from the consumer's thread while the stage picks from its own:
  * one mutex guards everything here. */
@@ -16,23 +16,19 @@
 #include "state.h"
 
 typedef enum {
-    EF__POLICY_UNIFORM,     /* no priorities: the stage's own scheme */
-    EF__POLICY_LOSS,        /* in proportion to the value */
-    EF__POLICY_RANK,        /* by the value's rank in the pool */
-    EF__POLICY_IMPROVEMENT, /* by how much the value fell since last fed */
-    EF__POLICY_REDUCIBLE,   /* in proportion to the value (a reducible
-                               loss: the trainer subtracts a held-out
-                               model's loss) */
+    EF__POLICY_UNIFORM, /* no priorities: the stage's own scheme */
+    EF__POLICY_RANK,    /* by the value's rank in the pool */
 } ef__policy_kind;
 
 /* The kind called `name`; -1 for an unknown name. */
 int ef__policy_parse(const char *name, ef__policy_kind *out);
-/* The names, for messages: "uniform, loss, ...". */
+/* The names, for messages: "uniform or rank". */
 const char *ef__policy_names(void);
 
 typedef struct ef__policy ef__policy;
 
-/* A policy over `slots` pool slots; NULL when out of memory. */
+/* A policy of `kind` (not uniform, which needs none) over `slots` pool
+ * slots; NULL when out of memory. */
 ef__policy *ef__policy_new(ef__policy_kind kind, size_t slots);
 void ef__policy_free(ef__policy *p);
 
@@ -53,7 +49,7 @@ int ef__policy_pick(ef__policy *p, double v, size_t *slot);
 size_t ef__policy_feedback(ef__policy *p, const ef_sample_id *ids,
                            const double *values, size_t n);
 
-/* Checkpoints: a slot's values and priority, written after the slot's
+/* Checkpoints: a slot's value and priority, written after the slot's
  * item (entered before its restore); then, after every slot, the
  * policy's own counters. */
 void ef__policy_save_slot(ef__policy *p, size_t slot, ef__state_out *o);
