@@ -5,7 +5,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -24,18 +23,12 @@ int cmd_train(int argc, char **argv)
 #else
 #include <cblas.h>
 
-#include "holdout.h"
 #include "trainer.h"
 #ifdef EF_HAVE_MPI
 #include "train_mpi.h"
 #endif
 
 #define FMNIST "/usr/share/datasets/fashion-mnist"
-#define FMNIST_TRAIN_RECORDS 60000L
-/* --holdout's default with policy=reducible: as many records as the test
- * set holds, a sixth of the training set, enough for an IL model of about
- * the accuracy the RHO-LOSS paper's work with. */
-#define DEFAULT_HOLDOUT 10000L
 
 typedef struct {
     eft_config cfg;
@@ -47,13 +40,8 @@ typedef struct {
     cli_pipeline_opts po;
     eft_comm comm; /* under mpirun: this process's rank and the size */
     char spec_buf[4096], test_buf[1024];
-    /* echo policy feedback (cfg.feedback) and RHO-LOSS's IL model */
-    char policy[32];          /* the echo policy; "uniform": none */
-    int reducible;            /* policy=reducible: an IL model is trained */
-    int holdout_given;
-    const char *holdout_spec; /* the IL model's records, with reducible */
-    char holdout_buf[1024];
-    double holdout_s, holdout_acc; /* its training time, test accuracy */
+    /* echo policy feedback (cfg.feedback) */
+    char policy[32]; /* the echo policy; "uniform": none */
 } train_opts;
 
 static const char about[] =
@@ -67,8 +55,7 @@ static const char about[] =
     "samples_hash and weights_hash).\n"
     "With an echo policy (--echo ...,policy=NAME, or echo:policy=NAME in\n"
     "--spec), each step feeds every example's training loss back to the\n"
-    "echo stage; policy=reducible feeds the loss less that of a model\n"
-    "trained first on --holdout records (RHO-LOSS).\n";
+    "echo stage.\n";
 
 /* Parses the options into o, the trainer's defaults for the rest: 0, 1
  * after --help, -1 after a message. */
@@ -97,11 +84,6 @@ static int parse(train_opts *o, int argc, char **argv)
          "echo stage options: factor=2,shuffle=1000 or\n"
          "factor=auto,max=8; policy=NAME (not uniform):\n"
          "each example's training loss is fed back"},
-        {"--holdout", ARG_LONG, &o->cfg.holdout, &o->holdout_given, 0, 1e12,
-         NULL, "N",
-         "train on the first 60000-N records only; the last\n"
-         "N train policy=reducible's irreducible-loss model\n"
-         "(10000 with policy=reducible unless given)"},
         {"--echo-at", ARG_CHOICE, &o->echo_at, NULL, 0, 0,
          "before-augment|after-augment|batch", "WHERE",
          "where the echo stage goes: before-augment,\n"
@@ -190,15 +172,11 @@ static int preset(train_opts *o)
                  o->throttle);
     const char *augment =
         o->cfg.arch == EFT_CNN ? "random_crop:pad=2 | flip:p=0.5 | " : "";
-    long holdout = o->cfg.holdout, kept = FMNIST_TRAIN_RECORDS - holdout;
-    char range[64] = ""; /* none without a holdout: the spec as it was */
-    if (holdout > 0)
-        snprintf(range, sizeof range, ",count=%ld", kept);
     int n = snprintf(o->spec_buf, sizeof o->spec_buf,
                      "idx:images=" FMNIST "/train-images-idx3-ubyte.gz,"
-                     "labels=" FMNIST "/train-labels-idx1-ubyte.gz%s | "
+                     "labels=" FMNIST "/train-labels-idx1-ubyte.gz | "
                      "shuffle:60000 | repeat | %s%s%s%sbatch:%d | %sprefetch:4",
-                     range, slow, at == 0 ? echo : "", augment,
+                     slow, at == 0 ? echo : "", augment,
                      at == 1 ? echo : "", o->cfg.batch, at == 2 ? echo : "");
     if (n >= (int)sizeof o->spec_buf) {
         fprintf(stderr, "echoflow train: --echo options too long\n");
@@ -209,14 +187,6 @@ static int preset(train_opts *o)
              "labels=" FMNIST "/t10k-labels-idx1-ubyte.gz | batch:1000");
     o->spec = o->spec_buf;
     o->test_spec = o->test_buf;
-    if (o->reducible) {
-        snprintf(o->holdout_buf, sizeof o->holdout_buf,
-                 "idx:images=" FMNIST "/train-images-idx3-ubyte.gz,"
-                 "labels=" FMNIST "/train-labels-idx1-ubyte.gz,"
-                 "first=%ld,count=%ld | batch:1000",
-                 kept, holdout);
-        o->holdout_spec = o->holdout_buf;
-    }
     return 0;
 }
 
@@ -416,12 +386,6 @@ static void report(const train_opts *o, const ef_pipeline *p,
         json_number(&w, "batch", o->cfg.batch);
         json_string(&w, "echo_policy", o->policy);
         json_number(&w, "feedback_values", fed);
-        json_number(&w, "holdout", (double)o->cfg.holdout);
-        json_number(&w, "holdout_time_s", o->holdout_s);
-        if (o->reducible)
-            json_number(&w, "holdout_accuracy", o->holdout_acc);
-        else
-            json_null(&w, "holdout_accuracy");
         if (!has_echo) {
             json_null(&w, "echo");
         } else {
@@ -465,12 +429,6 @@ static void report(const train_opts *o, const ef_pipeline *p,
                r->checkpoint_s);
     if (o->cfg.feedback)
         printf("echo policy %s: %.0f values fed back\n", o->policy, fed);
-    if (o->reducible)
-        printf("irreducible-loss model: %ld held-out records, test accuracy "
-               "%.4f, trained in %.2f s (apart from training)\n",
-               o->cfg.holdout, o->holdout_acc, o->holdout_s);
-    else if (o->cfg.holdout > 0)
-        printf("%ld training records held out\n", o->cfg.holdout);
     printf("samples hash %016llx, weights hash %016llx\n",
            (unsigned long long)r->samples_hash,
            (unsigned long long)r->weights_hash);
@@ -515,46 +473,13 @@ static int check_checkpoint(const train_opts *o)
     return 0;
 }
 
-/* The echo policy and --holdout: 0 when they make sense (cfg.feedback and
- * cfg.holdout set), -1 after a message. */
-static int check_feedback(train_opts *o)
+/* Whether the echo policy wants values fed back (cfg.feedback), and its
+ * name for the report. */
+static void check_feedback(train_opts *o)
 {
-    eft_config *c = &o->cfg;
-    c->feedback =
+    o->cfg.feedback =
         o->data ? echo_policy_of_opts(o->echo, o->policy, sizeof o->policy)
                 : echo_policy_of_spec(o->spec, o->policy, sizeof o->policy);
-    o->reducible = c->feedback && !strcmp(o->policy, "reducible");
-    if (!o->data && o->holdout_given) {
-        fprintf(stderr, "echoflow train: --holdout splits the --data "
-                        "training set; with --spec, hold records out in "
-                        "the spec (idx:...,first=,count=)\n");
-        return -1;
-    }
-    if (!o->data && o->reducible) {
-        fprintf(stderr, "echoflow train: policy=reducible needs an "
-                        "irreducible-loss model, trained on records held "
-                        "out of --data fashion-mnist (--holdout N); with "
-                        "--spec there is none\n");
-        return -1;
-    }
-    if (!o->data)
-        return 0;
-    if (!o->holdout_given)
-        c->holdout = o->reducible ? DEFAULT_HOLDOUT : 0;
-    if (c->holdout >= FMNIST_TRAIN_RECORDS) {
-        fprintf(stderr,
-                "echoflow train: --holdout %ld: the Fashion-MNIST training "
-                "set has %ld records, and some must be left to train on\n",
-                c->holdout, FMNIST_TRAIN_RECORDS);
-        return -1;
-    }
-    if (o->reducible && c->holdout == 0) {
-        fprintf(stderr, "echoflow train: policy=reducible trains its "
-                        "irreducible-loss model on held-out records: give "
-                        "--holdout N > 0\n");
-        return -1;
-    }
-    return 0;
 }
 
 /* Checks the options and builds the spec; returns 0 to train, -1 when
@@ -587,51 +512,10 @@ static int setup(train_opts *o, int launched, int argc, char **argv)
                         "of a run under mpirun; this is one process\n");
         return 2;
     }
-    if (check_checkpoint(o) || check_feedback(o))
+    if (check_checkpoint(o))
         return 2;
+    check_feedback(o);
     return o->data && preset(o) ? 2 : 0;
-}
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-/* policy=reducible's irreducible-loss model, trained on the held-out
- * records (every process the same one: the same records and seed) and
- * evaluated on the test set; its time goes to o->holdout_s, not to
- * training time. NULL after a message. */
-static eft_model *train_irreducible(train_opts *o, const eft_dataset *test)
-{
-    double start = now_s();
-    ef_pipeline *p = build(o, o->holdout_spec, "holdout", NULL);
-    if (!p)
-        return NULL;
-    char err[1024];
-    eft_dataset held;
-    int rc = eft_dataset_load(p, o->cfg.mean, o->cfg.std, &held, err,
-                              sizeof err);
-    ef_pipeline_destroy(p);
-    if (rc) {
-        fprintf(stderr, "echoflow train: holdout: %s\n", err);
-        return NULL;
-    }
-    eft_holdout_config hc;
-    eft_holdout_defaults(&hc, o->cfg.seed);
-    eft_model *il = eft_holdout_train(&hc, &held, o->cfg.batch, err,
-                                      sizeof err);
-    free((void *)held.x);
-    free((void *)held.y);
-    if (!il) {
-        fprintf(stderr, "echoflow train: %s\n", err);
-        return NULL;
-    }
-    o->holdout_s = now_s() - start;
-    double loss;
-    eft_model_evaluate(il, test->x, test->y, test->n, &loss, &o->holdout_acc);
-    return il;
 }
 
 /* Everything after the options: 0, or the exit code. */
@@ -659,18 +543,6 @@ static int run(train_opts *o)
         return 1;
     }
     ef_pipeline_destroy(test_p);
-    eft_model *il = NULL;
-    if (o->reducible && !(il = train_irreducible(o, &test))) {
-        free((void *)test.x);
-        free((void *)test.y);
-        ef_pipeline_destroy(train_p);
-        return 1;
-    }
-    if (il && !o->json && lead)
-        fprintf(stderr,
-                "irreducible-loss model: %ld held-out records, test accuracy "
-                "%.4f, trained in %.2f s\n",
-                o->cfg.holdout, o->holdout_acc, o->holdout_s);
     if (!o->json && lead)
         fprintf(stderr, "training on: %s%s\n", o->spec,
                 comm ? " (each process its part: shard=RANK/N)" : "");
@@ -682,7 +554,7 @@ static int run(train_opts *o)
                 o->cfg.checkpoint);
     eft_result r;
     const eft_job job = {&o->cfg, train_p, &test, on_progress, 20, &pc,
-                         on_resumed, il};
+                         on_resumed};
     int rc = eft_train(&job, &r, err, sizeof err);
     double mine[F_COUNT], *all = NULL;
     if (rc == 0 && comm) {
@@ -701,7 +573,6 @@ static int run(train_opts *o)
     else if (lead)
         report(o, train_p, &r, all, o->json);
     free(all);
-    eft_model_destroy(il);
     free((void *)test.x);
     free((void *)test.y);
     ef_pipeline_destroy(train_p);
@@ -723,10 +594,8 @@ int cmd_train(int argc, char **argv)
     int launched = 0;
 #endif
     int rc = setup(&o, launched, argc, argv);
-    if (rc == 0 && o.print_spec) /* the IL model's records third */
-        printf("%s\n%s\n%s%s", o.spec, o.test_spec,
-               o.holdout_spec ? o.holdout_spec : "",
-               o.holdout_spec ? "\n" : "");
+    if (rc == 0 && o.print_spec)
+        printf("%s\n%s\n", o.spec, o.test_spec);
     else if (rc == 0)
         rc = run(&o);
     else if (rc < 0)

@@ -159,30 +159,17 @@ for bad in "--resume" "--checkpoint-every 5"; do
         fail "$bad without --checkpoint: rc $rc, $(cat "$TMP/lone.err")"
 done
 
-# ---- records held out (--holdout) ------------------------------------------
-# Another split is another run: a checkpoint of one is refused by another.
-HOLD=(--data fashion-mnist --threads 1 --max-fresh 1280 --eval-every 1280
-      --seed 7 --json)
-train held "${HOLD[@]}" --holdout 2000 --checkpoint "$TMP/held.ck"
-if [ "$rc" -ne 0 ]; then
-    fail "a run with --holdout 2000: rc $rc, $(cat "$TMP/held.err")"
+# ---- an echo policy (policy=rank) ------------------------------------------
+# The pool's values and priorities are in the checkpoint: a run killed and
+# resumed ends as the uninterrupted one.
+RANK=(--data fashion-mnist --echo factor=2,shuffle=100,policy=rank
+      --threads 1 --max-fresh 25600 --eval-every 12800 --seed 7)
+train rank_ref "${RANK[@]}" --json
+if [ "$rc" -ne 0 ] || ! figures "$TMP/rank_ref.out" >"$TMP/rank_ref.fig"; then
+    fail "the uninterrupted policy=rank run: rc $rc, $(cat "$TMP/rank_ref.err")"
 else
-    refused other_holdout "$TMP/held.ck" "holdout 2000 there, 3000 here" -- \
-        "${HOLD[@]}" --holdout 3000
-    refused no_holdout "$TMP/held.ck" "a setting this one lacks: 'holdout'" -- \
-        "${HOLD[@]}"
-fi
-# RHO-LOSS (policy=reducible): each resume trains the irreducible-loss
-# model again, the same one, and the run ends as the uninterrupted one.
-# (Until the echo stage takes policy=, this fails where it refuses it.)
-RHO=(--data fashion-mnist --holdout 1000 --echo factor=2,shuffle=100,policy=reducible
-     --threads 1 --max-fresh 25600 --eval-every 12800 --seed 7)
-train rho_ref "${RHO[@]}" --json
-if [ "$rc" -ne 0 ] || ! figures "$TMP/rho_ref.out" >"$TMP/rho_ref.fig"; then
-    fail "the uninterrupted policy=reducible run: rc $rc, $(cat "$TMP/rho_ref.err")"
-else
-    kill_and_resume "$TMP/rho_ref.fig" "$TMP/rho.ck" "${RHO[@]}" \
-        --checkpoint "$TMP/rho.ck" --checkpoint-every 5 --resume
+    kill_and_resume "$TMP/rank_ref.fig" "$TMP/rank.ck" "${RANK[@]}" \
+        --checkpoint "$TMP/rank.ck" --checkpoint-every 5 --resume
 fi
 
 [ "$failures" -eq 0 ] || {

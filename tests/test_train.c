@@ -12,7 +12,6 @@
 
 #include "checkpoint.h"
 #include "ef_test_util.h"
-#include "holdout.h"
 #include "model.h"
 #include "trainer.h"
 
@@ -656,14 +655,6 @@ static void checkpoint_resumes_exactly(void **state)
     assert_non_null(strstr(err, "mid.ck: saved by another run: lr 0.03 "
                                 "there, 0.05 here"));
     cfg.lr = 0.03;
-    /* records held out for an IL model make another run too */
-    cfg.holdout = 1000;
-    job.train = p = fmnist(spec, 3);
-    assert_int_equal(eft_train(&job, &r, err, sizeof err), -1);
-    ef_pipeline_destroy(p);
-    assert_non_null(strstr(err, "mid.ck: saved by a run without the setting "
-                                "'holdout' (1000 here)"));
-    cfg.holdout = 0;
     job.train = p = fmnist(spec, 4);
     assert_int_equal(eft_train(&job, &r, err, sizeof err), -1);
     ef_pipeline_destroy(p);
@@ -701,6 +692,38 @@ static void checkpoint_resumes_exactly(void **state)
     ef_pipeline_destroy(p);
     assert_non_null(strstr(err, "mid.ck: corrupt: its checksum"));
 
+    /* a checkpoint of a RHO-LOSS run (policy=reducible, retired with
+     * --holdout): the same file with a setting 'holdout' (u8 name length,
+     * name, u8 kind 0, u64 value) inserted after the settings' count, its
+     * payload size and CRC fixed; refused, naming the setting */
+    bytes[n / 2] ^= 4;
+    static unsigned char rho[(4 << 20) + 32];
+    const unsigned char extra[17] = {7, 'h', 'o', 'l', 'd', 'o', 'u', 't', 0,
+                                     0xe8, 0x03, 0, 0, 0, 0, 0, 0};
+    memcpy(rho, bytes, 28);
+    memcpy(rho + 28, extra, sizeof extra);
+    memcpy(rho + 28 + sizeof extra, bytes + 28, n - 4 - 28);
+    size_t m = n + sizeof extra;
+    uint64_t payload = 0;
+    for (int i = 0; i < 8; i++)
+        payload |= (uint64_t)rho[16 + i] << (8 * i);
+    payload += sizeof extra;
+    for (int i = 0; i < 8; i++)
+        rho[16 + i] = (unsigned char)(payload >> (8 * i));
+    rho[24]++; /* the count, little-endian u32 below 255 */
+    uint32_t crc = eft_crc32c(0, rho, m - 4);
+    for (int i = 0; i < 4; i++)
+        rho[m - 4 + i] = (unsigned char)(crc >> (8 * i));
+    f = fopen(copy, "wb");
+    assert_int_equal(fwrite(rho, 1, m, f), m);
+    fclose(f);
+    job.train = p = fmnist(spec, 3);
+    assert_int_equal(eft_train(&job, &r, err, sizeof err), -1);
+    ef_pipeline_destroy(p);
+    if (!strstr(err, "mid.ck: saved by a run with a setting this one lacks: "
+                     "'holdout'"))
+        fail_msg("a RHO-LOSS checkpoint: %s", err);
+
     remove(path);
     remove(copy);
     rmdir(dir);
@@ -710,8 +733,7 @@ static void checkpoint_resumes_exactly(void **state)
 
 /* Feeding values back: every example of every step, by identity, from the
  * step's own forward pass; to a pipeline with no policy that listens it
- * changes nothing, with or without an irreducible-loss model. A run with
- * held-out records resumes only as one with as many. */
+ * changes nothing, and a resumed run counts on from its checkpoint. */
 static void feedback_runs(void **state)
 {
     (void)state;
@@ -720,17 +742,11 @@ static void feedback_runs(void **state)
     char path[128];
     snprintf(path, sizeof path, "%s/run.ck", dir);
     const char *spec = "shuffle:1000 | echo:factor=2,shuffle=50 | batch:64";
-    eft_dataset test, held;
+    eft_dataset test;
     ef_pipeline *tp = fmnist("take:1000 | batch:500", 1);
     assert_int_equal(eft_dataset_load(tp, 0.286, 0.353, &test, err, sizeof err),
                      0);
     ef_pipeline_destroy(tp);
-    /* the IL model's records: any others than the test set's will do */
-    tp = fmnist("take:3000 | batch:500", 1);
-    assert_int_equal(eft_dataset_load(tp, 0.286, 0.353, &held, err, sizeof err),
-                     0);
-    ef_pipeline_destroy(tp);
-    held.x += 1000 * held.dim, held.y += 1000, held.n = 2000;
     eft_config cfg;
     eft_config_defaults(&cfg);
     cfg.batch = 64;
@@ -752,17 +768,6 @@ static void feedback_runs(void **state)
     assert_int_equal(fed.samples_hash, plain.samples_hash);
     assert_int_equal(fed.weights_hash, plain.weights_hash);
 
-    /* RHO-LOSS's IL model, trained on its own records, beats chance */
-    eft_holdout_config hc;
-    eft_holdout_defaults(&hc, 5);
-    hc.passes = 3;
-    eft_model *il = eft_holdout_train(&hc, &held, cfg.batch, err, sizeof err);
-    assert_non_null(il);
-    double loss, acc;
-    eft_model_evaluate(il, test.x, test.y, test.n, &loss, &acc);
-    assert_true(acc > 0.6);
-    job.irreducible = il;
-    cfg.holdout = 2000;
     cfg.checkpoint = path;
     job.train = p = fmnist(spec, 3);
     assert_int_equal(eft_train(&job, &r, err, sizeof err), 0);
@@ -776,37 +781,13 @@ static void feedback_runs(void **state)
     ef_pipeline_destroy(p);
     assert_true(r.resumed);
     assert_int_equal(r.feedback_values, r.final.examples);
-    cfg.holdout = 0;
-    job.train = p = fmnist(spec, 3);
-    assert_int_equal(eft_train(&job, &r, err, sizeof err), -1);
-    ef_pipeline_destroy(p);
-    assert_non_null(strstr(err, "run.ck: saved by a run with a setting this "
-                                "one lacks: 'holdout'"));
-    cfg.holdout = 2000;
     cfg.checkpoint = NULL;
     cfg.resume = 0;
 
-    /* an IL model too small for the batches is refused */
-    eft_model *small = eft_model_create(EFT_MLP, 16, 1, 1);
-    job.irreducible = small;
-    job.train = p = fmnist(spec, 3);
-    assert_int_equal(eft_train(&job, &r, err, sizeof err), -1);
-    ef_pipeline_destroy(p);
-    assert_non_null(strstr(err, "irreducible-loss model takes batches of 16"));
-    eft_model_destroy(small);
-    /* and no IL model without records */
-    eft_dataset none = held;
-    none.n = 0;
-    assert_null(eft_holdout_train(&hc, &none, 64, err, sizeof err));
-    assert_non_null(strstr(err, "no records"));
-
-    eft_model_destroy(il);
     remove(path);
     rmdir(dir);
     free((void *)test.x);
     free((void *)test.y);
-    free((void *)(held.x - 1000 * held.dim));
-    free((void *)(held.y - 1000));
 }
 
 int main(void)

@@ -146,10 +146,6 @@ static int settings_of(const eft_run_id *id, setting *s)
     s[n++] = float_setting("mean", c->mean);
     s[n++] = float_setting("std", c->std);
     s[n++] = int_setting("held-out set", id->test_hash);
-    /* only when used, so that checkpoints of runs without one still
-       load: the training records differ, and so does the IL model */
-    if (c->holdout > 0)
-        s[n++] = int_setting("holdout", (uint64_t)c->holdout);
     assert(n <= MAX_SETTINGS);
     return n;
 }

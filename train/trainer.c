@@ -190,9 +190,9 @@ typedef struct {
     void *state; /* the training pipeline's state, for checkpoints */
     size_t state_cap;
     /* with cfg->feedback, cfg->batch of each, allocated once: the batch's
-     * identities, its examples' values and the irreducible losses */
+     * identities and its examples' values */
     ef_sample_id *ids;
-    double *values, *il_losses;
+    double *values;
 } trainer;
 
 /* What one step did: this process's share and the step's in all. */
@@ -245,20 +245,13 @@ static int next_batch(trainer *t, step_result *r, char *err, size_t errlen)
 }
 
 /* Feeds the values of the step's n examples back to the training pipeline
- * (t->values holds their training losses). With an irreducible-loss model
- * the value is the reducible loss, RHO-LOSS's selection score. A step
+ * (t->values holds their training losses). A step
  * with a loss that is not finite feeds nothing: the pipeline would refuse
  * it, and the run stops there as diverged. */
 static int feed_back(trainer *t, int n, char *err, size_t errlen)
 {
     if (!t->ids || n == 0)
         return 0;
-    if (t->job->irreducible) {
-        eft_model_run_each(t->job->irreducible, t->x, t->y, n, 0, NULL,
-                           t->il_losses);
-        for (int i = 0; i < n; i++)
-            t->values[i] -= t->il_losses[i];
-    }
     for (int i = 0; i < n; i++)
         if (!isfinite(t->values[i]))
             return 0;
@@ -550,16 +543,10 @@ int eft_train(const eft_job *job, eft_result *res, char *err, size_t errlen)
     if (cfg->feedback) {
         t.ids = malloc((size_t)cfg->batch * sizeof *t.ids);
         t.values = malloc((size_t)cfg->batch * sizeof *t.values);
-        t.il_losses = malloc((size_t)cfg->batch * sizeof *t.il_losses);
-        feedback_ok = t.ids && t.values && t.il_losses;
+        feedback_ok = t.ids && t.values;
     }
     if (!t.m || !t.x || !t.y || !feedback_ok)
         rc = fail(err, errlen, "train: out of memory");
-    else if (job->irreducible && job->irreducible->max_batch < cfg->batch)
-        rc = fail(err, errlen,
-                  "train: the irreducible-loss model takes batches of %d, "
-                  "not %d",
-                  job->irreducible->max_batch, cfg->batch);
     else if (job->test && job->test->dim != t.dim)
         rc = fail(err, errlen,
                   "evaluation set: images of %zu values; the %s takes %zu",
@@ -595,6 +582,5 @@ int eft_train(const eft_job *job, eft_result *res, char *err, size_t errlen)
     free(t.state);
     free(t.ids);
     free(t.values);
-    free(t.il_losses);
     return rc;
 }

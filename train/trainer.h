@@ -63,13 +63,9 @@ typedef struct {
     int resume;
     /* Echo policies (ef_pipeline_feedback): after each step, every
      * example's value goes back to the training pipeline by identity:
-     * its loss in the step's forward pass, less the irreducible-loss
-     * model's (eft_job) when there is one. Off, nothing is fed back and
+     * its loss in the step's forward pass. Off, nothing is fed back and
      * the run is what it was without. */
     int feedback;
-    /* Training records held out for the irreducible-loss model (the
-     * caller's split; here only a setting a checkpoint must match). */
-    long holdout;
 } eft_config;
 
 /* Set where config fields have no default of their own. */
@@ -138,11 +134,6 @@ typedef struct {
     /* Called once a checkpoint is loaded, with the progress it holds;
      * may be NULL. */
     void (*resumed)(void *user, const eft_progress *p);
-    /* With cfg.feedback: the irreducible-loss model of RHO-LOSS
-     * (holdout.h), run forward on each batch, so that the value fed back
-     * is the example's training loss less its loss under this model.
-     * Borrowed, for batches of up to cfg.batch; NULL: the training loss. */
-    eft_model *irreducible;
 } eft_job;
 
 /* Trains until the target or the budget. Returns 0, or -1 with a message

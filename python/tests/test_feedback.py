@@ -248,12 +248,10 @@ def test_loader_refuses_feedback_with_dataloader_workers():
         del it
 
 
-# ---- an echo policy (echo:policy=...; the C side lands separately) ---------
+# ---- an echo policy (echo:policy=rank) ------------------------------------
 
 def test_feedback_reaches_an_echo_policy():
-    # Until the echo stage takes policy=, building this pipeline raises
-    # SpecError: this test fails until then.
-    spec = "range:n=64 | echo:factor=2,pool=16,policy=loss | batch:8"
+    spec = "range:n=64 | echo:factor=2,pool=16,policy=rank | batch:8"
     fresh, copies = [], {}
     with echoflow.Pipeline(spec, seed=5) as p:
         for b in p:
