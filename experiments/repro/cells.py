@@ -71,7 +71,9 @@ def train_args(c, env):
          "--target-acc", fmt(c["target_acc"]),
          "--max-fresh", fmt(c["max_fresh"]),
          "--eval-every", fmt(c["eval_every"])]
-    for opt in ["threads", "warmup", "holdout"]:
+    # (holdout stays a setting for old rows; the trainer no longer takes
+    # --holdout, and no cell sets it)
+    for opt in ["threads", "warmup"]:
         if fmt(c[opt]):
             a += ["--" + opt, fmt(c[opt])]
     if c["source"] != "preset":

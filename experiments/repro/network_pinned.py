@@ -34,9 +34,7 @@ network experiment's UPSTREAM_SHUFFLE.
 
 The policy cells' echo options are
 `factor=auto,max=8,policy=P,pool=10000,shuffle=10000`: with factor=auto,
-`max` caps how often one pooled item is emitted, and so the factor. The
-trainer holds records out for `policy=reducible` only from its preset, not
-from a `--spec`, so a BEST_POLICY of `reducible` cannot run here."""
+`max` caps how often one pooled item is emitted, and so the factor."""
 import math
 import os
 import statistics

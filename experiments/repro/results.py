@@ -20,7 +20,9 @@ SETTINGS = ["experiment", "variant", "model", "source", "echo", "echo_at",
             "holdout", "pinned"]
 # echo_policy .. holdout_accuracy: from trainers that feed losses back to
 # the echo stage (empty when the JSON has no such key); holdout_records is
-# the JSON's "holdout", the records it held out.
+# the JSON's "holdout", the records it held out. The holdout columns come
+# from RHO-LOSS runs (policy=reducible), retired since: kept so old rows
+# read back, empty in new ones.
 RESULTS = ["reached", "diverged", "fresh_to_target", "steps_to_target",
            "time_to_target_s", "eval_time_s", "train_time_s", "fresh",
            "steps", "final_accuracy", "train_examples_per_s",
