@@ -49,7 +49,7 @@ VARIANTS = {"uniform": ("", ""),
             "rank-mix0.5": ("rank", 0.5),
             "reducible-mix0.5": ("reducible", 0.5)}
 ORDER = ["none"] + list(VARIANTS)
-# Retired from the product after this experiment (commit b92ae4b, "echo:
+# Retired from the product after this experiment (commit b2a929c, "echo:
 # only rank earns a place among the policies"): rows kept, cells no longer
 # run. The echo stage now refuses policy=loss, improvement and reducible
 # (the control ran as policy=loss,mix=1), and the trainer --holdout; the
