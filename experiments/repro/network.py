@@ -117,6 +117,7 @@ def upstream_shuffle(spec):
 
 class Environment:
     """What the network cells run in: the upstream, and their pipelines."""
+    source = HTTP_SOURCE  # the shards' source stages (over_http)
 
     def __init__(self, binary, out_dir, work):
         self.binary = binary
@@ -130,8 +131,8 @@ class Environment:
         train, test = preset_specs(self.binary, c, self.upstream.rate_at(R))
         self.recorded[id(c)] = over_http(
             train, self.upstream.urls().replace(
-                ":%d/" % self.upstream.port, ":PORT/"))
-        return ["--spec", over_http(train, self.upstream.urls()),
+                ":%d/" % self.upstream.port, ":PORT/"), self.source)
+        return ["--spec", over_http(train, self.upstream.urls(), self.source),
                 "--test-spec", test]
 
     def context(self, c):

@@ -39,8 +39,8 @@ import math
 import os
 import statistics
 
-from .network import (PAPER_SPEEDUP, UPSTREAM_SHUFFLE, check_recorded,
-                      over_http, preset_specs)
+from . import network
+from .network import PAPER_SPEEDUP, UPSTREAM_SHUFFLE, check_recorded
 from .nginx import Upstream
 from .policy import BEST_POLICY, policy_cell, vkey
 from .policy_cnn import settings
@@ -72,9 +72,10 @@ def cells(quick):
     return out
 
 
-class Environment:
-    """nginx pinned to NGINX_CPU, the trainer (under prefix) to
-    TRAINER_CPU."""
+class Environment(network.Environment):
+    """The network experiment's, with nginx pinned to NGINX_CPU, the
+    trainer (under prefix) to TRAINER_CPU, and the images left u8."""
+    source = HTTP_SOURCE_U8
 
     def __init__(self, binary, out_dir, work):
         cpus = os.sched_getaffinity(0)
@@ -104,26 +105,7 @@ class Environment:
 
     def data_args(self, c):
         self.check(c)
-        R = int(c["R"])
-        up = self.upstream
-        up.serve(R)
-        train, test = preset_specs(self.binary, c, up.rate_at(R))
-        self.recorded[id(c)] = over_http(
-            train, up.urls().replace(":%d/" % up.port, ":PORT/"),
-            HTTP_SOURCE_U8)
-        return ["--spec", over_http(train, up.urls(), HTTP_SOURCE_U8),
-                "--test-spec", test]
-
-    def context(self, c):
-        R = int(c["R"])
-        up = self.upstream
-        return {"upstream_rate": round(up.rate_at(R), 1),
-                "limit_rate_bytes": up.limit(R),
-                "calibrated_rate": round(up.rate, 1),
-                "train_spec": self.recorded.pop(id(c))}
-
-    def stop(self):
-        self.upstream.stop()
+        return super().data_args(c)
 
 
 def setup(binary, out_dir, work):
