@@ -427,6 +427,17 @@ static ef_pipeline *fmnist(const char *tail, uint64_t seed)
     return tu_pipeline(spec, seed);
 }
 
+/* The first 1,000 test images, the held-out set of the checkpoint and
+ * feedback runs. */
+static void load_small_test_set(eft_dataset *test)
+{
+    char err[1024];
+    ef_pipeline *tp = fmnist("take:1000 | batch:500", 1);
+    if (eft_dataset_load(tp, 0.286, 0.353, test, err, sizeof err) != 0)
+        fail_msg("loading the test set: %s", err);
+    ef_pipeline_destroy(tp);
+}
+
 /* A short run on the real data lowers the test loss and beats chance by
  * far: the whole path from IDX files to SGD works. */
 static void short_run_learns(void **state)
@@ -565,10 +576,7 @@ static void checkpoint_resumes_exactly(void **state)
     const char *spec = "shuffle:1000 | echo:factor=2,shuffle=50 | batch:64 | "
                        "prefetch:2";
     eft_dataset test;
-    ef_pipeline *tp = fmnist("take:1000 | batch:500", 1);
-    assert_int_equal(eft_dataset_load(tp, 0.286, 0.353, &test, err, sizeof err),
-                     0);
-    ef_pipeline_destroy(tp);
+    load_small_test_set(&test);
     eft_config cfg;
     eft_config_defaults(&cfg);
     cfg.batch = 64;
@@ -743,10 +751,7 @@ static void feedback_runs(void **state)
     snprintf(path, sizeof path, "%s/run.ck", dir);
     const char *spec = "shuffle:1000 | echo:factor=2,shuffle=50 | batch:64";
     eft_dataset test;
-    ef_pipeline *tp = fmnist("take:1000 | batch:500", 1);
-    assert_int_equal(eft_dataset_load(tp, 0.286, 0.353, &test, err, sizeof err),
-                     0);
-    ef_pipeline_destroy(tp);
+    load_small_test_set(&test);
     eft_config cfg;
     eft_config_defaults(&cfg);
     cfg.batch = 64;
