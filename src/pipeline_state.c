@@ -27,19 +27,22 @@ static void stage_opts(const ef__stage *s, char *buf)
  * to take again from its upstream. */
 static int save_stage(ef__stage *s, ef__state_out *o, ef__err *err)
 {
-    char opts[OPTS_TEXT];
-    stage_opts(s, opts);
-    ef__put_str(o, s->def->info.name);
-    ef__put_str(o, opts);
-    ef__put_i64(o, s->epoch);
-    ef__put_u64(o, (uint64_t)s->ended);
     ef__idents replay = {0};
     ef__state_out rec = {.replay = &replay};
+    /* the stage's record first: a stage that cannot be saved (an
+     * unordered map) does not pause its threads, so it must refuse
+     * before its fields, which those threads write, are read */
     int rc = s->def->save ? s->def->save(s, &rec, err) : EF_OK;
     if (rc == EF_OK && s->replay) /* still owed from a restore: after */
         for (size_t i = s->replay->at; i < s->replay->n && rc == EF_OK; i++)
             rc = ef__idents_add(&replay, &s->replay->items[i]);
     if (rc == EF_OK) {
+        char opts[OPTS_TEXT];
+        stage_opts(s, opts);
+        ef__put_str(o, s->def->info.name);
+        ef__put_str(o, opts);
+        ef__put_i64(o, s->epoch);
+        ef__put_u64(o, (uint64_t)s->ended);
         ef__put_bytes(o, rec.buf, rec.len);
         ef__put_idents(o, replay.items, replay.n);
         if (rec.failed || o->failed)
