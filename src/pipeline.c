@@ -308,10 +308,12 @@ static int start(ef_pipeline *p)
     atomic_store(&p->started, 1);
     if (p->nstages == 0)
         return ef__err_set(&p->err, EF_ESPEC, "the pipeline has no stages");
-    for (int i = 0; i < p->nstages; i++)
+    for (int i = 0; i < p->nstages; i++) {
         p->stages[i]->pulled_ns = i + 1 < p->nstages
                                       ? &p->stages[i + 1]->wait_up_ns
-                                      : &p->consumer_wait_ns;
+                                      : &p->consumer_wait.done_ns;
+        p->stages[i]->consumer_wait = &p->consumer_wait;
+    }
     for (int i = 0; i < p->nstages; i++)
         if (p->stages[i]->def->link)
             p->stages[i]->def->link(p->stages[i]);
@@ -349,9 +351,13 @@ ef_status ef_pipeline_next(ef_pipeline *p, ef_sample **out)
     }
     ef__stage *last = p->stages[p->nstages - 1];
     uint64_t t0 = ef__timer_ns();
+    atomic_store_explicit(&p->consumer_wait.since_ns, t0,
+                          memory_order_relaxed);
     int rc = last->def->next(last, out, &p->err);
     uint64_t t1 = ef__timer_ns();
-    ef__stat_add(&p->consumer_wait_ns, ef__elapsed_ns(t0, t1));
+    ef__stat_add(&p->consumer_wait.done_ns, ef__elapsed_ns(t0, t1));
+    atomic_store_explicit(&p->consumer_wait.since_ns, 0,
+                          memory_order_relaxed);
     atomic_store_explicit(&p->t_last_ns, t1, memory_order_relaxed);
     if (rc == EF_OK) {
         ef__stat_add(&p->items, 1);
@@ -359,7 +365,7 @@ ef_status ef_pipeline_next(ef_pipeline *p, ef_sample **out)
         if (p->tuner.nauto)
             ef__tuner_tick(&p->tuner, p->stages, p->nstages, t1,
                            ef__stat_get(&p->items),
-                           ef__stat_get(&p->consumer_wait_ns));
+                           ef__stat_get(&p->consumer_wait.done_ns));
         return EF_OK;
     }
     if (rc != EF_END && ef__ctx_is_cancelled(&p->ctx))
@@ -420,7 +426,7 @@ static void pipeline_stats(const ef_pipeline *p, ef_pipeline_stats *out)
     out->startup_s =
         ef__ns_to_s(ef__elapsed_ns(atomic_load(&q->t_open_ns), t_start));
     out->elapsed_s = ef__ns_to_s(ef__elapsed_ns(t_start, end));
-    out->consumer_wait_s = ef__ns_to_s(ef__stat_get(&p->consumer_wait_ns));
+    out->consumer_wait_s = ef__ns_to_s(ef__stat_get(&p->consumer_wait.done_ns));
     out->consumer_wait_fraction =
         out->elapsed_s > 0 ? out->consumer_wait_s / out->elapsed_s : 0;
 }

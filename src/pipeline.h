@@ -21,7 +21,8 @@ struct ef_pipeline {
     ef__err err;
     _Atomic uint64_t t_open_ns, t_start_ns; /* first next(); end of startup */
     _Atomic uint64_t t_last_ns;     /* end of the last next() */
-    _Atomic uint64_t items, consumer_wait_ns;
+    _Atomic uint64_t items;
+    ef__consumer_wait consumer_wait;
     ef__tuner tuner; /* threads=auto; the consumer's thread's */
     /* the last saved state, kept so that a size query and the save that
      * follows give the same bytes (pipeline_state.c) */

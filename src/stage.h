@@ -195,6 +195,8 @@ struct ef__stage {
      * it (the next stage's wait_up_ns, or the consumer's wait); set before
      * open */
     const _Atomic uint64_t *pulled_ns;
+    /* the consumer's waiting inside ef_pipeline_next; set before open */
+    const struct ef__consumer_wait *consumer_wait;
     /* for the stats: workers allowed now (map stages) and queue depth
      * now (prefetch); 0 where the stage has none */
     atomic_int threads_now, depth_now;
@@ -249,6 +251,22 @@ static inline void ef__stat_add(_Atomic uint64_t *c, uint64_t n)
 static inline uint64_t ef__stat_get(const _Atomic uint64_t *c)
 {
     return atomic_load_explicit((_Atomic uint64_t *)c, memory_order_relaxed);
+}
+
+/* The consumer's time inside ef_pipeline_next: the waits that returned,
+ * and the start of the one in progress (0: none), so that a reading
+ * taken during a long wait counts it (the echo stage's R estimate). */
+typedef struct ef__consumer_wait {
+    _Atomic uint64_t done_ns, since_ns;
+} ef__consumer_wait;
+
+/* The consumer's waiting up to now (ef__timer_ns). */
+static inline uint64_t ef__consumer_waited_ns(const ef__consumer_wait *w,
+                                              uint64_t now)
+{
+    uint64_t since = ef__stat_get(&w->since_ns);
+    uint64_t done = ef__stat_get(&w->done_ns);
+    return done + (since && now > since ? now - since : 0);
 }
 
 /* Appends an extra figure to a stats record (ignored when full). */

@@ -167,7 +167,7 @@ static int echo_open(ef__stage *s, ef__err *err)
     st->up_ns = async_up ? &s->up->wait_up_ns : &s->wait_up_ns;
     st->up_items = async_up ? &s->up->items_in : &s->items_in;
     ef__rates_init(&st->rates, st->up_ns, st->up_items, s->pulled_ns,
-                   &s->items_out);
+                   s->consumer_wait, &s->items_out);
     if (st->mode == ECHO_AUTO && !s->up->def->poll) {
         ef__feed *f = ef__calloc(1, sizeof *f);
         if (!f)

@@ -20,17 +20,20 @@ static void read_counters(ef__rates *r, ef__rate_snap *s, uint64_t now)
     s->up_ns = ef__stat_get(r->up_ns);
     s->up_items = ef__stat_get(r->up_items);
     s->in_echo_ns = ef__stat_get(r->in_echo_ns);
+    s->consumer_ns = ef__consumer_waited_ns(r->consumer, now);
     s->out_items = ef__stat_get(r->out_items);
 }
 
 void ef__rates_init(ef__rates *r, const _Atomic uint64_t *up_ns,
                     const _Atomic uint64_t *up_items,
                     const _Atomic uint64_t *in_echo_ns,
+                    const ef__consumer_wait *consumer,
                     const _Atomic uint64_t *out_items)
 {
     r->up_ns = up_ns;
     r->up_items = up_items;
     r->in_echo_ns = in_echo_ns;
+    r->consumer = consumer;
     r->out_items = out_items;
     pthread_mutex_init(&r->mu, NULL);
     r->every = r->countdown = 1;
@@ -78,8 +81,14 @@ void ef__rates_estimate(ef__rates *r, ef__rate_estimate *out)
     double up_items = (double)(b.up_items - a.up_items);
     double out_items = (double)(b.out_items - a.out_items);
     double up_s = ef__ns_to_s(b.up_ns - a.up_ns);
-    double busy_s =
-        ef__ns_to_s(b.t_ns - a.t_ns) - ef__ns_to_s(b.in_echo_ns - a.in_echo_ns);
+    uint64_t in_echo = b.in_echo_ns - a.in_echo_ns;
+    /* a reading's in-progress wait may be counted again once it returns
+     * (the counters are read apart): never below zero */
+    uint64_t consumer = b.consumer_ns > a.consumer_ns
+                            ? b.consumer_ns - a.consumer_ns
+                            : 0;
+    double busy_s = ef__ns_to_s(b.t_ns - a.t_ns) -
+                    ef__ns_to_s(in_echo < consumer ? in_echo : consumer);
     out->upstream_rate = up_s > 0 && up_items > 0 ? up_items / up_s : 0;
     out->downstream_rate = busy_s > 0 && out_items > 0 ? out_items / busy_s : 0;
     out->r = out->upstream_rate > 0 && out->downstream_rate > 0

@@ -3,8 +3,15 @@
  * t_up is the time the upstream takes to produce one item: the time spent
  * inside its next() (on whichever thread pulls it), per item. t_down is the
  * time the downstream takes per item when it is not waiting on the echo
- * stage: wall time minus the time spent inside echo's next(), per item
- * emitted. Both come from counters the pipeline keeps anyway; the window
+ * stage: wall time minus that waiting, per item emitted. The waiting is
+ * the smaller of the time spent inside echo's next() and the consumer's
+ * time inside ef_pipeline_next(): in a chain without threads below echo
+ * the consumer's wait also holds the work of the stages in between, which
+ * is the downstream's; behind a thread (a prefetch), that thread sits in
+ * echo's next() while the consumer computes, so only the consumer's wait
+ * says whether the consumer was kept waiting (counting the thread's would
+ * measure the stages in between alone, an R far above the real one when
+ * echo is the bottleneck). All come from counters the pipeline keeps anyway; the window
  * is a ring of snapshots taken at most every SNAPSHOT interval, so the
  * per-item cost is a counter test. */
 #ifndef EF_STAGES_FLOW_ECHO_RATES_H
@@ -18,12 +25,13 @@
 #define EF__RATE_SNAPSHOTS 8
 
 typedef struct {
-    uint64_t t_ns, up_ns, up_items, in_echo_ns, out_items;
+    uint64_t t_ns, up_ns, up_items, in_echo_ns, consumer_ns, out_items;
 } ef__rate_snap;
 
 typedef struct {
     /* the counters read (owned by the stages and the pipeline) */
     const _Atomic uint64_t *up_ns, *up_items, *in_echo_ns, *out_items;
+    const ef__consumer_wait *consumer;
     pthread_mutex_t mu; /* guards the ring: written by the echo thread,
                            read by whoever asks for stats */
     ef__rate_snap ring[EF__RATE_SNAPSHOTS];
@@ -42,6 +50,7 @@ typedef struct {
 void ef__rates_init(ef__rates *r, const _Atomic uint64_t *up_ns,
                     const _Atomic uint64_t *up_items,
                     const _Atomic uint64_t *in_echo_ns,
+                    const ef__consumer_wait *consumer,
                     const _Atomic uint64_t *out_items);
 void ef__rates_destroy(ef__rates *r);
 /* Takes a reading now: see ef__rates_tick. */
