@@ -6,7 +6,9 @@
 # R = 32 * 50 us / consume_us. For each R: echo:auto,max=8 before batch
 # (example echoing) and after it (batch echoing), and a fixed echo:4 before
 # batch for comparison (behind a prefetch, so that the upstream overlaps
-# with the consumer as it does in auto mode). Columns: the effective echo factor, the fraction of
+# with the consumer as it does in auto mode), and auto before batch with a
+# prefetch between batch and the consumer (where the echo stage sees the
+# consumer's waiting only through the pipeline's counter). Columns: the effective echo factor, the fraction of
 # time the consumer waited, fresh items/s against the throttle's 20000/s,
 # and the echo stage's own estimate of R.
 set -euo pipefail
@@ -15,11 +17,12 @@ rate=20000
 n=60000
 for R in 0.5 1 2 4 8 16; do
   us=$(awk -v r="$R" 'BEGIN { printf "%d", 32 * 50 / r }')
-  for variant in "auto-example" "auto-batch" "fixed4-example"; do
+  for variant in "auto-example" "auto-batch" "fixed4-example" "auto-prefetch"; do
     case $variant in
       auto-example)   spec="range:n=$n | throttle:rate=$rate | echo:factor=auto,max=8 | batch:32" ;;
       auto-batch)     spec="range:n=$n | throttle:rate=$rate | batch:32 | echo:factor=auto,max=8" ;;
       fixed4-example) spec="range:n=$n | throttle:rate=$rate | prefetch:64 | echo:4 | batch:32" ;;
+      auto-prefetch)  spec="range:n=$n | throttle:rate=$rate | echo:factor=auto,max=8 | batch:32 | prefetch:4" ;;
     esac
     printf '%s %s %s ' "$R" "$variant" "$us"
     "$bin" run --json --consume-us "$us" "$spec"
