@@ -116,6 +116,21 @@ def label(v):
     return "none" if v == "none" else "%s, e = auto (max 8)" % v
 
 
+def delivered_r(r):
+    """R as the upstream delivered it: the trainer's calibrated rate over
+    the fresh examples a run took per second of training. Both come from
+    whole runs, where the echo stage's estimate is its last two seconds."""
+    return float(r["calibrated_rate"]) * float(r["train_time_s"]) / \
+        float(r["fresh"])
+
+
+def spread_text(values):
+    if not values:
+        return "-"
+    return "%.2f (%.2f to %.2f)" % (statistics.median(values), min(values),
+                                    max(values))
+
+
 def report(rows, run_cmd):
     t = rows[0]
     check_recorded(rows, NAME + ".csv")
@@ -129,7 +144,11 @@ def report(rows, run_cmd):
              "limit_rate is set so that the upstream delivers 1/R of the "
              "trainer's rate when data is free, measured pinned the same "
              "way (%s examples/s, `network-pinned-calibration.json` beside "
-             "the CSV). The pipeline is the CNN preset's, its source the "
+             "the CSV); R delivered is that rate over the fresh examples "
+             "each run took per second of training, a check of limit_rate "
+             "over whole runs, where the echo stage's R is its estimate "
+             "over the last two seconds of the run. The pipeline is the "
+             "CNN preset's, its source the "
              "shards (`%s`, u8 images as in the preset), its shuffle "
              "buffer %d as in the network experiment. Speedup = median time "
              "to target without echo / with echo at the same R; the "
@@ -153,16 +172,20 @@ def report(rows, run_cmd):
                     if r["echo_r_estimate"]]
             sp = "-" if v == "none" or not bm or val == math.inf or \
                 bm[3] == math.inf else "%.2fx" % (bm[3] / val)
-            out.append([R, "%.2f" % statistics.median(rest) if rest else "-",
-                        label(v), m, rng, n, "%.2f" % eff, sp,
+            rate = statistics.median(float(r["train_examples_per_s"])
+                                     for r in rs)
+            out.append([R, "%.2f" % statistics.median(map(delivered_r, rs)),
+                        spread_text(rest), label(v), m, rng, n,
+                        "%.2f" % eff, num(rate), sp,
                         "-" if v == "none" else "%.2gx" % min(8, float(R)),
                         "%.2fx" % PAPER_SPEEDUP])
     section(lines, "target %s, lr %s%s, cap %s fresh examples, pinned %s" % (
         t["target_acc"], t["lr"], warm, t["max_fresh"], t["pinned"]),
-        run_cmd, table(["R set", "R measured by echo (median)", "echo",
+        run_cmd, table(["R set", "R delivered (median)",
+                        "R measured by echo: median (range)", "echo",
                         "time to target, s (median)", "range", "reached",
-                        "effective e", "speedup", "ceiling min(8, R)",
-                        "paper"], out))
+                        "effective e", "trainer examples/s", "speedup",
+                        "ceiling min(8, R)", "paper"], out))
     lines += ["", "![time to target against R, pinned]"
               "(img/network_pinned_time_vs_R.png)"]
     return lines
