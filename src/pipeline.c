@@ -351,13 +351,11 @@ ef_status ef_pipeline_next(ef_pipeline *p, ef_sample **out)
     }
     ef__stage *last = p->stages[p->nstages - 1];
     uint64_t t0 = ef__timer_ns();
-    atomic_store_explicit(&p->consumer_wait.since_ns, t0,
-                          memory_order_relaxed);
+    atomic_store_explicit(&p->consumer_wait.since_ns, t0, memory_order_relaxed);
     int rc = last->def->next(last, out, &p->err);
     uint64_t t1 = ef__timer_ns();
     ef__stat_add(&p->consumer_wait.done_ns, ef__elapsed_ns(t0, t1));
-    atomic_store_explicit(&p->consumer_wait.since_ns, 0,
-                          memory_order_relaxed);
+    atomic_store_explicit(&p->consumer_wait.since_ns, 0, memory_order_relaxed);
     atomic_store_explicit(&p->t_last_ns, t1, memory_order_relaxed);
     if (rc == EF_OK) {
         ef__stat_add(&p->items, 1);

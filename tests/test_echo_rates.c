@@ -83,8 +83,8 @@ static void a_wait_in_progress_counts(void **state)
 {
     (void)state;
     counters c = {0};
-    ef__rates_init(&c.rates, &c.up_ns, &c.up_items, &c.in_echo_ns,
-                   &c.consumer, &c.out_items);
+    ef__rates_init(&c.rates, &c.up_ns, &c.up_items, &c.in_echo_ns, &c.consumer,
+                   &c.out_items);
     uint64_t start = c.rates.ring[c.rates.head].t_ns;
     c.consumer.since_ns = start + 10 * MS;
     sleep_ms(60);

@@ -84,9 +84,8 @@ void ef__rates_estimate(ef__rates *r, ef__rate_estimate *out)
     uint64_t in_echo = b.in_echo_ns - a.in_echo_ns;
     /* a reading's in-progress wait may be counted again once it returns
      * (the counters are read apart): never below zero */
-    uint64_t consumer = b.consumer_ns > a.consumer_ns
-                            ? b.consumer_ns - a.consumer_ns
-                            : 0;
+    uint64_t consumer =
+        b.consumer_ns > a.consumer_ns ? b.consumer_ns - a.consumer_ns : 0;
     double busy_s = ef__ns_to_s(b.t_ns - a.t_ns) -
                     ef__ns_to_s(in_echo < consumer ? in_echo : consumer);
     out->upstream_rate = up_s > 0 && up_items > 0 ? up_items / up_s : 0;
