@@ -206,10 +206,11 @@ def plot(rows, work, img):
     gnuplot("""set terminal png size 900,500
 set output '%s'
 set title 'CNN, shards over rate-limited HTTP, nginx and trainer on separate cores: seconds to %s%%'
-set xlabel 'R set by limit_rate'
+set xlabel 'R set by limit\\_rate'
 set ylabel 'seconds to target (median and range)'
 set yrange [0:*]
 set logscale x 2
+set xrange [3.5:9]
 set key top left
 set grid
 plot %s
