@@ -15,13 +15,13 @@ import math
 import os
 
 from .cells import ECHO_SHUFFLE, cell, quick_mlp
+from .network import PAPER_SPEEDUP
 from .render import cell_summary, gnuplot, section, table, write_points
 from .results import best_lr, ekey, fmt, groups, num, reached_value, summary
 
 NAME = "policy"
 TITLE = "Choosing what to echo (MLP)"
 PAPER = "the paper's uniform echoing and its 3.25x headline"
-PAPER_SPEEDUP = 3.25  # ResNet-50 on ImageNet over a network (wall time)
 AIM = 1.25  # the aim: uniform echoing needs >= 1.25x the policy's fresh
 
 # The policy the CNN and pinned-network experiments run beside uniform
