@@ -8,9 +8,10 @@
 # batch for comparison (behind a prefetch, so that the upstream overlaps
 # with the consumer as it does in auto mode), and auto before batch with a
 # prefetch between batch and the consumer (where the echo stage sees the
-# consumer's waiting only through the pipeline's counter). Columns: the effective echo factor, the fraction of
-# time the consumer waited, fresh items/s against the throttle's 20000/s,
-# and the echo stage's own estimate of R.
+# consumer's waiting only through the pipeline's counter). Columns: the
+# effective echo factor, the fraction of time the consumer waited, fresh
+# items/s against the throttle's 20000/s, and the echo stage's own
+# estimate of R.
 set -euo pipefail
 bin=${1:-build/echoflow}
 rate=20000
