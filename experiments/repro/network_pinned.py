@@ -125,10 +125,9 @@ def delivered_r(r):
 
 
 def spread_text(values):
-    if not values:
-        return "-"
-    return "%.2f (%.2f to %.2f)" % (statistics.median(values), min(values),
-                                    max(values))
+    """Median (min to max) of finite values, or "-" when there are none."""
+    s = summary(values)
+    return "%.2f (%.2f to %.2f)" % s[:3] if s else "-"
 
 
 def report(rows, run_cmd):
@@ -148,8 +147,8 @@ def report(rows, run_cmd):
              "each run took per second of training, a check of limit_rate "
              "over whole runs, where the echo stage's R is its estimate "
              "over the last two seconds of the run. The pipeline is the "
-             "CNN preset's, its source the "
-             "shards (`%s`, u8 images as in the preset), its shuffle "
+             "CNN preset's, its source the shards (`%s`, u8 images as in "
+             "the preset), its shuffle "
              "buffer %d as in the network experiment. Speedup = median time "
              "to target without echo / with echo at the same R; the "
              "ceiling is min(8, R); the paper's headline is %.2fx. The R "
