@@ -341,6 +341,51 @@ static void test_echo_after_batch(void **state)
     ef_pipeline_destroy(p);
 }
 
+/* `fresh` of a batch counts its fresh examples; echoed copies of a batch
+ * bring none. So over a pass the sum of `fresh` is the number of examples
+ * read, wherever the echo stages stand and whatever their mode. */
+static void test_echo_fresh_counted_once(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *spec;
+        int64_t examples;
+    } cases[] = {
+        {"range:n=100 | echo:2 | batch:10", 100},
+        {"range:n=100 | batch:10 | echo:2", 100},
+        {"range:n=95 | batch:10 | echo:3,shuffle=4", 95},
+        {"range:n=100 | echo:2 | batch:10 | echo:3", 100},
+        {"range:n=100 | echo:2,shuffle=16 | batch:7 | echo:2,shuffle=3", 100},
+        {"range:n=100 | echo:1.5 | batch:10 | echo:2.5", 100},
+        {"range:n=100 | batch:10 | echo:2.5,shuffle=5", 100},
+        {"range:n=100 | batch:10 | echo:factor=auto,max=3", 100},
+        {"range:n=100 | echo:factor=auto,max=3,shuffle=8 | batch:10 | "
+         "echo:factor=auto,max=2,shuffle=2",
+         100},
+        {"range:n=100 | batch:10 | echo:factor=2,policy=rank", 100},
+        {"range:n=60 | batch:6 | echo:2,shuffle=3 | repeat:count=2", 120},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        ef_pipeline *p = tu_pipeline(cases[c].spec, 3);
+        int64_t fresh = 0, batches = 0;
+        for (ef_sample *s; (s = tu_next_or_end(p, cases[c].spec)) != NULL;) {
+            ef_sample_id id = ef_sample_identity(s);
+            if (id.echo_copy > 0 && id.fresh != 0)
+                fail_msg("%s: echo %d of batch %lld says %d fresh",
+                         cases[c].spec, id.echo_copy, (long long)id.index,
+                         id.fresh);
+            fresh += id.fresh;
+            batches++;
+            ef_sample_free(s);
+        }
+        if (fresh != cases[c].examples)
+            fail_msg("%s: %lld fresh over %lld batches, expected %lld",
+                     cases[c].spec, (long long)fresh, (long long)batches,
+                     (long long)cases[c].examples);
+        ef_pipeline_destroy(p);
+    }
+}
+
 static void test_echo_seeds(void **state)
 {
     (void)state;
@@ -540,6 +585,7 @@ int main(void)
         cmocka_unit_test(test_echo_fractional_shuffled),
         cmocka_unit_test(test_echo_shares_payload_shuffled),
         cmocka_unit_test(test_echo_after_batch),
+        cmocka_unit_test(test_echo_fresh_counted_once),
         cmocka_unit_test(test_echo_seeds),
         cmocka_unit_test(test_echo_with_repeat),
         cmocka_unit_test(test_echo_copies_allocate_nothing),

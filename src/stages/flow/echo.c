@@ -207,6 +207,17 @@ static int copies_for(const ef__stage *s, const echo_state *st,
     return n;
 }
 
+/* Numbers `copy` as echo number k > 0 of its item. A batch's `fresh`
+ * counts its examples that were fresh when it was built; its echoes bring
+ * none, so that the sum of `fresh` over a pass counts the fresh examples
+ * once whatever the echo placement (docs/python.md). */
+static void mark_copy(ef_sample *copy, int k)
+{
+    assert(k > 0);
+    copy->id.echo_copy = k;
+    copy->id.fresh = 0;
+}
+
 /* The copies in order: the fresh item, then its echoes. */
 static int fixed_next(void *arg, ef_sample **out, ef__err *err)
 {
@@ -248,7 +259,7 @@ static int fixed_next(void *arg, ef_sample **out, ef__err *err)
             return ef__err_set(err, EF_ENOMEM, "echo: out of memory");
         }
     }
-    copy->id.echo_copy = st->next_copy++;
+    mark_copy(copy, st->next_copy++);
     ef__stat_add(&st->echoed, 1);
     *out = copy;
     return EF_OK;
@@ -414,7 +425,7 @@ static int emit_copy(echo_state *st, const pooled *p, ef_sample **out,
     ef_sample *copy = ef__sample_pool_clone(st->headers, p->sample);
     if (!copy)
         return ef__err_set(err, EF_ENOMEM, "echo: out of memory");
-    copy->id.echo_copy = p->uses - 1;
+    mark_copy(copy, p->uses - 1);
     ef__stat_add(&st->echoed, 1);
     *out = copy;
     return EF_OK;
@@ -651,8 +662,8 @@ static int echo_fetch(ef__stage *s, const ef__ident *d, ef_sample **out,
                       ef__err *err)
 {
     int rc = fetch_fresh(s, d, out, err);
-    if (rc == EF_OK)
-        (*out)->id.echo_copy = d->id.echo_copy;
+    if (rc == EF_OK && d->id.echo_copy > 0)
+        mark_copy(*out, d->id.echo_copy);
     return rc;
 }
 
