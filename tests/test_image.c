@@ -402,6 +402,17 @@ static ef_sample *first(const char *stages)
     return s;
 }
 
+/* The first pull of p (made ready by the caller) fails with `status`,
+ * the message containing each of the NULL-terminated words. */
+static void expect_first_error(ef_pipeline *p, const char *what, int status,
+                               ...)
+{
+    va_list ap;
+    va_start(ap, status);
+    tu_vexpect_first_error(p, what, status, ap);
+    va_end(ap);
+}
+
 /* The first pull fails with `status`, the message containing each of the
  * NULL-terminated words. */
 static void expect_error(const char *stages, int status, ...)
@@ -974,6 +985,52 @@ static void image_stage_errors(void **state)
     expect_spec_error("to_chw:field=", "'field'");
 }
 
+/* After batch, every image stage refuses the batch by its members, not
+ * its shape: ten grey 28 x 28 images batch to [10,28,28], which an image
+ * stage would otherwise read as one 10 x 28 image of 28 channels. Through
+ * echo and a map in between too, and under on_error=skip, which drops bad
+ * samples but not a misplaced stage. */
+static void image_stages_refuse_batches(void **state)
+{
+    (void)state;
+    static const char *const stages[] = {"random_crop:pad=1",
+                                         "flip:p=1",
+                                         "resize:4",
+                                         "random_resized_crop:4",
+                                         "crop_mirror_normalize:4",
+                                         "normalize",
+                                         "to_chw",
+                                         "cast:f32"};
+    static const char *const between[] = {"", "echo:2 | ", "map:fn=noop | "};
+    static unsigned char px[28 * 28];
+    for (size_t i = 0; i < sizeof stages / sizeof stages[0]; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "%.*s", (int)strcspn(stages[i], ":"),
+                 stages[i]);
+        /* before batch: the stage takes each image */
+        char spec[128];
+        snprintf(spec, sizeof spec, "%s | batch:10", stages[i]);
+        src_reset(10);
+        src_field("image", EF_U8, 2, (int64_t[]){28, 28}, px);
+        ef_sample_free(first(spec));
+        for (size_t k = 0; k < sizeof between / sizeof between[0]; k++) {
+            snprintf(spec, sizeof spec, "batch:10 | %s%s", between[k],
+                     stages[i]);
+            src_reset(10);
+            src_field("image", EF_U8, 2, (int64_t[]){28, 28}, px);
+            expect_error(spec, EF_ESPEC, name, "[10,28,28]",
+                         "place this stage before batch", NULL);
+        }
+        snprintf(spec, sizeof spec, "batch:5 | %s", stages[i]);
+        src_reset(10);
+        src_field("image", EF_U8, 2, (int64_t[]){28, 28}, px);
+        ef_pipeline *p = from_source(spec, 1);
+        assert_int_equal(ef_pipeline_set_on_error(p, EF_ON_ERROR_SKIP), EF_OK);
+        expect_first_error(p, spec, EF_ESPEC, "before batch", NULL);
+        ef_pipeline_destroy(p);
+    }
+}
+
 /* The stages are listed with help for every option. */
 static void stages_are_registered(void **state)
 {
@@ -1014,6 +1071,7 @@ int main(void)
         cmocka_unit_test(to_chw_layout),
         cmocka_unit_test(cast_rounds_and_refuses),
         cmocka_unit_test(image_stage_errors),
+        cmocka_unit_test(image_stages_refuse_batches),
         cmocka_unit_test(stages_are_registered),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -44,6 +44,20 @@ int ef__image_find(const ef_sample *in, const char *field, unsigned dtypes,
             ctx, EF_ESHAPE, "no field '%s' (the sample has %s)", field, names);
     }
     const ef__field *f = &in->fields[i];
+    /* A batch of grey images, [B,H,W], has an image's rank: what marks a
+     * batch is the list of its members (batch.c), which its echoed copies
+     * and every transform's output keep. A misplaced stage is a spec
+     * error, never a bad sample to skip. */
+    if (in->origin.members) {
+        char shape[128];
+        ef__shape_format(shape, sizeof shape, f->ndim, f->shape);
+        return ef_map_ctx_fail(ctx, EF_ESPEC,
+                               "field '%s' (%s %s) is a batch of %lld "
+                               "examples; this stage transforms one image: "
+                               "place this stage before batch",
+                               field, ef_dtype_name(f->dtype), shape,
+                               (long long)ef_sample_members(in, NULL, 0));
+    }
     if ((f->ndim != 2 && f->ndim != 3) || !(dtypes & EF__DTYPE_BIT(f->dtype))) {
         char shape[128], want[64];
         ef__shape_format(shape, sizeof shape, f->ndim, f->shape);
