@@ -287,6 +287,65 @@ static void auto_after_batch(void **state)
     ef_pipeline_destroy(p);
 }
 
+/* A source that is never ready when polled but gives an item at once when
+ * the stage waits: a fast upstream the stage always finds between items. */
+typedef struct {
+    int64_t next, total, waits;
+} lagging;
+
+static int lagging_fn(void *user, int64_t epoch, int block, ef_sample **out)
+{
+    lagging *l = user;
+    if (l->next >= l->total)
+        return EF_END;
+    if (!block)
+        return EF_AGAIN;
+    l->waits++;
+    ef_sample *s =
+        ef_sample_new((ef_sample_id){.index = l->next, .epoch = epoch});
+    int64_t *v;
+    assert_int_equal(
+        ef_sample_add_new(s, "index", EF_I64, 0, NULL, (void **)&v), EF_OK);
+    *v = l->next++;
+    *out = s;
+    return EF_OK;
+}
+
+/* The copy spreading buffer fills before the first item goes out; the
+ * downstream waits for that whatever the stage does, so the fill takes
+ * fresh items only, waiting for each, and echoes none. Afterwards, one
+ * request at a time, nothing ready means an echo again. */
+static void spreading_fill_echoes_nothing(void **state)
+{
+    (void)state;
+    lagging l = {.total = 100};
+    ef_pipeline *p;
+    assert_int_equal(ef_pipeline_create(&p), EF_OK);
+    assert_int_equal(ef_pipeline_add_source(p, lagging_fn, &l, NULL), EF_OK);
+    tu_parse(p, "echo:factor=auto,max=4,pool=8,shuffle=16");
+    ef_sample_free(tu_next(p));
+    ef_stage_stats st = tu_stage(p, "echo");
+    assert_int_equal(l.waits, 16);
+    assert_true(tu_extra(&st, "fresh") == 16);
+    assert_true(tu_extra(&st, "echoed") == 0);
+    ef_sample_free(tu_next(p));
+    st = tu_stage(p, "echo");
+    assert_int_equal(l.waits, 16); /* polled, none ready: an echo */
+    assert_true(tu_extra(&st, "echoed") == 1);
+    ef_pipeline_destroy(p);
+
+    /* the same behind the stage's own pump, whatever the threads' pace */
+    for (int rep = 0; rep < 3; rep++) {
+        p = tu_pipeline("range:n=5000 | echo:factor=auto,max=4,shuffle=512",
+                        (uint64_t)rep);
+        ef_sample_free(tu_next(p));
+        st = tu_stage(p, "echo");
+        assert_true(tu_extra(&st, "fresh") == 512);
+        assert_true(tu_extra(&st, "echoed") == 0);
+        ef_pipeline_destroy(p);
+    }
+}
+
 static void stats_carry_r_estimate(void **state)
 {
     (void)state;
@@ -348,6 +407,7 @@ int main(void)
         cmocka_unit_test(stop_while_waiting),
         cmocka_unit_test(pump_keeps_every_item),
         cmocka_unit_test(auto_after_batch),
+        cmocka_unit_test(spreading_fill_echoes_nothing),
         cmocka_unit_test(stats_carry_r_estimate),
         cmocka_unit_test(bad_auto_options),
     };

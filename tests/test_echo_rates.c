@@ -114,6 +114,31 @@ static void a_consumer_figure_that_falls_back_counts_nothing(void **state)
     check_r(&c, window);
 }
 
+/* A restart forgets what came before: a start-up in which one upstream
+ * item took 5 s (a shuffle buffer filling) reads as 20 items/s after it,
+ * not 21 items in 6 s. */
+static void a_restart_forgets_the_start_up(void **state)
+{
+    (void)state;
+    counters c = {0};
+    start_window(&c);
+    c.up_ns = 5000 * MS;
+    c.up_items = 1;
+    ef__rates_reading(&c.rates);
+    ef__rate_estimate e;
+    ef__rates_estimate(&c.rates, &e);
+    assert_true(fabs(e.upstream_rate - 0.2) < 1e-9);
+    ef__rates_restart(&c.rates);
+    ef__rates_estimate(&c.rates, &e);
+    assert_true(e.upstream_rate == 0 && e.r == 0); /* unknown yet */
+    c.up_ns = 6000 * MS;
+    c.up_items = 21;
+    ef__rates_reading(&c.rates);
+    ef__rates_estimate(&c.rates, &e);
+    assert_true(fabs(e.upstream_rate - 20) < 1e-9);
+    ef__rates_destroy(&c.rates);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -121,6 +146,7 @@ int main(void)
         cmocka_unit_test(chain_counts_the_time_inside_echo),
         cmocka_unit_test(a_wait_in_progress_counts),
         cmocka_unit_test(a_consumer_figure_that_falls_back_counts_nothing),
+        cmocka_unit_test(a_restart_forgets_the_start_up),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -41,6 +41,10 @@
 #include "stages/flow/echo_rates.h"
 #include "stages/flow/shuffle_buffer.h"
 
+/* The most items the pump of factor=auto reads ahead when the downstream
+ * asks in bursts (pump_take); a larger pool= reads that far ahead anyway. */
+#define PUMP_MAX 1024
+
 typedef struct {
     ef_sample *sample; /* a header of our own, sharing the payload */
     int uses;          /* times emitted so far, fresh included */
@@ -72,6 +76,12 @@ typedef struct {
     /* when the upstream cannot be polled; set by open, read by cancel from
      * any thread */
     ef__feed *_Atomic pump;
+    /* the pump's read-ahead: starts at `pool` and deepens like prefetch's
+     * depth=auto (pump_take) */
+    size_t pump_depth;
+    int ran_ahead;               /* the pump's queue was full since the
+                                    stage last found it empty */
+    uint64_t taken_bytes, taken; /* handed out by the pump, for the bound */
     pooled *pool;
     size_t pool_cap, pool_n, pool_next; /* ring: pool_next is the oldest */
     uint64_t pool_bytes; /* payload the pool keeps alive (memory budget) */
@@ -92,6 +102,7 @@ typedef struct {
     ef__rng rng; /* shuffle draws, keyed per epoch */
     int restored; /* rng came from a state: open leaves it */
     ef__rates rates;
+    int passing; /* 0: no item out this pass yet, 1: one, 2: more */
     _Atomic uint64_t fresh, echoed; /* items emitted: new, and copies */
     const _Atomic uint64_t *up_ns, *up_items; /* where t_up is measured */
 } echo_state;
@@ -172,7 +183,13 @@ static int echo_open(ef__stage *s, ef__err *err)
         ef__feed *f = ef__calloc(1, sizeof *f);
         if (!f)
             return ef__err_set(err, EF_ENOMEM, "echo: out of memory");
-        int rc = ef__feed_init(f, s, st->pool_cap, 1, ef__feed_pump, f, err);
+        size_t cap = st->pool_cap > PUMP_MAX ? st->pool_cap : PUMP_MAX;
+        int rc = ef__feed_init(f, s, cap, 1, ef__feed_pump, f, err);
+        if (rc == EF_OK) {
+            st->pump_depth = st->pool_cap;
+            ef__queue_set_limit(&f->q, st->pump_depth);
+            atomic_store(&s->depth_now, (int)st->pump_depth);
+        }
         if (rc == EF_OK)
             rc = ef__feed_start(f, err);
         if (rc != EF_OK) {
@@ -271,7 +288,7 @@ static int take_fresh(ef__stage *s, echo_state *st, int block, ef_sample **out,
                       ef__err *err)
 {
     if (st->pump)
-        return ef__feed_take(st->pump, out, block, err);
+        return pump_take(s, st, block, out, err);
     return block ? ef__stage_pull(s, out, err) : ef__stage_poll(s, out, err);
 }
 
@@ -445,12 +462,22 @@ static int emit_fresh(ef__stage *s, echo_state *st, ef_sample *fresh,
     return EF_OK;
 }
 
+/* The copy spreading buffer is filling: in a pass's first call it asks
+ * for `shuffle` items at once, and later for one per item emitted. The
+ * downstream waits for the whole fill whatever the stage does, so
+ * echoing then would only fill the buffer with copies (up to max - 1 per
+ * fresh item) ahead of a downstream that is not asking yet. */
+static int spreader_filling(const echo_state *st)
+{
+    return st->shuffle && st->passing == 0;
+}
+
 static int auto_next(void *arg, ef_sample **out, ef__err *err)
 {
     ef__stage *s = arg;
     echo_state *st = s->state;
     ef_sample *fresh;
-    int rc = take_fresh(s, st, 0, &fresh, err);
+    int rc = take_fresh(s, st, spreader_filling(st), &fresh, err);
     if (rc == EF_AGAIN) {
         pooled *p;
         rc = pool_pick(s, st, &p);
@@ -499,9 +526,18 @@ static int echo_next(ef__stage *s, ef_sample **out, ef__err *err)
     ef__producer produce = st->mode == ECHO_AUTO ? auto_next
                            : st->policy         ? budget_next
                                                 : fixed_next;
+    /* R's window starts after a pass's first item: the start-up before it
+     * (the upstream's own shuffle buffer filling inside its first next,
+     * then ours) costs its time once, and would read as a slow upstream
+     * for a whole window. Started at the call after, once the downstream
+     * has counted the first call's time. */
+    if (st->passing == 1)
+        ef__rates_restart(&st->rates);
     int rc = st->shuffle
                  ? ef__shufbuf_next(&st->buf, produce, s, &st->rng, out, err)
                  : produce(s, out, err);
+    if (st->passing < 2 && (st->passing || rc == EF_OK))
+        st->passing++;
     ef__rates_tick(&st->rates, rc != EF_OK);
     return rc;
 }
@@ -538,6 +574,8 @@ static int echo_reset(ef__stage *s, int64_t epoch, ef__err *err)
     ef__rng_init(&st->rng, s->ctx->seed, (uint64_t)s->index, -1, epoch, 0);
     if (st->pool)
         pool_clear(s, st);
+    st->ran_ahead = 0;
+    st->passing = 0;
     if (st->pump)
         return ef__feed_restart(st->pump, epoch, err);
     return ef__stage_reset_upstream(s, epoch, err);
@@ -821,6 +859,8 @@ static int echo_restore(ef__stage *s, ef__state_in *in, ef__err *err)
         rc = ef__get_u64(in, "the generator's counter", &st->rng.counter);
         if (rc == EF_OK)
             rc = ef__shufbuf_restore(&st->buf, in, s, err);
+        if (rc == EF_OK && st->buf.n > 0)
+            st->passing = 1; /* filled before the save */
     }
     return rc;
 }

@@ -48,6 +48,18 @@ void ef__rates_destroy(ef__rates *r)
     pthread_mutex_destroy(&r->mu);
 }
 
+void ef__rates_restart(ef__rates *r)
+{
+    ef__rate_snap s;
+    read_counters(r, &s, ef__timer_ns());
+    pthread_mutex_lock(&r->mu);
+    r->ring[0] = r->last = s;
+    r->nsnaps = 1;
+    r->head = 0;
+    pthread_mutex_unlock(&r->mu);
+    r->every = r->countdown = 1;
+}
+
 void ef__rates_reading(ef__rates *r)
 {
     ef__rate_snap s;

@@ -53,6 +53,10 @@ void ef__rates_init(ef__rates *r, const _Atomic uint64_t *up_ns,
                     const ef__consumer_wait *consumer,
                     const _Atomic uint64_t *out_items);
 void ef__rates_destroy(ef__rates *r);
+/* Starts the window again from now, forgetting what came before (the
+ * echo stage's start-up: see echo.c). Until the next reading the
+ * estimate is unknown. */
+void ef__rates_restart(ef__rates *r);
 /* Takes a reading now: see ef__rates_tick. */
 void ef__rates_reading(ef__rates *r);
 /* Called on every item the stage emits; takes a reading now and then.
