@@ -39,6 +39,8 @@ typedef struct {
     PyObject *convert;    /* makes each field's value of its DLPack
                              capsule; NULL: echoflow.Tensor */
 } pipeline;
+    /* with `convert`: whether and how often shared fields are copied */
+    pyef_handout handout;
 
 static void lock(pipeline *self)
 {
@@ -222,7 +224,7 @@ static PyObject *pipeline_iternext(pipeline *self)
     }
     if (rc == EF_OK) {
         unlock(self);
-        PyObject *obj = pyef_sample_from(s, self->convert);
+        PyObject *obj = pyef_sample_from(s, self->convert, &self->handout);
         ef_sample_free(s);
         return obj;
     }
@@ -236,7 +238,8 @@ static PyObject *pipeline_iternext(pipeline *self)
     return with_map_cause(self);
 }
 
-static PyObject *pipeline_convert_with(pipeline *self, PyObject *fn)
+static PyObject *pipeline_convert_with(pipeline *self, PyObject *args,
+                                       PyObject *kwargs)
 {
     if (fn != Py_None && !PyCallable_Check(fn))
         return PyErr_Format(PyExc_TypeError, "%R is not callable", fn);
@@ -279,12 +282,28 @@ static PyObject *pipeline_state_dict(pipeline *self, PyObject *unused)
         (bytes = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)size))) {
         char *buf = PyBytes_AS_STRING(bytes);
         Py_BEGIN_ALLOW_THREADS
+    static char *kwlist[] = {"fn", "copy_shared", NULL};
+    PyObject *fn;
+    int copy_shared = 1;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|$p:convert_with", kwlist,
+                                     &fn, &copy_shared))
+        return NULL;
         /* no next() in between: the same size */
         rc = ef_pipeline_save_state(self->p, buf, size, &size);
         Py_END_ALLOW_THREADS
+    self->handout.copy_shared = copy_shared;
     }
     if (rc != EF_OK) {
         Py_CLEAR(bytes);
+/* (fields copied, bytes copied) by the hand-out rule so far: for tests
+ * and bench/handout_copy.py. */
+static PyObject *pipeline_handout_copies(pipeline *self, void *closure)
+{
+    (void)closure;
+    return Py_BuildValue("(KK)", self->handout.copies,
+                         self->handout.copied_bytes);
+}
+
         pyef_raise(rc, ef_pipeline_error(self->p));
     }
     unlock(self);
@@ -700,9 +719,14 @@ static PyMethodDef pipeline_methods[] = {
      "parse(text): appends the stages of a spec."},
     {"add_map", (PyCFunction)pipeline_add_map, METH_VARARGS,
      "add_map(fn, name, options): appends a map stage calling fn."},
-    {"convert_with", (PyCFunction)pipeline_convert_with, METH_O,
-     "convert_with(fn): yields fields as fn(DLPack capsule) from now on, "
-     "such as torch tensors with torch.from_dlpack; None: Tensors again."},
+    {"convert_with", (PyCFunction)(void (*)(void))pipeline_convert_with,
+     METH_VARARGS | METH_KEYWORDS,
+     "convert_with(fn, *, copy_shared=True): yields fields as fn(DLPack "
+     "capsule) from now on, such as torch tensors with torch.from_dlpack; "
+     "None: Tensors again. What fn makes may be written into, so a field "
+     "whose memory something else may still show (an echo copy to come, "
+     "a source's file) goes out as a copy of its own; copy_shared=False "
+     "shares it anyway (for measuring what the copies cost)."},
     {"state_dict", (PyCFunction)pipeline_state_dict, METH_NOARGS,
      "state_dict() -> dict: the pipeline's position, between two samples "
      "or before the first: {'version': 1, 'pipeline': bytes}. It names "
@@ -731,6 +755,7 @@ static PyMethodDef pipeline_methods[] = {
     {"close", (PyCFunction)pipeline_close, METH_NOARGS,
      "close(): stops and frees the pipeline. Tensors it gave out stay "
      "valid."},
+        self->handout.copy_shared = 1;
     {NULL, NULL, 0, NULL},
 };
 
@@ -755,3 +780,6 @@ PyTypeObject pyef_pipeline_type = {
     .tp_methods = pipeline_methods,
     .tp_getset = pipeline_getset,
 };
+    {"_handout_copies", (getter)pipeline_handout_copies, NULL,
+     "(fields, bytes) copied so far before convert_with's fn saw them",
+     NULL},

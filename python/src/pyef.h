@@ -37,11 +37,25 @@ extern PyTypeObject pyef_sample_type;
 extern PyTypeObject pyef_identity_type;
 int pyef_sample_types_init(void);
 /* A new Sample: field name -> Tensor for every field of `s`, with its
+/* How pyef_sample_from hands fields to a `convert` function. What it
+ * makes of a capsule (a torch tensor) is writable, so a field whose memory
+ * anything but this sample may still show (an echo pool, a shuffle buffer,
+ * a queued copy, a source's whole file, a Tensor or tensor handed out
+ * before) is copied first when `copy_shared` is set; see sample.c. The
+ * counts are updated with the GIL held. */
+typedef struct {
+    int copy_shared;
+    unsigned long long copies;       /* fields copied */
+    unsigned long long copied_bytes; /* their bytes */
+} pyef_handout;
+
  * identity; with `convert`, field name -> convert(DLPack capsule of the
- * field) instead (torch._C._from_dlpack makes torch tensors of them). `s`
+ * field) instead (torch._C._from_dlpack makes torch tensors of them),
+ * copying shared fields as `h` says (`h` is required with `convert`). `s`
  * is borrowed: Tensors and capsules hold buffer references of their own,
  * so `s` may be freed right after. */
-PyObject *pyef_sample_from(const ef_sample *s, PyObject *convert);
+PyObject *pyef_sample_from(const ef_sample *s, PyObject *convert,
+                           pyef_handout *h);
 
 /* ---- errors.c ---- */
 int pyef_errors_init(PyObject *module);

@@ -179,7 +179,7 @@ int pyef_map_call(const ef_sample *in, ef_sample **out, ef_map_ctx *ctx)
     pyef_map *m = ef_map_ctx_user(ctx);
     PyGILState_STATE gil = PyGILState_Ensure();
     int rc = EF_OK;
-    PyObject *arg = pyef_sample_from(in, NULL);
+    PyObject *arg = pyef_sample_from(in, NULL, NULL);
     PyObject *res = arg ? PyObject_CallOneArg(m->fn, arg) : NULL;
     Py_XDECREF(arg);
     if (!res || sample_from_result(in, res, out) < 0)

@@ -4,6 +4,7 @@
  * and for a batch its members' identities (ef_sample_members()). */
 #include "pyef.h"
 
+#include <string.h>
 #include <structmember.h>
 
 /* Columns of a row of Sample.members, as the fields of Identity. */
@@ -196,8 +197,83 @@ static PyObject *members_bytes(const ef_sample *s)
     return raw;
 }
 
-PyObject *pyef_sample_from(const ef_sample *s, PyObject *convert)
+/* ---- handing fields out writable ----
+ *
+ * A DLPack capsule cannot say read-only, and torch makes a writable tensor
+ * of it, so an in-place `x.sub_(m)` writes into the field's memory. That
+ * memory must then be this sample's alone: nothing that could be handed
+ * out later (an echo copy in the echo stage's pool or shuffle buffer, a
+ * copy queued in a prefetch, a later sample viewing a source's whole file,
+ * an earlier Tensor or tensor still alive) may show it. The buffer's
+ * count says so: the sample holds one reference per field on it, and
+ * anyone else holding it is one more. Nobody can take a new reference
+ * without holding one already, so a count that equals the sample's own
+ * stays that way once the sample is ours; a higher one may drop later,
+ * which only costs a copy that was not needed.
+ *
+ * Fields of one sample may view one buffer (a batch slab, a record split
+ * into fields). They are not echo copies: when their ranges are apart, a
+ * write into one cannot reach another, and they go out without a copy.
+ * Ranges that overlap (a Python map returning one Tensor under two names)
+ * are copied: a write into one dict entry would change another. */
+
+/* Gives out copies of large fields with the GIL released. */
+#define COPY_WITHOUT_GIL (256 * 1024)
+
+static int ranges_overlap(const ef_tensor *a, const ef_tensor *b)
 {
+    const char *pa = a->data, *pb = b->data;
+    return pa < pb + b->nbytes && pb < pa + a->nbytes;
+}
+
+/* Sets copy[i] for each of the n fields `f` of a sample whose memory something
+ * else may show (above). All counts are read before any capsule of the
+ * sample adds its own reference. */
+static void shared_fields(const ef_tensor *f, int n, int *copy)
+{
+    for (int i = 0; i < n; i++) {
+        unsigned own = 0;
+        int overlap = 0;
+        for (int j = 0; j < n; j++) {
+            if (f[j].buffer != f[i].buffer)
+                continue;
+            own++;
+            overlap |= j != i && ranges_overlap(&f[i], &f[j]);
+        }
+        copy[i] = f[i].nbytes > 0 &&
+                  (overlap || ef_buffer_refcount(f[i].buffer) > own);
+    }
+}
+
+/* A capsule of a copy of field `t` in a new buffer of its own. */
+static PyObject *copied_capsule(const ef_tensor *t, pyef_handout *h)
+{
+    ef_buffer *b = ef_buffer_new(t->nbytes);
+    if (!b)
+        return PyErr_NoMemory();
+    ef_tensor c = *t;
+    c.buffer = b;
+    c.data = ef_buffer_data(b);
+    if (t->nbytes >= COPY_WITHOUT_GIL) {
+        Py_BEGIN_ALLOW_THREADS
+        memcpy(ef_buffer_data(b), t->data, t->nbytes);
+        Py_END_ALLOW_THREADS
+    } else {
+        memcpy(ef_buffer_data(b), t->data, t->nbytes);
+    }
+    PyObject *capsule = pyef_dlpack_capsule(&c);
+    ef_buffer_release(b); /* the capsule holds its own */
+    if (capsule) {
+        h->copies++;
+        h->copied_bytes += t->nbytes;
+    }
+    return capsule;
+}
+
+PyObject *pyef_sample_from(const ef_sample *s, PyObject *convert,
+                           pyef_handout *h)
+{
+    assert(!convert || h);
     sample *out = (sample *)PyObject_CallNoArgs((PyObject *)&pyef_sample_type);
     if (!out)
         return NULL;
@@ -208,15 +284,23 @@ PyObject *pyef_sample_from(const ef_sample *s, PyObject *convert)
     if (!out->members_raw && PyErr_Occurred())
         goto fail;
     int n = ef_sample_field_count(s);
+    ef_tensor f[EF_MAX_FIELDS];
+    int copy[EF_MAX_FIELDS] = {0};
+    assert(n >= 0 && n <= EF_MAX_FIELDS);
     for (int i = 0; i < n; i++) {
-        ef_tensor t;
-        if (ef_sample_field(s, i, &t) != EF_OK) {
+        if (ef_sample_field(s, i, &f[i]) != EF_OK) {
             PyErr_SetString(PyExc_SystemError, "echoflow: bad field index");
             goto fail;
         }
+    }
+    if (convert && h->copy_shared)
+        shared_fields(f, n, copy);
+    for (int i = 0; i < n; i++) {
+        const ef_tensor t = f[i];
         PyObject *v;
         if (convert) {
-            PyObject *capsule = pyef_dlpack_capsule(&t);
+            PyObject *capsule =
+                copy[i] ? copied_capsule(&t, h) : pyef_dlpack_capsule(&t);
             v = capsule ? PyObject_CallOneArg(convert, capsule) : NULL;
             Py_XDECREF(capsule);
         } else {

@@ -49,11 +49,18 @@ def test_zero_copy_into_torch():
 def test_fields_converted_in_c_share_memory_and_outlive_the_pipeline():
     from echoflow.torch import from_capsule
     with echoflow.Pipeline("range:n=3,bytes=64 | echo:2") as p:
-        p.convert_with(from_capsule)
+        p.convert_with(from_capsule, copy_shared=False)
         a, b = next(p), next(p)
     assert isinstance(a["data"], torch.Tensor)
     assert a["data"].data_ptr() == b["data"].data_ptr()  # an echo
     assert b.identity.echo_copy == 1
+    # by default copy 0, which the echo stage still held when it went
+    # out, is a copy of its own (writable tensors: test_torch_handout.py)
+    with echoflow.Pipeline("range:n=3,bytes=64 | echo:2") as p:
+        p.convert_with(from_capsule)
+        a, b = next(p), next(p)
+    assert a["data"].data_ptr() != b["data"].data_ptr()
+    assert torch.equal(a["data"], b["data"])
     # bare capsules keep the memory as well, consumed after the close
     with echoflow.Pipeline("range:n=2,bytes=8") as p:
         p.convert_with(lambda capsule: capsule)
