@@ -284,6 +284,60 @@ static int fixed_next(void *arg, ef_sample **out, ef__err *err)
 
 /* ---- automatic ------------------------------------------------------ */
 
+/* The pump's queue was found empty after it had run ahead: a deeper one.
+ * Doubles up to PUMP_MAX, or what a quarter of the memory budget holds at
+ * the bytes per item taken so far; never below `pool`. */
+static void pump_deepen(ef__stage *s, echo_state *st)
+{
+    uint64_t bound = PUMP_MAX, budget = s->ctx->budget.limit;
+    if (budget && st->taken && st->taken_bytes) {
+        uint64_t per_item = st->taken_bytes / st->taken;
+        uint64_t fits = budget / 4 / (per_item ? per_item : 1);
+        bound = fits < bound ? fits : bound;
+    }
+    if (bound < st->pool_cap)
+        bound = st->pool_cap;
+    size_t want =
+        2 * st->pump_depth < bound ? 2 * st->pump_depth : (size_t)bound;
+    if (want == st->pump_depth)
+        return;
+    st->pump_depth = want;
+    ef__queue_set_limit(&st->pump->q, want);
+    atomic_store(&s->depth_now, (int)want);
+}
+
+/* A take from the pump that watches its queue. A queue that filled since
+ * the stage last found it empty says the upstream ran ahead of the
+ * downstream meanwhile: finding it empty now is a burst of requests (a
+ * `batch` downstream asks for its whole batch at once) longer than the
+ * read-ahead, not a slow upstream. Then the stage waits for the fresh
+ * item, which the upstream is about to give, rather than echo, and
+ * deepens the queue so the next burst fits (prefetch's depth=auto rule).
+ * An upstream slower than the downstream never fills the queue, so it is
+ * echoed as before. */
+static int pump_take(ef__stage *s, echo_state *st, int block, ef_sample **out,
+                     ef__err *err)
+{
+    ef__feed *f = st->pump;
+    int rc = ef__feed_take(f, out, 0, err);
+    if (rc == EF_AGAIN) {
+        if (st->ran_ahead) {
+            st->ran_ahead = 0;
+            pump_deepen(s, st);
+            block = 1;
+        }
+        if (block)
+            rc = ef__feed_take(f, out, 1, err);
+    } else if (rc == EF_OK && atomic_load(&f->q.queued) + 1 >= st->pump_depth) {
+        st->ran_ahead = 1; /* it held pump_depth items before this take */
+    }
+    if (rc == EF_OK && *out) {
+        st->taken_bytes += ef__sample_bytes(*out);
+        st->taken++;
+    }
+    return rc;
+}
+
 static int take_fresh(ef__stage *s, echo_state *st, int block, ef_sample **out,
                       ef__err *err)
 {
