@@ -4,6 +4,7 @@
  * Stages are created (options checked) when added, opened on the first
  * next(), cancelled then destroyed from the last to the first on
  * destroy: cancelling first wakes every thread, so no join can hang. */
+#include <assert.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -376,6 +377,59 @@ ef_status ef_pipeline_next(ef_pipeline *p, ef_sample **out)
 const char *ef_pipeline_error(const ef_pipeline *p)
 {
     return p ? p->err.msg : "";
+}
+
+/* Stage s's length from its upstream's `up` (see the def's length). */
+static int stage_length(ef__stage *s, int64_t up, int64_t *n, ef__err *err)
+{
+    if (s->def->length)
+        return s->def->length(s, up, n, err);
+    if (s->def->is_source)
+        return ef__err_set(err, EF_EUNSUPPORTED,
+                           "%s: the number of items is not known before "
+                           "reading them",
+                           s->def->info.name);
+    *n = up;
+    return EF_OK;
+}
+
+ef_status ef_pipeline_length(ef_pipeline *p, int64_t *out)
+{
+    if (!p || !out)
+        return EF_EINVAL;
+    *out = -1;
+    int done = atomic_load(&p->final_status);
+    if (done < 0)
+        return done;
+    if (p->nstages == 0)
+        return ef__err_set(&p->err, EF_ESPEC, "the pipeline has no stages");
+    int64_t n = 0;
+    ef__err err, endless; /* why the first stage that never ends does not */
+    ef__err_clear(&endless);
+    for (int i = 0; i < p->nstages; i++) {
+        int64_t up = n;
+        ef__err_clear(&err);
+        int rc = stage_length(p->stages[i], up, &n, &err);
+        if (rc == EF_EUNSUPPORTED) {
+            p->err = err;
+            return rc;
+        }
+        if (rc != EF_OK) { /* a source could not be read: as at open */
+            p->err = err;
+            atomic_store(&p->started, 1);
+            return ef__pipeline_finish(p, rc);
+        }
+        assert(n >= 0 || n == EF__LENGTH_ENDLESS);
+        if (n == EF__LENGTH_ENDLESS && up != EF__LENGTH_ENDLESS)
+            endless = err;
+    }
+    if (n == EF__LENGTH_ENDLESS) {
+        p->err = endless;
+        p->err.status = EF_EUNSUPPORTED;
+        return EF_EUNSUPPORTED;
+    }
+    *out = n;
+    return EF_OK;
 }
 
 ef_status ef_pipeline_feedback(ef_pipeline *p, const ef_sample_id *ids,

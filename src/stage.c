@@ -1,5 +1,6 @@
 /* Helpers shared by every stage: timed pulls, resets, keyed RNG, creation,
  * cancellable sleeps. */
+#include <assert.h>
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
@@ -156,6 +157,12 @@ int ef__shard_parse(const ef__stage *s, const ef__opts *o, ef__shard *out,
     out->i = i;
     out->n = n;
     return EF_OK;
+}
+
+int64_t ef__shard_count(const ef__shard *sh, int64_t records)
+{
+    assert(sh->n >= 1 && sh->i >= 0 && sh->i < sh->n);
+    return records > sh->i ? (records - sh->i - 1) / sh->n + 1 : 0;
 }
 
 /* Whether the policy lets the failure in err be passed over. */

@@ -174,7 +174,22 @@ typedef struct {
      * any thread; arguments already checked. */
     void (*feedback)(ef__stage *s, const ef_sample_id *ids,
                      const double *values, size_t n);
+    /* The items a whole pass of this stage yields (ef_pipeline_length),
+     * into *n, given `up`, its upstream's (a count, or EF__LENGTH_ENDLESS;
+     * 0 for a source). EF_OK with *n a count or EF__LENGTH_ENDLESS (then,
+     * where `up` was not endless, why in err, status left to the caller);
+     * EF_EUNSUPPORTED with why in err ("<stage>: ...") where the count is
+     * not known in advance; another error where finding it failed (a
+     * file that cannot be read). Called on the consumer's thread, before
+     * open and after, never with an unknown `up`. Optional: a source
+     * without one is unknown; any other stage yields as many items as
+     * its upstream. Under on_error=skip a count is the pass with nothing
+     * dropped, an upper bound. */
+    int (*length)(ef__stage *s, int64_t up, int64_t *n, ef__err *err);
 } ef__stage_def;
+
+/* A pass with no end (length() of repeat without a count). */
+#define EF__LENGTH_ENDLESS (-1)
 
 struct ef__stage {
     const ef__stage_def *def;
@@ -285,6 +300,10 @@ typedef struct {
  * other than the default 0/1 contradicts. */
 int ef__shard_parse(const ef__stage *s, const ef__opts *o, ef__shard *out,
                     ef__err *err);
+
+/* How many of `records` items (numbered 0 to records - 1) part sh->i of
+ * sh->n holds: those r with r % n == i. */
+int64_t ef__shard_count(const ef__shard *sh, int64_t records);
 
 /* The option every source declares; its default reads everything. */
 #define EF__SHARD_OPTION                                                       \

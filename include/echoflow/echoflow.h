@@ -248,7 +248,11 @@ typedef int (*ef_source_fn)(void *user, int64_t epoch, int block,
                             ef_sample **out);
 
 /* Appends a source running `fn`; it must be the first stage. `user` is
- * borrowed: it must outlive the pipeline. No options yet (NULL or ""). */
+ * borrowed: it must outlive the pipeline. Options: length=N (N >= 0),
+ * the number of samples the callback gives per pass, when the caller
+ * knows it, for ef_pipeline_length(); without it the length is unknown.
+ * The pipeline takes it on trust: the callback's EF_END still ends the
+ * pass. */
 EF_API ef_status ef_pipeline_add_source(ef_pipeline *p, ef_source_fn fn, void *user,
                            const char *options);
 
@@ -303,6 +307,40 @@ EF_API ef_status ef_pipeline_next(ef_pipeline *p, ef_sample **out);
  * expected); "" when none. Owned by the pipeline, valid until the next call
  * on it. */
 EF_API const char *ef_pipeline_error(const ef_pipeline *p);
+
+/* The number of items the pipeline yields in all (what next() gives
+ * before EF_END) into *out, when it is known in advance (*out is -1
+ * otherwise). It is the whole run's, from its start: the same after
+ * next() or a restore (not what is left).
+ *
+ * Each stage maps its upstream's count. Sources: range n; idx the
+ * records its header announces, within first= and count=; cifar its
+ * files' records; a C source its length= option; with shard=I/N (or
+ * ef_pipeline_set_shard) exactly part I's share. take: the smaller of
+ * its count and the upstream's (count after an endless upstream).
+ * repeat: count passes (an empty upstream stays empty). echo with a
+ * whole factor F: F per item, whatever its shuffle. batch: ceil(n /
+ * size), or floor with drop_remainder. Every other stage passes its
+ * upstream's count on. With on_error=skip a dropped sample shortens the
+ * run: the count is then that of the run with none dropped, an upper
+ * bound.
+ *
+ * EF_EUNSUPPORTED when the count is not known in advance, with
+ * ef_pipeline_error() naming the stage and why: a source that learns it
+ * only by reading everything (tar, tfrecord, a C source without
+ * length=), repeat without a count ("repeat: never ends"), echo with a
+ * fractional factor, factor=auto or a policy (copies decided item by
+ * item as it runs), or a count past INT64_MAX.
+ *
+ * On the building and pulling thread, before the first next() and after.
+ * idx reads its images file's header to answer (a few bytes, read again
+ * at the first next()); cifar reads its files, which the first next()
+ * then uses. A source that cannot be read fails the pipeline as the
+ * first next() would: that error is returned, and every later next()
+ * returns it. A failed pipeline returns its error and leaves its
+ * message. EF_EINVAL for a NULL argument; EF_ESPEC for a pipeline with
+ * no stages. */
+EF_API ef_status ef_pipeline_length(ef_pipeline *p, int64_t *out);
 
 /* Feedback for echo policies (echo:policy=..., docs/echoing.md): one value
  * per example, such as its training loss, by the identity it came with

@@ -280,6 +280,18 @@ static void batch_stats(const ef__stage *s, ef_stage_stats *out)
     ef__stats_extra(out, "fields_copied", (double)ef__stat_get(&st->copied));
 }
 
+/* One batch per size items, the last one short unless dropped. */
+static int batch_length(ef__stage *s, int64_t up, int64_t *n, ef__err *err)
+{
+    (void)err;
+    const batch_state *st = s->state;
+    if (up == EF__LENGTH_ENDLESS)
+        *n = up;
+    else
+        *n = up / st->size + (!st->drop_remainder && up % st->size != 0);
+    return EF_OK;
+}
+
 static const ef__option_def batch_options[] = {
     {"size", EF_OPT_INT, NULL, "samples per batch", 1, 1 << 24},
     {"drop_remainder", EF_OPT_BOOL, "false",
@@ -298,4 +310,5 @@ const ef__stage_def ef__stage_batch = {
     .save = batch_save,
     .restore = batch_restore,
     .fetch = batch_fetch,
+    .length = batch_length,
 };

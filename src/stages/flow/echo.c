@@ -966,6 +966,40 @@ static void echo_feedback(ef__stage *s, const ef_sample_id *ids,
     ef__stat_add(&st->stale, n - matched);
 }
 
+/* A whole factor F: F per item, however shuffled. Anything else
+ * decides the copies item by item as it runs. */
+static int echo_length(ef__stage *s, int64_t up, int64_t *n, ef__err *err)
+{
+    const echo_state *st = s->state;
+    if (up == EF__LENGTH_ENDLESS) {
+        *n = up;
+        return EF_OK;
+    }
+    if (st->mode == ECHO_AUTO)
+        return ef__err_set(err, EF_EUNSUPPORTED,
+                           "echo: factor=auto decides the number of copies "
+                           "at run time");
+    if (st->policy)
+        return ef__err_set(err, EF_EUNSUPPORTED,
+                           "echo: policy=%s draws the echoes from a pool as "
+                           "it runs, and those due lapse when every pooled "
+                           "item is used up",
+                           ef__opt_string(&s->opts, "policy"));
+    if (st->factor != floor(st->factor))
+        return ef__err_set(err, EF_EUNSUPPORTED,
+                           "echo: factor=%g rounds each item's copies at "
+                           "random (%g per item on average)",
+                           st->factor, st->factor);
+    int64_t f = (int64_t)st->factor;
+    if (up > INT64_MAX / f)
+        return ef__err_set(err, EF_EUNSUPPORTED,
+                           "echo: %lld items echoed %lld times are more "
+                           "than 2^63 - 1",
+                           (long long)up, (long long)f);
+    *n = up * f;
+    return EF_OK;
+}
+
 static const ef__option_def echo_options[] = {
     {"factor", EF_OPT_FACTOR, "2",
      "times each item is emitted (>= 1; fractional: stochastic rounding), or "
@@ -1009,4 +1043,5 @@ const ef__stage_def ef__stage_echo = {
     .restore = echo_restore,
     .fetch = echo_fetch,
     .feedback = echo_feedback,
+    .length = echo_length,
 };

@@ -71,6 +71,29 @@ static int repeat_restore(ef__stage *s, ef__state_in *in, ef__err *err)
     return rc;
 }
 
+/* count passes of the upstream's; without a count, none ends but an
+ * empty one (see repeat_next). */
+static int repeat_length(ef__stage *s, int64_t up, int64_t *n, ef__err *err)
+{
+    int64_t count = ((const repeat_state *)s->state)->count;
+    if (up == 0 || up == EF__LENGTH_ENDLESS) {
+        *n = up;
+    } else if (!count) {
+        *n = EF__LENGTH_ENDLESS;
+        ef__err_set(err, EF_EUNSUPPORTED,
+                    "repeat: never ends (no count: give one, or end the "
+                    "pipeline with take)");
+    } else if (up > INT64_MAX / count) {
+        return ef__err_set(err, EF_EUNSUPPORTED,
+                           "repeat: %lld passes of %lld items are more than "
+                           "2^63 - 1",
+                           (long long)count, (long long)up);
+    } else {
+        *n = up * count;
+    }
+    return EF_OK;
+}
+
 static void repeat_destroy(ef__stage *s)
 {
     ef__free(s->state);
@@ -90,4 +113,5 @@ const ef__stage_def ef__stage_repeat = {
     .destroy = repeat_destroy,
     .save = repeat_save,
     .restore = repeat_restore,
+    .length = repeat_length,
 };

@@ -51,6 +51,15 @@ static int take_restore(ef__stage *s, ef__state_in *in, ef__err *err)
     return rc;
 }
 
+/* The first count items: fewer when the upstream has fewer. */
+static int take_length(ef__stage *s, int64_t up, int64_t *n, ef__err *err)
+{
+    (void)err;
+    int64_t count = ((const take_state *)s->state)->count;
+    *n = up == EF__LENGTH_ENDLESS || up > count ? count : up;
+    return EF_OK;
+}
+
 static void take_destroy(ef__stage *s)
 {
     ef__free(s->state);
@@ -69,4 +78,5 @@ const ef__stage_def ef__stage_take = {
     .destroy = take_destroy,
     .save = take_save,
     .restore = take_restore,
+    .length = take_length,
 };

@@ -338,6 +338,18 @@ static void cifar_stats(const ef__stage *s, ef_stage_stats *out)
     ef__stats_extra(out, "files", (double)st->paths.n);
 }
 
+/* The files' records in this part: known once they are read, which
+ * this does before open (once: open then uses them). */
+static int cifar_length(ef__stage *s, int64_t up, int64_t *n, ef__err *err)
+{
+    (void)up;
+    const cifar_state *st = s->state;
+    int rc = cifar_open(s, err);
+    if (rc == EF_OK)
+        *n = ef__shard_count(&st->shard, st->total);
+    return rc;
+}
+
 static const ef__option_def cifar_options[] = {
     {"files", EF_OPT_STRING, NULL,
      "CIFAR-10 binary files (gzip or raw), space-separated, with {1..5} "
@@ -363,4 +375,5 @@ const ef__stage_def ef__stage_cifar = {
     .save = cifar_save,
     .restore = cifar_restore,
     .fetch = cifar_fetch,
+    .length = cifar_length,
 };

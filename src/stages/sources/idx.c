@@ -200,13 +200,12 @@ static int load_labels(idx_state *st, const char *path,
     return rc;
 }
 
-/* first= and count= against the file's records: the range into st, or
- * an error naming the option, the file and its record count. Only now,
- * with the file read, is the count known. */
-static int set_range(ef__stage *s, idx_state *st, const char *path,
-                     ef__err *err)
+/* first= and count= against the file's `records`: the range into
+ * *first_out and *count_out, or an error naming the option, the file and
+ * its record count. Only with the header read is the count known. */
+static int set_range(ef__stage *s, int64_t records, const char *path,
+                     int64_t *first_out, int64_t *count_out, ef__err *err)
 {
-    int64_t records = st->h.dims[0];
     int64_t first = ef__opt_int(&s->opts, "first");
     int has_count = ef__opt_given(&s->opts, "count");
     int64_t count = has_count ? ef__opt_int(&s->opts, "count") : 0;
@@ -221,8 +220,8 @@ static int set_range(ef__stage *s, idx_state *st, const char *path,
                            "%s, which holds %lld records",
                            (long long)first, (long long)count, path,
                            (long long)records);
-    st->first = first;
-    st->count = has_count ? count : records - first;
+    *first_out = first;
+    *count_out = has_count ? count : records - first;
     return EF_OK;
 }
 
@@ -240,7 +239,7 @@ static int idx_open(ef__stage *s, ef__err *err)
     if (rc == EF_OK && labels[0])
         rc = load_labels(st, labels, &s->ctx->budget, err);
     if (rc == EF_OK)
-        rc = set_range(s, st, images, err);
+        rc = set_range(s, st->h.dims[0], images, &st->first, &st->count, err);
     if (rc != EF_OK) { /* not half open: a retry reads the files again */
         ef_buffer_release(st->images);
         ef_buffer_release(st->labels);
@@ -342,6 +341,32 @@ static void idx_stats(const ef__stage *s, ef_stage_stats *out)
     ef__stats_extra(out, "records", st->images ? (double)st->count : 0);
 }
 
+/* The range's records in this part. Before open, from the images
+ * file's header alone: a few bytes, read again at open. */
+static int idx_length(ef__stage *s, int64_t up, int64_t *n, ef__err *err)
+{
+    (void)up;
+    const idx_state *st = s->state;
+    int64_t first, count = st->count;
+    int rc = EF_OK;
+    if (!st->images) {
+        const char *path = ef__opt_string(&s->opts, "images");
+        unsigned char head[4 + 4 * EF__IDX_MAX_DIMS];
+        ef__idx_header h;
+        ef__stream *in;
+        rc = ef__stream_open(&in, path, NULL, err);
+        if (rc == EF_OK) {
+            rc = read_header(in, path, head, &h, err);
+            ef__stream_close(in);
+        }
+        if (rc == EF_OK)
+            rc = set_range(s, h.dims[0], path, &first, &count, err);
+    }
+    if (rc == EF_OK)
+        *n = ef__shard_count(&st->shard, count);
+    return rc;
+}
+
 static const ef__option_def idx_options[] = {
     {"images", EF_OPT_STRING, NULL, "IDX images file (gzip or raw)", 0, 0},
     {"labels", EF_OPT_STRING, "", "IDX labels file, paired with the images", 0,
@@ -365,4 +390,5 @@ const ef__stage_def ef__stage_idx = {
     .save = idx_save,
     .restore = idx_restore,
     .fetch = idx_fetch,
+    .length = idx_length,
 };

@@ -93,6 +93,15 @@ static int range_reset(ef__stage *s, int64_t epoch, ef__err *err)
     return EF_OK;
 }
 
+static int range_length(ef__stage *s, int64_t up, int64_t *n, ef__err *err)
+{
+    (void)up;
+    (void)err;
+    const range_state *st = s->state;
+    *n = ef__shard_count(&st->shard, st->n);
+    return EF_OK;
+}
+
 static void range_destroy(ef__stage *s)
 {
     ef__free(s->state);
@@ -116,4 +125,5 @@ const ef__stage_def ef__stage_range = {
     .save = range_save,
     .restore = range_restore,
     .fetch = range_fetch,
+    .length = range_length,
 };

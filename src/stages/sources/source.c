@@ -1,6 +1,9 @@
 /* source: a C callback as the first stage (ef_pipeline_add_source). The
  * callback may report EF_AGAIN when polled, which makes this a source that
- * automatic echoing can poll without a thread in between. */
+ * automatic echoing can poll without a thread in between. Its one option,
+ * length=N, is the caller's word on the samples per pass (a Python
+ * iterable's len()), for ef_pipeline_length only: the callback's EF_END
+ * still ends the pass. */
 #include "stage.h"
 
 static int callback_error(ef__stage *s, int rc, ef__err *err)
@@ -40,7 +43,8 @@ static int source_create(ef__stage *s, const ef__opts *o, ef__err *err)
 {
     (void)o;
     (void)err;
-    s->state = s; /* nothing to keep: the callback holds its own state */
+    s->state = s; /* nothing to keep: the callback holds its own state,
+                     and length= stays in s->opts */
     return EF_OK;
 }
 
@@ -73,12 +77,31 @@ static int source_save(ef__stage *s, ef__state_out *o, ef__err *err)
                        "saved");
 }
 
+static int source_length(ef__stage *s, int64_t up, int64_t *n, ef__err *err)
+{
+    (void)up;
+    if (!ef__opt_given(&s->opts, "length"))
+        return ef__err_set(err, EF_EUNSUPPORTED,
+                           "source: the callback's number of samples is not "
+                           "known (no length= option)");
+    *n = ef__opt_int(&s->opts, "length");
+    return EF_OK;
+}
+
+static const ef__option_def source_options[] = {
+    {"length", EF_OPT_INT, "",
+     "samples the callback gives per pass, when known (none: unknown)", 0,
+     9.2e18},
+};
+
 const ef__stage_def ef__stage_source = {
-    .info = {"source", "a C callback (ef_pipeline_add_source)", 0, NULL},
+    .info = {"source", "a C callback (ef_pipeline_add_source)",
+             EF__OPTIONS(source_options)},
     .is_source = 1,
     .create = source_create,
     .next = source_next,
     .poll = source_poll,
     .reset = source_reset,
     .save = source_save,
+    .length = source_length,
 };

@@ -796,6 +796,17 @@ static const ef__option_def tar_options[] = {
     EF__SHARD_OPTION,
 };
 
+/* A tar has no index: samples are counted by reading every header. */
+static int tar_length(ef__stage *s, int64_t up, int64_t *n, ef__err *err)
+{
+    (void)s;
+    (void)up;
+    (void)n;
+    return ef__err_set(err, EF_EUNSUPPORTED,
+                       "tar: the number of samples in the shards is not "
+                       "known before reading them (a tar has no index)");
+}
+
 const ef__stage_def ef__stage_tar = {
     .info = {"tar",
              "WebDataset tar shards (fields by member extension, __key__, "
@@ -813,4 +824,5 @@ const ef__stage_def ef__stage_tar = {
     .save = tar_save,
     .restore = tar_restore,
     .fetch = tar_fetch,
+    .length = tar_length,
 };

@@ -379,6 +379,17 @@ static const ef__option_def tfrecord_options[] = {
     EF__SHARD_OPTION,
 };
 
+/* TFRecord files have no index: records are counted by framing them. */
+static int tfrecord_length(ef__stage *s, int64_t up, int64_t *n, ef__err *err)
+{
+    (void)s;
+    (void)up;
+    (void)n;
+    return ef__err_set(err, EF_EUNSUPPORTED,
+                       "tfrecord: the number of records in the files is "
+                       "not known before reading them (they have no index)");
+}
+
 const ef__stage_def ef__stage_tfrecord = {
     .info = {"tfrecord", "TFRecord files, one u8 field per record",
              EF__OPTIONS(tfrecord_options)},
@@ -391,4 +402,5 @@ const ef__stage_def ef__stage_tfrecord = {
     .save = tfrecord_save,
     .restore = tfrecord_restore,
     .fetch = tfrecord_fetch,
+    .length = tfrecord_length,
 };
