@@ -38,9 +38,9 @@ typedef struct {
     PyObject *last_stats; /* stats() as they were at close() */
     PyObject *convert;    /* makes each field's value of its DLPack
                              capsule; NULL: echoflow.Tensor */
-} pipeline;
     /* with `convert`: whether and how often shared fields are copied */
     pyef_handout handout;
+} pipeline;
 
 static void lock(pipeline *self)
 {
@@ -241,10 +241,26 @@ static PyObject *pipeline_iternext(pipeline *self)
 static PyObject *pipeline_convert_with(pipeline *self, PyObject *args,
                                        PyObject *kwargs)
 {
+    static char *kwlist[] = {"fn", "copy_shared", NULL};
+    PyObject *fn;
+    int copy_shared = 1;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|$p:convert_with", kwlist,
+                                     &fn, &copy_shared))
+        return NULL;
     if (fn != Py_None && !PyCallable_Check(fn))
         return PyErr_Format(PyExc_TypeError, "%R is not callable", fn);
     Py_XSETREF(self->convert, fn == Py_None ? NULL : Py_NewRef(fn));
+    self->handout.copy_shared = copy_shared;
     Py_RETURN_NONE;
+}
+
+/* (fields copied, bytes copied) by the hand-out rule so far: for tests
+ * and bench/handout_copy.py. */
+static PyObject *pipeline_handout_copies(pipeline *self, void *closure)
+{
+    (void)closure;
+    return Py_BuildValue("(KK)", self->handout.copies,
+                         self->handout.copied_bytes);
 }
 
 static PyObject *pipeline_iter(PyObject *self)
@@ -282,28 +298,12 @@ static PyObject *pipeline_state_dict(pipeline *self, PyObject *unused)
         (bytes = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)size))) {
         char *buf = PyBytes_AS_STRING(bytes);
         Py_BEGIN_ALLOW_THREADS
-    static char *kwlist[] = {"fn", "copy_shared", NULL};
-    PyObject *fn;
-    int copy_shared = 1;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|$p:convert_with", kwlist,
-                                     &fn, &copy_shared))
-        return NULL;
         /* no next() in between: the same size */
         rc = ef_pipeline_save_state(self->p, buf, size, &size);
         Py_END_ALLOW_THREADS
-    self->handout.copy_shared = copy_shared;
     }
     if (rc != EF_OK) {
         Py_CLEAR(bytes);
-/* (fields copied, bytes copied) by the hand-out rule so far: for tests
- * and bench/handout_copy.py. */
-static PyObject *pipeline_handout_copies(pipeline *self, void *closure)
-{
-    (void)closure;
-    return Py_BuildValue("(KK)", self->handout.copies,
-                         self->handout.copied_bytes);
-}
-
         pyef_raise(rc, ef_pipeline_error(self->p));
     }
     unlock(self);
@@ -677,6 +677,7 @@ static PyObject *pipeline_new(PyTypeObject *type, PyObject *args,
     if (self) {
         pthread_mutex_init(&self->mu, NULL);
         pthread_mutex_init(&self->stop_mu, NULL);
+        self->handout.copy_shared = 1;
     }
     return (PyObject *)self;
 }
@@ -755,12 +756,14 @@ static PyMethodDef pipeline_methods[] = {
     {"close", (PyCFunction)pipeline_close, METH_NOARGS,
      "close(): stops and frees the pipeline. Tensors it gave out stay "
      "valid."},
-        self->handout.copy_shared = 1;
     {NULL, NULL, 0, NULL},
 };
 
 static PyGetSetDef pipeline_getset[] = {
     {"closed", (getter)pipeline_closed, NULL, "True once close()d", NULL},
+    {"_handout_copies", (getter)pipeline_handout_copies, NULL,
+     "(fields, bytes) copied so far before convert_with's fn saw them",
+     NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 
@@ -780,6 +783,3 @@ PyTypeObject pyef_pipeline_type = {
     .tp_methods = pipeline_methods,
     .tp_getset = pipeline_getset,
 };
-    {"_handout_copies", (getter)pipeline_handout_copies, NULL,
-     "(fields, bytes) copied so far before convert_with's fn saw them",
-     NULL},

@@ -36,7 +36,6 @@ PyObject *pyef_dlpack_capsule(const ef_tensor *t);
 extern PyTypeObject pyef_sample_type;
 extern PyTypeObject pyef_identity_type;
 int pyef_sample_types_init(void);
-/* A new Sample: field name -> Tensor for every field of `s`, with its
 /* How pyef_sample_from hands fields to a `convert` function. What it
  * makes of a capsule (a torch tensor) is writable, so a field whose memory
  * anything but this sample may still show (an echo pool, a shuffle buffer,
@@ -49,6 +48,7 @@ typedef struct {
     unsigned long long copied_bytes; /* their bytes */
 } pyef_handout;
 
+/* A new Sample: field name -> Tensor for every field of `s`, with its
  * identity; with `convert`, field name -> convert(DLPack capsule of the
  * field) instead (torch._C._from_dlpack makes torch tensors of them),
  * copying shared fields as `h` says (`h` is required with `convert`). `s`
