@@ -253,6 +253,25 @@ class Pipeline(_Pipeline):
                              "value per id" % (len(ids), len(values)))
         self._feedback(ids, values)
 
+    def __len__(self):
+        """The number of items a run yields (what iterating gives before
+        it stops), where it is known in advance: the whole run's, also
+        after iterating began. Each stage maps its upstream's count
+        (docs/python.md, Length): range n, idx its files' records, a
+        batch of b ceil(n / b) (floor with drop_remainder), echo:F F per
+        item, repeat:count count passes, take:k at most k. Where it is not
+        known (a tar or tfrecord source, repeat without a count, echo with
+        a fractional factor, auto or a policy) raises TypeError with the
+        library's message naming the stage, as len() of any iterable
+        without a length does, so that DataLoader and others go on
+        without one. With on_error="skip" it counts the run with nothing
+        dropped: an upper bound."""
+        return self._length()
+
+    def __bool__(self):
+        # a pipeline is true, whatever its length (or none)
+        return True
+
     def __enter__(self):
         return self
 

@@ -147,6 +147,30 @@ class Loader(torch.utils.data.IterableDataset):
         with p:
             yield from p
 
+    def __len__(self):
+        """The number of items an iteration in this process yields:
+        len(echoflow.Pipeline) of the part it reads (rank's part of
+        world_size; in a DataLoader worker, that worker's), so that
+        len(DataLoader(loader, batch_size=None)) works with
+        num_workers=0. Raises TypeError with the library's message where
+        the count is not known in advance (a tar source, repeat without a
+        count, echo:factor=auto ...), as DataLoader expects of an
+        iterable without a length.
+
+        With DataLoader workers (num_workers=W), each worker reads part
+        rank * W + worker of world_size * W and batches it alone, so what
+        the workers yield together may differ from this count by batch
+        rounding: up to W - 1 short batches more (or, with
+        drop_remainder, fewer batches), and DataLoader warns when more
+        come than len() said. Each call builds the pipeline anew (no
+        thread starts), and so may read a header or a file to count
+        (idx, cifar)."""
+        info = torch.utils.data.get_worker_info()
+        worker, workers = (info.id, info.num_workers) if info else (0, 1)
+        with self._build(self.epoch, self.rank * workers + worker,
+                         self.world_size * workers) as p:
+            return len(p)
+
     def state_dict(self):
         """Where this Loader stands, as a dict to pickle or torch.save:
         {"version": 1, "epoch": int, "rank": int, "world_size": int,

@@ -491,6 +491,34 @@ fail:
     return NULL;
 }
 
+/* _length() -> int: ef_pipeline_length. TypeError with the library's
+ * message where the length is not known in advance, which is what len()
+ * of an iterable without one raises. The GIL is released: a source may
+ * read its files' headers (idx) or the files (cifar) to count. */
+static PyObject *pipeline_length(pipeline *self, PyObject *unused)
+{
+    (void)unused;
+    lock(self);
+    if (!self->p) {
+        unlock(self);
+        return closed_error();
+    }
+    int64_t n = -1;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = ef_pipeline_length(self->p, &n);
+    Py_END_ALLOW_THREADS
+    PyObject *result = NULL;
+    if (rc == EF_OK)
+        result = PyLong_FromLongLong((long long)n);
+    else if (rc == EF_EUNSUPPORTED)
+        PyErr_SetString(PyExc_TypeError, ef_pipeline_error(self->p));
+    else
+        pyef_raise(rc, ef_pipeline_error(self->p));
+    unlock(self);
+    return result;
+}
+
 static PyObject *pipeline_stats(pipeline *self, PyObject *unused)
 {
     (void)unused;
@@ -748,6 +776,9 @@ static PyMethodDef pipeline_methods[] = {
      "_feedback(ids, values): ids a C-contiguous int64 buffer [n, 4], "
      "values a float64 buffer [n]; echoflow.Pipeline.feedback() converts "
      "what it is given into these."},
+    {"_length", (PyCFunction)pipeline_length, METH_NOARGS,
+     "_length() -> int: the items a run yields (len() of the pipeline); "
+     "TypeError with the reason where that is not known in advance."},
     {"stats", (PyCFunction)pipeline_stats, METH_NOARGS,
      "stats() -> dict: what `echoflow run --json` prints for the run so "
      "far (its figures at close() once closed)."},

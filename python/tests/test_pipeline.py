@@ -404,3 +404,70 @@ def test_ctrl_c_interrupts_a_waiting_next(handler, raised):
     out, _ = proc.communicate(timeout=60)  # the source waits 1000 s
     assert proc.returncode == 3, out
     assert out.startswith(raised + " after"), out
+
+
+# ---- len() ------------------------------------------------------------------
+
+@pytest.mark.parametrize("spec, n", [
+    ("range:n=10", 10),
+    ("range:n=10,shard=1/3", 3),
+    ("range:n=10 | batch:3", 4),
+    ("range:n=10 | batch:size=3,drop_remainder=true", 3),
+    ("range:n=10 | shuffle:4 | echo:factor=2,shuffle=3 | batch:3", 7),
+    ("range:n=4 | repeat:3 | prefetch", 12),
+    ("range:n=4 | repeat | take:9", 9),
+    ("range:n=0 | batch:3", 0),
+])
+def test_len_is_what_a_run_yields(spec, n):
+    with echoflow.Pipeline(spec, seed=3) as p:
+        assert len(p) == n
+        got = list(p)
+        assert len(got) == n
+        assert len(p) == n  # the whole run's, also after it
+
+
+def test_len_of_an_idx_source_reads_its_header(fmnist_spec):
+    with echoflow.Pipeline(fmnist_spec + " | batch:128") as p:
+        assert len(p) == 469  # 60,000 images
+    with echoflow.Pipeline(fmnist_spec + " | batch:128", shard=(1, 4)) as p:
+        assert len(p) == 118  # 15,000
+
+
+@pytest.mark.parametrize("spec, why", [
+    ("range:n=5 | repeat", "repeat: never ends"),
+    ("range:n=5 | echo:factor=1.5", "echo: factor=1.5 rounds"),
+    ("range:n=5 | prefetch | echo:factor=auto",
+     "echo: factor=auto decides the number of copies at run time"),
+])
+def test_len_unknown_is_a_type_error_with_the_reason(spec, why):
+    with echoflow.Pipeline(spec) as p:
+        with pytest.raises(TypeError, match=why):
+            len(p)
+        assert bool(p)  # a pipeline is true all the same
+        # list() and the like go on without a length
+        if "repeat" not in spec:
+            assert len(list(p)) >= 5
+
+
+def test_len_of_a_tar_source_is_unknown(fmnist_shards):
+    folder, names = fmnist_shards
+    with echoflow.Pipeline("tar:urls=%s/%s | batch:10" % (folder, names)) as p:
+        with pytest.raises(TypeError, match="tar: the number of samples"):
+            len(p)
+
+
+def test_len_of_a_source_that_cannot_be_read_raises_its_error(tmp_path):
+    with echoflow.Pipeline("idx:images=%s" % (tmp_path / "none.idx")) as p:
+        with pytest.raises(echoflow.Error, match="none.idx") as e:
+            len(p)
+        assert not isinstance(e.value, TypeError)
+        with pytest.raises(type(e.value)):
+            next(iter(p))  # the pipeline failed as its first next() would
+
+
+def test_len_of_a_closed_pipeline():
+    p = echoflow.Pipeline("range:n=0")
+    assert bool(p) and len(p) == 0
+    p.close()
+    with pytest.raises(ValueError, match="closed"):
+        len(p)

@@ -154,3 +154,26 @@ def test_split_spec_keeps_quotes():
     assert len({echoflow.epoch_seed(5, e, p) for e in range(3)
                 for p in range(3)}) == 9
     assert echoflow.epoch_seed(2**64 - 1, 3, 2) < 2**64
+
+
+def test_len_is_the_length_of_this_ranks_part():
+    assert len(Loader("range:n=10 | batch:3")) == 4
+    # part 1 of 3: 1, 4, 7
+    loader = Loader("range:n=10 | batch:2", rank=1, world_size=3)
+    assert len(loader) == 2
+    assert len(indices(loader)) == 3
+    dl = DataLoader(Loader("range:n=10 | echo:2 | batch:3"), batch_size=None)
+    assert len(dl) == 7
+    assert len(list(dl)) == 7
+
+
+def test_len_unknown_raises_type_error_and_dataloader_goes_on():
+    loader = Loader("range:n=10 | echo:factor=1.5 | batch:3")
+    with pytest.raises(TypeError, match="echo: factor=1.5"):
+        len(loader)
+    dl = DataLoader(loader, batch_size=None)
+    with pytest.raises(TypeError, match="echo: factor=1.5"):
+        len(dl)
+    assert len(list(dl)) >= 4
+    with pytest.raises(TypeError, match="repeat: never ends"):
+        len(DataLoader(Loader("range:n=3 | repeat"), batch_size=None))
