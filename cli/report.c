@@ -170,3 +170,14 @@ void report_text(FILE *f, const ef_pipeline *p, const run_info *ri)
                     i + 1, factor, r, 100 * (1 - busy), r < 1 ? 1.0 : r);
     }
 }
+
+void report_warnings(FILE *f, ef_pipeline *p, uint64_t *seen)
+{
+    uint64_t n = ef_pipeline_warning(p, *seen, NULL, 0);
+    for (; *seen < n; ++*seen) {
+        char text[512];
+        ef_pipeline_warning(p, *seen, text, sizeof text);
+        fprintf(f, "echoflow: warning: %s\n",
+                text[0] ? text : "(more warnings than the pipeline keeps)");
+    }
+}

@@ -20,5 +20,9 @@ void report_json(FILE *f, const ef_pipeline *p, const run_info *ri);
 /* The stats while running, as one JSON line: `t` seconds from the start,
  * then the figures of report_json from "items" on. */
 void report_stats_line(FILE *f, const ef_pipeline *p, double t);
+/* Prints the pipeline's warnings from number *seen on, as "echoflow:
+ * warning: ..." lines, and moves *seen past them. One atomic read when
+ * there are none new: cheap after every next(). */
+void report_warnings(FILE *f, ef_pipeline *p, uint64_t *seen);
 
 #endif

@@ -84,9 +84,11 @@ int cmd_run(int argc, char **argv)
     ef_sample *s;
     step_clock clock = {0};
     ef_status rc;
+    uint64_t warned = 0;
     for (;;) {
         long long t0 = cli_now_ns();
         rc = ef_pipeline_next(p, &s);
+        report_warnings(stderr, p, &warned);
         if (rc != EF_OK)
             break;
         ef_sample_free(s);

@@ -106,6 +106,22 @@ uint64_t ef_pipeline_skipped(ef_pipeline *p, char *buf, size_t cap)
     return atomic_load(&p->ctx.skipped);
 }
 
+uint64_t ef_pipeline_warning(ef_pipeline *p, uint64_t i, char *buf, size_t cap)
+{
+    if (!p)
+        return 0;
+    uint64_t n = atomic_load(&p->ctx.warned);
+    if (buf && cap) {
+        buf[0] = '\0';
+        if (i < n && i < EF_WARNINGS_KEPT) {
+            pthread_mutex_lock(&p->ctx.skip_mu);
+            snprintf(buf, cap, "%s", p->ctx.warnings[i]);
+            pthread_mutex_unlock(&p->ctx.skip_mu);
+        }
+    }
+    return n;
+}
+
 uint64_t ef_pipeline_abandoned(ef_pipeline *p, char *buf, size_t cap)
 {
     if (!p)

@@ -2,6 +2,7 @@
  * cancellable sleeps. */
 #include <assert.h>
 #include <errno.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -215,6 +216,22 @@ int ef__stage_abandon(ef__stage *s, ef__err *err, const char *part,
     pthread_mutex_unlock(&ctx->skip_mu);
     ef__err_clear(err);
     return 1;
+}
+
+void ef__warn(ef__ctx *ctx, const char *fmt, ...)
+{
+    pthread_mutex_lock(&ctx->skip_mu);
+    uint64_t n = atomic_load(&ctx->warned);
+    if (n < EF_WARNINGS_KEPT) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(ctx->warnings[n], sizeof ctx->warnings[n], fmt, ap);
+        va_end(ap);
+    }
+    /* after the text: a reader that sees the count finds it (and takes
+     * the lock to copy it anyway) */
+    atomic_store(&ctx->warned, n + 1);
+    pthread_mutex_unlock(&ctx->skip_mu);
 }
 
 void ef__stream_opts_from(const ef__opts *o, ef__stream_opts *out)

@@ -83,6 +83,10 @@ typedef struct {
      * size was known; several writers */
     _Atomic uint64_t abandoned, lost_bytes;
     char abandon_msg[EF__ERR_MAX]; /* the first, guarded by skip_mu */
+    /* ef__warn: the count, written under skip_mu and read by anyone, and
+     * the first EF_WARNINGS_KEPT texts, guarded by skip_mu */
+    _Atomic uint64_t warned;
+    char warnings[EF_WARNINGS_KEPT][EF__ERR_MAX];
     int64_t shard_i, shard_n; /* ef_pipeline_set_shard(); n = 0: unset */
     ef__budget budget;        /* bytes held by queues and buffers */
 } ef__ctx;
@@ -250,6 +254,10 @@ int ef__stage_skip(ef__stage *s, ef__err *err);
  * clears err and returns 1. */
 int ef__stage_abandon(ef__stage *s, ef__err *err, const char *part,
                       uint64_t at, int64_t size);
+/* Gives a warning (ef_pipeline_warning): counts it, keeps its text while
+ * fewer than EF_WARNINGS_KEPT were given. Thread-safe. */
+void ef__warn(ef__ctx *ctx, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
 /* EF_ECANCELED, with the one message every stage gives when the
  * pipeline is stopped under it: "<stage>: the pipeline was stopped". */
 int ef__stage_stopped(const ef__stage *s, ef__err *err);

@@ -6,10 +6,12 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "echoflow/echoflow.h"
 #include "ef_test_util.h"
@@ -313,6 +315,83 @@ static void test_seed_after_parse(void **state)
     ef_pipeline_destroy(p);
 }
 
+/* ---- the warning of a slow fill ------------------------------------ */
+
+typedef struct {
+    ef_pipeline *p;
+    int rc;
+} first_pull;
+
+static void *pull_first(void *arg)
+{
+    first_pull *f = arg;
+    ef_sample *s = NULL;
+    f->rc = ef_pipeline_next(f->p, &s);
+    ef_sample_free(s);
+    return NULL;
+}
+
+/* Starts the first pull of `spec` on a thread, waits (on the event, with
+ * a generous bound for a loaded machine) for the pipeline's first
+ * warning, stops the fill and checks the text holds `label` and `advice`.
+ * A throttle at 50 items/s makes the fill of 1000 items take 20 s at
+ * least, on any machine: the warning comes after about half a second. */
+static void expect_fill_warning(const char *spec, const char *label,
+                                const char *advice)
+{
+    first_pull f = {.p = tu_pipeline(spec, 1)};
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, pull_first, &f), 0);
+    double give_up = tu_now_s() + 60;
+    while (ef_pipeline_warning(f.p, 0, NULL, 0) == 0 && tu_now_s() < give_up)
+        nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL);
+    ef_pipeline_stop(f.p);
+    pthread_join(t, NULL);
+    assert_int_equal(f.rc, EF_ECANCELED); /* stopped mid-fill */
+    char text[512];
+    assert_int_equal(ef_pipeline_warning(f.p, 0, text, sizeof text), 1);
+    if (!strstr(text, label) || !strstr(text, advice) ||
+        !strstr(text, "must read 1000 items before its first; the upstream "
+                      "gives ") ||
+        !strstr(text, " items/s, so the first item waits about "))
+        fail_msg("%s: unexpected warning: %s", spec, text);
+    /* only warning 0 exists; a small buffer takes a cut text */
+    assert_int_equal(ef_pipeline_warning(f.p, 1, text, sizeof text), 1);
+    assert_string_equal(text, "");
+    assert_int_equal(ef_pipeline_warning(f.p, 0, text, 6), 1);
+    assert_string_equal(text, "stage");
+    ef_pipeline_destroy(f.p);
+}
+
+static void test_slow_fill_warns(void **state)
+{
+    (void)state;
+    expect_fill_warning("range:n=5000 | throttle:rate=50 | shuffle:1000",
+                        "stage 2 shuffle:buffer=1000 ",
+                        ": use a smaller buffer, or place echo before it");
+    /* the echo stage's own buffer: copies too, 100 items/s */
+    expect_fill_warning("range:n=5000 | throttle:rate=50 | "
+                        "echo:factor=2,shuffle=1000",
+                        "stage 2 echo:shuffle=1000 ",
+                        ": use a smaller "
+                        "shuffle=");
+}
+
+/* Fills that take no time warn of nothing. */
+static void test_fast_fill_is_quiet(void **state)
+{
+    (void)state;
+    const char *spec = "range:n=3000 | shuffle:1000 | "
+                       "echo:factor=2,shuffle=500 | batch:10 | repeat:count=2";
+    ef_pipeline *p = tu_pipeline(spec, 1);
+    assert_int_equal(tu_drain(p), 1200);
+    char text[16] = "x";
+    assert_int_equal(ef_pipeline_warning(p, 0, text, sizeof text), 0);
+    assert_string_equal(text, "");
+    assert_int_equal(ef_pipeline_warning(NULL, 0, text, sizeof text), 0);
+    ef_pipeline_destroy(p);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -322,6 +401,8 @@ int main(void)
         cmocka_unit_test(test_shuffle_seeds),
         cmocka_unit_test(test_seed_after_parse),
         cmocka_unit_test(test_determinism_threads),
+        cmocka_unit_test(test_slow_fill_warns),
+        cmocka_unit_test(test_fast_fill_is_quiet),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -17,8 +17,9 @@
  *   destroy) by one thread at a time.
  * - From any thread, while another pulls: ef_pipeline_stop(), the stats
  *   (ef_pipeline_stats_get, ef_pipeline_stage_count,
- *   ef_pipeline_stage_stats), ef_pipeline_skipped() and
- *   ef_pipeline_abandoned(). Destroy only after every such call returned.
+ *   ef_pipeline_stage_stats), ef_pipeline_skipped(),
+ *   ef_pipeline_abandoned() and ef_pipeline_warning(). Destroy only after
+ *   every such call returned.
  * - Samples are immutable once emitted: any thread may read and free
  *   them, and their tensors' memory lives as long as some reference to it
  *   (a sample, an ef_buffer_retain), even after the pipeline is gone.
@@ -283,6 +284,18 @@ EF_API uint64_t ef_pipeline_skipped(ef_pipeline *p, char *buf, size_t cap);
  * (its location, and "shard abandoned at byte N of SIZE"); returns how
  * many were. Any thread. */
 EF_API uint64_t ef_pipeline_abandoned(ef_pipeline *p, char *buf, size_t cap);
+
+/* Warnings: things that work but probably not as meant, such as a shuffle
+ * buffer that must fill from a slow upstream before its first item (each
+ * stage warns once). Returns how many warnings the pipeline has given so
+ * far; when i < that count, copies warning number i (from 0, in the order
+ * given) into buf (NUL-terminated, cut to cap; "" for any other i). The
+ * first EF_WARNINGS_KEPT texts are kept; a later one is counted and reads
+ * as "". A consumer that checks the count after each next() (one atomic
+ * read) sees each new warning once. Any thread. */
+#define EF_WARNINGS_KEPT 16
+EF_API uint64_t ef_pipeline_warning(ef_pipeline *p, uint64_t i, char *buf,
+                                    size_t cap);
 
 /* The memory budget: the most payload bytes the pipeline's queues,
  * read-ahead, shuffle buffers and echo pools may hold together (0: no

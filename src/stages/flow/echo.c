@@ -179,6 +179,13 @@ static int echo_open(ef__stage *s, ef__err *err)
     st->up_items = async_up ? &s->up->items_in : &s->items_in;
     ef__rates_init(&st->rates, st->up_ns, st->up_items, s->pulled_ns,
                    s->consumer_wait, &s->items_out);
+    if (st->shuffle) {
+        char label[96];
+        snprintf(label, sizeof label, "stage %d echo:shuffle=%zu", s->index,
+                 st->shuffle);
+        ef__shufbuf_watch(&st->buf, s, label,
+                          "use a smaller shuffle=, or a faster upstream");
+    }
     if (st->mode == ECHO_AUTO && !s->up->def->poll) {
         ef__feed *f = ef__calloc(1, sizeof *f);
         if (!f)

@@ -1,4 +1,6 @@
 /* shuffle: a seeded shuffle buffer; a new order every epoch. */
+#include <stdio.h>
+
 #include "core/alloc.h"
 #include "stage.h"
 #include "state.h"
@@ -34,8 +36,14 @@ static int shuffle_create(ef__stage *s, const ef__opts *o, ef__err *err)
 static int shuffle_open(ef__stage *s, ef__err *err)
 {
     (void)err;
-    if (!((shuffle_state *)s->state)->restored)
+    shuffle_state *st = s->state;
+    if (!st->restored)
         start_epoch(s);
+    char label[96];
+    snprintf(label, sizeof label, "stage %d shuffle:buffer=%zu", s->index,
+             st->buf.cap);
+    ef__shufbuf_watch(&st->buf, s, label,
+                      "use a smaller buffer, or place echo before it");
     return EF_OK;
 }
 

@@ -4,7 +4,22 @@
 #include <stdio.h>
 
 #include "core/alloc.h"
+#include "core/clock.h"
+#include "stage.h"
 #include "state.h"
+
+/* A fill from empty that is on course to take longer than this warns.
+ * The downstream gets nothing until the fill ends, and the next pass
+ * fills again: past a couple of seconds a training step's first wait is
+ * no longer start-up noise but the buffer's doing (a buffer as large as
+ * the data behind a slow reader waits for the whole pass). */
+#define SLOW_FILL_NS 2000000000ull
+/* The first prediction, once this long after the first item came: the
+ * pace is measured from there, so the upstream's own start (a file
+ * opening, a shuffle buffer of its own) is not taken for its pace; late
+ * enough for a steady measure, early enough to warn well before the end
+ * of a slow fill. */
+#define FILL_LOOK_NS 500000000ull
 
 int ef__shufbuf_init(ef__shufbuf *b, size_t cap, ef__budget *budget,
                      const char *owner)
@@ -27,6 +42,35 @@ static void empty(ef__shufbuf *b)
     for (size_t i = 0; i < b->n; i++)
         ef_sample_free(b->items[i]);
     b->n = 0;
+}
+
+void ef__shufbuf_watch(ef__shufbuf *b, ef__stage *watcher, const char *label,
+                       const char *advice)
+{
+    b->watcher = watcher;
+    snprintf(b->label, sizeof b->label, "%s", label);
+    b->advice = advice;
+}
+
+/* During a fill from empty that started at t0, its first item in at t1:
+ * warns once when the time so far and the pace since t1 say the whole
+ * fill takes more than SLOW_FILL_NS. */
+static void watch_fill(ef__shufbuf *b, uint64_t t0, uint64_t t1)
+{
+    uint64_t now = ef__timer_ns();
+    uint64_t pacing = ef__elapsed_ns(t1, now);
+    if (pacing < FILL_LOOK_NS || b->n < 2)
+        return;
+    double rate = (double)(b->n - 1) / ef__ns_to_s(pacing);
+    double whole =
+        ef__ns_to_s(ef__elapsed_ns(t0, now)) + (double)(b->cap - b->n) / rate;
+    if (whole * 1e9 <= (double)SLOW_FILL_NS)
+        return;
+    b->warned = 1;
+    ef__warn(b->watcher->ctx,
+             "%s must read %zu items before its first; the upstream gives "
+             "%.0f items/s, so the first item waits about %.1f s: %s",
+             b->label, b->cap, rate, whole, b->advice);
 }
 
 void ef__shufbuf_destroy(ef__shufbuf *b)
@@ -57,6 +101,9 @@ int ef__shufbuf_next(ef__shufbuf *b, ef__producer produce, void *arg,
                      ef__rng *rng, ef_sample **out, ef__err *err)
 {
     *out = NULL;
+    /* a fill from empty (a pass's first call) is watched, until it warns */
+    int watch = b->watcher && !b->warned && b->n == 0 && b->cap > 1;
+    uint64_t t0 = watch ? ef__timer_ns() : 0, t1 = 0;
     while (!b->ended && b->n < b->cap) {
         ef_sample *smp;
         int rc = produce(arg, &smp, err);
@@ -68,6 +115,10 @@ int ef__shufbuf_next(ef__shufbuf *b, ef__producer produce, void *arg,
             return rc;
         else
             b->items[b->n++] = smp;
+        if (watch && b->n == 1)
+            t1 = ef__timer_ns();
+        else if (watch && !b->warned)
+            watch_fill(b, t0, t1);
     }
     if (b->n == 0)
         return EF_END;

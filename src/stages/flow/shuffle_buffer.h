@@ -26,10 +26,22 @@ typedef struct {
     ef__budget *budget;
     const char *owner; /* the stage, for messages */
     uint64_t bytes;    /* payload of the samples held */
+    /* ef__shufbuf_watch: who warns of a slow fill, once */
+    struct ef__stage *watcher;
+    char label[96]; /* the stage as the warning names it */
+    const char *advice;
+    int warned;
 } ef__shufbuf;
 
 int ef__shufbuf_init(ef__shufbuf *b, size_t cap, ef__budget *budget,
                      const char *owner);
+/* Warns (ef__warn, once) when a fill from empty, at the start of a pass,
+ * is on course to keep the first item waiting more than a few seconds:
+ * "<label> must read N items before its first; the upstream gives R
+ * items/s, so the first item waits about T s: <advice>". The strings are
+ * copied (label) or borrowed (advice: a literal). */
+void ef__shufbuf_watch(ef__shufbuf *b, struct ef__stage *watcher,
+                       const char *label, const char *advice);
 /* Frees the samples still held. */
 void ef__shufbuf_destroy(ef__shufbuf *b);
 /* Tops the buffer up from `produce`, then hands out a random item (the
