@@ -130,8 +130,8 @@ static void expect_same_outputs(const char *fused, const char *separate,
         ef_sample *a = tu_next(p), *b = tu_next(q);
         ef_tensor ta = tu_field(a, "image"), tb = tu_field(b, "image");
         char what[600];
-        snprintf(what, sizeof what, "item %lld of %s vs %s", (long long)i,
-                 fused, separate);
+        snprintf(what, sizeof what, "item %lld of %.280s vs %.280s",
+                 (long long)i, fused, separate);
         assert_same(&ta, &tb, what);
         ef_sample_free(a);
         ef_sample_free(b);
