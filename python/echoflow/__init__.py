@@ -23,6 +23,7 @@ from ._echoflow import (
     FormatError,
     Identity,
     OutOfMemoryError,
+    PipelineWarning,
     ReadError,
     Sample,
     ShapeError,
@@ -38,8 +39,8 @@ from ._echoflow import (
 
 __all__ = [
     "CallbackError", "Error", "FormatError", "Identity", "OutOfMemoryError",
-    "Pipeline", "ReadError", "Sample", "ShapeError", "SpecError",
-    "StateError", "StoppedError", "Tensor", "UnsupportedError",
+    "Pipeline", "PipelineWarning", "ReadError", "Sample", "ShapeError",
+    "SpecError", "StateError", "StoppedError", "Tensor", "UnsupportedError",
     "__version__", "epoch_seed", "split_spec", "stages",
 ]
 

@@ -37,6 +37,7 @@ static const struct {
 
 static PyObject *base_error;
 static PyObject *class_of[NCLASSES];
+static PyObject *pipeline_warning;
 
 int pyef_errors_init(PyObject *module)
 {
@@ -46,6 +47,15 @@ int pyef_errors_init(PyObject *module)
         "status code (a negative int).",
         NULL, NULL);
     if (!base_error || PyModule_AddObjectRef(module, "Error", base_error) < 0)
+        return -1;
+    pipeline_warning = PyErr_NewExceptionWithDoc(
+        "echoflow.PipelineWarning",
+        "A pipeline works, but probably not as meant (a shuffle buffer that "
+        "must fill from a slow upstream first, say); the library's "
+        "ef_pipeline_warning().",
+        PyExc_UserWarning, NULL);
+    if (!pipeline_warning ||
+        PyModule_AddObjectRef(module, "PipelineWarning", pipeline_warning) < 0)
         return -1;
     for (size_t i = 0; i < NCLASSES; i++) {
         for (size_t k = 0; k < i; k++)
@@ -73,6 +83,11 @@ int pyef_errors_init(PyObject *module)
             return -1;
     }
     return 0;
+}
+
+int pyef_warn(const char *text)
+{
+    return PyErr_WarnEx(pipeline_warning, text, 1);
 }
 
 PyObject *pyef_raise(int status, const char *message)

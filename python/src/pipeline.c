@@ -40,6 +40,7 @@ typedef struct {
                              capsule; NULL: echoflow.Tensor */
     /* with `convert`: whether and how often shared fields are copied */
     pyef_handout handout;
+    uint64_t warned; /* the library's warnings issued so far (under mu) */
 } pipeline;
 
 static void lock(pipeline *self)
@@ -205,7 +206,52 @@ static PyObject *with_map_cause(pipeline *self)
     return NULL;
 }
 
+/* The library's warnings given since the last look, as texts; NULL with
+ * an exception set on failure. One atomic read when there are none. */
+static PyObject *new_warnings(pipeline *self)
+{
+    PyObject *texts = PyList_New(0);
+    lock(self);
+    uint64_t n = self->p ? ef_pipeline_warning(self->p, 0, NULL, 0) : 0;
+    for (; texts && self->warned < n; self->warned++) {
+        char buf[512];
+        ef_pipeline_warning(self->p, self->warned, buf, sizeof buf);
+        if (!buf[0])
+            snprintf(buf, sizeof buf, "more warnings than it keeps");
+        PyObject *t =
+            PyUnicode_DecodeUTF8(buf, (Py_ssize_t)strlen(buf), "replace");
+        if (!t || PyList_Append(texts, t) < 0)
+            Py_CLEAR(texts);
+        Py_XDECREF(t);
+    }
+    unlock(self);
+    return texts;
+}
+
+static PyObject *iternext_sample(pipeline *self);
+
+/* A sample, then warnings.warn() for each warning the pipeline gave
+ * meanwhile (issued outside the lock: a filter may run any code). */
 static PyObject *pipeline_iternext(pipeline *self)
+{
+    PyObject *obj = iternext_sample(self);
+    if (PyErr_Occurred())
+        return obj;
+    PyObject *texts = new_warnings(self);
+    for (Py_ssize_t i = 0; texts && i < PyList_GET_SIZE(texts); i++) {
+        const char *t = PyUnicode_AsUTF8(PyList_GET_ITEM(texts, i));
+        if (!t || pyef_warn(t) < 0)
+            Py_CLEAR(texts);
+    }
+    if (!texts) {
+        Py_XDECREF(obj);
+        return NULL;
+    }
+    Py_DECREF(texts);
+    return obj;
+}
+
+static PyObject *iternext_sample(pipeline *self)
 {
     lock(self);
     if (!self->p) {

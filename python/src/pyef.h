@@ -61,6 +61,9 @@ PyObject *pyef_sample_from(const ef_sample *s, PyObject *convert,
 int pyef_errors_init(PyObject *module);
 /* Raises the exception class of `status` with `message`; returns NULL. */
 PyObject *pyef_raise(int status, const char *message);
+/* warnings.warn(text, echoflow.PipelineWarning): 0, or -1 with an
+ * exception set (the warning filters made it an error). */
+int pyef_warn(const char *text);
 
 /* ---- pymap.c ---- */
 typedef struct pyef_map pyef_map;

@@ -471,3 +471,33 @@ def test_len_of_a_closed_pipeline():
     p.close()
     with pytest.raises(ValueError, match="closed"):
         len(p)
+
+
+@pytest.mark.parametrize("spec, examples", [
+    ("range:n=100 | echo:2 | batch:10", 100),
+    ("range:n=100 | batch:10 | echo:2", 100),
+    ("range:n=100 | echo:2,shuffle=16 | batch:10 | echo:3", 100),
+    ("range:n=100 | batch:10 | echo:1.5,shuffle=4", 100),
+    ("range:n=100 | batch:10 | echo:factor=auto,max=3", 100),
+])
+def test_fresh_sums_to_the_examples_read(spec, examples):
+    # echoed batches bring no fresh examples, wherever the echo stands
+    with echoflow.Pipeline(spec) as p:
+        batches = list(p)
+    assert sum(b.identity.fresh for b in batches) == examples
+    assert all(b.identity.fresh == 0 for b in batches
+               if b.identity.echo_copy > 0)
+
+
+def test_a_slow_shuffle_fill_warns_once():
+    # a throttle gives at most 100 items/s: the fill of 250 takes 2.5 s at
+    # least, past the library's 2 s, on any machine
+    spec = "range:n=250 | throttle:rate=100 | shuffle:250"
+    with pytest.warns(echoflow.PipelineWarning) as got:
+        assert len(items(spec)) == 250
+    texts = [str(w.message) for w in got
+             if issubclass(w.category, echoflow.PipelineWarning)]
+    assert len(texts) == 1
+    assert texts[0].startswith("stage 2 shuffle:buffer=250 must read 250 "
+                               "items before its first; the upstream gives ")
+    assert issubclass(echoflow.PipelineWarning, UserWarning)
