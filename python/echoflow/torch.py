@@ -14,9 +14,12 @@ workers.
 
     loader.load_state_dict(torch.load(path)["loader"])  # resume there
 """
+import warnings
+
 import torch
 import torch.distributed
 import torch.utils.data
+import torch.utils.data._utils.collate
 import torch.utils.dlpack
 
 import echoflow
@@ -28,6 +31,76 @@ except AttributeError:  # pragma: no cover - other torch versions
 
 
 _STATE_VERSION = 1  # of the Loader's state_dict()
+
+_BATCHES_ALREADY = (
+    "echoflow.torch.Loader yields batches already (its spec ends in "
+    "batch:N): give DataLoader batch_size=None")
+
+
+class FieldTuple(tuple):
+    """What Loader(..., as_tuple=names) yields: the named fields as torch
+    tensors, in that order, e.g. (input, target). The sample's identity
+    and members stay reachable as attributes, as on an echoflow.Sample
+    (DataLoader's conversion makes a plain list of it, without them)."""
+
+    identity = None
+    members = None
+
+
+def _collate_samples(batch, *, collate_fn_map=None):
+    """default_collate of echoflow.Sample and FieldTuple items: refused when
+    they are batches already (a DataLoader with a batch_size would stack
+    batches into a batch of batches), otherwise as the default collates a
+    mapping or a tuple."""
+    if any(getattr(item, "members", None) is not None for item in batch):
+        raise TypeError(_BATCHES_ALREADY)
+    collate = torch.utils.data._utils.collate.collate
+    elem = batch[0]
+    if isinstance(elem, tuple):
+        return [collate(list(f), collate_fn_map=collate_fn_map)
+                for f in zip(*batch)]
+    return type(elem)({k: collate([d[k] for d in batch],
+                                  collate_fn_map=collate_fn_map)
+                       for k in elem})
+
+
+def _field_names(as_tuple):
+    """Loader's as_tuple checked: None, or a tuple of field names."""
+    if as_tuple is None:
+        return None
+    names = () if isinstance(as_tuple, (str, bytes)) else as_tuple
+    try:
+        names = tuple(names)
+    except TypeError:
+        names = ()
+    if not names or not all(isinstance(n, str) for n in names):
+        raise TypeError("as_tuple: give the field names in order, e.g. "
+                        "('image', 'label'), not %r" % (as_tuple,))
+    return names
+
+
+def _hand_out(sample, names, pin):
+    """A Loader's item of `sample`: a FieldTuple of fields `names`, or the
+    sample; pinned when `pin`."""
+    if names is not None:
+        try:
+            out = FieldTuple(sample[n].pin_memory() if pin else sample[n]
+                             for n in names)
+        except KeyError as e:
+            raise KeyError("as_tuple names %r, and the samples have fields "
+                           "%s" % (e.args[0], ", ".join(map(repr, sample))))
+    else:
+        out = echoflow.Sample((k, v.pin_memory()) for k, v in sample.items())
+    out.identity = sample.identity
+    out.members = sample.members
+    return out
+
+
+# torch >= 1.13 collates by type through this map; older ones have none
+# and stack whatever they are given
+if hasattr(torch.utils.data._utils.collate, "default_collate_fn_map"):
+    torch.utils.data._utils.collate.default_collate_fn_map.update(
+        {echoflow.Sample: _collate_samples, FieldTuple: _collate_samples})
 
 
 def to_torch(sample):
@@ -43,7 +116,15 @@ def to_torch(sample):
 
 class Loader(torch.utils.data.IterableDataset):
     """An echoflow pipeline as a PyTorch iterable: each item is an
-    echoflow.Sample (a dict) of torch.Tensor, sharing the pipeline's memory.
+    echoflow.Sample (a dict) of torch.Tensor, sharing the pipeline's memory
+    where nothing else may still show it.
+
+    The tensors may be written in place: one whose memory an echo copy to
+    come (or anything else in the pipeline) still shares is copied before
+    it is handed out, so an in-place write never reaches a later copy.
+    With batch echoing (echo after batch) that is each batch but the last
+    copy; with example echoing before batch, nothing (the batch is new
+    memory).
 
     Each iteration builds a new pipeline from `spec` and reads it once
     through (a spec with `repeat` never ends). Its seed is
@@ -62,6 +143,20 @@ class Loader(torch.utils.data.IterableDataset):
     memory).
     on_error, memory_budget, maps: as for echoflow.Pipeline (the budget
         is each pipeline's: one per DataLoader worker).
+    as_tuple: field names, e.g. ("image", "label"): each item is then a
+        FieldTuple of those fields in that order, (input, target) as torch
+        code expects, with .identity and .members as attributes. A name
+        the samples lack raises KeyError at the first item.
+    pin_memory: with CUDA, each tensor is copied into page-locked memory
+        (tensor.pin_memory()), so that .to(device, non_blocking=True)
+        overlaps the copy; that copy stands in for the one above. Without
+        CUDA it is a no-op, with a warning, as for DataLoader. With
+        DataLoader workers, give DataLoader(pin_memory=True) instead: a
+        worker's tensors reach the main process through shared memory.
+
+    As a DataLoader's dataset it yields batches already: give DataLoader
+    batch_size=None (a batch_size raises TypeError at the first batch
+    rather than stacking batches into a batch of batches).
 
     state_dict() and load_state_dict() checkpoint the epoch and the
     position of the iteration running in this process, so that a Loader
@@ -72,7 +167,8 @@ class Loader(torch.utils.data.IterableDataset):
     """
 
     def __init__(self, spec, *, seed=0, rank=None, world_size=None,
-                 on_error="fail", memory_budget=None, maps=None):
+                 on_error="fail", memory_budget=None, maps=None,
+                 as_tuple=None, pin_memory=False):
         super().__init__()
         if rank is None and world_size is None:
             dist = torch.distributed
@@ -95,6 +191,12 @@ class Loader(torch.utils.data.IterableDataset):
         # (epoch, Pipeline): restored by load_state_dict(), for the next
         # iteration of that epoch
         self._resumed = None
+        self.as_tuple = _field_names(as_tuple)
+        self.pin_memory = bool(pin_memory)
+        if self.pin_memory and not torch.cuda.is_available():
+            warnings.warn("echoflow.torch.Loader: pin_memory=True but CUDA "
+                          "is not available: tensors are not pinned",
+                          stacklevel=2)
         # Build once to raise a bad spec here rather than in a worker. No
         # thread starts before the first sample is asked for.
         self._build(0, rank, world_size).close()
@@ -141,11 +243,46 @@ class Loader(torch.utils.data.IterableDataset):
             p = resumed[1]
         else:
             self._drop_resumed()
-            p = self._build(self.epoch, part, self.world_size * workers)
-        p.convert_with(from_capsule)  # torch tensors, made in C
+            p = self._build_part(info, part)
+        # pinned in the main process only (a worker's tensors cross
+        # through shared memory), and pinning copies everything anyway
+        pin = (self.pin_memory and info is None
+               and torch.cuda.is_available())
+        # torch tensors, made in C; shared memory copied (_copy_shared is
+        # for bench/handout_copy.py, which measures that copy)
+        p.convert_with(from_capsule,
+                       copy_shared=self._copy_shared and not pin)
         self._pipeline, self._epoch_of_pipeline = p, self.epoch
         with p:
-            yield from p
+            if self.as_tuple is None and not pin:
+                yield from p
+            else:
+                for s in p:
+                    yield _hand_out(s, self.as_tuple, pin)
+
+    _copy_shared = True
+
+    def _build_part(self, info, part):
+        """The pipeline of this process's part; in a DataLoader worker, a
+        part the source cannot give (fewer shards or files than parts)
+        fails with what to do."""
+        parts = self.world_size * (info.num_workers if info else 1)
+        try:
+            return self._build(self.epoch, part, parts)
+        except echoflow.SpecError as e:
+            if info is None:
+                raise
+            # the spec built at construction, on part rank of world_size:
+            # what fails is the split between workers
+            raise echoflow.SpecError(
+                "echoflow.torch.Loader: DataLoader worker %d of num_workers="
+                "%d (rank %d of world_size %d) reads part %d of %d, and the "
+                "source cannot split its data that finely: %s. Give the "
+                "DataLoader at most as many workers as each rank has parts "
+                "(shards, files), or num_workers=0: the pipeline already "
+                "runs its stages on threads of its own"
+                % (info.id, info.num_workers, self.rank, self.world_size,
+                   part, parts, e)) from e
 
     def __len__(self):
         """The number of items an iteration in this process yields:

@@ -1,10 +1,17 @@
-from typing import Any, Dict, Iterator, Mapping, Optional
+from typing import (Any, Dict, Iterator, Mapping, Optional, Sequence, Tuple,
+                    Union)
 
+import numpy
 import torch.utils.data
 
-from . import FeedbackIds, FeedbackValues, MapFn, Sample
+from . import FeedbackIds, FeedbackValues, Identity, MapFn, Sample
 
 def to_torch(sample: Sample) -> Sample: ...
+
+# What Loader(..., as_tuple=names) yields: those fields in that order.
+class FieldTuple(Tuple[torch.Tensor, ...]):
+    identity: Optional[Identity]
+    members: Optional[numpy.ndarray]
 
 class Loader(torch.utils.data.IterableDataset):
     spec: str
@@ -15,9 +22,13 @@ class Loader(torch.utils.data.IterableDataset):
     def __init__(self, spec: str, *, seed: int = ..., rank: Optional[int] = ...,
                  world_size: Optional[int] = ..., on_error: str = ...,
                  memory_budget: Optional[int] = ...,
-                 maps: Optional[Mapping[str, MapFn]] = ...) -> None: ...
+                 maps: Optional[Mapping[str, MapFn]] = ...,
+                 as_tuple: Optional[Sequence[str]] = ...,
+                 pin_memory: bool = ...) -> None: ...
+    as_tuple: Optional[Tuple[str, ...]]
+    pin_memory: bool
     def set_epoch(self, epoch: int) -> None: ...
-    def __iter__(self) -> Iterator[Sample]: ...
+    def __iter__(self) -> Iterator[Union[Sample, FieldTuple]]: ...
     def __len__(self) -> int: ...
     def state_dict(self) -> Dict[str, Any]: ...
     def load_state_dict(self, state: Dict[str, Any]) -> None: ...
