@@ -15,6 +15,7 @@ echoflow.torch.Loader feeds a PyTorch training loop. docs/python.md has the
 rules.
 """
 import atexit
+import threading
 import weakref
 
 from ._echoflow import (
@@ -160,6 +161,59 @@ def _adapt(fn):
     return call
 
 
+def _source_items(source):
+    """An iterator over `source`: an iterable, or a map-style dataset (a
+    torch Dataset: __getitem__ and __len__) read by index in order."""
+    if hasattr(source, "__iter__"):
+        return iter(source)
+    return (source[i] for i in range(len(source)))
+
+
+def _source_value(value):
+    """`value` as the C side imports it without a copy: torch tensors
+    detached and contiguous, numpy arrays C-contiguous; the rest as is."""
+    if hasattr(value, "detach") and hasattr(value, "is_contiguous"):
+        value = value.detach()
+        return value if value.is_contiguous() else value.contiguous()
+    flags = getattr(value, "flags", None)
+    if flags is not None and not flags.c_contiguous:
+        import numpy
+        return numpy.ascontiguousarray(value)
+    return value
+
+
+def _source_fields(item, names):
+    """The (name, value) pairs of an item of a Python source: a dict by its
+    keys, a tuple or list by `names` (default "0", "1", ...), anything
+    else as the one field names[0] (default "0")."""
+    if isinstance(item, dict):
+        return [(k, _source_value(v)) for k, v in item.items()]
+    if not isinstance(item, (tuple, list)):
+        item = (item,)
+    if names is None:
+        names = [str(i) for i in range(len(item))]
+    elif len(names) != len(item):
+        raise ValueError("source: an item of %d values, and fields names %d"
+                         " (%s)" % (len(item), len(names), ", ".join(names)))
+    return [(n, _source_value(v)) for n, v in zip(names, item)]
+
+
+def _feed_loop(feed, source, names):
+    """The thread of a Python source: a pass over `source` each time the
+    pipeline asks for one, its items put into `feed`, until the pipeline
+    is closed. What the iterable raises fails the pipeline."""
+    try:
+        while True:
+            if feed.wait_pass() < 0:
+                return
+            for item in _source_items(source):
+                if not feed.put(_source_fields(item, names)):
+                    return
+            feed.end()
+    except BaseException as e:  # the consumer raises it as the cause
+        feed.fail(e)
+
+
 _live = weakref.WeakSet()
 
 
@@ -190,6 +244,29 @@ class Pipeline(_Pipeline):
         dict of field name to Tensor or array. They run on the map stage's
         threads and hold the GIL while they run, so they are slower than
         the built-in stages: use them for what those cannot do.
+    source: a Python iterable as the first stage, the spec's stages after
+        it: a torch DataLoader (workers included), an IterableDataset, a
+        generator, a list, or a map-style dataset (__getitem__ and
+        __len__), read by index in order. Each pass of the pipeline (one,
+        or each of `repeat`) iterates it once, on a thread of its own that
+        holds the GIL only while it calls Python. An item is a dict (its
+        keys name the fields), a tuple or list (named by `fields`, default
+        "0", "1", ...) or one value (fields[0], default "0"). Values: torch
+        tensors on the CPU and numpy arrays (uint8, int32, int64, float32;
+        taken without a copy through DLPack, made contiguous first if they
+        are not), bytes and other buffers (without a copy), str (UTF-8
+        bytes, uint8), int (int64) and float (float32). What the iterable
+        raises fails the pipeline: a CallbackError whose __cause__ it is.
+        Its position cannot be saved (state_dict() raises
+        UnsupportedError), and it reads what it is given: shard it before
+        (a DistributedSampler), not with shard=.
+    fields: the field names of a source's tuple items, in order.
+    unbatch: the source yields batches (a DataLoader with a batch_size):
+        each is split into its examples along the first dimension, as views
+        of its memory, so that the stages after it (echo, shuffle, batch)
+        see examples.
+    read_ahead: how many items (examples, with unbatch) a source's thread
+        may read ahead of the pipeline (default 256).
 
     A bad spec raises SpecError (a ValueError) naming the stage and option;
     a data error raises the Error subclass of its kind with the library's
@@ -208,10 +285,23 @@ class Pipeline(_Pipeline):
     """
 
     def __init__(self, spec, *, seed=0, on_error="fail", shard=None,
-                 memory_budget=None, maps=None):
+                 memory_budget=None, maps=None, source=None, fields=None,
+                 unbatch=False, read_ahead=256):
+        if source is not None and shard not in (None, (0, 1)):
+            raise SpecError(
+                "shard: a Python source reads what it is given; give each "
+                "process its own part before (torch's DistributedSampler), "
+                "not shard=%r" % (shard,))
         super().__init__(spec, seed, on_error, shard, memory_budget)
+        if source is not None:
+            self._add_source(source, fields, unbatch, read_ahead)
+        elif fields is not None or unbatch:
+            raise TypeError("fields and unbatch are options of a source; "
+                            "give source= too")
         maps = dict(maps or {})
-        if not maps:
+        if not spec.strip():
+            pass
+        elif not maps:
             self.parse(spec)
         else:
             used = set()
@@ -231,6 +321,34 @@ class Pipeline(_Pipeline):
                 raise SpecError("maps: %s named by no map:fn=NAME stage of "
                                 "the spec" % ", ".join(map(repr, unused)))
         _live.add(self)
+
+    def _add_source(self, source, fields, unbatch, read_ahead):
+        if not (hasattr(source, "__iter__") or (
+                hasattr(source, "__getitem__") and hasattr(source, "__len__"))):
+            raise TypeError("source must be an iterable or a map-style "
+                            "dataset (__getitem__ and __len__), not %s"
+                            % type(source).__name__)
+        names = None
+        if fields is not None:
+            names = [fields] if isinstance(fields, str) else list(fields)
+            if not all(isinstance(n, str) and n for n in names):
+                raise TypeError("fields must be a sequence of field names "
+                                "(non-empty str), not %r" % (fields,))
+        if not isinstance(read_ahead, int) or read_ahead < 1:
+            raise ValueError("read_ahead must be an int >= 1, not %r"
+                             % (read_ahead,))
+        # the items of a pass, for len(): an unbatched source's examples
+        # are known only once its batches are
+        length = None
+        if not unbatch:
+            try:
+                length = len(source)
+            except TypeError:
+                pass
+        options = "" if length is None else "length=%d" % length
+        feed = self.add_source(read_ahead, bool(unbatch), options)
+        threading.Thread(target=_feed_loop, args=(feed, source, names),
+                         name="echoflow-source", daemon=True).start()
 
     def feedback(self, ids, values):
         """Tells the pipeline's echo stages what each example cost, for

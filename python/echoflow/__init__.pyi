@@ -1,5 +1,5 @@
-from typing import (Any, Callable, Dict, Iterator, List, Mapping, Optional,
-                    Sequence, Tuple, Union)
+from typing import (Any, Callable, Dict, Iterable, Iterator, List, Mapping,
+                    Optional, Sequence, Tuple, Union)
 
 import numpy
 import numpy.typing
@@ -54,6 +54,8 @@ class _Pipeline:
                  shard: Optional[Tuple[int, int]] = ...) -> None: ...
     def parse(self, text: str) -> None: ...
     def add_map(self, fn: MapFn, name: str, options: str) -> None: ...
+    def add_source(self, read_ahead: int, unbatch: bool,
+                   options: str) -> Any: ...
     def __iter__(self) -> Iterator[Sample]: ...
     def __next__(self) -> Sample: ...
     # Fields as fn(DLPack capsule); one whose memory something else may
@@ -74,7 +76,10 @@ class Pipeline(_Pipeline):
     def __init__(self, spec: str, *, seed: int = ..., on_error: str = ...,
                  shard: Optional[Tuple[int, int]] = ...,
                  memory_budget: Optional[int] = ...,
-                 maps: Optional[Mapping[str, MapFn]] = ...) -> None: ...
+                 maps: Optional[Mapping[str, MapFn]] = ...,
+                 source: Optional[Iterable[Any]] = ...,
+                 fields: Optional[Sequence[str]] = ...,
+                 unbatch: bool = ..., read_ahead: int = ...) -> None: ...
     # One value per example (a loss) for echo policies (echo:policy=...);
     # ValueError for lengths that differ or a NaN or infinite value (its
     # position named, nothing applied); TypeError or ValueError for ids or

@@ -431,3 +431,164 @@ class Loader(torch.utils.data.IterableDataset):
         if self._pipeline:
             self._pipeline.close()
         self._drop_resumed()
+
+
+def echo(dataloader, factor="auto", *, max=4, shuffle=None, mode="example",
+         seed=0):
+    """Echoes what an existing DataLoader yields, in one line: the
+    DataLoader stays as it is (its dataset, transforms and workers), and
+    an echo stage stands after it, so that the training loop does not wait
+    for it when it is the slow part.
+
+        loader = DataLoader(ImageFolder(root, transform), batch_size=64,
+                            shuffle=True, num_workers=2)
+        for images, labels in echoflow.torch.echo(loader, max=4):
+            ...                     # what the DataLoader yields, echoed
+
+    factor: "auto" (echo only when the training loop would otherwise wait,
+        at most `max` uses of each example) or a number >= 1 (each item
+        used that many times; fractional: per item, at random).
+    mode: "example" (the default, the better one in the paper): each batch
+        is split into its examples, which are echoed, shuffled and batched
+        again at the DataLoader's batch_size (its drop_last too), so that
+        the copies of an example land in different batches. "batch": whole
+        batches are echoed as they came.
+    shuffle: the size of the buffer that spreads the copies apart, in
+        examples ("example") or batches ("batch"); default four batches'
+        worth of examples, or 0 batches. It fills with fresh examples at
+        the start of each iteration before the first batch comes out.
+    seed: of the echo stage's random decisions.
+
+    Each iteration reads the DataLoader once through, as iterating it
+    would, and yields its structure (a tuple, a list, a dict or a single
+    tensor of each batch) with the same dtypes. Fields must be tensors of
+    uint8, int32, int64 or float32 (what torchvision's transforms and
+    default collation give); a field that is not (a list of paths, say)
+    raises a CallbackError naming it. Copies of an example share its
+    memory in the pipeline, never with the tensors handed out, which may
+    be written in place. stats() says what the echo stage did (fresh and
+    echoed items, effective factor, time the loop waited)."""
+    return Echo(dataloader, factor, max=max, shuffle=shuffle, mode=mode,
+                seed=seed)
+
+
+class Echo:
+    """What echo() returns: an iterable over a DataLoader's batches with
+    echoes, re-iterable like the DataLoader (one pass each time)."""
+
+    def __init__(self, dataloader, factor="auto", *, max=4, shuffle=None,
+                 mode="example", seed=0):
+        if mode not in ("example", "batch"):
+            raise ValueError("echo: mode must be 'example' or 'batch', not "
+                             "%r" % (mode,))
+        if factor != "auto":
+            if isinstance(factor, bool) or not isinstance(factor,
+                                                          (int, float)):
+                raise TypeError("echo: factor must be 'auto' or a number "
+                                ">= 1, not %r" % (factor,))
+            if not factor >= 1:
+                raise ValueError("echo: factor must be 'auto' or a number "
+                                 ">= 1, not %r" % (factor,))
+        if isinstance(max, bool) or not isinstance(max, int) or max < 1:
+            raise ValueError("echo: max must be an int >= 1, not %r" % (max,))
+        batch_size = getattr(dataloader, "batch_size", None)
+        if mode == "example" and batch_size is None and getattr(
+                dataloader, "batch_sampler", None) is not None:
+            raise ValueError(
+                "echo: the DataLoader's batches come from a batch_sampler, "
+                "so they have no one size to batch the examples at again; "
+                "use mode='batch'")
+        if shuffle is None:  # enough to put copies in different batches
+            shuffle = 4 * batch_size if mode == "example" and batch_size \
+                else 0
+        if isinstance(shuffle, bool) or not isinstance(shuffle, int) \
+                or shuffle < 0:
+            raise ValueError("echo: shuffle must be an int >= 0, not %r"
+                             % (shuffle,))
+        self.dataloader, self.factor, self.max = dataloader, factor, max
+        self.shuffle, self.mode, self.seed = shuffle, mode, seed
+        # examples are batched again only when the DataLoader batched them
+        self._rebatch = batch_size if mode == "example" else None
+        self._pipeline = None
+        echoflow.Pipeline(self._spec(), source=()).close()  # checks it
+
+    def _spec(self):
+        if self.factor == "auto":
+            spec = "echo:factor=auto,max=%d" % self.max
+        else:
+            spec = "echo:factor=%r" % (self.factor,)
+        if self.shuffle:
+            spec += ",shuffle=%d" % self.shuffle
+        if self._rebatch:
+            spec += " | batch:size=%d" % self._rebatch
+            if getattr(self.dataloader, "drop_last", False):
+                spec += ",drop_remainder=true"
+        return spec
+
+    def __iter__(self):
+        layout = []  # of the first batch: how to give batches back
+
+        def batches():
+            for b in self.dataloader:
+                if not layout:
+                    layout.append(_layout_of(b))
+                yield b
+
+        p = echoflow.Pipeline(self._spec(), seed=self.seed, source=batches(),
+                              unbatch=self._rebatch is not None,
+                              read_ahead=max(256, 2 * (self._rebatch or 1)))
+        p.convert_with(from_capsule)
+        self._pipeline = p
+        with p:
+            for s in p:
+                yield _rebuild(layout[0], s)
+
+    def __len__(self):
+        """The batches one iteration yields, when known in advance: with
+        an integer factor, from the DataLoader's length (and its sampler's,
+        for example echoing). With factor="auto" or a fractional factor
+        the echo stage decides at run time: TypeError, as for any
+        iterable of unknown length."""
+        if self.factor == "auto" or self.factor != int(self.factor):
+            raise TypeError(
+                "echo: with factor=%r the echo stage decides how many "
+                "copies to make at run time, so the number of batches is "
+                "not known in advance (len(dataloader) of them are fresh)"
+                % (self.factor,))
+        e = int(self.factor)
+        if not self._rebatch:
+            return len(self.dataloader) * e
+        b = self._rebatch
+        dl = self.dataloader
+        examples = len(dl) * b if dl.drop_last else len(dl.sampler)
+        n = examples * e
+        return n // b if dl.drop_last else -(-n // b)
+
+    def stats(self):
+        """The stats of the pipeline of the current (or last) iteration,
+        as echoflow.Pipeline.stats(): stages[0] is the DataLoader, then
+        the echo stage ("fresh", "echoed", "effective_factor", ...). None
+        before the first iteration."""
+        return self._pipeline.stats() if self._pipeline else None
+
+
+def _layout_of(batch):
+    """How a DataLoader's batch is laid out, to give echoed ones back alike:
+    ("dict", keys), ("tuple", n), ("list", n) or ("one", 1)."""
+    if isinstance(batch, dict):
+        return "dict", list(batch)
+    if isinstance(batch, tuple):
+        return "tuple", len(batch)
+    if isinstance(batch, list):
+        return "list", len(batch)
+    return "one", 1
+
+
+def _rebuild(layout, sample):
+    kind, what = layout
+    if kind == "dict":
+        return {k: sample[k] for k in what}
+    values = [sample[str(i)] for i in range(what)]
+    if kind == "one":
+        return values[0]
+    return tuple(values) if kind == "tuple" else values

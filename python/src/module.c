@@ -65,7 +65,8 @@ PyMODINIT_FUNC PyInit__echoflow(void); /* the one exported symbol */
 PyMODINIT_FUNC PyInit__echoflow(void)
 {
     if (PyType_Ready(&pyef_tensor_type) < 0 ||
-        PyType_Ready(&pyef_pipeline_type) < 0 || pyef_sample_types_init() < 0)
+        PyType_Ready(&pyef_pipeline_type) < 0 ||
+        PyType_Ready(&pyef_feed_type) < 0 || pyef_sample_types_init() < 0)
         return NULL;
     PyObject *m = PyModule_Create(&module_def);
     if (!m)

@@ -20,6 +20,7 @@
 
 #include <math.h>
 #include <pthread.h>
+#include <string.h>
 
 typedef struct {
     PyObject_HEAD
@@ -40,6 +41,7 @@ typedef struct {
                              capsule; NULL: echoflow.Tensor */
     /* with `convert`: whether and how often shared fields are copied */
     pyef_handout handout;
+    PyObject *feed;  /* a Python source's feed (pysource.c), or NULL */
     uint64_t warned; /* the library's warnings issued so far (under mu) */
 } pipeline;
 
@@ -190,6 +192,36 @@ static PyObject *pipeline_add_map(pipeline *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
+/* add_source(capacity, unbatch, options) -> feed: a Python source as the
+ * first stage. Its feeder thread (echoflow._feed_loop) puts items into
+ * the feed returned; the pipeline keeps it until closed. */
+static PyObject *pipeline_add_source(pipeline *self, PyObject *args)
+{
+    int capacity, unbatch;
+    const char *options;
+    if (!PyArg_ParseTuple(args, "ips:add_source", &capacity, &unbatch,
+                          &options))
+        return NULL;
+    if (!self->p)
+        return closed_error();
+    if (self->feed)
+        return pyef_raise(EF_ESPEC, "source: the pipeline has one already");
+    if (capacity < 1)
+        return PyErr_Format(PyExc_ValueError,
+                            "source: read_ahead must be >= 1, not %d",
+                            capacity);
+    PyObject *feed = pyef_feed_new(capacity, unbatch, &self->map_error);
+    if (!feed)
+        return NULL;
+    int rc = ef_pipeline_add_source(self->p, pyef_feed_next, feed, options);
+    if (rc != EF_OK) {
+        Py_DECREF(feed);
+        return pyef_raise(rc, ef_pipeline_error(self->p));
+    }
+    self->feed = feed;
+    return Py_NewRef(feed);
+}
+
 /* ---- iterating ---- */
 
 /* With an exception set: makes the first exception a Python map raised
@@ -278,8 +310,17 @@ static PyObject *iternext_sample(pipeline *self)
         unlock(self);
         return NULL;
     }
-    pyef_raise(rc, interrupted ? "interrupted by SIGINT"
-                               : ef_pipeline_error(self->p));
+    const char *msg =
+        interrupted ? "interrupted by SIGINT" : ef_pipeline_error(self->p);
+    const char *why = self->feed ? pyef_feed_failure(self->feed) : NULL;
+    if (why && rc == EF_ECALLBACK && strncmp(msg, "source:", 7) == 0) {
+        /* the library knows only that the callback failed; say how */
+        PyObject *text = PyUnicode_FromFormat("%s: %s", msg, why);
+        if (text)
+            pyef_raise(rc, PyUnicode_AsUTF8(text));
+        Py_XDECREF(text);
+    } else
+        pyef_raise(rc, msg);
     unlock(self);
     return with_map_cause(self);
 }
@@ -728,6 +769,10 @@ static void close_pipeline(pipeline *self)
         Py_END_ALLOW_THREADS
     }
     unlock(self);
+    if (self->feed) { /* the pipeline no longer reads it */
+        pyef_feed_close(self->feed);
+        Py_CLEAR(self->feed);
+    }
     for (int i = 0; i < self->nmaps; i++)
         pyef_map_free(self->maps[i]);
     PyMem_Free(self->maps);
@@ -794,6 +839,9 @@ static PyMethodDef pipeline_methods[] = {
      "parse(text): appends the stages of a spec."},
     {"add_map", (PyCFunction)pipeline_add_map, METH_VARARGS,
      "add_map(fn, name, options): appends a map stage calling fn."},
+    {"add_source", (PyCFunction)pipeline_add_source, METH_VARARGS,
+     "add_source(read_ahead, unbatch, options) -> feed: a Python source as "
+     "the first stage; echoflow.Pipeline(source=...) feeds it."},
     {"convert_with", (PyCFunction)(void (*)(void))pipeline_convert_with,
      METH_VARARGS | METH_KEYWORDS,
      "convert_with(fn, *, copy_shared=True): yields fields as fn(DLPack "

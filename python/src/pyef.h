@@ -9,6 +9,7 @@
  * pipeline.c   echoflow._Pipeline: building, iterating, checkpoints,
  *              stats, stop, close
  * pymap.c      Python callables as map stages
+ * pysource.c   Python iterables as the first stage
  * interrupt.c  Ctrl-C while next() waits with the GIL released
  * errors.c     the exception classes, one per status code
  * module.c     the module itself
@@ -74,6 +75,24 @@ pyef_map *pyef_map_new(PyObject *fn, const char *name, PyObject **first_error,
                        int keep_error);
 void pyef_map_free(pyef_map *m);
 int pyef_map_call(const ef_sample *in, ef_sample **out, ef_map_ctx *ctx);
+/* The dtype of a buffer's elements, from its struct format and size; -1
+ * when echoflow has none for it. */
+int pyef_buffer_dtype(const Py_buffer *v, ef_dtype *out);
+
+/* ---- pysource.c ---- */
+extern PyTypeObject pyef_feed_type;
+/* A new feed holding at most `capacity` samples; with `unbatch`, each item
+ * put is a batch, split into its rows. `*first_error` (a slot the pipeline
+ * owns, until pyef_feed_close) receives what the iterable raised. */
+PyObject *pyef_feed_new(int capacity, int unbatch, PyObject **first_error);
+/* The ef_source_fn of a feed (`user`). */
+int pyef_feed_next(void *user, int64_t epoch, int block, ef_sample **out);
+/* After the pipeline reading the feed is destroyed: wakes the feeder, whose
+ * put() and wait_pass() then say so, and frees the samples left. */
+void pyef_feed_close(PyObject *feed);
+/* What the feed's iterable raised ("ValueError: ..."), once it has; NULL
+ * before. Valid as long as the feed. */
+const char *pyef_feed_failure(PyObject *feed);
 
 /* ---- interrupt.c ---- */
 /* Calls ef_pipeline_next(p, out) with the GIL released. On the main thread,

@@ -38,8 +38,7 @@ void pyef_map_free(pyef_map *m)
     PyMem_Free(m);
 }
 
-/* The dtype of a buffer's element, from its struct format and size. */
-static int dtype_of(const Py_buffer *v, ef_dtype *out)
+int pyef_buffer_dtype(const Py_buffer *v, ef_dtype *out)
 {
     const char *f = v->format ? v->format : "B";
     if (*f == '@' || *f == '=' || *f == '<')
@@ -90,7 +89,7 @@ static int add_field(ef_sample *s, const char *name, PyObject *value)
     ef_dtype dtype;
     int64_t shape[EF_MAX_DIMS];
     rc = -1;
-    if (dtype_of(&v, &dtype) < 0)
+    if (pyef_buffer_dtype(&v, &dtype) < 0)
         PyErr_Format(PyExc_TypeError,
                      "field '%s': element format '%s' of size %zd is not one "
                      "of uint8, int32, int64, float32",

@@ -1,0 +1,230 @@
+"""Python iterables as the first stage (Pipeline(spec, source=...)) and
+echoflow.torch.echo() over a DataLoader."""
+import os
+import threading
+
+import numpy
+import pytest
+import torch
+import torch.utils.data as tud
+
+import echoflow
+from echoflow.torch import echo
+
+
+def arr(t):
+    return numpy.asarray(t)
+
+
+def test_items_become_fields_without_a_copy():
+    a = numpy.arange(12, dtype=numpy.float32).reshape(3, 4)
+    t = torch.arange(5, dtype=torch.int64)
+    raw = bytearray(b"jpeg bytes")
+    items = [{"a": a, "t": t, "raw": raw, "s": "héllo", "i": 7, "f": 0.5}]
+    with echoflow.Pipeline("", source=items) as p:
+        (s,) = list(p)
+    assert arr(s["a"]).__array_interface__["data"][0] == a.ctypes.data
+    assert arr(s["t"]).__array_interface__["data"][0] == t.data_ptr()
+    assert bytes(arr(s["raw"])) == b"jpeg bytes"
+    assert arr(s["raw"]).__array_interface__["data"][0] == \
+        numpy.frombuffer(raw, numpy.uint8).ctypes.data
+    assert bytes(arr(s["s"])) == "héllo".encode()
+    assert arr(s["i"]).dtype == numpy.int64 and int(arr(s["i"])) == 7
+    assert arr(s["f"]).dtype == numpy.float32 and float(arr(s["f"])) == 0.5
+    assert arr(s["a"]).tolist() == a.tolist()
+    assert s.identity == (0, 0, 0, 0)
+
+
+def test_tuples_are_named_by_fields_and_in_order():
+    items = [(torch.full((2,), i), i) for i in range(5)]
+    with echoflow.Pipeline("batch:2", source=items,
+                           fields=("x", "y")) as p:
+        got = [(arr(b["x"]).tolist(), arr(b["y"]).tolist()) for b in p]
+    assert got == [([[0, 0], [1, 1]], [0, 1]), ([[2, 2], [3, 3]], [2, 3]),
+                   ([[4, 4]], [4])]
+    with echoflow.Pipeline("", source=[(1, 2)]) as p:
+        assert sorted(next(iter(p))) == ["0", "1"]
+
+
+def test_a_map_style_dataset_is_read_by_index():
+    ds = tud.TensorDataset(torch.arange(10, 16))
+    with echoflow.Pipeline("", source=ds) as p:
+        got = [(s.identity.index, int(arr(s["0"]))) for s in p]
+    assert got == [(i, 10 + i) for i in range(6)]
+
+
+def test_the_length_of_a_sized_source():
+    assert len(echoflow.Pipeline("echo:2 | batch:3", source=[1] * 5)) == 4
+    with pytest.raises(TypeError, match="length"):
+        len(echoflow.Pipeline("", source=iter([1])))
+    with pytest.raises(TypeError, match="length"):
+        len(echoflow.Pipeline("", source=[(torch.zeros(2),)], unbatch=True))
+
+
+def test_each_pass_iterates_the_source_again():
+    with echoflow.Pipeline("repeat:3", source=[1, 2]) as p:
+        got = [(s.identity.epoch, int(arr(s["0"]))) for s in p]
+    assert got == [(0, 1), (0, 2), (1, 1), (1, 2), (2, 1), (2, 2)]
+
+
+def test_unbatch_splits_batches_into_views():
+    x = torch.arange(12, dtype=torch.float32).view(3, 4)
+    y = torch.tensor([5, 6, 7])
+    with echoflow.Pipeline("", source=[(x, y)], unbatch=True,
+                           fields=("x", "y")) as p:
+        got = list(p)
+    assert [s.identity.index for s in got] == [0, 1, 2]
+    assert [arr(s["x"]).tolist() for s in got] == x.tolist()
+    assert [int(arr(s["y"])) for s in got] == [5, 6, 7]
+    ptr = [arr(s["x"]).__array_interface__["data"][0] for s in got]
+    assert ptr == [x.data_ptr() + 16 * i for i in range(3)]
+
+
+def test_what_the_iterable_raises_fails_the_pipeline():
+    def gen():
+        yield 1
+        raise OSError("disk on fire")
+    with echoflow.Pipeline("", source=gen()) as p:
+        it = iter(p)
+        next(it)
+        with pytest.raises(echoflow.CallbackError,
+                           match="OSError: disk on fire") as e:
+            next(it)
+    assert isinstance(e.value.__cause__, OSError)
+
+
+@pytest.mark.parametrize("item, match", [
+    (numpy.zeros(3), "field '0' .* dtype echoflow does not hold"),
+    (torch.zeros(2, dtype=torch.float64), "dtype echoflow does not hold"),
+    (object(), "field '0' is a object; expected a tensor"),
+    (2**70, "outside int64"),
+])
+def test_values_it_cannot_hold_are_named(item, match):
+    with echoflow.Pipeline("", source=[item]) as p:
+        with pytest.raises(echoflow.CallbackError, match=match):
+            list(p)
+
+
+def test_bad_batches_and_arguments_are_refused():
+    with echoflow.Pipeline("", source=[(torch.zeros(3), 1)],
+                           unbatch=True) as p:
+        with pytest.raises(echoflow.CallbackError, match="'1' of a batch is "
+                           "a scalar"):
+            list(p)
+    with echoflow.Pipeline("", source=[(torch.zeros(3), torch.zeros(2))],
+                           unbatch=True) as p:
+        with pytest.raises(echoflow.CallbackError, match="has 2 rows"):
+            list(p)
+    with echoflow.Pipeline("", source=[(1, 2)], fields=("a",)) as p:
+        with pytest.raises(echoflow.CallbackError, match="2 values"):
+            list(p)
+    with pytest.raises(TypeError, match="iterable or a map-style"):
+        echoflow.Pipeline("", source=5)
+    with pytest.raises(echoflow.SpecError, match="DistributedSampler"):
+        echoflow.Pipeline("", source=[1], shard=(0, 2))
+    with pytest.raises(ValueError, match="read_ahead"):
+        echoflow.Pipeline("", source=[1], read_ahead=0)
+    with pytest.raises(TypeError, match="give source="):
+        echoflow.Pipeline("range:n=3", unbatch=True)
+
+
+def test_closing_wakes_a_feeder_waiting_for_room():
+    endless = (numpy.zeros(4, numpy.uint8) for _ in iter(int, 1))
+    p = echoflow.Pipeline("", source=endless, read_ahead=2)
+    next(iter(p))
+    p.close()  # returns: the feeder's put() is woken and stops
+    assert p.closed
+
+
+def test_auto_echo_echoes_while_the_source_waits():
+    # The source gives item 0, then waits until the consumer has seen
+    # three items: those can only be echoes of item 0.
+    seen = threading.Event()
+
+    def gen():
+        yield 0
+        assert seen.wait(60)
+        yield 1
+    spec = "echo:factor=auto,max=4"
+    with echoflow.Pipeline(spec, source=gen()) as p:
+        it = iter(p)
+        first = [next(it).identity for _ in range(3)]
+        seen.set()
+        rest = list(it)
+    assert [i.index for i in first] == [0, 0, 0]
+    assert [i.echo_copy for i in first] == [0, 1, 2]
+    assert 1 in [s.identity.index for s in rest]
+
+
+def loader_of(n=10, batch_size=4, **kw):
+    ds = tud.TensorDataset(torch.arange(2 * n, dtype=torch.float32)
+                           .view(n, 2), torch.arange(n))
+    return tud.DataLoader(ds, batch_size=batch_size, **kw)
+
+
+# DataLoader workers fork a threaded process, which sanitizer runtimes
+# cannot do safely (test_torch.py says more)
+forks = pytest.mark.skipif("san.so" in os.environ.get("LD_PRELOAD", ""),
+                           reason="a sanitizer runtime cannot fork a "
+                           "threaded process")
+
+
+@pytest.mark.parametrize("workers", [0, pytest.param(2, marks=forks)])
+def test_echo_yields_what_the_dataloader_yields(workers):
+    dl = loader_of(num_workers=workers)
+    e = echo(dl, factor=2)
+    batches = list(e)
+    assert len(batches) == len(e) == 5
+    for x, y in batches:
+        assert x.dtype == torch.float32 and y.dtype == torch.int64
+        assert x.shape[1:] == (2,) and x.shape[0] == y.shape[0]
+        assert (x[:, 0] == 2 * y.float()).all()
+    labels = torch.cat([y for _, y in batches]).tolist()
+    assert sorted(labels) == sorted(list(range(10)) * 2)
+    stage = e.stats()["stages"][1]
+    assert (stage["fresh"], stage["echoed"]) == (10, 10)
+    assert list(e) and len(list(e)) == 5  # re-iterable, a pass each
+
+
+def test_echo_keeps_dicts_lists_and_drop_last():
+    class Dicts(tud.Dataset):
+        def __len__(self):
+            return 10
+
+        def __getitem__(self, i):
+            return {"image": torch.full((3,), i, dtype=torch.uint8),
+                    "label": i}
+    dl = tud.DataLoader(Dicts(), batch_size=4, drop_last=True)
+    e = echo(dl, factor=3)
+    got = list(e)
+    assert len(got) == len(e) == 6  # 8 examples, 24 copies, 6 batches
+    assert all(set(b) == {"image", "label"} for b in got)
+    assert all(b["image"].dtype == torch.uint8 for b in got)
+    assert sorted(torch.cat([b["label"] for b in got]).tolist()) == \
+        sorted(list(range(8)) * 3)
+
+
+def test_batch_echo_repeats_whole_batches():
+    dl = loader_of()
+    e = echo(dl, factor=2, mode="batch")
+    got = [y.tolist() for _, y in e]
+    assert len(got) == len(e) == 6
+    assert got == [[0, 1, 2, 3]] * 2 + [[4, 5, 6, 7]] * 2 + [[8, 9]] * 2
+
+
+def test_echo_arguments_are_checked():
+    with pytest.raises(ValueError, match="mode"):
+        echo(loader_of(), mode="sample")
+    with pytest.raises(ValueError, match="factor"):
+        echo(loader_of(), factor=0.5)
+    with pytest.raises(ValueError, match="max"):
+        echo(loader_of(), max=0)
+    with pytest.raises(TypeError, match="decides how many copies"):
+        len(echo(loader_of()))
+    sampler = tud.BatchSampler(tud.SequentialSampler(range(10)), 3, False)
+    dl = tud.DataLoader(tud.TensorDataset(torch.arange(10)),
+                        batch_sampler=sampler)
+    with pytest.raises(ValueError, match="mode='batch'"):
+        echo(dl)
+    assert [y.tolist() for (y,) in echo(dl, factor=1, mode="batch")] == \
+        [[0, 1, 2], [3, 4, 5], [6, 7, 8], [9]]
