@@ -153,6 +153,14 @@ class Loader(torch.utils.data.IterableDataset):
         CUDA it is a no-op, with a warning, as for DataLoader. With
         DataLoader workers, give DataLoader(pin_memory=True) instead: a
         worker's tensors reach the main process through shared memory.
+    source, fields, unbatch: a Python iterable as the first stage, as for
+        echoflow.Pipeline: a DataLoader, a generator, a dataset. The spec
+        then holds the stages after it ("echo:factor=auto,max=4 |
+        batch:64"). It reads what it is given, so rank and world_size do
+        not shard it (a DistributedSampler does), and it runs in the
+        process that iterates the Loader: no DataLoader workers around
+        the Loader (the source may have its own). Its position cannot be
+        saved: state_dict() works between iterations only.
 
     As a DataLoader's dataset it yields batches already: give DataLoader
     batch_size=None (a batch_size raises TypeError at the first batch
@@ -168,7 +176,8 @@ class Loader(torch.utils.data.IterableDataset):
 
     def __init__(self, spec, *, seed=0, rank=None, world_size=None,
                  on_error="fail", memory_budget=None, maps=None,
-                 as_tuple=None, pin_memory=False):
+                 as_tuple=None, pin_memory=False, source=None, fields=None,
+                 unbatch=False):
         super().__init__()
         if rank is None and world_size is None:
             dist = torch.distributed
@@ -185,6 +194,7 @@ class Loader(torch.utils.data.IterableDataset):
         self.rank, self.world_size = rank, world_size
         self.on_error, self.maps = on_error, maps
         self.memory_budget = memory_budget
+        self.source, self.fields, self.unbatch = source, fields, unbatch
         self.epoch = 0
         self._pipeline = None  # that of the latest iteration here
         self._epoch_of_pipeline = 0
@@ -202,10 +212,13 @@ class Loader(torch.utils.data.IterableDataset):
         self._build(0, rank, world_size).close()
 
     def _build(self, epoch, part, parts):
+        # a Python source reads what it is given: no shard of ours
+        shard = (part, parts) if self.source is None else None
         return echoflow.Pipeline(
             self.spec, seed=echoflow.epoch_seed(self.seed, epoch, part),
-            on_error=self.on_error, shard=(part, parts),
-            memory_budget=self.memory_budget, maps=self.maps)
+            on_error=self.on_error, shard=shard,
+            memory_budget=self.memory_budget, maps=self.maps,
+            source=self.source, fields=self.fields, unbatch=self.unbatch)
 
     def _drop_resumed(self):
         if self._resumed is not None and self._resumed[1] is not None:
@@ -233,6 +246,12 @@ class Loader(torch.utils.data.IterableDataset):
         worker, workers = (info.id, info.num_workers) if info else (0, 1)
         part = self.rank * workers + worker
         resumed = self._resumed
+        if self.source is not None and info is not None:
+            raise echoflow.SpecError(
+                "echoflow.torch.Loader: a Loader with source= reads its "
+                "source in the process that iterates it; give the outer "
+                "DataLoader num_workers=0 (a DataLoader as the source has "
+                "workers of its own)")
         if resumed is not None and info is not None:
             raise echoflow.StateError(
                 "state: a Loader's state resumes an iteration in the process "

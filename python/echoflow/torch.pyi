@@ -1,5 +1,5 @@
-from typing import (Any, Dict, Iterator, Mapping, Optional, Sequence, Tuple,
-                    Union)
+from typing import (Any, Dict, Iterable, Iterator, List, Mapping, Optional,
+                    Sequence, Tuple, Union)
 
 import numpy
 import torch.utils.data
@@ -24,7 +24,10 @@ class Loader(torch.utils.data.IterableDataset):
                  memory_budget: Optional[int] = ...,
                  maps: Optional[Mapping[str, MapFn]] = ...,
                  as_tuple: Optional[Sequence[str]] = ...,
-                 pin_memory: bool = ...) -> None: ...
+                 pin_memory: bool = ...,
+                 source: Optional[Iterable[Any]] = ...,
+                 fields: Optional[Sequence[str]] = ...,
+                 unbatch: bool = ...) -> None: ...
     as_tuple: Optional[Tuple[str, ...]]
     pin_memory: bool
     def set_epoch(self, epoch: int) -> None: ...
@@ -38,3 +41,26 @@ class Loader(torch.utils.data.IterableDataset):
     def feedback(self, ids: FeedbackIds, values: FeedbackValues) -> None: ...
     def stats(self) -> Optional[Dict[str, Any]]: ...
     def close(self) -> None: ...
+
+# echo(dataloader, ...) yields what the DataLoader yields, echoed.
+Batch = Union[torch.Tensor, Tuple[torch.Tensor, ...], List[torch.Tensor],
+              Dict[str, torch.Tensor]]
+
+def echo(dataloader: Iterable[Any], factor: Union[str, float] = ..., *,
+         max: int = ..., shuffle: Optional[int] = ..., mode: str = ...,
+         seed: int = ...) -> "Echo": ...
+
+class Echo:
+    dataloader: Iterable[Any]
+    factor: Union[str, float]
+    max: int
+    shuffle: int
+    mode: str
+    seed: int
+    def __init__(self, dataloader: Iterable[Any],
+                 factor: Union[str, float] = ..., *, max: int = ...,
+                 shuffle: Optional[int] = ..., mode: str = ...,
+                 seed: int = ...) -> None: ...
+    def __iter__(self) -> Iterator[Batch]: ...
+    def __len__(self) -> int: ...
+    def stats(self) -> Optional[Dict[str, Any]]: ...

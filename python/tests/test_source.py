@@ -228,3 +228,30 @@ def test_echo_arguments_are_checked():
         echo(dl)
     assert [y.tolist() for (y,) in echo(dl, factor=1, mode="batch")] == \
         [[0, 1, 2], [3, 4, 5], [6, 7, 8], [9]]
+
+
+def test_a_loader_reads_a_python_source():
+    from echoflow.torch import Loader
+    dl = loader_of(n=12, batch_size=4)
+    loader = Loader("echo:2 | batch:6", source=dl, unbatch=True,
+                    fields=("x", "y"), as_tuple=("x", "y"))
+    with pytest.raises(TypeError, match="not known"):
+        len(loader)  # a batch's examples are counted once it is read
+    got = list(loader)  # FieldTuples (x, y), with their identity
+    assert [len(y) for _, y in got] == [6, 6, 6, 6]
+    assert all(x.dtype == torch.float32 for x, _ in got)
+    assert sorted(torch.cat([y for _, y in got]).tolist()) == \
+        sorted(list(range(12)) * 2)
+    assert sum(t.identity.fresh for t in got) == 12
+    # the source is not sharded by rank: it reads what it is given
+    ranked = Loader("batch:4", source=list(range(8)), rank=1, world_size=2)
+    assert [b["0"].tolist() for b in ranked] == [[0, 1, 2, 3], [4, 5, 6, 7]]
+
+
+@forks
+def test_a_loader_with_a_source_refuses_outer_workers():
+    from echoflow.torch import Loader
+    loader = Loader("batch:2", source=list(range(8)))
+    dl = tud.DataLoader(loader, batch_size=None, num_workers=1)
+    with pytest.raises(echoflow.SpecError, match="num_workers=0"):
+        list(dl)
