@@ -452,8 +452,8 @@ class Loader(torch.utils.data.IterableDataset):
         self._drop_resumed()
 
 
-def echo(dataloader, factor="auto", *, max=4, shuffle=None, mode="example",
-         seed=0):
+def echo(dataloader, factor="auto", *, max=4, shuffle=None, pool=None,
+         mode="example", seed=0):
     """Echoes what an existing DataLoader yields, in one line: the
     DataLoader stays as it is (its dataset, transforms and workers), and
     an echo stage stands after it, so that the training loop does not wait
@@ -476,6 +476,10 @@ def echo(dataloader, factor="auto", *, max=4, shuffle=None, mode="example",
         examples ("example") or batches ("batch"); default four batches'
         worth of examples, or 0 batches. It fills with fresh examples at
         the start of each iteration before the first batch comes out.
+    pool: with factor="auto", how many recent items the echo stage picks
+        its echoes from, the least echoed first: default 16 batches' worth
+        of examples, or 4 batches. A small pool at a high R echoes the same
+        few items in a row, which then share batches.
     seed: of the echo stage's random decisions.
 
     Each iteration reads the DataLoader once through, as iterating it
@@ -487,8 +491,8 @@ def echo(dataloader, factor="auto", *, max=4, shuffle=None, mode="example",
     memory in the pipeline, never with the tensors handed out, which may
     be written in place. stats() says what the echo stage did (fresh and
     echoed items, effective factor, time the loop waited)."""
-    return Echo(dataloader, factor, max=max, shuffle=shuffle, mode=mode,
-                seed=seed)
+    return Echo(dataloader, factor, max=max, shuffle=shuffle, pool=pool,
+                mode=mode, seed=seed)
 
 
 class Echo:
@@ -496,7 +500,7 @@ class Echo:
     echoes, re-iterable like the DataLoader (one pass each time)."""
 
     def __init__(self, dataloader, factor="auto", *, max=4, shuffle=None,
-                 mode="example", seed=0):
+                 pool=None, mode="example", seed=0):
         if mode not in ("example", "batch"):
             raise ValueError("echo: mode must be 'example' or 'batch', not "
                              "%r" % (mode,))
@@ -524,8 +528,15 @@ class Echo:
                 or shuffle < 0:
             raise ValueError("echo: shuffle must be an int >= 0, not %r"
                              % (shuffle,))
+        if pool is None:
+            pool = 16 * batch_size if mode == "example" and batch_size \
+                else 4
+        if isinstance(pool, bool) or not isinstance(pool, int) or pool < 1:
+            raise ValueError("echo: pool must be an int >= 1, not %r"
+                             % (pool,))
         self.dataloader, self.factor, self.max = dataloader, factor, max
-        self.shuffle, self.mode, self.seed = shuffle, mode, seed
+        self.shuffle, self.pool, self.mode = shuffle, pool, mode
+        self.seed = seed
         # examples are batched again only when the DataLoader batched them
         self._rebatch = batch_size if mode == "example" else None
         self._pipeline = None
@@ -533,7 +544,7 @@ class Echo:
 
     def _spec(self):
         if self.factor == "auto":
-            spec = "echo:factor=auto,max=%d" % self.max
+            spec = "echo:factor=auto,max=%d,pool=%d" % (self.max, self.pool)
         else:
             spec = "echo:factor=%r" % (self.factor,)
         if self.shuffle:

@@ -47,7 +47,8 @@ Batch = Union[torch.Tensor, Tuple[torch.Tensor, ...], List[torch.Tensor],
               Dict[str, torch.Tensor]]
 
 def echo(dataloader: Iterable[Any], factor: Union[str, float] = ..., *,
-         max: int = ..., shuffle: Optional[int] = ..., mode: str = ...,
+         max: int = ..., shuffle: Optional[int] = ...,
+         pool: Optional[int] = ..., mode: str = ...,
          seed: int = ...) -> "Echo": ...
 
 class Echo:
@@ -55,12 +56,13 @@ class Echo:
     factor: Union[str, float]
     max: int
     shuffle: int
+    pool: int
     mode: str
     seed: int
     def __init__(self, dataloader: Iterable[Any],
                  factor: Union[str, float] = ..., *, max: int = ...,
-                 shuffle: Optional[int] = ..., mode: str = ...,
-                 seed: int = ...) -> None: ...
+                 shuffle: Optional[int] = ..., pool: Optional[int] = ...,
+                 mode: str = ..., seed: int = ...) -> None: ...
     def __iter__(self) -> Iterator[Batch]: ...
     def __len__(self) -> int: ...
     def stats(self) -> Optional[Dict[str, Any]]: ...

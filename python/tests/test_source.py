@@ -219,6 +219,9 @@ def test_echo_arguments_are_checked():
         echo(loader_of(), factor=0.5)
     with pytest.raises(ValueError, match="max"):
         echo(loader_of(), max=0)
+    with pytest.raises(ValueError, match="pool"):
+        echo(loader_of(), pool=0)
+    assert "pool=64," in echo(loader_of())._spec()  # 16 batches of 4
     with pytest.raises(TypeError, match="decides how many copies"):
         len(echo(loader_of()))
     sampler = tud.BatchSampler(tud.SequentialSampler(range(10)), 3, False)
