@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian packages echoflow needs to build, test and run its
-# demo; with --bench, also what only the benchmarks need (torchvision and
-# photographs to decode, an optimised BLAS for PyTorch, gnuplot).
+# demo; with --bench, also what only the benchmarks need (photographs to
+# decode, an optimised BLAS for PyTorch, gnuplot).
 # Idempotent: installs only what is missing and says what that is.
 set -euo pipefail
 
@@ -18,6 +18,7 @@ packages=(
   python3-dev libdlpack-dev   # the Python package: CPython headers, DLPack
   python3-numpy python3-torch # ... the arrays and tensors it feeds
   python3-pytest              # ... and its tests
+  python3-torchvision python3-pil  # ... a stock torchvision pipeline, echoed
   nginx                       # the HTTP integration test serves shards
   openmpi-bin libopenmpi-dev  # echoflow train under mpirun
   dataset-fashion-mnist       # the real data: /usr/share/datasets/fashion-mnist
@@ -26,8 +27,7 @@ if [ "${1:-}" = "--bench" ]; then
   # Debian's torch uses the reference BLAS unless an optimised one is
   # installed; libopenblas0-pthread makes the comparison fair. The decode
   # benchmark compares with torchvision on photographs from scikit-image.
-  packages+=(libopenblas0-pthread
-             python3-torchvision python3-pil python3-skimage
+  packages+=(libopenblas0-pthread python3-skimage
              gnuplot-nox)  # the pictures of docs/ and the reproduction
 fi
 
