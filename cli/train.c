@@ -1,10 +1,12 @@
 /* `echoflow train`: the reference trainer behind an echoflow pipeline.
  * Uses the public API and train/ only. */
+#include <assert.h>
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -88,21 +90,20 @@ static int parse(train_opts *o, int argc, char **argv)
          "before-augment|after-augment|batch", "WHERE",
          "where the echo stage goes: before-augment,\n"
          "after-augment or batch"},
-        {"--throttle", ARG_DOUBLE, &o->throttle, NULL, 1e-3, 1e12, NULL,
-         "RATE", "emulate a slow upstream: RATE examples/s"},
+        {"--throttle", ARG_DOUBLE, &o->throttle, NULL, 1e-3, 1e12, NULL, "RATE",
+         "emulate a slow upstream: RATE examples/s"},
         {"training:", ARG_HEADING, NULL, NULL, 0, 0, NULL, NULL, NULL},
         {"--model", ARG_CHOICE, &o->model, NULL, 0, 0, "mlp|cnn", NULL,
          "the network"},
         {"--batch", ARG_INT, &c->batch, NULL, 1, 65536, NULL, "N",
          "examples per step"},
-        {"--lr", ARG_DOUBLE, &c->lr, NULL, 0, 100, NULL, "X",
-         "learning rate"},
+        {"--lr", ARG_DOUBLE, &c->lr, NULL, 0, 100, NULL, "X", "learning rate"},
         {"--momentum", ARG_DOUBLE, &c->momentum, NULL, 0, 0.9999, NULL, "X",
          "heavy-ball momentum"},
-        {"--weight-decay", ARG_DOUBLE, &c->weight_decay, NULL, 0, 1, NULL,
-         "X", "L2 penalty"},
-        {"--schedule", ARG_CHOICE, &o->schedule, NULL, 0, 0,
-         "constant|linear", NULL, "learning rate schedule"},
+        {"--weight-decay", ARG_DOUBLE, &c->weight_decay, NULL, 0, 1, NULL, "X",
+         "L2 penalty"},
+        {"--schedule", ARG_CHOICE, &o->schedule, NULL, 0, 0, "constant|linear",
+         NULL, "learning rate schedule"},
         {"--warmup", ARG_LONG, &c->warmup_steps, NULL, 0, 1e12, NULL, "STEPS",
          "linear warm-up steps"},
         {"--target-acc", ARG_DOUBLE, &c->target_acc, NULL, 0, 1, NULL, "A",
@@ -122,9 +123,10 @@ static int parse(train_opts *o, int argc, char **argv)
          "save the run here (weights, optimiser, counters,\n"
          "the pipeline's position) at the start, every\n"
          "--checkpoint-every steps and at the end, replacing\n"
-         "the file whole"},
-        {"--checkpoint-every", ARG_LONG, &c->checkpoint_every,
-         &o->every_given, 1, 1e12, NULL, "STEPS", "steps between checkpoints"},
+         "the file whole (written first to PATH.tmp.PID);\n"
+         "a regular file, or none yet"},
+        {"--checkpoint-every", ARG_LONG, &c->checkpoint_every, &o->every_given,
+         1, 1e12, NULL, "STEPS", "steps between checkpoints"},
         {"--resume", ARG_FLAG, &c->resume, NULL, 0, 0, NULL, NULL,
          "go on from --checkpoint's file if there is one\n"
          "(else start afresh); it must be of this run:\n"
@@ -456,6 +458,25 @@ static int check_checkpoint(const train_opts *o)
     }
     if (!c->checkpoint)
         return 0;
+    if (!c->checkpoint[0]) {
+        fprintf(stderr, "echoflow train: --checkpoint needs the path of a "
+                        "file; it was given an empty one\n");
+        return -1;
+    }
+    /* a named pipe would block the resume's read for ever, a folder or a
+       device would fail at the first save */
+    struct stat sb;
+    if (stat(c->checkpoint, &sb) == 0 && !S_ISREG(sb.st_mode)) {
+        fprintf(stderr,
+                "echoflow train: --checkpoint %s is %s, not a regular file: "
+                "give the path of a checkpoint, or of one to create\n",
+                c->checkpoint,
+                S_ISFIFO(sb.st_mode)   ? "a named pipe"
+                : S_ISDIR(sb.st_mode)  ? "a folder"
+                : S_ISSOCK(sb.st_mode) ? "a socket"
+                                       : "a device");
+        return -1;
+    }
     if (c->comm) {
         /* each process would need its own file, and all of them the same
            step on resuming: not done yet */
@@ -579,6 +600,83 @@ static int run(train_opts *o)
     return rc ? 1 : 0;
 }
 
+#ifdef EF_HAVE_MPI
+/* The options every process of a run under mpirun must be started with
+ * alike, each with its value as text: what shapes the model, the steps,
+ * the data and the collectives (a process with another --max-fresh or
+ * --eval-every would wait in a collective the others never enter; another
+ * --model sums gradients of another size). Free to differ: --threads and
+ * --memory-budget (a machine's own cores and memory), --throttle (an
+ * emulated slow link of one machine), --json and --save-model (process
+ * 0's output). Each process reads its own part of the data already. */
+enum { MAX_SETTINGS = 24 };
+typedef struct {
+    const char *name[MAX_SETTINGS], *value[MAX_SETTINGS];
+    char text[MAX_SETTINGS][32]; /* the numbers' values */
+    int n;
+} settings;
+
+static void put_text(settings *s, const char *name, const char *value)
+{
+    assert(s->n < MAX_SETTINGS);
+    s->name[s->n] = name;
+    s->value[s->n++] = value ? value : "(none)";
+}
+
+static void put_number(settings *s, const char *name, double v)
+{
+    char *buf = s->text[s->n];
+    /* the shortest text that reads back as v */
+    for (int digits = 6; digits <= 17; digits++) {
+        snprintf(buf, sizeof s->text[0], "%.*g", digits, v);
+        if (strtod(buf, NULL) == v)
+            break;
+    }
+    put_text(s, name, buf);
+}
+
+static void put_integer(settings *s, const char *name, unsigned long long v)
+{
+    snprintf(s->text[s->n], sizeof s->text[0], "%llu", v);
+    put_text(s, name, s->text[s->n]);
+}
+
+/* 0 when every process has the same settings; -1 after a message (on
+ * process 0) naming the first that differs. A collective. */
+static int same_settings(const train_opts *o, int help)
+{
+    const eft_config *c = &o->cfg;
+    settings s = {.n = 0};
+    put_text(&s, "the echoflow version", ef_version_string());
+    put_text(&s, "--help", help ? "given" : "not given");
+    put_text(&s, "--print-spec", o->print_spec ? "given" : "not given");
+    put_text(&s, "--data", o->data);
+    put_text(&s, "--spec", o->data ? NULL : o->spec);
+    put_text(&s, "--test-spec", o->data ? NULL : o->test_spec);
+    put_text(&s, "--echo", o->echo);
+    put_text(&s, "--echo-at", o->echo_at);
+    put_text(&s, "--model", o->model);
+    put_integer(&s, "--batch", (unsigned long long)c->batch);
+    put_number(&s, "--lr", c->lr);
+    put_number(&s, "--momentum", c->momentum);
+    put_number(&s, "--weight-decay", c->weight_decay);
+    put_text(&s, "--schedule", o->schedule);
+    put_integer(&s, "--warmup", (unsigned long long)c->warmup_steps);
+    put_number(&s, "--target-acc", c->target_acc);
+    put_integer(&s, "--eval-every", (unsigned long long)c->eval_every);
+    put_integer(&s, "--max-fresh", (unsigned long long)c->max_fresh);
+    put_integer(&s, "--seed", (unsigned long long)o->po.seed);
+    put_text(&s, "--on-error", o->po.on_error ? o->po.on_error : "fail");
+    put_text(&s, "--check-sync", o->check_sync ? "given" : "not given");
+    char err[1024];
+    if (train_mpi_same_settings(s.name, s.value, s.n, err, sizeof err) == 0)
+        return 0;
+    if (err[0])
+        fprintf(stderr, "echoflow train: %s\n", err);
+    return -1;
+}
+#endif
+
 int cmd_train(int argc, char **argv)
 {
     train_opts o;
@@ -594,6 +692,12 @@ int cmd_train(int argc, char **argv)
     int launched = 0;
 #endif
     int rc = setup(&o, launched, argc, argv);
+#ifdef EF_HAVE_MPI
+    /* before any other collective: processes set apart would hang in
+     * one, or exchange buffers of other sizes */
+    if (launched && rc <= 0 && same_settings(&o, rc < 0))
+        rc = 2;
+#endif
     if (rc == 0 && o.print_spec)
         printf("%s\n%s\n", o.spec, o.test_spec);
     else if (rc == 0)

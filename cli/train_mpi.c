@@ -7,8 +7,13 @@
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 static int started;
+static int orderly; /* a failure every process knows of: no MPI_Abort */
+
+/* A message from one process to process 0 about its settings. */
+#define DIFF_MSG 512
 
 static int mpi_check(int rc, const char *call, char *err, size_t len)
 {
@@ -107,9 +112,133 @@ int train_mpi_start(int *argc, char ***argv, eft_comm *comm, char *err,
     return 1;
 }
 
+/* The settings as one buffer: each name and value with its zero. */
+static char *pack_settings(const char *const *names, const char *const *values,
+                           int n, int *size)
+{
+    size_t total = 0;
+    for (int i = 0; i < n; i++)
+        total += strlen(names[i]) + strlen(values[i]) + 2;
+    char *buf = malloc(total ? total : 1), *at = buf;
+    for (int i = 0; buf && i < n; i++) {
+        size_t a = strlen(names[i]) + 1, b = strlen(values[i]) + 1;
+        memcpy(at, names[i], a);
+        memcpy(at + a, values[i], b);
+        at += a + b;
+    }
+    *size = (int)total;
+    return buf;
+}
+
+/* This process's settings against process 0's (`theirs`, `size` bytes
+ * of pack_settings): the first difference into msg, or an empty msg. */
+static void compare_settings(const char *theirs, int size,
+                             const char *const *names,
+                             const char *const *values, int n, int rank,
+                             char *msg, size_t len)
+{
+    size_t at = 0, end = (size_t)size; /* theirs[end] is a zero */
+    msg[0] = '\0';
+    for (int i = 0; i < n && !msg[0]; i++) {
+        const char *name = at < end ? theirs + at : "";
+        at += at < end ? strlen(name) + 1 : 0;
+        const char *value = at < end ? theirs + at : "";
+        at += at < end ? strlen(value) + 1 : 0;
+        if (strcmp(name, names[i]))
+            snprintf(msg, len,
+                     "the settings differ between ranks: %s on rank 0, %s "
+                     "on rank %d",
+                     name[0] ? name : "(none)", names[i], rank);
+        else if (strcmp(value, values[i]))
+            snprintf(msg, len,
+                     "%s differs between ranks: %.200s on rank 0, %.200s on "
+                     "rank %d",
+                     names[i], value, values[i], rank);
+    }
+    if (!msg[0] && at < end)
+        snprintf(msg, len,
+                 "the settings differ between ranks: rank 0 has more than "
+                 "rank %d",
+                 rank);
+}
+
+int train_mpi_same_settings(const char *const *names, const char *const *values,
+                            int n, char *err, size_t len)
+{
+    int rank, nprocs, size;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &nprocs);
+    char *mine = pack_settings(names, values, n, &size);
+    if (!mine) {
+        snprintf(err, len, "out of memory");
+        return -1;
+    }
+    /* process 0's settings to every process, each comparing its own */
+    char *theirs = NULL;
+    int rc = mpi_check(MPI_Bcast(&size, 1, MPI_INT, 0, MPI_COMM_WORLD),
+                       "MPI_Bcast", err, len);
+    if (rc == 0) {
+        theirs = rank == 0 ? mine : malloc((size_t)size + 1);
+        if (!theirs) {
+            snprintf(err, len, "out of memory");
+            rc = -1;
+        }
+    }
+    if (rc == 0)
+        rc = mpi_check(MPI_Bcast(theirs, size, MPI_CHAR, 0, MPI_COMM_WORLD),
+                       "MPI_Bcast", err, len);
+    char msg[DIFF_MSG] = "";
+    if (rc == 0 && rank != 0) {
+        theirs[size] = '\0'; /* ends in one already, unless corrupt */
+        compare_settings(theirs, size, names, values, n, rank, msg, sizeof msg);
+    }
+    if (theirs != mine)
+        free(theirs);
+    free(mine);
+    if (rc)
+        return rc;
+    /* does any process differ? then process 0 says which, first by rank */
+    int differs = msg[0] != '\0';
+    if (mpi_check(MPI_Allreduce(MPI_IN_PLACE, &differs, 1, MPI_INT, MPI_MAX,
+                                MPI_COMM_WORLD),
+                  "MPI_Allreduce", err, len))
+        return -1;
+    if (!differs)
+        return 0;
+    char *all = rank == 0 ? calloc((size_t)nprocs, DIFF_MSG) : NULL;
+    if (rank == 0 && !all) { /* the others are ended by MPI_Abort */
+        snprintf(err, len,
+                 "the settings differ between ranks (out of "
+                 "memory to say which)");
+        return -1;
+    }
+    rc = mpi_check(MPI_Gather(msg, DIFF_MSG, MPI_CHAR, all, DIFF_MSG, MPI_CHAR,
+                              0, MPI_COMM_WORLD),
+                   "MPI_Gather", err, len);
+    if (rc)
+        return rc;
+    orderly = 1;
+    err[0] = '\0';
+    int others = 0;
+    for (int r = 1; rank == 0 && r < nprocs; r++) {
+        const char *m = all + (size_t)r * DIFF_MSG;
+        if (m[0] && !err[0])
+            snprintf(err, len, "%.*s", DIFF_MSG, m);
+        else if (m[0])
+            others++;
+    }
+    if (others && err[0]) {
+        size_t used = strlen(err);
+        snprintf(err + used, len - used, " (and %d more rank%s)", others,
+                 others > 1 ? "s differ" : " differs");
+    }
+    free(all);
+    return -1;
+}
+
 void train_mpi_finish(int exit_code)
 {
-    if (started && exit_code)
+    if (started && exit_code && !orderly)
         MPI_Abort(MPI_COMM_WORLD, exit_code);
     if (started)
         MPI_Finalize();

@@ -12,9 +12,20 @@
  * plain run costs nothing. -1 with a message in err when MPI fails. */
 int train_mpi_start(int *argc, char ***argv, eft_comm *comm, char *err,
                     size_t len);
+/* Checks that every process was started with the same settings: the
+ * `n` option names and values (text) each process passes, in the same
+ * order on all. Returns 0 when they agree; otherwise -1 on every process,
+ * with in err, on process 0, the first option that differs and the two
+ * values ("--lr differs between ranks: 0.05 on rank 0, 0.1 on rank 1")
+ * and an empty err elsewhere; every process then knows, so
+ * train_mpi_finish() ends MPI in order. -1 with a message when an MPI
+ * call fails. A collective: every process calls it. */
+int train_mpi_same_settings(const char *const *names, const char *const *values,
+                            int n, char *err, size_t len);
 /* Ends MPI when train_mpi_start() started it: in order after a run that
- * succeeded; otherwise by MPI_Abort, so that no process that is still in
- * a collective waits forever for this one. */
+ * succeeded or that every process knows failed (train_mpi_same_settings);
+ * otherwise by MPI_Abort, so that no process that is still in a
+ * collective waits forever for this one. */
 void train_mpi_finish(int exit_code);
 
 #endif

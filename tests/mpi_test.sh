@@ -12,6 +12,8 @@
 #   two summation orders grow until runs part (1e-7 at step 125, 1e-2 by
 #   step 157 at lr 0.03), whether the order changes with the processes or
 #   with --threads;
+# - processes started with settings that must agree and do not are
+#   refused, naming the option and both values;
 # - a process that dies makes the run end with an error within seconds.
 #
 # usage: mpi_test.sh ECHOFLOW FASHION_MNIST_DIR
@@ -124,6 +126,46 @@ PY
     pass "auto echo per process: factors, R and their spread reported"
 else
     fail "echo per process: rc $rc: $(cat "$TMP/echo.out" "$TMP/echo.err")"
+fi
+
+# ---- processes started with other settings -------------------------------------
+# Each option that must agree, on rank 1 otherwise than on rank 0 (an MPMD
+# launch): refused before training, naming the option and both values,
+# every process exiting non-zero; `timeout` turns a hang into a failure.
+# Unchecked, another --model overran buffers, another --max-fresh hung,
+# another --lr trained apart silently, another --eval-every failed with
+# MPI_ERR_TRUNCATE.
+base=(train --data fashion-mnist --threads 1 --max-fresh 2000 --eval-every 1000)
+mpmd() { # mpmd NAME "RANK 0 OPTIONS" "RANK 1 OPTIONS"
+    local name=$1
+    # shellcheck disable=SC2086
+    timeout -k 10 300 "${MPIRUN[@]}" -np 1 "$CLI" "${base[@]}" $2 : \
+        -np 1 "$CLI" "${base[@]}" $3 >"$TMP/$name.out" 2>"$TMP/$name.err"
+    rc=$?
+}
+for case in "--model mlp|--model cnn|mlp on rank 0, cnn on rank 1" \
+    "--max-fresh 2000|--max-fresh 3000|2000 on rank 0, 3000 on rank 1" \
+    "--lr 0.05|--lr 0.1|0.05 on rank 0, 0.1 on rank 1" \
+    "--eval-every 1000|--eval-every 500|1000 on rank 0, 500 on rank 1" \
+    "--echo factor=2|--echo factor=3|factor=2 on rank 0, factor=3 on rank 1"; do
+    IFS='|' read -r mine theirs want <<<"$case"
+    opt=${mine%% *}
+    mpmd differs "$mine" "$theirs"
+    if [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] && [ "$rc" -ne 137 ] &&
+        grep -qF -- "$opt differs between ranks: $want" "$TMP/differs.err" &&
+        ! grep -q "MPI_ABORT\|^fresh " "$TMP/differs.err" &&
+        [ ! -s "$TMP/differs.out" ]; then
+        pass "$opt differing between ranks: refused (rc $rc), naming both values"
+    else
+        fail "$opt differing between ranks: rc $rc, $(cat "$TMP/differs.err")"
+    fi
+done
+# options a machine may set for itself
+mpmd own "--threads 1" "--threads 2 --json --memory-budget 512M"
+if [ "$rc" -eq 0 ] && grep -q "^final test accuracy" "$TMP/own.out"; then
+    pass "--threads, --json and --memory-budget may differ between ranks"
+else
+    fail "own settings per rank: rc $rc, $(cat "$TMP/own.out" "$TMP/own.err")"
 fi
 
 # ---- a process that dies ------------------------------------------------------

@@ -159,6 +159,42 @@ for bad in "--resume" "--checkpoint-every 5"; do
         fail "$bad without --checkpoint: rc $rc, $(cat "$TMP/lone.err")"
 done
 
+# --checkpoint that is not a file to write: refused before training, not
+# an empty name, a resume blocked for ever on a named pipe, or a failure
+# at the first save
+SHORT=(--data fashion-mnist --threads 1 --max-fresh 1280 --eval-every 1280)
+mkfifo "$TMP/pipe.ck"
+mkdir "$TMP/folder.ck"
+for c in "|an empty one" "$TMP/pipe.ck|a named pipe" "$TMP/folder.ck|a folder"; do
+    path=${c%%|*} want=${c#*|}
+    train odd "${SHORT[@]}" --checkpoint "$path" --resume
+    if [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] && grep -qF "$want" "$TMP/odd.err" &&
+        ! grep -q "^fresh" "$TMP/odd.out" "$TMP/odd.err"; then
+        pass "--checkpoint '$path' refused: $(head -n 1 "$TMP/odd.err")"
+    else
+        fail "--checkpoint '$path': rc $rc, $(cat "$TMP/odd.err")"
+    fi
+done
+
+# two runs saving to one path at every step: each writes its own
+# temporary file, so neither renames the other's away
+two=()
+for i in 1 2; do
+    timeout 300 "$CLI" train "${SHORT[@]}" --max-fresh 12800 \
+        --checkpoint "$TMP/shared.ck" --checkpoint-every 1 --resume \
+        >"$TMP/two$i.out" 2>"$TMP/two$i.err" &
+    two+=($!)
+done
+ok=1
+for i in 1 2; do
+    wait "${two[$((i - 1))]}" || ok=0
+done
+if [ "$ok" -eq 1 ] && [ -z "$(find "$TMP" -name 'shared.ck.tmp*')" ]; then
+    pass "two runs checkpointing to one path both end, no temporary left"
+else
+    fail "two runs on one checkpoint: $(cat "$TMP/two1.err" "$TMP/two2.err")"
+fi
+
 # ---- an echo policy (policy=rank) ------------------------------------------
 # The pool's values and priorities are in the checkpoint: a run killed and
 # resumed ends as the uninterrupted one.

@@ -354,8 +354,11 @@ int eft_checkpoint_save(const char *path, const eft_run_id *id, eft_model *m,
                         const eft_run_state *st, const void *pipe,
                         size_t pipe_n, char *err, size_t len)
 {
+    /* this process's own temporary file: two runs saving to one path
+       must not write into, or rename away, each other's */
     char tmp[4096];
-    if (snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp)
+    if (snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid()) >=
+        (int)sizeof tmp)
         return fail(err, len, "%s: checkpoint path too long", path);
     size_t weights = 0;
     for (int i = 0; i < eft_model_param_count(m); i++) {
@@ -557,7 +560,8 @@ static int check_settings(rbuf *r, const char *path, const eft_run_id *id,
 static int read_file(const char *path, unsigned char **data, size_t *size,
                      char *err, size_t len)
 {
-    int fd = open(path, O_RDONLY);
+    /* without blocking: a named pipe at path would wait for a writer */
+    int fd = open(path, O_RDONLY | O_NONBLOCK);
     if (fd < 0 && errno == ENOENT)
         return 1;
     if (fd < 0)

@@ -3,8 +3,11 @@
  * a run killed at any moment resumes from its last checkpoint and ends
  * as the uninterrupted run would, bit for bit.
  *
- * The file is written whole or not at all: to PATH.tmp, fsync'd, renamed
- * over PATH, then the folder fsync'd. Layout, integers and floats
+ * The file is written whole or not at all: to PATH.tmp.PID (the
+ * writer's own, so that two runs on one path do not clash), fsync'd,
+ * renamed over PATH, then the folder fsync'd; removed when a step fails.
+ * Reading refuses anything but a regular file, without blocking on a
+ * named pipe. Layout, integers and floats
  * little-endian:
  *   "EFTCKPT\0" | u32 format version (1) | u32 0 | u64 payload bytes |
  *   payload | u32 CRC-32C of everything before it
