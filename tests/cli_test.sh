@@ -251,16 +251,22 @@ else
 fi
 
 # pack_interrupt NAME SIGNAL STATUS: a throttled pack (200 samples/s, 100 a
-# shard) gets SIGNAL after 1.5 s: it must exit STATUS, leave no .partial
-# file, keep the complete shards and name them in its summary. A pack that
-# ignores the signal is killed after 10 s.
+# shard) gets SIGNAL once its first shard is complete (however long a
+# loaded machine takes to get there): it must exit STATUS, leave no
+# .partial file, keep the complete shards and name them in its summary. A
+# pack that ignores the signal is killed after 10 s.
 pack_interrupt() {
     local name=$1 sig=$2 want=$3 out="$TMP/$1" waited=0
     mkdir -p "$out"
     "$CLI" pack --per-shard 100 "range:n=1000000,bytes=10 | throttle:rate=200" \
         "$out/s-%04d.tar" >"$TMP/$name.out" 2>"$TMP/$name.err" &
     local pid=$!
-    sleep 1.5
+    while [ ! -e "$out/s-0000.tar" ] && kill -0 "$pid" 2>/dev/null &&
+        [ "$waited" -lt 1200 ]; do
+        sleep 0.1
+        waited=$((waited + 1))
+    done
+    waited=0
     kill "-$sig" "$pid"
     while kill -0 "$pid" 2>/dev/null && [ "$waited" -lt 100 ]; do
         sleep 0.1
