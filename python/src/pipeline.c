@@ -109,12 +109,17 @@ static int pipeline_init(pipeline *self, PyObject *args, PyObject *kwargs)
         PyErr_SetString(PyExc_RuntimeError, "the pipeline is already built");
         return -1;
     }
-    if (!PyLong_Check(seed_obj)) {
+    /* any integer, numpy's included (operator.index) */
+    PyObject *seed_int = PyIndex_Check(seed_obj) && !PyBool_Check(seed_obj)
+                             ? PyNumber_Index(seed_obj)
+                             : NULL;
+    if (!seed_int) {
         PyErr_Format(PyExc_TypeError, "seed must be an int, not %.80s",
                      Py_TYPE(seed_obj)->tp_name);
         return -1;
     }
-    unsigned long long seed = PyLong_AsUnsignedLongLong(seed_obj);
+    unsigned long long seed = PyLong_AsUnsignedLongLong(seed_int);
+    Py_DECREF(seed_int);
     if (PyErr_Occurred()) {
         PyErr_Clear();
         PyErr_Format(PyExc_ValueError,
@@ -153,9 +158,19 @@ static int pipeline_init(pipeline *self, PyObject *args, PyObject *kwargs)
 
 static PyObject *pipeline_parse(pipeline *self, PyObject *arg)
 {
-    const char *text = PyUnicode_AsUTF8(arg);
+    Py_ssize_t n;
+    const char *text = PyUnicode_AsUTF8AndSize(arg, &n);
     if (!text)
         return NULL;
+    /* the library reads a C string: what follows a NUL would be dropped */
+    size_t nul = strlen(text);
+    if ((Py_ssize_t)nul != n) {
+        char msg[128];
+        snprintf(msg, sizeof msg,
+                 "a spec cannot hold a NUL character; one is at its byte %zu",
+                 nul);
+        return pyef_raise(EF_ESPEC, msg);
+    }
     if (!self->p)
         return closed_error();
     int rc = ef_pipeline_parse(self->p, text);

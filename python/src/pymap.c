@@ -133,11 +133,18 @@ static int sample_from_result(const ef_sample *in, PyObject *res,
     PyObject *key, *value;
     Py_ssize_t pos = 0;
     while (PyDict_Next(res, &pos, &key, &value)) {
-        const char *name = PyUnicode_Check(key) ? PyUnicode_AsUTF8(key) : NULL;
+        Py_ssize_t n = 0;
+        const char *name =
+            PyUnicode_Check(key) ? PyUnicode_AsUTF8AndSize(key, &n) : NULL;
+        if (!name && !PyErr_Occurred())
+            PyErr_SetString(PyExc_TypeError, "a map's field names must be str");
+        else if (name && (Py_ssize_t)strlen(name) != n) { /* C stops at NUL */
+            PyErr_Format(PyExc_ValueError,
+                         "a map's field name cannot hold a NUL character: %R",
+                         key);
+            name = NULL;
+        }
         if (!name) {
-            if (!PyErr_Occurred())
-                PyErr_SetString(PyExc_TypeError,
-                                "a map's field names must be str");
             ef_sample_free(s);
             return -1;
         }

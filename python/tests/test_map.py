@@ -40,6 +40,7 @@ def test_every_kind_of_returned_value():
         return {"t": torch.full((2, 2), i, dtype=torch.float32),
                 "i32": numpy.arange(3, dtype=numpy.int32) + i,
                 "py": i,                      # an int: i64 scalar
+                "float": i + 0.5,             # a float: f32 scalar
                 "list": [[i, i], [i, i]],      # nested lists: i64 [2, 2]
                 "u8": bytes([i, i + 1])}       # bytes: u8 [2]
     out, _ = run("range:n=2 | map:fn=kinds", {"kinds": kinds})
@@ -49,6 +50,8 @@ def test_every_kind_of_returned_value():
     assert s["i32"].dtype == "i32" and numpy.asarray(s["i32"]).tolist() == [
         1, 2, 3]
     assert s["py"].dtype == "i64" and s["py"].shape == ()
+    assert s["float"].dtype == "f32" and s["float"].shape == ()
+    assert float(numpy.asarray(s["float"])) == 1.5
     assert s["list"].shape == (2, 2)
     assert s["u8"].dtype == "u8" and numpy.asarray(s["u8"]).tolist() == [1, 2]
     assert s.identity.index == 1
@@ -88,6 +91,7 @@ def test_on_error_skip_drops_the_failed_samples():
     (lambda s: {"x": numpy.zeros(2, dtype=numpy.float64)}, "format 'd'"),
     (lambda s: {"x": numpy.zeros((4, 4))[:, 1]}, "format 'd'"),
     (lambda s: {1: s["index"]}, "field names must be str"),
+    (lambda s: {"x\x00y": s["index"]}, "cannot hold a NUL"),
     (lambda s: {"x": object()}, "field 'x': a object is not an array"),
 ])
 def test_a_bad_result_is_an_error_naming_it(result, message):

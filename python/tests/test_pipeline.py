@@ -244,8 +244,20 @@ def test_bad_arguments_raise():
         echoflow.Pipeline("range:n=1", seed=2**64)
     with pytest.raises(TypeError, match="seed"):
         echoflow.Pipeline("range:n=1", seed=1.5)
+    with pytest.raises(TypeError, match="seed"):
+        echoflow.Pipeline("range:n=1", seed=True)
     big = items("range:n=2 | shuffle:2", seed=2**64 - 1)
     assert len(big) == 2
+    # numpy's integers are integers
+    assert len(items("range:n=2 | shuffle:2", seed=numpy.int64(5))) == 2
+    assert len(items("range:n=2 | shuffle:2", seed=numpy.uint64(2**64 - 1))
+               ) == 2
+
+
+def test_a_nul_in_a_spec_is_refused_not_cut_off():
+    # read as a C string, "range:n=3\0 | bogus" would run as range:n=3
+    with pytest.raises(echoflow.SpecError, match="NUL.*byte 9"):
+        echoflow.Pipeline("range:n=3\x00 | bogus")
 
 
 def test_a_truncated_file_raises_format_error_with_file_and_offset(
