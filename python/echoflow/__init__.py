@@ -87,6 +87,9 @@ def _as_field(name, value):
     takes: a Tensor, or a C-contiguous buffer of numbers."""
     if isinstance(value, Tensor):
         return value
+    if isinstance(value, float):  # as a Python source takes it: float32
+        import numpy
+        return numpy.float32(value)
     try:
         if memoryview(value).c_contiguous:
             return value

@@ -14,6 +14,7 @@ workers.
 
     loader.load_state_dict(torch.load(path)["loader"])  # resume there
 """
+import operator
 import warnings
 
 import torch
@@ -190,7 +191,7 @@ class Loader(torch.utils.data.IterableDataset):
         if not 0 <= rank < world_size:
             raise ValueError("rank %d of world_size %d: expected 0 <= rank < "
                              "world_size" % (rank, world_size))
-        self.spec, self.seed = spec, seed
+        self.spec, self.seed = spec, _integer("seed", seed, 2**64 - 1)
         self.rank, self.world_size = rank, world_size
         self.on_error, self.maps = on_error, maps
         self.memory_budget = memory_budget
@@ -235,8 +236,7 @@ class Loader(torch.utils.data.IterableDataset):
         """Sets the epoch the next iteration reads, as DistributedSampler's
         set_epoch does; call it before each epoch. A state loaded for
         another epoch is dropped."""
-        if epoch < 0:
-            raise ValueError("epoch must be >= 0, not %d" % epoch)
+        epoch = _integer("epoch", epoch, 2**63 - 1)
         if self._resumed is not None and self._resumed[0] != epoch:
             self._drop_resumed()
         self.epoch = epoch
@@ -450,6 +450,23 @@ class Loader(torch.utils.data.IterableDataset):
         if self._pipeline:
             self._pipeline.close()
         self._drop_resumed()
+
+
+def _integer(name, value, high):
+    """value as an int from 0 to high, numpy's integers included, or a
+    TypeError or ValueError naming it: the pipeline takes its seeds and
+    epochs as unsigned 64-bit numbers, which would wrap a negative one."""
+    if isinstance(value, bool):
+        raise TypeError("%s must be an int, not bool" % name)
+    try:
+        value = operator.index(value)
+    except TypeError:
+        raise TypeError("%s must be an int, not %s"
+                        % (name, type(value).__name__)) from None
+    if not 0 <= value <= high:
+        raise ValueError("%s must be from 0 to %d, not %d"
+                         % (name, high, value))
+    return value
 
 
 def echo(dataloader, factor="auto", *, max=4, shuffle=None, pool=None,

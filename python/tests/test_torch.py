@@ -146,6 +146,17 @@ def test_bad_arguments_are_refused_at_construction():
         Loader("range:n=10,shard=1/2", rank=0, world_size=2)
     with pytest.raises(ValueError, match="epoch"):
         Loader("range:n=10").set_epoch(-1)
+    with pytest.raises(TypeError, match="epoch must be an int, not float"):
+        Loader("range:n=10").set_epoch(1.5)
+    # the seeds of epochs and parts are taken modulo 2**64: -1 would wrap
+    with pytest.raises(ValueError, match="seed must be from 0"):
+        Loader("range:n=10", seed=-1)
+    with pytest.raises(TypeError, match="seed must be an int, not str"):
+        Loader("range:n=10", seed="5")
+    loader = Loader("range:n=10", seed=numpy.int64(5))
+    assert loader.seed == 5 and type(loader.seed) is int
+    loader.set_epoch(numpy.int64(1))
+    assert loader.epoch == 1 and type(loader.epoch) is int
 
 
 def test_split_spec_keeps_quotes():
