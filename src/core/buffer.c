@@ -46,11 +46,31 @@ static pthread_mutex_t kept_mu = PTHREAD_MUTEX_INITIALIZER;
 static ef_buffer *kept[KEEP + 1]; /* oldest first */
 static size_t nkept, kept_bytes;
 
+/* A process forked while a stage's thread held kept_mu would find it
+ * locked for ever: fork waits until no thread holds it. */
+static void lock_kept(void)
+{
+    pthread_mutex_lock(&kept_mu);
+}
+
+static void unlock_kept(void)
+{
+    pthread_mutex_unlock(&kept_mu);
+}
+
+static void at_fork_once(void)
+{
+    pthread_atfork(lock_kept, unlock_kept, unlock_kept);
+}
+
+static pthread_once_t at_fork = PTHREAD_ONCE_INIT;
+
 /* The kept block that best fits `size` (the smallest of cap >= size and
  * cap <= 2 * size), taken out; NULL when none does. */
 static ef_buffer *take_kept(size_t size)
 {
     ef_buffer *b = NULL;
+    pthread_once(&at_fork, at_fork_once);
     pthread_mutex_lock(&kept_mu);
     size_t best = nkept;
     for (size_t i = 0; i < nkept; i++)
@@ -76,6 +96,7 @@ static int keep(ef_buffer *b)
         return 0;
     ef_buffer *drop[KEEP + 1];
     size_t ndrop = 0;
+    pthread_once(&at_fork, at_fork_once);
     pthread_mutex_lock(&kept_mu);
     while (nkept && (nkept == KEEP || kept_bytes + b->cap > KEEP_BYTES)) {
         drop[ndrop++] = kept[0];
