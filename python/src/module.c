@@ -3,6 +3,7 @@
 #include "pyef.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 
 static PyObject *stage_option(const ef_option_info *o)
 {
@@ -60,6 +61,19 @@ static struct PyModuleDef module_def = {
     .m_methods = module_methods,
 };
 
+static atomic_uint forks;
+
+unsigned pyef_forks(void)
+{
+    return atomic_load_explicit(&forks, memory_order_relaxed);
+}
+
+static void after_fork_in_child(void)
+{
+    atomic_fetch_add(&forks, 1);
+    pyef_interrupt_after_fork();
+}
+
 PyMODINIT_FUNC PyInit__echoflow(void); /* the one exported symbol */
 
 PyMODINIT_FUNC PyInit__echoflow(void)
@@ -85,6 +99,6 @@ PyMODINIT_FUNC PyInit__echoflow(void)
         Py_DECREF(m);
         return NULL;
     }
-    pthread_atfork(NULL, NULL, pyef_interrupt_after_fork);
+    pthread_atfork(NULL, NULL, after_fork_in_child);
     return m;
 }

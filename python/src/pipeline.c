@@ -15,12 +15,19 @@
  * returns). _feedback() takes `stop_mu` too, for the same reason and not
  * `mu`: the library takes feedback while a next() waits, and a training
  * loop may give it from another thread than the one iterating. close()
- * takes `mu`, then `stop_mu`; nothing takes them the other way round. */
+ * takes `mu`, then `stop_mu`; nothing takes them the other way round.
+ *
+ * A child forked after the pipeline was made has none of its threads,
+ * and may have its locks held by threads that are not there: every call
+ * in the child raises StateError before it takes a lock, and close() or
+ * the garbage collector forgets the pipeline there (its memory is the
+ * child's copy) instead of joining threads that do not exist. */
 #include "pyef.h"
 
 #include <math.h>
 #include <pthread.h>
 #include <string.h>
+#include <unistd.h>
 
 typedef struct {
     PyObject_HEAD
@@ -43,15 +50,41 @@ typedef struct {
     pyef_handout handout;
     PyObject *feed;  /* a Python source's feed (pysource.c), or NULL */
     uint64_t warned; /* the library's warnings issued so far (under mu) */
+    unsigned forks;  /* pyef_forks() when made: another in a forked child */
+    long pid;        /* the process that made it, for the message */
 } pipeline;
 
-static void lock(pipeline *self)
+static int inherited(const pipeline *self)
 {
+    return self->forks != pyef_forks();
+}
+
+/* 0, or -1 with StateError set in a forked child */
+static int not_inherited(const pipeline *self)
+{
+    if (!inherited(self))
+        return 0;
+    char msg[200];
+    snprintf(msg, sizeof msg,
+             "this pipeline was made in process %ld, which forked this one "
+             "(%ld); its threads did not come along: make a new pipeline "
+             "here",
+             self->pid, (long)getpid());
+    pyef_raise(EF_ESTATE, msg);
+    return -1;
+}
+
+/* Takes `mu`; -1 with StateError set instead in a forked child. */
+static int lock(pipeline *self)
+{
+    if (not_inherited(self) < 0)
+        return -1;
     if (pthread_mutex_trylock(&self->mu) == 0)
-        return;
+        return 0;
     Py_BEGIN_ALLOW_THREADS
     pthread_mutex_lock(&self->mu);
     Py_END_ALLOW_THREADS
+    return 0;
 }
 
 static void unlock(pipeline *self)
@@ -171,6 +204,8 @@ static PyObject *pipeline_parse(pipeline *self, PyObject *arg)
                  nul);
         return pyef_raise(EF_ESPEC, msg);
     }
+    if (not_inherited(self) < 0)
+        return NULL;
     if (!self->p)
         return closed_error();
     int rc = ef_pipeline_parse(self->p, text);
@@ -184,6 +219,8 @@ static PyObject *pipeline_add_map(pipeline *self, PyObject *args)
     PyObject *fn;
     const char *name, *options;
     if (!PyArg_ParseTuple(args, "Oss:add_map", &fn, &name, &options))
+        return NULL;
+    if (not_inherited(self) < 0)
         return NULL;
     if (!self->p)
         return closed_error();
@@ -216,6 +253,8 @@ static PyObject *pipeline_add_source(pipeline *self, PyObject *args)
     const char *options;
     if (!PyArg_ParseTuple(args, "ips:add_source", &capacity, &unbatch,
                           &options))
+        return NULL;
+    if (not_inherited(self) < 0)
         return NULL;
     if (!self->p)
         return closed_error();
@@ -258,7 +297,10 @@ static PyObject *with_map_cause(pipeline *self)
 static PyObject *new_warnings(pipeline *self)
 {
     PyObject *texts = PyList_New(0);
-    lock(self);
+    if (texts && lock(self) < 0)
+        Py_CLEAR(texts);
+    if (!texts)
+        return NULL;
     uint64_t n = self->p ? ef_pipeline_warning(self->p, 0, NULL, 0) : 0;
     for (; texts && self->warned < n; self->warned++) {
         char buf[512];
@@ -300,7 +342,8 @@ static PyObject *pipeline_iternext(pipeline *self)
 
 static PyObject *iternext_sample(pipeline *self)
 {
-    lock(self);
+    if (lock(self) < 0)
+        return NULL;
     if (!self->p) {
         unlock(self);
         return closed_error();
@@ -385,7 +428,8 @@ static PyObject *bad_state(const char *what)
 static PyObject *pipeline_state_dict(pipeline *self, PyObject *unused)
 {
     (void)unused;
-    lock(self);
+    if (lock(self) < 0)
+        return NULL;
     if (!self->p) {
         unlock(self);
         return closed_error();
@@ -466,7 +510,10 @@ static PyObject *pipeline_load_state_dict(pipeline *self, PyObject *state)
     Py_buffer view;
     if (state_bytes(state, &view) < 0)
         return NULL;
-    lock(self);
+    if (lock(self) < 0) {
+        PyBuffer_Release(&view);
+        return NULL;
+    }
     if (!self->p) {
         unlock(self);
         PyBuffer_Release(&view);
@@ -600,7 +647,8 @@ fail:
 static PyObject *pipeline_length(pipeline *self, PyObject *unused)
 {
     (void)unused;
-    lock(self);
+    if (lock(self) < 0)
+        return NULL;
     if (!self->p) {
         unlock(self);
         return closed_error();
@@ -624,7 +672,8 @@ static PyObject *pipeline_length(pipeline *self, PyObject *unused)
 static PyObject *pipeline_stats(pipeline *self, PyObject *unused)
 {
     (void)unused;
-    lock(self);
+    if (lock(self) < 0)
+        return NULL;
     PyObject *d = self->p ? stats_of(self)
                   : self->last_stats ? PyDict_Copy(self->last_stats)
                                      : closed_error();
@@ -722,7 +771,8 @@ static PyObject *pipeline_feedback(pipeline *self, PyObject *args)
                      n, vv.shape[0]);
         goto done;
     }
-    if (raise_non_finite(vv.buf, n) || !(ids = ids_of(&iv, n)))
+    if (raise_non_finite(vv.buf, n) || !(ids = ids_of(&iv, n)) ||
+        not_inherited(self) < 0)
         goto done;
     int rc = EF_OK, closed = 0;
     Py_BEGIN_ALLOW_THREADS
@@ -751,6 +801,8 @@ done:
 static PyObject *pipeline_stop(pipeline *self, PyObject *unused)
 {
     (void)unused;
+    if (not_inherited(self) < 0)
+        return NULL;
     self->stopped = 1;
     Py_BEGIN_ALLOW_THREADS
     pthread_mutex_lock(&self->stop_mu);
@@ -765,6 +817,15 @@ static PyObject *pipeline_stop(pipeline *self, PyObject *unused)
  * map threads need it to finish their calls before they are joined. */
 static void close_pipeline(pipeline *self)
 {
+    if (self->p && inherited(self)) {
+        /* a forked child: no threads to join, locks that may be held;
+           the memory is the child's copy, gone when it exits */
+        self->p = NULL;
+        self->feed = NULL;
+        self->maps = NULL;
+        self->nmaps = 0;
+        return;
+    }
     if (!self->p)
         return;
     pipeline_stop(self, NULL);
@@ -812,6 +873,8 @@ static PyObject *pipeline_new(PyTypeObject *type, PyObject *args,
         pthread_mutex_init(&self->mu, NULL);
         pthread_mutex_init(&self->stop_mu, NULL);
         self->handout.copy_shared = 1;
+        self->forks = pyef_forks();
+        self->pid = (long)getpid();
     }
     return (PyObject *)self;
 }
@@ -838,8 +901,10 @@ static void pipeline_dealloc(pipeline *self)
     close_pipeline(self);
     pipeline_clear(self);
     Py_CLEAR(self->spec);
-    pthread_mutex_destroy(&self->mu);
-    pthread_mutex_destroy(&self->stop_mu);
+    if (!inherited(self)) { /* a child's copies may be held */
+        pthread_mutex_destroy(&self->mu);
+        pthread_mutex_destroy(&self->stop_mu);
+    }
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 

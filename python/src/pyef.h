@@ -105,4 +105,9 @@ void pyef_interrupt_after_fork(void);
 /* ---- pipeline.c ---- */
 extern PyTypeObject pyef_pipeline_type;
 
+/* ---- module.c ---- */
+/* How many forks this process descends from since the module loaded:
+ * a pipeline made under another count belongs to a parent process. */
+unsigned pyef_forks(void);
+
 #endif /* PYEF_H */

@@ -513,3 +513,42 @@ def test_a_slow_shuffle_fill_warns_once():
     assert texts[0].startswith("stage 2 shuffle:buffer=250 must read 250 "
                                "items before its first; the upstream gives ")
     assert issubclass(echoflow.PipelineWarning, UserWarning)
+
+
+FORKED = r'''
+import os, sys
+import echoflow
+
+p = echoflow.Pipeline("range:n=20000 | shuffle:100 | prefetch:4")
+it = iter(p)
+first = [next(it) for _ in range(10)]
+pid = os.fork()
+if pid == 0:
+    raised = []
+    for call in (lambda: next(it), p.stats, p.state_dict, p.stop):
+        try:
+            call()
+        except echoflow.StateError as e:
+            raised.append("forked this one" in str(e))
+    # a pipeline of the child's own works
+    mine = sum(1 for _ in echoflow.Pipeline("range:n=1000 | prefetch:2"))
+    print("child", raised, mine, flush=True)
+    sys.exit(0)  # closes p at exit: forgotten, not joined
+_, status = os.waitpid(pid, 0)
+rest = sum(1 for _ in it)
+print("parent", os.waitstatus_to_exitcode(status), len(first) + rest)
+'''
+
+
+@pytest.mark.skipif("san.so" in os.environ.get("LD_PRELOAD", ""),
+                    reason="a sanitizer runtime cannot fork a threaded "
+                    "process")
+def test_a_forked_child_cannot_use_its_parents_pipeline():
+    # the child has none of the pipeline's threads: next() there used to
+    # read a queue nobody fills, and exit joined threads that do not
+    # exist, hanging the child and its parent's waitpid
+    r = subprocess.run([sys.executable, "-c", FORKED], capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == ["child [True, True, True, True] 1000",
+                                     "parent 0 20000"]
