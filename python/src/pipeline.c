@@ -74,10 +74,24 @@ static int not_inherited(const pipeline *self)
     return -1;
 }
 
-/* Takes `mu`; -1 with StateError set instead in a forked child. */
+/* 0, or -1 with StateError set on a thread running one of the
+ * pipeline's own maps, for which the caller would wait on itself */
+static int not_from_own_map(const pipeline *self)
+{
+    if (!pyef_map_serving(self))
+        return 0;
+    pyef_raise(EF_ESTATE, "a map of this pipeline cannot call next(), "
+                          "stats(), state_dict(), load_state_dict(), len() "
+                          "or close() on it: each waits for the map to "
+                          "return; stop() is allowed");
+    return -1;
+}
+
+/* Takes `mu`; -1 with StateError set instead in a forked child or in
+ * one of the pipeline's own maps. */
 static int lock(pipeline *self)
 {
-    if (not_inherited(self) < 0)
+    if (not_inherited(self) < 0 || not_from_own_map(self) < 0)
         return -1;
     if (pthread_mutex_trylock(&self->mu) == 0)
         return 0;
@@ -231,7 +245,7 @@ static PyObject *pipeline_add_map(pipeline *self, PyObject *args)
     if (!grown)
         return PyErr_NoMemory();
     self->maps = grown;
-    pyef_map *m = pyef_map_new(fn, name, &self->map_error,
+    pyef_map *m = pyef_map_new(fn, name, self, &self->map_error,
                                self->on_error == EF_ON_ERROR_FAIL);
     if (!m)
         return NULL;
@@ -859,6 +873,8 @@ static void close_pipeline(pipeline *self)
 static PyObject *pipeline_close(pipeline *self, PyObject *unused)
 {
     (void)unused;
+    if (not_from_own_map(self) < 0)
+        return NULL;
     close_pipeline(self);
     Py_RETURN_NONE;
 }

@@ -68,11 +68,14 @@ int pyef_warn(const char *text);
 
 /* ---- pymap.c ---- */
 typedef struct pyef_map pyef_map;
-/* A map stage context for callable `fn` named `name`; `*first_error` (a
- * slot the pipeline owns) receives the first exception raised inside it
- * when `keep_error` is set. NULL with an exception set on failure. */
-pyef_map *pyef_map_new(PyObject *fn, const char *name, PyObject **first_error,
-                       int keep_error);
+/* A map stage context for callable `fn` named `name`, a stage of the
+ * pipeline object `owner`; `*first_error` (a slot the pipeline owns)
+ * receives the first exception raised inside it when `keep_error` is set.
+ * NULL with an exception set on failure. */
+pyef_map *pyef_map_new(PyObject *fn, const char *name, const void *owner,
+                       PyObject **first_error, int keep_error);
+/* Whether this thread is inside a call of one of `pipeline`'s maps. */
+int pyef_map_serving(const void *pipeline);
 void pyef_map_free(pyef_map *m);
 int pyef_map_call(const ef_sample *in, ef_sample **out, ef_map_ctx *ctx);
 /* The dtype of a buffer's elements, from its struct format and size; -1

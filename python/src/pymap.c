@@ -13,18 +13,28 @@
 struct pyef_map {
     PyObject *fn;
     char name[64];
+    const void *owner;      /* the pipeline object */
     PyObject **first_error; /* the pipeline's slot, written under the GIL */
     int keep_error;
 };
 
-pyef_map *pyef_map_new(PyObject *fn, const char *name, PyObject **first_error,
-                       int keep_error)
+/* The pipeline whose map this thread is running, if any. */
+static _Thread_local const void *serving;
+
+int pyef_map_serving(const void *pipeline)
+{
+    return serving == pipeline;
+}
+
+pyef_map *pyef_map_new(PyObject *fn, const char *name, const void *owner,
+                       PyObject **first_error, int keep_error)
 {
     pyef_map *m = PyMem_Calloc(1, sizeof *m);
     if (!m)
         return (pyef_map *)PyErr_NoMemory();
     m->fn = Py_NewRef(fn);
     snprintf(m->name, sizeof m->name, "%s", name);
+    m->owner = owner;
     m->first_error = first_error;
     m->keep_error = keep_error;
     return m;
@@ -186,7 +196,10 @@ int pyef_map_call(const ef_sample *in, ef_sample **out, ef_map_ctx *ctx)
     PyGILState_STATE gil = PyGILState_Ensure();
     int rc = EF_OK;
     PyObject *arg = pyef_sample_from(in, NULL, NULL);
+    const void *outer = serving;
+    serving = m->owner;
     PyObject *res = arg ? PyObject_CallOneArg(m->fn, arg) : NULL;
+    serving = outer;
     Py_XDECREF(arg);
     if (!res || sample_from_result(in, res, out) < 0)
         rc = fail_from_exception(m, ctx);

@@ -110,3 +110,28 @@ def test_map_names_are_checked():
                           maps={"x": lambda s: s})
     with pytest.raises(TypeError, match="not callable"):
         echoflow.Pipeline("range:n=2 | map:x", maps={"x": 3})
+
+
+def test_a_map_calling_its_own_pipeline_raises_instead_of_waiting():
+    # each of these waited for the map's own return: a deadlock that
+    # ignored Ctrl-C
+    seen = []
+
+    def calls_home(s):
+        p = home[0]
+        for name, call in (("next", lambda: next(iter(p))),
+                           ("stats", p.stats), ("state_dict", p.state_dict),
+                           ("len", lambda: len(p)), ("close", p.close)):
+            with pytest.raises(echoflow.StateError, match="a map of this "
+                               "pipeline cannot call"):
+                call()
+            seen.append(name)
+        other[0].stats()  # another pipeline's are fine
+        return {"index": s["index"]}
+    other = [echoflow.Pipeline("range:n=1")]
+    for spec in ("range:n=2 | map:fn=f", "range:n=2 | map:fn=f,threads=2"):
+        seen.clear()
+        home = [echoflow.Pipeline(spec, maps={"f": calls_home})]
+        with home[0] as p:
+            assert len(list(p)) == 2
+        assert seen == ["next", "stats", "state_dict", "len", "close"] * 2
