@@ -98,7 +98,12 @@ PyObject *pyef_raise(int status, const char *message)
             cls = class_of[i];
     if (!message || !message[0])
         message = ef_strerror(status);
-    PyObject *exc = PyObject_CallFunction(cls, "s", message);
+    /* a message may quote the input (a corrupt state's stage name), which
+       need not be UTF-8: such bytes show as U+FFFD */
+    PyObject *text = PyUnicode_DecodeUTF8(message, (Py_ssize_t)strlen(message),
+                                          "replace");
+    PyObject *exc = text ? PyObject_CallOneArg(cls, text) : NULL;
+    Py_XDECREF(text);
     if (!exc)
         return NULL;
     PyObject *code = PyLong_FromLong(status);

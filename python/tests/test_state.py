@@ -201,6 +201,16 @@ def test_a_corrupt_state_raises_format_error(state):
     assert "state: checksum mismatch" in str(e)
 
 
+def test_a_sealed_state_with_bytes_not_utf8_raises_an_echoflow_error(state):
+    # a valid checksum over a stage name that is not UTF-8: the library's
+    # message quotes it, and the exception must still be echoflow's
+    payload = state["pipeline"][20:]
+    assert payload.count(b"shuffle") == 1
+    bad = sealed(payload.replace(b"shuffle", b"shu\xfffle"))
+    e = refused({"version": 1, "pipeline": bad})
+    assert "'shu\ufffdfle'" in str(e)
+
+
 def test_a_truncated_state_raises_format_error(state):
     blob = state["pipeline"]
     for cut in (len(blob) - 1, 21, 20, 3, 0):
