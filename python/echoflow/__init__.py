@@ -223,9 +223,10 @@ _live = weakref.WeakSet()
 @atexit.register
 def _close_all():
     # The library's threads must not outlive the interpreter: a map thread
-    # that waits for the GIL at exit would never get it.
+    # that waits for the GIL at exit would never get it. A map stuck in
+    # its call for good is left to end with the process.
     for p in list(_live):
-        p.close()
+        p._close_at_exit()
 
 
 class Pipeline(_Pipeline):

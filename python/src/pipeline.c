@@ -3,18 +3,19 @@
  * add_map()). Iterating calls ef_pipeline_next() with the GIL released and
  * yields echoflow.Sample objects.
  *
- * Lock rules: `mu` serialises next(), stats(), state_dict(),
- * load_state_dict() and close() across Python threads, so one pipeline
- * may be iterated from several threads (each sample goes to one of them),
- * and a state is taken between two samples. It is taken with the GIL released, never
- * the other way round, so a thread waiting for it never holds the GIL that
- * the holder needs. stop() does not take it, so that it can wake a next()
- * in progress; it takes `stop_mu` instead, which close() also takes to
- * detach `p`, so a pipeline is never destroyed while another thread is
- * inside ef_pipeline_stop() on it (that call wakes the waiter before it
- * returns). _feedback() takes `stop_mu` too, for the same reason and not
- * `mu`: the library takes feedback while a next() waits, and a training
- * loop may give it from another thread than the one iterating. close()
+ * Lock rules: `mu` serialises next(), state_dict(), load_state_dict(),
+ * len() and close() across Python threads, so one pipeline may be
+ * iterated from several threads (each sample goes to one of them), and a
+ * state is taken between two samples. It is waited for with the GIL
+ * released, never the other way round, so a thread waiting for it never
+ * holds the GIL that the holder needs. stop() does not take it, so that
+ * it can wake a next() in progress; it takes `stop_mu` instead, which
+ * close() also takes to detach `p`, so a pipeline is never destroyed
+ * while another thread is inside ef_pipeline_stop() on it (that call
+ * wakes the waiter before it returns). _feedback() and stats() take
+ * `stop_mu` too, for the same reason and not `mu`: the library takes
+ * feedback and gives its figures while a next() waits, and a training
+ * loop may ask from another thread than the one iterating. close()
  * takes `mu`, then `stop_mu`; nothing takes them the other way round.
  *
  * A child forked after the pipeline was made has none of its threads,
@@ -27,6 +28,7 @@
 #include <math.h>
 #include <pthread.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 typedef struct {
@@ -683,15 +685,26 @@ static PyObject *pipeline_length(pipeline *self, PyObject *unused)
     return result;
 }
 
+/* Under `stop_mu`, not `mu`: the library's figures may be read while a
+ * next() waits (on a stalled source, say), so stats() from another
+ * thread, or from a map of the pipeline, need not wait for it; stop_mu
+ * only keeps close() from destroying the pipeline meanwhile. It is taken
+ * with the GIL released, as everywhere, so that its holder may take the
+ * GIL. */
 static PyObject *pipeline_stats(pipeline *self, PyObject *unused)
 {
     (void)unused;
-    if (lock(self) < 0)
+    if (not_inherited(self) < 0)
         return NULL;
+    if (pthread_mutex_trylock(&self->stop_mu) != 0) {
+        Py_BEGIN_ALLOW_THREADS
+        pthread_mutex_lock(&self->stop_mu);
+        Py_END_ALLOW_THREADS
+    }
     PyObject *d = self->p ? stats_of(self)
                   : self->last_stats ? PyDict_Copy(self->last_stats)
                                      : closed_error();
-    unlock(self);
+    pthread_mutex_unlock(&self->stop_mu);
     return d;
 }
 
@@ -829,15 +842,21 @@ static PyObject *pipeline_stop(pipeline *self, PyObject *unused)
 
 /* Stops, keeps the final stats, then destroys with the GIL released: the
  * map threads need it to finish their calls before they are joined. */
+/* Drops the pipeline without joining its threads or taking its locks;
+ * its memory and threads go with the process. */
+static void forget(pipeline *self)
+{
+    self->p = NULL;
+    self->feed = NULL;
+    self->maps = NULL;
+    self->nmaps = 0;
+}
+
 static void close_pipeline(pipeline *self)
 {
     if (self->p && inherited(self)) {
-        /* a forked child: no threads to join, locks that may be held;
-           the memory is the child's copy, gone when it exits */
-        self->p = NULL;
-        self->feed = NULL;
-        self->maps = NULL;
-        self->nmaps = 0;
+        /* a forked child: no threads to join, locks that may be held */
+        forget(self);
         return;
     }
     if (!self->p)
@@ -868,6 +887,38 @@ static void close_pipeline(pipeline *self)
     PyMem_Free(self->maps);
     self->maps = NULL;
     self->nmaps = 0;
+}
+
+static int maps_busy(const pipeline *self)
+{
+    for (int i = 0; i < self->nmaps; i++)
+        if (pyef_map_busy(self->maps[i]))
+            return 1;
+    return 0;
+}
+
+#define EXIT_GRACE_MS 1000
+
+/* At interpreter exit: stops, and closes unless a Python map of the
+ * pipeline is still inside its call a second later (one blocked for
+ * ever, after a Ctrl-C that stopped the loop around it): closing would
+ * join its thread, and the exit would wait with it. Such a pipeline is
+ * forgotten and ends with the process. */
+static PyObject *pipeline_close_at_exit(pipeline *self, PyObject *unused)
+{
+    (void)unused;
+    if (self->p && !inherited(self)) {
+        Py_XDECREF(pipeline_stop(self, NULL));
+        for (int ms = 0; maps_busy(self) && ms < EXIT_GRACE_MS; ms += 10) {
+            Py_BEGIN_ALLOW_THREADS
+            nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL);
+            Py_END_ALLOW_THREADS
+        }
+        if (maps_busy(self))
+            forget(self);
+    }
+    close_pipeline(self);
+    Py_RETURN_NONE;
 }
 
 static PyObject *pipeline_close(pipeline *self, PyObject *unused)
@@ -974,6 +1025,9 @@ static PyMethodDef pipeline_methods[] = {
      "far (its figures at close() once closed)."},
     {"stop", (PyCFunction)pipeline_stop, METH_NOARGS,
      "stop(): ends the iteration from any thread; threads wake up."},
+    {"_close_at_exit", (PyCFunction)pipeline_close_at_exit, METH_NOARGS,
+     "_close_at_exit(): close(), unless a Python map of the pipeline is "
+     "stuck inside its call: then the pipeline ends with the process."},
     {"close", (PyCFunction)pipeline_close, METH_NOARGS,
      "close(): stops and frees the pipeline. Tensors it gave out stay "
      "valid."},

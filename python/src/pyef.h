@@ -76,6 +76,8 @@ pyef_map *pyef_map_new(PyObject *fn, const char *name, const void *owner,
                        PyObject **first_error, int keep_error);
 /* Whether this thread is inside a call of one of `pipeline`'s maps. */
 int pyef_map_serving(const void *pipeline);
+/* Whether some thread is inside a call of m's callable now. */
+int pyef_map_busy(const pyef_map *m);
 void pyef_map_free(pyef_map *m);
 int pyef_map_call(const ef_sample *in, ef_sample **out, ef_map_ctx *ctx);
 /* The dtype of a buffer's elements, from its struct format and size; -1

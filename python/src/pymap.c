@@ -8,12 +8,14 @@
  * consumer to raise as the cause. */
 #include "pyef.h"
 
+#include <stdatomic.h>
 #include <string.h>
 
 struct pyef_map {
     PyObject *fn;
     char name[64];
     const void *owner;      /* the pipeline object */
+    atomic_int calls;       /* threads inside fn now */
     PyObject **first_error; /* the pipeline's slot, written under the GIL */
     int keep_error;
 };
@@ -24,6 +26,11 @@ static _Thread_local const void *serving;
 int pyef_map_serving(const void *pipeline)
 {
     return serving == pipeline;
+}
+
+int pyef_map_busy(const pyef_map *m)
+{
+    return atomic_load((atomic_int *)&m->calls) > 0;
 }
 
 pyef_map *pyef_map_new(PyObject *fn, const char *name, const void *owner,
@@ -198,7 +205,9 @@ int pyef_map_call(const ef_sample *in, ef_sample **out, ef_map_ctx *ctx)
     PyObject *arg = pyef_sample_from(in, NULL, NULL);
     const void *outer = serving;
     serving = m->owner;
+    atomic_fetch_add(&m->calls, 1);
     PyObject *res = arg ? PyObject_CallOneArg(m->fn, arg) : NULL;
+    atomic_fetch_sub(&m->calls, 1);
     serving = outer;
     Py_XDECREF(arg);
     if (!res || sample_from_result(in, res, out) < 0)

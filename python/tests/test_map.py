@@ -1,4 +1,7 @@
 """Python callables as map stages: Pipeline(spec, maps={"name": fn})."""
+import subprocess
+import sys
+
 import numpy
 import pytest
 import torch
@@ -120,12 +123,13 @@ def test_a_map_calling_its_own_pipeline_raises_instead_of_waiting():
     def calls_home(s):
         p = home[0]
         for name, call in (("next", lambda: next(iter(p))),
-                           ("stats", p.stats), ("state_dict", p.state_dict),
+                           ("state_dict", p.state_dict),
                            ("len", lambda: len(p)), ("close", p.close)):
             with pytest.raises(echoflow.StateError, match="a map of this "
                                "pipeline cannot call"):
                 call()
             seen.append(name)
+        assert p.stats()["status"] == "running"  # waits for nothing
         other[0].stats()  # another pipeline's are fine
         return {"index": s["index"]}
     other = [echoflow.Pipeline("range:n=1")]
@@ -134,4 +138,38 @@ def test_a_map_calling_its_own_pipeline_raises_instead_of_waiting():
         home = [echoflow.Pipeline(spec, maps={"f": calls_home})]
         with home[0] as p:
             assert len(list(p)) == 2
-        assert seen == ["next", "stats", "state_dict", "len", "close"] * 2
+        assert seen == ["next", "state_dict", "len", "close"] * 2
+
+
+STUCK = r'''
+import os, signal, threading
+import echoflow
+
+started = threading.Event()
+
+
+def stuck(s):
+    started.set()
+    threading.Event().wait()  # for ever
+    return {}
+
+
+def interrupt():
+    started.wait()
+    os.kill(os.getpid(), signal.SIGINT)
+
+
+threading.Thread(target=interrupt, daemon=True).start()
+p = echoflow.Pipeline("range:n=10 | map:fn=stuck", maps={"stuck": stuck})
+try:
+    next(iter(p))
+except KeyboardInterrupt:
+    print("interrupted", flush=True)
+'''
+
+
+def test_exit_after_ctrl_c_does_not_wait_for_a_stuck_map():
+    # closing at exit joined the map's thread, which never returns
+    r = subprocess.run([sys.executable, "-c", STUCK], capture_output=True,
+                       text=True, timeout=60)
+    assert (r.returncode, r.stdout) == (0, "interrupted\n"), r.stderr

@@ -552,3 +552,27 @@ def test_a_forked_child_cannot_use_its_parents_pipeline():
     assert r.returncode == 0, r.stderr
     assert r.stdout.splitlines() == ["child [True, True, True, True] 1000",
                                      "parent 0 20000"]
+
+
+def test_stats_from_another_thread_do_not_wait_for_a_stalled_next():
+    release = threading.Event()
+
+    def stalls():
+        yield 1
+        release.wait()  # the source has nothing more for now
+        yield 2
+    with echoflow.Pipeline("echo:1", source=stalls()) as p:
+        it = iter(p)
+        next(it)
+        got = []
+        waiter = threading.Thread(target=lambda: got.append(next(it)))
+        waiter.start()
+        try:
+            asker = threading.Thread(target=lambda: got.append(p.stats()))
+            asker.start()
+            asker.join(60)  # returned at once, or blocked until released
+            assert not asker.is_alive() and got[0]["items"] == 1
+        finally:
+            release.set()
+            waiter.join(60)
+        assert len(got) == 2
