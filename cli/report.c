@@ -6,6 +6,11 @@
 
 #include "json.h"
 
+/* One figure of a stats struct `st`, for EF_..._STATS_FIGURES */
+#define FIGURE_JSON(member, kind) FIGURE_JSON_##kind(#member, st.member);
+#define FIGURE_JSON_UINT(key, v) json_uint(w, key, (uint64_t)(v))
+#define FIGURE_JSON_REAL(key, v) json_number(w, key, v)
+
 /* Every stage's counters and figures, as the array "stages". */
 static void stages_json(json_writer *w, const ef_pipeline *p)
 {
@@ -15,15 +20,7 @@ static void stages_json(json_writer *w, const ef_pipeline *p)
         ef_pipeline_stage_stats(p, i, &st);
         json_begin_object(w, NULL);
         json_string(w, "name", st.name);
-        json_uint(w, "items_in", st.items_in);
-        json_uint(w, "items_out", st.items_out);
-        json_number(w, "wait_up_s", st.wait_up_s);
-        json_number(w, "wait_down_s", st.wait_down_s);
-        json_uint(w, "skipped", st.skipped);
-        json_uint(w, "abandoned", st.abandoned);
-        json_uint(w, "lost_bytes", st.lost_bytes);
-        json_uint(w, "threads", (uint64_t)st.threads);
-        json_uint(w, "depth", (uint64_t)st.depth);
+        EF_STAGE_STATS_FIGURES(FIGURE_JSON)
         for (int k = 0; k < st.nextra; k++)
             json_number(w, st.extra[k].key, st.extra[k].value);
         json_end(w);
@@ -34,29 +31,16 @@ static void stages_json(json_writer *w, const ef_pipeline *p)
 /* The pipeline's figures, then every stage's, into the open object. */
 static void figures_json(json_writer *w, const ef_pipeline *p)
 {
-    ef_pipeline_stats ps;
-    ef_pipeline_stats_get(p, &ps);
-    json_uint(w, "items", ps.items);
-    json_number(w, "elapsed_s", ps.elapsed_s);
-    json_number(w, "startup_s", ps.startup_s);
+    ef_pipeline_stats st;
+    ef_pipeline_stats_get(p, &st);
+    EF_PIPELINE_STATS_FIGURES(FIGURE_JSON)
     json_number(w, "items_per_s",
-                ps.elapsed_s > 0 ? (double)ps.items / ps.elapsed_s : 0);
-    json_number(w, "consumer_wait_s", ps.consumer_wait_s);
-    json_number(w, "consumer_wait_fraction", ps.consumer_wait_fraction);
+                st.elapsed_s > 0 ? (double)st.items / st.elapsed_s : 0);
     char why[512];
-    uint64_t skipped = ef_pipeline_skipped((ef_pipeline *)p, why, sizeof why);
-    json_uint(w, "skipped", skipped);
-    if (skipped)
+    if (ef_pipeline_skipped((ef_pipeline *)p, why, sizeof why))
         json_string(w, "first_skip", why);
-    uint64_t abandoned =
-        ef_pipeline_abandoned((ef_pipeline *)p, why, sizeof why);
-    json_uint(w, "abandoned", abandoned);
-    json_uint(w, "lost_bytes", ps.lost_bytes);
-    if (abandoned)
+    if (ef_pipeline_abandoned((ef_pipeline *)p, why, sizeof why))
         json_string(w, "first_abandon", why);
-    json_uint(w, "memory_budget", ps.memory_budget);
-    json_uint(w, "bytes_held", ps.bytes_held);
-    json_uint(w, "peak_bytes_held", ps.peak_bytes_held);
     stages_json(w, p);
 }
 

@@ -244,6 +244,9 @@ void ef__stream_opts_from(const ef__opts *o, ef__stream_opts *out)
 
 void ef__stats_extra(ef_stage_stats *st, const char *key, double value)
 {
+    /* a stage with more figures needs a larger EF_MAX_STAT_EXTRAS (an ABI
+       change): debug builds say so, others drop the figure */
+    assert(st->nextra < EF_MAX_STAT_EXTRAS);
     if (st->nextra < EF_MAX_STAT_EXTRAS) {
         st->extra[st->nextra].key = key;
         st->extra[st->nextra].value = value;

@@ -442,6 +442,32 @@ static void test_feedback_steers_auto(void **state)
     ef_pipeline_destroy(p);
 }
 
+static void test_every_figure_is_reported(void **state)
+{
+    (void)state;
+    /* automatic echoing with a policy gives the most figures of any
+       stage; the last of them used to be dropped for want of room */
+    ef_pipeline *p =
+        tu_pipeline("range:n=100 | echo:factor=auto,max=4,policy=rank", 3);
+    ef_sample *s;
+    while (ef_pipeline_next(p, &s) == EF_OK)
+        ef_sample_free(s);
+    ef_stage_stats st;
+    assert_int_equal(ef_pipeline_stage_stats(p, 1, &st), EF_OK);
+    static const char *const keys[] = {
+        "auto",           "max",           "fresh",
+        "echoed",         "effective_factor", "fresh_fraction",
+        "feedback_matched", "feedback_stale", "r_estimate",
+        "upstream_rate",  "downstream_rate", "upstream_busy",
+        "downstream_wait_s"};
+    double v;
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
+        if (!ef_stage_stats_extra(&st, keys[i], &v))
+            fail_msg("the echo stage's '%s' is missing", keys[i]);
+    assert_int_equal(st.nextra, sizeof keys / sizeof keys[0]);
+    ef_pipeline_destroy(p);
+}
+
 static void test_feedback_errors(void **state)
 {
     (void)state;
@@ -552,6 +578,7 @@ int main(void)
         cmocka_unit_test(test_feedback_steers_fixed_factor),
         cmocka_unit_test(test_mix_keeps_a_share_uniform),
         cmocka_unit_test(test_feedback_steers_auto),
+        cmocka_unit_test(test_every_figure_is_reported),
         cmocka_unit_test(test_feedback_errors),
         cmocka_unit_test(test_bad_policy_options),
         cmocka_unit_test(test_policy_resume),

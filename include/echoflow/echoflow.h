@@ -45,7 +45,7 @@ extern "C" {
 #endif
 
 #define EF_VERSION_MAJOR 0
-#define EF_VERSION_MINOR 1
+#define EF_VERSION_MINOR 2
 #define EF_VERSION_PATCH 0
 #define EF_VERSION_NUMBER                                                      \
     (EF_VERSION_MAJOR * 10000 + EF_VERSION_MINOR * 100 + EF_VERSION_PATCH)
@@ -406,7 +406,9 @@ EF_API ef_status ef_pipeline_restore_state(ef_pipeline *p, const void *buf,
 /* ------------------------------------------------------------------ */
 /* Statistics                                                          */
 
-#define EF_MAX_STAT_EXTRAS 12
+/* Room for a stage's own figures: the echo stage with automatic echoing
+ * and a policy gives 13. */
+#define EF_MAX_STAT_EXTRAS 24
 
 typedef struct {
     const char *key; /* static storage */
@@ -448,6 +450,34 @@ typedef struct {
     uint64_t peak_bytes_held;      /* the most held at once */
     /* new fields go here, at the end (see ef_pipeline_stats_get) */
 } ef_pipeline_stats;
+
+/* The figures of each struct that reports show, as X(member, kind), kind
+ * UINT or REAL: the one list `echoflow run --json`, `echoflow train
+ * --json` and Python's stats() are written from, so that they name the
+ * same figures. Reports add a stage's `name` and its extras, and the
+ * pipeline's `items_per_s`, `first_skip` and `first_abandon`. */
+#define EF_PIPELINE_STATS_FIGURES(X)                                           \
+    X(items, UINT)                                                             \
+    X(elapsed_s, REAL)                                                         \
+    X(startup_s, REAL)                                                         \
+    X(consumer_wait_s, REAL)                                                   \
+    X(consumer_wait_fraction, REAL)                                            \
+    X(skipped, UINT)                                                           \
+    X(abandoned, UINT)                                                         \
+    X(lost_bytes, UINT)                                                        \
+    X(memory_budget, UINT)                                                     \
+    X(bytes_held, UINT)                                                        \
+    X(peak_bytes_held, UINT)
+#define EF_STAGE_STATS_FIGURES(X)                                              \
+    X(items_in, UINT)                                                          \
+    X(items_out, UINT)                                                         \
+    X(wait_up_s, REAL)                                                         \
+    X(wait_down_s, REAL)                                                       \
+    X(skipped, UINT)                                                           \
+    X(abandoned, UINT)                                                         \
+    X(lost_bytes, UINT)                                                        \
+    X(threads, UINT)                                                           \
+    X(depth, UINT)
 
 /* Any thread may read them while the pipeline runs (counters are read
  * atomically one by one, so figures taken together may be a few items

@@ -560,26 +560,29 @@ static int set_item(PyObject *d, const char *key, PyObject *v)
     return rc;
 }
 
+/* One figure of a stats struct `st` into dict d, for
+ * EF_..._STATS_FIGURES: `echoflow run --json` writes the same list. */
+#define FIGURE_ITEM(member, kind)                                              \
+    if (set_item(d, #member, FIGURE_##kind(st.member)) < 0)                    \
+        goto fail;
+#define FIGURE_UINT(v) PyLong_FromUnsignedLongLong((unsigned long long)(v))
+#define FIGURE_REAL(v) PyFloat_FromDouble(v)
+
+/* A message or name of the library's: it may quote input that is not
+ * UTF-8, shown as U+FFFD */
+static PyObject *text_of(const char *s)
+{
+    return PyUnicode_DecodeUTF8(s, (Py_ssize_t)strlen(s), "replace");
+}
+
 static PyObject *stage_stats(const ef_pipeline *p, int i)
 {
     ef_stage_stats st;
     ef_pipeline_stage_stats(p, i, &st);
     PyObject *d = PyDict_New();
-    if (!d || set_item(d, "name", PyUnicode_FromString(st.name)) < 0 ||
-        set_item(d, "items_in", PyLong_FromUnsignedLongLong(st.items_in)) <
-            0 ||
-        set_item(d, "items_out", PyLong_FromUnsignedLongLong(st.items_out)) <
-            0 ||
-        set_item(d, "wait_up_s", PyFloat_FromDouble(st.wait_up_s)) < 0 ||
-        set_item(d, "wait_down_s", PyFloat_FromDouble(st.wait_down_s)) < 0 ||
-        set_item(d, "skipped", PyLong_FromUnsignedLongLong(st.skipped)) < 0 ||
-        set_item(d, "abandoned", PyLong_FromUnsignedLongLong(st.abandoned)) <
-            0 ||
-        set_item(d, "lost_bytes", PyLong_FromUnsignedLongLong(st.lost_bytes)) <
-            0 ||
-        set_item(d, "threads", PyLong_FromLong(st.threads)) < 0 ||
-        set_item(d, "depth", PyLong_FromLong(st.depth)) < 0)
+    if (!d || set_item(d, "name", text_of(st.name)) < 0)
         goto fail;
+    EF_STAGE_STATS_FIGURES(FIGURE_ITEM)
     for (int k = 0; k < st.nextra; k++)
         if (set_item(d, st.extra[k].key,
                      PyFloat_FromDouble(st.extra[k].value)) < 0)
@@ -593,48 +596,31 @@ fail:
 static PyObject *stats_of(pipeline *self)
 {
     ef_pipeline *p = self->p;
-    ef_pipeline_stats ps;
-    ef_pipeline_stats_get(p, &ps);
-    int st = self->final_status;
+    ef_pipeline_stats st;
+    ef_pipeline_stats_get(p, &st);
+    int rc = self->final_status;
     /* stop() and close() end a run early; that is no error */
-    int stopped = self->stopped && (st == 0 || st == EF_ECANCELED);
+    int stopped = self->stopped && (rc == 0 || rc == EF_ECANCELED);
     const char *status = stopped          ? "stopped"
-                         : st == EF_END ? "ok"
-                         : st == 0      ? "running"
-                                        : ef_status_name(st);
+                         : rc == EF_END ? "ok"
+                         : rc == 0      ? "running"
+                                        : ef_status_name(rc);
+    double rate = st.elapsed_s > 0 ? (double)st.items / st.elapsed_s : 0;
     char why[512];
-    uint64_t skipped = ef_pipeline_skipped(p, why, sizeof why);
-    double rate = ps.elapsed_s > 0 ? (double)ps.items / ps.elapsed_s : 0;
     PyObject *d = PyDict_New();
     if (!d || set_item(d, "spec", Py_NewRef(self->spec)) < 0 ||
         set_item(d, "seed", PyLong_FromUnsignedLongLong(self->seed)) < 0 ||
         set_item(d, "status", PyUnicode_FromString(status)) < 0 ||
-        (st < 0 && !stopped &&
-         set_item(d, "error", PyUnicode_FromString(ef_pipeline_error(p))) <
-             0) ||
-        set_item(d, "items", PyLong_FromUnsignedLongLong(ps.items)) < 0 ||
-        set_item(d, "elapsed_s", PyFloat_FromDouble(ps.elapsed_s)) < 0 ||
-        set_item(d, "startup_s", PyFloat_FromDouble(ps.startup_s)) < 0 ||
-        set_item(d, "items_per_s", PyFloat_FromDouble(rate)) < 0 ||
-        set_item(d, "consumer_wait_s", PyFloat_FromDouble(ps.consumer_wait_s)) <
-            0 ||
-        set_item(d, "consumer_wait_fraction",
-                 PyFloat_FromDouble(ps.consumer_wait_fraction)) < 0 ||
-        set_item(d, "skipped", PyLong_FromUnsignedLongLong(skipped)) < 0 ||
-        (skipped && set_item(d, "first_skip", PyUnicode_FromString(why)) < 0))
+        (rc < 0 && !stopped &&
+         set_item(d, "error", text_of(ef_pipeline_error(p))) <
+             0))
         goto fail;
-    uint64_t abandoned = ef_pipeline_abandoned(p, why, sizeof why);
-    if (set_item(d, "abandoned", PyLong_FromUnsignedLongLong(abandoned)) < 0 ||
-        set_item(d, "lost_bytes", PyLong_FromUnsignedLongLong(ps.lost_bytes)) <
-            0 ||
-        (abandoned &&
-         set_item(d, "first_abandon", PyUnicode_FromString(why)) < 0) ||
-        set_item(d, "memory_budget",
-                 PyLong_FromUnsignedLongLong(ps.memory_budget)) < 0 ||
-        set_item(d, "bytes_held", PyLong_FromUnsignedLongLong(ps.bytes_held)) <
-            0 ||
-        set_item(d, "peak_bytes_held",
-                 PyLong_FromUnsignedLongLong(ps.peak_bytes_held)) < 0)
+    EF_PIPELINE_STATS_FIGURES(FIGURE_ITEM)
+    if (set_item(d, "items_per_s", PyFloat_FromDouble(rate)) < 0 ||
+        (ef_pipeline_skipped(p, why, sizeof why) &&
+         set_item(d, "first_skip", text_of(why)) < 0) ||
+        (ef_pipeline_abandoned(p, why, sizeof why) &&
+         set_item(d, "first_abandon", text_of(why)) < 0))
         goto fail;
     int n = ef_pipeline_stage_count(p);
     PyObject *stages = PyList_New(n);

@@ -174,6 +174,8 @@ def test_stats_are_what_echoflow_run_json_prints(fmnist_spec):
                          check=True, capture_output=True, text=True)
     theirs = json.loads(run.stdout)
     assert set(mine) == set(theirs) - {"consume_us"}
+    assert ([sorted(s) for s in mine["stages"]]
+            == [sorted(s) for s in theirs["stages"]])
     assert mine["status"] == theirs["status"] == "ok"
     assert mine["items"] == theirs["items"] == n == 938
     assert mine["spec"] == spec and mine["seed"] == 7
