@@ -99,7 +99,7 @@ typedef struct {
     /* both */
     ef__sample_pool *headers; /* where our copies' headers come from */
     ef__shufbuf buf;
-    ef__rng rng; /* shuffle draws, keyed per epoch */
+    ef__rng rng;  /* shuffle draws, keyed per epoch */
     int restored; /* rng came from a state: open leaves it */
     ef__rates rates;
     int passing; /* 0: no item out this pass yet, 1: one, 2: more */
@@ -158,7 +158,7 @@ static int echo_create(ef__stage *s, const ef__opts *o, ef__err *err)
         st->least = st->max;
     }
     if (st->shuffle && ef__shufbuf_init(&st->buf, st->shuffle, &s->ctx->budget,
-                                         "echo") != EF_OK)
+                                        "echo") != EF_OK)
         return ef__err_set(err, EF_ENOMEM,
                            "echo: out of memory for a shuffle buffer of %zu",
                            st->shuffle);
@@ -585,8 +585,8 @@ static int echo_next(ef__stage *s, ef_sample **out, ef__err *err)
 {
     echo_state *st = s->state;
     ef__producer produce = st->mode == ECHO_AUTO ? auto_next
-                           : st->policy         ? budget_next
-                                                : fixed_next;
+                           : st->policy          ? budget_next
+                                                 : fixed_next;
     /* R's window starts after a pass's first item: the start-up before it
      * (the upstream's own shuffle buffer filling inside its first next,
      * then ours) costs its time once, and would read as a slow upstream
@@ -721,8 +721,7 @@ static int echo_save(ef__stage *s, ef__state_out *o, ef__err *err)
                     /* uniform picks index the lists: keep their order */
                     if (p->uses < st->max)
                         ef__put_u64(o, p->pos);
-                    ef__policy_save_slot(st->policy, (size_t)(p - st->pool),
-                                         o);
+                    ef__policy_save_slot(st->policy, (size_t)(p - st->pool), o);
                 }
             }
         }
@@ -830,8 +829,9 @@ static int lists_reorder(echo_state *st, const size_t *want, size_t *tmp,
         for (size_t k = 0; k < l->n; k++) {
             size_t i = l->items[k];
             if (want[i] >= l->n || tmp[want[i]] != SIZE_MAX)
-                return ef__state_bad(in, "pooled items used %d times are "
-                                         "not in a valid order",
+                return ef__state_bad(in,
+                                     "pooled items used %d times are "
+                                     "not in a valid order",
                                      u);
             tmp[want[i]] = i;
         }
@@ -853,8 +853,7 @@ static int restore_pool(ef__stage *s, echo_state *st, ef__state_in *in,
     st->pool_next = (size_t)next;
     /* a policy's saved places in the use lists, and room to sort them */
     size_t *want = NULL;
-    if (st->policy &&
-        !(want = ef__calloc(2 * st->pool_cap, sizeof *want)))
+    if (st->policy && !(want = ef__calloc(2 * st->pool_cap, sizeof *want)))
         return ef__err_set(err, EF_ENOMEM, "echo: out of memory");
     int rc = ef__get_count(in, "the pool's items", st->pool_cap, &n);
     for (uint64_t k = 0; k < n && rc == EF_OK; k++) {
@@ -868,8 +867,9 @@ static int restore_pool(ef__stage *s, echo_state *st, ef__state_in *in,
             continue;
         }
         if (uses < 1 || uses > st->max) {
-            rc = ef__state_bad(in, "a pooled item used %lld times, expected "
-                                   "1 to max=%d",
+            rc = ef__state_bad(in,
+                               "a pooled item used %lld times, expected "
+                               "1 to max=%d",
                                (long long)uses, st->max);
             break;
         }
@@ -884,8 +884,7 @@ static int restore_pool(ef__stage *s, echo_state *st, ef__state_in *in,
         size_t i = (st->pool_next + st->pool_n - 1) % st->pool_cap;
         uint64_t at = 0;
         if (rc == EF_OK && st->policy && uses < st->max)
-            rc = ef__get_count(in, "a pooled item's place", st->pool_cap,
-                               &at);
+            rc = ef__get_count(in, "a pooled item's place", st->pool_cap, &at);
         if (rc == EF_OK && st->policy) {
             want[i] = (size_t)at;
             rc = ef__policy_restore_slot(st->policy, i, in);
@@ -901,8 +900,9 @@ static int restore_pool(ef__stage *s, echo_state *st, ef__state_in *in,
         rc = ef__get_u64(in, "the echoes due", &bits);
         memcpy(&st->owed, &bits, sizeof bits);
         if (rc == EF_OK && !(st->owed >= 0 && st->owed < st->factor))
-            return ef__state_bad(in, "%g echoes due, expected 0 to the "
-                                     "factor %g",
+            return ef__state_bad(in,
+                                 "%g echoes due, expected 0 to the "
+                                 "factor %g",
                                  st->owed, st->factor);
     }
     return rc;
@@ -911,11 +911,11 @@ static int restore_pool(ef__stage *s, echo_state *st, ef__state_in *in,
 static int echo_restore(ef__stage *s, ef__state_in *in, ef__err *err)
 {
     echo_state *st = s->state;
-    int rc = st->pool ? restore_pool(s, st, in, err)
-                      : restore_fixed(s, st, in, err);
+    int rc =
+        st->pool ? restore_pool(s, st, in, err) : restore_fixed(s, st, in, err);
     if (rc == EF_OK && st->shuffle) {
-        ef__rng_init(&st->rng, s->ctx->seed, (uint64_t)s->index, -1,
-                     s->epoch, 0);
+        ef__rng_init(&st->rng, s->ctx->seed, (uint64_t)s->index, -1, s->epoch,
+                     0);
         st->restored = 1;
         rc = ef__get_u64(in, "the generator's counter", &st->rng.counter);
         if (rc == EF_OK)
