@@ -140,7 +140,7 @@ static int echo_create(ef__stage *s, const ef__opts *o, ef__err *err)
                            "emitted that many times (drop them, use "
                            "factor=auto, or set a policy)",
                            st->factor);
-    /* a fixed budget spread by priority needs room above the factor */
+    /* echoes due, spread by priority, need room above the factor */
     if (st->mode == ECHO_FIXED && kind != EF__POLICY_UNIFORM &&
         !ef__opt_given(o, "max"))
         st->max = (int)fmax(st->max, 2 * ceil(st->factor));
@@ -555,7 +555,9 @@ static int auto_next(void *arg, ef_sample **out, ef__err *err)
 
 /* ---- fixed factor with a policy ------------------------------------- */
 
-static int budget_next(void *arg, ef_sample **out, ef__err *err)
+/* Each fresh item adds factor - 1 echoes due (`owed`); while one is due,
+ * it is drawn from the pool before anything fresh is pulled. */
+static int echoes_due_next(void *arg, ef_sample **out, ef__err *err)
 {
     ef__stage *s = arg;
     echo_state *st = s->state;
@@ -585,7 +587,7 @@ static int echo_next(ef__stage *s, ef_sample **out, ef__err *err)
 {
     echo_state *st = s->state;
     ef__producer produce = st->mode == ECHO_AUTO ? auto_next
-                           : st->policy          ? budget_next
+                           : st->policy          ? echoes_due_next
                                                  : fixed_next;
     /* R's window starts after a pass's first item: the start-up before it
      * (the upstream's own shuffle buffer filling inside its first next,
