@@ -9,9 +9,9 @@
  * upstream is read through a queue that can be polled (the upstream's own,
  * or a pump this stage starts). On each request a fresh item, when one is
  * ready, always goes first; when none is, an item from the pool of the
- * `pool` most recent fresh items is emitted again, chosen at random among
- * the least-echoed, never more than `max` times in all; when every pooled
- * item is used up, the stage waits for fresh data.
+ * `pool` most recent fresh items (echo_pool.h) is emitted again, chosen at
+ * random among the least-echoed, never more than `max` times in all; when
+ * every pooled item is used up, the stage waits for fresh data.
  *
  * policy=NAME (echo_policy.h): which pooled item to echo is drawn by
  * priorities from values the consumer feeds back (ef_pipeline_feedback),
@@ -38,25 +38,13 @@
 #include "stage.h"
 #include "state.h"
 #include "stages/flow/echo_policy.h"
+#include "stages/flow/echo_pool.h"
 #include "stages/flow/echo_rates.h"
 #include "stages/flow/shuffle_buffer.h"
 
 /* The most items the pump of factor=auto reads ahead when the downstream
  * asks in bursts (pump_take); a larger pool= reads that far ahead anyway. */
 #define PUMP_MAX 1024
-
-typedef struct {
-    ef_sample *sample; /* a header of our own, sharing the payload */
-    int uses;          /* times emitted so far, fresh included */
-    size_t pos;        /* index in by_uses[uses].items */
-} pooled;
-
-/* The pooled items used u times: an array that grows and shrinks with its
- * count, so all lists together take memory in proportion to the pool. */
-typedef struct {
-    size_t *items;
-    size_t n, cap;
-} use_list;
 
 /* A fixed factor uses `held` and the fields below it; auto, the pool. */
 typedef enum { ECHO_FIXED, ECHO_AUTO } echo_mode;
@@ -82,18 +70,11 @@ typedef struct {
     int ran_ahead;               /* the pump's queue was full since the
                                     stage last found it empty */
     uint64_t taken_bytes, taken; /* handed out by the pump, for the bound */
-    pooled *pool;
-    size_t pool_cap, pool_n, pool_next; /* ring: pool_next is the oldest */
-    uint64_t pool_bytes; /* payload the pool keeps alive (memory budget) */
-    /* by_uses[u] lists the pooled items used u times (u < max), so the
-     * least-used are found without scanning the pool */
-    use_list *by_uses;
-    int least;      /* no list below this one is non-empty */
-    uint64_t draws; /* RNG counter for pool choices */
+    size_t pool_cap;             /* the pool's slots */
+    ef__echo_pool *pool;         /* auto, or a policy: the items echoed from */
     /* a policy: NULL for uniform. Fixed factor: echoes due, and drawn
      * from the pool, as each fresh item adds factor - 1 */
     ef__policy *policy;
-    double mix; /* the share of picks among the least-echoed */
     double owed;
     _Atomic uint64_t fed, stale; /* values fed back: matched, not held */
     /* both */
@@ -145,17 +126,16 @@ static int echo_create(ef__stage *s, const ef__opts *o, ef__err *err)
         !ef__opt_given(o, "max"))
         st->max = (int)fmax(st->max, 2 * ceil(st->factor));
     if (st->mode == ECHO_AUTO || kind != EF__POLICY_UNIFORM) {
-        st->pool = ef__calloc(st->pool_cap, sizeof *st->pool);
-        st->by_uses = ef__calloc((size_t)st->max, sizeof *st->by_uses);
         if (kind != EF__POLICY_UNIFORM)
             st->policy = ef__policy_new(kind, st->pool_cap);
-        st->mix = ef__opt_float(o, "mix");
-        if (!st->pool || !st->by_uses ||
-            (kind != EF__POLICY_UNIFORM && !st->policy))
+        if (kind == EF__POLICY_UNIFORM || st->policy)
+            st->pool = ef__echo_pool_new(st->pool_cap, st->max, st->policy,
+                                         ef__opt_float(o, "mix"), st->headers,
+                                         &s->ctx->budget);
+        if (!st->pool)
             return ef__err_set(err, EF_ENOMEM,
                                "echo: out of memory for a pool of %zu",
                                st->pool_cap);
-        st->least = st->max;
     }
     if (st->shuffle && ef__shufbuf_init(&st->buf, st->shuffle, &s->ctx->budget,
                                         "echo") != EF_OK)
@@ -353,168 +333,26 @@ static int take_fresh(ef__stage *s, echo_state *st, int block, ef_sample **out,
     return block ? ef__stage_pull(s, out, err) : ef__stage_poll(s, out, err);
 }
 
-/* Room for one more item in list u; -1 when out of memory. */
-static int list_reserve(echo_state *st, int u)
+/* A new header for pooled item smp's latest use, its uses-th. */
+static int emit_copy(echo_state *st, const ef_sample *smp, int uses,
+                     ef_sample **out, ef__err *err)
 {
-    use_list *l = &st->by_uses[u];
-    if (u >= st->max || l->n < l->cap)
-        return 0;
-    size_t cap = l->cap ? 2 * l->cap : 8;
-    size_t *items = ef__realloc(l->items, cap * sizeof *items);
-    if (!items)
-        return -1;
-    l->items = items;
-    l->cap = cap;
-    return 0;
-}
-
-static void list_add(echo_state *st, size_t i)
-{
-    pooled *p = &st->pool[i];
-    if (p->uses >= st->max) {
-        if (st->policy)
-            ef__policy_retire(st->policy, i);
-        return; /* used up: in no list */
-    }
-    use_list *l = &st->by_uses[p->uses];
-    assert(l->n < l->cap); /* reserved by the caller */
-    p->pos = l->n++;
-    l->items[p->pos] = i;
-    if (p->uses < st->least)
-        st->least = p->uses;
-}
-
-static void list_remove(echo_state *st, size_t i)
-{
-    pooled *p = &st->pool[i];
-    if (p->uses >= st->max)
-        return;
-    use_list *l = &st->by_uses[p->uses];
-    size_t last = l->items[--l->n];
-    l->items[p->pos] = last;
-    st->pool[last].pos = p->pos;
-    if (l->n == 0) {
-        ef__free(l->items);
-        l->items = NULL;
-        l->cap = 0;
-    } else if (l->n < l->cap / 4) {
-        size_t *items = ef__realloc(l->items, l->cap / 2 * sizeof *items);
-        if (items) { /* a failed shrink keeps the larger array */
-            l->items = items;
-            l->cap /= 2;
-        }
-    }
-}
-
-/* Forgets pooled sample i, giving its bytes back to the budget. */
-static void pool_drop(ef__stage *s, echo_state *st, size_t i)
-{
-    ef_sample *smp = st->pool[i].sample;
-    if (!smp)
-        return;
-    uint64_t n = ef__sample_bytes(smp);
-    st->pool_bytes -= n;
-    ef__budget_release(&s->ctx->budget, n);
-    ef_sample_free(smp);
-    st->pool[i].sample = NULL;
-    if (st->policy)
-        ef__policy_leave(st->policy, i);
-}
-
-/* Adds a fresh item (used once) to the pool, evicting the oldest when
- * full. */
-static int pool_add(ef__stage *s, echo_state *st, const ef_sample *fresh,
-                    ef__err *err)
-{
-    uint64_t n = ef__sample_bytes(fresh);
-    ef_sample *own = ef__sample_pool_clone(st->headers, fresh);
-    if (!own)
-        return ef__err_set(err, EF_ENOMEM, "echo: out of memory");
-    size_t i;
-    if (st->pool_n < st->pool_cap) {
-        i = (st->pool_next + st->pool_n++) % st->pool_cap;
-    } else {
-        i = st->pool_next;
-        st->pool_next = (st->pool_next + 1) % st->pool_cap;
-        list_remove(st, i);
-        pool_drop(s, st, i);
-    }
-    int rc = EF_OK;
-    if (!ef__budget_fits(&s->ctx->budget, st->pool_bytes + n)) {
-        char what[64];
-        snprintf(what, sizeof what, "echo: its pool at %zu samples",
-                 st->pool_n);
-        rc = ef__budget_check(&s->ctx->budget, st->pool_bytes + n, what, err);
-    }
-    /* reserve after the eviction, which may have shrunk list 1 */
-    if (rc == EF_OK && list_reserve(st, 1) != 0)
-        rc = ef__err_set(err, EF_ENOMEM, "echo: out of memory");
-    if (rc != EF_OK) {
-        /* leave the slot empty and used up: in no list, never picked */
-        st->pool[i].sample = NULL;
-        st->pool[i].uses = st->max;
-        ef_sample_free(own);
-        return rc;
-    }
-    st->pool_bytes += n;
-    ef__budget_hold(&s->ctx->budget, n);
-    st->pool[i].sample = own;
-    st->pool[i].uses = 1;
-    if (st->policy)
-        ef__policy_enter(st->policy, i, own->id);
-    list_add(st, i);
-    return EF_OK;
-}
-
-/* A pooled item used fewer than max times, counted as used once more: by
- * the policy's priorities, or (uniform, and the mix share of a policy's
- * picks) at random among the least used. EF_OK, EF_AGAIN when every one
- * is used up, or EF_ENOMEM. */
-static int pool_pick(ef__stage *s, echo_state *st, pooled **out)
-{
-    while (st->least < st->max && st->by_uses[st->least].n == 0)
-        st->least++;
-    if (st->least >= st->max)
-        return EF_AGAIN;
-    ef__rng r;
-    ef__rng_init(&r, s->ctx->seed, (uint64_t)s->index, (int64_t)st->draws++,
-                 s->epoch, 0);
-    size_t i;
-    if (st->policy && ef__rng_uniform(&r) >= st->mix) {
-        if (ef__policy_pick(st->policy, ef__rng_uniform(&r), &i) != 0)
-            return EF_AGAIN; /* not reached: the lists hold eligible ones */
-    } else {
-        use_list *l = &st->by_uses[st->least];
-        i = l->items[ef__rng_below(&r, l->n)];
-    }
-    if (list_reserve(st, st->pool[i].uses + 1) != 0)
-        return EF_ENOMEM;
-    list_remove(st, i);
-    st->pool[i].uses++;
-    list_add(st, i);
-    *out = &st->pool[i];
-    return EF_OK;
-}
-
-/* A new header for pooled item p's latest use. */
-static int emit_copy(echo_state *st, const pooled *p, ef_sample **out,
-                     ef__err *err)
-{
-    ef_sample *copy = ef__sample_pool_clone(st->headers, p->sample);
+    ef_sample *copy = ef__sample_pool_clone(st->headers, smp);
     if (!copy)
         return ef__err_set(err, EF_ENOMEM, "echo: out of memory");
-    mark_copy(copy, p->uses - 1);
+    mark_copy(copy, uses - 1);
     ef__stat_add(&st->echoed, 1);
     *out = copy;
     return EF_OK;
 }
 
 /* Pools the fresh item and hands it on. */
-static int emit_fresh(ef__stage *s, echo_state *st, ef_sample *fresh,
-                      ef_sample **out, ef__err *err)
+static int emit_fresh(echo_state *st, ef_sample *fresh, ef_sample **out,
+                      ef__err *err)
 {
     int rc;
-    if (st->max > 1 && (rc = pool_add(s, st, fresh, err)) != EF_OK) {
+    if (st->max > 1 &&
+        (rc = ef__echo_pool_add(st->pool, fresh, err)) != EF_OK) {
         ef_sample_free(fresh);
         return rc;
     }
@@ -540,17 +378,18 @@ static int auto_next(void *arg, ef_sample **out, ef__err *err)
     ef_sample *fresh;
     int rc = take_fresh(s, st, spreader_filling(st), &fresh, err);
     if (rc == EF_AGAIN) {
-        pooled *p;
-        rc = pool_pick(s, st, &p);
+        const ef_sample *smp;
+        int uses;
+        rc = ef__echo_pool_pick(st->pool, s, &smp, &uses);
         if (rc == EF_ENOMEM)
             return ef__err_set(err, rc, "echo: out of memory");
         if (rc == EF_OK)
-            return emit_copy(st, p, out, err);
+            return emit_copy(st, smp, uses, out, err);
         rc = take_fresh(s, st, 1, &fresh, err); /* nothing left: wait */
     }
     if (rc != EF_OK)
         return rc;
-    return emit_fresh(s, st, fresh, out, err);
+    return emit_fresh(st, fresh, out, err);
 }
 
 /* ---- fixed factor with a policy ------------------------------------- */
@@ -562,13 +401,14 @@ static int echoes_due_next(void *arg, ef_sample **out, ef__err *err)
     ef__stage *s = arg;
     echo_state *st = s->state;
     if (st->owed >= 1) {
-        pooled *p;
-        int rc = pool_pick(s, st, &p);
+        const ef_sample *smp;
+        int uses;
+        int rc = ef__echo_pool_pick(st->pool, s, &smp, &uses);
         if (rc == EF_ENOMEM)
             return ef__err_set(err, rc, "echo: out of memory");
         if (rc == EF_OK) {
             st->owed -= 1;
-            return emit_copy(st, p, out, err);
+            return emit_copy(st, smp, uses, out, err);
         }
         /* every pooled item is used up: the echoes due lapse, which the
          * effective factor in the statistics shows */
@@ -576,7 +416,7 @@ static int echoes_due_next(void *arg, ef_sample **out, ef__err *err)
     }
     ef_sample *fresh;
     int rc = ef__stage_pull(s, &fresh, err);
-    if (rc == EF_OK && (rc = emit_fresh(s, st, fresh, out, err)) == EF_OK)
+    if (rc == EF_OK && (rc = emit_fresh(st, fresh, out, err)) == EF_OK)
         st->owed += st->factor - 1;
     return rc;
 }
@@ -605,19 +445,6 @@ static int echo_next(ef__stage *s, ef_sample **out, ef__err *err)
     return rc;
 }
 
-static void pool_clear(ef__stage *s, echo_state *st)
-{
-    for (size_t k = 0; k < st->pool_n; k++)
-        pool_drop(s, st, (st->pool_next + k) % st->pool_cap);
-    st->pool_n = st->pool_next = 0;
-    st->owed = 0;
-    for (int u = 1; u < st->max; u++) {
-        ef__free(st->by_uses[u].items);
-        memset(&st->by_uses[u], 0, sizeof st->by_uses[u]);
-    }
-    st->least = st->max;
-}
-
 /* Drops the held item and the copies still due of it. */
 static void drop_held(echo_state *st)
 {
@@ -636,7 +463,8 @@ static int echo_reset(ef__stage *s, int64_t epoch, ef__err *err)
         ef__shufbuf_reset(&st->buf);
     ef__rng_init(&st->rng, s->ctx->seed, (uint64_t)s->index, -1, epoch, 0);
     if (st->pool)
-        pool_clear(s, st);
+        ef__echo_pool_clear(st->pool);
+    st->owed = 0;
     st->ran_ahead = 0;
     st->passing = 0;
     if (st->pump)
@@ -664,11 +492,8 @@ static void echo_destroy(ef__stage *s)
     if (st->up_ns)
         ef__rates_destroy(&st->rates);
     drop_held(st);
-    if (st->pool && st->by_uses)
-        pool_clear(s, st);
+    ef__echo_pool_free(st->pool); /* before the policy it borrows */
     ef__policy_free(st->policy);
-    ef__free(st->by_uses);
-    ef__free(st->pool);
     if (st->buf.items)
         ef__shufbuf_destroy(&st->buf);
     /* last: the samples above went back to it; copies still out keep it */
@@ -708,27 +533,7 @@ static int echo_save(ef__stage *s, ef__state_out *o, ef__err *err)
             ef__ident_clear(&d);
         }
     } else {
-        ef__put_u64(o, st->draws);
-        if (st->policy) /* picks depend on where items sit */
-            ef__put_u64(o, st->pool_next);
-        ef__put_u64(o, st->pool_n);
-        for (size_t k = 0; k < st->pool_n; k++) {
-            const pooled *p = &st->pool[(st->pool_next + k) % st->pool_cap];
-            ef__put_i64(o, p->sample ? p->uses : -1);
-            if (p->sample) {
-                ef__ident d = ef__ident_of(p->sample);
-                ef__put_ident(o, &d);
-                ef__ident_clear(&d);
-                if (st->policy) {
-                    /* uniform picks index the lists: keep their order */
-                    if (p->uses < st->max)
-                        ef__put_u64(o, p->pos);
-                    ef__policy_save_slot(st->policy, (size_t)(p - st->pool), o);
-                }
-            }
-        }
-        if (st->policy)
-            ef__policy_save(st->policy, o);
+        ef__echo_pool_save(st->pool, o);
         if (st->policy && st->mode == ECHO_FIXED) {
             uint64_t owed;
             memcpy(&owed, &st->owed, sizeof owed);
@@ -795,108 +600,17 @@ static int restore_fixed(ef__stage *s, echo_state *st, ef__state_in *in,
     return EF_OK;
 }
 
-/* Puts item smp, used `uses` times, at the pool's newest place. */
-static int pool_put(ef__stage *s, echo_state *st, ef_sample *smp, int uses,
-                    ef__err *err)
+/* fetch_fresh as the pool restores its items: arg is the stage. */
+static int fetch_pooled(void *arg, const ef__ident *d, ef_sample **out,
+                        ef__err *err)
 {
-    uint64_t n = ef__sample_bytes(smp);
-    if (!ef__budget_fits(&s->ctx->budget, st->pool_bytes + n)) {
-        ef_sample_free(smp);
-        return ef__budget_check(&s->ctx->budget, st->pool_bytes + n,
-                                "echo: its pool", err);
-    }
-    if (list_reserve(st, uses) != 0) {
-        ef_sample_free(smp);
-        return ef__err_set(err, EF_ENOMEM, "echo: out of memory");
-    }
-    size_t i = (st->pool_next + st->pool_n++) % st->pool_cap;
-    st->pool_bytes += n;
-    ef__budget_hold(&s->ctx->budget, n);
-    st->pool[i].sample = smp;
-    st->pool[i].uses = uses;
-    if (st->policy)
-        ef__policy_enter(st->policy, i, smp->id);
-    list_add(st, i);
-    return EF_OK;
-}
-
-/* Puts every use list's items back at their saved places, want[slot]. */
-static int lists_reorder(echo_state *st, const size_t *want, size_t *tmp,
-                         ef__state_in *in)
-{
-    for (int u = 1; u < st->max; u++) {
-        use_list *l = &st->by_uses[u];
-        for (size_t k = 0; k < l->n; k++)
-            tmp[k] = SIZE_MAX;
-        for (size_t k = 0; k < l->n; k++) {
-            size_t i = l->items[k];
-            if (want[i] >= l->n || tmp[want[i]] != SIZE_MAX)
-                return ef__state_bad(in,
-                                     "pooled items used %d times are "
-                                     "not in a valid order",
-                                     u);
-            tmp[want[i]] = i;
-        }
-        for (size_t k = 0; k < l->n; k++) {
-            l->items[k] = tmp[k];
-            st->pool[tmp[k]].pos = k;
-        }
-    }
-    return EF_OK;
+    return fetch_fresh(arg, d, out, err);
 }
 
 static int restore_pool(ef__stage *s, echo_state *st, ef__state_in *in,
                         ef__err *err)
 {
-    uint64_t n, next = 0;
-    ef__get_u64(in, "the pool's draws", &st->draws);
-    if (st->policy)
-        ef__get_count(in, "the pool's oldest place", st->pool_cap - 1, &next);
-    st->pool_next = (size_t)next;
-    /* a policy's saved places in the use lists, and room to sort them */
-    size_t *want = NULL;
-    if (st->policy && !(want = ef__calloc(2 * st->pool_cap, sizeof *want)))
-        return ef__err_set(err, EF_ENOMEM, "echo: out of memory");
-    int rc = ef__get_count(in, "the pool's items", st->pool_cap, &n);
-    for (uint64_t k = 0; k < n && rc == EF_OK; k++) {
-        int64_t uses;
-        if ((rc = ef__get_i64(in, "a pooled item's uses", &uses)) != EF_OK)
-            break;
-        if (uses == -1) { /* a slot left empty and used up */
-            size_t i = (st->pool_next + st->pool_n++) % st->pool_cap;
-            st->pool[i].sample = NULL;
-            st->pool[i].uses = st->max;
-            continue;
-        }
-        if (uses < 1 || uses > st->max) {
-            rc = ef__state_bad(in,
-                               "a pooled item used %lld times, expected "
-                               "1 to max=%d",
-                               (long long)uses, st->max);
-            break;
-        }
-        ef__ident d;
-        ef_sample *smp;
-        if ((rc = ef__get_ident(in, "a pooled item", &d)) != EF_OK)
-            break;
-        rc = fetch_fresh(s, &d, &smp, err);
-        ef__ident_clear(&d);
-        if (rc == EF_OK)
-            rc = pool_put(s, st, smp, (int)uses, err);
-        size_t i = (st->pool_next + st->pool_n - 1) % st->pool_cap;
-        uint64_t at = 0;
-        if (rc == EF_OK && st->policy && uses < st->max)
-            rc = ef__get_count(in, "a pooled item's place", st->pool_cap, &at);
-        if (rc == EF_OK && st->policy) {
-            want[i] = (size_t)at;
-            rc = ef__policy_restore_slot(st->policy, i, in);
-        }
-    }
-    if (rc == EF_OK && st->policy)
-        rc = lists_reorder(st, want, want + st->pool_cap, in);
-    ef__free(want);
-    if (rc == EF_OK && st->policy)
-        rc = ef__policy_restore(st->policy, in);
+    int rc = ef__echo_pool_restore(st->pool, in, fetch_pooled, s, err);
     if (rc == EF_OK && st->policy && st->mode == ECHO_FIXED) {
         uint64_t bits;
         rc = ef__get_u64(in, "the echoes due", &bits);
