@@ -45,7 +45,10 @@ int ef__stage_fetch(ef__stage *s, const ef__ident *d, ef_sample **out,
     return ef__stage_fetch(s->up, d, out, err);
 }
 
-int ef__stage_pull(ef__stage *s, ef_sample **out, ef__err *err)
+/* What a pull or poll gives before it asks the upstream: an item replayed
+ * after a restore, or the end once the upstream has ended; EF_AGAIN when
+ * the upstream is to be asked. */
+static int before_upstream(ef__stage *s, ef_sample **out, ef__err *err)
 {
     *out = NULL;
     if (s->replay) {
@@ -53,10 +56,16 @@ int ef__stage_pull(ef__stage *s, ef_sample **out, ef__err *err)
         if (rc != EF_AGAIN)
             return rc;
     }
-    if (s->ended)
-        return EF_END;
+    return s->ended ? EF_END : EF_AGAIN;
+}
+
+int ef__stage_pull(ef__stage *s, ef_sample **out, ef__err *err)
+{
+    int rc = before_upstream(s, out, err);
+    if (rc != EF_AGAIN)
+        return rc;
     uint64_t t0 = ef__timer_ns();
-    int rc = s->up->def->next(s->up, out, err);
+    rc = s->up->def->next(s->up, out, err);
     ef__stat_add(&s->wait_up_ns, ef__elapsed_ns(t0, ef__timer_ns()));
     if (rc == EF_OK) {
         ef__stat_add(&s->items_in, 1);
@@ -69,16 +78,11 @@ int ef__stage_pull(ef__stage *s, ef_sample **out, ef__err *err)
 
 int ef__stage_poll(ef__stage *s, ef_sample **out, ef__err *err)
 {
-    *out = NULL;
-    if (s->replay) {
-        int rc = replay_next(s, out, err);
-        if (rc != EF_AGAIN)
-            return rc;
-    }
-    if (s->ended)
-        return EF_END;
+    int rc = before_upstream(s, out, err);
+    if (rc != EF_AGAIN)
+        return rc;
     uint64_t t0 = ef__timer_ns();
-    int rc = s->up->def->poll(s->up, out, err);
+    rc = s->up->def->poll(s->up, out, err);
     if (rc == EF_OK) {
         ef__stat_add(&s->wait_up_ns, ef__elapsed_ns(t0, ef__timer_ns()));
         ef__stat_add(&s->items_in, 1);
