@@ -374,6 +374,8 @@ ef_status ef_pipeline_next(ef_pipeline *p, ef_sample **out)
     ef__stat_add(&p->consumer_wait.done_ns, ef__elapsed_ns(t0, t1));
     atomic_store_explicit(&p->consumer_wait.since_ns, 0, memory_order_relaxed);
     atomic_store_explicit(&p->t_last_ns, t1, memory_order_relaxed);
+    if (rc == EF_OK)
+        rc = ef__stage_check_size(last, out, &p->err);
     if (rc == EF_OK) {
         ef__stat_add(&p->items, 1);
         ef__stat_add(&last->items_out, 1);

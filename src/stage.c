@@ -45,6 +45,22 @@ int ef__stage_fetch(ef__stage *s, const ef__ident *d, ef_sample **out,
     return ef__stage_fetch(s->up, d, out, err);
 }
 
+int ef__stage_check_size(const ef__stage *from, ef_sample **smp, ef__err *err)
+{
+    const ef__budget *b = &from->ctx->budget;
+    if (!b->limit)
+        return EF_OK; /* no budget: nothing to measure */
+    uint64_t n = ef__sample_bytes(*smp);
+    if (ef__budget_fits(b, n))
+        return EF_OK;
+    char what[96];
+    snprintf(what, sizeof what, "%s: sample %lld", from->def->info.name,
+             (long long)ef_sample_identity(*smp).index);
+    ef_sample_free(*smp);
+    *smp = NULL;
+    return ef__budget_check(b, n, what, err);
+}
+
 /* What a pull or poll gives before it asks the upstream: an item replayed
  * after a restore, or the end once the upstream has ended; EF_AGAIN when
  * the upstream is to be asked. */
@@ -53,6 +69,8 @@ static int before_upstream(ef__stage *s, ef_sample **out, ef__err *err)
     *out = NULL;
     if (s->replay) {
         int rc = replay_next(s, out, err);
+        if (rc == EF_OK)
+            rc = ef__stage_check_size(s->up, out, err);
         if (rc != EF_AGAIN)
             return rc;
     }
@@ -70,6 +88,7 @@ int ef__stage_pull(ef__stage *s, ef_sample **out, ef__err *err)
     if (rc == EF_OK) {
         ef__stat_add(&s->items_in, 1);
         ef__stat_add(&s->up->items_out, 1);
+        rc = ef__stage_check_size(s->up, out, err);
     } else if (rc == EF_END) {
         s->ended = 1;
     }
@@ -87,6 +106,7 @@ int ef__stage_poll(ef__stage *s, ef_sample **out, ef__err *err)
         ef__stat_add(&s->wait_up_ns, ef__elapsed_ns(t0, ef__timer_ns()));
         ef__stat_add(&s->items_in, 1);
         ef__stat_add(&s->up->items_out, 1);
+        rc = ef__stage_check_size(s->up, out, err);
     } else if (rc == EF_END) {
         s->ended = 1;
     }

@@ -258,6 +258,14 @@ int ef__stage_abandon(ef__stage *s, ef__err *err, const char *part,
  * fewer than EF_WARNINGS_KEPT were given. Thread-safe. */
 void ef__warn(ef__ctx *ctx, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
+/* Checks a sample that stage `from` handed over against the memory
+ * budget: one larger than the whole budget is EF_ENOMEM, "<stage>: sample
+ * N: B bytes, over the memory budget ...", and *smp is freed and set to
+ * NULL. Every hand-over checks (ef__stage_pull, ef__stage_poll, and the
+ * pipeline's own next), so the budget bounds the items no queue sees: a
+ * batch, a map's output, a decoded image. Not a bad sample: skip does not
+ * pass over it. */
+int ef__stage_check_size(const ef__stage *from, ef_sample **smp, ef__err *err);
 /* EF_ECANCELED, with the one message every stage gives when the
  * pipeline is stopped under it: "<stage>: the pipeline was stopped". */
 int ef__stage_stopped(const ef__stage *s, ef__err *err);

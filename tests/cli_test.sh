@@ -425,7 +425,7 @@ expect_refused --memory-budget \
     "--memory-budget expects a size in bytes, with K, M, G or T for binary multiples (512M, 2G), or 0 for no limit; got '%s'" \
     10x -1 1.5G K "" 99999999999999999999 17179869184T
 run budget_small run --memory-budget 1K "range:n=3,bytes=2000 | prefetch"
-[ "$rc" -eq 1 ] && grep -q "prefetch: sample 0: 2008 bytes, over the memory budget of 1024 bytes" "$TMP/budget_small.err" ||
+[ "$rc" -eq 1 ] && grep -q "range: sample 0: 2008 bytes, over the memory budget of 1024 bytes" "$TMP/budget_small.err" ||
     fail "a sample over the budget: rc $rc, $(cat "$TMP/budget_small.err")"
 run budget_json run --json --memory-budget 64K "range:n=2000,bytes=1000 | prefetch:depth=1000"
 cat "$TMP/common.py" - >"$TMP/budget_json.py" <<'PYEOF'

@@ -1,6 +1,7 @@
 /* The memory budget: queues wait for room and stay under it, a sample or
  * a buffer that cannot fit is a clear error, and gzip bombs stop early. */
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <setjmp.h>
 #include <stdint.h>
@@ -12,6 +13,7 @@
 #include <unistd.h>
 
 #include "codec/crc32c.h"
+#include "codec/image.h"
 #include "codec/tar_write.h"
 #include "echoflow/echoflow.h"
 #include "ef_test_util.h"
@@ -127,15 +129,16 @@ static void test_budget_option_rules(void **state)
 static void test_what_cannot_fit_is_an_error(void **state)
 {
     (void)state;
+    /* caught where range hands it to the prefetch's thread */
     ef_pipeline *p = budgeted("range:n=10,bytes=1000 | prefetch", 1000, 0);
     expect_failure(p, EF_ENOMEM,
-                   "prefetch: sample 0: 1008 bytes, over the memory budget "
+                   "range: sample 0: 1008 bytes, over the memory budget "
                    "of 1000 bytes",
                    "--memory-budget");
     ef_pipeline_destroy(p);
     /* not a bad sample: skip does not pass over it */
     p = budgeted("range:n=10,bytes=1000 | prefetch", 1000, 1);
-    expect_failure(p, EF_ENOMEM, "prefetch: sample 0", NULL);
+    expect_failure(p, EF_ENOMEM, "range: sample 0", NULL);
     ef_pipeline_destroy(p);
     p = budgeted("range:n=100,bytes=1000 | shuffle:50", 10000, 0);
     expect_failure(p, EF_ENOMEM,
@@ -369,6 +372,90 @@ static void test_unordered_map_queue_is_budgeted(void **state)
     ef_pipeline_destroy(p);
 }
 
+/* A map whose output is 3,000 bytes, whatever its input; counts calls. */
+static atomic_int big_calls;
+
+static int big_map(const ef_sample *in, ef_sample **out, ef_map_ctx *ctx)
+{
+    (void)ctx;
+    atomic_fetch_add(&big_calls, 1);
+    *out = ef_sample_new(ef_sample_identity(in));
+    int64_t shape[1] = {3000};
+    void *data;
+    if (!*out || ef_sample_add_new(*out, "x", EF_U8, 1, shape, &data) != EF_OK)
+        return ef_map_ctx_fail(ctx, EF_ENOMEM, "out of memory");
+    memset(data, 0, 3000);
+    return EF_OK;
+}
+
+/* No queue sees what batch, a map or a source builds before the consumer
+ * takes it: the budget still refuses one larger than itself. */
+static void test_items_no_queue_sees_fit_the_budget(void **state)
+{
+    (void)state;
+    ef_pipeline *p = budgeted("range:n=10,bytes=1000 | batch:10", 5000, 0);
+    expect_failure(p, EF_ENOMEM,
+                   "batch: sample 0: 10080 bytes, over the memory budget "
+                   "of 5000 bytes",
+                   "--memory-budget");
+    ef_pipeline_destroy(p);
+    p = budgeted("range:n=10,bytes=1000 | batch:10", 5000, 1);
+    expect_failure(p, EF_ENOMEM, "batch: sample 0", NULL); /* not skipped */
+    ef_pipeline_destroy(p);
+    p = budgeted("range:n=10,bytes=1000 | batch:10 | take:1", 5000, 0);
+    expect_failure(p, EF_ENOMEM, "batch: sample 0: 10080 bytes", NULL);
+    ef_pipeline_destroy(p);
+    p = budgeted("range:n=3,bytes=2000", 1000, 0);
+    expect_failure(p, EF_ENOMEM, "range: sample 0: 2008 bytes", NULL);
+    ef_pipeline_destroy(p);
+    /* batches that fit pass */
+    p = budgeted("range:n=10,bytes=100 | batch:4", 1000, 0);
+    assert_int_equal(tu_drain(p), 3);
+    ef_pipeline_destroy(p);
+    /* a map's output fails on its worker, which stops there rather than
+     * fill the ordered ring with more */
+    atomic_store(&big_calls, 0);
+    assert_int_equal(ef_pipeline_create(&p), EF_OK);
+    assert_int_equal(ef_pipeline_set_memory_budget(p, 1000), EF_OK);
+    tu_parse(p, "range:n=100");
+    assert_int_equal(ef_pipeline_add_map(p, big_map, NULL, "threads=1"), EF_OK);
+    expect_failure(p, EF_ENOMEM,
+                   "map: item 0 (epoch 0): its output: 3000 bytes, over the "
+                   "memory budget of 1000 bytes",
+                   "--memory-budget");
+    ef_pipeline_destroy(p);
+    assert_int_equal(atomic_load(&big_calls), 1);
+}
+
+/* decode turns a small PNG into pixels larger than the budget. */
+static void test_decode_output_fits_the_budget(void **state)
+{
+    (void)state;
+    static unsigned char px[100 * 100 * 3];
+    ef_buffer *png = NULL;
+    ef__err err;
+    ef__err_clear(&err);
+    int rc = ef__png_encode(px, 100, 100, 3, &png, &err);
+    if (rc == EF_EUNSUPPORTED)
+        skip();
+    assert_int_equal(rc, EF_OK);
+    assert_true(ef_buffer_size(png) < 5000);
+    FILE *f = fopen(tu_at("img.tar"), "wb");
+    assert_non_null(f);
+    assert_int_equal(ef__tar_write_member(f, "000000.png", ef_buffer_data(png),
+                                          ef_buffer_size(png), &err),
+                     EF_OK);
+    assert_int_equal(ef__tar_write_end(f, &err), EF_OK);
+    fclose(f);
+    ef_buffer_release(png);
+    char spec[512];
+    snprintf(spec, sizeof spec, "tar:urls=\"%s\" | decode", tu_at("img.tar"));
+    ef_pipeline *p = budgeted(spec, 10000, 0);
+    expect_failure(p, EF_ENOMEM, "decode: item 0 (epoch 0): its output: 30",
+                   "bytes, over the memory budget of 10000 bytes");
+    ef_pipeline_destroy(p);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -380,6 +467,8 @@ int main(void)
         cmocka_unit_test(test_tfrecord_over_budget),
         cmocka_unit_test(test_whole_file_sources_check_the_budget),
         cmocka_unit_test(test_unordered_map_queue_is_budgeted),
+        cmocka_unit_test(test_items_no_queue_sees_fit_the_budget),
+        cmocka_unit_test(test_decode_output_fits_the_budget),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

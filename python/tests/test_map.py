@@ -173,3 +173,21 @@ def test_exit_after_ctrl_c_does_not_wait_for_a_stuck_map():
     r = subprocess.run([sys.executable, "-c", STUCK], capture_output=True,
                        text=True, timeout=60)
     assert (r.returncode, r.stdout) == (0, "interrupted\n"), r.stderr
+
+
+def test_an_output_over_the_memory_budget_is_refused():
+    calls = []
+
+    def big(s):
+        calls.append(s.identity.index)
+        return {"x": numpy.zeros(2 << 20, numpy.uint8)}
+    with pytest.raises(echoflow.OutOfMemoryError,
+                       match=r"map: item 0 \(epoch 0\): its output: 2097152 "
+                             r"bytes, over the memory budget of 1048576 "
+                             r"bytes \(raise it: --memory-budget, "
+                             r"memory_budget= in Python") as e:
+        run("range:n=100 | map:fn=big", {"big": big}, memory_budget=1 << 20)
+    assert isinstance(e.value, MemoryError)
+    assert calls == [0]  # the worker stopped at the first
+    out, _ = run("range:n=2 | map:fn=big", {"big": big}, memory_budget=4 << 20)
+    assert len(out) == 2

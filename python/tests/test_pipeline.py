@@ -316,10 +316,15 @@ def test_memory_budget_holds_the_queues_to_it():
 
 def test_memory_budget_errors():
     with pytest.raises(echoflow.OutOfMemoryError,
-                       match="prefetch: sample 0: 1008 bytes, over the "
+                       match="range: sample 0: 1008 bytes, over the "
                              "memory budget of 1000 bytes") as e:
         items("range:n=10,bytes=1000 | prefetch", memory_budget=1000)
     assert isinstance(e.value, MemoryError)
+    # no queue sees a batch, but it is held to the budget all the same
+    with pytest.raises(echoflow.OutOfMemoryError,
+                       match="batch: sample 0: 100080 bytes, over the "
+                             "memory budget of 10240 bytes"):
+        items("range:n=10,bytes=10000 | batch:10", memory_budget=10240)
     with pytest.raises(echoflow.OutOfMemoryError,
                        match="shuffle: its buffer at 10 samples"):
         items("range:n=100,bytes=1000 | shuffle:50", memory_budget=10000)

@@ -194,6 +194,11 @@ static void transform(ef__stage *s, map_state *st, ef_sample *in, uint64_t seq,
     if (rc > 0)
         rc = ef__err_set(&err, EF_ECALLBACK,
                          "returned %d, not a success or an error", rc);
+    /* the ordered ring is not charged: an output larger than the whole
+     * budget fails here, before more of them fill the ring (budget.h) */
+    if (rc == EF_OK)
+        rc = ef__budget_check(&s->ctx->budget, ef__sample_bytes(out),
+                              "its output", &err);
     if (rc == EF_OK) {
         ef__sample_origin_copy(out, in); /* it can be read again as in */
         item->status = EF_OK;
