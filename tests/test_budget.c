@@ -398,6 +398,8 @@ static void test_items_no_queue_sees_fit_the_budget(void **state)
                    "batch: sample 0: 10080 bytes, over the memory budget "
                    "of 5000 bytes",
                    "--memory-budget");
+    ef_stage_stats st = tu_stage(p, "batch");
+    assert_true(tu_extra(&st, "fields_copied") == 0); /* refused unbuilt */
     ef_pipeline_destroy(p);
     p = budgeted("range:n=10,bytes=1000 | batch:10", 5000, 1);
     expect_failure(p, EF_ENOMEM, "batch: sample 0", NULL); /* not skipped */

@@ -6,6 +6,7 @@
  * nothing else holds (an image stage right before writes them into the
  * batch's slab: stages/flow/slabs.h) becomes a view of that buffer; any
  * other field is copied. */
+#include <stdio.h>
 #include <string.h>
 
 #include "core/alloc.h"
@@ -14,6 +15,7 @@
 #include "state.h"
 
 typedef struct {
+    const ef__budget *budget; /* the pipeline's */
     int64_t size;
     int drop_remainder;
     ef_sample **parts; /* the samples of the batch being built */
@@ -34,6 +36,7 @@ static int batch_create(ef__stage *s, const ef__opts *o, ef__err *err)
         return ef__err_set(err, EF_ENOMEM, "batch: out of memory for size %lld",
                            (long long)size);
     }
+    st->budget = &s->ctx->budget;
     st->size = size;
     st->drop_remainder = ef__opt_bool(o, "drop_remainder");
     s->state = st;
@@ -157,6 +160,16 @@ static int stack(batch_state *st, ef_sample *const *parts, int64_t n,
         int rc = check_like(first, parts[i], i, err);
         if (rc != EF_OK)
             return rc;
+    }
+    /* the batch's size is known before a byte is copied: one larger than
+     * the whole budget fails before it is built (budget.h) */
+    uint64_t bytes = 0;
+    for (int f = 0; f < first->nfields; f++)
+        bytes += (uint64_t)n * first->fields[f].nbytes;
+    if (!ef__budget_fits(st->budget, bytes)) {
+        char what[64];
+        snprintf(what, sizeof what, "batch: sample %lld", (long long)id.index);
+        return ef__budget_check(st->budget, bytes, what, err);
     }
     id.fresh = 0;
     for (int64_t i = 0; i < n; i++)
