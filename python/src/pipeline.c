@@ -247,8 +247,11 @@ static PyObject *pipeline_add_map(pipeline *self, PyObject *args)
     if (!grown)
         return PyErr_NoMemory();
     self->maps = grown;
-    pyef_map *m = pyef_map_new(fn, name, self, &self->map_error,
-                               self->on_error == EF_ON_ERROR_FAIL);
+    ef_pipeline_stats ps; /* for the budget, fixed since __init__ */
+    ef_pipeline_stats_get(self->p, &ps);
+    pyef_map *m =
+        pyef_map_new(fn, name, self, &self->map_error,
+                     self->on_error == EF_ON_ERROR_FAIL, ps.memory_budget);
     if (!m)
         return NULL;
     int rc = ef_pipeline_add_map(self->p, pyef_map_call, m, options);

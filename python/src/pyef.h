@@ -70,10 +70,11 @@ int pyef_warn(const char *text);
 typedef struct pyef_map pyef_map;
 /* A map stage context for callable `fn` named `name`, a stage of the
  * pipeline object `owner`; `*first_error` (a slot the pipeline owns)
- * receives the first exception raised inside it when `keep_error` is set.
- * NULL with an exception set on failure. */
+ * receives the first exception raised inside it when `keep_error` is set;
+ * `budget` is the pipeline's memory budget (0: none), which an output
+ * must fit before it is copied. NULL with an exception set on failure. */
 pyef_map *pyef_map_new(PyObject *fn, const char *name, const void *owner,
-                       PyObject **first_error, int keep_error);
+                       PyObject **first_error, int keep_error, uint64_t budget);
 /* Whether this thread is inside a call of one of `pipeline`'s maps. */
 int pyef_map_serving(const void *pipeline);
 /* Whether some thread is inside a call of m's callable now. */

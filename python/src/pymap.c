@@ -5,7 +5,9 @@
  * C-contiguous buffer (a numpy array) is copied once into the pipeline's
  * memory. Whatever the callable raises fails the sample with a message
  * naming the map and the exception; the first exception is kept for the
- * consumer to raise as the cause. */
+ * consumer to raise as the cause. A mapping whose arrays together pass
+ * the pipeline's memory budget fails with EF_ENOMEM before anything is
+ * copied, as the stage would refuse the copy anyway. */
 #include "pyef.h"
 
 #include <stdatomic.h>
@@ -18,6 +20,7 @@ struct pyef_map {
     atomic_int calls;       /* threads inside fn now */
     PyObject **first_error; /* the pipeline's slot, written under the GIL */
     int keep_error;
+    uint64_t budget; /* the pipeline's memory budget; 0: none */
 };
 
 /* The pipeline whose map this thread is running, if any. */
@@ -34,7 +37,7 @@ int pyef_map_busy(const pyef_map *m)
 }
 
 pyef_map *pyef_map_new(PyObject *fn, const char *name, const void *owner,
-                       PyObject **first_error, int keep_error)
+                       PyObject **first_error, int keep_error, uint64_t budget)
 {
     pyef_map *m = PyMem_Calloc(1, sizeof *m);
     if (!m)
@@ -44,6 +47,7 @@ pyef_map *pyef_map_new(PyObject *fn, const char *name, const void *owner,
     m->owner = owner;
     m->first_error = first_error;
     m->keep_error = keep_error;
+    m->budget = budget;
     return m;
 }
 
@@ -132,6 +136,29 @@ static int add_field(ef_sample *s, const char *name, PyObject *value)
     return rc;
 }
 
+/* The bytes the arrays of mapping `res` hold, as fields would count
+ * them; values that are not arrays count nothing (adding them fails
+ * later with the reason). */
+static uint64_t result_bytes(PyObject *res)
+{
+    uint64_t n = 0;
+    PyObject *key, *value;
+    Py_ssize_t pos = 0;
+    while (PyDict_Next(res, &pos, &key, &value)) {
+        ef_tensor t;
+        size_t offset;
+        Py_buffer v;
+        if (pyef_tensor_view(value, &t, &offset))
+            n += t.nbytes;
+        else if (PyObject_GetBuffer(value, &v, PyBUF_C_CONTIGUOUS) == 0) {
+            n += (uint64_t)v.len;
+            PyBuffer_Release(&v);
+        } else
+            PyErr_Clear();
+    }
+    return n;
+}
+
 static int sample_from_result(const ef_sample *in, PyObject *res,
                               ef_sample **out)
 {
@@ -210,7 +237,16 @@ int pyef_map_call(const ef_sample *in, ef_sample **out, ef_map_ctx *ctx)
     atomic_fetch_sub(&m->calls, 1);
     serving = outer;
     Py_XDECREF(arg);
-    if (!res || sample_from_result(in, res, out) < 0)
+    uint64_t n = res && m->budget && PyDict_Check(res) ? result_bytes(res) : 0;
+    if (n > m->budget) /* the stage's own check, made before the copy */
+        rc = ef_map_ctx_fail(ctx, EF_ENOMEM,
+                             "its output: %llu bytes, over the memory budget "
+                             "of %llu bytes (raise it: --memory-budget, "
+                             "memory_budget= in Python, "
+                             "ef_pipeline_set_memory_budget)",
+                             (unsigned long long)n,
+                             (unsigned long long)m->budget);
+    else if (!res || sample_from_result(in, res, out) < 0)
         rc = fail_from_exception(m, ctx);
     Py_XDECREF(res);
     PyGILState_Release(gil);

@@ -191,3 +191,26 @@ def test_an_output_over_the_memory_budget_is_refused():
     assert calls == [0]  # the worker stopped at the first
     out, _ = run("range:n=2 | map:fn=big", {"big": big}, memory_budget=4 << 20)
     assert len(out) == 2
+
+
+OVER_BUDGET_UNREAD = """
+import mmap, echoflow
+unreadable = mmap.mmap(-1, 2 << 20, prot=0)  # reading it is a crash
+try:
+    with echoflow.Pipeline("range:n=1 | map:fn=big",
+                           maps={"big": lambda s: {"x": unreadable}},
+                           memory_budget=1 << 20) as p:
+        list(p)
+except echoflow.OutOfMemoryError as e:
+    assert "its output: 2097152 bytes, over the memory budget" in str(e), e
+else:
+    raise SystemExit("no error")
+"""
+
+
+def test_an_output_over_the_memory_budget_is_not_copied():
+    # the 2 MiB map's bytes cannot be read: refused before the copy, or the
+    # child crashes copying them
+    out = subprocess.run([sys.executable, "-c", OVER_BUDGET_UNREAD],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
