@@ -8,7 +8,9 @@
  * consumer's own pull (shuffle, echo) cannot wait for anyone: they charge
  * without waiting and fail, naming themselves, when their own contents
  * alone pass the budget. A single sample larger than the budget is an
- * error wherever it is met.
+ * error wherever it is met, a queue or not: every hand-over between
+ * stages checks (ef__stage_check_size in stage.h), since one item is the
+ * least a pipeline holds and no wait can make room for it.
  *
  * Lock rules: `held`, `peak` and `waiters` are atomics, so a charge that
  * fits and a release that wakes no one take no lock; `mu` and `room` serve
