@@ -8,28 +8,7 @@
 #include "codec/crc32c.h"
 #include "core/alloc.h"
 
-/* ---- identities -------------------------------------------------- */
-
-ef__ident ef__ident_of(const ef_sample *s)
-{
-    ef__ident d = {s->id, s->origin.part, s->origin.offset, s->origin.end,
-                   s->origin.members};
-    if (d.members)
-        ef_buffer_retain(d.members);
-    return d;
-}
-
-void ef__ident_clear(ef__ident *d)
-{
-    ef_buffer_release(d->members);
-    d->members = NULL;
-}
-
-const ef__ident *ef__ident_members(const ef__ident *d, size_t *n)
-{
-    *n = d->members ? ef_buffer_size(d->members) / sizeof(ef__ident) : 0;
-    return d->members ? ef_buffer_data(d->members) : NULL;
-}
+/* ---- identity lists ---------------------------------------------- */
 
 int ef__idents_add(ef__idents *l, const ef__ident *d)
 {

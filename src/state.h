@@ -31,19 +31,7 @@
  * passes), yet a repeat can count on from it without overflowing. */
 #define EF__STATE_MAX_EPOCH (INT64_C(1) << 62)
 
-/* An item's identity: enough to read it again (see ef__origin). A batch's
- * members are the identities of its examples. */
-typedef struct ef__ident {
-    ef_sample_id id;
-    int64_t part, offset, end;
-    ef_buffer *members; /* owned reference; an array of ef__ident, or NULL */
-} ef__ident;
-
-/* The identity of `s`, taking a reference on its members. */
-ef__ident ef__ident_of(const ef_sample *s);
-void ef__ident_clear(ef__ident *d);
-/* A batch's members: the array in d->members, and its count. */
-const ef__ident *ef__ident_members(const ef__ident *d, size_t *n);
+/* Item identities (ef__ident) are core's: core/sample.h. */
 
 /* A list of identities that grows (the owner frees it). */
 typedef struct ef__idents {

@@ -8,7 +8,6 @@
 
 #include "core/alloc.h"
 #include "core/buffer.h"
-#include "state.h"
 
 static const struct {
     size_t size;
@@ -246,6 +245,27 @@ void ef__sample_origin_copy(ef_sample *dst, const ef_sample *src)
         ef_buffer_retain(src->origin.members);
     ef_buffer_release(dst->origin.members);
     dst->origin = src->origin;
+}
+
+ef__ident ef__ident_of(const ef_sample *s)
+{
+    ef__ident d = {s->id, s->origin.part, s->origin.offset, s->origin.end,
+                   s->origin.members};
+    if (d.members)
+        ef_buffer_retain(d.members);
+    return d;
+}
+
+void ef__ident_clear(ef__ident *d)
+{
+    ef_buffer_release(d->members);
+    d->members = NULL;
+}
+
+const ef__ident *ef__ident_members(const ef__ident *d, size_t *n)
+{
+    *n = d->members ? ef_buffer_size(d->members) / sizeof(ef__ident) : 0;
+    return d->members ? ef_buffer_data(d->members) : NULL;
 }
 
 int ef__sample_find(const ef_sample *s, const char *name)

@@ -22,11 +22,29 @@ typedef struct ef__sample_pool ef__sample_pool;
  * the input (a file or shard number) and the byte offsets of its record,
  * [offset, end); a source that addresses records by id.index alone leaves
  * them 0. A batch lists its examples in `members` (an array of
- * ef__ident, see state.h), shared by its copies. */
+ * ef__ident, below), shared by its copies. */
 typedef struct {
     int64_t part, offset, end;
     ef_buffer *members; /* owned reference; NULL unless a batch */
 } ef__origin;
+
+/* An item's identity: enough to read it again (see ef__origin), as
+ * checkpoints (state.h) name the items they hold. A batch's members are
+ * the identities of its examples. */
+typedef struct ef__ident {
+    ef_sample_id id;
+    int64_t part, offset, end;
+    ef_buffer *members; /* owned reference; an array of ef__ident, or NULL */
+} ef__ident;
+
+/* The identity of `s`, taking a reference on its members (the caller
+ * drops it with ef__ident_clear). */
+ef__ident ef__ident_of(const ef_sample *s);
+/* Drops d's reference on its members. */
+void ef__ident_clear(ef__ident *d);
+/* A batch's members: the array in d->members (borrowed from d), and its
+ * count in *n. */
+const ef__ident *ef__ident_members(const ef__ident *d, size_t *n);
 
 struct ef_sample {
     ef_sample_id id;
