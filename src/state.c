@@ -5,7 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "codec/crc32c.h"
+#include "common/crc32c.h"
 #include "core/alloc.h"
 
 /* ---- identity lists ---------------------------------------------- */

@@ -12,9 +12,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "codec/crc32c.h"
 #include "codec/image.h"
 #include "codec/tar_write.h"
+#include "common/crc32c.h"
 #include "echoflow/echoflow.h"
 #include "ef_test_util.h"
 

@@ -18,8 +18,8 @@
 #include <zlib.h>
 #endif
 
-#include "codec/crc32c.h"
 #include "codec/tar_write.h"
+#include "common/crc32c.h"
 #include "core/alloc.h"
 #include "echoflow/echoflow.h"
 #include "ef_test_util.h"

@@ -1,7 +1,7 @@
 /* TFRecord reading (see tfrecord.h). */
 #include "codec/tfrecord.h"
 
-#include "codec/crc32c.h"
+#include "common/crc32c.h"
 #include "io/stream_buffer.h"
 
 static uint64_t le64(const unsigned char *p)

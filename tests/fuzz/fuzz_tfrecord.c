@@ -1,5 +1,5 @@
 /* Fuzz target for TFRecord framing (src/codec/tfrecord.c) and CRC-32C
- * (src/codec/crc32c.c).
+ * (src/common/crc32c.c).
  *
  * Each input is a whole file, read from a memory stream record by record
  * as the tfrecord source does under on_error=skip: after a failure that
@@ -13,8 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "codec/crc32c.h"
 #include "codec/tfrecord.h"
+#include "common/crc32c.h"
 #include "fuzz.h"
 
 #define NAME "fuzz.tfrecord"

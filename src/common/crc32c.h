@@ -1,8 +1,8 @@
 /* CRC-32C (Castagnoli), the checksum of TFRecord framing, and the "masked"
  * form TFRecord stores so that a CRC of data that itself holds CRCs does
  * not degenerate. */
-#ifndef EF_CODEC_CRC32C_H
-#define EF_CODEC_CRC32C_H
+#ifndef EF_COMMON_CRC32C_H
+#define EF_COMMON_CRC32C_H
 
 #include <stddef.h>
 #include <stdint.h>

@@ -3,7 +3,7 @@
  * polynomial 0x82F63B78; table[k][b] is the CRC of byte b followed by k
  * zero bytes, so eight table lookups advance the CRC by eight bytes. The
  * tables are computed once, on first use, under pthread_once. */
-#include "codec/crc32c.h"
+#include "common/crc32c.h"
 
 #include <pthread.h>
 
