@@ -11,6 +11,7 @@
 #include <math.h>
 
 #include "checkpoint.h"
+#include "common/crc32c.h"
 #include "ef_test_util.h"
 #include "model.h"
 #include "trainer.h"
@@ -521,18 +522,18 @@ static void bad_batches_fail_cleanly(void **state)
 static void crc32c_values(void **state)
 {
     (void)state;
-    assert_int_equal(eft_crc32c(0, "123456789", 9), 0xe3069283u);
-    assert_int_equal(eft_crc32c(0, "", 0), 0);
+    assert_int_equal(ef__crc32c(0, "123456789", 9), 0xe3069283u);
+    assert_int_equal(ef__crc32c(0, "", 0), 0);
     unsigned char buf[1000];
     for (size_t i = 0; i < sizeof buf; i++)
         buf[i] = (unsigned char)(i * 131 + 7);
-    uint32_t whole = eft_crc32c(0, buf, sizeof buf);
+    uint32_t whole = ef__crc32c(0, buf, sizeof buf);
     for (size_t cut = 0; cut < 40; cut++)
         assert_int_equal(
-            eft_crc32c(eft_crc32c(0, buf, cut), buf + cut, sizeof buf - cut),
+            ef__crc32c(ef__crc32c(0, buf, cut), buf + cut, sizeof buf - cut),
             whole);
     buf[500] ^= 1;
-    assert_int_not_equal(eft_crc32c(0, buf, sizeof buf), whole);
+    assert_int_not_equal(ef__crc32c(0, buf, sizeof buf), whole);
 }
 
 /* The copy of the checkpoint taken at one step of run_copying(). */
@@ -723,7 +724,7 @@ static void checkpoint_resumes_exactly(void **state)
     for (int i = 0; i < 8; i++)
         rho[16 + i] = (unsigned char)(payload >> (8 * i));
     rho[24]++; /* the count, little-endian u32 below 255 */
-    uint32_t crc = eft_crc32c(0, rho, m - 4);
+    uint32_t crc = ef__crc32c(0, rho, m - 4);
     for (int i = 0; i < 4; i++)
         rho[m - 4 + i] = (unsigned char)(crc >> (8 * i));
     f = fopen(copy, "wb");

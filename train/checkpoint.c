@@ -4,13 +4,14 @@
 #include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#include "crc32c.h" /* the library's own, src/common/ */
 
 #define MAGIC "EFTCKPT" /* and its terminating zero: 8 bytes */
 #define VERSION 1
@@ -64,45 +65,10 @@ uint64_t eft_model_hash(eft_model *m)
     return h;
 }
 
-/* CRC-32C, eight bytes a step (slicing-by-8). */
-static uint32_t crc_table[8][256];
-static pthread_once_t crc_once = PTHREAD_ONCE_INIT;
-
-static void crc_init(void)
-{
-    for (uint32_t i = 0; i < 256; i++) {
-        uint32_t c = i;
-        for (int k = 0; k < 8; k++)
-            c = c & 1 ? (c >> 1) ^ 0x82f63b78u : c >> 1;
-        crc_table[0][i] = c;
-    }
-    for (int t = 1; t < 8; t++)
-        for (int i = 0; i < 256; i++)
-            crc_table[t][i] = (crc_table[t - 1][i] >> 8) ^
-                              crc_table[0][crc_table[t - 1][i] & 0xff];
-}
-
 static uint32_t le32(const unsigned char *p)
 {
     return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
            (uint32_t)p[3] << 24;
-}
-
-uint32_t eft_crc32c(uint32_t crc, const void *data, size_t n)
-{
-    pthread_once(&crc_once, crc_init);
-    const unsigned char *p = data;
-    crc = ~crc;
-    for (; n >= 8; n -= 8, p += 8) {
-        uint32_t lo = crc ^ le32(p), hi = le32(p + 4);
-        crc = crc_table[7][lo & 0xff] ^ crc_table[6][(lo >> 8) & 0xff] ^
-              crc_table[5][(lo >> 16) & 0xff] ^ crc_table[4][lo >> 24] ^
-              crc_table[3][hi & 0xff] ^ crc_table[2][(hi >> 8) & 0xff] ^
-              crc_table[1][(hi >> 16) & 0xff] ^ crc_table[0][hi >> 24];
-    }
-    for (; n > 0; n--, p++)
-        crc = (crc >> 8) ^ crc_table[0][(crc ^ *p) & 0xff];
-    return ~crc;
 }
 
 /* ---- the settings a checkpoint must share with the run ---------------- */
@@ -313,7 +279,7 @@ static void encode(wbuf *b, const eft_run_id *id, eft_model *m,
     uint64_t payload = b->len - HEADER;
     for (int i = 0; i < 8; i++)
         b->p[at + (size_t)i] = (unsigned char)(payload >> (8 * i));
-    put_le(b, eft_crc32c(0, b->p, b->len), 4);
+    put_le(b, ef__crc32c(0, b->p, b->len), 4);
 }
 
 /* Writes all n bytes to fd. */
@@ -630,7 +596,7 @@ static int check_envelope(const unsigned char *p, size_t n, const char *path,
     if ((uint64_t)n > whole)
         return fail(err, len, "%s: corrupt: %zu bytes, its header says %llu",
                     path, n, (unsigned long long)whole);
-    if (eft_crc32c(0, p, n - TRAILER) != le32(p + n - TRAILER))
+    if (ef__crc32c(0, p, n - TRAILER) != le32(p + n - TRAILER))
         return fail(err, len,
                     "%s: corrupt: its checksum does not match its contents",
                     path);

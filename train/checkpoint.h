@@ -69,7 +69,4 @@ uint64_t eft_hash(uint64_t h, const void *data, size_t n);
 /* eft_hash over every parameter tensor's values. */
 uint64_t eft_model_hash(eft_model *m);
 
-/* CRC-32C (Castagnoli) of n bytes, chained through crc (start from 0). */
-uint32_t eft_crc32c(uint32_t crc, const void *data, size_t n);
-
 #endif
