@@ -35,7 +35,7 @@ static void remove_file(void)
  * how it ended. */
 typedef struct {
     unsigned char *p;
-    size_t n;
+    size_t n, cap;
     int rc;
     int kept_all; /* 0: more than KEEP bytes, the rest not compared */
     ef__err err;
@@ -62,10 +62,14 @@ static void read_all(ef__stream *s, const size_t *steps, size_t nsteps,
             r->kept_all = 0;
             break;
         }
-        unsigned char *p = realloc(r->p, r->n + got + 1);
-        CHECK(p != NULL);
-        r->p = p;
-        memcpy(r->p + r->n, piece, got);
+        /* doubling: a bomb read in small pieces costs linear time */
+        if (r->n + got > r->cap) {
+            r->cap = 2 * (r->n + got);
+            r->p = realloc(r->p, r->cap);
+            CHECK(r->p != NULL);
+        }
+        if (got > 0)
+            memcpy(r->p + r->n, piece, got);
         r->n += got;
         CHECK(ef__stream_offset(s) == start + r->n);
         if (got < want) { /* the end: it stays the end */
