@@ -62,6 +62,7 @@ void ef_pipeline_destroy(ef_pipeline *p)
     pthread_cond_destroy(&p->ctx.cond);
     ef__budget_destroy(&p->ctx.budget);
     ef__free(p->saved);
+    ef__free(p->bound.v);
     ef__free(p);
 }
 
@@ -260,6 +261,60 @@ ef_status ef_pipeline_set_shard(ef_pipeline *p, int64_t index, int64_t count)
     return EF_OK;
 }
 
+ef_status ef_pipeline_bind_map(ef_pipeline *p, const char *name, ef_map_fn fn,
+                               void *user)
+{
+    if (!p || !name || !fn)
+        return EF_EINVAL;
+    int rc = check_state(p);
+    if (rc != EF_OK)
+        return rc;
+    size_t len = strlen(name);
+    if (len == 0 || len >= EF__MAP_NAME_MAX)
+        return ef__err_set(&p->err, EF_EINVAL,
+                           "bind_map: a map's name has 1 to %d bytes, not "
+                           "%zu",
+                           EF__MAP_NAME_MAX - 1, len);
+    ef__bound_maps *b = &p->bound;
+    ef__bound_map *m = NULL;
+    for (int i = 0; i < b->n && !m; i++)
+        if (strcmp(b->v[i].name, name) == 0)
+            m = &b->v[i]; /* bound again: the new callback replaces it */
+    if (!m) {
+        if (b->n == b->cap) {
+            int cap = b->cap ? 2 * b->cap : 4;
+            ef__bound_map *v = ef__realloc(b->v, (size_t)cap * sizeof *v);
+            if (!v)
+                return ef__err_set(&p->err, EF_ENOMEM, "out of memory");
+            b->v = v;
+            b->cap = cap;
+        }
+        m = &b->v[b->n++];
+        memcpy(m->name, name, len + 1);
+    }
+    m->fn = fn;
+    m->user = user;
+    return EF_OK;
+}
+
+/* Every name bound for this parse must have been used by a stage of it. */
+static int check_bound_used(ef_pipeline *p)
+{
+    char names[EF__ERR_MAX / 2];
+    size_t used = 0;
+    names[0] = '\0';
+    for (int i = 0; i < p->bound.n && used < sizeof names; i++)
+        if (!p->bound.v[i].used)
+            used +=
+                (size_t)snprintf(names + used, sizeof names - used, "%s'%s'",
+                                 used ? ", " : "", p->bound.v[i].name);
+    if (used)
+        return ef__err_set(&p->err, EF_ESPEC,
+                           "maps: %s named by no map:fn=NAME stage of the spec",
+                           names);
+    return EF_OK;
+}
+
 ef_status ef_pipeline_parse(ef_pipeline *p, const char *spec)
 {
     if (!p || !spec)
@@ -267,8 +322,17 @@ ef_status ef_pipeline_parse(ef_pipeline *p, const char *spec)
     int rc = check_state(p);
     if (rc != EF_OK)
         return rc;
+    for (int i = 0; i < p->bound.n; i++)
+        p->bound.v[i].used = 0;
     pending pd = {.p = p};
-    return commit(&pd, ef__spec_parse(spec, spec_stage, &pd, &p->err));
+    p->ctx.bound = &p->bound; /* for the map stages this parse creates */
+    rc = ef__spec_parse(spec, spec_stage, &pd, &p->err);
+    p->ctx.bound = NULL;
+    if (rc == EF_OK)
+        rc = check_bound_used(p);
+    if (rc == EF_OK)
+        p->bound.n = 0; /* each parse binds its own */
+    return commit(&pd, rc);
 }
 
 /* One stage, by registry name or by definition, with an optional C

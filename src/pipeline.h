@@ -32,6 +32,8 @@ struct ef_pipeline {
     /* a state was applied: the stages hold its items, and a second one
      * would be applied on top of them */
     int restored;
+    /* ef_pipeline_bind_map(): names for the next ef_pipeline_parse() */
+    ef__bound_maps bound;
 };
 
 /* Records the end of the data or the failure; every later next()

@@ -337,6 +337,16 @@ int ef__ctx_is_cancelled(ef__ctx *ctx)
     return atomic_load_explicit(&ctx->cancelled, memory_order_acquire);
 }
 
+const ef__bound_map *ef__ctx_use_map(ef__ctx *ctx, const char *name)
+{
+    for (int i = 0; ctx->bound && i < ctx->bound->n; i++)
+        if (strcmp(ctx->bound->v[i].name, name) == 0) {
+            ctx->bound->v[i].used = 1;
+            return &ctx->bound->v[i];
+        }
+    return NULL;
+}
+
 int ef__ctx_sleep_until(ef__ctx *ctx, uint64_t deadline_ns)
 {
     struct timespec ts = ef__ns_to_timespec(deadline_ns);

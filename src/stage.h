@@ -69,6 +69,20 @@ int ef__opt_given(const ef__opts *o, const char *name);
 
 /* ---- the per-pipeline context ------------------------------------ */
 
+/* A C map callback named for the spec (ef_pipeline_bind_map). */
+#define EF__MAP_NAME_MAX 64 /* names: at most EF__MAP_NAME_MAX - 1 bytes */
+typedef struct {
+    char name[EF__MAP_NAME_MAX];
+    ef_map_fn fn;
+    void *user;
+    int used; /* a stage of the parse under way runs it */
+} ef__bound_map;
+
+typedef struct {
+    ef__bound_map *v;
+    int n, cap;
+} ef__bound_maps;
+
 typedef struct {
     uint64_t seed;
     atomic_int cancelled;
@@ -89,12 +103,18 @@ typedef struct {
     char warnings[EF_WARNINGS_KEPT][EF__ERR_MAX];
     int64_t shard_i, shard_n; /* ef_pipeline_set_shard(); n = 0: unset */
     ef__budget budget;        /* bytes held by queues and buffers */
+    /* the names bound for the parse under way, which map stages created
+     * by it look up; NULL outside ef_pipeline_parse (building thread) */
+    ef__bound_maps *bound;
 } ef__ctx;
 
 /* Sleeps until the monotonic deadline; EF_ECANCELED if the pipeline is
  * stopped first. */
 int ef__ctx_sleep_until(ef__ctx *ctx, uint64_t deadline_ns);
 int ef__ctx_is_cancelled(ef__ctx *ctx);
+/* The callback bound to `name` for the parse under way, marked used;
+ * NULL when none is (or no parse is under way). */
+const ef__bound_map *ef__ctx_use_map(ef__ctx *ctx, const char *name);
 
 /* ---- stages ------------------------------------------------------ */
 

@@ -821,6 +821,65 @@ static void test_bad_arguments(void **state)
     ef_pipeline_destroy(p);
 }
 
+static int bound_map(const ef_sample *in, ef_sample **out, ef_map_ctx *ctx)
+{
+    (void)ctx;
+    *out = ef_sample_clone(in);
+    return *out ? EF_OK : EF_ENOMEM;
+}
+
+/* ef_pipeline_bind_map: every name bound for a parse must be used by it,
+ * a name no callback is bound to is named, a failed parse appends nothing
+ * and keeps the bindings, a successful one drops them. */
+static void test_bound_map_errors(void **state)
+{
+    (void)state;
+    ef_pipeline *p = NULL;
+    assert_int_equal(ef_pipeline_create(&p), EF_OK);
+    assert_int_equal(ef_pipeline_bind_map(NULL, "x", bound_map, NULL),
+                     EF_EINVAL);
+    assert_int_equal(ef_pipeline_bind_map(p, NULL, bound_map, NULL), EF_EINVAL);
+    assert_int_equal(ef_pipeline_bind_map(p, "x", NULL, NULL), EF_EINVAL);
+    assert_int_equal(ef_pipeline_bind_map(p, "", bound_map, NULL), EF_EINVAL);
+    char longname[80];
+    memset(longname, 'a', sizeof longname - 1);
+    longname[sizeof longname - 1] = '\0';
+    assert_int_equal(ef_pipeline_bind_map(p, longname, bound_map, NULL),
+                     EF_EINVAL);
+    assert_non_null(strstr(ef_pipeline_error(p), "79"));
+
+    assert_int_equal(ef_pipeline_bind_map(p, "x", bound_map, NULL), EF_OK);
+    assert_int_equal(ef_pipeline_bind_map(p, "unused", bound_map, NULL), EF_OK);
+    assert_int_equal(ef_pipeline_bind_map(p, "other", bound_map, NULL), EF_OK);
+    /* unused names: all named, nothing appended */
+    assert_int_equal(ef_pipeline_parse(p, "range:n=4 | map:fn=x"), EF_ESPEC);
+    assert_string_equal(ef_pipeline_error(p),
+                        "maps: 'unused', 'other' named by no map:fn=NAME "
+                        "stage of the spec");
+    assert_int_equal(ef_pipeline_stage_count(p), 0);
+    /* a name bound to nothing: the bound names are listed */
+    assert_int_equal(ef_pipeline_parse(p, "range:n=4 | map:nosuch"), EF_ESPEC);
+    assert_non_null(strstr(ef_pipeline_error(p), "'nosuch'"));
+    assert_non_null(strstr(ef_pipeline_error(p), "bound: x, unused, other"));
+    assert_int_equal(ef_pipeline_stage_count(p), 0);
+    /* a C callback named by a spec still cannot take fn= */
+    assert_int_equal(ef_pipeline_add(p, "range", "n=4"), EF_OK);
+    assert_int_equal(ef_pipeline_add_map(p, bound_map, NULL, "fn=x"), EF_ESPEC);
+    /* ef_pipeline_add does not read them */
+    assert_int_equal(ef_pipeline_add(p, "map", "fn=x"), EF_ESPEC);
+    assert_null(strstr(ef_pipeline_error(p), "bound"));
+    /* the failed parses kept them: this one uses them all */
+    tu_parse(p, "map:fn=x | map:unused,threads=2 | map:other");
+    assert_int_equal(ef_pipeline_stage_count(p), 4);
+    /* and dropped them */
+    assert_int_equal(ef_pipeline_parse(p, "map:fn=x"), EF_ESPEC);
+    assert_non_null(strstr(ef_pipeline_error(p), "built-in transform: 'x'"));
+    assert_int_equal(tu_drain(p), 4);
+    /* not once the pipeline runs */
+    assert_int_equal(ef_pipeline_bind_map(p, "x", bound_map, NULL), EF_ESTATE);
+    ef_pipeline_destroy(p);
+}
+
 static void test_spec_whitespace_and_bare_values(void **state)
 {
     (void)state;
@@ -879,6 +938,7 @@ int main(void)
         cmocka_unit_test(test_bad_specs),
         cmocka_unit_test(test_failed_parse_leaves_pipeline_unchanged),
         cmocka_unit_test(test_bad_arguments),
+        cmocka_unit_test(test_bound_map_errors),
         cmocka_unit_test(test_spec_whitespace_and_bare_values),
         cmocka_unit_test(test_missing_source),
     };

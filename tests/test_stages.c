@@ -1,5 +1,6 @@
 /* The other stages: range, batch, take, repeat, prefetch, map (built-ins,
- * callbacks, ordered and unordered), throttle, and pipeline statistics. */
+ * callbacks, names bound for a spec, ordered and unordered), throttle, and
+ * pipeline statistics. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -386,6 +387,79 @@ static void test_map_callbacks(void **state)
     ef_pipeline_destroy(p);
 }
 
+/* Adds 1000 to the index into "plus". */
+static int plus_fn(const ef_sample *in, ef_sample **out, ef_map_ctx *ctx)
+{
+    (void)ctx;
+    ef_sample *s = ef_sample_clone(in);
+    int64_t shape[1] = {0};
+    void *d = NULL;
+    if (!s || ef_sample_add_new(s, "plus", EF_I64, 0, shape, &d) != EF_OK) {
+        ef_sample_free(s);
+        return EF_ENOMEM;
+    }
+    int64_t v = 1000 + ef_sample_identity(in).index;
+    memcpy(d, &v, sizeof v);
+    *out = s;
+    return EF_OK;
+}
+
+/* Passes the sample on, counting the calls. */
+static int count_fn(const ef_sample *in, ef_sample **out, ef_map_ctx *ctx)
+{
+    cb_state *cs = ef_map_ctx_user(ctx);
+    atomic_fetch_add(&cs->calls, 1);
+    *out = ef_sample_clone(in);
+    return *out ? EF_OK : EF_ENOMEM;
+}
+
+/* Names bound with ef_pipeline_bind_map run at the spec's map:fn=NAME
+ * stages, written as fn=NAME or bare, quoted or not, with the map's
+ * other options; one name may serve two stages. */
+static void test_map_bound_names(void **state)
+{
+    (void)state;
+    cb_state cs;
+    atomic_init(&cs.calls, 0);
+    atomic_init(&cs.bad, 0);
+    ef_pipeline *p = NULL;
+    assert_int_equal(ef_pipeline_create(&p), EF_OK);
+    assert_int_equal(ef_pipeline_bind_map(p, "count", count_fn, &cs), EF_OK);
+    assert_int_equal(ef_pipeline_bind_map(p, "plus", plus_fn, NULL), EF_OK);
+    tu_parse(p, "range:n=100 | map:fn=count,threads=3 | map:plus | "
+                "map:fn=\"count\",ordered=false | batch:10");
+    assert_int_equal(ef_pipeline_stage_count(p), 5);
+    ef_stage_stats st;
+    assert_int_equal(ef_pipeline_stage_stats(p, 1, &st), EF_OK);
+    assert_string_equal(st.name, "map");
+    int64_t total = 0, plus = 0;
+    for (int b = 0; b < 10; b++) {
+        ef_sample *s = tu_next(p);
+        ef_tensor t = tu_field(s, "plus");
+        for (int i = 0; i < 10; i++)
+            plus += ((const int64_t *)t.data)[i];
+        total += 10;
+        ef_sample_free(s);
+    }
+    tu_expect_end(p);
+    ef_pipeline_destroy(p);
+    assert_int_equal(total, 100);
+    assert_int_equal(plus, 100 * 1000 + 4950);
+    assert_int_equal(atomic_load(&cs.calls), 200); /* two stages */
+
+    /* a bound name comes before the built-in it shadows; binding again
+     * replaces the callback */
+    p = NULL;
+    assert_int_equal(ef_pipeline_create(&p), EF_OK);
+    assert_int_equal(ef_pipeline_bind_map(p, "noop", twice_fn, &cs), EF_OK);
+    assert_int_equal(ef_pipeline_bind_map(p, "noop", plus_fn, NULL), EF_OK);
+    tu_parse(p, "range:n=3 | map:noop");
+    ef_sample *s = tu_next(p);
+    assert_int_equal(tu_i64(s, "plus"), 1000);
+    ef_sample_free(s);
+    ef_pipeline_destroy(p);
+}
+
 static void test_throttle_passes_items(void **state)
 {
     (void)state;
@@ -563,6 +637,7 @@ int main(void)
         cmocka_unit_test(test_prefetch_keeps_order),
         cmocka_unit_test(test_map_builtins),
         cmocka_unit_test(test_map_callbacks),
+        cmocka_unit_test(test_map_bound_names),
         cmocka_unit_test(test_throttle_passes_items),
         cmocka_unit_test(test_pipeline_stats),
         cmocka_unit_test(test_stats_struct_sizes),

@@ -233,8 +233,10 @@ EF_API ef_status ef_pipeline_set_shard(ef_pipeline *p, int64_t index, int64_t co
 
 /* Appends stages from a text spec: "idx:images=a,labels=b | echo:2 |
  * batch:128". Stages are NAME[:OPT[,OPT...]] joined by '|'; OPT is
- * key=value, or a bare value for the stage's first option. On error nothing
- * is appended and ef_pipeline_error() names the stage and option. */
+ * key=value, or a bare value for the stage's first option. A map:fn=NAME
+ * stage runs the callback bound to NAME (ef_pipeline_bind_map) or the
+ * built-in so named. On error nothing is appended and ef_pipeline_error()
+ * names the stage and option. */
 EF_API ef_status ef_pipeline_parse(ef_pipeline *p, const char *spec);
 /* Appends one stage by name with options "key=value,..." (may be NULL). */
 EF_API ef_status ef_pipeline_add(ef_pipeline *p, const char *stage, const char *options);
@@ -261,6 +263,20 @@ EF_API ef_status ef_pipeline_add_source(ef_pipeline *p, ef_source_fn fn, void *u
  * `user` is borrowed: it must outlive the pipeline. */
 EF_API ef_status ef_pipeline_add_map(ef_pipeline *p, ef_map_fn fn, void *user,
                         const char *options);
+
+/* Names a map callback for the spec of the next ef_pipeline_parse(): its
+ * stages map:fn=NAME (or map:NAME) run `fn` with `user`, taking the map's
+ * other options (threads, ordered); a bound name comes before a built-in
+ * of that name, and may serve several stages. That parse fails with
+ * EF_ESPEC, appending nothing, when a name bound for it is used by no
+ * stage (the message names them all); when it succeeds it drops the
+ * bindings, so each parse binds its own; a failed one keeps them. Binding
+ * a name again replaces its callback. Only ef_pipeline_parse() reads
+ * them, not ef_pipeline_add(). `name` (1 to 63 bytes) is copied; `user`
+ * is borrowed: it must outlive the pipeline. EF_EINVAL for a NULL
+ * argument or a bad name; EF_ESTATE after the first next(). */
+EF_API ef_status ef_pipeline_bind_map(ef_pipeline *p, const char *name,
+                                      ef_map_fn fn, void *user);
 
 /* What a bad sample does: a corrupt record or image, a truncated file, an
  * HTTP source that gave up, a map callback that failed on it. */

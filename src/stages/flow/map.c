@@ -386,14 +386,31 @@ static int started(map_state *st, int rc)
     return rc;
 }
 
+/* The names bound for the parse under way, "a, b", into buf. */
+static void bound_names(const ef__ctx *ctx, char *buf, size_t cap)
+{
+    size_t used = 0;
+    buf[0] = '\0';
+    for (int i = 0; ctx->bound && i < ctx->bound->n && used < cap; i++)
+        used += (size_t)snprintf(buf + used, cap - used, "%s%s", i ? ", " : "",
+                                 ctx->bound->v[i].name);
+}
+
 static int map_create(ef__stage *s, const ef__opts *o, ef__err *err)
 {
     const char *name = ef__opt_string(o, "fn");
     ef_map_fn fn = (ef_map_fn)s->user_fn;
+    void *user = s->user_data;
     if (fn && name[0])
         return ef__err_set(err, EF_ESPEC,
                            "stage 'map': option 'fn' cannot be combined with a "
                            "C callback");
+    /* a bound name comes first: it may shadow a built-in */
+    const ef__bound_map *b = fn ? NULL : ef__ctx_use_map(s->ctx, name);
+    if (b) {
+        fn = b->fn;
+        user = b->user;
+    }
     for (size_t i = 0; !fn && i < sizeof builtins / sizeof builtins[0]; i++)
         if (strcmp(builtins[i].name, name) == 0)
             fn = builtins[i].fn;
@@ -401,12 +418,17 @@ static int map_create(ef__stage *s, const ef__opts *o, ef__err *err)
         return ef__err_set(err, EF_ESPEC,
                            "stage 'map': option 'fn' is required (built-ins: "
                            "noop, to_f32)");
-    if (!fn)
+    if (!fn) {
+        char bound[256];
+        bound_names(s->ctx, bound, sizeof bound);
         return ef__err_set(err, EF_ESPEC,
-                           "stage 'map': option 'fn' names no built-in "
-                           "transform: '%s' (built-ins: noop, to_f32)",
-                           name);
-    return ef__map_setup(s, fn, s->user_data, (int)ef__opt_int(o, "threads"),
+                           "stage 'map': option 'fn' names no %stransform: "
+                           "'%s' (%s%s%sbuilt-ins: noop, to_f32)",
+                           bound[0] ? "bound map or built-in " : "built-in ",
+                           name, bound[0] ? "bound: " : "", bound,
+                           bound[0] ? "; " : "");
+    }
+    return ef__map_setup(s, fn, user, (int)ef__opt_int(o, "threads"),
                          ef__opt_bool(o, "ordered"), err);
 }
 
@@ -659,7 +681,10 @@ int ef__map_fetch(ef__stage *s, const ef__ident *d, ef_sample **out,
 }
 
 static const ef__option_def map_options[] = {
-    {"fn", EF_OPT_STRING, "", "built-in transform: noop, to_f32", 0, 0},
+    {"fn", EF_OPT_STRING, "",
+     "built-in transform (noop, to_f32), or a name bound to a callback "
+     "(ef_pipeline_bind_map)",
+     0, 0},
     EF__MAP_THREADS_OPTION,
     {"ordered", EF_OPT_BOOL, "true",
      "keep the upstream's order (deterministic)", 0, 0},
