@@ -529,6 +529,17 @@ ef_status ef_pipeline_feedback(ef_pipeline *p, const ef_sample_id *ids,
     return EF_OK;
 }
 
+int ef_pipeline_wants_feedback(const ef_pipeline *p, char *buf, size_t cap)
+{
+    const char *what = NULL;
+    for (int i = 0; p && !what && i < p->nstages; i++)
+        if (p->stages[i]->def->listens)
+            what = p->stages[i]->def->listens(p->stages[i]);
+    if (buf && cap)
+        snprintf(buf, cap, "%s", what ? what : "uniform");
+    return what != NULL;
+}
+
 /* Copies the first `size` bytes of `all` to `out`, zero past its end: the
  * caller's struct may be older (smaller) or newer (larger) than ours. */
 static void copy_sized(void *out, size_t size, const void *all, size_t n)

@@ -198,6 +198,10 @@ typedef struct {
      * any thread; arguments already checked. */
     void (*feedback)(ef__stage *s, const ef_sample_id *ids,
                      const double *values, size_t n);
+    /* What uses those values (an echo stage's policy name, static or
+     * the stage's), or NULL where the stage ignores them
+     * (ef_pipeline_wants_feedback). Optional: ignores them. */
+    const char *(*listens)(const ef__stage *s);
     /* The items a whole pass of this stage yields (ef_pipeline_length),
      * into *n, given `up`, its upstream's (a count, or EF__LENGTH_ENDLESS;
      * 0 for a source). EF_OK with *n a count or EF__LENGTH_ENDLESS (then,

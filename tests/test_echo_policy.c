@@ -1,6 +1,7 @@
 /* Echo policies: the priorities from fed-back values (echo_policy.c), the
- * feedback path through the public API, batch members, and checkpoints of
- * a pipeline whose echo has a policy. */
+ * feedback path through the public API (and whether a pipeline wants
+ * it), batch members, and checkpoints of a pipeline whose echo has a
+ * policy. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -564,6 +565,50 @@ static void test_policy_resume(void **state)
                         "mix=0.3,pool=100 | batch:7");
 }
 
+/* ef_pipeline_wants_feedback: the first echo stage with a policy other
+ * than uniform, however the spec writes it. */
+static void test_wants_feedback(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *spec, *policy;
+    } cases[] = {
+        {"range:n=10", "uniform"},
+        {"range:n=10 | echo:2", "uniform"},
+        {"range:n=10 | echo:factor=auto,max=4", "uniform"},
+        {"range:n=10 | echo:factor=2,policy=uniform | batch:2", "uniform"},
+        {"range:n=10 | echo:factor=2,policy=rank", "rank"},
+        {"range:n=10 | echo: factor=2 , policy = \"rank\" | prefetch:2",
+         "rank"},
+        {"range:n=10 | echo:2 | batch:2 | echo:factor=auto,policy=rank",
+         "rank"},
+    };
+    char buf[16];
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        ef_pipeline *p = tu_pipeline(cases[i].spec, 0);
+        int want = strcmp(cases[i].policy, "uniform") != 0;
+        memset(buf, 'x', sizeof buf);
+        int got = ef_pipeline_wants_feedback(p, buf, sizeof buf);
+        if (got != want || strcmp(buf, cases[i].policy) != 0)
+            fail_msg("%s: wants_feedback %d, '%s'; expected %d, '%s'",
+                     cases[i].spec, got, buf, want, cases[i].policy);
+        /* also once it runs, and without a buffer */
+        tu_drain(p);
+        assert_int_equal(ef_pipeline_wants_feedback(p, NULL, 0), want);
+        ef_pipeline_destroy(p);
+    }
+    /* cut to cap; NULL and empty pipelines listen to nothing */
+    ef_pipeline *p = tu_pipeline("range:n=1 | echo:factor=2,policy=rank", 0);
+    assert_int_equal(ef_pipeline_wants_feedback(p, buf, 3), 1);
+    assert_string_equal(buf, "ra");
+    ef_pipeline_destroy(p);
+    assert_int_equal(ef_pipeline_wants_feedback(NULL, buf, sizeof buf), 0);
+    assert_string_equal(buf, "uniform");
+    assert_int_equal(ef_pipeline_create(&p), EF_OK);
+    assert_int_equal(ef_pipeline_wants_feedback(p, NULL, 0), 0);
+    ef_pipeline_destroy(p);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -580,6 +625,7 @@ int main(void)
         cmocka_unit_test(test_feedback_steers_auto),
         cmocka_unit_test(test_every_figure_is_reported),
         cmocka_unit_test(test_feedback_errors),
+        cmocka_unit_test(test_wants_feedback),
         cmocka_unit_test(test_bad_policy_options),
         cmocka_unit_test(test_policy_resume),
     };

@@ -384,6 +384,17 @@ EF_API ef_status ef_pipeline_length(ef_pipeline *p, int64_t *out);
 EF_API ef_status ef_pipeline_feedback(ef_pipeline *p, const ef_sample_id *ids,
                                       const double *values, size_t n);
 
+/* Whether the pipeline uses what ef_pipeline_feedback() is given: 1 when
+ * one of its stages does (an echo stage with a policy other than
+ * uniform), 0 when none does and feedback would be ignored, so that a
+ * trainer computes per-example values only for a pipeline that listens.
+ * When buf is not NULL, the first such stage's policy ("rank"), or
+ * "uniform" when there is none, is copied into it (NUL-terminated, cut to
+ * cap). It counts the stages added so far. 0 for a NULL pipeline. On the
+ * building thread, or any thread once the pipeline runs. */
+EF_API int ef_pipeline_wants_feedback(const ef_pipeline *p, char *buf,
+                                      size_t cap);
+
 /* Checkpoints: the pipeline's position as a small state, to resume a run
  * exactly where it stopped (after a preemption, say).
  *

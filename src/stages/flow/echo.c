@@ -689,6 +689,12 @@ static void echo_feedback(ef__stage *s, const ef_sample_id *ids,
     ef__stat_add(&st->stale, n - matched);
 }
 
+static const char *echo_listens(const ef__stage *s)
+{
+    const echo_state *st = s->state;
+    return st->policy ? ef__opt_string(&s->opts, "policy") : NULL;
+}
+
 /* A whole factor F: F per item, however shuffled. Anything else
  * decides the copies item by item as it runs. */
 static int echo_length(ef__stage *s, int64_t up, int64_t *n, ef__err *err)
@@ -766,5 +772,6 @@ const ef__stage_def ef__stage_echo = {
     .restore = echo_restore,
     .fetch = echo_fetch,
     .feedback = echo_feedback,
+    .listens = echo_listens,
     .length = echo_length,
 };
