@@ -10,7 +10,6 @@
 #include <unistd.h>
 
 #include "cli.h"
-#include "echo_policy.h"
 #include "json.h"
 
 #ifndef EF_HAVE_TRAINER
@@ -494,15 +493,6 @@ static int check_checkpoint(const train_opts *o)
     return 0;
 }
 
-/* Whether the echo policy wants values fed back (cfg.feedback), and its
- * name for the report. */
-static void check_feedback(train_opts *o)
-{
-    o->cfg.feedback =
-        o->data ? echo_policy_of_opts(o->echo, o->policy, sizeof o->policy)
-                : echo_policy_of_spec(o->spec, o->policy, sizeof o->policy);
-}
-
 /* Checks the options and builds the spec; returns 0 to train, -1 when
  * there is nothing to do (--help), or the exit code. */
 static int setup(train_opts *o, int launched, int argc, char **argv)
@@ -535,7 +525,6 @@ static int setup(train_opts *o, int launched, int argc, char **argv)
     }
     if (check_checkpoint(o))
         return 2;
-    check_feedback(o);
     return o->data && preset(o) ? 2 : 0;
 }
 
@@ -554,6 +543,10 @@ static int run(train_opts *o)
         ef_pipeline_destroy(test_p);
         return 2;
     }
+    /* values are fed back only to a pipeline whose echo policy uses them,
+     * so that runs without one stay exactly as they were */
+    o->cfg.feedback =
+        ef_pipeline_wants_feedback(train_p, o->policy, sizeof o->policy);
     char err[1024];
     eft_dataset test;
     if (eft_dataset_load(test_p, o->cfg.mean, o->cfg.std, &test, err,
