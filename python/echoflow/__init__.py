@@ -62,15 +62,9 @@ def _split_unquoted(text, sep):
 
 def split_spec(spec):
     """The stages of a spec as texts: `spec` split at each '|' that is not
-    inside double quotes, each part stripped."""
+    inside double quotes, each part stripped. A helper for programs that
+    show or edit specs; Pipeline hands the library the whole spec."""
     return _split_unquoted(spec, "|")
-
-
-def _split_options(text):
-    """NAME[:OPT,...] into (name, [option texts]); commas inside quotes
-    stay."""
-    name, _, opts = text.partition(":")
-    return name.strip(), _split_unquoted(opts, ",") if opts.strip() else []
 
 
 def epoch_seed(seed, epoch, part=0):
@@ -247,7 +241,8 @@ class Pipeline(_Pipeline):
     maps: Python callables for `map:fn=NAME` stages: NAME -> fn(sample) ->
         dict of field name to Tensor or array. They run on the map stage's
         threads and hold the GIL while they run, so they are slower than
-        the built-in stages: use them for what those cannot do.
+        the built-in stages: use them for what those cannot do. A name no
+        stage of the spec uses raises SpecError.
     source: a Python iterable as the first stage, the spec's stages after
         it: a torch DataLoader (workers included), an IterableDataset, a
         generator, a list, or a map-style dataset (__getitem__ and
@@ -303,27 +298,20 @@ class Pipeline(_Pipeline):
             raise TypeError("fields and unbatch are options of a source; "
                             "give source= too")
         maps = dict(maps or {})
-        if not spec.strip():
-            pass
-        elif not maps:
+        for name in sorted(maps, key=str):
+            if not isinstance(name, str):
+                raise TypeError("maps: a map's name must be a str, not %r"
+                                % (name,))
+            if not callable(maps[name]):
+                raise TypeError("map %r is not callable" % name)
+            # the library runs it at the spec's map:fn=NAME stages, and
+            # fails the parse naming any name no stage uses
+            self.bind_map(name, _adapt(maps[name]))
+        if spec.strip():
             self.parse(spec)
-        else:
-            used = set()
-            for text in split_spec(spec):
-                name, opts = _split_options(text)
-                at, fn = _map_name(opts) if name == "map" else (None, None)
-                if fn in maps:
-                    if not callable(maps[fn]):
-                        raise TypeError("map %r is not callable" % fn)
-                    rest = ",".join(opts[:at] + opts[at + 1:])
-                    self.add_map(_adapt(maps[fn]), fn, rest)
-                    used.add(fn)
-                else:
-                    self.parse(text)
-            unused = sorted(set(maps) - used)
-            if unused:
-                raise SpecError("maps: %s named by no map:fn=NAME stage of "
-                                "the spec" % ", ".join(map(repr, unused)))
+        elif maps:  # a source alone: nothing to parse, nothing to map
+            raise SpecError("maps: %s named by no map:fn=NAME stage of the "
+                            "spec" % ", ".join(map(repr, sorted(maps))))
         _live.add(self)
 
     def _add_source(self, source, fields, unbatch, read_ahead):
@@ -405,14 +393,3 @@ class Pipeline(_Pipeline):
     def __repr__(self):
         return "echoflow.Pipeline(%r)" % self.stats()["spec"]
 
-
-def _map_name(opts):
-    """Where a map stage's fn option stands and what it names: fn=NAME, or
-    NAME first and bare. (None, None) without one."""
-    for i, o in enumerate(opts):
-        key, eq, value = o.partition("=")
-        if eq and key.strip() == "fn":
-            return i, value.strip().strip('"')
-        if not eq and i == 0:
-            return i, key.strip()
-    return None, None

@@ -1,7 +1,8 @@
 /* echoflow._Pipeline: the C half of echoflow.Pipeline (python/echoflow/
- * __init__.py splits the spec and adds the stages through parse() and
- * add_map()). Iterating calls ef_pipeline_next() with the GIL released and
- * yields echoflow.Sample objects.
+ * __init__.py binds its Python maps to their names with bind_map(), then
+ * hands the whole spec to parse(), which the library reads). Iterating
+ * calls ef_pipeline_next() with the GIL released and yields
+ * echoflow.Sample objects.
  *
  * Lock rules: `mu` serialises next(), state_dict(), load_state_dict(),
  * len() and close() across Python threads, so one pipeline may be
@@ -230,11 +231,13 @@ static PyObject *pipeline_parse(pipeline *self, PyObject *arg)
     Py_RETURN_NONE;
 }
 
-static PyObject *pipeline_add_map(pipeline *self, PyObject *args)
+/* bind_map(name, fn): the spec's map:fn=NAME stages call fn; the next
+ * parse() must use every name bound (ef_pipeline_bind_map). */
+static PyObject *pipeline_bind_map(pipeline *self, PyObject *args)
 {
     PyObject *fn;
-    const char *name, *options;
-    if (!PyArg_ParseTuple(args, "Oss:add_map", &fn, &name, &options))
+    const char *name;
+    if (!PyArg_ParseTuple(args, "sO:bind_map", &name, &fn))
         return NULL;
     if (not_inherited(self) < 0)
         return NULL;
@@ -254,11 +257,12 @@ static PyObject *pipeline_add_map(pipeline *self, PyObject *args)
                      self->on_error == EF_ON_ERROR_FAIL, ps.memory_budget);
     if (!m)
         return NULL;
-    int rc = ef_pipeline_add_map(self->p, pyef_map_call, m, options);
+    int rc = ef_pipeline_bind_map(self->p, name, pyef_map_call, m);
     if (rc != EF_OK) {
         pyef_map_free(m);
         return pyef_raise(rc, ef_pipeline_error(self->p));
     }
+    /* kept until the pipeline goes, as the library may call it till then */
     self->maps[self->nmaps++] = m;
     Py_RETURN_NONE;
 }
@@ -973,8 +977,9 @@ static PyObject *pipeline_closed(pipeline *self, void *closure)
 static PyMethodDef pipeline_methods[] = {
     {"parse", (PyCFunction)pipeline_parse, METH_O,
      "parse(text): appends the stages of a spec."},
-    {"add_map", (PyCFunction)pipeline_add_map, METH_VARARGS,
-     "add_map(fn, name, options): appends a map stage calling fn."},
+    {"bind_map", (PyCFunction)pipeline_bind_map, METH_VARARGS,
+     "bind_map(name, fn): the next parse()'s map:fn=NAME stages call fn; "
+     "that parse raises SpecError if none names it."},
     {"add_source", (PyCFunction)pipeline_add_source, METH_VARARGS,
      "add_source(read_ahead, unbatch, options) -> feed: a Python source as "
      "the first stage; echoflow.Pipeline(source=...) feeds it."},

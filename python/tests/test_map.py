@@ -115,6 +115,41 @@ def test_map_names_are_checked():
         echoflow.Pipeline("range:n=2 | map:x", maps={"x": 3})
 
 
+def test_unused_names_are_all_named_and_a_spec_is_read_whole():
+    with pytest.raises(echoflow.SpecError) as e:
+        echoflow.Pipeline("range:n=2 | map:b", maps={
+            "c": lambda s: s, "a": lambda s: s, "b": lambda s: s})
+    assert str(e.value) == ("maps: 'a', 'c' named by no map:fn=NAME stage "
+                            "of the spec")
+    # nothing to parse: a map has no stage to run at
+    with pytest.raises(echoflow.SpecError, match="'f' named by no"):
+        echoflow.Pipeline("", source=[1, 2], maps={"f": lambda s: s})
+    with pytest.raises(TypeError, match="name must be a str"):
+        echoflow.Pipeline("range:n=2 | map:x", maps={1: lambda s: s})
+    # quotes, a '|' inside them and odd spacing are the library's to read
+    seen = []
+
+    def tag(s):
+        seen.append(int(numpy.asarray(s["index"])))
+        return {"index": s["index"]}
+    with echoflow.Pipeline(' range:n=3 |  map : fn = "tag" , threads=2 ',
+                           maps={"tag": tag}) as p:
+        assert len(list(p)) == 3
+    assert sorted(seen) == [0, 1, 2]
+
+
+def test_a_name_serves_every_stage_naming_it_and_shadows_a_built_in():
+    calls = []
+
+    def noop(s):
+        calls.append(1)
+        return {"index": s["index"]}
+    out, st = run('range:n=4 | map:noop | map:fn="noop",threads=2',
+                  {"noop": noop})
+    assert len(out) == 4 and len(calls) == 8
+    assert [s["name"] for s in st["stages"]] == ["range", "map", "map"]
+
+
 def test_a_map_calling_its_own_pipeline_raises_instead_of_waiting():
     # each of these waited for the map's own return: a deadlock that
     # ignored Ctrl-C
