@@ -180,7 +180,7 @@ done
 # temporary file, so neither renames the other's away
 two=()
 for i in 1 2; do
-    timeout 300 "$CLI" train "${SHORT[@]}" --max-fresh 12800 \
+    timeout 300 "$CLI" train "${SHORT[@]}" --max-fresh 3840 \
         --checkpoint "$TMP/shared.ck" --checkpoint-every 1 --resume \
         >"$TMP/two$i.out" 2>"$TMP/two$i.err" &
     two+=($!)
