@@ -214,13 +214,27 @@ def _feed_loop(feed, source, names):
 _live = weakref.WeakSet()
 
 
+# How long exit waits for a Python source's thread to let go of its
+# iterable once the pipeline is closed.
+_FEEDER_EXIT_S = 10
+
+
 @atexit.register
 def _close_all():
     # The library's threads must not outlive the interpreter: a map thread
     # that waits for the GIL at exit would never get it. A map stuck in
     # its call for good is left to end with the process.
-    for p in list(_live):
+    pipelines = list(_live)
+    for p in pipelines:
         p._close_at_exit()
+    # A source's thread, woken by the close, drops its iterator: a torch
+    # DataLoader's shuts its workers down then. Done after finalisation
+    # began, that cleanup was cut off inside torch's C++ code, which
+    # aborted the process ("terminate called without an active exception").
+    for p in pipelines:
+        feeder = getattr(p, "_feeder", None)
+        if feeder is not None and feeder is not threading.current_thread():
+            feeder.join(_FEEDER_EXIT_S)
 
 
 class Pipeline(_Pipeline):
@@ -339,8 +353,10 @@ class Pipeline(_Pipeline):
                 pass
         options = "" if length is None else "length=%d" % length
         feed = self.add_source(read_ahead, bool(unbatch), options)
-        threading.Thread(target=_feed_loop, args=(feed, source, names),
-                         name="echoflow-source", daemon=True).start()
+        self._feeder = threading.Thread(
+            target=_feed_loop, args=(feed, source, names),
+            name="echoflow-source", daemon=True)
+        self._feeder.start()
 
     def feedback(self, ids, values):
         """Tells the pipeline's echo stages what each example cost, for

@@ -1,6 +1,8 @@
 """Python iterables as the first stage (Pipeline(spec, source=...)) and
 echoflow.torch.echo() over a DataLoader."""
 import os
+import subprocess
+import sys
 import threading
 
 import numpy
@@ -258,3 +260,26 @@ def test_a_loader_with_a_source_refuses_outer_workers():
     dl = tud.DataLoader(loader, batch_size=None, num_workers=1)
     with pytest.raises(echoflow.SpecError, match="num_workers=0"):
         list(dl)
+
+
+ECHO_AND_EXIT = r'''
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+from echoflow.torch import echo
+
+ds = TensorDataset(torch.randn(256, 3, 8, 8), torch.randint(0, 10, (256,)))
+loader = DataLoader(ds, batch_size=32, shuffle=True, num_workers=2)
+batches = echo(loader, max=4)  # still open at exit, as a script leaves it
+print(sum(len(y) for _, y in batches))
+'''
+
+
+@forks
+def test_exit_after_echoing_a_dataloader_with_workers_is_clean():
+    # the source's thread dropped the DataLoader's iterator (shutting its
+    # workers down) while the interpreter finalised, and torch aborted
+    # the process in about two runs of five; exit now waits for it
+    for _ in range(5):
+        r = subprocess.run([sys.executable, "-c", ECHO_AND_EXIT],
+                           capture_output=True, text=True, timeout=120)
+        assert (r.returncode, r.stdout) == (0, "1024\n"), r.stderr
