@@ -90,6 +90,11 @@ int pyef_warn(const char *text)
     return PyErr_WarnEx(pipeline_warning, text, 1);
 }
 
+PyObject *pyef_text(const char *s)
+{
+    return PyUnicode_DecodeUTF8(s, (Py_ssize_t)strlen(s), "replace");
+}
+
 PyObject *pyef_raise(int status, const char *message)
 {
     PyObject *cls = base_error;
@@ -98,10 +103,7 @@ PyObject *pyef_raise(int status, const char *message)
             cls = class_of[i];
     if (!message || !message[0])
         message = ef_strerror(status);
-    /* a message may quote the input (a corrupt state's stage name), which
-       need not be UTF-8: such bytes show as U+FFFD */
-    PyObject *text = PyUnicode_DecodeUTF8(message, (Py_ssize_t)strlen(message),
-                                          "replace");
+    PyObject *text = pyef_text(message);
     PyObject *exc = text ? PyObject_CallOneArg(cls, text) : NULL;
     Py_XDECREF(text);
     if (!exc)

@@ -84,9 +84,9 @@ static int not_from_own_map(const pipeline *self)
     if (!pyef_map_serving(self))
         return 0;
     pyef_raise(EF_ESTATE, "a map of this pipeline cannot call next(), "
-                          "stats(), state_dict(), load_state_dict(), len() "
-                          "or close() on it: each waits for the map to "
-                          "return; stop() is allowed");
+                          "state_dict(), load_state_dict(), len() or close() "
+                          "on it: each waits for the map to return; stats() "
+                          "and stop() are allowed");
     return -1;
 }
 
@@ -330,8 +330,7 @@ static PyObject *new_warnings(pipeline *self)
         ef_pipeline_warning(self->p, self->warned, buf, sizeof buf);
         if (!buf[0])
             snprintf(buf, sizeof buf, "more warnings than it keeps");
-        PyObject *t =
-            PyUnicode_DecodeUTF8(buf, (Py_ssize_t)strlen(buf), "replace");
+        PyObject *t = pyef_text(buf);
         if (!t || PyList_Append(texts, t) < 0)
             Py_CLEAR(texts);
         Py_XDECREF(t);
@@ -575,19 +574,12 @@ static int set_item(PyObject *d, const char *key, PyObject *v)
 #define FIGURE_UINT(v) PyLong_FromUnsignedLongLong((unsigned long long)(v))
 #define FIGURE_REAL(v) PyFloat_FromDouble(v)
 
-/* A message or name of the library's: it may quote input that is not
- * UTF-8, shown as U+FFFD */
-static PyObject *text_of(const char *s)
-{
-    return PyUnicode_DecodeUTF8(s, (Py_ssize_t)strlen(s), "replace");
-}
-
 static PyObject *stage_stats(const ef_pipeline *p, int i)
 {
     ef_stage_stats st;
     ef_pipeline_stage_stats(p, i, &st);
     PyObject *d = PyDict_New();
-    if (!d || set_item(d, "name", text_of(st.name)) < 0)
+    if (!d || set_item(d, "name", pyef_text(st.name)) < 0)
         goto fail;
     EF_STAGE_STATS_FIGURES(FIGURE_ITEM)
     for (int k = 0; k < st.nextra; k++)
@@ -619,15 +611,15 @@ static PyObject *stats_of(pipeline *self)
         set_item(d, "seed", PyLong_FromUnsignedLongLong(self->seed)) < 0 ||
         set_item(d, "status", PyUnicode_FromString(status)) < 0 ||
         (rc < 0 && !stopped &&
-         set_item(d, "error", text_of(ef_pipeline_error(p))) <
+         set_item(d, "error", pyef_text(ef_pipeline_error(p))) <
              0))
         goto fail;
     EF_PIPELINE_STATS_FIGURES(FIGURE_ITEM)
     if (set_item(d, "items_per_s", PyFloat_FromDouble(rate)) < 0 ||
         (ef_pipeline_skipped(p, why, sizeof why) &&
-         set_item(d, "first_skip", text_of(why)) < 0) ||
+         set_item(d, "first_skip", pyef_text(why)) < 0) ||
         (ef_pipeline_abandoned(p, why, sizeof why) &&
-         set_item(d, "first_abandon", text_of(why)) < 0))
+         set_item(d, "first_abandon", pyef_text(why)) < 0))
         goto fail;
     int n = ef_pipeline_stage_count(p);
     PyObject *stages = PyList_New(n);

@@ -60,6 +60,10 @@ PyObject *pyef_sample_from(const ef_sample *s, PyObject *convert,
 
 /* ---- errors.c ---- */
 int pyef_errors_init(PyObject *module);
+/* A text of the library's (a message, a name) as str. It may quote input
+ * that is not UTF-8 (a corrupt state's stage name): such bytes show as
+ * U+FFFD rather than fail the decoding. */
+PyObject *pyef_text(const char *s);
 /* Raises the exception class of `status` with `message`; returns NULL. */
 PyObject *pyef_raise(int status, const char *message);
 /* warnings.warn(text, echoflow.PipelineWarning): 0, or -1 with an
