@@ -147,6 +147,44 @@ int ef__stage_stopped(const ef__stage *s, ef__err *err)
                        s->def->info.name);
 }
 
+/* A sample's __key__ as text for a message: the first 80 bytes, anything
+ * unprintable shown as '?'; "" when it has none. */
+static void key_text(const ef_sample *smp, char *buf, size_t cap)
+{
+    ef_tensor t;
+    buf[0] = '\0';
+    if (ef_sample_get(smp, "__key__", &t) != EF_OK || t.dtype != EF_U8 ||
+        t.ndim != 1 || cap < 4)
+        return;
+    size_t n = t.nbytes < 80 ? t.nbytes : 80;
+    if (n > cap - 4)
+        n = cap - 4;
+    const unsigned char *k = t.data;
+    for (size_t i = 0; i < n; i++)
+        buf[i] = k[i] >= 0x20 && k[i] < 0x7f ? (char)k[i] : '?';
+    strcpy(buf + n, n < t.nbytes ? "..." : "");
+}
+
+void ef__stage_where(const ef__stage *s, const ef_sample *smp, char *buf,
+                     size_t cap)
+{
+    const ef__stage *src = s;
+    while (src->up)
+        src = src->up;
+    /* a batch's part is its first example's: no one file to name */
+    const char *part = !smp->origin.members && src->def->part_name
+                           ? src->def->part_name(src, smp->origin.part)
+                           : NULL;
+    char key[96];
+    key_text(smp, key, sizeof key);
+    int n = snprintf(buf, cap, "item %lld (epoch %lld)",
+                     (long long)smp->id.index, (long long)smp->id.epoch);
+    if (part && n >= 0 && (size_t)n < cap)
+        n += snprintf(buf + n, cap - (size_t)n, ", file '%s'", part);
+    if (key[0] && n >= 0 && (size_t)n < cap)
+        snprintf(buf + n, cap - (size_t)n, ", key '%s'", key);
+}
+
 void ef__stage_rng(const ef__stage *s, ef__rng *r, ef_sample_id id)
 {
     ef__rng_init(r, s->ctx->seed, (uint64_t)s->index, id.index, id.epoch,

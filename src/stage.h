@@ -214,6 +214,11 @@ typedef struct {
      * its upstream. Under on_error=skip a count is the pass with nothing
      * dropped, an upper bound. */
     int (*length)(ef__stage *s, int64_t up, int64_t *n, ef__err *err);
+    /* Sources: the name of part `part` of the input (a sample's
+     * origin.part: the file or shard's path or URL), for messages about
+     * the sample (ef__stage_where); NULL when unknown. Borrowed, alive as
+     * long as the stage. Optional. */
+    const char *(*part_name)(const ef__stage *s, int64_t part);
 } ef__stage_def;
 
 /* A pass with no end (length() of repeat without a count). */
@@ -293,6 +298,12 @@ int ef__stage_check_size(const ef__stage *from, ef_sample **smp, ef__err *err);
 /* EF_ECANCELED, with the one message every stage gives when the
  * pipeline is stopped under it: "<stage>: the pipeline was stopped". */
 int ef__stage_stopped(const ef__stage *s, ef__err *err);
+/* Where sample `smp`, met at stage `s`, came from, for a message about
+ * it: "item N (epoch E)", then the source's name of its part ("file
+ * 'data/a.tar'") and its `__key__` ("key 'n0001'") where known. Never
+ * fails; truncated to cap. */
+void ef__stage_where(const ef__stage *s, const ef_sample *smp, char *buf,
+                     size_t cap);
 /* Keyed generator for a decision of stage `s` about a sample. */
 void ef__stage_rng(const ef__stage *s, ef__rng *r, ef_sample_id id);
 

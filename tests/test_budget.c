@@ -453,7 +453,13 @@ static void test_decode_output_fits_the_budget(void **state)
     char spec[512];
     snprintf(spec, sizeof spec, "tar:urls=\"%s\" | decode", tu_at("img.tar"));
     ef_pipeline *p = budgeted(spec, 10000, 0);
-    expect_failure(p, EF_ENOMEM, "decode: item 0 (epoch 0): its output: 30",
+    /* the message names the shard and the sample's key */
+    char where[600];
+    snprintf(where, sizeof where,
+             "decode: item 0 (epoch 0), file '%s', key '000000': its output: "
+             "30",
+             tu_at("img.tar"));
+    expect_failure(p, EF_ENOMEM, where,
                    "bytes, over the memory budget of 10000 bytes");
     ef_pipeline_destroy(p);
 }

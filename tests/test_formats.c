@@ -479,6 +479,32 @@ static void test_tar_bad_samples(void **state)
     ef_pipeline_destroy(p);
 }
 
+/* A sample that fails after the source (a bad image at decode) is named
+ * by its shard and key, not only by its identity number. */
+static void test_errors_name_file_and_key(void **state)
+{
+    (void)state;
+    const member m[] = {{"cats/n01.png", "not a png at all"}};
+    write_tar(tu_at("bad-image.tar"), m, 1);
+    char spec[512], want[600];
+    snprintf(spec, sizeof spec, "tar:urls=\"%s\" | decode",
+             tu_at("bad-image.tar"));
+    snprintf(want, sizeof want,
+             "decode: item 0 (epoch 0), file '%s', key 'cats/n01': ",
+             tu_at("bad-image.tar"));
+    ef_pipeline *p = pipeline(spec, 0, 0);
+    expect_error(p, EF_EFORMAT, want, "png");
+    ef_pipeline_destroy(p);
+    /* skipped: the message kept for the skip names them too */
+    p = pipeline(spec, 0, 1);
+    expect_error(p, EF_END, NULL, NULL);
+    char why[600];
+    assert_int_equal(ef_pipeline_skipped(p, why, sizeof why), 1);
+    if (!strstr(why, want))
+        fail_msg("'%s' lacks '%s'", why, want);
+    ef_pipeline_destroy(p);
+}
+
 static void test_tar_gzip(void **state)
 {
     (void)state;
@@ -1243,6 +1269,7 @@ int main(void)
         cmocka_unit_test(test_idx_gzip_truncated),
         cmocka_unit_test(test_idx_gzip_bomb),
         cmocka_unit_test(test_alloc_failures),
+        cmocka_unit_test(test_errors_name_file_and_key),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -206,10 +206,9 @@ static void transform(ef__stage *s, map_state *st, ef_sample *in, uint64_t seq,
     } else {
         ef_sample_free(out);
         item->sample = NULL;
-        char where[96];
-        snprintf(where, sizeof where, "%s: item %lld (epoch %lld)",
-                 s->def->info.name, (long long)in->id.index,
-                 (long long)in->id.epoch);
+        char at[EF__ERR_MAX / 2], where[EF__ERR_MAX / 2 + 32];
+        ef__stage_where(s, in, at, sizeof at);
+        snprintf(where, sizeof where, "%s: %s", s->def->info.name, at);
         if (!err.msg[0])
             ef__err_set(&err, rc, "%s", ef_strerror(rc));
         err.status = rc;

@@ -807,6 +807,14 @@ static int tar_length(ef__stage *s, int64_t up, int64_t *n, ef__err *err)
                        "known before reading them (a tar has no index)");
 }
 
+/* The file or URL of a sample's origin.part (its index in the list). */
+static const char *tar_part_name(const ef__stage *s, int64_t part)
+{
+    const tar_state *st = s->state;
+    return part >= 0 && (size_t)part < st->urls.n ? st->urls.names[part]
+                                                  : NULL;
+}
+
 const ef__stage_def ef__stage_tar = {
     .info = {"tar",
              "WebDataset tar shards (fields by member extension, __key__, "
@@ -825,4 +833,5 @@ const ef__stage_def ef__stage_tar = {
     .restore = tar_restore,
     .fetch = tar_fetch,
     .length = tar_length,
+    .part_name = tar_part_name,
 };

@@ -390,6 +390,14 @@ static int tfrecord_length(ef__stage *s, int64_t up, int64_t *n, ef__err *err)
                        "not known before reading them (they have no index)");
 }
 
+/* The file or URL of a sample's origin.part (its index in the list). */
+static const char *tfrecord_part_name(const ef__stage *s, int64_t part)
+{
+    const tfrecord_state *st = s->state;
+    return part >= 0 && (size_t)part < st->files.n ? st->files.names[part]
+                                                  : NULL;
+}
+
 const ef__stage_def ef__stage_tfrecord = {
     .info = {"tfrecord", "TFRecord files, one u8 field per record",
              EF__OPTIONS(tfrecord_options)},
@@ -403,4 +411,5 @@ const ef__stage_def ef__stage_tfrecord = {
     .restore = tfrecord_restore,
     .fetch = tfrecord_fetch,
     .length = tfrecord_length,
+    .part_name = tfrecord_part_name,
 };
