@@ -354,6 +354,46 @@ static void test_sample_add_validation(void **state)
     ef_buffer_release(b);
 }
 
+/* More fields than a sample holds inline, with names past the old
+ * 23-byte bound (tf.Example features, WebDataset samples with many
+ * members): added, found, cloned through both paths and freed. */
+static void test_sample_many_fields_and_long_names(void **state)
+{
+    (void)state;
+    ef_buffer *b = filled_buffer(16);
+    int64_t one[1] = {1};
+    ef_sample *s = ef_sample_new((ef_sample_id){.index = 7});
+    assert_non_null(s);
+    char nm[64];
+    for (int i = 0; i < 20; i++) {
+        snprintf(nm, sizeof nm, "image/object/bbox/field_%02d", i);
+        assert_int_equal(ef_sample_add(s, nm, EF_U8, 1, one, b, (size_t)i % 16),
+                         EF_OK);
+    }
+    assert_int_equal(ef_sample_field_count(s), 20);
+    assert_int_equal(ef_buffer_refcount(b), 21);
+    ef__sample_pool *pool = ef__sample_pool_new();
+    assert_non_null(pool);
+    ef_sample *c1 = ef_sample_clone(s);
+    ef_sample *c2 = ef__sample_pool_clone(pool, s);
+    assert_non_null(c1);
+    assert_non_null(c2);
+    ef_sample_free(s); /* the clones own their field arrays */
+    assert_int_equal(ef_buffer_refcount(b), 41);
+    for (int i = 0; i < 20; i++) {
+        snprintf(nm, sizeof nm, "image/object/bbox/field_%02d", i);
+        ef_tensor t1 = tu_field(c1, nm), t2 = tu_field(c2, nm);
+        assert_string_equal(t1.name, nm);
+        assert_ptr_equal(t1.data, (const char *)ef_buffer_data(b) + i % 16);
+        assert_ptr_equal(t2.data, t1.data);
+    }
+    ef_sample_free(c1);
+    ef_sample_free(c2);
+    ef__sample_pool_release(pool);
+    assert_int_equal(ef_buffer_refcount(b), 1);
+    ef_buffer_release(b);
+}
+
 static void test_sample_add_new(void **state)
 {
     (void)state;
@@ -830,6 +870,7 @@ int main(void)
         cmocka_unit_test(test_buffer_wrap),
         cmocka_unit_test(test_sample_add_and_get),
         cmocka_unit_test(test_sample_add_validation),
+        cmocka_unit_test(test_sample_many_fields_and_long_names),
         cmocka_unit_test(test_sample_add_new),
         cmocka_unit_test(test_sample_clone),
         cmocka_unit_test(test_timer_follows_monotonic),

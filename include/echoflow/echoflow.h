@@ -45,7 +45,7 @@ extern "C" {
 #endif
 
 #define EF_VERSION_MAJOR 0
-#define EF_VERSION_MINOR 2
+#define EF_VERSION_MINOR 3
 #define EF_VERSION_PATCH 0
 #define EF_VERSION_NUMBER                                                      \
     (EF_VERSION_MAJOR * 10000 + EF_VERSION_MINOR * 100 + EF_VERSION_PATCH)
@@ -119,8 +119,11 @@ EF_API unsigned ef_buffer_refcount(const ef_buffer *b);
 typedef enum { EF_U8 = 0, EF_I32, EF_I64, EF_F32, EF__DTYPE_COUNT } ef_dtype;
 
 #define EF_MAX_DIMS 6
-#define EF_MAX_FIELDS 8
-#define EF_MAX_NAME 24 /* field names: at most EF_MAX_NAME - 1 bytes */
+/* Bounds on hostile input, not on ordinary data: a sample holds at most
+ * EF_MAX_FIELDS fields, a field name at most EF_MAX_NAME - 1 bytes. The
+ * first 8 fields live in the sample itself; more cost one allocation. */
+#define EF_MAX_FIELDS 1024
+#define EF_MAX_NAME 256
 
 /* Bytes per element; 0 for an unknown dtype. */
 EF_API size_t ef_dtype_size(ef_dtype dtype);

@@ -274,6 +274,12 @@ PyObject *pyef_sample_from(const ef_sample *s, PyObject *convert,
                            pyef_handout *h)
 {
     assert(!convert || h);
+    /* most samples have a few fields: no allocation for those */
+    ef_tensor few_f[16];
+    int few_copy[16] = {0};
+    ef_tensor *f = few_f;
+    int *copy = few_copy;
+    int n = ef_sample_field_count(s);
     sample *out = (sample *)PyObject_CallNoArgs((PyObject *)&pyef_sample_type);
     if (!out)
         return NULL;
@@ -283,10 +289,14 @@ PyObject *pyef_sample_from(const ef_sample *s, PyObject *convert,
     out->members_raw = members_bytes(s);
     if (!out->members_raw && PyErr_Occurred())
         goto fail;
-    int n = ef_sample_field_count(s);
-    ef_tensor f[EF_MAX_FIELDS];
-    int copy[EF_MAX_FIELDS] = {0};
-    assert(n >= 0 && n <= EF_MAX_FIELDS);
+    if (n > 16) {
+        f = PyMem_Calloc((size_t)n, sizeof *f);
+        copy = PyMem_Calloc((size_t)n, sizeof *copy);
+        if (!f || !copy) {
+            PyErr_NoMemory();
+            goto fail;
+        }
+    }
     for (int i = 0; i < n; i++) {
         if (ef_sample_field(s, i, &f[i]) != EF_OK) {
             PyErr_SetString(PyExc_SystemError, "echoflow: bad field index");
@@ -313,8 +323,16 @@ PyObject *pyef_sample_from(const ef_sample *s, PyObject *convert,
         if (rc < 0)
             goto fail;
     }
+    if (f != few_f) {
+        PyMem_Free(f);
+        PyMem_Free(copy);
+    }
     return (PyObject *)out;
 fail:
+    if (f != few_f) {
+        PyMem_Free(f);
+        PyMem_Free(copy);
+    }
     Py_DECREF(out);
     return NULL;
 }

@@ -4,9 +4,12 @@
 #include <string.h>
 
 #include "core/alloc.h"
+#include "core/names.h"
 #include "core/sample.h"
 
 #define SHOW 200 /* bytes of a member name quoted in messages */
+#define EF__WDS_STR_(x) #x
+#define EF__WDS_STR(x) EF__WDS_STR_(x)
 
 int ef__wds_init(ef__wds *g, const char *url, int64_t shard, int64_t epoch,
                  ef__err *err)
@@ -130,7 +133,9 @@ int ef__wds_add(ef__wds *g, const char *name, ef_buffer *data, uint64_t offset,
                          err);
     if (flen >= sizeof field)
         return malformed(g, name, offset,
-                         "the field name is longer than 23 bytes", err);
+                         "the field name is longer than "
+                         EF__WDS_STR(EF_MAX_NAME) " - 1 bytes",
+                         err);
     for (size_t i = 0; i < flen; i++) {
         char c = dot[1 + i];
         field[i] = c >= 'A' && c <= 'Z' ? (char)(c - 'A' + 'a') : c;
@@ -144,10 +149,13 @@ int ef__wds_add(ef__wds *g, const char *name, ef_buffer *data, uint64_t offset,
                          err);
     if (ef_sample_field_count(g->cur) >= EF_MAX_FIELDS)
         return malformed(g, name, offset,
-                         "more than 8 fields (at most 6 members besides "
-                         "__key__ and __url__)",
+                         "more than " EF__WDS_STR(EF_MAX_FIELDS) " fields "
+                         "with __key__ and __url__",
                          err);
     if (add_bytes(g->cur, field, data) != EF_OK)
-        return malformed(g, name, offset, "the field cannot be added", err);
+        return ef__err_set(err, EF_ENOMEM,
+                           "%s: field '%s': out of memory (or more than %d "
+                           "distinct field names seen)",
+                           g->shard_name, field, EF__NAMES_MAX);
     return EF_OK;
 }

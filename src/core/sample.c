@@ -8,6 +8,7 @@
 
 #include "core/alloc.h"
 #include "core/buffer.h"
+#include "core/names.h"
 
 static const struct {
     size_t size;
@@ -55,6 +56,8 @@ ef_sample *ef_sample_new(ef_sample_id id)
     s->id = id;
     s->origin = (ef__origin){0, 0, 0, NULL};
     s->nfields = 0;
+    s->cap = EF__INLINE_FIELDS;
+    s->fields = s->inline_fields;
     s->pool = NULL;
     return s;
 }
@@ -152,26 +155,51 @@ void ef_sample_free(ef_sample *s)
         ef_buffer_release(s->fields[i].buf);
     if (s->origin.members) /* batches only: no call for every example */
         ef_buffer_release(s->origin.members);
+    if (s->fields != s->inline_fields)
+        ef__free(s->fields);
     if (s->pool)
         pool_return(s);
     else
         ef__free(s);
 }
 
-/* Copies the header's fields in use into c: samples are copied once per
- * echo. */
+/* Copies the header and its fields in use into c (samples are copied
+ * once per echo), leaving c's pool link alone; fields past the inline
+ * ones go to a heap array of c's own. NULL when out of memory. */
 static ef_sample *copy_into(ef_sample *c, const ef_sample *s)
 {
-    size_t used =
-        offsetof(ef_sample, fields) + (size_t)s->nfields * sizeof(s->fields[0]);
-    memcpy(c, s, used);
+    int n = s->nfields;
+    ef__field *fields = c->inline_fields;
+    if (n > EF__INLINE_FIELDS) {
+        fields = ef__malloc((size_t)n * sizeof *fields);
+        if (!fields)
+            return NULL;
+    }
+    c->id = s->id;
+    c->origin = s->origin;
+    c->nfields = n;
+    c->cap = n > EF__INLINE_FIELDS ? n : EF__INLINE_FIELDS;
+    c->fields = fields;
+    memcpy(fields, s->fields, (size_t)n * sizeof *fields);
     return c;
+}
+
+/* A header taken for a copy that failed goes back where it came from. */
+static void drop_header(ef_sample *c)
+{
+    c->nfields = 0;
+    c->fields = c->inline_fields;
+    c->origin.members = NULL;
+    ef_sample_free(c);
 }
 
 /* The copy, and a reference on each buffer. */
 static ef_sample *clone_into(ef_sample *c, const ef_sample *s)
 {
-    copy_into(c, s);
+    if (!copy_into(c, s)) {
+        drop_header(c);
+        return NULL;
+    }
     for (int i = 0; i < c->nfields; i++)
         ef_buffer_retain(c->fields[i].buf);
     if (c->origin.members)
@@ -236,7 +264,11 @@ ef_sample *ef__sample_pool_clone(ef__sample_pool *p, const ef_sample *s)
 ef_sample *ef__sample_pool_copy(ef__sample_pool *p, const ef_sample *s)
 {
     ef_sample *c = pool_take(p);
-    return c ? copy_into(c, s) : NULL;
+    if (c && !copy_into(c, s)) {
+        drop_header(c);
+        return NULL;
+    }
+    return c;
 }
 
 void ef__sample_origin_copy(ef_sample *dst, const ef_sample *src)
@@ -271,15 +303,33 @@ const ef__ident *ef__ident_members(const ef__ident *d, size_t *n)
 int ef__sample_find(const ef_sample *s, const char *name)
 {
     for (int i = 0; i < s->nfields; i++)
-        if (strcmp(s->fields[i].name, name) == 0)
+        if (s->fields[i].name == name || strcmp(s->fields[i].name, name) == 0)
             return i;
     return -1;
+}
+
+/* Room for one more field: the inline array, then a heap one that
+ * doubles. */
+static int room_for_one(ef_sample *s)
+{
+    if (s->nfields < s->cap)
+        return 0;
+    int cap = s->cap * 2;
+    ef__field *f = ef__malloc((size_t)cap * sizeof *f);
+    if (!f)
+        return -1;
+    memcpy(f, s->fields, (size_t)s->nfields * sizeof *f);
+    if (s->fields != s->inline_fields)
+        ef__free(s->fields);
+    s->fields = f;
+    s->cap = cap;
+    return 0;
 }
 
 ef_status ef_sample_add(ef_sample *s, const char *name, ef_dtype dtype, int ndim,
                   const int64_t *shape, ef_buffer *buf, size_t offset)
 {
-    if (!s || !name || !buf || !name[0] || strlen(name) >= EF_MAX_NAME ||
+    if (!s || !name || !buf || !name[0] || strnlen(name, EF_MAX_NAME) >= EF_MAX_NAME ||
         s->nfields >= EF_MAX_FIELDS || ef_dtype_size(dtype) == 0 || ndim < 0 ||
         ndim > EF_MAX_DIMS || (ndim > 0 && !shape) ||
         ef__sample_find(s, name) >= 0)
@@ -298,9 +348,12 @@ ef_status ef_sample_add(ef_sample *s, const char *name, ef_dtype dtype, int ndim
     size_t bsize = ef_buffer_size(buf);
     if (offset > bsize || nbytes > bsize - offset)
         return EF_EINVAL;
+    const char *stored = ef__name_intern(name, strlen(name));
+    if (!stored || room_for_one(s) != 0)
+        return EF_ENOMEM;
     ef__field *f = &s->fields[s->nfields++];
     memset(f, 0, sizeof *f);
-    strcpy(f->name, name);
+    f->name = stored;
     f->dtype = dtype;
     f->ndim = ndim;
     for (int i = 0; i < ndim; i++)

@@ -1,13 +1,16 @@
-/* Sample internals: a fixed array of fields, each a view into a
- * reference-counted buffer. Samples are small and copied by value when
- * cloned; payload bytes are shared. */
+/* Sample internals: an array of fields, each a view into a
+ * reference-counted buffer. The first EF__INLINE_FIELDS live in the
+ * header, so the common sample is one allocation (or none, from a pool);
+ * a sample with more moves them all to the heap. Headers are copied by
+ * value when cloned; payload bytes are shared, names are interned
+ * (names.h). */
 #ifndef EF_CORE_SAMPLE_H
 #define EF_CORE_SAMPLE_H
 
 #include "echoflow/echoflow.h"
 
 typedef struct {
-    char name[EF_MAX_NAME];
+    const char *name; /* interned (names.h): never freed */
     ef_dtype dtype;
     int ndim;
     int64_t shape[EF_MAX_DIMS];
@@ -15,6 +18,9 @@ typedef struct {
     size_t offset;
     size_t nbytes;
 } ef__field;
+
+/* Fields a sample holds without an allocation of their own. */
+#define EF__INLINE_FIELDS 8
 
 typedef struct ef__sample_pool ef__sample_pool;
 
@@ -50,7 +56,9 @@ struct ef_sample {
     ef_sample_id id;
     ef__origin origin;
     int nfields;
-    ef__field fields[EF_MAX_FIELDS];
+    int cap;          /* fields' room: EF__INLINE_FIELDS, or more on the heap */
+    ef__field *fields; /* inline_fields, or an owned heap array */
+    ef__field inline_fields[EF__INLINE_FIELDS];
     /* after the fields, so a clone's copy of the fields in use leaves them
      * alone: the pool the header returns to when freed (NULL: malloc'd),
      * and the link while it waits there */

@@ -24,8 +24,9 @@ typedef struct {
     const unsigned char *data;
 } ef__image;
 
-/* The field names of a sample for messages ("jpg, cls"; "no fields"). */
-#define EF__FIELD_NAMES_MAX (EF_MAX_FIELDS * (EF_MAX_NAME + 2))
+/* The field names of a sample for messages ("jpg, cls"; "no fields"),
+ * cut at a message's length. */
+#define EF__FIELD_NAMES_MAX EF__ERR_MAX
 void ef__image_field_names(const ef_sample *s, char *buf, size_t cap);
 
 /* Finds field `field` of `in` and checks it is an example image of one of
