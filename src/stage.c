@@ -153,7 +153,8 @@ static void key_text(const ef_sample *smp, char *buf, size_t cap)
 {
     ef_tensor t;
     buf[0] = '\0';
-    if (ef_sample_get(smp, "__key__", &t) != EF_OK || t.dtype != EF_U8 ||
+    if (smp->origin.members || /* a batch: its keys run together */
+        ef_sample_get(smp, "__key__", &t) != EF_OK || t.dtype != EF_U8 ||
         t.ndim != 1 || cap < 4)
         return;
     size_t n = t.nbytes < 80 ? t.nbytes : 80;

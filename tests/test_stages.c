@@ -161,7 +161,7 @@ static void test_batch_shape_mismatch(void **state)
     (void)state;
     ef_pipeline *p = tu_pipeline("range:n=4", 0);
     assert_int_equal(ef_pipeline_add_map(p, ragged, NULL, NULL), EF_OK);
-    tu_parse(p, "batch:2");
+    tu_parse(p, "batch:2,ragged=error"); /* ragged=list: test_fields.c */
     ef_sample *s = NULL;
     int rc = ef_pipeline_next(p, &s);
     if (rc == EF_OK)

@@ -179,6 +179,19 @@ EF_API ef_status ef_sample_field(const ef_sample *s, int i, ef_tensor *out);
 /* The field called `name` into *out; EF_EINVAL when there is none. */
 EF_API ef_status ef_sample_get(const ef_sample *s, const char *name, ef_tensor *out);
 EF_API ef_sample_id ef_sample_identity(const ef_sample *s);
+/* A ragged field: `batch` stacks examples whose field differs in its
+ * first dimension (strings, encoded images, variable-length lists) by
+ * laying them one after another along that dimension, so the tensor is
+ * [total, ...]. Their lengths go to out[0..cap) (out may be NULL when
+ * cap is 0); returns how many examples the field holds, or 0 for a
+ * field that is not ragged or not there. */
+EF_API int64_t ef_sample_ragged_lengths(const ef_sample *s, const char *name,
+                                        int64_t *out, int64_t cap);
+/* Makes field `name` of a sample being built ragged: n >= 1 examples of
+ * lengths[0..n) rows each, which must sum to the field's first
+ * dimension. EF_EINVAL otherwise. */
+EF_API ef_status ef_sample_set_ragged(ef_sample *s, const char *name,
+                                      const int64_t *lengths, int64_t n);
 /* A batch's examples: the identities of the samples stacked into it, in
  * order, into out[0..cap) (out may be NULL when cap is 0). Returns how many
  * the batch holds, which may exceed cap; 0 for a sample that is not a

@@ -151,8 +151,10 @@ void ef_sample_free(ef_sample *s)
 {
     if (!s)
         return;
-    for (int i = 0; i < s->nfields; i++)
+    for (int i = 0; i < s->nfields; i++) {
         ef_buffer_release(s->fields[i].buf);
+        ef_buffer_release(s->fields[i].lengths);
+    }
     if (s->origin.members) /* batches only: no call for every example */
         ef_buffer_release(s->origin.members);
     if (s->fields != s->inline_fields)
@@ -200,8 +202,11 @@ static ef_sample *clone_into(ef_sample *c, const ef_sample *s)
         drop_header(c);
         return NULL;
     }
-    for (int i = 0; i < c->nfields; i++)
+    for (int i = 0; i < c->nfields; i++) {
         ef_buffer_retain(c->fields[i].buf);
+        if (c->fields[i].lengths)
+            ef_buffer_retain(c->fields[i].lengths);
+    }
     if (c->origin.members)
         ef_buffer_retain(c->origin.members);
     return c;
@@ -209,16 +214,22 @@ static ef_sample *clone_into(ef_sample *c, const ef_sample *s)
 
 void ef__sample_refs_add(ef_sample *s, unsigned n)
 {
-    for (int i = 0; i < s->nfields; i++)
+    for (int i = 0; i < s->nfields; i++) {
         ef__buffer_retain_n(s->fields[i].buf, n);
+        if (s->fields[i].lengths)
+            ef__buffer_retain_n(s->fields[i].lengths, n);
+    }
     if (s->origin.members)
         ef__buffer_retain_n(s->origin.members, n);
 }
 
 void ef__sample_refs_drop(ef_sample *s, unsigned n)
 {
-    for (int i = 0; i < s->nfields; i++)
+    for (int i = 0; i < s->nfields; i++) {
         ef__buffer_release_n(s->fields[i].buf, n);
+        if (s->fields[i].lengths)
+            ef__buffer_release_n(s->fields[i].lengths, n);
+    }
     if (s->origin.members)
         ef__buffer_release_n(s->origin.members, n);
 }
@@ -407,6 +418,59 @@ ef_status ef_sample_get(const ef_sample *s, const char *name, ef_tensor *out)
 {
     int i = ef__sample_find(s, name);
     return i < 0 ? EF_EINVAL : ef_sample_field(s, i, out);
+}
+
+int64_t ef_sample_ragged_lengths(const ef_sample *s, const char *name,
+                                 int64_t *out, int64_t cap)
+{
+    int i = s && name ? ef__sample_find(s, name) : -1;
+    if (i < 0 || !s->fields[i].lengths)
+        return 0;
+    const ef_buffer *l = s->fields[i].lengths;
+    int64_t n = (int64_t)(ef_buffer_size(l) / sizeof(int64_t));
+    if (out && cap > 0)
+        memcpy(out, ef_buffer_data(l),
+               (size_t)(cap < n ? cap : n) * sizeof(int64_t));
+    return n;
+}
+
+ef_status ef_sample_set_ragged(ef_sample *s, const char *name,
+                               const int64_t *lengths, int64_t n)
+{
+    int i = s && name ? ef__sample_find(s, name) : -1;
+    if (i < 0 || !lengths || n < 1 || s->fields[i].ndim < 1 ||
+        (uint64_t)n > SIZE_MAX / sizeof(int64_t))
+        return EF_EINVAL;
+    int64_t sum = 0;
+    for (int64_t k = 0; k < n; k++) {
+        if (lengths[k] < 0 || lengths[k] > s->fields[i].shape[0] - sum)
+            return EF_EINVAL;
+        sum += lengths[k];
+    }
+    if (sum != s->fields[i].shape[0])
+        return EF_EINVAL;
+    ef_buffer *l = ef_buffer_new((size_t)n * sizeof(int64_t));
+    if (!l)
+        return EF_ENOMEM;
+    memcpy(ef_buffer_data(l), lengths, (size_t)n * sizeof(int64_t));
+    ef__sample_set_lengths(s, i, l);
+    ef_buffer_release(l);
+    return EF_OK;
+}
+
+void ef__sample_set_lengths(ef_sample *s, int i, ef_buffer *lengths)
+{
+    ef_buffer_release(s->fields[i].lengths);
+    s->fields[i].lengths = ef_buffer_retain(lengths);
+}
+
+void ef__sample_remove(ef_sample *s, int i)
+{
+    ef_buffer_release(s->fields[i].buf);
+    ef_buffer_release(s->fields[i].lengths);
+    memmove(&s->fields[i], &s->fields[i + 1],
+            (size_t)(s->nfields - i - 1) * sizeof s->fields[0]);
+    s->nfields--;
 }
 
 ef_sample_id ef_sample_identity(const ef_sample *s)

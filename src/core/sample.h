@@ -17,6 +17,9 @@ typedef struct {
     ef_buffer *buf; /* owned reference */
     size_t offset;
     size_t nbytes;
+    /* a ragged field of a batch (ef_sample_ragged_lengths): the examples'
+     * first dimensions, i64 [n], an owned reference; NULL otherwise */
+    ef_buffer *lengths;
 } ef__field;
 
 /* Fields a sample holds without an allocation of their own. */
@@ -104,6 +107,12 @@ void ef__sample_refs_drop(ef_sample *s, unsigned n);
 /* Gives dst the origin of src (a transform's output can be read again as
  * its input was). */
 void ef__sample_origin_copy(ef_sample *dst, const ef_sample *src);
+
+/* Makes field i ragged: `lengths` (i64, one per example, summing to the
+ * field's first dimension) is retained by the sample. */
+void ef__sample_set_lengths(ef_sample *s, int i, ef_buffer *lengths);
+/* Removes field i, dropping its references; later fields move down. */
+void ef__sample_remove(ef_sample *s, int i);
 
 /* Index of the field called `name`, or -1. */
 int ef__sample_find(const ef_sample *s, const char *name);

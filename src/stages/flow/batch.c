@@ -1,6 +1,11 @@
 /* batch: stacks `size` samples into one whose fields have a leading batch
- * dimension. Every sample of a batch must have the same fields, dtypes and
- * shapes; a mismatch is an error naming the sample and the field.
+ * dimension. Every sample of a batch must have the same fields and
+ * dtypes; a mismatch is an error naming the sample and the field. A field
+ * whose examples differ only in their first dimension (a __key__, a
+ * caption, an encoded image, a variable-length list) is ragged with
+ * ragged=list, the default: the examples lie one after another, [total,
+ * ...], with their lengths beside (ef_sample_ragged_lengths); with
+ * ragged=error it is refused as any other mismatch.
  *
  * A field whose parts already lie one after another in one buffer that
  * nothing else holds (an image stage right before writes them into the
@@ -20,6 +25,7 @@ typedef struct {
     int drop_remainder;
     ef_sample **parts; /* the samples of the batch being built */
     int64_t batch_no;  /* batches emitted this epoch: the batch's index */
+    int ragged_ok;     /* ragged=list */
     /* fields stacked as a view of their parts' buffer, or by copying
      * (stats: what zero copy saved) */
     _Atomic uint64_t viewed, copied;
@@ -39,12 +45,33 @@ static int batch_create(ef__stage *s, const ef__opts *o, ef__err *err)
     st->budget = &s->ctx->budget;
     st->size = size;
     st->drop_remainder = ef__opt_bool(o, "drop_remainder");
+    const char *ragged = ef__opt_string(o, "ragged");
+    if (strcmp(ragged, "list") && strcmp(ragged, "error")) {
+        ef__free(st->parts);
+        ef__free(st);
+        return ef__err_set(err, EF_ESPEC,
+                           "batch: option 'ragged' must be list or error "
+                           "(got '%s')",
+                           ragged);
+    }
+    st->ragged_ok = !strcmp(ragged, "list");
     s->state = st;
     return EF_OK;
 }
 
-static int check_like(const ef_sample *first, const ef_sample *other,
-                      int64_t pos, ef__err *err)
+/* Whether x and y differ in their first dimension only. */
+static int ragged_pair(const ef__field *x, const ef__field *y)
+{
+    return x->ndim >= 1 && y->ndim == x->ndim &&
+           memcmp(y->shape + 1, x->shape + 1,
+                  sizeof(int64_t) * (size_t)(x->ndim - 1)) == 0;
+}
+
+/* Checks `other` against the first part, marking in ragged[f] the
+ * fields that differ in their first dimension where that is allowed. */
+static int check_like(const batch_state *st, const ef_sample *first,
+                      const ef_sample *other, int64_t pos, char *ragged,
+                      ef__err *err)
 {
     char a[96], b[96];
     if (other->nfields != first->nfields)
@@ -60,6 +87,10 @@ static int check_like(const ef_sample *first, const ef_sample *other,
         if (y && y->dtype == x->dtype && y->ndim == x->ndim &&
             memcmp(y->shape, x->shape, sizeof(int64_t) * (size_t)x->ndim) == 0)
             continue;
+        if (y && y->dtype == x->dtype && st->ragged_ok && ragged_pair(x, y)) {
+            ragged[f] = 1;
+            continue;
+        }
         if (!y)
             return ef__err_set(err, EF_ESHAPE,
                                "batch: sample %lld of the batch (index %lld) "
@@ -71,10 +102,14 @@ static int check_like(const ef_sample *first, const ef_sample *other,
         return ef__err_set(err, EF_ESHAPE,
                            "batch: field '%s' of sample %lld of the batch "
                            "(index %lld) is %s %s, expected %s %s as in the "
-                           "first",
+                           "first%s",
                            x->name, (long long)pos, (long long)other->id.index,
                            ef_dtype_name(y->dtype), b, ef_dtype_name(x->dtype),
-                           a);
+                           a,
+                           !st->ragged_ok && y->dtype == x->dtype &&
+                                   ragged_pair(x, y)
+                               ? " (ragged=list would batch it as a list)"
+                               : "");
     }
     return EF_OK;
 }
@@ -134,6 +169,42 @@ static int stack_field(batch_state *st, ef_sample *const *parts, ef_sample *b,
     return EF_OK;
 }
 
+/* Adds ragged field x of the batch: the parts' values one after another,
+ * and their lengths. */
+static int stack_ragged(batch_state *st, ef_sample *const *parts,
+                        ef_sample *b, int64_t n, const ef__field *x,
+                        ef__err *err)
+{
+    int64_t shape[EF_MAX_DIMS];
+    memcpy(shape, x->shape, sizeof(int64_t) * (size_t)x->ndim);
+    shape[0] = 0;
+    for (int64_t i = 0; i < n; i++)
+        shape[0] += parts[i]->fields[ef__sample_find(parts[i], x->name)]
+                        .shape[0];
+    ef_buffer *lengths = ef_buffer_new((size_t)n * sizeof(int64_t));
+    unsigned char *dst = NULL;
+    int rc = lengths ? ef_sample_add_new(b, x->name, x->dtype, x->ndim, shape,
+                                         (void **)&dst)
+                     : EF_ENOMEM;
+    if (rc != EF_OK) {
+        ef_buffer_release(lengths);
+        return ef__err_set(err, rc, "batch: out of memory");
+    }
+    ef__stat_add(&st->copied, 1);
+    int64_t *len = ef_buffer_data(lengths);
+    for (int64_t i = 0; i < n; i++) {
+        const ef__field *y =
+            &parts[i]->fields[ef__sample_find(parts[i], x->name)];
+        len[i] = y->shape[0];
+        memcpy(dst, (const unsigned char *)ef_buffer_data(y->buf) + y->offset,
+               y->nbytes);
+        dst += y->nbytes;
+    }
+    ef__sample_set_lengths(b, b->nfields - 1, lengths);
+    ef_buffer_release(lengths);
+    return EF_OK;
+}
+
 /* The identities of the parts, for the batch's origin: a batch is read
  * again part by part. */
 static ef_buffer *members_of(ef_sample *const *parts, int64_t n)
@@ -156,16 +227,18 @@ static int stack(batch_state *st, ef_sample *const *parts, int64_t n,
                  ef_sample_id id, ef_sample **out, ef__err *err)
 {
     const ef_sample *first = parts[0];
+    char ragged[EF_MAX_FIELDS] = {0}; /* field f of the first is ragged */
     for (int64_t i = 1; i < n; i++) {
-        int rc = check_like(first, parts[i], i, err);
+        int rc = check_like(st, first, parts[i], i, ragged, err);
         if (rc != EF_OK)
             return rc;
     }
     /* the batch's size is known before a byte is copied: one larger than
      * the whole budget fails before it is built (budget.h) */
     uint64_t bytes = 0;
-    for (int f = 0; f < first->nfields; f++)
-        bytes += (uint64_t)n * first->fields[f].nbytes;
+    for (int64_t i = 0; i < n; i++)
+        for (int f = 0; f < parts[i]->nfields; f++)
+            bytes += parts[i]->fields[f].nbytes;
     if (!ef__budget_fits(st->budget, bytes)) {
         char what[64];
         snprintf(what, sizeof what, "batch: sample %lld", (long long)id.index);
@@ -180,7 +253,9 @@ static int stack(batch_state *st, ef_sample *const *parts, int64_t n,
         return ef__err_set(err, EF_ENOMEM, "batch: out of memory");
     }
     for (int f = 0; f < first->nfields; f++) {
-        int rc = stack_field(st, parts, b, n, &first->fields[f], err);
+        int rc = ragged[f]
+                     ? stack_ragged(st, parts, b, n, &first->fields[f], err)
+                     : stack_field(st, parts, b, n, &first->fields[f], err);
         if (rc != EF_OK) {
             ef_sample_free(b);
             return rc;
@@ -309,6 +384,10 @@ static const ef__option_def batch_options[] = {
     {"size", EF_OPT_INT, NULL, "samples per batch", 1, 1 << 24},
     {"drop_remainder", EF_OPT_BOOL, "false",
      "drop a last batch smaller than size", 0, 0},
+    {"ragged", EF_OPT_STRING, "list",
+     "fields whose examples differ in their first dimension: list (one "
+     "after another, with their lengths) or error",
+     0, 0},
 };
 
 const ef__stage_def ef__stage_batch = {
