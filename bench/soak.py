@@ -133,7 +133,7 @@ class Soak:
     def check(self, sample, labels):
         """One sample: identity, key, label, and the epoch bookkeeping."""
         ident = sample.identity
-        key = int(bytes(sample["__key__"]))
+        key = int(sample["__key__"])
         self.items += 1
         self.last_item = time.monotonic()
         # the tar source's identity: (shard << 32) + position in the shard

@@ -46,7 +46,6 @@ import sys
 import tempfile
 import time
 
-import numpy
 import torch
 import torch.distributed as dist
 import torch.multiprocessing
@@ -130,12 +129,6 @@ def as_input(images):
     return images.float().div(255.0)
 
 
-def keys_of(batch):
-    """The __key__ texts of a batch: a u8 [B, K] tensor, NUL padded."""
-    k = numpy.ascontiguousarray(batch["__key__"].numpy())
-    return [b.decode() for b in k.view("S%d" % k.shape[1]).ravel().tolist()]
-
-
 def echo_factor(stats):
     for stage in stats["stages"] if stats else ():
         if stage["name"] == "echo":
@@ -165,7 +158,7 @@ def train_epoch(model, opt, loader, epoch, record):
             read += 1
             fresh += batch.identity.fresh
             if record:
-                keys += keys_of(batch)
+                keys += batch["__key__"]
         # DDP all-reduces gradients in every backward pass, so every rank
         # must take the same number of steps: a rank that stepped alone
         # would wait forever. The ranks' batch counts can differ (shards
@@ -192,7 +185,7 @@ def train_epoch(model, opt, loader, epoch, record):
         read += 1
         fresh += batch.identity.fresh
         if record:
-            keys += keys_of(batch)
+            keys += batch["__key__"]
     factor = echo_factor(loader.stats())
     print("epoch %d rank %d: %d batches read, %d trained on, %d fresh "
           "examples, loss %.4f, echo effective factor %.2f"

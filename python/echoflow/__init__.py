@@ -78,8 +78,12 @@ def epoch_seed(seed, epoch, part=0):
 
 def _as_field(name, value):
     """What a Python map returns for field `name`, as something the C side
-    takes: a Tensor, or a C-contiguous buffer of numbers."""
-    if isinstance(value, Tensor):
+    takes: a Tensor, a C-contiguous buffer of numbers, text, or a list of
+    texts (str or bytes: a batch's ragged field)."""
+    if isinstance(value, (Tensor, str)):
+        return value
+    if isinstance(value, list) and value and all(
+            isinstance(v, (str, bytes)) for v in value):
         return value
     if isinstance(value, float):  # as a Python source takes it: float32
         import numpy
@@ -92,7 +96,11 @@ def _as_field(name, value):
     import numpy
     if hasattr(value, "detach") and hasattr(value, "numpy"):  # torch
         value = value.detach().cpu().numpy()
-    a = numpy.asarray(value)
+    try:
+        a = numpy.asarray(value)
+    except ValueError as e:  # ragged nesting
+        raise TypeError("field %r: a %s is not an array of numbers (%s)"
+                        % (name, type(value).__name__, e)) from None
     if a.dtype == object:
         raise TypeError("field %r: a %s is not an array of numbers"
                         % (name, type(value).__name__))

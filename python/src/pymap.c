@@ -86,11 +86,109 @@ int pyef_buffer_dtype(const Py_buffer *v, ef_dtype *out)
 }
 
 /* Adds `value` to `s` as field `name`; a Python exception on failure. */
+/* Field `name` of the map's input, as it was: the map handed back the
+ * value it was given (a key, a batch's list of keys), which may be a
+ * Python form (str, a list) of a field that is more than a tensor. */
+static int pass_through(ef_sample *s, const ef_sample *in, const char *name)
+{
+    ef_tensor t;
+    int rc = ef_sample_get(in, name, &t);
+    if (rc == EF_OK)
+        rc = ef_sample_add(s, name, t.dtype, t.ndim, t.shape, t.buffer,
+                           (size_t)((const unsigned char *)t.data -
+                                    (const unsigned char *)
+                                        ef_buffer_data(t.buffer)));
+    int64_t n = rc == EF_OK ? ef_sample_ragged_lengths(in, name, NULL, 0) : 0;
+    if (n > 0) {
+        int64_t *lengths = PyMem_Calloc((size_t)n, sizeof *lengths);
+        if (!lengths)
+            return PyErr_NoMemory(), -1;
+        ef_sample_ragged_lengths(in, name, lengths, n);
+        rc = ef_sample_set_ragged(s, name, lengths, n);
+        PyMem_Free(lengths);
+    }
+    if (rc != EF_OK)
+        PyErr_Format(PyExc_ValueError, "field '%s': %s", name,
+                     ef_strerror(rc));
+    return rc == EF_OK ? 0 : -1;
+}
+
+/* A str becomes its UTF-8 bytes, u8 [n], as sources store text. */
+static int add_text(ef_sample *s, const char *name, PyObject *value)
+{
+    Py_ssize_t n;
+    const char *text = PyUnicode_AsUTF8AndSize(value, &n);
+    if (!text)
+        return -1;
+    int64_t shape[1] = {n};
+    void *data;
+    int rc = ef_sample_add_new(s, name, EF_U8, 1, shape, &data);
+    if (rc != EF_OK) {
+        PyErr_Format(PyExc_ValueError, "field '%s': %s", name,
+                     ef_strerror(rc));
+        return -1;
+    }
+    memcpy(data, text, (size_t)n);
+    return 0;
+}
+
+/* A list of str or bytes becomes a ragged u8 field: the texts one after
+ * another, with their lengths, as batch makes of a __key__ or a caption. */
+static int add_texts(ef_sample *s, const char *name, PyObject *list)
+{
+    Py_ssize_t n = PyList_GET_SIZE(list);
+    int64_t *lengths = PyMem_Calloc(n ? (size_t)n : 1, sizeof *lengths);
+    if (!lengths)
+        return PyErr_NoMemory(), -1;
+    int64_t total = 0;
+    for (Py_ssize_t k = 0; k < n; k++) {
+        PyObject *v = PyList_GET_ITEM(list, k);
+        Py_ssize_t len = -1;
+        if (PyUnicode_Check(v))
+            PyUnicode_AsUTF8AndSize(v, &len);
+        else if (PyBytes_Check(v))
+            len = PyBytes_GET_SIZE(v);
+        else
+            PyErr_Format(PyExc_TypeError,
+                         "field '%s': item %zd of the list is a %.80s; a "
+                         "list field holds str or bytes",
+                         name, k, Py_TYPE(v)->tp_name);
+        if (len < 0) {
+            PyMem_Free(lengths);
+            return -1;
+        }
+        lengths[k] = len;
+        total += len;
+    }
+    int64_t shape[1] = {total};
+    unsigned char *data;
+    int rc = n ? ef_sample_add_new(s, name, EF_U8, 1, shape, (void **)&data)
+               : EF_EINVAL;
+    for (Py_ssize_t k = 0; rc == EF_OK && k < n; k++) {
+        PyObject *v = PyList_GET_ITEM(list, k);
+        const char *src = PyUnicode_Check(v) ? PyUnicode_AsUTF8(v)
+                                             : PyBytes_AS_STRING(v);
+        memcpy(data, src, (size_t)lengths[k]);
+        data += lengths[k];
+    }
+    if (rc == EF_OK)
+        rc = ef_sample_set_ragged(s, name, lengths, n);
+    PyMem_Free(lengths);
+    if (rc != EF_OK)
+        PyErr_Format(PyExc_ValueError, "field '%s': %s", name,
+                     n ? ef_strerror(rc) : "an empty list");
+    return rc == EF_OK ? 0 : -1;
+}
+
 static int add_field(ef_sample *s, const char *name, PyObject *value)
 {
     ef_tensor t;
     size_t offset;
     int rc;
+    if (PyUnicode_Check(value))
+        return add_text(s, name, value);
+    if (PyList_Check(value))
+        return add_texts(s, name, value);
     if (pyef_tensor_view(value, &t, &offset)) {
         rc = ef_sample_add(s, name, t.dtype, t.ndim, t.shape, t.buffer,
                            offset);
@@ -159,8 +257,8 @@ static uint64_t result_bytes(PyObject *res)
     return n;
 }
 
-static int sample_from_result(const ef_sample *in, PyObject *res,
-                              ef_sample **out)
+static int sample_from_result(const ef_sample *in, PyObject *arg,
+                              PyObject *res, ef_sample **out)
 {
     if (!PyDict_Check(res)) {
         PyErr_Format(PyExc_TypeError,
@@ -192,7 +290,11 @@ static int sample_from_result(const ef_sample *in, PyObject *res,
             ef_sample_free(s);
             return -1;
         }
-        if (add_field(s, name, value) < 0) {
+        PyObject *given = PyDict_GetItemWithError(arg, key);
+        if ((given == value ? pass_through(s, in, name)
+                            : PyErr_Occurred() ? -1
+                                               : add_field(s, name, value)) <
+            0) {
             ef_sample_free(s);
             return -1;
         }
@@ -236,7 +338,6 @@ int pyef_map_call(const ef_sample *in, ef_sample **out, ef_map_ctx *ctx)
     PyObject *res = arg ? PyObject_CallOneArg(m->fn, arg) : NULL;
     atomic_fetch_sub(&m->calls, 1);
     serving = outer;
-    Py_XDECREF(arg);
     uint64_t n = res && m->budget && PyDict_Check(res) ? result_bytes(res) : 0;
     if (n > m->budget) /* the stage's own check, made before the copy */
         rc = ef_map_ctx_fail(ctx, EF_ENOMEM,
@@ -246,8 +347,9 @@ int pyef_map_call(const ef_sample *in, ef_sample **out, ef_map_ctx *ctx)
                              "ef_pipeline_set_memory_budget)",
                              (unsigned long long)n,
                              (unsigned long long)m->budget);
-    else if (!res || sample_from_result(in, res, out) < 0)
+    else if (!res || sample_from_result(in, arg, res, out) < 0)
         rc = fail_from_exception(m, ctx);
+    Py_XDECREF(arg);
     Py_XDECREF(res);
     PyGILState_Release(gil);
     return rc;

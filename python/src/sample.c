@@ -270,6 +270,101 @@ static PyObject *copied_capsule(const ef_tensor *t, pyef_handout *h)
     return capsule;
 }
 
+/* One tensor as Python hands it: through `convert` (a fresh copy first
+ * when `copy`), else as an echoflow.Tensor. */
+static PyObject *tensor_value(const ef_tensor *t, int copy, PyObject *convert,
+                              pyef_handout *h)
+{
+    if (!convert)
+        return pyef_tensor_new(t);
+    PyObject *capsule = copy ? copied_capsule(t, h) : pyef_dlpack_capsule(t);
+    PyObject *v = capsule ? PyObject_CallOneArg(convert, capsule) : NULL;
+    Py_XDECREF(capsule);
+    return v;
+}
+
+/* WebDataset's key and URL are text: str, as webdataset and torch users
+ * expect, not bytes. */
+static int is_text(const ef_tensor *t)
+{
+    return t->dtype == EF_U8 &&
+           (!strcmp(t->name, "__key__") || !strcmp(t->name, "__url__"));
+}
+
+/* The part of t `start` rows in and `rows` rows long: one example of a
+ * field that holds them one after another. */
+static ef_tensor part_of(const ef_tensor *t, int64_t start, int64_t rows)
+{
+    ef_tensor p = *t;
+    size_t row = t->shape[0] ? t->nbytes / (size_t)t->shape[0] : 0;
+    p.shape[0] = rows;
+    p.data = (const unsigned char *)t->data + (size_t)start * row;
+    p.nbytes = (size_t)rows * row;
+    return p;
+}
+
+/* One example's value in a list: str for text, bytes for other 1-D u8
+ * (an encoded image, a caption), else a tensor viewing the batch's. */
+static PyObject *item_value(const ef_tensor *p, int copy, PyObject *convert,
+                            pyef_handout *h)
+{
+    if (is_text(p))
+        return PyUnicode_DecodeUTF8(p->data, (Py_ssize_t)p->nbytes,
+                                    "surrogateescape");
+    if (p->dtype == EF_U8 && p->ndim == 1)
+        return PyBytes_FromStringAndSize(p->data, (Py_ssize_t)p->nbytes);
+    return tensor_value(p, copy, convert, h);
+}
+
+/* A Python list of a batch's examples of field t: lengths[0..n) rows
+ * each (a ragged field), or t's rows one by one (lengths NULL). */
+static PyObject *list_value(const ef_tensor *t, const int64_t *lengths,
+                            int64_t n, int copy, PyObject *convert,
+                            pyef_handout *h)
+{
+    PyObject *list = PyList_New((Py_ssize_t)n);
+    int64_t start = 0;
+    for (int64_t k = 0; list && k < n; k++) {
+        ef_tensor p;
+        if (lengths) {
+            p = part_of(t, start, lengths[k]);
+            start += lengths[k];
+        } else { /* row k of [B, ...]: one example of a [...] field */
+            p = part_of(t, k, 1);
+            p.ndim--;
+            memmove(p.shape, p.shape + 1, sizeof(int64_t) * (size_t)p.ndim);
+        }
+        PyObject *v = item_value(&p, copy, convert, h);
+        if (!v)
+            Py_CLEAR(list);
+        else
+            PyList_SET_ITEM(list, (Py_ssize_t)k, v);
+    }
+    return list;
+}
+
+/* Field t of s as Python hands it: a list for a ragged field or a
+ * batch's text, str for an example's text, else a tensor. */
+static PyObject *field_value(const ef_sample *s, const ef_tensor *t, int copy,
+                             PyObject *convert, pyef_handout *h)
+{
+    int64_t n = ef_sample_ragged_lengths(s, t->name, NULL, 0);
+    if (n > 0) {
+        int64_t *lengths = PyMem_Calloc((size_t)n, sizeof *lengths);
+        if (!lengths)
+            return PyErr_NoMemory();
+        ef_sample_ragged_lengths(s, t->name, lengths, n);
+        PyObject *v = list_value(t, lengths, n, copy, convert, h);
+        PyMem_Free(lengths);
+        return v;
+    }
+    if (is_text(t) && t->ndim == 1)
+        return item_value(t, copy, convert, h);
+    if (is_text(t) && t->ndim == 2) /* a batch of keys of one length */
+        return list_value(t, NULL, t->shape[0], copy, convert, h);
+    return tensor_value(t, copy, convert, h);
+}
+
 PyObject *pyef_sample_from(const ef_sample *s, PyObject *convert,
                            pyef_handout *h)
 {
@@ -307,15 +402,7 @@ PyObject *pyef_sample_from(const ef_sample *s, PyObject *convert,
         shared_fields(f, n, copy);
     for (int i = 0; i < n; i++) {
         const ef_tensor t = f[i];
-        PyObject *v;
-        if (convert) {
-            PyObject *capsule =
-                copy[i] ? copied_capsule(&t, h) : pyef_dlpack_capsule(&t);
-            v = capsule ? PyObject_CallOneArg(convert, capsule) : NULL;
-            Py_XDECREF(capsule);
-        } else {
-            v = pyef_tensor_new(&t);
-        }
+        PyObject *v = field_value(s, &t, copy[i], convert, h);
         if (!v)
             goto fail;
         int rc = PyDict_SetItemString((PyObject *)out, t.name, v);
