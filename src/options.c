@@ -333,9 +333,10 @@ const char *ef_opt_type_name(ef_opt_type type)
  * state saved with one value restores under another. */
 static int changes_output(const char *name)
 {
-    /* queue: the samples a tar reader buffers */
+    /* queue: the samples a tar reader buffers; readers: the files
+     * source's threads */
     static const char *const speed_only[] = {"threads", "depth", "tries",
-                                             "timeout", "queue"};
+                                             "timeout", "queue", "readers"};
     for (size_t i = 0; i < sizeof speed_only / sizeof speed_only[0]; i++)
         if (strcmp(name, speed_only[i]) == 0)
             return 0;

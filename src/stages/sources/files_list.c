@@ -1,0 +1,383 @@
+/* The entries of the `files` source (see files_list.h): the container,
+ * extensions, list files and glob patterns. The folder walk is in
+ * files_walk.c. */
+#include "stages/sources/files_list.h"
+
+#include <errno.h>
+#include <glob.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/alloc.h"
+
+static char lower(char c)
+{
+    return c >= 'A' && c <= 'Z' ? (char)(c - 'A' + 'a') : c;
+}
+
+int ef__file_exts_parse(const char *text, const char *what, ef__file_exts *out,
+                        ef__err *err)
+{
+    out->n = 0;
+    for (const char *s = text;;) {
+        size_t n = strcspn(s, ",");
+        const char *w = s;
+        while (n && (*w == ' ' || *w == '.'))
+            w++, n--;
+        while (n && w[n - 1] == ' ')
+            n--;
+        if (!n || n >= EF_MAX_NAME || out->n == EF__FILES_MAX_EXTS)
+            return ef__err_set(err, EF_ESPEC,
+                               "%s: expected up to %d extensions such as "
+                               "'jpg,png', each 1 to %d bytes (got '%s')",
+                               what, EF__FILES_MAX_EXTS, EF_MAX_NAME - 1, text);
+        char *e = out->v[out->n++];
+        e[0] = '.';
+        for (size_t i = 0; i < n; i++)
+            e[1 + i] = lower(w[i]);
+        e[n + 1] = '\0';
+        s += strcspn(s, ",");
+        if (!*s)
+            return EF_OK;
+        s++;
+    }
+}
+
+int ef__file_exts_match(const ef__file_exts *e, const char *name)
+{
+    size_t len = strlen(name);
+    for (int k = 0; k < e->n; k++) {
+        size_t n = strlen(e->v[k]);
+        if (n > len)
+            continue;
+        size_t i = 0;
+        while (i < n && lower(name[len - n + i]) == e->v[k][i])
+            i++;
+        if (i == n)
+            return 1;
+    }
+    return 0;
+}
+
+/* The last extension of the last path component, or NULL. */
+static const char *extension(const char *url)
+{
+    const char *slash = strrchr(url, '/');
+    const char *base = slash ? slash + 1 : url;
+    const char *dot = strrchr(base, '.');
+    return dot; /* ".jpg" too: torchvision keeps it */
+}
+
+int ef__file_list_add(ef__file_list *l, const char *url, const char *key,
+                      size_t key_len, int64_t label, const char *where,
+                      ef__err *err)
+{
+    const char *dot = extension(url);
+    size_t flen = dot ? strlen(dot + 1) : 0;
+    if (!flen || flen >= EF_MAX_NAME)
+        return ef__err_set(err, EF_EFORMAT,
+                           "%s: '%s' has %s; the sample's field is named by "
+                           "the file's extension (1 to %d bytes)",
+                           where, url,
+                           flen ? "an extension too long" : "no extension",
+                           EF_MAX_NAME - 1);
+    if (l->n == l->cap) {
+        size_t cap = l->cap ? l->cap * 2 : 64;
+        ef__file_entry *v = ef__realloc(l->v, cap * sizeof *v);
+        if (!v)
+            return ef__err_set(err, EF_ENOMEM, "%s: out of memory", where);
+        l->v = v;
+        l->cap = cap;
+    }
+    ef__file_entry *e = &l->v[l->n];
+    e->url = ef__strdup(url);
+    e->key = ef__malloc(key_len + 1);
+    if (!e->url || !e->key) {
+        ef__free(e->url);
+        ef__free(e->key);
+        return ef__err_set(err, EF_ENOMEM, "%s: out of memory", where);
+    }
+    memcpy(e->key, key, key_len);
+    e->key[key_len] = '\0';
+    for (size_t i = 0; i <= flen; i++)
+        e->field[i] = lower(dot[1 + i]);
+    e->label = label;
+    l->n++;
+    return EF_OK;
+}
+
+void ef__file_list_free(ef__file_list *l)
+{
+    for (size_t i = 0; i < l->n; i++) {
+        ef__free(l->v[i].url);
+        ef__free(l->v[i].key);
+    }
+    ef__free(l->v);
+    memset(l, 0, sizeof *l);
+}
+
+/* ---- list files --------------------------------------------------- */
+
+static int is_space(char c)
+{
+    return c == ' ' || c == '\t' || c == '\r' || c == '\v' || c == '\f';
+}
+
+static int is_url(const char *s, size_t n)
+{
+    return (n > 7 && !strncmp(s, "http://", 7)) ||
+           (n > 8 && !strncmp(s, "https://", 8));
+}
+
+/* A decimal integer filling [s, s + n), into *v. */
+static int parse_label(const char *s, size_t n, int64_t *v)
+{
+    char buf[32];
+    if (!n || n >= sizeof buf)
+        return 0;
+    memcpy(buf, s, n);
+    buf[n] = '\0';
+    char *end;
+    errno = 0;
+    long long x = strtoll(buf, &end, 10);
+    if (errno || *end || end == buf || buf[0] == '+' || is_space(buf[0]))
+        return 0;
+    *v = x;
+    return 1;
+}
+
+/* The key of a list entry: as written, without a URL's scheme and host,
+ * leading '/' and the extension. */
+static void list_key(const char *path, size_t n, const char **key,
+                     size_t *key_len)
+{
+    const char *s = path, *end = path + n;
+    if (is_url(path, n)) {
+        s = strstr(path, "://") + 3;
+        while (s < end && *s != '/')
+            s++;
+    }
+    while (s < end && *s == '/')
+        s++;
+    const char *slash = s, *dot = NULL;
+    for (const char *c = s; c < end; c++)
+        if (*c == '/')
+            slash = c + 1;
+    for (const char *c = slash; c < end; c++)
+        if (*c == '.' && c > slash)
+            dot = c;
+    *key = s;
+    *key_len = (size_t)((dot ? dot : end) - s);
+}
+
+/* One entry line (trimmed, not blank, not a comment). */
+static int parse_line(const char *s, size_t n, const char *name, size_t line,
+                      const char *base, ef__file_list *out, int *labelled,
+                      char **pathbuf, size_t *pathcap, ef__err *err)
+{
+    char where[EF__ERR_MAX / 2];
+    snprintf(where, sizeof where, "%.200s: line %zu", name, line);
+    const char *path = s, *lab = NULL;
+    size_t plen = n, llen = 0;
+    const char *comma = NULL;
+    for (size_t i = 0; i < n; i++)
+        if (s[i] == ',')
+            comma = s + i;
+    if (comma) { /* CSV: path,label */
+        plen = (size_t)(comma - s);
+        lab = comma + 1;
+        llen = n - plen - 1;
+        while (plen && is_space(path[plen - 1]))
+            plen--;
+        while (llen && is_space(*lab))
+            lab++, llen--;
+    } else { /* path [label], separated by white space */
+        plen = 0;
+        while (plen < n && !is_space(s[plen]))
+            plen++;
+        if (plen < n) {
+            lab = s + plen;
+            llen = n - plen;
+            while (llen && is_space(*lab))
+                lab++, llen--;
+            for (size_t i = 0; i < llen; i++)
+                if (is_space(lab[i]))
+                    return ef__err_set(err, EF_EFORMAT,
+                                       "%s: expected 'path', 'path label' or "
+                                       "'path,label', got more than two "
+                                       "words",
+                                       where);
+        }
+    }
+    int64_t label = -1;
+    int has = lab != NULL;
+    if (has && !parse_label(lab, llen, &label))
+        return ef__err_set(err, EF_EFORMAT,
+                           "%s: the label '%.*s' is not a decimal integer "
+                           "(expected 'path', 'path label' or 'path,label')",
+                           where, (int)(llen > 64 ? 64 : llen), lab);
+    if (!plen)
+        return ef__err_set(err, EF_EFORMAT, "%s: no path before the label",
+                           where);
+    if (*labelled >= 0 && *labelled != has)
+        return ef__err_set(err, EF_EFORMAT,
+                           "%s: %s label, but the lines before %s (every "
+                           "entry has a label or none has)",
+                           where, has ? "has a" : "has no",
+                           has ? "have none" : "have one");
+    *labelled = has;
+    /* relative paths are relative to the list's directory */
+    int join = base[0] && path[0] != '/' && !is_url(path, plen);
+    size_t blen = join ? strlen(base) : 0;
+    size_t need = blen + 1 + plen + 1;
+    if (need > *pathcap) {
+        char *p = ef__realloc(*pathbuf, need);
+        if (!p)
+            return ef__err_set(err, EF_ENOMEM, "%s: out of memory", where);
+        *pathbuf = p;
+        *pathcap = need;
+    }
+    char *p = *pathbuf;
+    if (join) {
+        memcpy(p, base, blen);
+        p[blen++] = '/';
+    }
+    memcpy(p + blen, path, plen);
+    p[blen + plen] = '\0';
+    if (memchr(path, '\0', plen))
+        return ef__err_set(err, EF_EFORMAT, "%s: a NUL byte in the path",
+                           where);
+    const char *key;
+    size_t key_len;
+    list_key(path, plen, &key, &key_len);
+    return ef__file_list_add(out, p, key, key_len, label, where, err);
+}
+
+int ef__files_parse_list(const char *text, size_t len, const char *name,
+                         const char *base, ef__file_list *out, ef__err *err)
+{
+    memset(out, 0, sizeof *out);
+    int labelled = -1, rc = EF_OK;
+    char *pathbuf = NULL;
+    size_t pathcap = 0, line = 0;
+    for (size_t at = 0; at < len && rc == EF_OK;) {
+        const char *s = text + at;
+        const char *nl = memchr(s, '\n', len - at);
+        size_t n = nl ? (size_t)(nl - s) : len - at;
+        at += n + 1;
+        line++;
+        while (n && is_space(*s))
+            s++, n--;
+        while (n && is_space(s[n - 1]))
+            n--;
+        if (!n || s[0] == '#')
+            continue;
+        rc = parse_line(s, n, name, line, base, out, &labelled, &pathbuf,
+                        &pathcap, err);
+    }
+    ef__free(pathbuf);
+    if (rc == EF_OK && out->n == 0)
+        rc = ef__err_set(err, EF_EFORMAT,
+                         "%s: no entries (%zu lines, blank or comments)", name,
+                         line);
+    if (rc != EF_OK) {
+        ef__file_list_free(out);
+        return rc;
+    }
+    out->labelled = labelled == 1;
+    return EF_OK;
+}
+
+int ef__files_from_list(const char *path, ef__file_list *out, ef__err *err)
+{
+    memset(out, 0, sizeof *out);
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return ef__err_set(err, EF_EIO, "%s: cannot open the list file: %s",
+                           path, strerror(errno));
+    char *text = NULL;
+    size_t len = 0, cap = 0;
+    int rc = EF_OK;
+    for (;;) {
+        if (len == cap) {
+            char *t = ef__realloc(text, cap ? cap * 2 : 65536);
+            if (!t) {
+                rc = ef__err_set(err, EF_ENOMEM, "%s: out of memory", path);
+                break;
+            }
+            text = t;
+            cap = cap ? cap * 2 : 65536;
+        }
+        size_t got = fread(text + len, 1, cap - len, f);
+        len += got;
+        if (got == 0) {
+            if (ferror(f))
+                rc = ef__err_set(err, EF_EIO,
+                                 "%s: cannot read the list "
+                                 "file at byte %zu",
+                                 path, len);
+            break;
+        }
+    }
+    fclose(f);
+    if (rc == EF_OK) {
+        /* the list's directory: relative entries are relative to it */
+        const char *slash = strrchr(path, '/');
+        size_t blen = slash ? (size_t)(slash - path) : 0;
+        char *base = ef__malloc(blen + 2);
+        if (!base) {
+            rc = ef__err_set(err, EF_ENOMEM, "%s: out of memory", path);
+        } else {
+            if (slash && blen == 0) /* "/list.txt" */
+                blen = 1;
+            memcpy(base, path, blen);
+            base[blen] = '\0';
+            rc = ef__files_parse_list(text ? text : "", len, path, base, out,
+                                      err);
+            ef__free(base);
+        }
+    }
+    ef__free(text);
+    return rc;
+}
+
+/* ---- glob ------------------------------------------------------------ */
+
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+int ef__files_from_glob(const char *pattern, ef__file_list *out, ef__err *err)
+{
+    memset(out, 0, sizeof *out);
+    glob_t g;
+    /* GLOB_NOSORT: sorted below in byte order, whatever the locale */
+    int grc = glob(pattern, GLOB_NOSORT, NULL, &g);
+    if (grc == GLOB_NOMATCH)
+        return ef__err_set(err, EF_ESPEC,
+                           "files: option 'glob': '%s' matches no file",
+                           pattern);
+    if (grc != 0) {
+        globfree(&g);
+        return ef__err_set(err, grc == GLOB_NOSPACE ? EF_ENOMEM : EF_EIO,
+                           "files: option 'glob': '%s': %s", pattern,
+                           grc == GLOB_NOSPACE ? "out of memory"
+                                               : "a directory cannot be read");
+    }
+    qsort(g.gl_pathv, g.gl_pathc, sizeof *g.gl_pathv, cmp_str);
+    int rc = EF_OK;
+    for (size_t i = 0; i < g.gl_pathc && rc == EF_OK; i++) {
+        const char *p = g.gl_pathv[i], *key;
+        size_t key_len;
+        list_key(p, strlen(p), &key, &key_len);
+        char where[EF__ERR_MAX / 2];
+        snprintf(where, sizeof where, "files: option 'glob' '%.200s'", pattern);
+        rc = ef__file_list_add(out, p, key, key_len, -1, where, err);
+    }
+    globfree(&g);
+    if (rc != EF_OK)
+        ef__file_list_free(out);
+    return rc;
+}

@@ -1,0 +1,487 @@
+/* The `files` source: an ImageFolder tree listed in torchvision's order
+ * (nested directories sorted by whole path, mixed-case extensions, other
+ * files left out, linked directories followed), its fields, empty
+ * classes, list files (labels, CSV, comments, relative paths, a bad line
+ * named), glob patterns, option errors, unreadable files failing or
+ * skipped and counted, shards covering every file once, a shuffle that is
+ * a new permutation each epoch, the same stream whatever the readers, and
+ * checkpoints resuming mid-epoch with exactly the remaining samples.
+ * Fixtures are written into a temporary directory. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "ef_test_util.h"
+#include "state_test_util.h"
+
+/* torchvision.datasets.ImageFolder(R).samples for the tree of setup(),
+ * relative to R (checked against torchvision by python/tests/
+ * test_files.py on real images, and by hand with torchvision 0.14 on this
+ * very tree). "cat/sub c" sorts before "cat/sub/z": sorted(os.walk())
+ * orders directories by their whole path, ' ' < '/'. */
+static const struct {
+    const char *path, *field;
+    int64_t label;
+} k_expected[] = {
+    {"cat/a.jpg", "jpg", 0},       {"cat/b.PNG", "png", 0},
+    {"cat/sub/c.jpeg", "jpeg", 0}, {"cat/sub c/d.jpg", "jpg", 0},
+    {"cat/sub/z/e.Tif", "tif", 0}, {"dog/x.webp", "webp", 1},
+    {"dog/link/e.Tif", "tif", 1},  {"emu/c.jpeg", "jpeg", 2},
+    {"emu/z/e.Tif", "tif", 2},
+};
+#define NEXPECTED (sizeof k_expected / sizeof k_expected[0])
+
+static char g_spec[1024];
+
+/* A spec of the tree's root with more options. */
+static const char *root_spec(const char *more)
+{
+    snprintf(g_spec, sizeof g_spec, "files:root=%s%s", tu_at("R"), more);
+    return g_spec;
+}
+
+static void put(const char *rel, const char *text)
+{
+    tu_write_file(tu_at(rel), text, strlen(text));
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    if (tu_dir_create("ef_files") != 0)
+        return -1;
+    const char *dirs[] = {"R",           "R/cat", "R/cat/sub", "R/cat/sub c",
+                          "R/cat/sub/z", "R/dog", "E",         "E/full",
+                          "E/none",      "L",     "L/img"};
+    for (size_t i = 0; i < sizeof dirs / sizeof dirs[0]; i++)
+        if (mkdir(tu_at(dirs[i]), 0755) != 0)
+            return -1;
+    put("R/cat/a.jpg", "A");
+    put("R/cat/b.PNG", "BB");
+    put("R/cat/notes.txt", "not an image");
+    put("R/cat/sub/c.jpeg", "CCC");
+    put("R/cat/sub c/d.jpg", "DDDD");
+    put("R/cat/sub/z/e.Tif", "EEEEE");
+    put("R/dog/x.webp", "XXXXXX");
+    put("R/file.jpg", "a file beside the classes is no class");
+    if (symlink("../cat/sub/z", tu_at("R/dog/link")) != 0 ||
+        symlink("cat/sub", tu_at("R/emu")) != 0)
+        return -1;
+    put("E/full/a.png", "1");
+    put("E/none/readme.md", "no image");
+    put("L/img/one.jpg", "one");
+    put("L/img/two.png", "two!");
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    return tu_dir_remove();
+}
+
+static ef_pipeline *make(const char *spec, int skip)
+{
+    ef_pipeline *p = NULL;
+    assert_int_equal(ef_pipeline_create(&p), EF_OK);
+    assert_int_equal(ef_pipeline_set_seed(p, 7), EF_OK);
+    if (skip)
+        assert_int_equal(ef_pipeline_set_on_error(p, EF_ON_ERROR_SKIP), EF_OK);
+    tu_parse(p, spec);
+    return p;
+}
+
+/* The text of u8 field `name`. */
+static const char *text_of(const ef_sample *s, const char *name)
+{
+    static char buf[1024];
+    ef_tensor t = tu_field(s, name);
+    assert_int_equal(t.dtype, EF_U8);
+    assert_int_equal(t.ndim, 1);
+    assert_true(t.nbytes < sizeof buf);
+    memcpy(buf, t.data, t.nbytes);
+    buf[t.nbytes] = '\0';
+    return buf;
+}
+
+static void expect_spec_error(const char *spec, const char *needle)
+{
+    ef_pipeline *p = NULL;
+    assert_int_equal(ef_pipeline_create(&p), EF_OK);
+    int rc = ef_pipeline_parse(p, spec);
+    if (rc == EF_OK)
+        fail_msg("%s: parsed, expected an error with \"%s\"", spec, needle);
+    if (!strstr(ef_pipeline_error(p), needle))
+        fail_msg("%s: message \"%s\" lacks \"%s\"", spec, ef_pipeline_error(p),
+                 needle);
+    ef_pipeline_destroy(p);
+}
+
+/* ---- ImageFolder --------------------------------------------------- */
+
+static void test_folder_order_and_fields(void **state)
+{
+    (void)state;
+    ef_pipeline *p = make(root_spec(",readers=3"), 0);
+    char want[1024];
+    for (size_t i = 0; i < NEXPECTED; i++) {
+        ef_sample *s = tu_next(p);
+        snprintf(want, sizeof want, "%s/%s", tu_at("R"), k_expected[i].path);
+        assert_string_equal(text_of(s, "__url__"), want);
+        /* the key: relative to the root, without the extension */
+        const char *dot = strrchr(k_expected[i].path, '.');
+        assert_string_equal(
+            text_of(s, "__key__"),
+            (snprintf(want, sizeof want, "%.*s",
+                      (int)(dot - k_expected[i].path), k_expected[i].path),
+             want));
+        assert_int_equal(tu_i64(s, "label"), k_expected[i].label);
+        ef_tensor t = tu_field(s, k_expected[i].field);
+        assert_int_equal(t.dtype, EF_U8);
+        assert_int_equal(t.ndim, 1);
+        assert_int_equal(ef_sample_field_count(s), 4);
+        ef_sample_id id = ef_sample_identity(s);
+        assert_int_equal(id.index, (int64_t)i);
+        ef_sample_free(s);
+    }
+    tu_expect_end(p);
+    /* the length is known once listed */
+    int64_t n = 0;
+    assert_int_equal(ef_pipeline_length(p, &n), EF_OK);
+    assert_int_equal(n, (int64_t)NEXPECTED);
+    ef_pipeline_destroy(p);
+}
+
+static void test_folder_bytes(void **state)
+{
+    (void)state;
+    ef_pipeline *p =
+        make(root_spec(",extensions=\"png, .WEBP\",allow_empty=true"), 0);
+    ef_sample *s = tu_next(p);
+    assert_string_equal(text_of(s, "png"), "BB");
+    ef_sample_free(s);
+    s = tu_next(p);
+    assert_string_equal(text_of(s, "webp"), "XXXXXX");
+    assert_int_equal(tu_i64(s, "label"), 1);
+    ef_sample_free(s);
+    tu_expect_end(p); /* emu has no png or webp: an error unless allowed */
+    ef_pipeline_destroy(p);
+}
+
+static void test_folder_empty_class(void **state)
+{
+    (void)state;
+    char spec[600];
+    snprintf(spec, sizeof spec, "files:root=%s", tu_at("E"));
+    expect_spec_error(spec, "no valid file for the class none in");
+    snprintf(spec, sizeof spec, "files:root=%s,allow_empty=true", tu_at("E"));
+    ef_pipeline *p = make(spec, 0);
+    ef_sample *s = tu_next(p);
+    assert_int_equal(tu_i64(s, "label"), 0);
+    ef_sample_free(s);
+    tu_expect_end(p);
+    ef_pipeline_destroy(p);
+    /* a root without class folders, and one that is not there */
+    snprintf(spec, sizeof spec, "files:root=%s", tu_at("L/img"));
+    expect_spec_error(spec, "no class folder in");
+    snprintf(spec, sizeof spec, "files:root=%s", tu_at("nowhere"));
+    expect_spec_error(spec, "nowhere");
+}
+
+static void test_options(void **state)
+{
+    (void)state;
+    expect_spec_error("files", "exactly one of the options 'root'");
+    snprintf(g_spec, sizeof g_spec, "files:root=%s,glob=%s/*", tu_at("R"),
+             tu_at("R"));
+    expect_spec_error(g_spec, "exactly one of the options 'root'");
+    expect_spec_error(root_spec(",extensions=\"jpg,,png\""),
+                      "option 'extensions'");
+    snprintf(g_spec, sizeof g_spec, "files:glob=%s/*,allow_empty=true",
+             tu_at("L/img"));
+    expect_spec_error(g_spec, "apply to 'root' only");
+    expect_spec_error(root_spec(",shard=12/13"), "gets no file");
+}
+
+/* ---- lists and globs ---------------------------------------------- */
+
+static void test_list(void **state)
+{
+    (void)state;
+    char text[1024];
+    snprintf(text, sizeof text,
+             "# a comment\n\nimg/one.jpg 3\n  %s,5  \r\nimg/two.png\t-1\n",
+             tu_at("L/img/two.png"));
+    put("L/list.txt", text);
+    snprintf(g_spec, sizeof g_spec, "files:list=%s", tu_at("L/list.txt"));
+    ef_pipeline *p = make(g_spec, 0);
+    const int64_t labels[] = {3, 5, -1};
+    for (int i = 0; i < 3; i++) {
+        ef_sample *s = tu_next(p);
+        assert_int_equal(tu_i64(s, "label"), labels[i]);
+        assert_string_equal(text_of(s, i ? "png" : "jpg"), i ? "two!" : "one");
+        if (i == 0) {
+            assert_string_equal(text_of(s, "__url__"), tu_at("L/img/one.jpg"));
+            assert_string_equal(text_of(s, "__key__"), "img/one");
+        }
+        ef_sample_free(s);
+    }
+    tu_expect_end(p);
+    ef_pipeline_destroy(p);
+
+    /* without labels: no label field */
+    put("L/plain.txt", "img/two.png\nimg/one.jpg\n");
+    snprintf(g_spec, sizeof g_spec, "files:list=%s", tu_at("L/plain.txt"));
+    p = make(g_spec, 0);
+    ef_sample *s = tu_next(p);
+    ef_tensor t;
+    assert_int_not_equal(ef_sample_get(s, "label", &t), EF_OK);
+    assert_int_equal(ef_sample_field_count(s), 3);
+    ef_sample_free(s);
+    ef_pipeline_destroy(p);
+}
+
+static void expect_list_error(const char *text, const char *needle)
+{
+    put("L/bad.txt", text);
+    snprintf(g_spec, sizeof g_spec, "files:list=%s", tu_at("L/bad.txt"));
+    char want[600];
+    snprintf(want, sizeof want, "%s: %s", tu_at("L/bad.txt"), needle);
+    expect_spec_error(g_spec, want);
+}
+
+static void test_list_errors(void **state)
+{
+    (void)state;
+    expect_list_error("img/one.jpg 1\n# c\nimg/two.png x\n",
+                      "line 3: the label 'x' is not a decimal integer");
+    expect_list_error("a.jpg 1 2\n", "line 1: expected 'path'");
+    expect_list_error("a.jpg 1\nb.jpg\n", "line 2: has no label");
+    expect_list_error(",4\n", "line 1: no path");
+    expect_list_error("\n\nnoext 1\n", "line 3: '");
+    expect_list_error("# nothing\n", "no entries");
+    snprintf(g_spec, sizeof g_spec, "files:list=%s", tu_at("L/missing.txt"));
+    expect_spec_error(g_spec, "cannot open the list file");
+}
+
+static void test_glob(void **state)
+{
+    (void)state;
+    snprintf(g_spec, sizeof g_spec, "files:glob=%s/*/*.jpg", tu_at("R"));
+    ef_pipeline *p = make(g_spec, 0);
+    ef_sample *s = tu_next(p);
+    assert_string_equal(text_of(s, "__url__"), tu_at("R/cat/a.jpg"));
+    ef_tensor t;
+    assert_int_not_equal(ef_sample_get(s, "label", &t), EF_OK);
+    ef_sample_free(s);
+    tu_expect_end(p);
+    ef_pipeline_destroy(p);
+    snprintf(g_spec, sizeof g_spec, "files:glob=%s/*.nothing", tu_at("R"));
+    expect_spec_error(g_spec, "matches no file");
+}
+
+/* ---- failures ------------------------------------------------------ */
+
+static void test_unreadable(void **state)
+{
+    (void)state;
+    if (mkdir(tu_at("U"), 0755) != 0 || mkdir(tu_at("U/a"), 0755) != 0)
+        fail_msg("mkdir");
+    put("U/a/1.jpg", "1");
+    put("U/a/3.jpg", "3");
+    /* a dangling link is a file to os.walk, and cannot be read */
+    assert_int_equal(symlink("gone.jpg", tu_at("U/a/2.jpg")), 0);
+    snprintf(g_spec, sizeof g_spec, "files:root=%s,readers=2", tu_at("U"));
+    ef_pipeline *p = make(g_spec, 0);
+    ef_sample *s = tu_next(p);
+    ef_sample_free(s);
+    assert_int_equal(ef_pipeline_next(p, &s), EF_EIO);
+    if (!strstr(ef_pipeline_error(p), tu_at("U/a/2.jpg")) ||
+        !strstr(ef_pipeline_error(p), "files: file 1"))
+        fail_msg("message \"%s\" lacks the file", ef_pipeline_error(p));
+    assert_int_equal(ef_pipeline_next(p, &s), EF_EIO); /* sticky */
+    ef_pipeline_destroy(p);
+
+    p = make(g_spec, 1);
+    s = tu_next(p);
+    assert_string_equal(text_of(s, "jpg"), "1");
+    ef_sample_free(s);
+    s = tu_next(p);
+    assert_string_equal(text_of(s, "jpg"), "3");
+    ef_sample_free(s);
+    tu_expect_end(p);
+    char msg[512];
+    assert_int_equal(ef_pipeline_skipped(p, msg, sizeof msg), 1);
+    if (!strstr(msg, tu_at("U/a/2.jpg")))
+        fail_msg("skip message \"%s\" lacks the file", msg);
+    ef_pipeline_destroy(p);
+}
+
+/* ---- order --------------------------------------------------------- */
+
+/* The indices of a whole run. */
+static size_t indices(ef_pipeline *p, int64_t *out, size_t max)
+{
+    size_t n = 0;
+    for (ef_sample *s; (s = tu_next_or_end(p, "files")) != NULL;) {
+        assert_true(n < max);
+        out[n++] = ef_sample_identity(s).index;
+        ef_sample_free(s);
+    }
+    return n;
+}
+
+static void test_shards(void **state)
+{
+    (void)state;
+    int seen[NEXPECTED] = {0};
+    for (int i = 0; i < 4; i++) {
+        char more[32];
+        snprintf(more, sizeof more, ",shard=%d/4", i);
+        ef_pipeline *p = make(root_spec(more), 0);
+        int64_t idx[NEXPECTED];
+        size_t n = indices(p, idx, NEXPECTED);
+        for (size_t k = 0; k < n; k++) {
+            assert_int_equal(idx[k] % 4, i);
+            seen[idx[k]]++;
+        }
+        ef_pipeline_destroy(p);
+        /* the pipeline's part reads the same */
+        ef_pipeline *q = NULL;
+        assert_int_equal(ef_pipeline_create(&q), EF_OK);
+        assert_int_equal(ef_pipeline_set_shard(q, i, 4), EF_OK);
+        tu_parse(q, root_spec(""));
+        int64_t idx2[NEXPECTED];
+        assert_int_equal(indices(q, idx2, NEXPECTED), n);
+        assert_memory_equal(idx, idx2, n * sizeof *idx);
+        ef_pipeline_destroy(q);
+    }
+    for (size_t k = 0; k < NEXPECTED; k++)
+        assert_int_equal(seen[k], 1);
+}
+
+static void test_shuffle(void **state)
+{
+    (void)state;
+    int64_t a[3 * NEXPECTED], b[3 * NEXPECTED];
+    ef_pipeline *p = make(root_spec(",shuffle=true,readers=4 | repeat:3"), 0);
+    assert_int_equal(indices(p, a, 3 * NEXPECTED), 3 * NEXPECTED);
+    ef_pipeline_destroy(p);
+    p = make(root_spec(",shuffle=true,readers=1 | repeat:3"), 0);
+    assert_int_equal(indices(p, b, 3 * NEXPECTED), 3 * NEXPECTED);
+    ef_pipeline_destroy(p);
+    /* the readers change nothing */
+    assert_memory_equal(a, b, sizeof a);
+    for (int e = 0; e < 3; e++) {
+        int seen[NEXPECTED] = {0};
+        for (size_t k = 0; k < NEXPECTED; k++)
+            seen[a[e * NEXPECTED + k]]++;
+        for (size_t k = 0; k < NEXPECTED; k++)
+            assert_int_equal(seen[k], 1);
+    }
+    assert_memory_not_equal(a, a + NEXPECTED, NEXPECTED * sizeof *a);
+    assert_memory_not_equal(a + NEXPECTED, a + 2 * NEXPECTED,
+                            NEXPECTED * sizeof *a);
+    /* unshuffled: list order */
+    p = make(root_spec(",readers=5"), 0);
+    assert_int_equal(indices(p, a, NEXPECTED), NEXPECTED);
+    for (size_t k = 0; k < NEXPECTED; k++)
+        assert_int_equal(a[k], (int64_t)k);
+    ef_pipeline_destroy(p);
+}
+
+static void test_echo_auto(void **state)
+{
+    (void)state;
+    /* poll() never blocks: automatic echo may follow the source */
+    ef_pipeline *p = make(root_spec(" | echo:factor=auto,max=3"), 0);
+    long n = tu_drain(p);
+    assert_true(n >= (long)NEXPECTED && n <= 3 * (long)NEXPECTED);
+    ef_pipeline_destroy(p);
+}
+
+/* ---- checkpoints ---------------------------------------------------- */
+
+static ef_pipeline *make_for(const char *spec, const void *arg)
+{
+    return make(spec, arg != NULL);
+}
+
+static void test_resume(void **state)
+{
+    (void)state;
+    char spec[1024], other[1024];
+    /* mid-epoch, the next epochs reshuffled, other readers on restore */
+    snprintf(spec, sizeof spec,
+             "files:root=%s,shuffle=true,readers=3 | repeat:3", tu_at("R"));
+    snprintf(other, sizeof other,
+             "files:root=%s,shuffle=true,readers=2 | repeat:3", tu_at("R"));
+    assert_int_equal(
+        tu_check_resume(make_for, NULL, spec, other, NULL, 27, 100),
+        3 * NEXPECTED);
+    /* held items fetched again: a shuffle buffer and batches downstream */
+    snprintf(spec, sizeof spec,
+             "files:root=%s,readers=4,extensions=tif | shuffle:3 | repeat:2",
+             tu_at("R"));
+    assert_int_equal(tu_check_resume(make_for, NULL, spec, spec, NULL, 6, 100),
+                     2 * 3);
+    /* a skipped file keeps the count */
+    snprintf(spec, sizeof spec, "files:root=%s,readers=2", tu_at("U"));
+    assert_int_equal(
+        tu_check_resume(make_for, "skip", spec, spec, NULL, 2, 100), 2);
+}
+
+static void test_resume_changed(void **state)
+{
+    (void)state;
+    char spec[600];
+    snprintf(spec, sizeof spec, "files:root=%s | shuffle:4", tu_at("R"));
+    ef_pipeline *p = make(spec, 0);
+    ef_sample *s = tu_next(p);
+    ef_sample_free(s);
+    size_t size;
+    void *st = tu_save(p, &size);
+    ef_pipeline_destroy(p);
+    /* a file the shuffle buffer holds changes size */
+    put("R/cat/b.PNG", "BBB");
+    put("R/cat/a.jpg", "AA");
+    put("R/cat/sub/c.jpeg", "CCCC");
+    put("R/cat/sub c/d.jpg", "DDDDD");
+    p = make(spec, 0);
+    int rc = ef_pipeline_restore_state(p, st, size);
+    if (rc == EF_OK) /* the pipeline may fetch at its first next */
+        rc = ef_pipeline_next(p, &s);
+    assert_int_equal(rc, EF_EFORMAT);
+    if (!strstr(ef_pipeline_error(p), "the file changed"))
+        fail_msg("message \"%s\"", ef_pipeline_error(p));
+    ef_pipeline_destroy(p);
+    put("R/cat/b.PNG", "BB");
+    put("R/cat/a.jpg", "A");
+    put("R/cat/sub/c.jpeg", "CCC");
+    put("R/cat/sub c/d.jpg", "DDDD");
+    free(st);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_folder_order_and_fields),
+        cmocka_unit_test(test_folder_bytes),
+        cmocka_unit_test(test_folder_empty_class),
+        cmocka_unit_test(test_options),
+        cmocka_unit_test(test_list),
+        cmocka_unit_test(test_list_errors),
+        cmocka_unit_test(test_glob),
+        cmocka_unit_test(test_unreadable),
+        cmocka_unit_test(test_shards),
+        cmocka_unit_test(test_shuffle),
+        cmocka_unit_test(test_echo_auto),
+        cmocka_unit_test(test_resume),
+        cmocka_unit_test(test_resume_changed),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
