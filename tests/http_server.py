@@ -18,6 +18,7 @@ Command line (kept stable: other tests start this script too):
                  [--redirect-loop] [--huge-header BYTES]
                  [--random-faults SEED] [--fault-rate P]
                  [--fault-counts PATH] [--request-log PATH]
+                 [--latency SECONDS]
 
   --root DIR          directory to serve (required)
   --port N            port on 127.0.0.1; 0 (the default) picks a free one
@@ -76,6 +77,9 @@ Command line (kept stable: other tests start this script too):
   --request-log PATH  append a line per request to PATH, as it comes:
                       the method, the path and the Range header ("-"
                       without one), separated by spaces
+  --latency SECONDS   wait SECONDS before answering each request (a
+                      distant server: what reading many small files one
+                      request at a time suffers from)
   --quiet             do not log requests to stderr
 
 The process serves until killed (SIGTERM or SIGKILL are both fine: handler
@@ -117,6 +121,7 @@ class Faults:
         self.redirect_loop = args.redirect_loop
         self.huge_header = args.huge_header
         self.quiet = args.quiet
+        self.latency = args.latency
         self._lock = threading.Lock()
         self._seen = {}
         self._rng = None
@@ -213,6 +218,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
                                                        fmt % args))
 
     def do_GET(self):
+        if self.server.faults.latency:
+            time.sleep(self.server.faults.latency)
         self.serve(send_body=True)
 
     def do_HEAD(self):
@@ -427,13 +434,14 @@ def main():
     ap.add_argument("--fault-rate", type=float, default=0.3, metavar="P")
     ap.add_argument("--fault-counts", metavar="PATH")
     ap.add_argument("--request-log", metavar="PATH")
+    ap.add_argument("--latency", type=float, default=0, metavar="SECONDS")
     ap.add_argument("--quiet", action="store_true")
     args = ap.parse_args()
     if not 0 <= args.fault_rate <= 1:
         ap.error("--fault-rate must be between 0 and 1")
     if args.fault_counts and args.random_faults is None:
         ap.error("--fault-counts needs --random-faults")
-    for name in ("range_shift", "range_overrun", "huge_header"):
+    for name in ("range_shift", "range_overrun", "huge_header", "latency"):
         if getattr(args, name) < 0:
             ap.error("--%s must not be negative" % name.replace("_", "-"))
     for name in ("slow_headers", "slow_body"):
