@@ -404,6 +404,10 @@ class Handler(http.server.BaseHTTPRequestHandler):
 class Server(http.server.ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
+    # socketserver's default backlog of 5 drops the SYNs of clients that
+    # open more connections at once (the files source's readers), which
+    # then wait a second to retry: no server a test stands for does that
+    request_queue_size = 128
 
     def handle_error(self, request, client_address):
         # clients under test hang up mid-reply or on an idle keep-alive
