@@ -102,7 +102,7 @@ if [ "$rc" -ne 0 ]; then
     fail "echoflow stages exited $rc: $(cat "$TMP/stages.err")"
 else
     missing=""
-    for s in range idx map shuffle echo batch prefetch repeat take throttle tar tfrecord cifar; do
+    for s in range idx map shuffle echo batch prefetch repeat take throttle tar tfrecord cifar files; do
         grep -qw "$s" "$TMP/stages.out" || missing="$missing $s"
     done
     if [ -n "$missing" ]; then

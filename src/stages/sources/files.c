@@ -393,6 +393,8 @@ static int files_create(ef__stage *s, const ef__opts *o, ef__err *err)
                            (long long)st->part.i, (long long)st->part.i,
                            (long long)st->part.n, n, n == 1 ? "" : "s");
     st->nkept = (size_t)ef__shard_count(&st->part, (int64_t)n);
+    if ((size_t)st->nreaders > st->nkept) /* the rest would have nothing */
+        st->nreaders = (int)st->nkept;
     st->kept = ef__malloc(st->nkept * sizeof *st->kept);
     st->order = ef__malloc(st->nkept * sizeof *st->order);
     st->readers = ef__calloc((size_t)st->nreaders, sizeof *st->readers);
