@@ -165,3 +165,33 @@ def test_http_list(folder, tmp_path):
     finally:
         proc.kill()
         proc.wait()
+
+
+def _fingerprints(p, n=None):
+    out = []
+    for s in p:
+        out.append((tuple(s.identity),
+                    tuple((k, numpy.asarray(v).tobytes())
+                          for k, v in sorted(s.items()))))
+        if n is not None and len(out) == n:
+            break
+    return out
+
+
+def test_state_resumes_mid_epoch(folder):
+    # reshuffled per epoch, decoded, shuffled again downstream (whose
+    # buffer is fetched back by identity), other readers on restore
+    spec = ("files:root=%s,shuffle=true,readers=%d | decode"
+            " | shuffle:buffer=50 | repeat:count=2")
+    with echoflow.Pipeline(spec % (folder, 4), seed=5) as p:
+        whole = _fingerprints(p)
+    assert len(whole) == 2 * N
+    assert whole[:N] != whole[N:]
+    for cut in (0, 1, 77, N, N + 150, 2 * N):
+        p = echoflow.Pipeline(spec % (folder, 4), seed=5)
+        head = _fingerprints(p, cut) if cut else []
+        state = p.state_dict()
+        p.close()
+        with echoflow.Pipeline(spec % (folder, 2), seed=5) as q:
+            q.load_state_dict(state)
+            assert head + _fingerprints(q) == whole, "resumed at %d" % cut
