@@ -375,8 +375,12 @@ static int files_create(ef__stage *s, const ef__opts *o, ef__err *err)
     st->shuffle = ef__opt_bool(o, "shuffle");
     st->nreaders = (int)ef__opt_int(o, "readers");
     st->depth = (size_t)ef__opt_int(o, "queue");
-    ef__stream_opts_from(o, &st->sopts);
-    st->sopts.gzip = 0; /* a file.gz is its bytes, not their inflation */
+    /* not ef__stream_opts_from: no max_inflate, as nothing is inflated
+     * (a file.gz is its bytes) */
+    ef__stream_opts_init(&st->sopts);
+    st->sopts.tries = (int)ef__opt_int(o, "tries");
+    st->sopts.timeout_s = ef__opt_float(o, "timeout");
+    st->sopts.gzip = 0;
     st->sopts.cancelled = &st->stop;
     int rc = ef__shard_parse(s, o, &st->part, err);
     if (rc == EF_OK)
@@ -602,7 +606,12 @@ static const ef__option_def files_options[] = {
     {"readers", EF_OPT_INT, "8",
      "threads reading files ahead (HTTP requests in flight)", 1, 256},
     {"queue", EF_OPT_INT, "4", "files read ahead per reader", 1, 1 << 16},
-    EF__STREAM_OPTIONS,
+    {"tries", EF_OPT_INT, "5", "HTTP attempts per file before giving up", 1,
+     100},
+    {"timeout", EF_OPT_FLOAT, "30",
+     "HTTP: seconds an attempt may go without a byte, wait for its headers, "
+     "or get under 1 KiB/s of body",
+     0.001, 86400},
     EF__SHARD_OPTION,
 };
 
