@@ -615,6 +615,14 @@ static const ef__option_def files_options[] = {
     EF__SHARD_OPTION,
 };
 
+/* A sample's file: its origin.part is the file's index in the list. */
+static const char *files_part_name(const ef__stage *s, int64_t part)
+{
+    const files_state *st = s->state;
+    return part >= 0 && (size_t)part < st->names.n ? st->names.names[part]
+                                                   : NULL;
+}
+
 const ef__stage_def ef__stage_files = {
     .info = {"files",
              "single files (an ImageFolder tree, a list, a glob): bytes as "
@@ -633,4 +641,5 @@ const ef__stage_def ef__stage_files = {
     .restore = files_restore,
     .fetch = files_fetch,
     .length = files_length,
+    .part_name = files_part_name,
 };
