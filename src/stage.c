@@ -192,6 +192,19 @@ void ef__stage_rng(const ef__stage *s, ef__rng *r, ef_sample_id id)
                  id.echo_copy);
 }
 
+void ef__shard_shuffle(const ef__stage *s, int64_t epoch, int64_t *order,
+                       size_t n)
+{
+    ef__rng rng;
+    ef__rng_init(&rng, s->ctx->seed, (uint64_t)s->index, -1, epoch, 0);
+    for (size_t i = n > 1 ? n - 1 : 0; i > 0; i--) {
+        size_t j = (size_t)ef__rng_below(&rng, i + 1);
+        int64_t t = order[i];
+        order[i] = order[j];
+        order[j] = t;
+    }
+}
+
 int ef__shard_parse(const ef__stage *s, const ef__opts *o, ef__shard *out,
                     ef__err *err)
 {

@@ -356,6 +356,12 @@ int ef__shard_parse(const ef__stage *s, const ef__opts *o, ef__shard *out,
  * sh->n holds: those r with r % n == i. */
 int64_t ef__shard_count(const ef__shard *sh, int64_t records);
 
+/* Shuffles order[0..n) in place for pass `epoch` of source s, with a
+ * generator keyed by the seed, the stage and the epoch: every process
+ * of a sharded job and every restore draws the same order. */
+void ef__shard_shuffle(const ef__stage *s, int64_t epoch, int64_t *order,
+                       size_t n);
+
 /* The option every source declares; its default reads everything. */
 #define EF__SHARD_OPTION                                                       \
     {                                                                          \

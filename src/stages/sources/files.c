@@ -254,16 +254,8 @@ static void *reader_main(void *arg)
 static void make_order(files_state *st, int64_t epoch)
 {
     memcpy(st->order, st->kept, st->nkept * sizeof *st->order);
-    if (!st->shuffle || st->nkept < 2)
-        return;
-    ef__rng rng;
-    ef__rng_init(&rng, st->s->ctx->seed, (uint64_t)st->s->index, -1, epoch, 0);
-    for (size_t i = st->nkept - 1; i > 0; i--) {
-        size_t j = (size_t)ef__rng_below(&rng, i + 1);
-        int64_t t = st->order[i];
-        st->order[i] = st->order[j];
-        st->order[j] = t;
-    }
+    if (st->shuffle)
+        ef__shard_shuffle(st->s, epoch, st->order, st->nkept);
 }
 
 static void stop_readers(files_state *st)
