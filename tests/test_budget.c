@@ -464,6 +464,51 @@ static void test_decode_output_fits_the_budget(void **state)
     ef_pipeline_destroy(p);
 }
 
+#ifdef EF_HAVE_ZLIB
+/* A PNG whose header claims 16384 x 16384 RGB pixels (768 MiB) over a
+ * few bytes of data: decode refuses it from the header, under a 100 MB
+ * budget, before allocating the pixels (it used to allocate them, then
+ * fail on the missing data). */
+static void test_hostile_png_header_is_refused_before_decoding(void **state)
+{
+    (void)state;
+    static unsigned char px[4 * 4 * 3];
+    ef_buffer *png = NULL;
+    ef__err err;
+    ef__err_clear(&err);
+    int rc = ef__png_encode(px, 4, 4, 3, &png, &err);
+    if (rc == EF_EUNSUPPORTED)
+        skip();
+    assert_int_equal(rc, EF_OK);
+    unsigned char *b = ef_buffer_data(png);
+    /* IHDR: length (8), type (12), width (16), height (20) ... crc (29) */
+    assert_memory_equal(b + 12, "IHDR", 4);
+    const unsigned char side[4] = {0, 0, 0x40, 0}; /* 16384, big-endian */
+    memcpy(b + 16, side, 4);
+    memcpy(b + 20, side, 4);
+    uLong crc = crc32(crc32(0, NULL, 0), b + 12, 17);
+    for (int i = 0; i < 4; i++)
+        b[29 + i] = (unsigned char)(crc >> (24 - 8 * i));
+    FILE *f = fopen(tu_at("hostile.tar"), "wb");
+    assert_non_null(f);
+    assert_int_equal(ef__tar_write_member(f, "big.png", b, ef_buffer_size(png),
+                                          &err),
+                     EF_OK);
+    assert_int_equal(ef__tar_write_end(f, &err), EF_OK);
+    fclose(f);
+    ef_buffer_release(png);
+    char spec[512];
+    snprintf(spec, sizeof spec, "tar:urls=\"%s\" | decode",
+             tu_at("hostile.tar"));
+    ef_pipeline *p = budgeted(spec, 100000000, 0);
+    expect_failure(p, EF_ENOMEM,
+                   "key 'big': its output: 805306368 bytes, over the memory "
+                   "budget of 100000000 bytes",
+                   NULL);
+    ef_pipeline_destroy(p);
+}
+#endif
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -474,6 +519,9 @@ int main(void)
         cmocka_unit_test(test_gzip_bomb_stops_early),
         cmocka_unit_test(test_tfrecord_over_budget),
         cmocka_unit_test(test_whole_file_sources_check_the_budget),
+#ifdef EF_HAVE_ZLIB
+        cmocka_unit_test(test_hostile_png_header_is_refused_before_decoding),
+#endif
         cmocka_unit_test(test_unordered_map_queue_is_budgeted),
         cmocka_unit_test(test_items_no_queue_sees_fit_the_budget),
         cmocka_unit_test(test_decode_output_fits_the_budget),

@@ -92,6 +92,38 @@ int ef__image_decode(const void *data, size_t size, int channels,
     }
 }
 
+int ef__image_probe(const void *data, size_t size, int channels,
+                    const char *what, int64_t shape[3], int *jpeg,
+                    ef__err *err)
+{
+    const unsigned char *p = data;
+    int rc = check_channels(channels, what, err);
+    if (rc != EF_OK)
+        return rc;
+    int kind = sniff(p, size), stored = 3;
+    *jpeg = kind == JPEG;
+    switch (kind) {
+    case JPEG:
+#ifdef EF_HAVE_TURBOJPEG
+        rc = ef__jpeg_probe(p, size, what, &shape[0], &shape[1], &stored, err);
+        break;
+#else
+        return missing(what, "JPEG", "libjpeg-turbo", "libturbojpeg0-dev", err);
+#endif
+    case PNG:
+#ifdef EF_HAVE_SPNG
+        rc = ef__png_probe(p, size, what, &shape[0], &shape[1], &stored, err);
+        break;
+#else
+        return missing(what, "PNG", "libspng", "libspng-dev", err);
+#endif
+    default:
+        return not_an_image(p, size, what, err);
+    }
+    shape[2] = channels ? channels : stored;
+    return rc;
+}
+
 int ef__image_decode_window(const void *data, size_t size, int channels,
                             ef__window_fn choose, void *user, int64_t out_h,
                             int64_t out_w, const char *what, ef_buffer **out,

@@ -23,6 +23,15 @@ int ef__image_decode(const void *data, size_t size, int channels,
                      const char *what, ef_buffer **out, int64_t shape[3],
                      ef__err *err);
 
+/* The shape ef__image_decode would give the image, [H,W,C] for
+ * `channels` as there, read from its header with the same checks and
+ * nothing decoded or allocated, so that a stage can refuse what it
+ * cannot hold before paying for it; *jpeg tells a JPEG from a PNG.
+ * Errors as ef__image_decode's. */
+int ef__image_probe(const void *data, size_t size, int channels,
+                    const char *what, int64_t shape[3], int *jpeg,
+                    ef__err *err);
+
 /* Chooses the window to decode once the image's size (h x w) is known:
  * win = {y0, x0, height, width}, in full-size pixels. */
 typedef void (*ef__window_fn)(int64_t h, int64_t w, void *user, int64_t win[4]);
@@ -63,10 +72,13 @@ int ef__png_decode(const unsigned char *data, size_t size, int channels,
                    const char *what, ef_buffer **out, int64_t shape[3],
                    ef__err *err);
 
-/* A JPEG's height and width, with ef__jpeg_decode's checks of the
- * header. */
+/* A JPEG's height and width, and its channels as stored (1 gray, else
+ * 3), with ef__jpeg_decode's checks of the header. */
 int ef__jpeg_probe(const unsigned char *data, size_t size, const char *what,
-                   int64_t *h, int64_t *w, ef__err *err);
+                   int64_t *h, int64_t *w, int *c, ef__err *err);
+/* The same for a PNG, with ef__png_decode's checks. */
+int ef__png_probe(const unsigned char *data, size_t size, const char *what,
+                  int64_t *h, int64_t *w, int *c, ef__err *err);
 /* In builds with libjpeg and TurboJPEG. */
 int ef__jpeg_decode_window(const unsigned char *data, size_t size, int channels,
                            ef__window_fn choose, void *user, int64_t out_h,

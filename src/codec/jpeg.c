@@ -109,7 +109,7 @@ int ef__jpeg_decode(const unsigned char *data, size_t size, int channels,
 }
 
 int ef__jpeg_probe(const unsigned char *data, size_t size, const char *what,
-                   int64_t *h, int64_t *w, ef__err *err)
+                   int64_t *h, int64_t *w, int *c, ef__err *err)
 {
     tjhandle tj = start(what, err);
     if (!tj)
@@ -119,6 +119,7 @@ int ef__jpeg_probe(const unsigned char *data, size_t size, const char *what,
     tjDestroy(tj);
     *h = ih;
     *w = iw;
+    *c = colorspace == TJCS_GRAY ? 1 : 3;
     return rc;
 }
 

@@ -218,7 +218,8 @@ int ef__jpeg_decode_window(const unsigned char *data, size_t size, int channels,
 {
     *out = NULL;
     int64_t h, w, win[4];
-    int rc = ef__jpeg_probe(data, size, what, &h, &w, err);
+    int stored;
+    int rc = ef__jpeg_probe(data, size, what, &h, &w, &stored, err);
     if (rc != EF_OK)
         return rc;
     choose(h, w, user, win);

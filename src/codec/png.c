@@ -95,6 +95,24 @@ static int read_header(const unsigned char *data, size_t size, const char *what,
     return rc;
 }
 
+int ef__png_probe(const unsigned char *data, size_t size, const char *what,
+                  int64_t *h, int64_t *w, int *c, ef__err *err)
+{
+    struct spng_ihdr ihdr;
+    spng_ctx *ctx;
+    int rc = read_header(data, size, what, &ihdr, &ctx, err);
+    if (rc != EF_OK)
+        return rc;
+    spng_ctx_free(ctx);
+    *h = ihdr.height;
+    *w = ihdr.width;
+    *c = ihdr.color_type == SPNG_COLOR_TYPE_GRAYSCALE ||
+                 ihdr.color_type == SPNG_COLOR_TYPE_GRAYSCALE_ALPHA
+             ? 1
+             : 3;
+    return EF_OK;
+}
+
 int ef__png_decode(const unsigned char *data, size_t size, int channels,
                    const char *what, ef_buffer **out, int64_t shape[3],
                    ef__err *err)

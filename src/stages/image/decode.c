@@ -37,6 +37,7 @@ static int decode_create(ef__stage *s, const ef__opts *o, ef__err *err)
     if (!p)
         return ef__err_set(err, EF_ENOMEM, "decode: out of memory");
     int rc = ef__decode_fields_parse(o, "decode", p, err);
+    p->budget = &s->ctx->budget;
     if (rc == EF_OK)
         rc = ef__map_setup(s, decode_fn, p, (int)ef__opt_int(o, "threads"), 1,
                            err);

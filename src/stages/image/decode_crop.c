@@ -162,6 +162,8 @@ static int decode_crop_create(ef__stage *s, const ef__opts *o, ef__err *err)
         rc = ef__norm_parse(o, name, &p->v, err);
     if (rc == EF_OK)
         rc = ef__decode_fields_parse(o, name, &p->fields, err);
+    p->fields.budget = &s->ctx->budget;
+    p->fields.windowed = 1;
     if (rc == EF_OK)
         rc = ef__map_setup(s, decode_crop_fn, p, (int)ef__opt_int(o, "threads"),
                            1, err);

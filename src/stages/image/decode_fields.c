@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "codec/image.h"
 #include "stages/image/decode_fields.h"
 #include "stages/image/image_stage.h"
 
@@ -127,6 +128,27 @@ static int find_fields(const ef_sample *in, const ef__decode_fields *p,
     return EF_OK;
 }
 
+/* The decoded pixels against the budget, from the image's header. A
+ * header the decoder would refuse is left to it, whose message is the
+ * same. */
+static int check_budget(const ef__decode_fields *p,
+                        const ef__decode_plan *plan, ef_map_ctx *ctx)
+{
+    int64_t shape[3];
+    int jpeg;
+    ef__err err;
+    ef__err_clear(&err);
+    if (!p->budget || !p->budget->limit ||
+        ef__image_probe(plan->data, plan->size, p->channels, plan->what,
+                        shape, &jpeg, &err) != EF_OK ||
+        (jpeg && p->windowed))
+        return EF_OK;
+    uint64_t bytes = (uint64_t)shape[0] * (uint64_t)shape[1] *
+                     (uint64_t)shape[2];
+    int rc = ef__budget_check(p->budget, bytes, "its output", &err);
+    return rc == EF_OK ? EF_OK : ef_map_ctx_fail(ctx, rc, "%s", err.msg);
+}
+
 int ef__decode_plan_sample(const ef_sample *in, const ef__decode_fields *p,
                            ef__decode_plan *plan, ef_map_ctx *ctx)
 {
@@ -142,7 +164,7 @@ int ef__decode_plan_sample(const ef_sample *in, const ef__decode_fields *p,
     plan->data = (const unsigned char *)ef_buffer_data(f->buf) + f->offset;
     plan->size = f->nbytes;
     snprintf(plan->what, sizeof plan->what, "field '%s'", f->name);
-    return EF_OK;
+    return check_budget(p, plan, ctx);
 }
 
 static int add_label(ef_sample *o, int64_t label)

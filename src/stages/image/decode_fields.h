@@ -21,6 +21,10 @@ typedef struct {
     int channels;         /* 0 (as stored), 1 or 3 */
     int nfields;
     char fields[EF__DECODE_MAX_FIELDS][EF_MAX_NAME]; /* may hold the image */
+    /* the pipeline's: an image whose pixels can never fit it is refused
+     * from its header, before they are allocated (set by the stage) */
+    const ef__budget *budget;
+    int windowed; /* a JPEG is decoded only as far as its window */
 } ef__decode_fields;
 
 /* Checks options channels, as and fields of stage `stage` (its name, for
@@ -39,7 +43,9 @@ typedef struct {
 
 /* Finds the image field (exactly one of p->fields) and `cls` in `in`,
  * checks both are bytes (u8 [N]) and that no output name is taken twice,
- * and parses the label. Errors go through ctx. */
+ * parses the label, and reads the image's header: pixels larger than the
+ * whole budget are EF_ENOMEM now, not after a header's claim of up to
+ * 2^28 pixels was allocated. Errors go through ctx. */
 int ef__decode_plan_sample(const ef_sample *in, const ef__decode_fields *p,
                            ef__decode_plan *plan, ef_map_ctx *ctx);
 
