@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Writes the hand-made seeds of corpus/idx, corpus/spec, corpus/tar,
-corpus/tfrecord, corpus/cifar and corpus/paths (run from any directory;
+corpus/tfrecord, corpus/tfexample, corpus/cifar and corpus/paths (run from any directory;
 existing seeds are overwritten, inputs the fuzzer added are kept). Seeds
 are named seed-*; fuzzer finds keep libFuzzer's hash names, crash
 reproducers are named crash-*."""
@@ -392,6 +392,72 @@ SPECS = [
 ]
 
 
+# ---- tfexample ------------------------------------------------------
+
+def pb_varint(v):
+    v &= (1 << 64) - 1
+    out = bytearray()
+    while True:
+        b = v & 0x7F
+        v >>= 7
+        out.append(b | (0x80 if v else 0))
+        if not v:
+            return bytes(out)
+
+
+def pb_len(num, body):
+    return pb_varint(num << 3 | 2) + pb_varint(len(body)) + body
+
+
+def pb_example(entries):
+    """An Example of (key, Feature bytes) entries."""
+    fs = b"".join(pb_len(1, pb_len(1, k) + pb_len(2, f)) for k, f in entries)
+    return pb_len(1, fs)
+
+
+def int64s(vals, packed=True):
+    if packed:
+        lst = pb_len(1, b"".join(pb_varint(v) for v in vals))
+    else:
+        lst = b"".join(pb_varint(1 << 3) + pb_varint(v) for v in vals)
+    return pb_len(3, lst)
+
+
+def floats(vals, packed=True):
+    if packed:
+        lst = pb_len(1, b"".join(struct.pack("<f", v) for v in vals))
+    else:
+        lst = b"".join(pb_varint(1 << 3 | 5) + struct.pack("<f", v) for v in vals)
+    return pb_len(2, lst)
+
+
+def strings(vals):
+    return pb_len(1, b"".join(pb_len(1, v) for v in vals))
+
+
+def tfexample_seeds():
+    s = {}
+    image = pb_example([(b"image/encoded", strings([b"\xff\xd8\xff jpeg"])),
+                        (b"label", int64s([7])),
+                        (b"floats", floats([0.5, -2.0, 1e-3]))])
+    s["image-label"] = image
+    s["unpacked"] = pb_example([(b"label", int64s([1, -1, 1 << 62], False)),
+                                (b"floats", floats([1.5, 2.5], False))])
+    s["duplicate-key"] = pb_example([(b"k", int64s([1])), (b"k", floats([2.0]))])
+    s["empty-key-and-lists"] = pb_example([(b"", strings([])), (b"x", int64s([])),
+                                           (b"k", b"")])
+    s["oneof-twice"] = pb_example([(b"x", int64s([3]) + strings([b"a", b"b"]))])
+    s["unknown-fields"] = (pb_varint(9 << 3) + pb_varint(300) +
+                           pb_varint(10 << 3 | 1) + b"8 bytes!" +
+                           pb_varint(11 << 3 | 5) + b"4byt" + image)
+    s["features-twice"] = image + pb_example([(b"label", int64s([8]))])
+    s["empty"] = b""
+    s["truncated"] = image[:-3]
+    s["bad-varint"] = pb_example([(b"label", pb_len(3, pb_varint(8) + b"\xff" * 11))])
+    s["group"] = pb_varint(2 << 3 | 3) + image
+    return s
+
+
 def main():
     for name, data in idx_seeds().items():
         with open(os.path.join(HERE, "corpus", "idx", "seed-" + name), "wb") as f:
@@ -401,6 +467,7 @@ def main():
             f.write(spec.encode())
     paths = {k: v.encode() for k, v in PATHS.items()}
     for target, seeds in (("tar", tar_seeds()), ("tfrecord", tfrecord_seeds()),
+                          ("tfexample", tfexample_seeds()),
                           ("cifar", cifar_seeds()), ("paths", paths)):
         os.makedirs(os.path.join(HERE, "corpus", target), exist_ok=True)
         for name, data in seeds.items():
