@@ -18,6 +18,7 @@ packages=(
   python3-dev libdlpack-dev   # the Python package: CPython headers, DLPack
   python3-numpy python3-torch # ... the arrays and tensors it feeds
   python3-pytest              # ... and its tests
+  python3-protobuf protobuf-compiler  # ... tf.train.Example fixtures, checked
   python3-torchvision python3-pil  # ... a stock torchvision pipeline, echoed
   nginx                       # the HTTP integration test serves shards
   openmpi-bin libopenmpi-dev  # echoflow train under mpirun
