@@ -665,18 +665,18 @@ static void test_stage_checkpoint(void **state)
         ex[i] = standard_example(100 + i);
     write_tfrecord(tu_at("twelve.tfrecord"), ex, 12);
     const char *after = ",threads=2 | shuffle:4";
-    ef_pipeline *a = tfexample_pipeline(
-        tu_at("twelve.tfrecord"), "image/class/label:int64,bbox/xmin:float:3",
-        after, 0);
+    /* a list spread over lines, blanks around the parts */
+    const char *features = "image/class/label : int64,\n  bbox/xmin:float: 3";
+    ef_pipeline *a =
+        tfexample_pipeline(tu_at("twelve.tfrecord"), features, after, 0);
     for (int i = 0; i < 3; i++)
         ef_sample_free(tu_next(a));
     size_t size;
     assert_int_equal(ef_pipeline_save_state(a, NULL, 0, &size), EF_OK);
     void *buf = malloc(size);
     assert_int_equal(ef_pipeline_save_state(a, buf, size, &size), EF_OK);
-    ef_pipeline *b = tfexample_pipeline(
-        tu_at("twelve.tfrecord"), "image/class/label:int64,bbox/xmin:float:3",
-        after, 0);
+    ef_pipeline *b =
+        tfexample_pipeline(tu_at("twelve.tfrecord"), features, after, 0);
     int rc = ef_pipeline_restore_state(b, buf, size);
     if (rc != EF_OK)
         fail_msg("restore: %s", ef_pipeline_error(b));

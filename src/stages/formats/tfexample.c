@@ -76,11 +76,28 @@ static void free_params(params *p)
     ef__free(p);
 }
 
+/* Blanks around names: a quoted list may be spread over lines. */
+static int blank(char c)
+{
+    return c == ' ' || c == '\t' || c == '\n' || c == '\r';
+}
+
+/* s in place without the blanks around it. */
+static char *trim(char *s)
+{
+    while (blank(*s))
+        s++;
+    size_t n = strlen(s);
+    while (n && blank(s[n - 1]))
+        s[--n] = '\0';
+    return s;
+}
+
 static char *dup_trimmed(const char *s, size_t n)
 {
-    while (n && *s == ' ')
+    while (n && blank(*s))
         s++, n--;
-    while (n && s[n - 1] == ' ')
+    while (n && blank(s[n - 1]))
         n--;
     char *d = ef__malloc(n + 1);
     if (d) {
@@ -204,9 +221,9 @@ static int parse_entry(entry *e, const char *s, size_t n, ef__err *err)
                  "with a name and an output name (no spaces)",
                  (int)n, s);
     if (rc == EF_OK && kind)
-        rc = parse_kind(e, kind, err);
+        rc = parse_kind(e, trim(kind), err);
     if (rc == EF_OK && len)
-        rc = parse_len(e, len, err);
+        rc = parse_len(e, trim(len), err);
     if (rc == EF_OK && def && !kind)
         rc = BAD("feature '%s': a default needs a kind (%s:int64=0)", e->name,
                  e->name);
