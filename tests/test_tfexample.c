@@ -649,6 +649,14 @@ static void test_stage_spec_errors(void **state)
     expect_spec_error("a,b as a", "two features would become field 'a'");
     expect_spec_error("a,", "expected NAME[:KIND[:LEN]]");
     expect_spec_error("a as record", "the record's field");
+    expect_spec_error("", "option 'features' is required");
+    ef_pipeline *p = NULL;
+    assert_int_equal(ef_pipeline_create(&p), EF_OK);
+    assert_int_equal(ef_pipeline_parse(p, "tfrecord:files=x | tfexample"),
+                     EF_ESPEC);
+    assert_non_null(strstr(ef_pipeline_error(p),
+                           "stage 'tfexample': option 'features' is required"));
+    ef_pipeline_destroy(p);
 }
 
 /* Whether a sample can hold `n` fields named like `name` (the core's

@@ -514,7 +514,7 @@ static void tfexample_destroy(ef__stage *s)
 }
 
 static const ef__option_def tfexample_options[] = {
-    {"features", EF_OPT_STRING, "",
+    {"features", EF_OPT_STRING, NULL,
      "quoted list of NAME[:KIND[:LEN]][=DEFAULT][ as OUT]; KIND bytes, int64 "
      "or float; LEN omitted (one value: a string or a scalar), N (shape [N]) "
      "or var",
