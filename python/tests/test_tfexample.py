@@ -315,3 +315,26 @@ def test_kind_mismatch_names_the_feature(files):
 def test_bad_feature_spec_is_a_spec_error():
     with pytest.raises(echoflow.SpecError, match="kind 'int32'"):
         echoflow.Pipeline('tfrecord:files=x | tfexample:features="a:int32"')
+
+
+def test_state_dict_resumes_through_tfexample(files):
+    # a shuffle after tfexample holds parsed items when the state is
+    # taken; the resumed pipeline parses them again from their records
+    pattern, _ = files
+    spec = ('tfrecord:files="%s" | tfexample:features="image/encoded,'
+            'ids:int64:var",threads=2 | shuffle:5' % pattern)
+
+    def key(s):
+        return (bytes(numpy.asarray(s["image/encoded"])),
+                numpy.asarray(s["ids"]).tolist())
+
+    with echoflow.Pipeline(spec, seed=3) as p:
+        it = iter(p)
+        for _ in range(4):
+            next(it)
+        state = p.state_dict()
+        rest = [key(s) for s in it]
+    with echoflow.Pipeline(spec, seed=3) as q:
+        q.load_state_dict(state)
+        assert [key(s) for s in q] == rest
+    assert len(rest) == 8
