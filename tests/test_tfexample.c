@@ -588,6 +588,20 @@ static void test_stage_errors(void **state)
     ef_pipeline_destroy(p);
 }
 
+/* Output names must not take a field the sample keeps (range's index). */
+static void test_stage_name_taken(void **state)
+{
+    (void)state;
+    ef_pipeline *p = tu_pipeline("range:n=2,bytes=4 | tfexample:field=data,"
+                                 "features=\"x:int64:var as index\"",
+                                 0);
+    expect_error(p, EF_ESHAPE,
+                 "tfexample: item 0 (epoch 0): the sample already has a "
+                 "field 'index'; rename the feature (x as OUT)",
+                 NULL);
+    ef_pipeline_destroy(p);
+}
+
 /* A record whose CRCs are right but whose protobuf is not: an error naming
  * the file, record and byte; under skip, dropped and counted. */
 static void test_stage_malformed_and_skip(void **state)
@@ -766,6 +780,7 @@ int main(void)
         cmocka_unit_test(test_codec_rejects_malformed),
         cmocka_unit_test(test_stage_fields),
         cmocka_unit_test(test_stage_errors),
+        cmocka_unit_test(test_stage_name_taken),
         cmocka_unit_test(test_stage_malformed_and_skip),
         cmocka_unit_test(test_stage_spec_errors),
         cmocka_unit_test(test_stage_checkpoint),

@@ -432,13 +432,13 @@ static int tfexample_fn(const ef_sample *in, ef_sample **out, ef_map_ctx *ctx)
                                "before batch; option 'field')",
                                where, p->field);
     for (int i = 0; i < in->nfields; i++)
-        for (size_t j = 0; i != r && j < p->n; j++)
-            if (!strcmp(in->fields[i].name, p->e[j].out))
+        for (size_t j = 0; j < p->n; j++)
+            if (i != r && !strcmp(in->fields[i].name, p->e[j].out))
                 return ef_map_ctx_fail(ctx, EF_ESHAPE,
-                                       "the sample already has a field "
+                                       "%sthe sample already has a field "
                                        "'%s'; rename the feature (%s as "
                                        "OUT)",
-                                       p->e[j].out, p->e[j].name);
+                                       where, p->e[j].out, p->e[j].name);
     ef__tfx_feature *fs = ef__calloc(p->n, sizeof *fs);
     ef_sample *o = ef_sample_new(in->id);
     if (!fs || !o) {
@@ -465,9 +465,8 @@ static int tfexample_fn(const ef_sample *in, ef_sample **out, ef_map_ctx *ctx)
                                     g->buf, g->offset) != EF_OK)
             rc = ef_map_ctx_fail(ctx, EF_ENOMEM, "out of memory");
     }
-    for (size_t j = 0; j < p->n && rc == EF_OK; j++) {
+    for (size_t j = 0; j < p->n && rc == EF_OK; j++)
         rc = add_feature(o, &p->e[j], &fs[j], rec, where, ctx);
-    }
     ef__free(fs);
     if (rc != EF_OK) {
         ef_sample_free(o);
