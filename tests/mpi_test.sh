@@ -174,7 +174,9 @@ fi
 mpirun_pid=$!
 victim=""
 for _ in $(seq 100); do  # rank 1's process, once it is training
-    for pid in $(pgrep -f "echoflow train --data fashion-mnist"); do
+    # mpirun's own children: another suite on the machine may be running
+    # the same command
+    for pid in $(pgrep -P "$mpirun_pid" -f "echoflow train --data fashion-mnist"); do
         if tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null |
                 grep -qx "OMPI_COMM_WORLD_RANK=1"; then
             victim=$pid
