@@ -130,7 +130,8 @@ static int find_fields(const ef_sample *in, const ef__decode_fields *p,
 
 /* The decoded pixels against the budget, from the image's header. A
  * header the decoder would refuse is left to it, whose message is the
- * same. */
+ * same. A budget that holds the largest image the decoders accept (the
+ * default 1 GiB does) needs no header read: nothing could be refused. */
 static int check_budget(const ef__decode_fields *p,
                         const ef__decode_plan *plan, ef_map_ctx *ctx)
 {
@@ -139,6 +140,7 @@ static int check_budget(const ef__decode_fields *p,
     ef__err err;
     ef__err_clear(&err);
     if (!p->budget || !p->budget->limit ||
+        p->budget->limit >= (uint64_t)EF__IMAGE_MAX_PIXELS * 3 ||
         ef__image_probe(plan->data, plan->size, p->channels, plan->what,
                         shape, &jpeg, &err) != EF_OK ||
         (jpeg && p->windowed))
