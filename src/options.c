@@ -376,3 +376,16 @@ void ef__opts_format(const ef__opts *o, char *buf, size_t cap)
         }
     }
 }
+
+int ef__opt_choice(const ef__opts *o, const char *stage, const char *name,
+                   const char *a, const char *b, int *is_a, ef__err *err)
+{
+    const char *v = ef__opt_string(o, name);
+    if (strcmp(v, a) && strcmp(v, b))
+        return ef__err_set(err, EF_ESPEC,
+                           "stage '%s': option '%s' must be %s or %s, got "
+                           "'%s'",
+                           stage, name, a, b, v);
+    *is_a = !strcmp(v, a);
+    return EF_OK;
+}

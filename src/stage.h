@@ -66,6 +66,10 @@ const char *ef__opt_string(const ef__opts *o, const char *name);
 double ef__opt_factor(const ef__opts *o, const char *name);
 /* Whether the option was written in the spec (not left to its default). */
 int ef__opt_given(const ef__opts *o, const char *name);
+/* String option `name` of `stage`, which must be `a` or `b`: *is_a says
+ * which. EF_ESPEC naming both otherwise. */
+int ef__opt_choice(const ef__opts *o, const char *stage, const char *name,
+                   const char *a, const char *b, int *is_a, ef__err *err);
 
 /* ---- the per-pipeline context ------------------------------------ */
 

@@ -130,8 +130,8 @@ static void test_webdataset_keys_of_different_lengths_batch(void **state)
     assert_int_equal(ef_pipeline_parse(bad, "range:n=4 | batch:2,ragged=pad"),
                      EF_ESPEC);
     assert_non_null(strstr(ef_pipeline_error(bad),
-                           "batch: option 'ragged' must be list or error "
-                           "(got 'pad')"));
+                           "stage 'batch': option 'ragged' must be list or "
+                           "error, got 'pad'"));
     ef_pipeline_destroy(bad);
 }
 

@@ -45,18 +45,9 @@ static int batch_create(ef__stage *s, const ef__opts *o, ef__err *err)
     st->budget = &s->ctx->budget;
     st->size = size;
     st->drop_remainder = ef__opt_bool(o, "drop_remainder");
-    const char *ragged = ef__opt_string(o, "ragged");
-    if (strcmp(ragged, "list") && strcmp(ragged, "error")) {
-        ef__free(st->parts);
-        ef__free(st);
-        return ef__err_set(err, EF_ESPEC,
-                           "batch: option 'ragged' must be list or error "
-                           "(got '%s')",
-                           ragged);
-    }
-    st->ragged_ok = !strcmp(ragged, "list");
-    s->state = st;
-    return EF_OK;
+    s->state = st; /* freed by batch_destroy on failure */
+    return ef__opt_choice(o, "batch", "ragged", "list", "error",
+                          &st->ragged_ok, err);
 }
 
 /* Whether x and y differ in their first dimension only. */

@@ -90,10 +90,10 @@ static int crop_mirror_normalize_create(ef__stage *s, const ef__opts *o,
         return ef__err_set(err, EF_ENOMEM,
                            "crop_mirror_normalize: out of memory");
     const char *name = "crop_mirror_normalize";
-    int rc = ef__image_choice(o, name, "crop", "random_resized", "none",
+    int rc = ef__opt_choice(o, name, "crop", "random_resized", "none",
                               &p->random_crop, err);
     if (rc == EF_OK)
-        rc = ef__image_choice(o, name, "layout", "chw", "hwc", &p->chw, err);
+        rc = ef__opt_choice(o, name, "layout", "chw", "hwc", &p->chw, err);
     if (rc == EF_OK)
         rc = ef__rrc_ranges_parse(o, name, &p->ranges, err);
     if (rc == EF_OK)

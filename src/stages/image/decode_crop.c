@@ -152,7 +152,7 @@ static int decode_crop_create(ef__stage *s, const ef__opts *o, ef__err *err)
     p->normalize = ef__opt_given(o, "mean") || ef__opt_given(o, "std");
     int rc = ef__rrc_ranges_parse(o, name, &p->ranges, err);
     if (rc == EF_OK)
-        rc = ef__image_choice(o, name, "layout", "chw", "hwc", &p->chw, err);
+        rc = ef__opt_choice(o, name, "layout", "chw", "hwc", &p->chw, err);
     if (rc == EF_OK && !p->normalize && ef__opt_given(o, "layout"))
         rc = ef__err_set(err, EF_ESPEC,
                          "stage 'decode_crop': option 'layout' is the layout "

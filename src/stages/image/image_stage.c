@@ -180,16 +180,3 @@ int ef__image_resample(const ef_sample *in, const ef__image *img, int64_t oh,
     }
     return EF_OK;
 }
-
-int ef__image_choice(const ef__opts *o, const char *stage, const char *name,
-                     const char *a, const char *b, int *is_a, ef__err *err)
-{
-    const char *v = ef__opt_string(o, name);
-    if (strcmp(v, a) && strcmp(v, b))
-        return ef__err_set(err, EF_ESPEC,
-                           "stage '%s': option '%s' must be %s or %s, got "
-                           "'%s'",
-                           stage, name, a, b, v);
-    *is_a = !strcmp(v, a);
-    return EF_OK;
-}

@@ -66,10 +66,6 @@ int ef__image_stage_setup(ef__stage *s, const ef__opts *o, ef_map_fn fn,
                           void *params, ef__err *err);
 void ef__image_stage_destroy(ef__stage *s);
 
-/* Option `name` of `stage`, which must be `a` or `b`: *is_a says which.
- * EF_ESPEC naming both otherwise. */
-int ef__image_choice(const ef__opts *o, const char *stage, const char *name,
-                     const char *a, const char *b, int *is_a, ef__err *err);
 
 /* The option rows and vtable entries every image stage has. */
 #define EF__IMAGE_FIELD_OPTION                                                 \
