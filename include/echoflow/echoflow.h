@@ -587,6 +587,43 @@ EF_API const char *ef_shard_writer_error(const ef_shard_writer *w);
 EF_API void ef_shard_writer_destroy(ef_shard_writer *w);
 
 /* ------------------------------------------------------------------ */
+/* Writing token files (language-model training data)                 */
+
+typedef struct ef_token_writer ef_token_writer;
+
+/* A writer of a nanoGPT-style token file at `path`: token ids as raw
+ * little-endian `dtype` ("uint16" or "uint32"), no header, as numpy's
+ * tofile() writes them and the tokens source reads them. The file is
+ * written as PATH.tmp.PID and renamed to PATH by finish(), so a failed run
+ * never leaves a partial file under the final name. On EF_ESPEC (a bad
+ * dtype) or EF_EIO (the file cannot be created) *out is still set, so that
+ * ef_token_writer_error() can say why; destroy it as usual. The caller
+ * owns *out; path and dtype are copied. */
+EF_API ef_status ef_token_writer_create(ef_token_writer **out, const char *path,
+                                        const char *dtype);
+/* Appends n token ids (n may be 0). An id that does not fit the dtype
+ * (negative, or over 65535 for uint16) is EF_EINVAL naming the id, its
+ * position and the dtype; nothing of the call is written then. */
+EF_API ef_status ef_token_writer_add_ids(ef_token_writer *w, const int32_t *ids,
+                                         size_t n);
+/* Appends the ids of field `field` of sample `s` (an integer field of one
+ * dimension: i32, i64 or u8 [n]), then `eos` unless it is negative: one
+ * document. EF_ESHAPE naming the sample and field for a field that is not
+ * there or not such ids; EF_EINVAL as add_ids for an id (or eos) out of
+ * range. Nothing of the sample is written on failure. */
+EF_API ef_status ef_token_writer_add(ef_token_writer *w, const ef_sample *s,
+                                     const char *field, int64_t eos);
+/* Writes what is buffered, closes and renames the file to its path. */
+EF_API ef_status ef_token_writer_finish(ef_token_writer *w);
+/* Tokens written so far (eos included), and documents (add() calls). */
+EF_API int64_t ef_token_writer_tokens(const ef_token_writer *w);
+EF_API int64_t ef_token_writer_documents(const ef_token_writer *w);
+/* The detailed message of the last error; "" when none. */
+EF_API const char *ef_token_writer_error(const ef_token_writer *w);
+/* Removes an unfinished file's temporary and frees. Accepts NULL. */
+EF_API void ef_token_writer_destroy(ef_token_writer *w);
+
+/* ------------------------------------------------------------------ */
 /* The stage registry (self-documenting help)                          */
 
 typedef enum {
