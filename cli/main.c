@@ -16,6 +16,8 @@ static void usage(FILE *f)
            "time went\n"
            "       echoflow pack SPEC PATTERN  write a pipeline's samples as "
            "tar shards\n"
+           "       echoflow tokens SPEC OUT    write documents' token ids as "
+           "a token file\n"
            "       echoflow train          the reference trainer\n"
            "       echoflow version\n"
            "Each command answers --help.\n"
@@ -106,7 +108,8 @@ int main(int argc, char **argv)
         int (*fn)(int argc, char **argv);
     } commands[] = {{"stages", cmd_stages}, {"run", cmd_run},
                     {"pack", cmd_pack},     {"train", cmd_train},
-                    {"version", cmd_version}, {"--version", cmd_version}};
+                    {"version", cmd_version}, {"--version", cmd_version},
+                    {"tokens", cmd_tokens}};
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         if (!strcmp(argv[1], commands[i].name))
             return commands[i].fn(argc - 2, argv + 2);

@@ -250,6 +250,40 @@ else
     fail "pack: rc $rc, $(cat "$TMP/pack_ok.out" "$TMP/pack_ok.err")"
 fi
 
+# tokens: documents' ids (here range's u8 bytes) into a token file, read
+# back by the tokens source; an id that does not fit and a field that is
+# not ids are errors that leave no file behind
+run tokens_ok tokens "range:n=10,bytes=5" "$TMP/tok.bin" --field data --eos 300
+if [ "$rc" -eq 0 ] &&
+    grep -q "^wrote 60 tokens of 10 documents (uint16) to $TMP/tok.bin" "$TMP/tokens_ok.out" &&
+    [ "$(stat -c %s "$TMP/tok.bin")" -eq 120 ] &&
+    "$PY" - "$TMP/tok.bin" <<'EOF'
+import struct, sys
+ids = struct.unpack("<60H", open(sys.argv[1], "rb").read())
+want = [t for i in range(10) for t in [(i + j) % 256 for j in range(5)] + [300]]
+sys.exit(0 if list(ids) == want else "ids %r, expected %r" % (ids, want))
+EOF
+then
+    run tokens_back run --json "tokens:files=$TMP/tok.bin,block=4"
+    [ "$rc" -eq 0 ] && grep -q '"items": 14' "$TMP/tokens_back.out" &&
+        pass "tokens written and read back" ||
+        fail "reading tokens back: $(cat "$TMP/tokens_back.err")"
+else
+    fail "tokens: rc $rc, $(cat "$TMP/tokens_ok.out" "$TMP/tokens_ok.err")"
+fi
+run tokens_eos tokens "range:n=3,bytes=2" "$TMP/tok2.bin" --field data --eos 70000
+[ "$rc" -eq 1 ] && grep -q "eos 70000 does not fit uint16" "$TMP/tokens_eos.err" &&
+    [ -z "$(ls "$TMP" | grep tok2)" ] && pass "tokens: eos past uint16 refused" ||
+    fail "tokens with eos 70000: rc $rc, $(cat "$TMP/tokens_eos.err"; ls "$TMP")"
+run tokens_field tokens "range:n=3" "$TMP/tok3.bin" --dtype uint32 --field index
+[ "$rc" -eq 1 ] && grep -qF "field 'index' of sample 0 (epoch 0) is i64 []" \
+    "$TMP/tokens_field.err" && [ -z "$(ls "$TMP" | grep tok3)" ] &&
+    pass "tokens: a field that is not ids refused" ||
+    fail "tokens of a scalar: rc $rc, $(cat "$TMP/tokens_field.err"; ls "$TMP")"
+run tokens_dtype tokens --dtype int8 "range:n=3" "$TMP/tok4.bin"
+[ "$rc" -eq 2 ] && pass "tokens: --dtype int8 refused" ||
+    fail "tokens --dtype int8: rc $rc"
+
 # pack_interrupt NAME SIGNAL STATUS: a throttled pack (200 samples/s, 100 a
 # shard) gets SIGNAL once its first shard is complete (however long a
 # loaded machine takes to get there): it must exit STATUS, leave no
