@@ -36,13 +36,14 @@ from ._echoflow import (
     _Pipeline,
     __version__,
     stages,
+    write_tokens,
 )
 
 __all__ = [
     "CallbackError", "Error", "FormatError", "Identity", "OutOfMemoryError",
     "Pipeline", "PipelineWarning", "ReadError", "Sample", "ShapeError",
     "SpecError", "StateError", "StoppedError", "Tensor", "UnsupportedError",
-    "__version__", "epoch_seed", "split_spec", "stages",
+    "__version__", "epoch_seed", "split_spec", "stages", "write_tokens",
 ]
 
 

@@ -1,6 +1,8 @@
 from typing import (Any, Callable, Dict, Iterable, Iterator, List, Mapping,
                     Optional, Sequence, Tuple, Union)
 
+import os
+
 import numpy
 import numpy.typing
 
@@ -93,3 +95,13 @@ class Pipeline(_Pipeline):
 def stages() -> List[Dict[str, Any]]: ...
 def split_spec(spec: str) -> List[str]: ...
 def epoch_seed(seed: int, epoch: int, part: int = ...) -> int: ...
+def write_tokens(
+    spec: str,
+    path: Union[str, bytes, os.PathLike[str]],
+    field: str = ...,
+    dtype: str = ...,
+    eos: Optional[int] = ...,
+    *,
+    seed: int = ...,
+    on_error: str = ...,
+) -> int: ...

@@ -50,6 +50,14 @@ static PyMethodDef module_methods[] = {
      "stages() -> list of dicts: every stage, its help and its options "
      "(name, type, default, help, min, max), as `echoflow stages` lists "
      "them."},
+    {"write_tokens", (PyCFunction)(void (*)(void))pyef_write_tokens,
+     METH_VARARGS | METH_KEYWORDS,
+     "write_tokens(spec, path, field='tokens', dtype='uint16', eos=None, *, "
+     "seed=0, on_error='fail') -> int: runs the pipeline `spec` and writes "
+     "each sample's token ids (an integer field [n]) one after another into "
+     "`path` as raw little-endian uint16 or uint32, `eos` after each when "
+     "given: a nanoGPT token file for the tokens source. Returns the number "
+     "of tokens written."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -12,6 +12,7 @@
  * pysource.c   Python iterables as the first stage
  * interrupt.c  Ctrl-C while next() waits with the GIL released
  * errors.c     the exception classes, one per status code
+ * tokens.c     write_tokens: documents' token ids into a token file
  * module.c     the module itself
  */
 #ifndef PYEF_H
@@ -114,6 +115,11 @@ void pyef_interrupt_after_fork(void);
 
 /* ---- pipeline.c ---- */
 extern PyTypeObject pyef_pipeline_type;
+
+/* ---- tokens.c ---- */
+/* write_tokens(spec, path, field="tokens", dtype="uint16", eos=None, *,
+ * seed=0, on_error="fail") -> the number of tokens written. */
+PyObject *pyef_write_tokens(PyObject *module, PyObject *args, PyObject *kw);
 
 /* ---- module.c ---- */
 /* How many forks this process descends from since the module loaded:
