@@ -297,6 +297,40 @@ static void test_bad_files(void **state)
     expect_fail("tokens:block=4", EF_ESPEC, "files", NULL);
 }
 
+/* A file cut short after it was sized: the read that finds it says so. */
+static void test_truncated_while_read(void **state)
+{
+    (void)state;
+    const char *path = write_iota("cut.bin", "uint16", 100);
+    char spec[600];
+    snprintf(spec, sizeof spec, "tokens:files=%s,block=10", path);
+    ef_pipeline *p = tu_pipeline(spec, 0);
+    ef_sample *s = tu_next(p);
+    ef_sample_free(s);
+    assert_int_equal(truncate(path, 50), 0);
+    s = tu_next(p); /* tokens 10..20: still there */
+    ef_sample_free(s);
+    assert_int_equal(ef_pipeline_next(p, &s), EF_EFORMAT);
+    assert_non_null(strstr(ef_pipeline_error(p), "cut.bin ends at byte 50"));
+    assert_non_null(strstr(ef_pipeline_error(p), "shrank"));
+    ef_pipeline_destroy(p);
+    /* a restore finds the size changed */
+    write_iota("cut.bin", "uint16", 100);
+    p = tu_pipeline(spec, 0);
+    s = tu_next(p);
+    ef_sample_free(s);
+    size_t size;
+    void *st = tu_save(p, &size);
+    ef_pipeline_destroy(p);
+    assert_int_equal(truncate(path, 150), 0);
+    p = tu_pipeline(spec, 0);
+    assert_int_not_equal(ef_pipeline_restore_state(p, st, size), EF_OK);
+    assert_non_null(strstr(ef_pipeline_error(p), "the files held 100 tokens, "
+                                                 "they hold 75 now"));
+    ef_pipeline_destroy(p);
+    free(st);
+}
+
 /* on_error=skip drops a block whose ids do not fit i32, counted */
 static void test_skip(void **state)
 {
@@ -496,6 +530,7 @@ int main(void)
         cmocka_unit_test(test_random),
         cmocka_unit_test(test_files_and_shards),
         cmocka_unit_test(test_bad_files),
+        cmocka_unit_test(test_truncated_while_read),
         cmocka_unit_test(test_skip),
         cmocka_unit_test(test_resume),
         cmocka_unit_test(test_writer_round_trip),

@@ -4,6 +4,9 @@ tokens source reads such files back as blocks of inputs and next-token
 targets, as nanoGPT's get_batch slices them."""
 import os
 import pathlib
+import subprocess
+import sys
+import time
 
 import numpy
 import pytest
@@ -100,3 +103,47 @@ def test_stubs_name_it():
     stub = pathlib.Path(echoflow.__file__).with_suffix(".pyi").read_text()
     assert "def write_tokens(" in stub
     assert "write_tokens" in echoflow.__all__
+
+
+def _server(root, *extra):
+    root_dir = os.path.dirname(os.path.dirname(os.path.dirname(
+        os.path.abspath(__file__))))
+    port_file = os.path.join(root, ".port")
+    proc = subprocess.Popen(
+        [sys.executable, os.path.join(root_dir, "tests", "http_server.py"),
+         "--root", root, "--port-file", port_file, "--quiet", *extra])
+    deadline = time.time() + 20
+    while not os.path.exists(port_file):
+        if time.time() > deadline or proc.poll() is not None:
+            proc.kill()
+            pytest.fail("tests/http_server.py did not start")
+        time.sleep(0.05)
+    with open(port_file) as f:
+        return proc, int(f.read())
+
+
+@pytest.mark.parametrize("extra", [(), ("--cut-every", "256")])
+def test_over_http(tmp_path, extra):
+    """Blocks read with Range requests equal the local file's, through
+    connections cut part way too (retried and resumed)."""
+    # each cut costs a retry's backoff: fewer blocks then
+    n = 3500 if extra else 20000
+    data = (numpy.arange(n) * 31 % 60000).astype(numpy.uint16)
+    data.tofile(tmp_path / "t.bin")
+    proc, port = _server(str(tmp_path), *extra)
+    try:
+        url = "http://127.0.0.1:%d/t.bin" % port
+        for order in ("sequential", "random"):
+            local = blocks("tokens:files=%s,block=300,order=%s"
+                           % (tmp_path / "t.bin", order), seed=4)
+            remote = blocks("tokens:files=%s,block=300,order=%s"
+                            % (url, order), seed=4)
+            assert len(remote) == len(local) >= 10
+            for (a, b), (c, d) in zip(local, remote):
+                assert a.tolist() == c.tolist() and b.tolist() == d.tolist()
+        with pytest.raises(echoflow.ReadError, match="nothere.bin"):
+            blocks("tokens:files=http://127.0.0.1:%d/nothere.bin,block=4"
+                   % port)
+    finally:
+        proc.kill()
+        proc.wait()
