@@ -298,6 +298,28 @@ static void test_resume(void **state)
                  400);
 }
 
+/* Batches of blocks held after batch (batch echoing) name their blocks
+ * without the blocks' documents: a restore says so. */
+static void test_batch_echo_unsupported(void **state)
+{
+    (void)state;
+    const char *spec = "range:n=100 | map:fn=doc | pack_tokens:block=5 | "
+                       "batch:size=3 | echo:factor=2";
+    ef_pipeline *p = with_docs(spec, NULL);
+    ef_sample *s = tu_next(p);
+    ef_sample_free(s);
+    size_t size;
+    void *st = tu_save(p, &size);
+    ef_pipeline_destroy(p);
+    p = with_docs(spec, NULL);
+    ef_pipeline_restore_state(p, st, size);
+    int rc = ef_pipeline_next(p, &s);
+    assert_int_equal(rc, EF_EUNSUPPORTED);
+    assert_non_null(strstr(ef_pipeline_error(p), "before batch"));
+    ef_pipeline_destroy(p);
+    free(st);
+}
+
 /* A block's members are the documents whose tokens it holds. */
 static void test_members(void **state)
 {
@@ -330,6 +352,7 @@ int main(void)
         cmocka_unit_test(test_length),
         cmocka_unit_test(test_members),
         cmocka_unit_test(test_resume),
+        cmocka_unit_test(test_batch_echo_unsupported),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

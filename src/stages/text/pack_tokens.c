@@ -19,7 +19,11 @@
  * into earlier blocks: fetch() makes it again from them. Checkpoints save
  * the block number and that offset for the documents held, which go to
  * the replay list: a restore reads them again by identity and goes on
- * with the same blocks.
+ * with the same blocks. As a batch lists its examples, a block lists its
+ * documents (ef_sample_members). A batch of blocks keeps only the blocks'
+ * identities (one level of members, state.h), so a stage after batch that
+ * holds batches (batch echoing, a shuffle of batches) cannot be restored:
+ * fetch says so (EF_EUNSUPPORTED); echo and shuffle blocks before batch.
  *
  * Cost: a block's tokens are copied once into each output field (two
  * memcpy per document it spans); the only allocations per block are its
@@ -331,7 +335,15 @@ static int pack_fetch(ef__stage *s, const ef__ident *d, ef_sample **out,
     pack_state *st = s->state;
     size_t n;
     const ef__ident *m = ef__ident_members(d, &n);
-    if (n == 0 || n > (size_t)st->block + 1 || d->offset < 0)
+    if (n == 0) /* batch.c keeps one level of members */
+        return ef__err_set(err, EF_EUNSUPPORTED,
+                           "pack_tokens: block %lld is named without its "
+                           "documents, as a batch of blocks names it: a "
+                           "stage after batch that holds batches (echo, "
+                           "shuffle) cannot read them again; echo or "
+                           "shuffle the blocks before batch",
+                           (long long)d->id.index);
+    if (n > (size_t)st->block + 1 || d->offset < 0)
         return ef__err_set(err, EF_EFORMAT,
                            "pack_tokens: the state names block %lld of %zu "
                            "documents from token %lld on, expected 1 to "
