@@ -1,0 +1,447 @@
+/* Byte-level BPE from tiktoken rank files (bpe.h): the rank file's
+ * parser and hash map, tiktoken's pairwise merge, and the GPT-2 split
+ * (PCRE2, when the build has it). */
+#include <assert.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/alloc.h"
+#include "tokenizer/bpe.h"
+
+#ifdef EF_HAVE_PCRE2
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
+#endif
+
+#define NO_RANK INT32_MAX
+
+/* A token: its bytes at `off` in the arena, its rank, and the line it
+ * came from (for messages about duplicates). */
+typedef struct {
+    uint32_t off, len;
+    int32_t rank;
+    uint32_t line;
+} entry;
+
+struct ef__bpe_ranks {
+    unsigned char *arena; /* every token's bytes */
+    entry *e;
+    size_t n;
+    uint32_t *slot; /* open addressing: an entry's index + 1, 0 when free */
+    size_t mask;    /* slots - 1, a power of 2 minus 1 */
+    int32_t byte_rank[256];
+};
+
+static uint64_t hash(const unsigned char *p, size_t n)
+{
+    uint64_t h = 1469598103934665603ull; /* FNV-1a */
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ p[i]) * 1099511628211ull;
+    return h ^ (h >> 29);
+}
+
+/* The slot of bytes[0, n): the one holding it, or the free one where it
+ * would go. */
+static uint32_t *find_slot(const ef__bpe_ranks *r, const unsigned char *p,
+                           size_t n)
+{
+    for (size_t i = hash(p, n) & r->mask;; i = (i + 1) & r->mask) {
+        uint32_t k = r->slot[i];
+        if (!k)
+            return &r->slot[i];
+        const entry *e = &r->e[k - 1];
+        if (e->len == n && !memcmp(r->arena + e->off, p, n))
+            return &r->slot[i];
+    }
+}
+
+int32_t ef__bpe_rank(const ef__bpe_ranks *r, const void *bytes, size_t n)
+{
+    if (n == 1)
+        return r->byte_rank[*(const unsigned char *)bytes];
+    uint32_t k = *find_slot(r, bytes, n);
+    return k ? r->e[k - 1].rank : -1;
+}
+
+size_t ef__bpe_ranks_count(const ef__bpe_ranks *r)
+{
+    return r->n;
+}
+
+void ef__bpe_ranks_free(ef__bpe_ranks *r)
+{
+    if (!r)
+        return;
+    ef__free(r->arena);
+    ef__free(r->e);
+    ef__free(r->slot);
+    ef__free(r);
+}
+
+/* ---- parsing ------------------------------------------------------ */
+
+static int b64_value(unsigned char c)
+{
+    if (c >= 'A' && c <= 'Z')
+        return c - 'A';
+    if (c >= 'a' && c <= 'z')
+        return c - 'a' + 26;
+    if (c >= '0' && c <= '9')
+        return c - '0' + 52;
+    return c == '+' ? 62 : c == '/' ? 63 : -1;
+}
+
+/* Decodes standard base64 s[0, n) into out; its length, or -1 when it
+ * is not base64 (a length not a multiple of 4, a character outside the
+ * alphabet, padding not at the end, bits set past the data). */
+static long b64_decode(const unsigned char *s, size_t n, unsigned char *out)
+{
+    if (n == 0 || n % 4)
+        return -1;
+    size_t pad = s[n - 1] == '=' ? (s[n - 2] == '=' ? 2 : 1) : 0;
+    long len = 0;
+    for (size_t i = 0; i < n; i += 4) {
+        uint32_t v = 0;
+        int last = i + 4 == n;
+        for (size_t j = 0; j < 4; j++) {
+            int d = last && j >= 4 - pad ? 0 : b64_value(s[i + j]);
+            if (d < 0)
+                return -1;
+            v = v << 6 | (uint32_t)d;
+        }
+        out[len++] = (unsigned char)(v >> 16);
+        if (!last || pad < 2)
+            out[len++] = (unsigned char)(v >> 8);
+        if (!last || pad < 1)
+            out[len++] = (unsigned char)v;
+        if (last && ((pad == 1 && (v & 0xff)) || (pad == 2 && (v & 0xffff))))
+            return -1; /* bits after the data: not the canonical form */
+    }
+    return len;
+}
+
+/* "line 12: " and what is wrong with it. */
+static int line_error(ef__err *err, const char *name, size_t line,
+                      const char *what)
+{
+    return ef__err_set(err, EF_EFORMAT,
+                       "%s: line %zu: %s; expected a tiktoken rank file, "
+                       "lines of \"BASE64 RANK\"",
+                       name, line, what);
+}
+
+/* One line, s[0, n), into entry `r->n` (its bytes at *used in the
+ * arena). */
+static int parse_line(ef__bpe_ranks *r, const unsigned char *s, size_t n,
+                      size_t line, size_t *used, const char *name, ef__err *err)
+{
+    const unsigned char *sp = memchr(s, ' ', n);
+    if (!sp)
+        return line_error(err, name, line, "no space before the rank");
+    size_t tn = (size_t)(sp - s), rn = n - tn - 1;
+    if (rn == 0 || rn > 10)
+        return line_error(err, name, line,
+                          rn ? "a rank too long" : "no rank after the space");
+    int64_t rank = 0;
+    for (size_t i = 0; i < rn; i++) {
+        if (sp[1 + i] < '0' || sp[1 + i] > '9')
+            return line_error(err, name, line,
+                              "a rank that is not a decimal number");
+        rank = rank * 10 + (sp[1 + i] - '0');
+    }
+    if (rank >= NO_RANK)
+        return line_error(err, name, line, "a rank of 2^31 - 1 or more");
+    long len = b64_decode(s, tn, r->arena + *used);
+    if (len < 0)
+        return line_error(err, name, line,
+                          tn ? "a token that is not base64" : "an empty token");
+    entry *e = &r->e[r->n];
+    *e = (entry){(uint32_t)*used, (uint32_t)len, (int32_t)rank, (uint32_t)line};
+    uint32_t *slot = find_slot(r, r->arena + e->off, e->len);
+    if (*slot) {
+        char what[96];
+        snprintf(what, sizeof what, "a token that line %u has already",
+                 r->e[*slot - 1].line);
+        return line_error(err, name, line, what);
+    }
+    *slot = (uint32_t)++r->n;
+    *used += (size_t)len;
+    return EF_OK;
+}
+
+static int by_rank(const void *a, const void *b)
+{
+    const entry *x = a, *y = b;
+    return (x->rank > y->rank) - (x->rank < y->rank);
+}
+
+/* Every rank once, every single byte ranked. */
+static int check_ranks(ef__bpe_ranks *r, const char *name, ef__err *err)
+{
+    for (int b = 0; b < 256; b++) {
+        unsigned char c = (unsigned char)b;
+        uint32_t k = *find_slot(r, &c, 1);
+        if (!k)
+            return ef__err_set(err, EF_EFORMAT,
+                               "%s: the byte 0x%02x has no rank; a tiktoken "
+                               "rank file ranks each of the 256 bytes",
+                               name, b);
+        r->byte_rank[b] = r->e[k - 1].rank;
+    }
+    entry *sorted = ef__malloc(r->n * sizeof *sorted);
+    if (!sorted)
+        return ef__err_set(err, EF_ENOMEM, "%s: out of memory", name);
+    memcpy(sorted, r->e, r->n * sizeof *sorted);
+    qsort(sorted, r->n, sizeof *sorted, by_rank);
+    int rc = EF_OK;
+    for (size_t i = 1; i < r->n && rc == EF_OK; i++)
+        if (sorted[i].rank == sorted[i - 1].rank) {
+            uint32_t a = sorted[i - 1].line, b = sorted[i].line;
+            char what[96];
+            snprintf(what, sizeof what, "rank %d, which line %u has already",
+                     (int)sorted[i].rank, a < b ? a : b);
+            rc = line_error(err, name, a < b ? b : a, what);
+        }
+    ef__free(sorted);
+    return rc;
+}
+
+int ef__bpe_ranks_parse(const void *data, size_t size, const char *name,
+                        ef__bpe_ranks **out, ef__err *err)
+{
+    *out = NULL;
+    if (size > UINT32_MAX)
+        return ef__err_set(err, EF_EFORMAT,
+                           "%s: %zu bytes, more than a rank file may have "
+                           "(4 GiB)",
+                           name, size);
+    const unsigned char *p = data, *end = p + size;
+    size_t lines = 0;
+    for (const unsigned char *q = p; q < end; q++)
+        lines += *q == '\n';
+    lines++;
+    size_t slots = 16;
+    while (slots < 2 * lines)
+        slots *= 2;
+    ef__bpe_ranks *r = ef__calloc(1, sizeof *r);
+    if (r) {
+        r->arena = ef__malloc(size ? size : 1);
+        r->e = ef__malloc(lines * sizeof *r->e);
+        r->slot = ef__calloc(slots, sizeof *r->slot);
+        r->mask = slots - 1;
+    }
+    if (!r || !r->arena || !r->e || !r->slot) {
+        ef__bpe_ranks_free(r);
+        return ef__err_set(err, EF_ENOMEM, "%s: out of memory", name);
+    }
+    size_t used = 0, line = 0;
+    int rc = EF_OK;
+    while (p < end && rc == EF_OK) {
+        const unsigned char *nl = memchr(p, '\n', (size_t)(end - p));
+        size_t n = (size_t)((nl ? nl : end) - p);
+        line++;
+        if (n && p[n - 1] == '\r')
+            n--;
+        if (n) /* empty lines are skipped, as tiktoken's loader does */
+            rc = parse_line(r, p, n, line, &used, name, err);
+        p = nl ? nl + 1 : end;
+    }
+    if (rc == EF_OK)
+        rc = check_ranks(r, name, err);
+    if (rc != EF_OK) {
+        ef__bpe_ranks_free(r);
+        return rc;
+    }
+    *out = r;
+    return EF_OK;
+}
+
+/* ---- merging ------------------------------------------------------ */
+
+int ef__bpe_merge(const ef__bpe_ranks *r, const unsigned char *bytes, size_t n,
+                  ef__ids *ids)
+{
+    assert(n >= 1);
+    int32_t whole = ef__bpe_rank(r, bytes, n);
+    if (whole >= 0 || n == 1) {
+        if (ef__ids_reserve(ids, 1) != EF_OK)
+            return EF_ENOMEM;
+        ids->v[ids->n++] = whole;
+        return EF_OK;
+    }
+    /* tiktoken's _byte_pair_merge: parts start at start[i], and rank[i]
+     * is the rank of parts i and i + 1 together (NO_RANK: none); the
+     * lowest such pair merges, the leftmost of equals, until none is
+     * left */
+    size_t stack_start[64];
+    int32_t stack_rank[64];
+    size_t *start = stack_start;
+    int32_t *rank = stack_rank;
+    if (n + 1 > 64) {
+        start = ef__malloc((n + 1) * sizeof *start);
+        rank = ef__malloc((n + 1) * sizeof *rank);
+        if (!start || !rank) {
+            ef__free(start);
+            ef__free(rank);
+            return EF_ENOMEM;
+        }
+    }
+    size_t parts = n + 1; /* the last is the end */
+    for (size_t i = 0; i <= n; i++) {
+        start[i] = i;
+        int32_t k = i + 1 < n ? ef__bpe_rank(r, bytes + i, 2) : -1;
+        rank[i] = k >= 0 ? k : NO_RANK;
+    }
+    for (;;) {
+        size_t best = 0;
+        for (size_t i = 1; i + 1 < parts; i++)
+            if (rank[i] < rank[best])
+                best = i;
+        if (rank[best] == NO_RANK)
+            break;
+        /* part best + 1 joins part best */
+        memmove(start + best + 1, start + best + 2,
+                (parts - best - 2) * sizeof *start);
+        memmove(rank + best + 1, rank + best + 2,
+                (parts - best - 2) * sizeof *rank);
+        parts--;
+        for (size_t i = best ? best - 1 : 0; i <= best; i++) {
+            int32_t k = -1;
+            if (i + 2 < parts)
+                k = ef__bpe_rank(r, bytes + start[i], start[i + 2] - start[i]);
+            rank[i] = k >= 0 ? k : NO_RANK;
+        }
+    }
+    int rc = ef__ids_reserve(ids, parts - 1);
+    for (size_t i = 0; rc == EF_OK && i + 1 < parts; i++) {
+        int32_t k = ef__bpe_rank(r, bytes + start[i], start[i + 1] - start[i]);
+        assert(k >= 0); /* merged parts are tokens; bytes all have ranks */
+        ids->v[ids->n++] = k;
+    }
+    if (start != stack_start) {
+        ef__free(start);
+        ef__free(rank);
+    }
+    return rc;
+}
+
+/* ---- the GPT-2 split ---------------------------------------------- */
+
+struct ef__bpe {
+    ef__bpe_ranks *ranks;
+#ifdef EF_HAVE_PCRE2
+    pcre2_code *re;
+#endif
+};
+
+void ef__bpe_free(ef__bpe *b)
+{
+    if (!b)
+        return;
+    ef__bpe_ranks_free(b->ranks);
+#ifdef EF_HAVE_PCRE2
+    pcre2_code_free(b->re);
+#endif
+    ef__free(b);
+}
+
+#ifdef EF_HAVE_PCRE2
+
+/* GPT-2's pattern, with \s spelled out as Unicode's White_Space, which is
+ * what tiktoken's (Rust) regex means by it; PCRE2's \s differs at U+180E.
+ * (JavaScript's \s, as js-tiktoken uses it, differs at U+0085, which it
+ * leaves out, and U+FEFF, which it takes in.) */
+#define WS                                                                     \
+    "\\t\\n\\x{0B}\\f\\r \\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}"           \
+    "\\x{2028}\\x{2029}\\x{202F}\\x{205F}\\x{3000}"
+static const char gpt2_pattern[] =
+    "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^" WS "\\p{L}\\p{N}]+"
+    "|[" WS "]+(?![^" WS "])|[" WS "]+";
+
+int ef__bpe_new(ef__bpe_ranks *ranks, ef__bpe **out, ef__err *err)
+{
+    *out = NULL;
+    ef__bpe *b = ef__calloc(1, sizeof *b);
+    if (!b) {
+        ef__bpe_ranks_free(ranks);
+        return ef__err_set(err, EF_ENOMEM, "out of memory");
+    }
+    b->ranks = ranks;
+    int code;
+    PCRE2_SIZE at;
+    b->re = pcre2_compile((PCRE2_SPTR)gpt2_pattern, PCRE2_ZERO_TERMINATED,
+                          PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF,
+                          &code, &at, NULL);
+    if (!b->re) {
+        char why[256];
+        pcre2_get_error_message(code, (PCRE2_UCHAR *)why, sizeof why);
+        ef__bpe_free(b);
+        return ef__err_set(err, EF_EUNSUPPORTED,
+                           "the GPT-2 pattern does not compile with this "
+                           "PCRE2 (at %zu: %s)",
+                           (size_t)at, why);
+    }
+    /* without the JIT (a platform PCRE2 has none for), the interpreter
+     * gives the same matches, slower */
+    (void)pcre2_jit_compile(b->re, PCRE2_JIT_COMPLETE);
+    *out = b;
+    return EF_OK;
+}
+
+int ef__bpe_encode(const ef__bpe *b, const void *text, size_t n, ef__ids *ids,
+                   ef__err *err)
+{
+    const unsigned char *t = text;
+    pcre2_match_data *md = pcre2_match_data_create_from_pattern(b->re, NULL);
+    if (!md)
+        return ef__err_set(err, EF_ENOMEM, "out of memory");
+    int rc = EF_OK;
+    size_t pos = 0;
+    while (pos < n && rc == EF_OK) {
+        int m = pcre2_match(b->re, t, n, pos, 0, md, NULL);
+        size_t s = n, e = n;
+        if (m >= 0) {
+            const PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
+            s = ov[0];
+            e = ov[1] > s ? ov[1] : s + 1; /* no item matches empty */
+        } else if (m != PCRE2_ERROR_NOMATCH) {
+            char why[256];
+            pcre2_get_error_message(m, (PCRE2_UCHAR *)why, sizeof why);
+            rc = ef__err_set(err, EF_EFORMAT,
+                             "splitting the text at byte %zu: %s", pos, why);
+            break;
+        }
+        /* bytes no item matched (not UTF-8): a piece of their own */
+        if (s > pos)
+            rc = ef__bpe_merge(b->ranks, t + pos, s - pos, ids);
+        if (rc == EF_OK && e > s)
+            rc = ef__bpe_merge(b->ranks, t + s, e - s, ids);
+        pos = e;
+    }
+    pcre2_match_data_free(md);
+    if (rc == EF_ENOMEM)
+        return ef__err_set(err, EF_ENOMEM, "out of memory");
+    return rc;
+}
+
+#else
+
+int ef__bpe_new(ef__bpe_ranks *ranks, ef__bpe **out, ef__err *err)
+{
+    *out = NULL;
+    ef__bpe_ranks_free(ranks);
+    return ef__err_set(err, EF_EUNSUPPORTED,
+                       "tiktoken rank files need PCRE2, which this build "
+                       "lacks; install libpcre2-dev and build again");
+}
+
+int ef__bpe_encode(const ef__bpe *b, const void *text, size_t n, ef__ids *ids,
+                   ef__err *err)
+{
+    (void)b, (void)text, (void)n, (void)ids;
+    return ef__err_set(err, EF_EUNSUPPORTED, "built without PCRE2");
+}
+
+#endif

@@ -1,0 +1,195 @@
+/* Tokenizers (tokenizer.h): reading the model file, telling its kind
+ * from its first bytes, and handing each text to the kind's encoder. */
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "core/alloc.h"
+#include "tokenizer/bpe.h"
+#include "tokenizer/tokenizer.h"
+#ifdef EF_HAVE_SENTENCEPIECE
+#include "tokenizer/sentencepiece.h"
+#endif
+
+struct ef__tokenizer {
+    ef__tok_kind kind;
+#ifdef EF_HAVE_SENTENCEPIECE
+    ef__spm *spm;
+#endif
+    ef__bpe *bpe;
+};
+
+int ef__ids_reserve(ef__ids *ids, size_t more)
+{
+    if (more <= ids->cap - ids->n)
+        return EF_OK;
+    size_t cap = ids->cap ? ids->cap : 64;
+    while (cap - ids->n < more) {
+        if (cap > SIZE_MAX / 2 / sizeof(int32_t))
+            return EF_ENOMEM;
+        cap *= 2;
+    }
+    int32_t *v = ef__realloc(ids->v, cap * sizeof *v);
+    if (!v)
+        return EF_ENOMEM;
+    ids->v = v;
+    ids->cap = cap;
+    return EF_OK;
+}
+
+/* The whole file at `path` into *data (the caller's, ef__free), *size
+ * bytes. */
+static int read_all(const char *path, unsigned char **data, size_t *size,
+                    ef__err *err)
+{
+    *data = NULL;
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return ef__err_set(err, EF_EIO, "%s: cannot open: %s", path,
+                           strerror(errno));
+    size_t n = 0, cap = 1 << 16;
+    unsigned char *buf = ef__malloc(cap);
+    int rc = buf ? EF_OK : EF_ENOMEM;
+    while (rc == EF_OK) {
+        if (n == cap) {
+            unsigned char *more =
+                cap < SIZE_MAX / 2 ? ef__realloc(buf, cap * 2) : NULL;
+            if (!more) {
+                rc = EF_ENOMEM;
+                break;
+            }
+            buf = more;
+            cap *= 2;
+        }
+        size_t got = fread(buf + n, 1, cap - n, f);
+        n += got;
+        if (got == 0) {
+            if (ferror(f))
+                rc = ef__err_set(err, EF_EIO, "%s: read error at byte %zu",
+                                 path, n);
+            break;
+        }
+    }
+    fclose(f);
+    if (rc == EF_ENOMEM)
+        rc = ef__err_set(err, EF_ENOMEM, "%s: out of memory reading it", path);
+    if (rc != EF_OK) {
+        ef__free(buf);
+        return rc;
+    }
+    *data = buf;
+    *size = n;
+    return EF_OK;
+}
+
+/* Whether the first line of data[0, size) is "BASE64 RANK". */
+static int looks_like_ranks(const unsigned char *p, size_t size)
+{
+    size_t i = 0, b64 = 0, digits = 0;
+    while (i < size && (p[i] == '+' || p[i] == '/' || p[i] == '=' ||
+                        (p[i] >= '0' && p[i] <= '9') ||
+                        ((p[i] | 0x20) >= 'a' && (p[i] | 0x20) <= 'z')))
+        i++, b64++;
+    if (!b64 || i == size || p[i++] != ' ')
+        return 0;
+    while (i < size && p[i] >= '0' && p[i] <= '9')
+        i++, digits++;
+    return digits && (i == size || p[i] == '\n' || p[i] == '\r');
+}
+
+static int load_sentencepiece(ef__tokenizer *t, const char *path,
+                              const unsigned char *data, size_t size,
+                              ef__err *err)
+{
+#ifdef EF_HAVE_SENTENCEPIECE
+    char why[256] = "";
+    int rc = ef__spm_load(data, size, &t->spm, why, sizeof why);
+    if (rc == EF__SPM_NOMEM)
+        return ef__err_set(err, EF_ENOMEM, "%s: out of memory", path);
+    if (rc != EF__SPM_OK)
+        return ef__err_set(err, EF_EFORMAT,
+                           "%s: not a SentencePiece model (%s); expected "
+                           "the .model file spm_train writes",
+                           path, why);
+    return EF_OK;
+#else
+    (void)t, (void)data, (void)size;
+    return ef__err_set(err, EF_EUNSUPPORTED,
+                       "%s: SentencePiece models need libsentencepiece, "
+                       "which this build lacks; install "
+                       "libsentencepiece-dev and build again",
+                       path);
+#endif
+}
+
+int ef__tokenizer_load(const char *path, ef__tok_kind kind, ef__tokenizer **out,
+                       ef__err *err)
+{
+    *out = NULL;
+    unsigned char *data;
+    size_t size = 0;
+    int rc = read_all(path, &data, &size, err);
+    if (rc != EF_OK)
+        return rc;
+    if (kind == EF__TOK_AUTO)
+        kind = looks_like_ranks(data, size) ? EF__TOK_TIKTOKEN
+                                            : EF__TOK_SENTENCEPIECE;
+    ef__tokenizer *t = ef__calloc(1, sizeof *t);
+    if (!t) {
+        ef__free(data);
+        return ef__err_set(err, EF_ENOMEM, "%s: out of memory", path);
+    }
+    t->kind = kind;
+    if (kind == EF__TOK_SENTENCEPIECE) {
+        rc = load_sentencepiece(t, path, data, size, err);
+    } else {
+        ef__bpe_ranks *ranks;
+        rc = ef__bpe_ranks_parse(data, size, path, &ranks, err);
+        if (rc == EF_OK)
+            rc = ef__bpe_new(ranks, &t->bpe, err);
+    }
+    ef__free(data);
+    if (rc != EF_OK) {
+        ef__tokenizer_free(t);
+        return rc;
+    }
+    *out = t;
+    return EF_OK;
+}
+
+void ef__tokenizer_free(ef__tokenizer *t)
+{
+    if (!t)
+        return;
+#ifdef EF_HAVE_SENTENCEPIECE
+    ef__spm_free(t->spm);
+#endif
+    ef__bpe_free(t->bpe);
+    ef__free(t);
+}
+
+const char *ef__tokenizer_kind_name(const ef__tokenizer *t)
+{
+    return t->kind == EF__TOK_SENTENCEPIECE ? "sentencepiece" : "tiktoken";
+}
+
+int ef__tokenizer_encode(const ef__tokenizer *t, const void *text, size_t n,
+                         ef__ids *ids, ef__err *err)
+{
+    if (t->bpe)
+        return ef__bpe_encode(t->bpe, text, n, ids, err);
+#ifdef EF_HAVE_SENTENCEPIECE
+    char why[256] = "";
+    int rc = ef__spm_encode(t->spm, text, n, &ids->v, &ids->n, &ids->cap, why,
+                            sizeof why);
+    if (rc == EF__SPM_NOMEM)
+        return ef__err_set(err, EF_ENOMEM, "out of memory");
+    if (rc != EF__SPM_OK)
+        return ef__err_set(err, EF_EFORMAT, "SentencePiece: %s", why);
+    return EF_OK;
+#else
+    (void)text, (void)n, (void)ids;
+    return ef__err_set(err, EF_EUNSUPPORTED, "built without SentencePiece");
+#endif
+}

@@ -1,0 +1,50 @@
+/* Tokenizers: text (UTF-8 bytes) to token ids, for the tokenize stage.
+ *
+ * Two kinds, each behind an optional dependency: SentencePiece models
+ * (libsentencepiece, sentencepiece.h) and tiktoken rank files, byte-level
+ * BPE as GPT-2 splits text (libpcre2-8, bpe.h). A loaded tokenizer is
+ * immutable: encode() may run on any number of threads at once. */
+#ifndef EF_TOKENIZER_TOKENIZER_H
+#define EF_TOKENIZER_TOKENIZER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/err.h"
+
+typedef enum {
+    EF__TOK_AUTO = 0,      /* from the file's first bytes */
+    EF__TOK_SENTENCEPIECE, /* a SentencePiece model (a protobuf) */
+    EF__TOK_TIKTOKEN       /* text lines "BASE64 RANK" */
+} ef__tok_kind;
+
+/* A growing array of ids; the tokenizers append to it. */
+typedef struct {
+    int32_t *v; /* owned (ef__free) */
+    size_t n, cap;
+} ef__ids;
+
+/* Room for `more` ids after the n there are; EF_ENOMEM (ids unchanged)
+ * when out of memory. */
+int ef__ids_reserve(ef__ids *ids, size_t more);
+
+typedef struct ef__tokenizer ef__tokenizer;
+
+/* Loads the model at `path` as `kind` (EF__TOK_AUTO: sniffed) into *out,
+ * the caller's (ef__tokenizer_free). Errors name the path: EF_EIO when
+ * it cannot be read, EF_EFORMAT when it is not a model of the kind,
+ * EF_EUNSUPPORTED when the build lacks the kind's library. */
+int ef__tokenizer_load(const char *path, ef__tok_kind kind, ef__tokenizer **out,
+                       ef__err *err);
+void ef__tokenizer_free(ef__tokenizer *t); /* accepts NULL */
+
+/* "sentencepiece" or "tiktoken". */
+const char *ef__tokenizer_kind_name(const ef__tokenizer *t);
+
+/* Appends the ids of text[0, n) (not NUL-terminated; any bytes, valid
+ * UTF-8 or not) to `ids`. Thread-safe. EF_ENOMEM, or another error with
+ * its message in err. */
+int ef__tokenizer_encode(const ef__tokenizer *t, const void *text, size_t n,
+                         ef__ids *ids, ef__err *err);
+
+#endif
