@@ -184,6 +184,7 @@ static const char *const bpe_texts[] = {
     "ab",            /* not UTF-8: the two bytes a piece of their own */
     "",              /* no ids */
     "<|endoftext|>", /* ordinary text */
+    "lll",           /* pairs of equal rank: the leftmost merges */
 };
 static const int32_t want0[] = {258, 111, 259, 111, 114, 108, 100};
 static const int32_t want1[] = {260};
@@ -191,11 +192,13 @@ static const int32_t want2[] = {105, 116, 39, 115, 32, 32, 97, 10, 10, 98};
 static const int32_t want3[] = {255, 254, 97, 98};
 static const int32_t want5[] = {60,  124, 101, 110, 100, 111, 102,
                                 116, 101, 120, 116, 124, 62};
+static const int32_t want6[] = {257, 108};
 static const struct {
     const int32_t *v;
     size_t n;
 } bpe_want[] = {
-    {want0, 7}, {want1, 1}, {want2, 10}, {want3, 4}, {NULL, 0}, {want5, 13},
+    {want0, 7}, {want1, 1},  {want2, 10}, {want3, 4},
+    {NULL, 0},  {want5, 13}, {want6, 2},
 };
 
 static void test_bpe_ids(void **state)
@@ -217,7 +220,7 @@ static void test_bpe_ids(void **state)
     }
     tu_expect_end(p);
     ef_stage_stats st = tu_stage(p, "tokenize");
-    assert_int_equal((int64_t)tu_extra(&st, "tokens"), 7 + 1 + 10 + 4 + 13);
+    assert_int_equal((int64_t)tu_extra(&st, "tokens"), 7 + 1 + 10 + 4 + 13 + 2);
     ef_pipeline_destroy(p);
 }
 
