@@ -13,6 +13,8 @@ packages=(
   libjpeg62-turbo-dev         # decode_crop: only a JPEG's window (libjpeg API)
   libspng-dev                 # decode: PNG images; echoflow pack writes PNG
   libopenblas-dev             # the reference trainer's matrix products
+  g++ libsentencepiece-dev    # tokenize: SentencePiece models (C++)
+  libpcre2-dev                # tokenize: GPT-2's split for tiktoken ranks
   libcmocka-dev               # the test suite
   python3                     # the command-line tests read JSON with it
   python3-dev libdlpack-dev   # the Python package: CPython headers, DLPack
@@ -20,6 +22,8 @@ packages=(
   python3-pytest              # ... and its tests
   python3-protobuf protobuf-compiler  # ... tf.train.Example fixtures, checked
   python3-torchvision python3-pil  # ... a stock torchvision pipeline, echoed
+  python3-sentencepiece wordnet-base  # ... tokenize against SentencePiece
+  nodejs                      # ... and against js-tiktoken (see below)
   nginx                       # the HTTP integration test serves shards
   openmpi-bin libopenmpi-dev  # echoflow train under mpirun
   dataset-fashion-mnist       # the real data: /usr/share/datasets/fashion-mnist
@@ -39,12 +43,35 @@ for p in "${packages[@]}"; do
   fi
 done
 
+# js-tiktoken, the reference of tokenize's BPE (python/tests/
+# test_tokenize.py), from the npm registry into a fixed folder
+npm_dir=${EF_NPM_DIR:-/var/cache/echoflow-npm}
+npm_deps() {
+  if [ -f "$npm_dir/node_modules/js-tiktoken/package.json" ]; then
+    return 0
+  fi
+  # nodesource's nodejs brings npm and conflicts with Debian's npm
+  if ! command -v npm >/dev/null; then
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q \
+      --no-install-recommends npm || true
+  fi
+  echo "install-deps: npm install js-tiktoken into $npm_dir"
+  $sudo mkdir -p "$npm_dir"
+  $sudo npm install --no-audit --no-fund --prefix "$npm_dir" js-tiktoken@1 ||
+    echo "install-deps: npm could not install js-tiktoken; the tokenize" \
+         "comparison with it will be skipped" >&2
+}
+
+sudo=""
 if [ ${#missing[@]} -eq 0 ]; then
   echo "install-deps: all ${#packages[@]} packages already installed"
+  if [ "$(id -u)" -ne 0 ] && command -v sudo >/dev/null; then
+    sudo="sudo"
+  fi
+  npm_deps
   exit 0
 fi
 
-sudo=""
 if [ "$(id -u)" -ne 0 ]; then
   command -v sudo >/dev/null || { echo "install-deps: run as root (missing: ${missing[*]})" >&2; exit 1; }
   sudo="sudo"
@@ -52,3 +79,4 @@ fi
 echo "install-deps: installing ${missing[*]}"
 $sudo apt-get update -q
 DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends "${missing[@]}"
+npm_deps
