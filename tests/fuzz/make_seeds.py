@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
 """Writes the hand-made seeds of corpus/idx, corpus/spec, corpus/tar,
-corpus/tfrecord, corpus/tfexample, corpus/cifar and corpus/paths (run from any directory;
+corpus/tfrecord, corpus/tfexample, corpus/cifar, corpus/paths and
+corpus/tiktoken (run from any directory;
 existing seeds are overwritten, inputs the fuzzer added are kept). Seeds
 are named seed-*; fuzzer finds keep libFuzzer's hash names, crash
 reproducers are named crash-*."""
+import base64
 import gzip
 import io
 import os
@@ -458,6 +460,36 @@ def tfexample_seeds():
     return s
 
 
+# ---- tiktoken rank files and text (fuzz_tiktoken) --------------------
+
+def rank_file(merges=(), skip=None, nl=b"\n"):
+    lines = [base64.b64encode(bytes([b])) + b" %d" % b
+             for b in range(256) if b != skip]
+    lines += [base64.b64encode(m) + b" %d" % (256 + i)
+              for i, m in enumerate(merges)]
+    return nl.join(lines) + nl
+
+
+def tiktoken_seeds():
+    merges = [b"th", b"he", b"the", b" t", b"in", b"ing", b"\xc3\xa9", b"  "]
+    good = rank_file(merges)
+    return {
+        "ranks-bytes": rank_file(),
+        "ranks-merges": good,
+        "ranks-crlf-blank": rank_file(merges, nl=b"\r\n") + b"\n\n",
+        "ranks-missing-byte": rank_file(merges, skip=65),
+        "ranks-bad-line": good + b"not base64! 7\n",
+        "ranks-dup-rank": good + base64.b64encode(b"xyz") + b" 300\n" +
+                          base64.b64encode(b"xyw") + b" 300\n",
+        "ranks-dup-token": good + base64.b64encode(b"th") + b" 301\n",
+        "ranks-no-rank": good + b"YWJj\n",
+        "text-ascii": b"Tthe thing is, it's  thinning\n\nthe end ",
+        "text-unicode": "Tcafé 日本語 🎉 naïve  \u00a0\u3000 x".encode(),
+        "text-invalid": b"T\xff\xfe the \xc3 \xe6\x97 \xed\xa0\x80 ok\x80",
+        "text-spaces": b"T   \n \t\r\n  a  b\n\n\n",
+    }
+
+
 def main():
     for name, data in idx_seeds().items():
         with open(os.path.join(HERE, "corpus", "idx", "seed-" + name), "wb") as f:
@@ -468,7 +500,8 @@ def main():
     paths = {k: v.encode() for k, v in PATHS.items()}
     for target, seeds in (("tar", tar_seeds()), ("tfrecord", tfrecord_seeds()),
                           ("tfexample", tfexample_seeds()),
-                          ("cifar", cifar_seeds()), ("paths", paths)):
+                          ("cifar", cifar_seeds()), ("paths", paths),
+                          ("tiktoken", tiktoken_seeds())):
         os.makedirs(os.path.join(HERE, "corpus", target), exist_ok=True)
         for name, data in seeds.items():
             with open(os.path.join(HERE, "corpus", target, "seed-" + name), "wb") as f:
