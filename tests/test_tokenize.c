@@ -272,6 +272,15 @@ static void test_bpe_any_bytes(void **state)
         }
         ef__ids ids = {0};
         assert_int_equal(ef__bpe_encode(b, text, n, &ids, &err), EF_OK);
+        /* the text as one piece: the heap merges as the scan does */
+        ef__ids scan = {0}, heap = {0};
+        if (n) {
+            assert_int_equal(ef__bpe_merge_how(r, text, n, &scan, 0), EF_OK);
+            assert_int_equal(ef__bpe_merge_how(r, text, n, &heap, 1), EF_OK);
+            assert_true(TU_ARRAY_EQUAL(&scan, &heap));
+        }
+        free(scan.v);
+        free(heap.v);
         size_t k = 0;
         for (size_t j = 0; j < ids.n; j++) {
             int32_t id = ids.v[j];

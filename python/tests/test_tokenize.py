@@ -47,6 +47,13 @@ EDGES = [
     "zero\u200bwidth and combining e\u0301 and a\u0308",
     "x" * 3000,
     "word " * 500,
+    # pieces long enough for the heap's merge (over 128 bytes)
+    "ab" * 700,
+    "1234567890" * 50,
+    "Supercalifragilisticexpialidocious" * 8,
+    "aGVsbG8gd29ybGQgdGhpcyBpcyBhIGxvbmcgYmFzZTY0IGJsb2I" * 6,
+    "!?" * 200 + "..." * 100,
+    "\u00e9" * 300 + "日本" * 100,
 ]
 
 

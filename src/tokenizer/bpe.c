@@ -260,21 +260,36 @@ int ef__bpe_ranks_parse(const void *data, size_t size, const char *name,
 
 /* ---- merging ------------------------------------------------------ */
 
-int ef__bpe_merge(const ef__bpe_ranks *r, const unsigned char *bytes, size_t n,
-                  ef__ids *ids)
+/* The rank of bytes[a, b) as a pair's merge: NO_RANK when none. */
+static int32_t pair_rank(const ef__bpe_ranks *r, const unsigned char *bytes,
+                         size_t a, size_t b)
 {
-    assert(n >= 1);
-    int32_t whole = ef__bpe_rank(r, bytes, n);
-    if (whole >= 0 || n == 1) {
-        if (ef__ids_reserve(ids, 1) != EF_OK)
-            return EF_ENOMEM;
-        ids->v[ids->n++] = whole;
-        return EF_OK;
+    int32_t k = ef__bpe_rank(r, bytes + a, b - a);
+    return k >= 0 ? k : NO_RANK;
+}
+
+/* Appends the id of each part, parts starting at start[0 .. parts - 1)
+ * and start[parts - 1] the end. */
+static int emit_parts(const ef__bpe_ranks *r, const unsigned char *bytes,
+                      const size_t *start, size_t parts, ef__ids *ids)
+{
+    if (ef__ids_reserve(ids, parts - 1) != EF_OK)
+        return EF_ENOMEM;
+    for (size_t i = 0; i + 1 < parts; i++) {
+        int32_t k = ef__bpe_rank(r, bytes + start[i], start[i + 1] - start[i]);
+        assert(k >= 0); /* merged parts are tokens; bytes all have ranks */
+        ids->v[ids->n++] = k;
     }
-    /* tiktoken's _byte_pair_merge: parts start at start[i], and rank[i]
-     * is the rank of parts i and i + 1 together (NO_RANK: none); the
-     * lowest such pair merges, the leftmost of equals, until none is
-     * left */
+    return EF_OK;
+}
+
+/* tiktoken's _byte_pair_merge: parts start at start[i], and rank[i] is
+ * the rank of parts i and i + 1 together; the lowest such pair merges,
+ * the leftmost of equals, until none is left. A scan per merge: O(n^2),
+ * the fastest for the short pieces text is made of. */
+static int merge_scan(const ef__bpe_ranks *r, const unsigned char *bytes,
+                      size_t n, ef__ids *ids)
+{
     size_t stack_start[64];
     int32_t stack_rank[64];
     size_t *start = stack_start;
@@ -291,8 +306,7 @@ int ef__bpe_merge(const ef__bpe_ranks *r, const unsigned char *bytes, size_t n,
     size_t parts = n + 1; /* the last is the end */
     for (size_t i = 0; i <= n; i++) {
         start[i] = i;
-        int32_t k = i + 1 < n ? ef__bpe_rank(r, bytes + i, 2) : -1;
-        rank[i] = k >= 0 ? k : NO_RANK;
+        rank[i] = i + 1 < n ? pair_rank(r, bytes, i, i + 2) : NO_RANK;
     }
     for (;;) {
         size_t best = 0;
@@ -307,24 +321,141 @@ int ef__bpe_merge(const ef__bpe_ranks *r, const unsigned char *bytes, size_t n,
         memmove(rank + best + 1, rank + best + 2,
                 (parts - best - 2) * sizeof *rank);
         parts--;
-        for (size_t i = best ? best - 1 : 0; i <= best; i++) {
-            int32_t k = -1;
-            if (i + 2 < parts)
-                k = ef__bpe_rank(r, bytes + start[i], start[i + 2] - start[i]);
-            rank[i] = k >= 0 ? k : NO_RANK;
-        }
+        for (size_t i = best ? best - 1 : 0; i <= best; i++)
+            rank[i] = i + 2 < parts
+                          ? pair_rank(r, bytes, start[i], start[i + 2])
+                          : NO_RANK;
     }
-    int rc = ef__ids_reserve(ids, parts - 1);
-    for (size_t i = 0; rc == EF_OK && i + 1 < parts; i++) {
-        int32_t k = ef__bpe_rank(r, bytes + start[i], start[i + 1] - start[i]);
-        assert(k >= 0); /* merged parts are tokens; bytes all have ranks */
-        ids->v[ids->n++] = k;
-    }
+    int rc = emit_parts(r, bytes, start, parts, ids);
     if (start != stack_start) {
         ef__free(start);
         ef__free(rank);
     }
     return rc;
+}
+
+/* A pair waiting in merge_heap's heap: its rank, the byte where its
+ * first part starts, and that part's version when it was pushed. */
+typedef struct {
+    int32_t rank;
+    uint32_t ver;
+    size_t at;
+} pair;
+
+static int pair_before(const pair *x, const pair *y)
+{
+    return x->rank < y->rank || (x->rank == y->rank && x->at < y->at);
+}
+
+static void heap_push(pair *h, size_t *n, pair p)
+{
+    size_t i = (*n)++;
+    while (i > 0 && pair_before(&p, &h[(i - 1) / 2])) {
+        h[i] = h[(i - 1) / 2];
+        i = (i - 1) / 2;
+    }
+    h[i] = p;
+}
+
+static pair heap_pop(pair *h, size_t *n)
+{
+    pair top = h[0], last = h[--*n];
+    size_t i = 0;
+    for (;;) {
+        size_t c = 2 * i + 1;
+        if (c >= *n)
+            break;
+        if (c + 1 < *n && pair_before(&h[c + 1], &h[c]))
+            c++;
+        if (!pair_before(&h[c], &last))
+            break;
+        h[i] = h[c];
+        i = c;
+    }
+    if (*n)
+        h[i] = last;
+    return top;
+}
+
+/* The same merges as merge_scan, in O(n log n) for long pieces (a run of
+ * one letter, a base64 blob): the pairs wait in a heap ordered by rank,
+ * then position (which is merge_scan's leftmost), the parts are a list
+ * over their first bytes, and a pair whose first part changed since it
+ * was pushed (another version) is stale and dropped. */
+static int merge_heap(const ef__bpe_ranks *r, const unsigned char *bytes,
+                      size_t n, ef__ids *ids)
+{
+    size_t *next = ef__malloc((n + 1) * sizeof *next);
+    size_t *prev = ef__malloc((n + 1) * sizeof *prev);
+    uint32_t *ver = ef__calloc(n + 1, sizeof *ver);
+    pair *h = ef__malloc(3 * n * sizeof *h); /* n, then 2 per merge */
+    int rc = next && prev && ver && h ? EF_OK : EF_ENOMEM;
+    size_t hn = 0;
+    for (size_t i = 0; rc == EF_OK && i <= n; i++) {
+        next[i] = i + 1;
+        prev[i] = i - 1; /* prev[0] is never read */
+        if (i + 1 < n) {
+            int32_t k = pair_rank(r, bytes, i, i + 2);
+            if (k != NO_RANK)
+                heap_push(h, &hn, (pair){k, 0, i});
+        }
+    }
+    while (rc == EF_OK && hn) {
+        pair p = heap_pop(h, &hn);
+        size_t i = p.at;
+        if (p.ver != ver[i])
+            continue;       /* part i changed (or was merged away) since */
+        size_t j = next[i]; /* joins i */
+        next[i] = next[j];
+        prev[next[j]] = i;
+        ver[j]++;
+        /* the pairs of i's neighbour before it and of i itself are new */
+        size_t firsts[2] = {i ? prev[i] : SIZE_MAX, i};
+        for (int k = 0; k < 2; k++) {
+            size_t a = firsts[k];
+            if (a == SIZE_MAX)
+                continue;
+            ver[a]++;
+            if (next[a] < n) {
+                int32_t q = pair_rank(r, bytes, a, next[next[a]]);
+                if (q != NO_RANK)
+                    heap_push(h, &hn, (pair){q, ver[a], a});
+            }
+        }
+    }
+    if (rc == EF_OK) {
+        /* the parts' starts, in order, into prev (no longer needed) */
+        size_t parts = 0;
+        for (size_t i = 0; i < n; i = next[i])
+            prev[parts++] = i;
+        prev[parts++] = n;
+        rc = emit_parts(r, bytes, prev, parts, ids);
+    }
+    ef__free(next);
+    ef__free(prev);
+    ef__free(ver);
+    ef__free(h);
+    return rc;
+}
+
+int ef__bpe_merge_how(const ef__bpe_ranks *r, const unsigned char *bytes,
+                      size_t n, ef__ids *ids, int heap)
+{
+    assert(n >= 1);
+    int32_t whole = ef__bpe_rank(r, bytes, n);
+    if (whole >= 0 || n == 1) {
+        if (ef__ids_reserve(ids, 1) != EF_OK)
+            return EF_ENOMEM;
+        ids->v[ids->n++] = whole;
+        return EF_OK;
+    }
+    return heap ? merge_heap(r, bytes, n, ids) : merge_scan(r, bytes, n, ids);
+}
+
+int ef__bpe_merge(const ef__bpe_ranks *r, const unsigned char *bytes, size_t n,
+                  ef__ids *ids)
+{
+    return ef__bpe_merge_how(r, bytes, n, ids, n > EF__BPE_HEAP_FROM);
 }
 
 /* ---- the GPT-2 split ---------------------------------------------- */

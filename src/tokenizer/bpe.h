@@ -39,6 +39,12 @@ int32_t ef__bpe_rank(const ef__bpe_ranks *r, const void *bytes, size_t n);
  * by rank. EF_ENOMEM when out of memory. */
 int ef__bpe_merge(const ef__bpe_ranks *r, const unsigned char *bytes, size_t n,
                   ef__ids *ids);
+/* Pieces longer than this merge through a heap, in O(n log n); shorter
+ * ones by a scan per merge, O(n^2) but faster when short. The ids are the
+ * same (tests compare the two through ef__bpe_merge_how, heap 0 or 1). */
+#define EF__BPE_HEAP_FROM 128
+int ef__bpe_merge_how(const ef__bpe_ranks *r, const unsigned char *bytes,
+                      size_t n, ef__ids *ids, int heap);
 
 /* A rank file with the GPT-2 pattern compiled: the encoder. */
 typedef struct ef__bpe ef__bpe;

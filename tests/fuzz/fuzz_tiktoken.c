@@ -95,6 +95,7 @@ static const char *const merges[] = {"th", "he",   "the",         " t",
 static void fuzz_text(const unsigned char *text, size_t size)
 {
     static ef__bpe *b;
+    static ef__bpe_ranks *ranks; /* b's */
     static token toks[256 + NMERGES];
     if (!b) {
         char *file = malloc(16384);
@@ -128,6 +129,7 @@ static void fuzz_text(const unsigned char *text, size_t size)
         ef__bpe_ranks *r;
         CHECK(ef__bpe_ranks_parse(file, n, NAME, &r, &err) == EF_OK);
         free(file);
+        ranks = r;
         if (ef__bpe_new(r, &b, &err) != EF_OK) {
             CHECK(err.status == EF_EUNSUPPORTED); /* a build without PCRE2 */
             return;
@@ -139,6 +141,17 @@ static void fuzz_text(const unsigned char *text, size_t size)
     CHECK(ef__bpe_encode(b, text, size, &ids, &err) == EF_OK);
     check_round_trip(&ids, toks, 256 + NMERGES, text, size);
     free(ids.v);
+    /* the whole text as one piece: the heap's merges are the scan's */
+    if (size > 0) {
+        ef__ids scan = {0}, heap = {0};
+        CHECK(ef__bpe_merge_how(ranks, text, size, &scan, 0) == EF_OK);
+        CHECK(ef__bpe_merge_how(ranks, text, size, &heap, 1) == EF_OK);
+        CHECK(scan.n == heap.n &&
+              !memcmp(scan.v, heap.v, scan.n * sizeof *scan.v));
+        check_round_trip(&heap, toks, 256 + NMERGES, text, size);
+        free(scan.v);
+        free(heap.v);
+    }
 }
 
 /* A rank file. */
