@@ -396,6 +396,16 @@ static void test_sentencepiece_ids(void **state)
     }
 }
 
+static void expect_parse_error(const char *spec, int status, ...);
+
+static void expect_parse_error_auto(const char *path)
+{
+    char spec[1024];
+    snprintf(spec, sizeof spec, "range:n=1 | tokenize:model=%s", path);
+    expect_parse_error(spec, EF_EFORMAT, path, "not a SentencePiece model",
+                       "or a tiktoken rank file", NULL);
+}
+
 /* A file that is not a model, and a rank file read as one. */
 static void test_sentencepiece_bad_model(void **state)
 {
@@ -418,6 +428,8 @@ static void test_sentencepiece_bad_model(void **state)
             fail_msg("message \"%s\"", msg);
         ef_pipeline_destroy(p);
     }
+    /* kind=auto: either kind may have been meant */
+    expect_parse_error_auto(bad);
     /* a truncated model */
     FILE *f = fopen(SPM_MODEL, "rb");
     assert_non_null(f);

@@ -98,9 +98,10 @@ static int looks_like_ranks(const unsigned char *p, size_t size)
     return digits && (i == size || p[i] == '\n' || p[i] == '\r');
 }
 
+/* `sniffed`: the kind was auto, and the first line no rank file's. */
 static int load_sentencepiece(ef__tokenizer *t, const char *path,
                               const unsigned char *data, size_t size,
-                              ef__err *err)
+                              int sniffed, ef__err *err)
 {
 #ifdef EF_HAVE_SENTENCEPIECE
     char why[256] = "";
@@ -110,11 +111,14 @@ static int load_sentencepiece(ef__tokenizer *t, const char *path,
     if (rc != EF__SPM_OK)
         return ef__err_set(err, EF_EFORMAT,
                            "%s: not a SentencePiece model (%s); expected "
-                           "the .model file spm_train writes",
-                           path, why);
+                           "the .model file spm_train writes%s",
+                           path, why,
+                           sniffed ? ", or a tiktoken rank file, whose "
+                                     "first line is \"BASE64 RANK\""
+                                   : "");
     return EF_OK;
 #else
-    (void)t, (void)data, (void)size;
+    (void)t, (void)data, (void)size, (void)sniffed;
     return ef__err_set(err, EF_EUNSUPPORTED,
                        "%s: SentencePiece models need libsentencepiece, "
                        "which this build lacks; install "
@@ -132,7 +136,8 @@ int ef__tokenizer_load(const char *path, ef__tok_kind kind, ef__tokenizer **out,
     int rc = read_all(path, &data, &size, err);
     if (rc != EF_OK)
         return rc;
-    if (kind == EF__TOK_AUTO)
+    int sniffed = kind == EF__TOK_AUTO;
+    if (sniffed)
         kind = looks_like_ranks(data, size) ? EF__TOK_TIKTOKEN
                                             : EF__TOK_SENTENCEPIECE;
     ef__tokenizer *t = ef__calloc(1, sizeof *t);
@@ -142,7 +147,7 @@ int ef__tokenizer_load(const char *path, ef__tok_kind kind, ef__tokenizer **out,
     }
     t->kind = kind;
     if (kind == EF__TOK_SENTENCEPIECE) {
-        rc = load_sentencepiece(t, path, data, size, err);
+        rc = load_sentencepiece(t, path, data, size, sniffed, err);
     } else {
         ef__bpe_ranks *ranks;
         rc = ef__bpe_ranks_parse(data, size, path, &ranks, err);
