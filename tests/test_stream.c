@@ -226,7 +226,7 @@ static void test_memory(void **state)
     /* gzip=0: the magic is data like any other */
     ef__stream_opts o;
     ef__stream_opts_init(&o);
-    o.gzip = 0;
+    o.compression = 0;
     static const unsigned char magic[] = {0x1f, 0x8b, 8, 0, 1, 2, 3};
     assert_int_equal(
         ef__stream_open_memory(&s, magic, sizeof magic, "raw", &o, &err),
@@ -381,7 +381,7 @@ static void test_open_at_file(void **state)
     unsigned char b[10];
     assert_int_equal(ef__stream_read_full(s, b, 10, "head", &err), EF_OK);
     assert_int_equal(ef__stream_raw_offset(s), 4106);
-    assert_int_equal(ef__stream_gzip(s), 0);
+    assert_int_equal(ef__stream_compression(s), 0);
     ef__stream_close(s);
     /* past the end: the file, its size and the offset are named */
     assert_int_equal(ef__stream_open_at(&s, path, NULL, BIG_SIZE + 1, &err),
@@ -431,11 +431,11 @@ static void test_gzip_file(void **state)
     /* gzip=1 without sniffing gives the same; gzip=0 the raw bytes */
     ef__stream_opts o;
     ef__stream_opts_init(&o);
-    o.gzip = 1;
+    o.compression = 1;
     assert_int_equal(ef__stream_open(&s, path, &o, &err), EF_OK);
     expect_content(s, g_text, TEXT_SIZE);
     ef__stream_close(s);
-    o.gzip = 0;
+    o.compression = 0;
     assert_int_equal(ef__stream_open(&s, path, &o, &err), EF_OK);
     expect_content(s, g_gz, g_gz_size);
     ef__stream_close(s);
@@ -556,7 +556,7 @@ static void test_open_at_gzip(void **state)
     ef__stream_opts o;
     ef__stream_opts_init(&o);
     for (int gz = -1; gz <= 1; gz += 2) {
-        o.gzip = gz;
+        o.compression = gz;
         assert_int_equal(expect_from(path, &o, 1000001, g_text, TEXT_SIZE),
                          g_gz_size);
         assert_int_equal(expect_from(path, &o, TEXT_SIZE, g_text, TEXT_SIZE),
@@ -1143,17 +1143,17 @@ static void test_http_open_at(void **state)
         char url[128];
         url_of(url, sizeof url, &sv, "big.bin");
         ef__stream_opts o = opts_with(30, 10, 0.01);
-        o.gzip = 0;
+        o.compression = 0;
         /* (a 200 to a Range request sends the head too: dropped, and not
          * counted, as with a retry) */
         assert_int_equal(expect_from(url, &o, 3000000, g_big, BIG_SIZE),
                          BIG_SIZE - 3000000);
         assert_int_equal(expect_from(url, &o, BIG_SIZE, g_big, BIG_SIZE), 0);
         if (k == 0) {
-            o.gzip = -1;
+            o.compression = -1;
             assert_int_equal(expect_from(url, &o, 3000000, g_big, BIG_SIZE),
                              BIG_SIZE);
-            o.gzip = 0;
+            o.compression = 0;
             ef__stream *s = NULL;
             ef__err err;
             ef__err_clear(&err);
@@ -1226,7 +1226,7 @@ static void test_http_open_range(void **state)
         char url[128], lines[512];
         url_of(url, sizeof url, &sv, "big.bin");
         ef__stream_opts o = opts_with(30, 10, 0.01);
-        o.gzip = 0;
+        o.compression = 0;
         uint64_t raw = expect_range(url, &o, 3000000, 3001000, g_big, BIG_SIZE);
         if (k < 2) {
             assert_int_equal(raw, 1000); /* nothing past the end came */
@@ -1235,7 +1235,7 @@ static void test_http_open_range(void **state)
                          BIG_SIZE);
         }
         if (k == 0) {
-            o.gzip = -1;
+            o.compression = -1;
             assert_true(expect_range(url, &o, 3000000, 3001000, g_big,
                                      BIG_SIZE) >= 3001000);
         }

@@ -30,7 +30,7 @@ struct ef__stream {
     uint64_t raw_base;  /* raw offset of the backend's first byte */
     uint64_t raw_bytes; /* bytes the backend gave */
     uint64_t read_ns;
-    int gzip; /* after sniffing: 0 or 1 */
+    int compression; /* EF__COMP_*, after sniffing never EF__COMP_SNIFF */
     int max_inflate;
     /* raw bytes read ahead (for sniffing, and as gzip input) */
     unsigned char *in;
@@ -115,7 +115,7 @@ static const ef__stream_backend memory_backend = {memory_read, NULL,
 void ef__stream_opts_init(ef__stream_opts *o)
 {
     *o = (ef__stream_opts){
-        .gzip = -1, .tries = 5, .timeout_s = 30, .backoff_s = 0.1};
+        .compression = -1, .tries = 5, .timeout_s = 30, .backoff_s = 0.1};
 }
 
 static int is_url(const char *s)
@@ -150,7 +150,7 @@ static int finish_open(ef__stream **out, const ef__stream_backend *b,
     s->backend = b;
     s->impl = impl;
     s->cancelled = o->cancelled;
-    s->gzip = o->gzip;
+    s->compression = o->compression;
     s->max_inflate = o->max_inflate;
     *out = s;
     return EF_OK;
@@ -158,8 +158,8 @@ static int finish_open(ef__stream **out, const ef__stream_backend *b,
 
 /* Opens a local file; for an `offset` past 0, seeks there when the data
  * is plain and the file regular, and says so in *seeked (the bytes
- * before were then not read). gzip data (o->gzip 1, or -1 and the magic
- * at byte 0) and pipes start at byte 0: the caller skips. */
+ * before were then not read). gzip data (EF__COMP_GZIP, or sniffed and
+ * the magic at byte 0) and pipes start at byte 0: the caller skips. */
 static int open_file(ef__stream **out, const char *location,
                      const ef__stream_opts *o, uint64_t offset, int *seeked,
                      ef__err *err)
@@ -182,22 +182,23 @@ static int open_file(ef__stream **out, const char *location,
     ef__stream_opts use = *o;
     int rc = EF_OK;
     if (offset > 0 && fi->size >= 0) {
-        if (use.gzip < 0) { /* the magic, read without moving the FILE */
+        if (use.compression < 0) { /* the magic, read without moving the FILE */
             unsigned char m[2];
-            use.gzip = pread(fileno(fi->f), m, 2, 0) == 2 && m[0] == 0x1f &&
-                       m[1] == 0x8b;
+            use.compression = pread(fileno(fi->f), m, 2, 0) == 2 &&
+                              m[0] == 0x1f && m[1] == 0x8b;
         }
-        if (use.gzip == 0 && offset > (uint64_t)fi->size)
+        if (use.compression == 0 && offset > (uint64_t)fi->size)
             rc = ef__err_set(err, EF_EFORMAT,
                              "%s: cannot start reading at offset %llu: the "
                              "file has %lld bytes",
                              location, (unsigned long long)offset,
                              (long long)fi->size);
-        else if (use.gzip == 0 && fseeko(fi->f, (off_t)offset, SEEK_SET) != 0)
+        else if (use.compression == 0 &&
+                 fseeko(fi->f, (off_t)offset, SEEK_SET) != 0)
             rc = ef__err_set(err, EF_EIO, "%s: cannot seek to offset %llu: %s",
                              location, (unsigned long long)offset,
                              strerror(errno));
-        *seeked = use.gzip == 0;
+        *seeked = use.compression == 0;
     }
     if (rc != EF_OK) {
         fclose(fi->f);
@@ -247,12 +248,12 @@ int ef__stream_open_range(ef__stream **out, const char *location,
     int rc, seeked = 0;
     if (is_url(location)) {
         /* only data known to be plain is asked for from the offset on */
-        seeked = offset > 0 && o->gzip == 0;
+        seeked = offset > 0 && o->compression == 0;
         void *impl;
         const ef__stream_backend *b;
         /* an end in inflated bytes says nothing of the raw ones */
         rc = ef__http_open(&impl, &b, location, o, seeked ? offset : 0,
-                           o->gzip == 0 ? end : 0, err);
+                           o->compression == 0 ? end : 0, err);
         if (rc == EF_OK)
             rc = finish_open(out, b, impl, location, o, err);
     } else {
@@ -262,7 +263,7 @@ int ef__stream_open_range(ef__stream **out, const char *location,
         return rc;
     (*out)->end = end;
     if (seeked) {
-        (*out)->gzip = 0;
+        (*out)->compression = 0;
         (*out)->offset = (*out)->raw_base = offset;
     } else if (offset > 0) {
         rc = skip_to(*out, offset, err);
@@ -446,7 +447,7 @@ static int read_gzip(ef__stream *s, unsigned char *buf, size_t n, size_t *got,
 /* Decides gzip or not from the first two raw bytes, once. */
 static int sniff(ef__stream *s, ef__err *err)
 {
-    if (s->gzip >= 0)
+    if (s->compression >= 0)
         return EF_OK;
     int rc = fill_raw(s, err);
     if (rc != EF_OK)
@@ -467,8 +468,8 @@ static int sniff(ef__stream *s, ef__err *err)
         if (got == 0)
             s->raw_end = 1;
     }
-    s->gzip = s->in_len - s->in_pos >= 2 && s->in[s->in_pos] == 0x1f &&
-              s->in[s->in_pos + 1] == 0x8b;
+    s->compression = s->in_len - s->in_pos >= 2 && s->in[s->in_pos] == 0x1f &&
+                     s->in[s->in_pos + 1] == 0x8b;
     return EF_OK;
 }
 
@@ -485,7 +486,7 @@ int ef__stream_read(ef__stream *s, void *buf, size_t n, size_t *got,
     uint64_t t0 = ef__now_ns();
     int rc = sniff(s, err);
     if (rc == EF_OK) {
-        if (s->gzip) {
+        if (s->compression) {
 #ifdef EF_HAVE_ZLIB
             rc = read_gzip(s, buf, n, got, err);
 #else
@@ -553,9 +554,9 @@ uint64_t ef__stream_raw_offset(const ef__stream *s)
     return s->raw_base + s->raw_bytes - (s->in_len - s->in_pos);
 }
 
-int ef__stream_gzip(const ef__stream *s)
+int ef__stream_compression(const ef__stream *s)
 {
-    return s->gzip;
+    return s->compression;
 }
 
 int64_t ef__stream_size(const ef__stream *s)

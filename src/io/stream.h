@@ -15,9 +15,17 @@
 
 typedef struct ef__stream ef__stream;
 
+/* Compressions a stream inflates. */
+enum {
+    EF__COMP_SNIFF = -1, /* told by the data's first bytes */
+    EF__COMP_NONE = 0,
+    EF__COMP_GZIP = 1,
+};
+
 typedef struct {
-    int gzip;         /* -1: inflate when the data starts with the gzip
-                         magic; 0: never; 1: always */
+    int compression;  /* EF__COMP_*: the data's compression, or
+                         EF__COMP_SNIFF to tell it by the data's first
+                         bytes (the gzip magic) */
     int tries;        /* HTTP: give up after this many failed attempts
                          in a row that delivered no byte (the one that
                          failed after data counts as the first) */
@@ -62,7 +70,7 @@ int ef__stream_open(ef__stream **out, const char *location,
  * a local file seeks, a URL is asked for "Range: bytes=offset-". gzip
  * data cannot seek, so it is inflated from its start and the bytes before
  * the offset are dropped; so is a pipe, and a URL whose compression is
- * not known (o->gzip -1: the magic is in the first bytes, which are not
+ * not known (EF__COMP_SNIFF: the magic is in the first bytes, which are not
  * asked for). Data that ends before the offset is EF_EFORMAT (EF_EIO
  * over HTTP) naming the location, its size and the offset. */
 int ef__stream_open_at(ef__stream **out, const char *location,
@@ -70,7 +78,7 @@ int ef__stream_open_at(ef__stream **out, const char *location,
                        ef__err *err);
 /* Like ef__stream_open_at, for a record known to lie in [offset, end)
  * (end > offset): the data ends at `end` even where the file goes on,
- * and a URL of data known to be plain (o->gzip 0) is asked for "Range:
+ * and a URL of data known to be plain (EF__COMP_NONE) is asked for "Range:
  * bytes=offset-(end - 1)" only. Asked for the rest of the file, a server
  * would send as much of it as the connection holds before the reader
  * has its record and closes: megabytes for a record of a few kilobytes.
@@ -105,9 +113,9 @@ uint64_t ef__stream_raw_offset(const ef__stream *s);
 /* Raw size of the file or resource; -1 while unknown (a pipe, an HTTP
  * reply without a length). */
 int64_t ef__stream_size(const ef__stream *s);
-/* Whether the data is gzip (1) or plain (0); -1 while not yet known
+/* The data's compression, EF__COMP_*: EF__COMP_SNIFF while not yet known
  * (before the first read of a stream that sniffs). */
-int ef__stream_gzip(const ef__stream *s);
+int ef__stream_compression(const ef__stream *s);
 /* The path or URL given to open. */
 const char *ef__stream_name(const ef__stream *s);
 void ef__stream_get_stats(const ef__stream *s, ef__stream_stats *out);

@@ -145,7 +145,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     /* sniffing, in large pieces: the reference read */
     result a;
     CHECK(ef__stream_open_memory(&s, data, size, NAME, NULL, &err) == EF_OK);
-    CHECK(ef__stream_gzip(s) == -1);
+    CHECK(ef__stream_compression(s) == -1);
     CHECK(ef__stream_size(s) == (int64_t)size);
     CHECK(strcmp(ef__stream_name(s), NAME) == 0);
     {
@@ -155,7 +155,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         CHECK(ef__stream_open_memory(&t, data, size, NAME, NULL, &err) ==
               EF_OK);
         int rc = ef__stream_read(t, &first, 1, &got, &err);
-        CHECK(rc != EF_OK || ef__stream_gzip(t) == gzip);
+        CHECK(rc != EF_OK || ef__stream_compression(t) == gzip);
         ef__stream_close(t);
     }
     read_all(s, big, 1, &a);
@@ -178,7 +178,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     /* forced plain: the bytes as they are, magic or not */
     ef__stream_opts plain;
     ef__stream_opts_init(&plain);
-    plain.gzip = 0;
+    plain.compression = 0;
     CHECK(ef__stream_open_memory(&s, data, size, NAME, &plain, &err) == EF_OK);
     read_all(s, small, sizeof small / sizeof *small, &b);
     CHECK(b.rc == EF_OK && b.n == size);

@@ -40,9 +40,9 @@ void ef__fetch_failed(ef__err *err, int rc, const char *unit);
 
 /* ---- compression as seen ------------------------------------------ */
 
-enum { EF__GZ_UNKNOWN, EF__GZ_PLAIN, EF__GZ_GZIP };
+enum { EF__SEEN_UNKNOWN, EF__SEEN_PLAIN, EF__SEEN_GZIP };
 
-/* One entry per file of the list: EF__GZ_* as its data turned out to be
+/* One entry per file of the list: EF__SEEN_* as its data turned out to be
  * when read (or as a restored state said). Any thread notes and looks
  * (relaxed atomics: an entry only ever goes from unknown to known, and
  * an unknown one costs reading from the file's start, never a wrong
@@ -50,18 +50,18 @@ enum { EF__GZ_UNKNOWN, EF__GZ_PLAIN, EF__GZ_GZIP };
 typedef struct {
     _Atomic unsigned char *kind;
     size_t n;
-} ef__gzip_seen;
+} ef__comp_seen;
 
 /* All unknown; EF_ENOMEM when out of memory. */
-int ef__gzip_seen_init(ef__gzip_seen *g, size_t n);
-void ef__gzip_seen_free(ef__gzip_seen *g);
+int ef__comp_seen_init(ef__comp_seen *g, size_t n);
+void ef__comp_seen_free(ef__comp_seen *g);
 /* Notes what stream s, open on file f, found (once it has read). */
-void ef__gzip_seen_note(ef__gzip_seen *g, size_t f, const ef__stream *s);
-/* Options for opening file f again part way: o->gzip, when it is to be
+void ef__comp_seen_note(ef__comp_seen *g, size_t f, const ef__stream *s);
+/* Options for opening file f again part way: o->compression, when it is to be
  * sniffed (-1), set to what the file turned out to be, if known. */
-void ef__gzip_seen_opts(const ef__gzip_seen *g, size_t f, ef__stream_opts *o);
+void ef__comp_seen_opts(const ef__comp_seen *g, size_t f, ef__stream_opts *o);
 /* Run-length coded: a count of runs, then each run's length and kind. */
-void ef__gzip_seen_save(const ef__gzip_seen *g, ef__state_out *o);
-int ef__gzip_seen_restore(ef__gzip_seen *g, ef__state_in *in);
+void ef__comp_seen_save(const ef__comp_seen *g, ef__state_out *o);
+int ef__comp_seen_restore(ef__comp_seen *g, ef__state_in *in);
 
 #endif
