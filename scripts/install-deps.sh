@@ -8,6 +8,7 @@ set -euo pipefail
 packages=(
   gcc make cmake pkg-config   # the build
   zlib1g-dev                  # gzip-compressed IDX files
+  libzstd-dev zstd            # zstd-compressed text (zstd: test fixtures)
   libcurl4-openssl-dev        # reading http:// and https:// URLs
   libturbojpeg0-dev           # decode: JPEG images (TurboJPEG API)
   libjpeg62-turbo-dev         # decode_crop: only a JPEG's window (libjpeg API)

@@ -1,7 +1,8 @@
 /* Byte streams read front to back in pieces: local files, memory, and
- * http:// or https:// URLs (libcurl), with gzip inflated on the fly. Parsers
- * of container formats (tar, TFRecord) read through this interface, so the
- * same code serves a disk, a web server and a fuzzer's bytes.
+ * http:// or https:// URLs (libcurl), with gzip or zstd inflated on the
+ * fly. Parsers of container formats (tar, TFRecord) and of lines of text
+ * read through this interface, so the same code serves a disk, a web
+ * server and a fuzzer's bytes.
  *
  * A stream is used by one thread at a time. */
 #ifndef EF_IO_STREAM_H
@@ -20,12 +21,13 @@ enum {
     EF__COMP_SNIFF = -1, /* told by the data's first bytes */
     EF__COMP_NONE = 0,
     EF__COMP_GZIP = 1,
+    EF__COMP_ZSTD = 2,
 };
 
 typedef struct {
     int compression;  /* EF__COMP_*: the data's compression, or
                          EF__COMP_SNIFF to tell it by the data's first
-                         bytes (the gzip magic) */
+                         bytes (the gzip or zstd magic) */
     int tries;        /* HTTP: give up after this many failed attempts
                          in a row that delivered no byte (the one that
                          failed after data counts as the first) */
@@ -38,10 +40,10 @@ typedef struct {
                          after each failed attempt */
     const atomic_int *cancelled; /* optional: once non-zero, reads stop
                                     with EF_ECANCELED */
-    int max_inflate;  /* gzip: past the first EF__INFLATE_FREE bytes,
-                         inflating more than this many bytes per
-                         compressed byte is EF_EFORMAT (a gzip bomb);
-                         0: no limit */
+    int max_inflate;  /* compressed data: past the first EF__INFLATE_FREE
+                         bytes, inflating more than this many bytes per
+                         compressed byte is EF_EFORMAT (a decompression
+                         bomb); 0: no limit */
 } ef__stream_opts;
 
 /* Inflated bytes never checked against max_inflate: small files may
@@ -67,11 +69,11 @@ int ef__stream_open(ef__stream **out, const char *location,
 /* Like ef__stream_open, but the first byte read is byte `offset` of the
  * (inflated) data, and offsets count from the data's start as if the
  * bytes before had been read. Plain data is not read before the offset:
- * a local file seeks, a URL is asked for "Range: bytes=offset-". gzip
- * data cannot seek, so it is inflated from its start and the bytes before
- * the offset are dropped; so is a pipe, and a URL whose compression is
- * not known (EF__COMP_SNIFF: the magic is in the first bytes, which are not
- * asked for). Data that ends before the offset is EF_EFORMAT (EF_EIO
+ * a local file seeks, a URL is asked for "Range: bytes=offset-".
+ * Compressed data cannot seek, so it is inflated from its start and the
+ * bytes before the offset are dropped; so is a pipe, and a URL whose
+ * compression is not known (EF__COMP_SNIFF: the magic is in the first
+ * bytes, which are not asked for). Data that ends before the offset is EF_EFORMAT (EF_EIO
  * over HTTP) naming the location, its size and the offset. */
 int ef__stream_open_at(ef__stream **out, const char *location,
                        const ef__stream_opts *o, uint64_t offset,

@@ -99,11 +99,10 @@ void ef__comp_seen_free(ef__comp_seen *g)
 
 void ef__comp_seen_note(ef__comp_seen *g, size_t f, const ef__stream *s)
 {
-    int gz = ef__stream_compression(s);
-    if (gz < 0 || f >= g->n)
+    int c = ef__stream_compression(s);
+    if (c == EF__COMP_SNIFF || f >= g->n)
         return;
-    atomic_store_explicit(&g->kind[f],
-                          (unsigned char)(gz ? EF__SEEN_GZIP : EF__SEEN_PLAIN),
+    atomic_store_explicit(&g->kind[f], (unsigned char)(c + 1),
                           memory_order_relaxed);
 }
 
@@ -112,8 +111,8 @@ void ef__comp_seen_opts(const ef__comp_seen *g, size_t f, ef__stream_opts *o)
     if (o->compression >= 0 || f >= g->n)
         return;
     unsigned char k = atomic_load_explicit(&g->kind[f], memory_order_relaxed);
-    if (k != EF__SEEN_UNKNOWN)
-        o->compression = k == EF__SEEN_GZIP;
+    if (k != 0)
+        o->compression = k - 1;
 }
 
 /* Readers note kinds while a save runs (they are not paused), so the
@@ -150,7 +149,7 @@ int ef__comp_seen_restore(ef__comp_seen *g, ef__state_in *in)
     for (uint64_t r = 0; r < runs && rc == EF_OK; r++) {
         uint64_t len, kind;
         ef__get_count(in, "a run of file kinds", g->n - f, &len);
-        rc = ef__get_count(in, "a file kind", EF__SEEN_GZIP, &kind);
+        rc = ef__get_count(in, "a file kind", EF__COMP_ZSTD + 1, &kind);
         for (uint64_t k = 0; k < len && rc == EF_OK; k++)
             atomic_store_explicit(&g->kind[f++], (unsigned char)kind,
                                   memory_order_relaxed);

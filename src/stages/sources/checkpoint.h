@@ -40,13 +40,12 @@ void ef__fetch_failed(ef__err *err, int rc, const char *unit);
 
 /* ---- compression as seen ------------------------------------------ */
 
-enum { EF__SEEN_UNKNOWN, EF__SEEN_PLAIN, EF__SEEN_GZIP };
-
-/* One entry per file of the list: EF__SEEN_* as its data turned out to be
- * when read (or as a restored state said). Any thread notes and looks
- * (relaxed atomics: an entry only ever goes from unknown to known, and
- * an unknown one costs reading from the file's start, never a wrong
- * answer); save and restore run on the consumer's thread. */
+/* One entry per file of the list: 0 while unknown, else 1 + the EF__COMP_*
+ * its data turned out to be when read (or as a restored state said). Any
+ * thread notes and looks (relaxed atomics: an entry only ever goes from
+ * unknown to known, and an unknown one costs reading from the file's
+ * start, never a wrong answer); save and restore run on the consumer's
+ * thread. */
 typedef struct {
     _Atomic unsigned char *kind;
     size_t n;

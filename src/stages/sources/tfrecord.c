@@ -4,8 +4,8 @@
  * `files` lists the files (paths or http(s) URLs, brace-expanded, see
  * paths.h), read in order on the pulling thread; shard=I/N keeps the files
  * f with f % N == I. compression=auto inflates files that start with the
- * gzip magic, gzip always, none never. A sample's identity is
- * (file << 32) + the record's position in its file.
+ * gzip or zstd magic, gzip and zstd inflate always, none never. A sample's
+ * identity is (file << 32) + the record's position in its file.
  *
  * Errors name the file, the record and its offset. With on_error=skip, a
  * bad data CRC drops that record only; a bad length CRC, an absurd length
@@ -59,15 +59,17 @@ static int tfrecord_create(ef__stage *s, const ef__opts *o, ef__err *err)
     st->sopts.cancelled = &s->ctx->cancelled;
     const char *comp = ef__opt_string(o, "compression");
     if (strcmp(comp, "auto") == 0)
-        st->sopts.compression = -1;
+        st->sopts.compression = EF__COMP_SNIFF;
     else if (strcmp(comp, "none") == 0)
-        st->sopts.compression = 0;
+        st->sopts.compression = EF__COMP_NONE;
     else if (strcmp(comp, "gzip") == 0)
-        st->sopts.compression = 1;
+        st->sopts.compression = EF__COMP_GZIP;
+    else if (strcmp(comp, "zstd") == 0)
+        st->sopts.compression = EF__COMP_ZSTD;
     else
         return ef__err_set(err, EF_ESPEC,
-                           "tfrecord: option 'compression' must be auto, none "
-                           "or gzip (got '%s')",
+                           "tfrecord: option 'compression' must be auto, none, "
+                           "gzip or zstd (got '%s')",
                            comp);
     const char *field = ef__opt_string(o, "field");
     if (!field[0] || strlen(field) >= sizeof st->field)
@@ -372,7 +374,7 @@ static const ef__option_def tfrecord_options[] = {
      "{00..99} expansion",
      0, 0},
     {"compression", EF_OPT_STRING, "auto",
-     "auto (gzip when the data says so), none or gzip", 0, 0},
+     "auto (gzip or zstd when the data says so), none, gzip or zstd", 0, 0},
     {"field", EF_OPT_STRING, "record", "name of the u8 field of each record", 0,
      0},
     EF__STREAM_OPTIONS,
@@ -395,7 +397,7 @@ static const char *tfrecord_part_name(const ef__stage *s, int64_t part)
 {
     const tfrecord_state *st = s->state;
     return part >= 0 && (size_t)part < st->files.n ? st->files.names[part]
-                                                  : NULL;
+                                                   : NULL;
 }
 
 const ef__stage_def ef__stage_tfrecord = {
