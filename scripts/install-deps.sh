@@ -24,6 +24,7 @@ packages=(
   nginx                       # the HTTP integration test serves shards
   openmpi-bin libopenmpi-dev  # echoflow train under mpirun
   dataset-fashion-mnist       # the real data: /usr/share/datasets/fashion-mnist
+  wordnet-base                # real English text: WordNet's glosses
 )
 if [ "${1:-}" = "--bench" ]; then
   # Debian's torch uses the reference BLAS unless an optimised one is
