@@ -154,8 +154,9 @@ static int next_line(lines_state *st, const char **p, size_t *n, uint64_t *at,
     *too_long = 0;
     size_t scanned = 0; /* of buf[pos, len): no '\n' there */
     for (;;) {
-        char *nl = memchr(st->buf + st->pos + scanned, '\n',
-                          st->len - st->pos - scanned);
+        size_t left = st->len - st->pos - scanned;
+        char *nl = left ? memchr(st->buf + st->pos + scanned, '\n', left)
+                        : NULL; /* buf is NULL before the first read */
         if (nl || (st->eof && st->pos < st->len)) {
             size_t end = nl ? (size_t)(nl - st->buf) : st->len;
             *p = st->buf + st->pos;
