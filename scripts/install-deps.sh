@@ -8,6 +8,7 @@ set -euo pipefail
 packages=(
   gcc make cmake pkg-config   # the build
   zlib1g-dev                  # gzip-compressed IDX files
+  libzstd-dev zstd            # zstd-compressed text (zstd: test fixtures)
   libcurl4-openssl-dev        # reading http:// and https:// URLs
   libturbojpeg0-dev           # decode: JPEG images (TurboJPEG API)
   libjpeg62-turbo-dev         # decode_crop: only a JPEG's window (libjpeg API)
@@ -22,11 +23,12 @@ packages=(
   python3-pytest              # ... and its tests
   python3-protobuf protobuf-compiler  # ... tf.train.Example fixtures, checked
   python3-torchvision python3-pil  # ... a stock torchvision pipeline, echoed
-  python3-sentencepiece wordnet-base  # ... tokenize against SentencePiece
+  python3-sentencepiece       # ... tokenize against SentencePiece
   nodejs                      # ... and against js-tiktoken (see below)
   nginx                       # the HTTP integration test serves shards
   openmpi-bin libopenmpi-dev  # echoflow train under mpirun
   dataset-fashion-mnist       # the real data: /usr/share/datasets/fashion-mnist
+  wordnet-base                # real English text: WordNet's glosses
 )
 if [ "${1:-}" = "--bench" ]; then
   # Debian's torch uses the reference BLAS unless an optimised one is

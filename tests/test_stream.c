@@ -1,5 +1,5 @@
-/* Byte streams (src/io/stream.c, src/io/http.c): files, memory, gzip on the
- * fly, opening part way (a seek, a Range request, or inflating and
+/* Byte streams (src/io/stream.c, src/io/http.c): files, memory, gzip and
+ * zstd on the fly, opening part way (a seek, a Range request, or inflating and
  * dropping), the truncation messages of read_full and skip, and HTTP against
  * tests/http_server.py started per test with the faults it needs (cuts,
  * 503s, ignored ranges, stalls, trickled headers and bodies, redirect
@@ -31,6 +31,9 @@
 
 #ifdef EF_TEST_HAVE_ZLIB
 #include <zlib.h>
+#endif
+#ifdef EF_TEST_HAVE_ZSTD
+#include <zstd.h>
 #endif
 
 #include "echoflow/echoflow.h"
@@ -226,7 +229,7 @@ static void test_memory(void **state)
     /* gzip=0: the magic is data like any other */
     ef__stream_opts o;
     ef__stream_opts_init(&o);
-    o.gzip = 0;
+    o.compression = 0;
     static const unsigned char magic[] = {0x1f, 0x8b, 8, 0, 1, 2, 3};
     assert_int_equal(
         ef__stream_open_memory(&s, magic, sizeof magic, "raw", &o, &err),
@@ -381,7 +384,7 @@ static void test_open_at_file(void **state)
     unsigned char b[10];
     assert_int_equal(ef__stream_read_full(s, b, 10, "head", &err), EF_OK);
     assert_int_equal(ef__stream_raw_offset(s), 4106);
-    assert_int_equal(ef__stream_gzip(s), 0);
+    assert_int_equal(ef__stream_compression(s), 0);
     ef__stream_close(s);
     /* past the end: the file, its size and the offset are named */
     assert_int_equal(ef__stream_open_at(&s, path, NULL, BIG_SIZE + 1, &err),
@@ -431,11 +434,11 @@ static void test_gzip_file(void **state)
     /* gzip=1 without sniffing gives the same; gzip=0 the raw bytes */
     ef__stream_opts o;
     ef__stream_opts_init(&o);
-    o.gzip = 1;
+    o.compression = 1;
     assert_int_equal(ef__stream_open(&s, path, &o, &err), EF_OK);
     expect_content(s, g_text, TEXT_SIZE);
     ef__stream_close(s);
-    o.gzip = 0;
+    o.compression = 0;
     assert_int_equal(ef__stream_open(&s, path, &o, &err), EF_OK);
     expect_content(s, g_gz, g_gz_size);
     ef__stream_close(s);
@@ -556,7 +559,7 @@ static void test_open_at_gzip(void **state)
     ef__stream_opts o;
     ef__stream_opts_init(&o);
     for (int gz = -1; gz <= 1; gz += 2) {
-        o.gzip = gz;
+        o.compression = gz;
         assert_int_equal(expect_from(path, &o, 1000001, g_text, TEXT_SIZE),
                          g_gz_size);
         assert_int_equal(expect_from(path, &o, TEXT_SIZE, g_text, TEXT_SIZE),
@@ -596,6 +599,117 @@ static void test_gzip_unsupported(void **state)
 }
 
 #endif /* EF_TEST_HAVE_ZLIB */
+
+#ifdef EF_TEST_HAVE_ZSTD
+
+/* data[0, n) as one zstd frame, in a malloc'd buffer. */
+static unsigned char *zstd_bytes(const void *data, size_t n, size_t *out_n)
+{
+    size_t cap = ZSTD_compressBound(n);
+    unsigned char *out = malloc(cap);
+    assert_non_null(out);
+    *out_n = ZSTD_compress(out, cap, data, n, 3);
+    assert_false(ZSTD_isError(*out_n));
+    return out;
+}
+
+/* Sniffed or given, whole or from an offset, in several frames: the
+ * bytes that went in; truncation and damage name the place. */
+static void test_zstd(void **state)
+{
+    (void)state;
+    size_t zn;
+    unsigned char *z = zstd_bytes(g_text, TEXT_SIZE, &zn);
+    write_file("text.zst", z, zn);
+    const char *path = tu_at("text.zst");
+    ef__stream *s = NULL;
+    ef__err err;
+    ef__err_clear(&err);
+    assert_int_equal(ef__stream_open(&s, path, NULL, &err), EF_OK);
+    expect_content(s, g_text, TEXT_SIZE);
+    assert_int_equal(ef__stream_compression(s), EF__COMP_ZSTD);
+    ef__stream_stats st;
+    ef__stream_get_stats(s, &st);
+    assert_int_equal(st.raw_bytes, zn);
+    ef__stream_close(s);
+    ef__stream_opts o;
+    ef__stream_opts_init(&o);
+    for (int c = EF__COMP_SNIFF; c <= EF__COMP_ZSTD; c += 3) {
+        o.compression = c;
+        assert_int_equal(expect_from(path, &o, 1000001, g_text, TEXT_SIZE), zn);
+        expect_range(path, &o, 1000001, 1000301, g_text, TEXT_SIZE);
+    }
+
+    /* two frames, as `cat a.zst b.zst` makes, from memory */
+    size_t n2;
+    unsigned char *z2 = zstd_bytes(g_big, 100000, &n2);
+    unsigned char *cat = malloc(zn + n2), *want = malloc(TEXT_SIZE + 100000);
+    assert_non_null(cat);
+    assert_non_null(want);
+    memcpy(cat, z, zn);
+    memcpy(cat + zn, z2, n2);
+    memcpy(want, g_text, TEXT_SIZE);
+    memcpy(want + TEXT_SIZE, g_big, 100000);
+    assert_int_equal(
+        ef__stream_open_memory(&s, cat, zn + n2, "cat.zst", NULL, &err), EF_OK);
+    expect_content(s, want, TEXT_SIZE + 100000);
+    ef__stream_close(s);
+
+    /* cut in the middle of the second frame */
+    unsigned char *buf = malloc(TEXT_SIZE + 400000);
+    assert_non_null(buf);
+    size_t total;
+    assert_int_equal(
+        ef__stream_open_memory(&s, cat, zn + n2 / 2, "cut.zst", NULL, &err),
+        EF_OK);
+    assert_int_equal(read_pieces(s, buf, TEXT_SIZE + 400000, &total, &err),
+                     EF_EFORMAT);
+    assert_true(total >= TEXT_SIZE && total < TEXT_SIZE + 100000);
+    assert_true(memcmp(buf, want, total) == 0); /* what came was right */
+    char msg[128];
+    snprintf(msg, sizeof msg,
+             "cut.zst: zstd stream truncated after %zu compressed bytes",
+             zn + n2 / 2);
+    expect_msg(&err, msg);
+    ef__stream_close(s);
+
+    /* damage: a format error naming a compressed offset */
+    for (size_t i = zn / 3; i < zn / 3 + 64; i++)
+        cat[i] ^= 0x5a;
+    assert_int_equal(ef__stream_open_memory(&s, cat, zn, "bad.zst", NULL, &err),
+                     EF_OK);
+    assert_int_equal(read_pieces(s, buf, TEXT_SIZE + 400000, &total, &err),
+                     EF_EFORMAT);
+    expect_msg(&err, "bad.zst: corrupt zstd data near compressed offset");
+    ef__stream_close(s);
+
+    /* a bomb: all zeros compress far past max_inflate */
+    size_t zeros = EF__INFLATE_FREE + (8u << 20), bn;
+    unsigned char *zero = calloc(zeros, 1);
+    assert_non_null(zero);
+    unsigned char *bomb = zstd_bytes(zero, zeros, &bn);
+    o.compression = EF__COMP_SNIFF;
+    o.max_inflate = 100;
+    assert_int_equal(ef__stream_open_memory(&s, bomb, bn, "bomb.zst", &o, &err),
+                     EF_OK);
+    unsigned char *big = malloc(zeros + 300000);
+    assert_non_null(big);
+    assert_int_equal(read_pieces(s, big, zeros + 300000, &total, &err),
+                     EF_EFORMAT);
+    expect_msg(&err, "bomb.zst: zstd data inflates to");
+    expect_msg(&err, "max_inflate");
+    ef__stream_close(s);
+    free(big);
+    free(bomb);
+    free(zero);
+    free(buf);
+    free(cat);
+    free(want);
+    free(z2);
+    free(z);
+}
+
+#endif /* EF_TEST_HAVE_ZSTD */
 
 /* ---- HTTP ---------------------------------------------------------- */
 
@@ -1143,17 +1257,17 @@ static void test_http_open_at(void **state)
         char url[128];
         url_of(url, sizeof url, &sv, "big.bin");
         ef__stream_opts o = opts_with(30, 10, 0.01);
-        o.gzip = 0;
+        o.compression = 0;
         /* (a 200 to a Range request sends the head too: dropped, and not
          * counted, as with a retry) */
         assert_int_equal(expect_from(url, &o, 3000000, g_big, BIG_SIZE),
                          BIG_SIZE - 3000000);
         assert_int_equal(expect_from(url, &o, BIG_SIZE, g_big, BIG_SIZE), 0);
         if (k == 0) {
-            o.gzip = -1;
+            o.compression = -1;
             assert_int_equal(expect_from(url, &o, 3000000, g_big, BIG_SIZE),
                              BIG_SIZE);
-            o.gzip = 0;
+            o.compression = 0;
             ef__stream *s = NULL;
             ef__err err;
             ef__err_clear(&err);
@@ -1226,7 +1340,7 @@ static void test_http_open_range(void **state)
         char url[128], lines[512];
         url_of(url, sizeof url, &sv, "big.bin");
         ef__stream_opts o = opts_with(30, 10, 0.01);
-        o.gzip = 0;
+        o.compression = 0;
         uint64_t raw = expect_range(url, &o, 3000000, 3001000, g_big, BIG_SIZE);
         if (k < 2) {
             assert_int_equal(raw, 1000); /* nothing past the end came */
@@ -1235,7 +1349,7 @@ static void test_http_open_range(void **state)
                          BIG_SIZE);
         }
         if (k == 0) {
-            o.gzip = -1;
+            o.compression = -1;
             assert_true(expect_range(url, &o, 3000000, 3001000, g_big,
                                      BIG_SIZE) >= 3001000);
         }
@@ -1376,7 +1490,6 @@ static void test_http_refused(void **state)
     ef__stream_close(s);
 }
 
-
 static void test_http_bad_options(void **state)
 {
     (void)state;
@@ -1437,6 +1550,9 @@ int main(void)
         cmocka_unit_test(test_gzip_truncated),
 #else
         cmocka_unit_test(test_gzip_unsupported),
+#endif
+#ifdef EF_TEST_HAVE_ZSTD
+        cmocka_unit_test(test_zstd),
 #endif
 #ifdef EF_TEST_HAVE_CURL
         cmocka_unit_test(test_http_not_found),

@@ -1,5 +1,6 @@
 /* Byte streams (see stream.h): a raw backend (file, memory or HTTP) with
- * optional gzip inflation, the offset, cancellation and statistics. */
+ * optional gzip or zstd inflation, the offset, cancellation and
+ * statistics. */
 #include "io/stream.h"
 
 #include <assert.h>
@@ -16,6 +17,9 @@
 #ifdef EF_HAVE_ZLIB
 #include <zlib.h>
 #endif
+#ifdef EF_HAVE_ZSTD
+#include <zstd.h>
+#endif
 
 #define RAW_CHUNK (1u << 16)
 
@@ -30,9 +34,9 @@ struct ef__stream {
     uint64_t raw_base;  /* raw offset of the backend's first byte */
     uint64_t raw_bytes; /* bytes the backend gave */
     uint64_t read_ns;
-    int gzip; /* after sniffing: 0 or 1 */
+    int compression; /* EF__COMP_*, after sniffing never EF__COMP_SNIFF */
     int max_inflate;
-    /* raw bytes read ahead (for sniffing, and as gzip input) */
+    /* raw bytes read ahead (for sniffing, and as inflater input) */
     unsigned char *in;
     size_t in_pos, in_len;
     int raw_end; /* the backend has no more */
@@ -40,6 +44,10 @@ struct ef__stream {
     z_stream z;
     int z_ready, z_member_done;
     uint64_t z_member_start; /* compressed offset of the current member */
+#endif
+#ifdef EF_HAVE_ZSTD
+    ZSTD_DStream *zd;
+    int zd_in_frame; /* a frame begun and not yet ended */
 #endif
 };
 
@@ -112,10 +120,21 @@ static const ef__stream_backend memory_backend = {memory_read, NULL,
 
 /* ---- opening ----------------------------------------------------- */
 
+/* The compression that n first bytes of data say (gzip's two-byte magic,
+ * zstd's four-byte frame magic), EF__COMP_NONE otherwise. */
+static int compression_of(const unsigned char *m, size_t n)
+{
+    if (n >= 2 && m[0] == 0x1f && m[1] == 0x8b)
+        return EF__COMP_GZIP;
+    if (n >= 4 && m[0] == 0x28 && m[1] == 0xb5 && m[2] == 0x2f && m[3] == 0xfd)
+        return EF__COMP_ZSTD;
+    return EF__COMP_NONE;
+}
+
 void ef__stream_opts_init(ef__stream_opts *o)
 {
     *o = (ef__stream_opts){
-        .gzip = -1, .tries = 5, .timeout_s = 30, .backoff_s = 0.1};
+        .compression = -1, .tries = 5, .timeout_s = 30, .backoff_s = 0.1};
 }
 
 static int is_url(const char *s)
@@ -150,7 +169,7 @@ static int finish_open(ef__stream **out, const ef__stream_backend *b,
     s->backend = b;
     s->impl = impl;
     s->cancelled = o->cancelled;
-    s->gzip = o->gzip;
+    s->compression = o->compression;
     s->max_inflate = o->max_inflate;
     *out = s;
     return EF_OK;
@@ -158,8 +177,8 @@ static int finish_open(ef__stream **out, const ef__stream_backend *b,
 
 /* Opens a local file; for an `offset` past 0, seeks there when the data
  * is plain and the file regular, and says so in *seeked (the bytes
- * before were then not read). gzip data (o->gzip 1, or -1 and the magic
- * at byte 0) and pipes start at byte 0: the caller skips. */
+ * before were then not read). gzip data (EF__COMP_GZIP, or sniffed and
+ * the magic at byte 0) and pipes start at byte 0: the caller skips. */
 static int open_file(ef__stream **out, const char *location,
                      const ef__stream_opts *o, uint64_t offset, int *seeked,
                      ef__err *err)
@@ -182,22 +201,23 @@ static int open_file(ef__stream **out, const char *location,
     ef__stream_opts use = *o;
     int rc = EF_OK;
     if (offset > 0 && fi->size >= 0) {
-        if (use.gzip < 0) { /* the magic, read without moving the FILE */
-            unsigned char m[2];
-            use.gzip = pread(fileno(fi->f), m, 2, 0) == 2 && m[0] == 0x1f &&
-                       m[1] == 0x8b;
+        if (use.compression < 0) { /* the magic, read without moving the FILE */
+            unsigned char m[4];
+            ssize_t got = pread(fileno(fi->f), m, sizeof m, 0);
+            use.compression = compression_of(m, got > 0 ? (size_t)got : 0);
         }
-        if (use.gzip == 0 && offset > (uint64_t)fi->size)
+        if (use.compression == 0 && offset > (uint64_t)fi->size)
             rc = ef__err_set(err, EF_EFORMAT,
                              "%s: cannot start reading at offset %llu: the "
                              "file has %lld bytes",
                              location, (unsigned long long)offset,
                              (long long)fi->size);
-        else if (use.gzip == 0 && fseeko(fi->f, (off_t)offset, SEEK_SET) != 0)
+        else if (use.compression == 0 &&
+                 fseeko(fi->f, (off_t)offset, SEEK_SET) != 0)
             rc = ef__err_set(err, EF_EIO, "%s: cannot seek to offset %llu: %s",
                              location, (unsigned long long)offset,
                              strerror(errno));
-        *seeked = use.gzip == 0;
+        *seeked = use.compression == 0;
     }
     if (rc != EF_OK) {
         fclose(fi->f);
@@ -247,12 +267,12 @@ int ef__stream_open_range(ef__stream **out, const char *location,
     int rc, seeked = 0;
     if (is_url(location)) {
         /* only data known to be plain is asked for from the offset on */
-        seeked = offset > 0 && o->gzip == 0;
+        seeked = offset > 0 && o->compression == 0;
         void *impl;
         const ef__stream_backend *b;
         /* an end in inflated bytes says nothing of the raw ones */
         rc = ef__http_open(&impl, &b, location, o, seeked ? offset : 0,
-                           o->gzip == 0 ? end : 0, err);
+                           o->compression == 0 ? end : 0, err);
         if (rc == EF_OK)
             rc = finish_open(out, b, impl, location, o, err);
     } else {
@@ -262,7 +282,7 @@ int ef__stream_open_range(ef__stream **out, const char *location,
         return rc;
     (*out)->end = end;
     if (seeked) {
-        (*out)->gzip = 0;
+        (*out)->compression = 0;
         (*out)->offset = (*out)->raw_base = offset;
     } else if (offset > 0) {
         rc = skip_to(*out, offset, err);
@@ -306,6 +326,9 @@ void ef__stream_close(ef__stream *s)
 #ifdef EF_HAVE_ZLIB
     if (s->z_ready)
         inflateEnd(&s->z);
+#endif
+#ifdef EF_HAVE_ZSTD
+    ZSTD_freeDStream(s->zd);
 #endif
     s->backend->close(s->impl);
     ef__free(s->in);
@@ -363,23 +386,26 @@ static int read_raw(ef__stream *s, unsigned char *buf, size_t n, size_t *got,
     return EF_OK;
 }
 
-#ifdef EF_HAVE_ZLIB
-/* Stops a gzip bomb: `inflated` bytes from the compressed bytes consumed
- * so far, against the stream's max_inflate. */
+#if defined(EF_HAVE_ZLIB) || defined(EF_HAVE_ZSTD)
+/* Stops a decompression bomb: `inflated` bytes from the compressed bytes
+ * consumed so far, against the stream's max_inflate. */
 static int check_ratio(const ef__stream *s, uint64_t inflated, ef__err *err)
 {
     uint64_t raw = ef__stream_raw_offset(s);
     if (!s->max_inflate || inflated <= EF__INFLATE_FREE ||
         inflated / (raw ? raw : 1) < (uint64_t)s->max_inflate)
         return EF_OK;
+    const char *kind = s->compression == EF__COMP_ZSTD ? "zstd" : "gzip";
     return ef__err_set(err, EF_EFORMAT,
-                       "%s: gzip data inflates to %llu bytes from %llu "
-                       "(over %d to 1): a gzip bomb, or data more "
+                       "%s: %s data inflates to %llu bytes from %llu "
+                       "(over %d to 1): a %s bomb, or data more "
                        "compressible than the max_inflate option allows",
-                       s->name, (unsigned long long)inflated,
-                       (unsigned long long)raw, s->max_inflate);
+                       s->name, kind, (unsigned long long)inflated,
+                       (unsigned long long)raw, s->max_inflate, kind);
 }
+#endif
 
+#ifdef EF_HAVE_ZLIB
 static int read_gzip(ef__stream *s, unsigned char *buf, size_t n, size_t *got,
                      ef__err *err)
 {
@@ -443,34 +469,92 @@ static int read_gzip(ef__stream *s, unsigned char *buf, size_t n, size_t *got,
 }
 #endif
 
-/* Decides gzip or not from the first two raw bytes, once. */
+#ifdef EF_HAVE_ZSTD
+static int read_zstd(ef__stream *s, unsigned char *buf, size_t n, size_t *got,
+                     ef__err *err)
+{
+    *got = 0;
+    if (!s->zd) {
+        s->zd = ZSTD_createDStream();
+        if (!s->zd || ZSTD_isError(ZSTD_initDStream(s->zd)))
+            return ef__err_set(err, EF_ENOMEM, "%s: cannot start inflating",
+                               s->name);
+    }
+    while (*got < n) {
+        int rc = fill_raw(s, err);
+        if (rc != EF_OK)
+            return rc;
+        if (s->in_pos == s->in_len) {
+            if (s->zd_in_frame)
+                return ef__err_set(err, EF_EFORMAT,
+                                   "%s: zstd stream truncated after %llu "
+                                   "compressed bytes (%llu inflated)",
+                                   s->name, (unsigned long long)s->raw_bytes,
+                                   (unsigned long long)(s->offset + *got));
+            break;
+        }
+        ZSTD_inBuffer in = {s->in, s->in_len, s->in_pos};
+        ZSTD_outBuffer out = {buf, n, *got};
+        size_t zr = ZSTD_decompressStream(s->zd, &out, &in);
+        if (ZSTD_isError(zr))
+            return ef__err_set(
+                err, EF_EFORMAT,
+                "%s: corrupt zstd data near compressed offset "
+                "%llu: %s",
+                s->name,
+                (unsigned long long)(s->raw_bytes - (s->in_len - in.pos)),
+                ZSTD_getErrorName(zr));
+        s->in_pos = in.pos;
+        *got = out.pos;
+        /* 0: a frame ended and all of it is out; frames may follow */
+        s->zd_in_frame = zr != 0;
+        rc = check_ratio(s, s->offset + *got, err);
+        if (rc != EF_OK)
+            return rc;
+    }
+    return EF_OK;
+}
+#endif
+
+/* Decides the compression from the first raw bytes, once. */
 static int sniff(ef__stream *s, ef__err *err)
 {
-    if (s->gzip >= 0)
+    if (s->compression >= 0)
         return EF_OK;
     int rc = fill_raw(s, err);
     if (rc != EF_OK)
         return rc;
-    /* a one-byte first read cannot show the magic; gzip data never comes
+    /* a short first read cannot show a magic; compressed data never comes
      * that short from a file, and a short HTTP chunk only delays nothing
-     * but this guess, so read on until two bytes are here */
-    while (s->in_len - s->in_pos == 1 && !s->raw_end) {
-        unsigned char first = s->in[s->in_pos];
-        size_t got = 0;
-        rc = s->backend->read(s->impl, s->in + 1, RAW_CHUNK - 1, &got, err);
+     * but this guess, so read on until four bytes are here */
+    while (s->in_len - s->in_pos < 4 && !s->raw_end) {
+        size_t have = s->in_len - s->in_pos, got = 0;
+        memmove(s->in, s->in + s->in_pos, have);
+        rc = s->backend->read(s->impl, s->in + have, RAW_CHUNK - have, &got,
+                              err);
         if (rc != EF_OK)
             return rc;
-        s->in[0] = first;
         s->in_pos = 0;
-        s->in_len = 1 + got;
+        s->in_len = have + got;
         s->raw_bytes += got;
         if (got == 0)
             s->raw_end = 1;
     }
-    s->gzip = s->in_len - s->in_pos >= 2 && s->in[s->in_pos] == 0x1f &&
-              s->in[s->in_pos + 1] == 0x8b;
+    s->compression = compression_of(s->in + s->in_pos, s->in_len - s->in_pos);
     return EF_OK;
 }
+
+#if !defined(EF_HAVE_ZLIB) || !defined(EF_HAVE_ZSTD)
+/* "was built without LIB (apt-get install PACKAGE, then rebuild)" */
+static int unsupported(const ef__stream *s, const char *kind, const char *lib,
+                       const char *package, ef__err *err)
+{
+    return ef__err_set(err, EF_EUNSUPPORTED,
+                       "%s: %s data, but echoflow was built without %s "
+                       "(apt-get install %s, then rebuild)",
+                       s->name, kind, lib, package);
+}
+#endif
 
 int ef__stream_read(ef__stream *s, void *buf, size_t n, size_t *got,
                     ef__err *err)
@@ -485,14 +569,17 @@ int ef__stream_read(ef__stream *s, void *buf, size_t n, size_t *got,
     uint64_t t0 = ef__now_ns();
     int rc = sniff(s, err);
     if (rc == EF_OK) {
-        if (s->gzip) {
+        if (s->compression == EF__COMP_GZIP) {
 #ifdef EF_HAVE_ZLIB
             rc = read_gzip(s, buf, n, got, err);
 #else
-            rc = ef__err_set(err, EF_EUNSUPPORTED,
-                             "%s: gzip data, but echoflow was built without "
-                             "zlib (apt-get install zlib1g-dev, then rebuild)",
-                             s->name);
+            rc = unsupported(s, "gzip", "zlib", "zlib1g-dev", err);
+#endif
+        } else if (s->compression == EF__COMP_ZSTD) {
+#ifdef EF_HAVE_ZSTD
+            rc = read_zstd(s, buf, n, got, err);
+#else
+            rc = unsupported(s, "zstd", "libzstd", "libzstd-dev", err);
 #endif
         } else {
             rc = read_raw(s, buf, n, got, err);
@@ -553,9 +640,9 @@ uint64_t ef__stream_raw_offset(const ef__stream *s)
     return s->raw_base + s->raw_bytes - (s->in_len - s->in_pos);
 }
 
-int ef__stream_gzip(const ef__stream *s)
+int ef__stream_compression(const ef__stream *s)
 {
-    return s->gzip;
+    return s->compression;
 }
 
 int64_t ef__stream_size(const ef__stream *s)

@@ -1,7 +1,8 @@
 /* Byte streams read front to back in pieces: local files, memory, and
- * http:// or https:// URLs (libcurl), with gzip inflated on the fly. Parsers
- * of container formats (tar, TFRecord) read through this interface, so the
- * same code serves a disk, a web server and a fuzzer's bytes.
+ * http:// or https:// URLs (libcurl), with gzip or zstd inflated on the
+ * fly. Parsers of container formats (tar, TFRecord) and of lines of text
+ * read through this interface, so the same code serves a disk, a web
+ * server and a fuzzer's bytes.
  *
  * A stream is used by one thread at a time. */
 #ifndef EF_IO_STREAM_H
@@ -15,9 +16,18 @@
 
 typedef struct ef__stream ef__stream;
 
+/* Compressions a stream inflates. */
+enum {
+    EF__COMP_SNIFF = -1, /* told by the data's first bytes */
+    EF__COMP_NONE = 0,
+    EF__COMP_GZIP = 1,
+    EF__COMP_ZSTD = 2,
+};
+
 typedef struct {
-    int gzip;         /* -1: inflate when the data starts with the gzip
-                         magic; 0: never; 1: always */
+    int compression;  /* EF__COMP_*: the data's compression, or
+                         EF__COMP_SNIFF to tell it by the data's first
+                         bytes (the gzip or zstd magic) */
     int tries;        /* HTTP: give up after this many failed attempts
                          in a row that delivered no byte (the one that
                          failed after data counts as the first) */
@@ -30,10 +40,10 @@ typedef struct {
                          after each failed attempt */
     const atomic_int *cancelled; /* optional: once non-zero, reads stop
                                     with EF_ECANCELED */
-    int max_inflate;  /* gzip: past the first EF__INFLATE_FREE bytes,
-                         inflating more than this many bytes per
-                         compressed byte is EF_EFORMAT (a gzip bomb);
-                         0: no limit */
+    int max_inflate;  /* compressed data: past the first EF__INFLATE_FREE
+                         bytes, inflating more than this many bytes per
+                         compressed byte is EF_EFORMAT (a decompression
+                         bomb); 0: no limit */
 } ef__stream_opts;
 
 /* Inflated bytes never checked against max_inflate: small files may
@@ -59,18 +69,18 @@ int ef__stream_open(ef__stream **out, const char *location,
 /* Like ef__stream_open, but the first byte read is byte `offset` of the
  * (inflated) data, and offsets count from the data's start as if the
  * bytes before had been read. Plain data is not read before the offset:
- * a local file seeks, a URL is asked for "Range: bytes=offset-". gzip
- * data cannot seek, so it is inflated from its start and the bytes before
- * the offset are dropped; so is a pipe, and a URL whose compression is
- * not known (o->gzip -1: the magic is in the first bytes, which are not
- * asked for). Data that ends before the offset is EF_EFORMAT (EF_EIO
+ * a local file seeks, a URL is asked for "Range: bytes=offset-".
+ * Compressed data cannot seek, so it is inflated from its start and the
+ * bytes before the offset are dropped; so is a pipe, and a URL whose
+ * compression is not known (EF__COMP_SNIFF: the magic is in the first
+ * bytes, which are not asked for). Data that ends before the offset is EF_EFORMAT (EF_EIO
  * over HTTP) naming the location, its size and the offset. */
 int ef__stream_open_at(ef__stream **out, const char *location,
                        const ef__stream_opts *o, uint64_t offset,
                        ef__err *err);
 /* Like ef__stream_open_at, for a record known to lie in [offset, end)
  * (end > offset): the data ends at `end` even where the file goes on,
- * and a URL of data known to be plain (o->gzip 0) is asked for "Range:
+ * and a URL of data known to be plain (EF__COMP_NONE) is asked for "Range:
  * bytes=offset-(end - 1)" only. Asked for the rest of the file, a server
  * would send as much of it as the connection holds before the reader
  * has its record and closes: megabytes for a record of a few kilobytes.
@@ -105,9 +115,9 @@ uint64_t ef__stream_raw_offset(const ef__stream *s);
 /* Raw size of the file or resource; -1 while unknown (a pipe, an HTTP
  * reply without a length). */
 int64_t ef__stream_size(const ef__stream *s);
-/* Whether the data is gzip (1) or plain (0); -1 while not yet known
+/* The data's compression, EF__COMP_*: EF__COMP_SNIFF while not yet known
  * (before the first read of a stream that sniffs). */
-int ef__stream_gzip(const ef__stream *s);
+int ef__stream_compression(const ef__stream *s);
 /* The path or URL given to open. */
 const char *ef__stream_name(const ef__stream *s);
 void ef__stream_get_stats(const ef__stream *s, ef__stream_stats *out);

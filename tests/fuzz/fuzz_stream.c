@@ -1,5 +1,5 @@
-/* Fuzz target for byte streams (src/io/stream.c): the sniffing, plain
- * and gzip reading that every file source reads through.
+/* Fuzz target for byte streams (src/io/stream.c): the sniffing, plain,
+ * gzip and zstd reading that every file source reads through.
  *
  * Each input is read as a memory stream in large pieces and again in
  * small ones of varying sizes, forced plain, and from a temporary file
@@ -7,10 +7,10 @@
  * (ef__stream_open_at, a restored tar or TFRecord reader) and as a range
  * (ef__stream_open_range, a fetched record). All must agree with the
  * first read: the same bytes and the same outcome. Input without the gzip
- * magic must come back byte for byte; gzip input must inflate to its end
- * or fail with EF_EFORMAT (EF_EUNSUPPORTED without zlib) and a message
- * naming the stream. Any violation aborts, which libFuzzer reports as a
- * crash. */
+ * or zstd magic must come back byte for byte; compressed input must
+ * inflate to its end or fail with EF_EFORMAT (EF_EUNSUPPORTED without the
+ * library) and a message naming the stream. Any violation aborts, which
+ * libFuzzer reports as a crash. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -137,7 +137,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     static const size_t big[] = {1 << 16};
     static const size_t small[] = {1, 7, 2, 4093, 3, 65537, 64};
-    int gzip = size >= 2 && data[0] == 0x1f && data[1] == 0x8b;
+    int kind = size >= 2 && data[0] == 0x1f && data[1] == 0x8b ? EF__COMP_GZIP
+               : size >= 4 && data[0] == 0x28 && data[1] == 0xb5 &&
+                       data[2] == 0x2f && data[3] == 0xfd
+                   ? EF__COMP_ZSTD
+                   : EF__COMP_NONE;
     ef__stream *s;
     ef__err err;
     ef__err_clear(&err);
@@ -145,7 +149,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     /* sniffing, in large pieces: the reference read */
     result a;
     CHECK(ef__stream_open_memory(&s, data, size, NAME, NULL, &err) == EF_OK);
-    CHECK(ef__stream_gzip(s) == -1);
+    CHECK(ef__stream_compression(s) == -1);
     CHECK(ef__stream_size(s) == (int64_t)size);
     CHECK(strcmp(ef__stream_name(s), NAME) == 0);
     {
@@ -155,11 +159,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         CHECK(ef__stream_open_memory(&t, data, size, NAME, NULL, &err) ==
               EF_OK);
         int rc = ef__stream_read(t, &first, 1, &got, &err);
-        CHECK(rc != EF_OK || ef__stream_gzip(t) == gzip);
+        CHECK(rc != EF_OK || ef__stream_compression(t) == kind);
         ef__stream_close(t);
     }
     read_all(s, big, 1, &a);
-    if (!gzip) {
+    if (kind == EF__COMP_NONE) {
         CHECK(a.rc == EF_OK && a.kept_all);
         CHECK(a.n == size && (size == 0 || memcmp(a.p, data, size) == 0));
     } else if (a.rc != EF_OK) {
@@ -178,7 +182,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     /* forced plain: the bytes as they are, magic or not */
     ef__stream_opts plain;
     ef__stream_opts_init(&plain);
-    plain.gzip = 0;
+    plain.compression = 0;
     CHECK(ef__stream_open_memory(&s, data, size, NAME, &plain, &err) == EF_OK);
     read_all(s, small, sizeof small / sizeof *small, &b);
     CHECK(b.rc == EF_OK && b.n == size);

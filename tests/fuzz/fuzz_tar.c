@@ -85,7 +85,7 @@ static int read_pass(const uint8_t *data, size_t size, seen *members,
 {
     ef__stream_opts o;
     ef__stream_opts_init(&o);
-    o.gzip = 0;
+    o.compression = 0;
     ef__stream *s;
     ef__err err;
     ef__err_clear(&err);
@@ -152,7 +152,7 @@ static void skip_pass(const uint8_t *data, size_t size, const seen *members,
 {
     ef__stream_opts o;
     ef__stream_opts_init(&o);
-    o.gzip = 0;
+    o.compression = 0;
     ef__stream *s;
     ef__err err;
     ef__err_clear(&err);

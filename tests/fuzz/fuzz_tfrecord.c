@@ -56,7 +56,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
     ef__stream_opts o;
     ef__stream_opts_init(&o);
-    o.gzip = 0;
+    o.compression = 0;
     ef__stream *s;
     ef__err err;
     ef__err_clear(&err);

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Writes the hand-made seeds of corpus/idx, corpus/spec, corpus/tar,
-corpus/tfrecord, corpus/tfexample, corpus/cifar, corpus/paths and
-corpus/tiktoken (run from any directory;
+corpus/tfrecord, corpus/tfexample, corpus/cifar, corpus/paths, corpus/jsonl
+and corpus/tiktoken (run from any directory;
 existing seeds are overwritten, inputs the fuzzer added are kept). Seeds
 are named seed-*; fuzzer finds keep libFuzzer's hash names, crash
 reproducers are named crash-*."""
@@ -490,6 +490,24 @@ def tiktoken_seeds():
     }
 
 
+# ---- jsonl: one line each --------------------------------------------
+
+JSONL = {
+    "plain": '{"text": "a document"}',
+    "escapes": r'{"id": 7, "text": "caf\u00e9 \ud83d\ude00 \"q\" \\ \/ \b\f\n\r\t"}',
+    "nested": '{"meta": {"a": [1, -2.5e+3, true, false, null, {"b": []}]}, "text": "x"}',
+    "utf8": '{"text": "\u6f22\u5b57 raw \u00e9", "text": "last wins"}',
+    "empty": '{"text": ""}',
+    "spaces": ' \t{ "text" : "padded" } \r',
+    "lone-surrogate": '{"text": "\\ud800"}',
+    "not-string": '{"text": 12}',
+    "missing": '{"other": "x"}',
+    "cut": '{"text": "unterminated',
+    "junk": '{"text": "a"} junk',
+    "deep": '{"a": ' + "[" * 70 + "]" * 70 + '}',
+}
+
+
 def main():
     for name, data in idx_seeds().items():
         with open(os.path.join(HERE, "corpus", "idx", "seed-" + name), "wb") as f:
@@ -501,6 +519,7 @@ def main():
     for target, seeds in (("tar", tar_seeds()), ("tfrecord", tfrecord_seeds()),
                           ("tfexample", tfexample_seeds()),
                           ("cifar", cifar_seeds()), ("paths", paths),
+                          ("jsonl", {k: v.encode() for k, v in JSONL.items()}),
                           ("tiktoken", tiktoken_seeds())):
         os.makedirs(os.path.join(HERE, "corpus", target), exist_ok=True)
         for name, data in seeds.items():

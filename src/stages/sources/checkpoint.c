@@ -83,42 +83,41 @@ void ef__fetch_failed(ef__err *err, int rc, const char *unit)
 
 /* ---- compression as seen ------------------------------------------ */
 
-int ef__gzip_seen_init(ef__gzip_seen *g, size_t n)
+int ef__comp_seen_init(ef__comp_seen *g, size_t n)
 {
     g->n = n;
     g->kind = ef__calloc(n ? n : 1, sizeof *g->kind);
     return g->kind ? EF_OK : EF_ENOMEM;
 }
 
-void ef__gzip_seen_free(ef__gzip_seen *g)
+void ef__comp_seen_free(ef__comp_seen *g)
 {
     ef__free((void *)g->kind);
     g->kind = NULL;
     g->n = 0;
 }
 
-void ef__gzip_seen_note(ef__gzip_seen *g, size_t f, const ef__stream *s)
+void ef__comp_seen_note(ef__comp_seen *g, size_t f, const ef__stream *s)
 {
-    int gz = ef__stream_gzip(s);
-    if (gz < 0 || f >= g->n)
+    int c = ef__stream_compression(s);
+    if (c == EF__COMP_SNIFF || f >= g->n)
         return;
-    atomic_store_explicit(&g->kind[f],
-                          (unsigned char)(gz ? EF__GZ_GZIP : EF__GZ_PLAIN),
+    atomic_store_explicit(&g->kind[f], (unsigned char)(c + 1),
                           memory_order_relaxed);
 }
 
-void ef__gzip_seen_opts(const ef__gzip_seen *g, size_t f, ef__stream_opts *o)
+void ef__comp_seen_opts(const ef__comp_seen *g, size_t f, ef__stream_opts *o)
 {
-    if (o->gzip >= 0 || f >= g->n)
+    if (o->compression >= 0 || f >= g->n)
         return;
     unsigned char k = atomic_load_explicit(&g->kind[f], memory_order_relaxed);
-    if (k != EF__GZ_UNKNOWN)
-        o->gzip = k == EF__GZ_GZIP;
+    if (k != 0)
+        o->compression = k - 1;
 }
 
 /* Readers note kinds while a save runs (they are not paused), so the
  * runs are counted and written from one snapshot. */
-void ef__gzip_seen_save(const ef__gzip_seen *g, ef__state_out *o)
+void ef__comp_seen_save(const ef__comp_seen *g, ef__state_out *o)
 {
     unsigned char *k = ef__malloc(g->n ? g->n : 1);
     if (!k) {
@@ -142,7 +141,7 @@ void ef__gzip_seen_save(const ef__gzip_seen *g, ef__state_out *o)
     ef__free(k);
 }
 
-int ef__gzip_seen_restore(ef__gzip_seen *g, ef__state_in *in)
+int ef__comp_seen_restore(ef__comp_seen *g, ef__state_in *in)
 {
     uint64_t runs;
     int rc = ef__get_count(in, "the runs of file kinds", g->n, &runs);
@@ -150,7 +149,7 @@ int ef__gzip_seen_restore(ef__gzip_seen *g, ef__state_in *in)
     for (uint64_t r = 0; r < runs && rc == EF_OK; r++) {
         uint64_t len, kind;
         ef__get_count(in, "a run of file kinds", g->n - f, &len);
-        rc = ef__get_count(in, "a file kind", EF__GZ_GZIP, &kind);
+        rc = ef__get_count(in, "a file kind", EF__COMP_ZSTD + 1, &kind);
         for (uint64_t k = 0; k < len && rc == EF_OK; k++)
             atomic_store_explicit(&g->kind[f++], (unsigned char)kind,
                                   memory_order_relaxed);

@@ -40,28 +40,27 @@ void ef__fetch_failed(ef__err *err, int rc, const char *unit);
 
 /* ---- compression as seen ------------------------------------------ */
 
-enum { EF__GZ_UNKNOWN, EF__GZ_PLAIN, EF__GZ_GZIP };
-
-/* One entry per file of the list: EF__GZ_* as its data turned out to be
- * when read (or as a restored state said). Any thread notes and looks
- * (relaxed atomics: an entry only ever goes from unknown to known, and
- * an unknown one costs reading from the file's start, never a wrong
- * answer); save and restore run on the consumer's thread. */
+/* One entry per file of the list: 0 while unknown, else 1 + the EF__COMP_*
+ * its data turned out to be when read (or as a restored state said). Any
+ * thread notes and looks (relaxed atomics: an entry only ever goes from
+ * unknown to known, and an unknown one costs reading from the file's
+ * start, never a wrong answer); save and restore run on the consumer's
+ * thread. */
 typedef struct {
     _Atomic unsigned char *kind;
     size_t n;
-} ef__gzip_seen;
+} ef__comp_seen;
 
 /* All unknown; EF_ENOMEM when out of memory. */
-int ef__gzip_seen_init(ef__gzip_seen *g, size_t n);
-void ef__gzip_seen_free(ef__gzip_seen *g);
+int ef__comp_seen_init(ef__comp_seen *g, size_t n);
+void ef__comp_seen_free(ef__comp_seen *g);
 /* Notes what stream s, open on file f, found (once it has read). */
-void ef__gzip_seen_note(ef__gzip_seen *g, size_t f, const ef__stream *s);
-/* Options for opening file f again part way: o->gzip, when it is to be
+void ef__comp_seen_note(ef__comp_seen *g, size_t f, const ef__stream *s);
+/* Options for opening file f again part way: o->compression, when it is to be
  * sniffed (-1), set to what the file turned out to be, if known. */
-void ef__gzip_seen_opts(const ef__gzip_seen *g, size_t f, ef__stream_opts *o);
+void ef__comp_seen_opts(const ef__comp_seen *g, size_t f, ef__stream_opts *o);
 /* Run-length coded: a count of runs, then each run's length and kind. */
-void ef__gzip_seen_save(const ef__gzip_seen *g, ef__state_out *o);
-int ef__gzip_seen_restore(ef__gzip_seen *g, ef__state_in *in);
+void ef__comp_seen_save(const ef__comp_seen *g, ef__state_out *o);
+int ef__comp_seen_restore(ef__comp_seen *g, ef__state_in *in);
 
 #endif

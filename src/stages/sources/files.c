@@ -372,7 +372,7 @@ static int files_create(ef__stage *s, const ef__opts *o, ef__err *err)
     ef__stream_opts_init(&st->sopts);
     st->sopts.tries = (int)ef__opt_int(o, "tries");
     st->sopts.timeout_s = ef__opt_float(o, "timeout");
-    st->sopts.gzip = 0;
+    st->sopts.compression = 0;
     st->sopts.cancelled = &st->stop;
     int rc = ef__shard_parse(s, o, &st->part, err);
     if (rc == EF_OK)

@@ -97,7 +97,7 @@ struct tar_state {
     int ordered, shuffle, nreaders;
     size_t depth;
     ef__stream_opts sopts;
-    ef__gzip_seen gz;          /* each shard's compression, once read */
+    ef__comp_seen gz;          /* each shard's compression, once read */
     int restored;              /* the next start goes from the cursors */
     atomic_int stop;           /* readers stop reading (cancel, or reset) */
     _Atomic size_t next_shard; /* unordered: next index in the order */
@@ -180,7 +180,7 @@ static int read_members(reader *r, ef__tar *t, ef__stream *s, ef__wds *g,
         ef__tar_member m;
         rc = ef__tar_next(t, &m, err);
         update_stats(r, s, &prev);
-        ef__gzip_seen_note(&st->gz, (size_t)g->shard, s);
+        ef__comp_seen_note(&st->gz, (size_t)g->shard, s);
         if (rc != EF_OK)
             break;
         if (!ef__budget_fits(&st->s->ctx->budget, m.size)) {
@@ -233,7 +233,7 @@ static int open_shard(tar_state *st, int64_t shard, uint64_t offset,
     ef__stream_opts o = st->sopts;
     o.cancelled = cancelled;
     if (offset > 0 || end > 0)
-        ef__gzip_seen_opts(&st->gz, (size_t)shard, &o);
+        ef__comp_seen_opts(&st->gz, (size_t)shard, &o);
     *have_g = 0;
     int rc = ef__stream_open_range(s, url, &o, offset, end, err);
     if (rc == EF_OK)
@@ -406,7 +406,7 @@ static int tar_create(ef__stage *s, const ef__opts *o, ef__err *err)
     st->nreaders = (int)((size_t)cycle < st->nkept ? (size_t)cycle : st->nkept);
     st->readers = ef__calloc((size_t)st->nreaders, sizeof *st->readers);
     if (!st->kept || !st->order || !st->readers ||
-        ef__gzip_seen_init(&st->gz, n) != EF_OK)
+        ef__comp_seen_init(&st->gz, n) != EF_OK)
         return ef__err_set(err, EF_ENOMEM, "tar: out of memory for %zu shards",
                            n);
     for (size_t k = 0; k < st->nkept; k++)
@@ -558,7 +558,7 @@ static int tar_save(ef__stage *s, ef__state_out *o, ef__err *err)
                            "ordered=true)");
     ef__files_save(&st->urls, o);
     ef__part_save(&st->part, o);
-    ef__gzip_seen_save(&st->gz, o);
+    ef__comp_seen_save(&st->gz, o);
     ef__put_u64(o, (uint64_t)st->nreaders);
     for (int i = 0; i < st->nreaders; i++) {
         const reader *r = &st->readers[i];
@@ -614,7 +614,7 @@ static int tar_restore(ef__stage *s, ef__state_in *in, ef__err *err)
     if (rc == EF_OK)
         rc = ef__part_restore(&st->part, in);
     if (rc == EF_OK)
-        rc = ef__gzip_seen_restore(&st->gz, in);
+        rc = ef__comp_seen_restore(&st->gz, in);
     if (rc == EF_OK)
         rc = ef__get_u64(in, "the number of readers", &nreaders);
     if (rc != EF_OK)
@@ -671,7 +671,7 @@ static int fetch_members(tar_state *st, const ef__ident *d, ef__stream *s,
             return EF_OK;
         }
     }
-    ef__gzip_seen_note(&st->gz, (size_t)g->shard, s);
+    ef__comp_seen_note(&st->gz, (size_t)g->shard, s);
     if (rc == EF_OK || rc == EF_END)
         ef__wds_finish(g, out);
     return rc == EF_END ? EF_OK : rc;
@@ -744,7 +744,7 @@ static void tar_destroy(ef__stage *s)
             ef__feed_destroy(&st->readers[i].feed);
     }
     ef__paths_free(&st->urls);
-    ef__gzip_seen_free(&st->gz);
+    ef__comp_seen_free(&st->gz);
     ef__free(st->kept);
     ef__free(st->order);
     ef__free(st->readers);

@@ -4,8 +4,8 @@
  * `files` lists the files (paths or http(s) URLs, brace-expanded, see
  * paths.h), read in order on the pulling thread; shard=I/N keeps the files
  * f with f % N == I. compression=auto inflates files that start with the
- * gzip magic, gzip always, none never. A sample's identity is
- * (file << 32) + the record's position in its file.
+ * gzip or zstd magic, gzip and zstd inflate always, none never. A sample's
+ * identity is (file << 32) + the record's position in its file.
  *
  * Errors name the file, the record and its offset. With on_error=skip, a
  * bad data CRC drops that record only; a bad length CRC, an absurd length
@@ -36,7 +36,7 @@ typedef struct {
     ef__paths files;
     ef__shard part; /* this part's files: i, i + n ... */
     ef__stream_opts sopts;
-    ef__gzip_seen gz; /* each file's compression, once read */
+    ef__comp_seen gz; /* each file's compression, once read */
     char field[EF_MAX_NAME];
     /* the pass */
     int64_t file;       /* the file being read (or next to open) */
@@ -59,15 +59,17 @@ static int tfrecord_create(ef__stage *s, const ef__opts *o, ef__err *err)
     st->sopts.cancelled = &s->ctx->cancelled;
     const char *comp = ef__opt_string(o, "compression");
     if (strcmp(comp, "auto") == 0)
-        st->sopts.gzip = -1;
+        st->sopts.compression = EF__COMP_SNIFF;
     else if (strcmp(comp, "none") == 0)
-        st->sopts.gzip = 0;
+        st->sopts.compression = EF__COMP_NONE;
     else if (strcmp(comp, "gzip") == 0)
-        st->sopts.gzip = 1;
+        st->sopts.compression = EF__COMP_GZIP;
+    else if (strcmp(comp, "zstd") == 0)
+        st->sopts.compression = EF__COMP_ZSTD;
     else
         return ef__err_set(err, EF_ESPEC,
-                           "tfrecord: option 'compression' must be auto, none "
-                           "or gzip (got '%s')",
+                           "tfrecord: option 'compression' must be auto, none, "
+                           "gzip or zstd (got '%s')",
                            comp);
     const char *field = ef__opt_string(o, "field");
     if (!field[0] || strlen(field) >= sizeof st->field)
@@ -90,7 +92,7 @@ static int tfrecord_create(ef__stage *s, const ef__opts *o, ef__err *err)
                            (long long)part.i, (long long)part.i,
                            (long long)part.n, st->files.n,
                            st->files.n == 1 ? "" : "s");
-    if (ef__gzip_seen_init(&st->gz, st->files.n) != EF_OK)
+    if (ef__comp_seen_init(&st->gz, st->files.n) != EF_OK)
         return ef__err_set(err, EF_ENOMEM, "tfrecord: out of memory");
     st->part = part;
     st->file = part.i;
@@ -154,7 +156,7 @@ static int open_file(const tfrecord_state *st, int64_t f, uint64_t offset,
     ef__stream_opts o = st->sopts;
     o.cancelled = cancelled;
     if (offset > 0 || end > 0)
-        ef__gzip_seen_opts(&st->gz, (size_t)f, &o);
+        ef__comp_seen_opts(&st->gz, (size_t)f, &o);
     return ef__stream_open_range(out, st->files.names[f], &o, offset, end, err);
 }
 
@@ -189,7 +191,7 @@ static int tfrecord_next(ef__stage *s, ef_sample **out, ef__err *err)
         uint64_t at = ef__stream_offset(st->stream);
         int rc = ef__tfrecord_read(st->stream, s->ctx->budget.limit, &b,
                                    &in_sync, err);
-        ef__gzip_seen_note(&st->gz, (size_t)st->file, st->stream);
+        ef__comp_seen_note(&st->gz, (size_t)st->file, st->stream);
         if (rc == EF_OK) {
             ef_sample_id id = {.index = (st->file << FILE_SHIFT) + st->record,
                                .epoch = s->epoch};
@@ -241,7 +243,7 @@ static int tfrecord_save(ef__stage *s, ef__state_out *o, ef__err *err)
     tfrecord_state *st = s->state;
     ef__files_save(&st->files, o);
     ef__part_save(&st->part, o);
-    ef__gzip_seen_save(&st->gz, o);
+    ef__comp_seen_save(&st->gz, o);
     ef__put_i64(o, st->file);
     if (st->stream) {
         ef__put_u64(o, ef__stream_offset(st->stream));
@@ -263,7 +265,7 @@ static int tfrecord_restore(ef__stage *s, ef__state_in *in, ef__err *err)
     if (rc == EF_OK)
         rc = ef__part_restore(&st->part, in);
     if (rc == EF_OK)
-        rc = ef__gzip_seen_restore(&st->gz, in);
+        rc = ef__comp_seen_restore(&st->gz, in);
     if (rc != EF_OK)
         return rc;
     ef__get_i64(in, "the file being read", &file);
@@ -323,7 +325,7 @@ static int tfrecord_fetch(ef__stage *s, const ef__ident *d, ef_sample **out,
         ef__fetch_failed(err, rc, "file");
     uint64_t end = stream ? ef__stream_offset(stream) : 0;
     if (stream)
-        ef__gzip_seen_note(&st->gz, (size_t)f, stream);
+        ef__comp_seen_note(&st->gz, (size_t)f, stream);
     ef__stream_close(stream);
     if (rc == EF_END || (rc == EF_OK && end != (uint64_t)d->end)) {
         ef_buffer_release(b);
@@ -350,7 +352,7 @@ static void tfrecord_destroy(ef__stage *s)
     tfrecord_state *st = s->state;
     ef__stream_close(st->stream);
     ef__paths_free(&st->files);
-    ef__gzip_seen_free(&st->gz);
+    ef__comp_seen_free(&st->gz);
     ef__free(st);
 }
 
@@ -372,7 +374,7 @@ static const ef__option_def tfrecord_options[] = {
      "{00..99} expansion",
      0, 0},
     {"compression", EF_OPT_STRING, "auto",
-     "auto (gzip when the data says so), none or gzip", 0, 0},
+     "auto (gzip or zstd when the data says so), none, gzip or zstd", 0, 0},
     {"field", EF_OPT_STRING, "record", "name of the u8 field of each record", 0,
      0},
     EF__STREAM_OPTIONS,
@@ -395,7 +397,7 @@ static const char *tfrecord_part_name(const ef__stage *s, int64_t part)
 {
     const tfrecord_state *st = s->state;
     return part >= 0 && (size_t)part < st->files.n ? st->files.names[part]
-                                                  : NULL;
+                                                   : NULL;
 }
 
 const ef__stage_def ef__stage_tfrecord = {

@@ -91,7 +91,7 @@ static int tokens_create(ef__stage *s, const ef__opts *o, ef__err *err)
     st->block = ef__opt_int(o, "block");
     st->seed = (uint64_t)ef__opt_int(o, "seed");
     ef__stream_opts_from(o, &st->sopts);
-    st->sopts.gzip = 0; /* token files are raw: Range requests fit */
+    st->sopts.compression = 0; /* token files are raw: Range requests fit */
     st->sopts.cancelled = &s->ctx->cancelled;
     int u16, seq;
     int rc =
