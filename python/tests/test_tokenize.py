@@ -10,7 +10,6 @@ compared with js-tiktoken's encode of the same texts (node; the package
 is where scripts/install-deps.sh puts it, EF_NODE_MODULES, or installed
 with npm into a scratch folder)."""
 import base64
-import glob
 import json
 import os
 import shutil
@@ -219,3 +218,34 @@ def test_tiktoken_takes_any_bytes(gpt2):
              bytes(range(256))]
     for t, ids in zip(texts, tokenize(gpt2[0], [bytearray(t) for t in texts])):
         assert b"".join(vocab[i] for i in ids) == t
+
+
+# ---- end to end: JSON Lines to a token file -------------------------------
+
+def test_jsonl_to_a_token_file_equals_the_reference(gpt2, spm_model, corpus,
+                                                    tmp_path):
+    """`echoflow tokens "jsonl:... | tokenize:..."`: the file holds each
+    document's reference ids and the eos, in order, from the CLI and from
+    echoflow.write_tokens alike."""
+    cli = os.environ.get("ECHOFLOW_CLI")
+    if not cli:
+        pytest.skip("ECHOFLOW_CLI is not set (the echoflow command)")
+    docs = str(tmp_path / "docs.jsonl")
+    with open(docs, "w", encoding="utf-8") as f:
+        for t in corpus:
+            f.write(json.dumps({"id": len(t), "text": t}) + "\n")
+    # (an empty text is still a line of its own: the source keeps it)
+    sp_path, sp = spm_model
+    refs = [(gpt2[0], js_encode(gpt2, corpus, tmp_path), 50256),
+            (sp_path, [sp.encode(t) for t in corpus], 2)]
+    for model, want, eos in refs:
+        stream = [i for ids in want for i in ids + [eos]]
+        spec = "jsonl:files=%s | tokenize:model=%s,threads=auto" % (docs,
+                                                                    model)
+        out = str(tmp_path / "cli.bin")
+        subprocess.run([cli, "tokens", spec, out, "--eos", str(eos)],
+                       check=True, timeout=600, capture_output=True)
+        assert numpy.fromfile(out, dtype="<u2").tolist() == stream
+        out = str(tmp_path / "py.bin")
+        assert echoflow.write_tokens(spec, out, eos=eos) == len(stream)
+        assert numpy.fromfile(out, dtype="<u2").tolist() == stream
