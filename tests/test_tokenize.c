@@ -14,6 +14,7 @@
 #include <cmocka.h>
 
 #include "ef_test_util.h"
+#include "core/alloc.h"
 #include "state_test_util.h"
 #include "tokenizer/bpe.h"
 
@@ -116,6 +117,8 @@ static int doc_map(const ef_sample *in, ef_sample **out, ef_map_ctx *ctx)
     size_t k = (size_t)i % d->ntexts;
     int64_t n = d->lens ? (int64_t)d->lens[k] : (int64_t)strlen(d->texts[k]);
     ef_sample *s = ef_sample_new(ef_sample_identity(in));
+    if (!s)
+        return EF_ENOMEM; /* test_alloc_failures */
     void *dst = NULL;
     int rc;
     if (d->f32_text) {
@@ -576,6 +579,66 @@ static void test_bad_samples(void **state)
     ef_pipeline_destroy(p);
 }
 
+/* ---- allocation failures ------------------------------------------ */
+
+/* One run of `spec` with the n-th allocation failing: 1 when it completed
+ * with `want` samples, 0 when it failed with ENOMEM (anything else fails
+ * the test; leaks show in the sanitizer builds). */
+static int alloc_run(const char *spec, const docs *d, long n, long want)
+{
+    ef_pipeline *p = NULL;
+    ef__alloc_fail_after(n);
+    int rc = ef_pipeline_create(&p);
+    if (rc == EF_OK)
+        rc = ef_pipeline_bind_map(p, "doc", doc_map, (void *)d);
+    if (rc == EF_OK)
+        rc = ef_pipeline_parse(p, spec);
+    long items = 0;
+    while (rc == EF_OK) {
+        ef_sample *s = NULL;
+        rc = ef_pipeline_next(p, &s);
+        if (rc == EF_OK) {
+            ef_sample_free(s);
+            items++;
+        }
+    }
+    ef__alloc_fail_after(0);
+    const char *msg = p ? ef_pipeline_error(p) : "";
+    if (rc != EF_END && rc != EF_ENOMEM)
+        fail_msg("%s: n=%ld: %s (%s), expected ENOMEM", spec, n,
+                 ef_status_name(rc), msg);
+    if (rc == EF_END && items != want)
+        fail_msg("%s: n=%ld: %ld samples, expected %ld", spec, n, items, want);
+    ef_pipeline_destroy(p);
+    return rc == EF_END;
+}
+
+/* Every allocation failing in turn, from loading the rank file to the
+ * last document (one long enough for the heap's merge): ENOMEM each
+ * time, nothing leaked, until the run gets through. */
+static void test_alloc_failures(void **state)
+{
+    (void)state;
+    static char long_text[600];
+    memset(long_text, 'l', sizeof long_text - 1);
+    const char *texts[] = {bpe_texts[0], bpe_texts[2], bpe_texts[3], long_text};
+    const docs d = {texts, NULL, 4, -1, 0};
+    char spec[1024];
+    spec_of(spec, sizeof spec, 8, ranks_path(), "");
+    int in_a_row = 0;
+    long failures = 0;
+    for (long n = 1; n <= 5000 && in_a_row < 8; n++) {
+        if (alloc_run(spec, &d, n, 8)) {
+            in_a_row++;
+        } else {
+            in_a_row = 0;
+            failures++;
+        }
+    }
+    assert_true(in_a_row >= 8); /* reached the end of the allocations */
+    assert_true(failures >= 20);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -585,6 +648,7 @@ int main(void)
         cmocka_unit_test(test_bpe_any_bytes),
         cmocka_unit_test(test_threads_keep_order),
         cmocka_unit_test(test_resume),
+        cmocka_unit_test(test_alloc_failures),
 #endif
 #ifdef EF_HAVE_SENTENCEPIECE
         cmocka_unit_test(test_sentencepiece_ids),

@@ -89,10 +89,14 @@ static int tokenize_fn(const ef_sample *in, ef_sample **out, ef_map_ctx *ctx)
     ef__err_clear(&err);
     int rc =
         ef__tokenizer_encode(p->tok, text, (size_t)x->shape[0], &ids, &err);
-    if (rc == EF_OK)
-        rc = output(in, p, f, &ids, out);
-    else
+    if (rc != EF_OK) {
         ef_map_ctx_fail(ctx, rc, "field '%s': %s", p->field, err.msg);
+    } else {
+        rc = output(in, p, f, &ids, out);
+        if (rc != EF_OK) /* out of memory, or EF_MAX_FIELDS fields */
+            ef_map_ctx_fail(ctx, rc, "cannot add the field '%s': %s", p->out,
+                            ef_strerror(rc));
+    }
     if (rc == EF_OK) {
         atomic_fetch_add_explicit(&p->tokens, ids.n, memory_order_relaxed);
         atomic_fetch_add_explicit(&p->bytes, (uint64_t)x->shape[0],
