@@ -211,6 +211,22 @@ def best_lr(rs):
     return v, fmt(lr)
 
 
+def crossing(r):
+    """Fresh tokens at which the cell's loss curve crosses the target,
+    interpolated linearly between the evaluation before and the first at
+    or below it (the evaluations are eval_every steps apart, a coarse
+    grid); inf when not reached."""
+    if r["reached"] != "1":
+        return math.inf
+    target = float(r["target_loss"])
+    pts = curve(r)
+    for (_, f0, l0), (_, f1, l1) in zip(pts, pts[1:]):
+        if l1 <= target:
+            return f0 + (f1 - f0) * (l0 - target) / (l0 - l1) \
+                if l0 > target else f0
+    return math.inf
+
+
 def by_seed(rs, col):
     return ", ".join("%s: %s" % (r["seed"], num(reached_value(r, col)))
                      for r in sorted(rs, key=lambda r: int(r["seed"])))
@@ -224,17 +240,18 @@ def report(rows, run_cmd):
     base = best.get(("none", "1"))
     n1 = summary([reached_value(r, "fresh_to_target")
                   for r in base[0]])[0] if base else math.inf
+    x1 = summary([crossing(r) for r in base[0]])[0] if base else math.inf
     out = []
     for k, rs in conds:
         v, lr = best[k]
         f = summary([reached_value(r, "fresh_to_target") for r in v])
         s = summary([reached_value(r, "steps_to_target") for r in v])
-        out.append([label(*k), lr, num(f[0]),
-                    "%s to %s" % (num(f[1]), num(f[2])),
-                    by_seed(v, "fresh_to_target"), "%d/%d" % (f[3], f[4]),
+        x = summary([crossing(r) for r in v])
+        out.append([label(*k), lr, num(f[0]), by_seed(v, "fresh_to_target"), "%d/%d" % (f[3], f[4]),
                     "-" if k == ("none", "1") else ratio(f[0], n1),
                     "-" if k == ("none", "1") else worth(n1, f[0], k[1]),
-                    num(s[0])])
+                    num(x[0]), "-" if k == ("none", "1") else
+                    ratio(x[0], x1), num(s[0])])
     lines = []
     section(lines, "Fresh tokens to validation loss %s, best lr per "
             "condition" % t["target_loss"], run_cmd,
@@ -250,14 +267,21 @@ def report(rows, run_cmd):
                num(int(t["val_blocks"]) * int(t["block"])),
                num(float(t["max_fresh"])), num(float(t["docs_train"])),
                num(float(t["tokens_train"])), num(float(t["docs_val"]))) +
-            table(["condition", "best lr", "fresh tokens (median)", "range",
+            table(["condition", "best lr", "fresh tokens (median)",
                    "per seed", "reached", "echo / no echo",
-                   "an echo was worth", "steps (median)"], out))
+                   "an echo was worth", "interpolated (median)",
+                   "echo / no echo, interpolated", "steps (median)"], out))
     lines += ["", "Fresh tokens are steps x batch x block / e, the tokens "
               "the source read; echo / no echo is the median's ratio (below "
               "1: fewer fresh tokens than without echo); an echo was worth "
               "(N_1 / N_e - 1) / (e - 1) fresh blocks (1: as much as a "
-              "fresh one, 0: nothing)."]
+              "fresh one, 0: nothing). The loss is evaluated every %s "
+              "steps, %s fresh tokens apart without echo, so the first "
+              "evaluation at the target overshoots by up to that; "
+              "interpolated is where the loss curve, linear between "
+              "evaluations, crosses the target." % (
+                  t["eval_every"], num(int(t["eval_every"]) *
+                                       int(t["batch"]) * int(t["block"])))]
     every = []
     for (variant, e, lr), rs in sorted(
             groups(rows, ["variant", "e", "lr"]).items(),
@@ -270,7 +294,9 @@ def report(rows, run_cmd):
             table(["condition", "lr", "fresh tokens (median)", "per seed",
                    "reached", "lowest loss"], every))
     lines += ["", "![validation loss against fresh tokens, median seed at "
-              "the best lr](img/lm_loss_vs_fresh.png)"]
+              "the best lr](img/lm_loss_vs_fresh.png)", "",
+              "![validation loss against steps, median seed at the best "
+              "lr](img/lm_loss_vs_steps.png)"]
     return lines
 
 
@@ -280,32 +306,37 @@ def curve(r):
 
 
 def plot(rows, work, img):
-    plots = []
-    for i, (k, rs) in enumerate(sorted(groups(rows, ["variant", "e"])
-                                       .items(),
-                                       key=lambda kv: cond_key(kv[0]))):
-        v, lr = best_lr(rs)
-        # the median seed: the middle one by fresh tokens to target
-        med = sorted(v, key=lambda r: (reached_value(r, "fresh_to_target"),
-                                       int(r["seed"])))[len(v) // 2]
-        path = os.path.join(work, "lm-%d.dat" % i)
-        with open(path, "w") as f:
-            for step, fresh, loss in curve(med):
-                f.write("%g %g\n" % (fresh / 1e6, loss))
-        plots.append("'%s' using 1:2 with linespoints title '%s, lr %s, "
-                     "seed %s'" % (path, label(*k), lr, med["seed"]))
-    target = float(rows[0]["target_loss"])
-    plots.append("%g with lines dashtype 2 lc 'black' title 'target'" %
-                 target)
-    out = os.path.join(img, "lm_loss_vs_fresh.png")
-    gnuplot("""set terminal png size 900,500
+    made = []
+    for x, xlabel, scale, name in [
+            ("fresh", "fresh tokens (millions)", 1e6, "lm_loss_vs_fresh.png"),
+            ("steps", "steps", 1, "lm_loss_vs_steps.png")]:
+        plots = []
+        for i, (k, rs) in enumerate(sorted(
+                groups(rows, ["variant", "e"]).items(),
+                key=lambda kv: cond_key(kv[0]))):
+            v, lr = best_lr(rs)
+            # the median seed: the middle one by fresh tokens to target
+            med = sorted(v, key=lambda r: (reached_value(
+                r, "fresh_to_target"), int(r["seed"])))[len(v) // 2]
+            path = os.path.join(work, "lm-%s-%d.dat" % (x, i))
+            with open(path, "w") as f:
+                for step, fresh, loss in curve(med):
+                    f.write("%g %g\n" % ((fresh if x == "fresh" else step) /
+                                         scale, loss))
+            plots.append("'%s' using 1:2 with linespoints title '%s, lr %s, "
+                         "seed %s'" % (path, label(*k), lr, med["seed"]))
+        target = float(rows[0]["target_loss"])
+        plots.append("%g with lines lc 'black' title 'target'" % target)
+        out = os.path.join(img, name)
+        gnuplot("""set terminal png size 900,500
 set output '%s'
 set title 'Transformer LM on WordNet glosses: validation loss (median seed, best lr)'
-set xlabel 'fresh tokens (millions)'
+set xlabel '%s'
 set ylabel 'validation loss (nats/token)'
 set yrange [%g:%g]
 set key top right
 set grid
 plot %s
-""" % (out, target - 0.3, target + 1.6, ", ".join(plots)))
-    return [out]
+""" % (out, xlabel, target - 0.3, target + 1.6, ", ".join(plots)))
+        made.append(out)
+    return made
