@@ -15,7 +15,8 @@ an interruption by running the same command).
   reproduce.py report [--quick]          # docs/RESULTS.md from the CSVs
 
 The work is done by the package beside this file (repro/). Python 3
-standard library only.
+standard library only; the language-model experiment (lm) also needs
+torch, numpy and sentencepiece, loaded only when it runs.
 """
 import argparse
 import os

@@ -154,6 +154,67 @@ else
     fail "report: $(cat "$TMP/rep.out")"
 fi
 
+# the language model's pieces (experiments/repro/lm*.py), where torch,
+# sentencepiece and WordNet are installed: a synset line becomes its
+# document, the token files read back through the tokens source hold the
+# tokenizer's ids with eos after each document, and a few training steps
+# count fresh tokens as steps x batch x block / e
+if "$PY" -c "import torch, sentencepiece, numpy" 2>/dev/null &&
+        [ -r /usr/share/wordnet/data.adj ] && [ -d "$BUILD/python/echoflow" ]; then
+    if PYTHONPATH="$BUILD/python" "$PY" - "$(dirname "$REPRO")" "$TMP/lm" \
+            >"$TMP/lm.out" 2>&1 <<'PY'; then
+import json, os, subprocess, sys
+sys.path.insert(0, sys.argv[1])
+from repro import lm_data
+import echoflow, sentencepiece
+work = sys.argv[2]
+os.makedirs(work)
+assert lm_data.parse_synset("  1 This software and database") is None
+got = lm_data.parse_synset("00002098 00 a 02 able(a) 0 unable_to 0 000 "
+                           "| (usually followed by `to') having means  \n")
+assert got == ("00002098", "able, unable to: (usually followed by `to') "
+               "having means"), got
+train, val = lm_data.split(lm_data.documents())
+assert len(train) > 100000 and 4000 < len(val) < 8000, (len(train), len(val))
+assert not set(train[:2000]) & set(val), "a document on both sides"
+docs = os.path.join(work, "docs.jsonl")
+lm_data.write_jsonl(docs, train[:3000])
+with open(os.path.join(work, "t.txt"), "w") as f:
+    f.write("\n".join(train[:3000]) + "\n")
+model = lm_data.train_tokenizer(os.path.join(work, "t.txt"),
+                                os.path.join(work, "spm"), 300)
+tok = os.path.join(work, "t.bin")
+n, = lm_data.make_token_files(model, [(docs, tok)])
+sp = sentencepiece.SentencePieceProcessor(model_file=model)
+want = sp.encode(train[0]) + [lm_data.EOS] + sp.encode(train[1])
+first = next(iter(echoflow.Pipeline("tokens:files=%s,block=%d,"
+                                    "order=sequential" % (tok, len(want)))))
+import numpy
+assert list(numpy.asarray(first["inputs"])) == want, "token file differs"
+assert os.path.getsize(tok) == 2 * n
+trainer = os.path.join(sys.argv[1], "repro", "lm_train.py")
+p = subprocess.run([sys.executable, trainer, "--json", "--train", tok,
+                    "--val", tok, "--vocab", "300", "--block", "16",
+                    "--batch", "8", "--d-model", "16", "--layers", "1",
+                    "--heads", "2", "--lr", "0.01", "--target-loss", "0",
+                    "--max-fresh", "640", "--eval-every", "5",
+                    "--val-blocks", "8", "--echo", "factor=2",
+                    "--echo-at", "batch"], capture_output=True, text=True)
+assert p.returncode == 0, p.stderr
+r = json.loads(p.stdout)
+assert r["steps"] == 10 and r["fresh"] == 640 and not r["reached"], r
+assert r["fresh_counted"] == 640 and r["echo_effective_factor"] == 2, r
+assert [c[0] for c in r["curve"]] == [0, 5, 10], r["curve"]
+assert r["train_spec"].endswith("| batch:8 | echo:factor=2"), r["train_spec"]
+PY
+        pass "lm: corpus, token files and a short training cell"
+    else
+        fail "lm: $(cat "$TMP/lm.out")"
+    fi
+else
+    echo "skip: lm (needs python3-torch, python3-sentencepiece, wordnet-base and build/python)"
+fi
+
 if [ "$failures" -ne 0 ]; then
     echo "$failures check(s) failed" >&2
     exit 1

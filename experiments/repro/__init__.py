@@ -7,11 +7,15 @@ with Data Echoing", on the reference trainer (`echoflow train --json`).
   render.py      pieces of RESULTS.md (tables, sections) and gnuplot
   commentary.py  COMMENTARY.md, the person-written comparison, checked
   fresh.py, policy.py, augment.py, policy_cnn.py, batch.py, shuffle.py,
-  network.py, network_pinned.py
+  network.py, network_pinned.py, lm.py
                  one experiment each: its cells, report and plots
+  lm_data.py, lm_train.py
+                 the language model's corpus and token files; one of its
+                 cells (PyTorch)
   experiments.py the experiments in report order
   commands.py    run, plot and report
 
 `experiments/reproduce.py` is the command line on top. Python 3 standard
-library only.
+library only, but for the language model's modules (torch, numpy,
+sentencepiece), imported only when its experiment runs.
 """

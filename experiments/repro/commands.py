@@ -9,8 +9,8 @@ from . import commentary
 from .cells import commit_id, run_cell, smoke_cells
 from .experiments import ALL, BY_NAME, NAMES
 from .render import GNUPLOT
-from .results import (ROOT, append_row, die, fmt, key_of, load, read_csv,
-                      report_dir, results_dir)
+from .results import (COLUMNS, ROOT, SETTINGS, append_row, die, fmt,
+                      key_of, load, read_csv, report_dir, results_dir)
 
 
 def parse_list(opt, text, ranges=False):
@@ -90,8 +90,14 @@ def cmd_run(a):
     try:
         for name, mod, cells in plan:
             path = os.path.join(out, name + ".csv")
-            done = {key_of(r) for r in read_csv(path)}
-            todo = [c for c in cells if key_of(c) not in done]
+            # An experiment whose cells are not `echoflow train` runs (the
+            # language model's, in PyTorch) has its own columns and runs
+            # its cells itself.
+            settings = getattr(mod, "SETTINGS", SETTINGS)
+            columns = getattr(mod, "COLUMNS", COLUMNS)
+            run = getattr(mod, "run_cell", run_cell)
+            done = {key_of(r, settings) for r in read_csv(path)}
+            todo = [c for c in cells if key_of(c, settings) not in done]
             skipped += len(cells) - len(todo)
             print("%s: %d cells, %d already in %s" %
                   (name, len(cells), len(cells) - len(todo), path))
@@ -107,7 +113,7 @@ def cmd_run(a):
             jobs = a.jobs if all(fmt(c["threads"]) == "1" for c in todo) \
                 and not getattr(mod, "TIMED", False) else 1
             with concurrent.futures.ThreadPoolExecutor(jobs) as pool:
-                running = [pool.submit(run_cell, binary, c, env, commit)
+                running = [pool.submit(run, binary, c, env, commit)
                            for c in todo]
                 for i, f in enumerate(concurrent.futures.as_completed(
                         running)):
@@ -115,12 +121,12 @@ def cmd_run(a):
                     if row is None:
                         failed += 1
                         continue
-                    append_row(path, row)
+                    append_row(path, row, columns)
                     ran += 1
                     print("  [%d/%d] %s e=%s lr=%s seed=%s batch=%s R=%s: %s"
                           % (i + 1, len(todo), row["variant"],
                              fmt(row["e"]), fmt(row["lr"]), fmt(row["seed"]),
-                             fmt(row["batch"]), fmt(row["R"]) or "-",
+                             fmt(row["batch"]), fmt(row.get("R")) or "-",
                              "fresh %s, %.1f s" % (row["fresh_to_target"],
                                                    row["time_to_target_s"])
                              if row["reached"] else "not reached"),

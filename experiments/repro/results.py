@@ -55,8 +55,11 @@ def fmt(x):
     return "" if x is None else str(x)
 
 
-def key_of(row):
-    return tuple(fmt(row.get(k)) for k in SETTINGS)
+def key_of(row, settings=SETTINGS):
+    """The settings that identify a cell, as text; an experiment with
+    columns of its own (SETTINGS in its module: the language model's)
+    passes them."""
+    return tuple(fmt(row.get(k)) for k in settings)
 
 
 def read_csv(path):
@@ -66,26 +69,26 @@ def read_csv(path):
         return list(csv.DictReader(f))
 
 
-def append_row(path, row):
+def append_row(path, row, columns=COLUMNS):
     new = not os.path.exists(path)
     if not new:
         with open(path, newline="") as f:
             header = next(csv.reader(f), [])
-        if header != COLUMNS:
+        if header != columns:
             # written by an older reproduce.py: rewrite it with today's
             # columns (new ones empty) before appending
             old = read_csv(path)
             with open(path + ".tmp", "w", newline="") as f:
-                w = csv.DictWriter(f, fieldnames=COLUMNS,
+                w = csv.DictWriter(f, fieldnames=columns,
                                    extrasaction="ignore")
                 w.writeheader()
                 w.writerows(old)
             os.replace(path + ".tmp", path)
     with open(path, "a", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore")
+        w = csv.DictWriter(f, fieldnames=columns, extrasaction="ignore")
         if new:
             w.writeheader()
-        w.writerow({k: fmt(row.get(k)) for k in COLUMNS})
+        w.writerow({k: fmt(row.get(k)) for k in columns})
         f.flush()
         os.fsync(f.fileno())  # a killed run loses at most the current cell
 
