@@ -236,6 +236,8 @@ def test_checkpoints_resume_exactly(wordnet, tmp_path, compress):
 def _server(root, *extra):
     here = os.path.dirname(os.path.abspath(__file__))
     port_file = os.path.join(root, ".port")
+    if os.path.exists(port_file):  # an earlier server's
+        os.remove(port_file)
     proc = subprocess.Popen(
         [sys.executable, os.path.join(here, "..", "..", "tests",
                                       "http_server.py"),
