@@ -107,6 +107,9 @@ class Environment:
                 "-S . && cmake --build build; needs python3-dev and "
                 "libdlpack-dev)" % self.pythonpath)
         t = time.monotonic()
+        # the token files are written by echoflow (jsonl | tokenize)
+        if self.pythonpath not in sys.path:
+            sys.path.insert(0, self.pythonpath)
         self.data = lm_data.prepare(os.path.join(work, "lm"))
         print("lm: %d training and %d validation documents, %d and %d "
               "tokens, vocab %d (%.0f s)" %

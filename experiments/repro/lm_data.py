@@ -89,35 +89,22 @@ def train_tokenizer(train_txt, prefix, vocab=VOCAB):
 def make_token_files(model, splits, dtype="uint16", eos=EOS):
     """Tokenizes each split's documents (a docs.jsonl of {"text"} lines)
     and writes its token file: raw little-endian ids, no header, each
-    document followed by `eos`, what the `tokens` source reads and
-    `echoflow tokens --eos` writes. splits: [(docs.jsonl, out.bin)].
-    Returns the tokens written per file.
-
-    This is the one place the corpus is tokenized, in Python with
-    sentencepiece and numpy. With a `jsonl` source and a `tokenize` stage
-    in echoflow it becomes, per split:
+    document followed by `eos`, what the `tokens` source reads. echoflow
+    does it, as a user would: `jsonl | tokenize` through
+    echoflow.write_tokens, the Python form of
         echoflow tokens 'jsonl:files=DOCS | tokenize:model=MODEL' OUT \\
             --dtype uint16 --eos 2
-    (echoflow.write_tokens from Python), with the same files out."""
-    import numpy as np
-    import sentencepiece as spm
-    sp = spm.SentencePieceProcessor(model_file=model)
+    splits: [(docs.jsonl, out.bin)]. Returns the tokens written per file.
+    Needs the echoflow package on the path."""
+    import echoflow
     counts = []
     for docs, out in splits:
-        with open(docs, encoding="utf-8") as f:
-            texts = [json.loads(line)["text"] for line in f]
-        ids = []
-        for piece in sp.encode(texts):
-            ids.extend(piece)
-            ids.append(eos)
-        arr = np.asarray(ids, dtype=np.int64)
-        if arr.size and arr.max() > np.iinfo(dtype).max:
-            raise ValueError("%s: id %d does not fit %s" %
-                             (out, arr.max(), dtype))
         tmp = "%s.tmp.%d" % (out, os.getpid())
-        arr.astype("<" + np.dtype(dtype).str[1:]).tofile(tmp)
+        echoflow.write_tokens("jsonl:files=%s | tokenize:model=%s"
+                              % (docs, model), tmp, dtype=dtype, eos=eos)
         os.replace(tmp, out)
-        counts.append(int(arr.size))
+        counts.append(os.path.getsize(out) // (2 if dtype == "uint16"
+                                               else 4))
     return counts
 
 
