@@ -8,13 +8,12 @@ import json
 import os
 import shutil
 import subprocess
-import sys
-import time
 
 import numpy
 import pytest
 
 import echoflow
+from test_tokens import _server
 
 WORDNET = "/usr/share/wordnet"
 
@@ -231,25 +230,6 @@ def test_checkpoints_resume_exactly(wordnet, tmp_path, compress):
         with echoflow.Pipeline(spec, seed=3) as q:
             q.load_state_dict(state)
             assert head + [fingerprint(s) for s in q] == whole, cut
-
-
-def _server(root, *extra):
-    here = os.path.dirname(os.path.abspath(__file__))
-    port_file = os.path.join(root, ".port")
-    if os.path.exists(port_file):  # an earlier server's
-        os.remove(port_file)
-    proc = subprocess.Popen(
-        [sys.executable, os.path.join(here, "..", "..", "tests",
-                                      "http_server.py"),
-         "--root", root, "--port-file", port_file, "--quiet", *extra])
-    deadline = time.time() + 20
-    while not os.path.exists(port_file):
-        if time.time() > deadline or proc.poll() is not None:
-            proc.kill()
-            pytest.fail("tests/http_server.py did not start")
-        time.sleep(0.05)
-    with open(port_file) as f:
-        return proc, int(f.read())
 
 
 @pytest.mark.parametrize("extra", [(), ("--cut-every", "200000")])

@@ -11,7 +11,8 @@ import numpy
 import pytest
 
 import echoflow
-from test_text import _server, wordnet_docs, write_jsonl, zstd
+from test_text import wordnet_docs, write_jsonl, zstd
+from test_tokens import _server
 
 spm = pytest.importorskip("sentencepiece")
 

@@ -109,6 +109,8 @@ def _server(root, *extra):
     root_dir = os.path.dirname(os.path.dirname(os.path.dirname(
         os.path.abspath(__file__))))
     port_file = os.path.join(root, ".port")
+    if os.path.exists(port_file):  # an earlier server's
+        os.remove(port_file)
     proc = subprocess.Popen(
         [sys.executable, os.path.join(root_dir, "tests", "http_server.py"),
          "--root", root, "--port-file", port_file, "--quiet", *extra])

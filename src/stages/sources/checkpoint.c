@@ -81,6 +81,48 @@ void ef__fetch_failed(ef__err *err, int rc, const char *unit)
                 msg, unit);
 }
 
+/* ---- a place in the files ----------------------------------------- */
+
+void ef__file_place_save(ef__state_out *o, int64_t file, uint64_t offset,
+                         int64_t number)
+{
+    ef__put_i64(o, file);
+    ef__put_u64(o, offset);
+    ef__put_i64(o, number);
+}
+
+int ef__file_place_restore(ef__state_in *in, const ef__shard *part,
+                           size_t nfiles, const char *unit, int64_t *file,
+                           uint64_t *offset, int64_t *number)
+{
+    char what_offset[64], what_number[64];
+    snprintf(what_offset, sizeof what_offset, "the offset of its next %s",
+             unit);
+    snprintf(what_number, sizeof what_number, "the number of its next %s",
+             unit);
+    ef__get_i64(in, "the file being read", file);
+    ef__get_u64(in, what_offset, offset);
+    int rc = ef__get_i64(in, what_number, number);
+    if (rc != EF_OK)
+        return rc;
+    /* past the last file is the end: the file steps by part->n */
+    int64_t n = (int64_t)nfiles, f = *file, k = *number;
+    if (f < part->i || f > n + part->n || (f < n && f % part->n != part->i))
+        return ef__state_bad(in,
+                             "file %lld, expected one of part %lld of %lld "
+                             "of %lld files",
+                             (long long)f, (long long)part->i,
+                             (long long)part->n, (long long)n);
+    if (k < 0 || k > (int64_t)1 << 32 || (k == 0) != (*offset == 0) ||
+        *offset > (uint64_t)INT64_MAX)
+        return ef__state_bad(in,
+                             "%s %lld at byte %llu of file %lld: expected "
+                             "both 0 (the file's start) or both positive",
+                             unit, (long long)k, (unsigned long long)*offset,
+                             (long long)f);
+    return EF_OK;
+}
+
 /* ---- compression as seen ------------------------------------------ */
 
 int ef__comp_seen_init(ef__comp_seen *g, size_t n)

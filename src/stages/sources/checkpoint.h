@@ -38,6 +38,22 @@ int ef__part_restore(const ef__shard *part, ef__state_in *in);
  * adds that the `unit` ("shard", "file") probably changed since. */
 void ef__fetch_failed(ef__err *err, int rc, const char *unit);
 
+/* ---- a place in the files ----------------------------------------- */
+
+/* Where a reader of a part's files, record after record, stands: the
+ * file being read (or the next), the offset of its next record in the
+ * (inflated) data and that record's number in the file; 0, 0 at a file's
+ * start. Numbers stay below 2^32: identities hold them in 32 bits. */
+void ef__file_place_save(ef__state_out *o, int64_t file, uint64_t offset,
+                         int64_t number);
+/* Reads it back for `part` of `nfiles` files: EF_EFORMAT naming what is
+ * wrong when the file is not one of the part's (or past its last) or the
+ * offset and number do not go together. `unit` names a record ("record",
+ * "line"). */
+int ef__file_place_restore(ef__state_in *in, const ef__shard *part,
+                           size_t nfiles, const char *unit, int64_t *file,
+                           uint64_t *offset, int64_t *number);
+
 /* ---- compression as seen ------------------------------------------ */
 
 /* One entry per file of the list: 0 while unknown, else 1 + the EF__COMP_*

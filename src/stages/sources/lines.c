@@ -387,14 +387,10 @@ int ef__lines_save(ef__stage *s, ef__state_out *o, ef__err *err)
     ef__files_save(&st->files, o);
     ef__part_save(&st->part, o);
     ef__comp_seen_save(&st->comp, o);
-    ef__put_i64(o, st->file);
-    if (st->stream) {
-        ef__put_u64(o, st->buf_at + st->pos);
-        ef__put_i64(o, st->line);
-    } else { /* the next file's start, or where a restore left it */
-        ef__put_u64(o, st->from_offset);
-        ef__put_i64(o, st->from_line);
-    }
+    if (st->stream)
+        ef__file_place_save(o, st->file, st->buf_at + st->pos, st->line);
+    else /* the next file's start, or where a restore left it */
+        ef__file_place_save(o, st->file, st->from_offset, st->from_line);
     return EF_OK;
 }
 
@@ -411,27 +407,10 @@ int ef__lines_restore(ef__stage *s, ef__state_in *in, ef__err *err)
         rc = ef__comp_seen_restore(&st->comp, in);
     if (rc != EF_OK)
         return rc;
-    ef__get_i64(in, "the file being read", &file);
-    ef__get_u64(in, "the offset of its next line", &offset);
-    rc = ef__get_i64(in, "the number of its next line", &line);
+    rc = ef__file_place_restore(in, &st->part, st->files.n, "line", &file,
+                                &offset, &line);
     if (rc != EF_OK)
         return rc;
-    /* past the last file is the end: the file steps by part.n */
-    int64_t n = (int64_t)st->files.n;
-    if (file < st->part.i || file > n + st->part.n ||
-        (file < n && file % st->part.n != st->part.i))
-        return ef__state_bad(in,
-                             "file %lld, expected one of part %lld of %lld "
-                             "of %lld files",
-                             (long long)file, (long long)st->part.i,
-                             (long long)st->part.n, (long long)n);
-    if (line < 0 || line > (int64_t)1 << FILE_SHIFT ||
-        (line == 0) != (offset == 0) || offset > (uint64_t)INT64_MAX)
-        return ef__state_bad(in,
-                             "line %lld at byte %llu of file %lld: expected "
-                             "both 0 (the file's start) or both positive",
-                             (long long)line, (unsigned long long)offset,
-                             (long long)file);
     st->file = file;
     st->from_offset = offset;
     st->from_line = line;

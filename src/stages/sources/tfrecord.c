@@ -244,14 +244,11 @@ static int tfrecord_save(ef__stage *s, ef__state_out *o, ef__err *err)
     ef__files_save(&st->files, o);
     ef__part_save(&st->part, o);
     ef__comp_seen_save(&st->gz, o);
-    ef__put_i64(o, st->file);
-    if (st->stream) {
-        ef__put_u64(o, ef__stream_offset(st->stream));
-        ef__put_i64(o, st->record);
-    } else { /* the next file's start, or where a restore left it */
-        ef__put_u64(o, st->from_offset);
-        ef__put_i64(o, st->from_record);
-    }
+    if (st->stream)
+        ef__file_place_save(o, st->file, ef__stream_offset(st->stream),
+                            st->record);
+    else /* the next file's start, or where a restore left it */
+        ef__file_place_save(o, st->file, st->from_offset, st->from_record);
     return EF_OK;
 }
 
@@ -268,27 +265,10 @@ static int tfrecord_restore(ef__stage *s, ef__state_in *in, ef__err *err)
         rc = ef__comp_seen_restore(&st->gz, in);
     if (rc != EF_OK)
         return rc;
-    ef__get_i64(in, "the file being read", &file);
-    ef__get_u64(in, "the offset of its next record", &offset);
-    rc = ef__get_i64(in, "the number of its next record", &record);
+    rc = ef__file_place_restore(in, &st->part, st->files.n, "record", &file,
+                                &offset, &record);
     if (rc != EF_OK)
         return rc;
-    /* past the last file is the end: the file steps by part.n */
-    int64_t n = (int64_t)st->files.n;
-    if (file < st->part.i || file > n + st->part.n ||
-        (file < n && file % st->part.n != st->part.i))
-        return ef__state_bad(in,
-                             "file %lld, expected one of part %lld of %lld "
-                             "of %lld files",
-                             (long long)file, (long long)st->part.i,
-                             (long long)st->part.n, (long long)n);
-    if (record < 0 || record > (int64_t)1 << FILE_SHIFT ||
-        (record == 0) != (offset == 0) || offset > (uint64_t)INT64_MAX)
-        return ef__state_bad(in,
-                             "record %lld at byte %llu of file %lld: expected "
-                             "both 0 (the file's start) or both positive",
-                             (long long)record, (unsigned long long)offset,
-                             (long long)file);
     st->file = file;
     st->from_offset = offset;
     st->from_record = record;
