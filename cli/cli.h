@@ -11,6 +11,7 @@ int cmd_run(int argc, char **argv);
 int cmd_train(int argc, char **argv);
 int cmd_pack(int argc, char **argv);
 int cmd_tokens(int argc, char **argv);
+int cmd_serve(int argc, char **argv);
 
 /* The options of every subcommand that runs a pipeline. */
 typedef struct {

@@ -19,6 +19,8 @@ static void usage(FILE *f)
            "       echoflow tokens SPEC OUT    write documents' token ids as "
            "a token file\n"
            "       echoflow train          the reference trainer\n"
+           "       echoflow serve SPEC     a worker of the preprocessing "
+           "service (mpirun)\n"
            "       echoflow version\n"
            "Each command answers --help.\n"
            "\n"
@@ -109,7 +111,7 @@ int main(int argc, char **argv)
     } commands[] = {{"stages", cmd_stages}, {"run", cmd_run},
                     {"pack", cmd_pack},     {"train", cmd_train},
                     {"version", cmd_version}, {"--version", cmd_version},
-                    {"tokens", cmd_tokens}};
+                    {"tokens", cmd_tokens}, {"serve", cmd_serve}};
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         if (!strcmp(argv[1], commands[i].name))
             return commands[i].fn(argc - 2, argv + 2);

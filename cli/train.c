@@ -678,8 +678,11 @@ int cmd_train(int argc, char **argv)
     char err[512];
     int launched = train_mpi_start(&argc, &argv, &o.comm, err, sizeof err);
     if (launched < 0) {
-        fprintf(stderr, "echoflow train: %s\n", err);
-        return 1;
+        /* the process that says why; "" on the others */
+        if (err[0])
+            fprintf(stderr, "echoflow train: %s\n", err);
+        train_mpi_finish(2);
+        return 2;
     }
 #else
     int launched = 0;

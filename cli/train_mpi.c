@@ -1,7 +1,8 @@
-/* The trainer's collectives over MPI (see train_mpi.h). Only the main
- * thread calls MPI (MPI_THREAD_FUNNELED): the pipeline's and the model's
- * threads never do. Errors return instead of aborting, so each names the
- * call that failed. */
+/* The trainer's collectives over MPI (see train_mpi.h), among the
+ * trainers of the job: the library joins it (ef_service_join), which
+ * sets `echoflow serve` workers, if any, apart. Only the main thread
+ * makes these calls; the library's service thread makes its own. Errors
+ * return instead of aborting, so each names the call that failed. */
 #include "train_mpi.h"
 
 #include <mpi.h>
@@ -9,8 +10,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "echoflow/echoflow.h"
+
 static int started;
 static int orderly; /* a failure every process knows of: no MPI_Abort */
+static MPI_Comm trainers; /* the trainers' communicator */
 
 /* A message from one process to process 0 about its settings. */
 #define DIFF_MSG 512
@@ -31,7 +35,7 @@ static int sum_floats(void *user, float *v, size_t n, char *err, size_t len)
 {
     (void)user;
     return mpi_check(MPI_Allreduce(MPI_IN_PLACE, v, (int)n, MPI_FLOAT,
-                                   MPI_SUM, MPI_COMM_WORLD),
+                                   MPI_SUM, trainers),
                      "MPI_Allreduce", err, len);
 }
 
@@ -39,14 +43,14 @@ static int sum_doubles(void *user, double *v, size_t n, char *err, size_t len)
 {
     (void)user;
     return mpi_check(MPI_Allreduce(MPI_IN_PLACE, v, (int)n, MPI_DOUBLE,
-                                   MPI_SUM, MPI_COMM_WORLD),
+                                   MPI_SUM, trainers),
                      "MPI_Allreduce", err, len);
 }
 
 static int broadcast(void *user, float *v, size_t n, char *err, size_t len)
 {
     (void)user;
-    return mpi_check(MPI_Bcast(v, (int)n, MPI_FLOAT, 0, MPI_COMM_WORLD),
+    return mpi_check(MPI_Bcast(v, (int)n, MPI_FLOAT, 0, trainers),
                      "MPI_Bcast", err, len);
 }
 
@@ -56,7 +60,7 @@ static int agree(void *user, uint64_t value, int *same, char *err, size_t len)
     /* the minimum of v and of ~v: equal values iff min(v) == max(v) */
     uint64_t v[2] = {value, ~value};
     if (mpi_check(MPI_Allreduce(MPI_IN_PLACE, v, 2, MPI_UINT64_T, MPI_MIN,
-                                MPI_COMM_WORLD),
+                                trainers),
                   "MPI_Allreduce", err, len))
         return -1;
     *same = v[0] == ~v[1];
@@ -68,42 +72,29 @@ static int gather(void *user, const double *mine, size_t n, double *all,
 {
     (void)user;
     return mpi_check(MPI_Gather(mine, (int)n, MPI_DOUBLE, all, (int)n,
-                                MPI_DOUBLE, 0, MPI_COMM_WORLD),
+                                MPI_DOUBLE, 0, trainers),
                      "MPI_Gather", err, len);
-}
-
-/* Open MPI's launcher sets OMPI_COMM_WORLD_SIZE; PMIx and PMI launchers
- * (srun, hydra) set their own. */
-static int launched(void)
-{
-    return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMIX_RANK") ||
-           getenv("PMI_RANK");
 }
 
 int train_mpi_start(int *argc, char ***argv, eft_comm *comm, char *err,
                     size_t len)
 {
-    if (!launched())
+    (void)argc;
+    (void)argv;
+    if (!ef_service_launched())
         return 0;
-    /* A process waiting in a collective spins by default, taking a core
-     * from the pipeline's threads and the model's; with the input on the
-     * same cores, yielding is worth more than the microseconds it costs.
-     * The user's own setting wins. */
-    setenv("OMPI_MCA_mpi_yield_when_idle", "1", 0);
-    int provided;
-    if (mpi_check(MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided),
-                  "MPI_Init_thread", err, len))
-        return -1;
+    ef_service_hello hello = {.size = sizeof hello,
+                              .role = EF_SERVICE_TRAINER};
+    ef_service_info info = {.size = sizeof info};
     started = 1;
-    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
-    if (provided < MPI_THREAD_FUNNELED) {
-        snprintf(err, len, "MPI provides no thread support: the trainer's "
-                           "threads need MPI_THREAD_FUNNELED");
+    if (ef_service_join(&hello, &info, err, len) != EF_OK) {
+        orderly = 1; /* every process failed to join alike */
         return -1;
     }
+    trainers = MPI_Comm_f2c((MPI_Fint)info.trainer_comm);
     *comm = (eft_comm){0};
-    MPI_Comm_rank(MPI_COMM_WORLD, &comm->rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &comm->size);
+    MPI_Comm_rank(trainers, &comm->rank);
+    MPI_Comm_size(trainers, &comm->size);
     comm->sum_floats = sum_floats;
     comm->sum_doubles = sum_doubles;
     comm->broadcast = broadcast;
@@ -166,8 +157,8 @@ int train_mpi_same_settings(const char *const *names, const char *const *values,
                             int n, char *err, size_t len)
 {
     int rank, nprocs, size;
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &nprocs);
+    MPI_Comm_rank(trainers, &rank);
+    MPI_Comm_size(trainers, &nprocs);
     char *mine = pack_settings(names, values, n, &size);
     if (!mine) {
         snprintf(err, len, "out of memory");
@@ -175,7 +166,7 @@ int train_mpi_same_settings(const char *const *names, const char *const *values,
     }
     /* process 0's settings to every process, each comparing its own */
     char *theirs = NULL;
-    int rc = mpi_check(MPI_Bcast(&size, 1, MPI_INT, 0, MPI_COMM_WORLD),
+    int rc = mpi_check(MPI_Bcast(&size, 1, MPI_INT, 0, trainers),
                        "MPI_Bcast", err, len);
     if (rc == 0) {
         theirs = rank == 0 ? mine : malloc((size_t)size + 1);
@@ -185,7 +176,7 @@ int train_mpi_same_settings(const char *const *names, const char *const *values,
         }
     }
     if (rc == 0)
-        rc = mpi_check(MPI_Bcast(theirs, size, MPI_CHAR, 0, MPI_COMM_WORLD),
+        rc = mpi_check(MPI_Bcast(theirs, size, MPI_CHAR, 0, trainers),
                        "MPI_Bcast", err, len);
     char msg[DIFF_MSG] = "";
     if (rc == 0 && rank != 0) {
@@ -200,7 +191,7 @@ int train_mpi_same_settings(const char *const *names, const char *const *values,
     /* does any process differ? then process 0 says which, first by rank */
     int differs = msg[0] != '\0';
     if (mpi_check(MPI_Allreduce(MPI_IN_PLACE, &differs, 1, MPI_INT, MPI_MAX,
-                                MPI_COMM_WORLD),
+                                trainers),
                   "MPI_Allreduce", err, len))
         return -1;
     if (!differs)
@@ -213,7 +204,7 @@ int train_mpi_same_settings(const char *const *names, const char *const *values,
         return -1;
     }
     rc = mpi_check(MPI_Gather(msg, DIFF_MSG, MPI_CHAR, all, DIFF_MSG, MPI_CHAR,
-                              0, MPI_COMM_WORLD),
+                              0, trainers),
                    "MPI_Gather", err, len);
     if (rc)
         return rc;
@@ -238,9 +229,7 @@ int train_mpi_same_settings(const char *const *names, const char *const *values,
 
 void train_mpi_finish(int exit_code)
 {
-    if (started && exit_code && !orderly)
-        MPI_Abort(MPI_COMM_WORLD, exit_code);
     if (started)
-        MPI_Finalize();
+        ef_service_leave(exit_code && !orderly ? exit_code : 0);
     started = 0;
 }

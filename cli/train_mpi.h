@@ -7,9 +7,13 @@
 
 #include "trainer.h"
 
-/* When a launcher (mpirun) started this process: initialises MPI, fills
- * *comm and returns 1. Otherwise returns 0 and MPI stays untouched, so a
- * plain run costs nothing. -1 with a message in err when MPI fails. */
+/* When a launcher (mpirun) started this process: joins the job as a
+ * trainer (ef_service_join, which initialises MPI), fills *comm with the
+ * trainers' collectives (`echoflow serve` workers take no part in them)
+ * and returns 1. Otherwise returns 0 and MPI stays untouched, so a plain
+ * run costs nothing. -1 when joining fails, with a message in err on the
+ * process that says it ("" on the others); train_mpi_finish() then ends
+ * in order. */
 int train_mpi_start(int *argc, char ***argv, eft_comm *comm, char *err,
                     size_t len);
 /* Checks that every process was started with the same settings: the

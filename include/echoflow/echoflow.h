@@ -624,6 +624,100 @@ EF_API const char *ef_token_writer_error(const ef_token_writer *w);
 EF_API void ef_token_writer_destroy(ef_token_writer *w);
 
 /* ------------------------------------------------------------------ */
+/* The preprocessing service (docs/distributed.md)                     */
+/* One job started by Open MPI's mpirun holds trainers (echoflow train,
+ * or any program whose pipeline reads the `service` source) and workers
+ * (echoflow serve SPEC). Workers run SPEC on parts of the data (splits)
+ * handed out as they ask; each trainer's `service` source receives their
+ * samples and runs what follows (echo, shuffle, batch). In a build
+ * without MPI every call but ef_service_launched() is EF_EUNSUPPORTED,
+ * naming the package to install. */
+
+/* 1 when a launcher (mpirun) started this process, else 0. */
+EF_API int ef_service_launched(void);
+
+typedef enum { EF_SERVICE_TRAINER = 1, EF_SERVICE_WORKER = 2 } ef_service_role;
+
+/* What a process brings to the job's start. */
+typedef struct {
+    size_t size;          /* sizeof(ef_service_hello): the struct may grow */
+    ef_service_role role;
+    int refused;          /* 1: this process's own options were refused (it
+                             said why); every process then ends */
+    /* settings every process of this role must share, as names and
+     * values ("--splits", "16"), compared at the start */
+    const char *const *names;
+    const char *const *values;
+    int nsettings;
+} ef_service_hello;
+
+/* This process's place in the job. */
+typedef struct {
+    size_t size;            /* sizeof(ef_service_info): the struct may grow */
+    int rank, size_of_job;  /* this process in MPI_COMM_WORLD, and its size */
+    int trainers, workers;  /* processes of each role */
+    int role_rank;          /* this process among those of its role */
+    int64_t trainer_comm;   /* trainers: their communicator, as MPI_Comm_c2f()
+                               gives it, for their own collectives */
+} ef_service_info;
+
+/* Joins the job: initialises MPI (with MPI_THREAD_MULTIPLE) unless the
+ * program did, and meets every other process, which must all call it
+ * once before any other collective. A `service` source joins as a
+ * trainer by itself; a trainer with collectives of its own (echoflow
+ * train) joins first to learn its communicator. EF_ESPEC when the
+ * processes differ (the echoflow version, a setting of one role: err,
+ * on the one process that says it, names the setting, both values and
+ * ranks; "" on the others) or one was refused; every process then ends
+ * with ef_service_leave(0). Calling it again returns the same info. */
+EF_API ef_status ef_service_join(const ef_service_hello *hello,
+                                 ef_service_info *info, char *err, size_t len);
+
+/* A worker's work (echoflow serve). */
+typedef struct {
+    size_t size;          /* sizeof(ef_serve_config): the struct may grow */
+    const char *spec;     /* the upstream: the same on every worker */
+    int64_t splits;       /* parts each epoch is handed out in; 0: 8 per
+                             worker (the source must split that finely) */
+    uint64_t seed;        /* split order and each split's pipeline seed */
+    ef_on_error on_error;
+    int64_t memory_budget; /* each split's pipeline; -1: the default */
+    double throttle;      /* items/s this worker sends at most; 0: no limit
+                             (an emulated slow worker) */
+} ef_serve_config;
+
+/* What a worker did, for its report. */
+typedef struct {
+    size_t size;          /* sizeof(ef_serve_report): the struct may grow */
+    int64_t splits, items, messages;
+    uint64_t bytes;       /* payload sent */
+    double seconds;       /* from start to end */
+    double credit_wait_s; /* waiting for a trainer to have room */
+    double send_s;        /* inside MPI sends */
+    double dispatch_wait_s; /* waiting for the next split */
+    int trainers_left;    /* 1: it returned once every trainer had left (a
+                             failure is known to them: leave with 0) */
+} ef_serve_report;
+
+/* Runs a worker, after ef_service_join() as one, until every trainer has
+ * left: asks for splits, runs `spec` on each (part SPLIT of `splits`,
+ * as ef_pipeline_set_shard), and sends the samples to the trainers as
+ * they make room. A failure of the pipeline is sent to every trainer
+ * (with this rank, the split and the epoch) and returned here too;
+ * the worker then waits for the trainers to leave. */
+EF_API ef_status ef_service_serve(const ef_serve_config *config,
+                                  ef_serve_report *report, char *err,
+                                  size_t len);
+
+/* Leaves the job and ends MPI, if ef_service_join() started it: a
+ * trainer tells the workers and waits for each to answer (samples still
+ * on their way are dropped). A `status` other than 0 is a failure the
+ * other processes may not know of: it ends the whole job at once
+ * (MPI_Abort with that status), so that none waits for this one
+ * forever. A process that joined and did not leave leaves at exit. */
+EF_API void ef_service_leave(int status);
+
+/* ------------------------------------------------------------------ */
 /* The stage registry (self-documenting help)                          */
 
 typedef enum {

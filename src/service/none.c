@@ -1,0 +1,39 @@
+/* The service's calls in a build without MPI: each says what to install
+ * (the `service` source says so too). */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "echoflow/echoflow.h"
+
+#define NO_MPI                                                                 \
+    "echoflow was built without MPI; install it (apt-get install "             \
+    "libopenmpi-dev openmpi-bin) and build again"
+
+int ef_service_launched(void)
+{
+    return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMIX_RANK") ||
+           getenv("PMI_RANK");
+}
+
+ef_status ef_service_join(const ef_service_hello *hello, ef_service_info *info,
+                          char *err, size_t len)
+{
+    (void)hello;
+    (void)info;
+    snprintf(err, len, "%s", NO_MPI);
+    return EF_EUNSUPPORTED;
+}
+
+ef_status ef_service_serve(const ef_serve_config *config,
+                           ef_serve_report *report, char *err, size_t len)
+{
+    (void)config;
+    (void)report;
+    snprintf(err, len, "%s", NO_MPI);
+    return EF_EUNSUPPORTED;
+}
+
+void ef_service_leave(int status)
+{
+    (void)status;
+}

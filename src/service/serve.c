@@ -1,0 +1,454 @@
+/* A worker (ef_service_serve): asks the dispatcher for splits, runs the
+ * spec on each, and sends its samples in chunks to the trainers that
+ * have room.
+ *
+ * Flow control is by credits: a trainer grants each worker a few
+ * messages of room (CREDIT: bytes and samples at most), and grants one
+ * more each time one of them has been read. A worker sends only with a
+ * credit in hand, so neither side queues more than the credits allow,
+ * and a chunk is sent straight from the samples' buffers. */
+#include <stdio.h>
+#include <string.h>
+
+#include "core/alloc.h"
+#include "core/clock.h"
+#include "service/chunk.h"
+#include "service/service.h"
+
+/* A chunk goes out once it is this old, full or not, so that a slow
+ * split still reaches the trainers steadily. */
+#define CHUNK_AGE_NS 20000000ull
+/* The room of one message before a trainer said (it says at once). */
+#define DEFAULT_BYTES ((int64_t)16 << 20)
+#define DEFAULT_ITEMS 128
+#define CUTS_KEPT 8
+
+typedef struct {
+    const ef__service_job *job;
+    const ef_serve_config *c;
+    ef_serve_report *rep;
+    int64_t splits;
+    ef__err err;
+    int *alive, nalive;
+    int64_t *credits; /* per trainer: messages it has room for */
+    int64_t room_bytes, room_items;
+    int next_trainer; /* round robin among those with room */
+    /* the split being read */
+    ef_pipeline *p;
+    int64_t epoch, split;
+    int cut;          /* a trainer stopped reading the split's epoch */
+    int64_t cuts[CUTS_KEPT];
+    int ncuts;
+    int64_t asking_epoch; /* the epoch whose splits it asks for */
+    int asking, finished, failed;
+    MPI_Request ask;
+    int64_t answer[3];
+    uint64_t ask_t0;
+    /* the chunk being filled */
+    ef__chunk_out out;
+    ef_sample **held;
+    size_t nheld, cap;
+    uint64_t chunk_t0;
+} worker;
+
+static void report_failure(worker *w);
+
+static int trainer_index(const worker *w, int rank)
+{
+    for (int t = 0; t < w->job->ntrainers; t++)
+        if (w->job->trainers[t] == rank)
+            return t;
+    return -1;
+}
+
+static int was_cut(const worker *w, int64_t epoch)
+{
+    for (int i = 0; i < w->ncuts && i < CUTS_KEPT; i++)
+        if (w->cuts[i] == epoch)
+            return 1;
+    return 0;
+}
+
+/* Takes every message the trainers sent: credits, cuts, goodbyes. */
+static int take_messages(worker *w)
+{
+    for (;;) {
+        int flag = 0;
+        MPI_Status st;
+        int rc = MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, w->job->data, &flag,
+                            &st);
+        if (rc != MPI_SUCCESS)
+            return ef__service_mpi_error(rc, "MPI_Iprobe", &w->err);
+        if (!flag)
+            return EF_OK;
+        int64_t v[2] = {0, 0};
+        int n = 0;
+        MPI_Get_count(&st, MPI_INT64_T, &n);
+        if (n < 0 || n > 2) /* not ours: read it to drop it */
+            n = 0;
+        rc = MPI_Recv(v, n, MPI_INT64_T, st.MPI_SOURCE, st.MPI_TAG,
+                      w->job->data, MPI_STATUS_IGNORE);
+        if (rc != MPI_SUCCESS)
+            return ef__service_mpi_error(rc, "MPI_Recv", &w->err);
+        int t = trainer_index(w, st.MPI_SOURCE);
+        if (t < 0 || !w->alive[t])
+            continue;
+        if (st.MPI_TAG == EF__TAG_CREDIT && n == 2) {
+            w->credits[t]++;
+            w->room_bytes = v[0] > 0 ? v[0] : DEFAULT_BYTES;
+            w->room_items = v[1] > 0 ? v[1] : DEFAULT_ITEMS;
+        } else if (st.MPI_TAG == EF__TAG_CUT && n >= 1) {
+            w->cuts[w->ncuts++ % CUTS_KEPT] = v[0];
+            if (w->p && w->epoch == v[0])
+                w->cut = 1;
+        } else if (st.MPI_TAG == EF__TAG_BYE) {
+            w->alive[t] = 0;
+            w->credits[t] = 0;
+            w->nalive--;
+            /* after every sample sent to it: nothing more will come */
+            if (ef__service_send(w->job->data, st.MPI_SOURCE, EF__TAG_BYE_ACK,
+                                 v, 0, &w->err))
+                return w->err.status;
+        }
+    }
+}
+
+static void drop_chunk(worker *w)
+{
+    for (size_t i = 0; i < w->nheld; i++)
+        ef_sample_free(w->held[i]);
+    w->nheld = 0;
+    ef__chunk_out_reset(&w->out);
+}
+
+static int send_payload(worker *w, int to)
+{
+    size_t n = w->out.nblocks;
+    int *lens = ef__malloc((n ? n : 1) * sizeof *lens);
+    MPI_Aint *at = ef__malloc((n ? n : 1) * sizeof *at);
+    if (!lens || !at) {
+        ef__free(lens);
+        ef__free(at);
+        return ef__err_set(&w->err, EF_ENOMEM, "service: out of memory");
+    }
+    for (size_t i = 0; i < n; i++) {
+        lens[i] = (int)w->out.blocks[i].nbytes;
+        MPI_Get_address(w->out.blocks[i].data, &at[i]);
+    }
+    /* the fields where they lie: MPI reads them from the samples */
+    MPI_Datatype type;
+    int rc = MPI_Type_create_hindexed((int)n, lens, at, MPI_BYTE, &type);
+    if (rc == MPI_SUCCESS) {
+        rc = MPI_Type_commit(&type);
+        if (rc == MPI_SUCCESS)
+            rc = MPI_Send(MPI_BOTTOM, 1, type, to, EF__TAG_PAYLOAD,
+                          w->job->data);
+        MPI_Type_free(&type);
+    }
+    ef__free(lens);
+    ef__free(at);
+    return rc == MPI_SUCCESS ? EF_OK
+                             : ef__service_mpi_error(rc, "MPI_Send", &w->err);
+}
+
+/* Sends the chunk to the next trainer with room, waiting for one. */
+static int send_chunk(worker *w)
+{
+    if (!w->nheld)
+        return EF_OK;
+    if (!w->out.head_len)
+        return ef__err_set(&w->err, EF_ENOMEM, "service: out of memory");
+    uint64_t t0 = ef__timer_ns();
+    unsigned idle = 0;
+    int t = -1;
+    while (t < 0) {
+        if (take_messages(w))
+            return w->err.status;
+        if (w->cut || !w->nalive) {
+            drop_chunk(w);
+            return EF_OK;
+        }
+        for (int k = 0; k < w->job->ntrainers && t < 0; k++) {
+            int i = (w->next_trainer + k) % w->job->ntrainers;
+            if (w->alive[i] && w->credits[i] > 0)
+                t = i;
+        }
+        if (t < 0)
+            ef__service_idle(&idle);
+    }
+    uint64_t t1 = ef__timer_ns();
+    w->rep->credit_wait_s += ef__ns_to_s(ef__elapsed_ns(t0, t1));
+    w->next_trainer = (t + 1) % w->job->ntrainers;
+    w->credits[t]--;
+    int to = w->job->trainers[t];
+    int rc = MPI_Send(w->out.head, (int)w->out.head_len, MPI_BYTE, to,
+                      EF__TAG_DATA, w->job->data);
+    if (rc != MPI_SUCCESS)
+        return ef__service_mpi_error(rc, "MPI_Send", &w->err);
+    if (w->out.payload && send_payload(w, to))
+        return w->err.status;
+    w->rep->send_s += ef__ns_to_s(ef__elapsed_ns(t1, ef__timer_ns()));
+    w->rep->messages++;
+    w->rep->items += w->out.items;
+    w->rep->bytes += w->out.payload;
+    drop_chunk(w);
+    return EF_OK;
+}
+
+static int hold(worker *w, ef_sample *s)
+{
+    if (w->nheld == w->cap) {
+        size_t n = w->cap ? 2 * w->cap : 64;
+        ef_sample **v = ef__realloc(w->held, n * sizeof *v);
+        if (!v) {
+            ef_sample_free(s);
+            return ef__err_set(&w->err, EF_ENOMEM, "service: out of memory");
+        }
+        w->held = v;
+        w->cap = n;
+    }
+    /* a chunk holds one epoch's samples; a big sample goes alone */
+    if (w->nheld &&
+        w->out.payload + ef__chunk_sample_bytes(s) > (uint64_t)w->room_bytes &&
+        send_chunk(w)) {
+        ef_sample_free(s);
+        return w->err.status;
+    }
+    if (w->cut) {
+        ef_sample_free(s);
+        return EF_OK;
+    }
+    if (!w->nheld)
+        w->chunk_t0 = ef__timer_ns();
+    w->held[w->nheld++] = s;
+    if (ef__chunk_out_add(&w->out, s, w->epoch, &w->err)) {
+        report_failure(w); /* a sample no message can carry */
+        return EF_OK;
+    }
+    if ((int64_t)w->nheld >= w->room_items ||
+        w->out.payload >= (uint64_t)w->room_bytes ||
+        ef__elapsed_ns(w->chunk_t0, ef__timer_ns()) >= CHUNK_AGE_NS)
+        return send_chunk(w);
+    return EF_OK;
+}
+
+/* The pipeline of split `split` of epoch `epoch`; a failure to make it
+ * is the split's failure (report_failure). */
+static int open_split(worker *w)
+{
+    const ef_serve_config *c = w->c;
+    /* each split and epoch shuffles in an order of its own, the same on
+     * every run (as echoflow.epoch_seed in Python) */
+    uint64_t seed = c->seed + (uint64_t)w->epoch * UINT64_C(0x9E3779B97F4A7C15) +
+                    (uint64_t)w->split * UINT64_C(0xD1B54A32D192ED03);
+    ef_pipeline *p = NULL;
+    int rc = ef_pipeline_create(&p);
+    if (rc == EF_OK)
+        rc = ef_pipeline_set_seed(p, seed);
+    if (rc == EF_OK)
+        rc = ef_pipeline_set_on_error(p, c->on_error);
+    if (rc == EF_OK && c->memory_budget >= 0)
+        rc = ef_pipeline_set_memory_budget(p, (uint64_t)c->memory_budget);
+    if (rc == EF_OK && w->splits > 1)
+        rc = ef_pipeline_set_shard(p, w->split, w->splits);
+    if (rc == EF_OK)
+        rc = ef_pipeline_parse(p, c->spec);
+    if (rc == EF_OK && c->throttle > 0) {
+        char opt[64];
+        snprintf(opt, sizeof opt, "rate=%.17g", c->throttle);
+        rc = ef_pipeline_add(p, "throttle", opt);
+    }
+    if (rc != EF_OK) {
+        ef__err_set(&w->err, rc, "%s",
+                    p ? ef_pipeline_error(p) : "out of memory");
+        ef_pipeline_destroy(p);
+        report_failure(w);
+        return EF_OK;
+    }
+    w->p = p;
+    w->cut = was_cut(w, w->epoch);
+    return EF_OK;
+}
+
+static void close_split(worker *w)
+{
+    ef_pipeline_destroy(w->p);
+    w->p = NULL;
+    w->cut = 0;
+}
+
+/* Tells every trainer still there why this worker stopped. */
+static void report_failure(worker *w)
+{
+    char where[96];
+    ef__service_rank_name(w->job->rank, where, sizeof where);
+    char msg[EF__ERR_MAX + 160];
+    if (w->p || w->split >= 0)
+        snprintf(msg, sizeof msg,
+                 "echoflow serve, %s, split %lld of %lld in epoch %lld: %s",
+                 where, (long long)w->split, (long long)w->splits,
+                 (long long)w->epoch, w->err.msg);
+    else
+        snprintf(msg, sizeof msg, "echoflow serve, %s: %s", where,
+                 w->err.msg);
+    for (int t = 0; t < w->job->ntrainers; t++)
+        if (w->alive[t])
+            MPI_Send(msg, (int)strlen(msg) + 1, MPI_CHAR, w->job->trainers[t],
+                     EF__TAG_ERROR, w->job->data);
+    ef__err_set(&w->err, w->err.status, "%s", msg);
+    w->failed = 1;
+    drop_chunk(w);
+    close_split(w);
+}
+
+/* One turn without a split: ask for the next, or act on the answer. */
+static int next_split(worker *w, unsigned *idle)
+{
+    if (!w->asking) {
+        int rc = MPI_Irecv(w->answer, 3, MPI_INT64_T, w->job->dispatcher,
+                           EF__TAG_REPLY, w->job->dispatch, &w->ask);
+        if (rc != MPI_SUCCESS)
+            return ef__service_mpi_error(rc, "MPI_Irecv", &w->err);
+        if (ef__service_send(w->job->dispatch, w->job->dispatcher,
+                             EF__TAG_ASK, &w->asking_epoch, 1, &w->err))
+            return w->err.status;
+        w->asking = 1;
+        w->ask_t0 = ef__timer_ns();
+    }
+    int done = 0;
+    int rc = MPI_Test(&w->ask, &done, MPI_STATUS_IGNORE);
+    if (rc != MPI_SUCCESS)
+        return ef__service_mpi_error(rc, "MPI_Test", &w->err);
+    if (!done) {
+        ef__service_idle(idle);
+        return EF_OK;
+    }
+    *idle = 0;
+    w->asking = 0;
+    w->rep->dispatch_wait_s += ef__ns_to_s(
+        ef__elapsed_ns(w->ask_t0, ef__timer_ns()));
+    if (w->answer[0] == EF__REPLY_SPLIT) {
+        w->epoch = w->answer[1];
+        w->split = w->answer[2];
+        return open_split(w);
+    }
+    if (w->answer[0] == EF__REPLY_EPOCH_DONE) {
+        /* every sample of that epoch was sent: say so to each trainer */
+        for (int t = 0; t < w->job->ntrainers; t++)
+            if (w->alive[t] &&
+                ef__service_send(w->job->data, w->job->trainers[t],
+                                 EF__TAG_EOE, &w->answer[1], 1, &w->err))
+                return w->err.status;
+        w->asking_epoch = w->answer[1] + 1;
+    } else {
+        w->finished = 1;
+    }
+    return EF_OK;
+}
+
+/* One turn with a split: its next sample into the chunk. A failure of
+ * the pipeline is reported to the trainers; what is returned is MPI's. */
+static int read_split(worker *w)
+{
+    ef_sample *s = NULL;
+    int rc = ef_pipeline_next(w->p, &s);
+    if (rc == EF_OK)
+        return hold(w, s);
+    if (rc == EF_END) {
+        if (send_chunk(w))
+            return w->err.status;
+        w->rep->splits++;
+        close_split(w);
+        return EF_OK;
+    }
+    ef__err_set(&w->err, rc, "%s", ef_pipeline_error(w->p));
+    report_failure(w);
+    return EF_OK;
+}
+
+static int serve(worker *w)
+{
+    unsigned idle = 0;
+    while (w->nalive > 0) {
+        if (take_messages(w))
+            return w->err.status;
+        if (!w->nalive)
+            break;
+        if (w->cut) {
+            drop_chunk(w);
+            close_split(w);
+        }
+        int rc = EF_OK;
+        if (w->failed || (w->finished && !w->p))
+            ef__service_idle(&idle);
+        else if (!w->p)
+            rc = next_split(w, &idle);
+        else
+            rc = read_split(w);
+        if (rc != EF_OK)
+            return rc; /* MPI failed, or memory */
+    }
+    /* an answer still on its way is received, whatever it says */
+    while (w->asking) {
+        int done = 0;
+        if (MPI_Test(&w->ask, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS)
+            break;
+        w->asking = !done;
+        if (!done)
+            ef__service_idle(&idle);
+    }
+    int64_t none = 0;
+    return ef__service_send(w->job->dispatch, w->job->dispatcher,
+                            EF__TAG_DONE, &none, 1, &w->err);
+}
+
+ef_status ef_service_serve(const ef_serve_config *c, ef_serve_report *rep,
+                           char *errbuf, size_t len)
+{
+    const ef__service_job *job = ef__service_job_get();
+    if (!job || job->role != EF_SERVICE_WORKER) {
+        snprintf(errbuf, len,
+                 "service: join the job as a worker first (ef_service_join)");
+        return EF_ESTATE;
+    }
+    ef_serve_report r = {.size = sizeof r};
+    worker w = {.job = job, .c = c, .rep = &r, .split = -1};
+    w.splits = c->splits > 0 ? c->splits : 8 * (int64_t)job->nworkers;
+    w.room_bytes = DEFAULT_BYTES;
+    w.room_items = DEFAULT_ITEMS;
+    ef__err_clear(&w.err);
+    w.alive = ef__calloc((size_t)job->ntrainers + 1, sizeof *w.alive);
+    w.credits = ef__calloc((size_t)job->ntrainers + 1, sizeof *w.credits);
+    ef__dispatcher *d = NULL;
+    int rc = EF_OK;
+    if (!w.alive || !w.credits)
+        rc = ef__err_set(&w.err, EF_ENOMEM, "service: out of memory");
+    for (int t = 0; t < job->ntrainers; t++)
+        w.alive[t] = 1;
+    w.nalive = job->ntrainers;
+    ef__chunk_out_reset(&w.out);
+    uint64_t t0 = ef__timer_ns();
+    if (rc == EF_OK && job->rank == job->dispatcher)
+        rc = ef__dispatcher_start(w.splits, c->seed, &d, &w.err);
+    if (rc == EF_OK) {
+        rc = serve(&w);
+        r.trainers_left = w.nalive == 0;
+    }
+    if (rc == EF_OK && w.failed)
+        rc = w.err.status;
+    ef__dispatcher_join(d);
+    close_split(&w);
+    drop_chunk(&w);
+    ef__chunk_out_free(&w.out);
+    ef__free(w.held);
+    ef__free(w.alive);
+    ef__free(w.credits);
+    r.seconds = ef__ns_to_s(ef__elapsed_ns(t0, ef__timer_ns()));
+    if (rep) {
+        size_t n = rep->size < sizeof r ? rep->size : sizeof r;
+        r.size = rep->size;
+        memcpy(rep, &r, n);
+    }
+    snprintf(errbuf, len, "%s", rc ? w.err.msg : "");
+    return rc;
+}

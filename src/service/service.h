@@ -1,0 +1,110 @@
+/* The preprocessing service inside the library: the process's place in
+ * the MPI job (session.c), the dispatcher (dispatch.c), a worker's loop
+ * (serve.c) and the trainer's receiving side, which the `service` source
+ * reads (receive.c). docs/design.md, "Preprocessing service", describes
+ * the messages. Built with MPI only (EF_HAVE_MPI). */
+#ifndef EF_SERVICE_SERVICE_H
+#define EF_SERVICE_SERVICE_H
+
+#include <mpi.h>
+#include <stdint.h>
+
+#include "core/err.h"
+#include "echoflow/echoflow.h"
+
+/* Message tags. On the dispatch communicator, requests to the
+ * dispatcher and its one kind of answer: */
+enum {
+    EF__TAG_ASK = 1, /* worker: i64 epoch: its next split in that epoch */
+    EF__TAG_OPEN,    /* trainer: i64 {epoch, endless}: it reads that epoch
+                        (endless: and every later one) */
+    EF__TAG_CUT,     /* trainer: i64 epoch: it stopped reading that epoch
+                        (also to every worker) */
+    EF__TAG_LEAVE,   /* trainer: it has left */
+    EF__TAG_DONE,    /* worker: it asks no more */
+    EF__TAG_REPLY,   /* -> worker: i64 {kind, epoch, split} */
+};
+/* The kinds of reply. */
+enum {
+    EF__REPLY_SPLIT = 1, /* read this split of that epoch */
+    EF__REPLY_EPOCH_DONE, /* no split of that epoch is left */
+    EF__REPLY_FINISH,     /* every trainer has left */
+};
+/* On the data communicator: */
+enum {
+    EF__TAG_CREDIT = 20, /* trainer -> worker: i64 {bytes, items} of room
+                            for one message */
+    EF__TAG_BYE,         /* trainer -> worker: it has left */
+    EF__TAG_BYE_ACK,     /* worker -> trainer: nothing more will come */
+    EF__TAG_DATA,        /* worker -> trainer: a chunk's header ... */
+    EF__TAG_PAYLOAD,     /* ... and its payload (chunk.h) */
+    EF__TAG_EOE,         /* worker -> trainer: i64 epoch: all its samples
+                            of that epoch were sent */
+    EF__TAG_ERROR,       /* worker -> trainer: a message (text) */
+};
+
+/* The job as this process sees it (session.c); valid after join. */
+typedef struct {
+    int joined, role; /* EF_SERVICE_TRAINER or EF_SERVICE_WORKER */
+    int rank, size;   /* in MPI_COMM_WORLD */
+    MPI_Comm data, dispatch, role_comm;
+    int ntrainers, nworkers;
+    int *trainers, *workers; /* their ranks in MPI_COMM_WORLD */
+    int role_rank;
+    int dispatcher; /* the rank that hands out splits: the first worker */
+} ef__service_job;
+
+/* The job after a successful join; NULL before. */
+const ef__service_job *ef__service_job_get(void);
+/* Joins as a trainer with no settings of its own, once (the `service`
+ * source's join). */
+int ef__service_join_trainer(ef__err *err);
+/* "rank R (a worker)" for messages. */
+void ef__service_rank_name(int rank, char *buf, size_t cap);
+/* An MPI call's failure as an error: "<call> failed: <MPI's text>". */
+int ef__service_mpi_error(int rc, const char *call, ef__err *err);
+/* Sleeps a little, longer the longer nothing happened (*idle counts the
+ * idle turns, 0 after something did): waiting ranks poll without taking
+ * a core from the pipelines beside them. */
+void ef__service_idle(unsigned *idle);
+/* Sends a small message and waits for it to leave (MPI_Ssend-free: an
+ * eager send that completes at once). */
+int ef__service_send(MPI_Comm comm, int to, int tag, const int64_t *v, int n,
+                     ef__err *err);
+
+/* The dispatcher, a thread of the first worker (dispatch.c). */
+typedef struct ef__dispatcher ef__dispatcher;
+int ef__dispatcher_start(int64_t splits, uint64_t seed, ef__dispatcher **out,
+                         ef__err *err);
+/* Waits for it to end: every worker said DONE, every trainer left. */
+void ef__dispatcher_join(ef__dispatcher *d);
+
+/* The trainer's receiving side (receive.c): one reader at a time per
+ * process reads an epoch (or every epoch) of the service. */
+typedef struct ef__service_reader ef__service_reader;
+/* Attaches a reader for the next epoch (endless: for every epoch from
+ * it); *epoch is its number. `budget` bounds the bytes in flight to this
+ * process (0: no limit), `credits` the messages per worker. */
+int ef__service_attach(int endless, uint64_t budget, int credits,
+                       ef__service_reader **out, int64_t *epoch,
+                       ef__err *err);
+/* The next sample: EF_OK, EF_END after the epoch's last, EF_AGAIN when
+ * !block and none is ready, or an error (a worker's, with its rank). */
+int ef__service_take(ef__service_reader *r, int block, ef_sample **out,
+                     ef__err *err);
+/* Wakes a take() waiting; later takes fail as stopped. Never blocks. */
+void ef__service_cancel(ef__service_reader *r);
+/* Detaches: what was not read of an unfinished epoch is dropped, and
+ * the workers stop making it. */
+void ef__service_detach(ef__service_reader *r);
+/* Figures for the source's stats. */
+typedef struct {
+    uint64_t messages, bytes, items;
+    double recv_s; /* inside MPI receives */
+} ef__service_figures;
+void ef__service_figures_get(const ef__service_reader *r,
+                             ef__service_figures *out);
+/* Stops the receiving thread and says goodbye to the workers (leave). */
+void ef__service_receive_shutdown(void);
+
+#endif

@@ -1,0 +1,191 @@
+/* service: the samples `echoflow serve` workers send, in a job started by
+ * mpirun with trainers and workers (docs/distributed.md). The workers
+ * run the upstream; this source hands their samples to the stages that
+ * follow (echo, shuffle, batch). It joins the job as a trainer when the
+ * pipeline is built, and reads one epoch per pass (or, epochs=0, every
+ * epoch without end) from the first sample asked for. It can be polled,
+ * so echo:factor=auto echoes while the workers fall behind. */
+#include "core/alloc.h"
+#include "stage.h"
+
+#ifdef EF_HAVE_MPI
+#include "service/service.h"
+
+typedef struct {
+    int endless, credits;
+    ef__service_reader *r;
+    int64_t epoch; /* the service's epoch this pass reads */
+} service_state;
+
+static int service_create(ef__stage *s, const ef__opts *o, ef__err *err)
+{
+    service_state *st = ef__stage_new_state(s, sizeof *st, err);
+    if (!st)
+        return EF_ENOMEM;
+    st->endless = ef__opt_int(o, "epochs") == 0;
+    st->credits = (int)ef__opt_int(o, "credits");
+    ef__shard sh;
+    int rc = ef__shard_parse(s, o, &sh, err);
+    if (rc == EF_OK)
+        rc = ef__service_join_trainer(err);
+    const ef__service_job *job = ef__service_job_get();
+    /* the service gives each trainer a part of its own already: a part
+     * asked for is one trainer's (echoflow train's shard=RANK/N) */
+    if (rc == EF_OK && sh.n > 1 &&
+        (sh.n != job->ntrainers || sh.i != job->role_rank))
+        rc = ef__err_set(err, EF_ESPEC,
+                         "service: asked for part %lld of %lld, but the "
+                         "service hands each of its %d trainers a part of "
+                         "its own (this one is trainer %d); leave shard "
+                         "out",
+                         (long long)sh.i, (long long)sh.n, job->ntrainers,
+                         job->role_rank);
+    if (rc == EF_OK && job->nworkers == 0)
+        rc = ef__err_set(err, EF_ESPEC,
+                         "service: no `echoflow serve` rank in this job; "
+                         "start workers after a ':' in the mpirun command "
+                         "(mpirun -np 1 TRAINER : -np 2 echoflow serve "
+                         "SPEC)");
+    return rc;
+}
+
+static int service_open(ef__stage *s, ef__err *err)
+{
+    service_state *st = s->state;
+    return ef__service_attach(st->endless, s->ctx->budget.limit, st->credits,
+                              &st->r, &st->epoch, err);
+}
+
+static int service_take(ef__stage *s, int block, ef_sample **out,
+                        ef__err *err)
+{
+    service_state *st = s->state;
+    if (!st->r)
+        return ef__err_set(err, EF_ESTATE, "service: not open");
+    return ef__service_take(st->r, block, out, err);
+}
+
+static int service_next(ef__stage *s, ef_sample **out, ef__err *err)
+{
+    return service_take(s, 1, out, err);
+}
+
+static int service_poll(ef__stage *s, ef_sample **out, ef__err *err)
+{
+    return service_take(s, 0, out, err);
+}
+
+/* A new pass (after `repeat`, say) reads the service's next epoch. */
+static int service_reset(ef__stage *s, int64_t epoch, ef__err *err)
+{
+    (void)epoch;
+    service_state *st = s->state;
+    if (st->r)
+        ef__service_detach(st->r);
+    st->r = NULL;
+    return ef__service_attach(st->endless, s->ctx->budget.limit, st->credits,
+                              &st->r, &st->epoch, err);
+}
+
+static void service_cancel(ef__stage *s)
+{
+    service_state *st = s->state;
+    if (st && st->r)
+        ef__service_cancel(st->r);
+}
+
+static void service_destroy(ef__stage *s)
+{
+    service_state *st = s->state;
+    if (st && st->r)
+        ef__service_detach(st->r);
+    ef__free(st);
+}
+
+static void service_stats(const ef__stage *s, ef_stage_stats *out)
+{
+    const service_state *st = s->state;
+    const ef__service_job *job = ef__service_job_get();
+    if (!st || !job)
+        return;
+    ef__stats_extra(out, "workers", job->nworkers);
+    ef__stats_extra(out, "epoch", (double)st->epoch);
+    if (!st->r)
+        return;
+    ef__service_figures f;
+    ef__service_figures_get(st->r, &f);
+    ef__stats_extra(out, "messages", (double)f.messages);
+    ef__stats_extra(out, "received_MB", (double)f.bytes / 1e6);
+    ef__stats_extra(out, "receive_s", f.recv_s);
+    ef__stats_extra(out, "receive_us_per_message",
+                    f.messages ? 1e6 * f.recv_s / (double)f.messages : 0);
+}
+#else
+static int service_create(ef__stage *s, const ef__opts *o, ef__err *err)
+{
+    (void)s;
+    (void)o;
+    return ef__err_set(err, EF_EUNSUPPORTED,
+                       "service: echoflow was built without MPI; install "
+                       "it (apt-get install libopenmpi-dev openmpi-bin) "
+                       "and build again");
+}
+
+static int service_next(ef__stage *s, ef_sample **out, ef__err *err)
+{
+    (void)s;
+    (void)out;
+    return ef__err_set(err, EF_EUNSUPPORTED, "service: built without MPI");
+}
+#endif
+
+/* Samples come from other ranks as they are ready: no position here
+ * would make them again. */
+static int service_save(ef__stage *s, ef__state_out *o, ef__err *err)
+{
+    (void)s;
+    (void)o;
+    return ef__err_set(err, EF_EUNSUPPORTED,
+                       "service: its position cannot be saved (the samples "
+                       "come from the workers' ranks as they are ready)");
+}
+
+static int service_length(ef__stage *s, int64_t up, int64_t *n, ef__err *err)
+{
+    (void)s;
+    (void)up;
+    (void)n;
+    return ef__err_set(err, EF_EUNSUPPORTED,
+                       "service: the number of samples is the workers' "
+                       "spec's, not known here");
+}
+
+static const ef__option_def service_options[] = {
+    {"epochs", EF_OPT_INT, "1",
+     "epochs of the service one pass reads: 1, or 0 for every epoch "
+     "without end",
+     0, 1},
+    {"credits", EF_OPT_INT, "4",
+     "messages each worker may have on their way to this process", 1, 64},
+    EF__SHARD_OPTION,
+};
+
+const ef__stage_def ef__stage_service = {
+    .info = {"service",
+             "the samples of `echoflow serve` workers in an mpirun job "
+             "(docs/distributed.md)",
+             EF__OPTIONS(service_options)},
+    .is_source = 1,
+    .create = service_create,
+    .next = service_next,
+#ifdef EF_HAVE_MPI
+    .open = service_open,
+    .poll = service_poll,
+    .reset = service_reset,
+    .cancel = service_cancel,
+    .destroy = service_destroy,
+    .stats = service_stats,
+#endif
+    .save = service_save,
+    .length = service_length,
+};
