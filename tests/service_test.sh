@@ -154,6 +154,13 @@ else
     fail "train: rc $rc: $(cat "$TMP/train.out" "$TMP/train.err")"
 fi
 
+# Two trainers run collectives on their main thread while the service's
+# thread receives: Open MPI's progress engine, run by either, fills the
+# other's buffers, a hand-over ThreadSanitizer cannot see (it reports the
+# collective's result as written by the service's thread).
+if [ "${EF_SANITIZED:-}" = thread ]; then
+    echo "skip: 2 trainers (ThreadSanitizer cannot see Open MPI hand a collective's buffer between threads)"
+else
 "${MPIRUN[@]}" -np 2 "$CLI" train --spec "$SPEC" --test-spec "$TEST" \
     --max-fresh 20000 --eval-every 10000 --check-sync --threads 1 --json : \
     -np 2 "$CLI" serve "$TAR | decode" --splits 6 \
@@ -168,6 +175,7 @@ PY
     pass "2 trainers and 2 workers: weights in sync every step"
 else
     fail "2 trainers: rc $rc: $(cat "$TMP/train2.out" "$TMP/train2.err")"
+fi
 fi
 
 # ---- settings that must agree ------------------------------------------------------

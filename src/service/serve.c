@@ -291,6 +291,13 @@ static void report_failure(worker *w)
     else
         snprintf(msg, sizeof msg, "echoflow serve, %s: %s", where,
                  w->err.msg);
+    if (w->err.status == EF_ESPEC && w->split >= 0) {
+        size_t n = strlen(msg);
+        snprintf(msg + n, sizeof msg - n,
+                 " (a spec that cannot be read in %lld splits: give "
+                 "--splits at most the source's shard or file count)",
+                 (long long)w->splits);
+    }
     for (int t = 0; t < w->job->ntrainers; t++)
         if (w->alive[t])
             MPI_Send(msg, (int)strlen(msg) + 1, MPI_CHAR, w->job->trainers[t],
@@ -366,6 +373,27 @@ static int read_split(worker *w)
     return EF_OK;
 }
 
+/* The first worker tries the last split before any is handed out, so
+ * that a source that cannot split its data that finely (a tar of fewer
+ * shards) is reported at the start, with what to do. */
+static void check_splits(worker *w)
+{
+    w->epoch = 0;
+    w->split = w->splits - 1;
+    if (open_split(w) != EF_OK || !w->p)
+        return; /* reported */
+    ef_sample *s = NULL;
+    int rc = ef_pipeline_next(w->p, &s);
+    ef_sample_free(s);
+    if (rc == EF_ESPEC) {
+        ef__err_set(&w->err, rc, "%s", ef_pipeline_error(w->p));
+        report_failure(w);
+        return;
+    }
+    close_split(w);
+    w->split = -1;
+}
+
 static int serve(worker *w)
 {
     unsigned idle = 0;
@@ -430,6 +458,8 @@ ef_status ef_service_serve(const ef_serve_config *c, ef_serve_report *rep,
     uint64_t t0 = ef__timer_ns();
     if (rc == EF_OK && job->rank == job->dispatcher)
         rc = ef__dispatcher_start(w.splits, c->seed, &d, &w.err);
+    if (rc == EF_OK && job->rank == job->dispatcher)
+        check_splits(&w);
     if (rc == EF_OK) {
         rc = serve(&w);
         r.trainers_left = w.nalive == 0;

@@ -1,0 +1,38 @@
+"""examples/pytorch_service.py: a PyTorch trainer reading Fashion-MNIST
+that `echoflow serve` workers decode on other ranks of one mpirun job.
+One epoch must hold the 60,000 examples once (each batch's identity.fresh
+counts its examples that are not echoes), and the CNN must learn from
+them."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+MPIRUN = shutil.which("mpirun")
+pytestmark = pytest.mark.skipif(MPIRUN is None,
+                                reason="mpirun missing (openmpi-bin)")
+
+
+def test_pytorch_service(examples_dir, fmnist_shards):
+    folder, pattern = fmnist_shards
+    cli = os.environ.get("ECHOFLOW_CLI", "echoflow")
+    proc = subprocess.run(
+        [MPIRUN, "--allow-run-as-root", "--bind-to", "none",
+         "--oversubscribe",
+         "-np", "1", sys.executable,
+         os.path.join(examples_dir, "pytorch_service.py"), "--epochs", "1",
+         "--json", ":",
+         "-np", "2", cli, "serve",
+         "tar:urls=%s/%s | decode" % (folder, pattern), "--splits", "6"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    (epoch,) = out["epochs"]
+    assert epoch["fresh"] == 60000, epoch
+    assert epoch["batches"] >= 60000 // 64, epoch
+    assert 1 <= epoch["echo_factor"] <= 4, epoch
+    assert epoch["test_accuracy"] > 0.7, epoch
