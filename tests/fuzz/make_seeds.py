@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Writes the hand-made seeds of corpus/idx, corpus/spec, corpus/tar,
-corpus/tfrecord, corpus/tfexample, corpus/cifar, corpus/paths, corpus/jsonl
-and corpus/tiktoken (run from any directory;
+corpus/tfrecord, corpus/tfexample, corpus/cifar, corpus/paths, corpus/jsonl,
+corpus/tiktoken and corpus/chunk (run from any directory;
 existing seeds are overwritten, inputs the fuzzer added are kept). Seeds
 are named seed-*; fuzzer finds keep libFuzzer's hash names, crash
 reproducers are named crash-*."""
@@ -508,6 +508,45 @@ JSONL = {
 }
 
 
+def chunk_field(name, dtype, shape, offset, nbytes, ragged=()):
+    """One field of a service chunk header (src/service/chunk.c)."""
+    out = struct.pack("<H", len(name)) + name + struct.pack("<BB", dtype, len(shape))
+    out += b"".join(struct.pack("<q", d) for d in shape)
+    out += struct.pack("<QQq", offset, nbytes, len(ragged))
+    return out + b"".join(struct.pack("<q", n) for n in ragged)
+
+
+def chunk(samples, payload, magic=0x31434645):
+    """A chunk header: samples are (index, epoch, echo_copy, fresh,
+    [fields])."""
+    out = struct.pack("<IIqQ", magic, 0, len(samples), payload)
+    for index, epoch, copy, fresh, fields in samples:
+        out += struct.pack("<qqiii", index, epoch, copy, fresh, len(fields))
+        out += b"".join(fields)
+    return out
+
+
+def chunk_seeds():
+    image = chunk_field(b"image", 0, (28, 28), 0, 784)
+    label = chunk_field(b"label", 2, (), 784, 8)
+    one = (5, 1, 0, 0, [image, label])
+    text = chunk_field(b"text", 0, (3,), 0, 3, ragged=(1, 2))
+    return {
+        "one": chunk([one], 800),
+        "two": chunk([one, (6, 1, 1, 0, [chunk_field(b"image", 0, (28, 28), 800, 784),
+                                        chunk_field(b"label", 2, (), 1584, 8)])], 1600),
+        "ragged": chunk([(0, 0, 0, 3, [text])], 16),
+        "empty-sample": chunk([(1, 0, 0, 0, [])], 0),
+        "batch": chunk([(2, 0, 0, 64, [chunk_field(b"image", 0, (64, 28, 28), 0, 50176),
+                                       chunk_field(b"label", 2, (64,), 50176, 512)])], 50688),
+        "overlap": chunk([(0, 0, 0, 0, [image, chunk_field(b"label", 2, (), 0, 8)])], 800),
+        "outside": chunk([one], 100),
+        "bad-magic": chunk([one], 800, magic=0x31434646),
+        "cut": chunk([one], 800)[:40],
+        "bad-shape": chunk([(0, 0, 0, 0, [chunk_field(b"image", 0, (28, 28), 0, 700)])], 784),
+    }
+
+
 def main():
     for name, data in idx_seeds().items():
         with open(os.path.join(HERE, "corpus", "idx", "seed-" + name), "wb") as f:
@@ -520,7 +559,8 @@ def main():
                           ("tfexample", tfexample_seeds()),
                           ("cifar", cifar_seeds()), ("paths", paths),
                           ("jsonl", {k: v.encode() for k, v in JSONL.items()}),
-                          ("tiktoken", tiktoken_seeds())):
+                          ("tiktoken", tiktoken_seeds()),
+                          ("chunk", chunk_seeds())):
         os.makedirs(os.path.join(HERE, "corpus", target), exist_ok=True)
         for name, data in seeds.items():
             with open(os.path.join(HERE, "corpus", target, "seed-" + name), "wb") as f:
