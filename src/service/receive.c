@@ -22,7 +22,10 @@
 #include "service/chunk.h"
 #include "service/service.h"
 
-#define ROOM_ITEMS 128
+/* samples per message at most: echo's default pool, so that a message's
+ * burst of fresh samples never looks to automatic echoing like its
+ * downstream's (serve.c) */
+#define ROOM_ITEMS 64
 #define ROOM_MIN ((int64_t)64 << 10)
 #define ROOM_MAX ((int64_t)64 << 20)
 #define ROOM_DEFAULT ((int64_t)16 << 20)

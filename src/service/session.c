@@ -61,9 +61,9 @@ void ef__service_rank_name(int rank, char *buf, size_t cap)
 
 void ef__service_idle(unsigned *idle)
 {
-    /* 20 us at first, doubling to 1 ms after a few hundred idle turns */
+    /* 50 us at first, 1 ms after a few hundred idle turns */
     unsigned n = *idle < 1000 ? *idle : 1000;
-    long us = n < 200 ? 20 : n < 400 ? 100 : n < 600 ? 400 : 1000;
+    long us = n < 100 ? 50 : n < 200 ? 200 : 1000;
     struct timespec ts = {0, us * 1000};
     nanosleep(&ts, NULL);
     (*idle)++;
