@@ -36,3 +36,33 @@ def test_pytorch_service(examples_dir, fmnist_shards):
     assert epoch["batches"] >= 60000 // 64, epoch
     assert 1 <= epoch["echo_factor"] <= 4, epoch
     assert epoch["test_accuracy"] > 0.7, epoch
+
+
+DATALOADER_WORKER = r"""
+import torch, echoflow, echoflow.torch
+loader = echoflow.torch.Loader("service | batch:64")
+dl = torch.utils.data.DataLoader(loader, batch_size=None, num_workers=1)
+try:
+    next(iter(dl))
+    raise SystemExit("a DataLoader worker read the service")
+except echoflow.StateError as e:
+    assert "num_workers=0" in str(e), e
+# the process mpirun started reads it
+assert sum(len(b.members) for b in loader) == 60000
+"""
+
+
+def test_dataloader_workers_refused(fmnist_shards):
+    """A DataLoader worker is a fork of the process mpirun started, and
+    cannot use its MPI: refused, saying to read in the main process,
+    which then reads the epoch whole."""
+    folder, pattern = fmnist_shards
+    cli = os.environ.get("ECHOFLOW_CLI", "echoflow")
+    proc = subprocess.run(
+        [MPIRUN, "--allow-run-as-root", "--bind-to", "none",
+         "--oversubscribe", "-np", "1", sys.executable, "-c",
+         DATALOADER_WORKER, ":", "-np", "1", cli, "serve",
+         "tar:urls=%s/%s" % (folder, pattern), "--splits", "6"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        timeout=300)
+    assert proc.returncode == 0, proc.stderr

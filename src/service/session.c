@@ -5,11 +5,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "core/alloc.h"
 #include "service/service.h"
 
 static ef__service_job job;
+static pid_t joined_pid; /* the process that joined: a fork's child is not */
 static int mpi_ours;   /* this library initialised MPI */
 static int mpi_ended;  /* ... and finalised it */
 static int join_tried; /* join ran its collectives (once per process) */
@@ -28,7 +30,7 @@ int ef_service_launched(void)
 
 const ef__service_job *ef__service_job_get(void)
 {
-    return job.joined ? &job : NULL;
+    return job.joined && getpid() == joined_pid ? &job : NULL;
 }
 
 int ef__service_mpi_error(int rc, const char *call, ef__err *err)
@@ -287,7 +289,17 @@ ef_status ef_service_join(const ef_service_hello *hello, ef_service_info *info,
     ef__err err;
     ef__err_clear(&err);
     pthread_mutex_lock(&join_mu);
+    if (join_tried && getpid() != joined_pid) {
+        pthread_mutex_unlock(&join_mu);
+        snprintf(errbuf, len,
+                 "service: this process is a fork of the one mpirun started "
+                 "(a DataLoader worker?), which MPI cannot use; read the "
+                 "service in the process mpirun started (DataLoader "
+                 "num_workers=0)");
+        return EF_ESTATE;
+    }
     if (!join_tried) {
+        joined_pid = getpid();
         join_tried = 1;
         int rc = start_mpi(&err);
         if (rc == EF_OK)
@@ -341,6 +353,8 @@ int ef__service_join_trainer(ef__err *err)
 
 void ef_service_leave(int status)
 {
+    if (join_tried && getpid() != joined_pid)
+        return; /* a fork's child: the MPI state is its parent's */
     pthread_mutex_lock(&join_mu);
     int mine = mpi_ours && !mpi_ended;
     if (status != 0 && join_tried && !mpi_ended)
