@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "core/alloc.h"
+#include "core/budget.h"
 #include "core/clock.h"
 #include "service/chunk.h"
 #include "service/service.h"
@@ -63,9 +64,14 @@ typedef struct {
     /* the chunk being filled */
     chunk cur;
     uint64_t chunk_t0;
-    /* chunks being sent, oldest first from flight[first] */
+    /* chunks being sent, oldest first from flight[first], and their
+     * payload bytes */
     chunk flight[IN_FLIGHT];
     int first, nflight;
+    uint64_t flight_bytes;
+    /* this worker's own bound on what its chunks hold: a chunk at most a
+     * quarter of its memory budget, those being sent half (0: none) */
+    uint64_t budget;
 } worker;
 
 static void report_failure(worker *w);
@@ -198,6 +204,7 @@ static int complete_oldest(worker *w, int wait)
     w->rep->send_s += ef__ns_to_s(ef__elapsed_ns(t0, ef__timer_ns()));
     if (!done)
         return 0;
+    w->flight_bytes -= c->out.payload;
     chunk_clear(c);
     w->first = (w->first + 1) % IN_FLIGHT;
     w->nflight--;
@@ -240,8 +247,11 @@ static int send_chunk(worker *w)
             ef__service_idle(&idle);
     }
     w->rep->credit_wait_s += ef__ns_to_s(ef__elapsed_ns(t0, ef__timer_ns()));
-    if (w->nflight == IN_FLIGHT && complete_oldest(w, 1) < 0)
-        return w->err.status;
+    while (w->nflight == IN_FLIGHT ||
+           (w->nflight && w->budget &&
+            w->flight_bytes + w->cur.out.payload > w->budget / 2))
+        if (complete_oldest(w, 1) < 0)
+            return w->err.status;
     w->next_trainer = (t + 1) % w->job->ntrainers;
     w->credits[t]--;
     int to = w->job->trainers[t];
@@ -260,11 +270,20 @@ static int send_chunk(worker *w)
         return ef__service_mpi_error(rc, "MPI_Isend", &w->err);
     if (c->out.payload && post_payload(w, c, to))
         return w->err.status;
+    w->flight_bytes += c->out.payload;
     w->rep->send_s += ef__ns_to_s(ef__elapsed_ns(t1, ef__timer_ns()));
     w->rep->messages++;
     w->rep->items += c->out.items;
     w->rep->bytes += c->out.payload;
     return EF_OK;
+}
+
+/* The payload bytes a chunk may hold: the trainer's room, within this
+ * worker's own budget. */
+static uint64_t room(const worker *w)
+{
+    uint64_t r = (uint64_t)w->room_bytes;
+    return w->budget && w->budget / 4 < r ? w->budget / 4 : r;
 }
 
 static int hold(worker *w, ef_sample *s)
@@ -281,8 +300,7 @@ static int hold(worker *w, ef_sample *s)
         c->cap = n;
     }
     /* a chunk holds one epoch's samples; a big sample goes alone */
-    if (c->nheld &&
-        c->out.payload + ef__chunk_sample_bytes(s) > (uint64_t)w->room_bytes &&
+    if (c->nheld && c->out.payload + ef__chunk_sample_bytes(s) > room(w) &&
         send_chunk(w)) {
         ef_sample_free(s);
         return w->err.status;
@@ -298,8 +316,7 @@ static int hold(worker *w, ef_sample *s)
         report_failure(w); /* a sample no message can carry */
         return EF_OK;
     }
-    if ((int64_t)c->nheld >= w->room_items ||
-        c->out.payload >= (uint64_t)w->room_bytes ||
+    if ((int64_t)c->nheld >= w->room_items || c->out.payload >= room(w) ||
         ef__elapsed_ns(w->chunk_t0, ef__timer_ns()) >= CHUNK_AGE_NS)
         return send_chunk(w);
     return EF_OK;
@@ -516,6 +533,8 @@ ef_status ef_service_serve(const ef_serve_config *c, ef_serve_report *rep,
     worker w = {.job = job, .c = c, .rep = &r, .split = -1};
     w.splits = c->splits > 0 ? c->splits : 8 * (int64_t)job->nworkers;
     w.room_bytes = DEFAULT_BYTES;
+    w.budget = c->memory_budget >= 0 ? (uint64_t)c->memory_budget
+                                     : EF__BUDGET_DEFAULT;
     w.room_items = DEFAULT_ITEMS;
     ef__err_clear(&w.err);
     w.alive = ef__calloc((size_t)job->ntrainers + 1, sizeof *w.alive);
