@@ -293,8 +293,14 @@ static int receive_one(const ef__service_job *job, const MPI_Status *st,
     int64_t v[2] = {0, 0};
     int n = 0;
     MPI_Get_count(st, MPI_INT64_T, &n);
-    if (n < 0 || n > 2)
-        n = 0;
+    if (n < 0 || n > 2) {
+        char from[96];
+        ef__service_rank_name(st->MPI_SOURCE, from, sizeof from);
+        return ef__err_set(err, EF_EFORMAT,
+                           "service: %s sent a message (tag %d) that is none "
+                           "of the service's",
+                           from, st->MPI_TAG);
+    }
     int mpi = MPI_Recv(v, n, MPI_INT64_T, st->MPI_SOURCE, st->MPI_TAG,
                        job->data, MPI_STATUS_IGNORE);
     if (mpi != MPI_SUCCESS)
@@ -368,27 +374,36 @@ int ef__service_attach(int endless, uint64_t budget, int credits,
                            "(mpirun -np 1 TRAINER : -np 2 echoflow serve "
                            "SPEC)");
     ef__service_reader *r = ef__calloc(1, sizeof *r);
-    size_t depth = (size_t)job->nworkers * (size_t)credits * ROOM_ITEMS +
-                   4 * (size_t)job->nworkers + 64;
-    if (!r || ef__queue_init(&r->q, depth) != EF_OK) {
-        ef__free(r);
+    if (!r)
         return ef__err_set(err, EF_ENOMEM, "service: out of memory");
-    }
     pthread_mutex_lock(&rx.mu);
-    int rc = EF_OK;
-    if (rx.shut)
+    /* room for every sample the credits let the workers send (those of
+     * the first reader: credits are given once per process), and the
+     * ends and errors: a push never waits */
+    int given = rx.running ? rx.credits : credits;
+    size_t depth = (size_t)job->nworkers * (size_t)given * ROOM_ITEMS +
+                   4 * (size_t)job->nworkers + 64;
+    int rc = ef__queue_init(&r->q, depth) == EF_OK
+                 ? EF_OK
+                 : ef__err_set(err, EF_ENOMEM, "service: out of memory");
+    if (rc != EF_OK) {
+        pthread_mutex_unlock(&rx.mu);
+        ef__free(r);
+        return rc;
+    }
+    if (rc == EF_OK && rx.shut)
         rc = ef__err_set(err, EF_ESTATE,
                          "service: this process has left the job");
-    else if (rx.reader)
+    else if (rc == EF_OK && rx.reader)
         rc = ef__err_set(err, EF_ESTATE,
                          "service: another pipeline of this process reads "
                          "the service now; one reads it at a time");
-    else if (rx.endless_closed)
+    else if (rc == EF_OK && rx.endless_closed)
         rc = ef__err_set(err, EF_ESTATE,
                          "service: a reader of every epoch (epochs=0) was "
                          "closed; this process cannot read the service "
                          "again");
-    else if (rx.failure.status)
+    else if (rc == EF_OK && rx.failure.status)
         rc = ef__err_set(err, rx.failure.status, "%s", rx.failure.msg);
     if (rc == EF_OK && !rx.running) {
         /* the room of one message: a share of the budget */
@@ -422,11 +437,10 @@ int ef__service_attach(int endless, uint64_t budget, int credits,
         rc = ef__service_send(job->dispatch, job->dispatcher, EF__TAG_OPEN,
                               open, 2, err);
     if (rc != EF_OK) {
-        if (rx.reader == r) {
-            pthread_mutex_lock(&rx.mu);
+        pthread_mutex_lock(&rx.mu);
+        if (rx.reader == r)
             rx.reader = NULL;
-            pthread_mutex_unlock(&rx.mu);
-        }
+        pthread_mutex_unlock(&rx.mu);
         ef__queue_destroy(&r->q);
         ef__free(r);
         return rc;
@@ -455,7 +469,8 @@ int ef__service_take(ef__service_reader *r, int block, ef_sample **out,
         pthread_mutex_lock(&rx.mu);
         pending_msg *m = &r->fifo[r->head];
         if (--m->left == 0) {
-            rx.owed[m->worker]++;
+            if (rx.owed) /* NULL once this process has left */
+                rx.owed[m->worker]++;
             r->head = (r->head + 1) % r->cap;
             r->count--;
         }
@@ -485,9 +500,11 @@ void ef__service_detach(ef__service_reader *r)
     pthread_mutex_lock(&rx.mu);
     if (rx.reader == r)
         rx.reader = NULL;
-    for (size_t i = 0; i < r->count; i++)
+    for (size_t i = 0; rx.owed && i < r->count; i++)
         rx.owed[r->fifo[(r->head + i) % r->cap].worker]++;
-    int cut = !r->endless && !r->ended && !rx.shut;
+    /* after leaving (ef_service_leave before the pipeline's end) there is
+     * no one to tell */
+    int cut = job && !r->endless && !r->ended && !rx.shut;
     if (r->endless)
         rx.endless_closed = 1;
     pthread_mutex_unlock(&rx.mu);
@@ -593,10 +610,12 @@ void ef__service_receive_shutdown(void)
             }
         }
     }
+    pthread_mutex_lock(&rx.mu);
     ef__free(rx.owed);
     ef__free(rx.eoe);
     ef__free(rx.head);
     rx.owed = NULL;
     rx.eoe = NULL;
     rx.head = NULL;
+    pthread_mutex_unlock(&rx.mu);
 }

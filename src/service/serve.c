@@ -108,8 +108,11 @@ static int take_messages(worker *w)
         int64_t v[2] = {0, 0};
         int n = 0;
         MPI_Get_count(&st, MPI_INT64_T, &n);
-        if (n < 0 || n > 2) /* not ours: read it to drop it */
-            n = 0;
+        if (n < 0 || n > 2)
+            return ef__err_set(&w->err, EF_EFORMAT,
+                               "service: rank %d sent this worker a message "
+                               "(tag %d) that is none of the service's",
+                               st.MPI_SOURCE, st.MPI_TAG);
         rc = MPI_Recv(v, n, MPI_INT64_T, st.MPI_SOURCE, st.MPI_TAG,
                       w->job->data, MPI_STATUS_IGNORE);
         if (rc != MPI_SUCCESS)
