@@ -13,7 +13,7 @@
 #   and do not, a job without trainers or without workers, serve outside
 #   mpirun;
 # - faults: a corrupt shard ends the job with the worker's rank, split and
-#   file; a worker that dies ends the job, mpirun naming it.
+#   file; a trainer or a worker that dies ends the job, mpirun naming it.
 # Each launch runs under `timeout`, so a hang is a failure.
 #
 # usage: service_test.sh ECHOFLOW FASHION_MNIST_DIR PYTHONPATH
@@ -235,17 +235,19 @@ else
     fail "corrupt shard: rc $rc, $(cat "$TMP/bad.err")"
 fi
 
-# ---- a worker that dies ------------------------------------------------------------
+# ---- a process that dies: a trainer (rank 0) or a worker (rank 2) ------------
+for victim_rank in 0 2; do
 "${MPIRUN[@]}" -np 1 "$CLI" train --spec "$SPEC" --test-spec "$TEST" \
     --max-fresh 100000000 --eval-every 100000000 : \
     -np 2 "$CLI" serve "$TAR | decode" --splits 6 --throttle 5000 \
     >"$TMP/die.out" 2>"$TMP/die.err" &
 launcher=$!
 victim=""
-for _ in $(seq 100); do # rank 2, a worker, once it serves
-    for pid in $(pgrep -f "echoflow serve tar:urls=$TMP/"); do
+for _ in $(seq 100); do # the rank's process, once the job runs
+    # this job's own: mpirun's children (another suite may run the same)
+    for pid in $(pgrep -P "$(pgrep -P "$launcher" mpirun | head -1)" 2>/dev/null); do
         if tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null |
-            grep -qx "OMPI_COMM_WORLD_RANK=2"; then
+            grep -qx "OMPI_COMM_WORLD_RANK=$victim_rank"; then
             victim=$pid
         fi
     done
@@ -254,24 +256,26 @@ for _ in $(seq 100); do # rank 2, a worker, once it serves
 done
 sleep 2
 if [ -z "$victim" ]; then
-    fail "kill: the worker never started: $(cat "$TMP/die.err")"
+    fail "kill: rank $victim_rank never started: $(cat "$TMP/die.err")"
     kill "$launcher" 2>/dev/null
 else
     kill -9 "$victim"
     for _ in $(seq 300); do kill -0 "$launcher" 2>/dev/null || break; sleep 0.1; done
     if kill -0 "$launcher" 2>/dev/null; then
-        fail "kill: the job was still going 30 s after its worker died"
+        fail "kill: the job was still going 30 s after rank $victim_rank died"
         kill -9 "$launcher"
     else
         wait "$launcher"
         rc=$?
-        if [ "$rc" -ne 0 ] && grep -q "process rank 2 with PID .* signal 9" "$TMP/die.err"; then
-            pass "a dead worker ends the job (rc $rc), mpirun naming rank 2"
+        if [ "$rc" -ne 0 ] &&
+            grep -q "process rank $victim_rank with PID .* signal 9" "$TMP/die.err"; then
+            pass "rank $victim_rank dying ends the job (rc $rc), mpirun naming it"
         else
-            fail "kill: rc $rc, stderr: $(cat "$TMP/die.err")"
+            fail "kill rank $victim_rank: rc $rc, stderr: $(cat "$TMP/die.err")"
         fi
     fi
 fi
+done
 
 echo "$failures failed"
 [ "$failures" -eq 0 ]
