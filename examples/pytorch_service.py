@@ -21,8 +21,8 @@ as an echoflow.torch.Loader, one epoch per iteration, each example of the
 epoch arriving once (its echoes are made here). A small CNN trains on the
 batches; after each epoch it prints the batches, the fresh examples (the
 sum of each batch's identity.fresh), the echo stage's effective factor and
-the test accuracy on the t10k split, read here from
-/usr/share/datasets/fashion-mnist. --target stops at a test accuracy.
+the test accuracy on the t10k split, read here (examples/pytorch_train.py's
+model and evaluation). --target stops at a test accuracy.
 --json prints one JSON object at the end instead.
 """
 import argparse
@@ -33,11 +33,11 @@ import time
 import torch
 import torch.nn.functional as F
 
-import echoflow
-from echoflow.torch import Loader, to_torch
+from echoflow.torch import Loader
 
-FASHION_MNIST = "/usr/share/datasets/fashion-mnist"
-MEAN, STD = 0.2860, 0.3530
+# the CNN, its input and its evaluation, as examples/pytorch_train.py has
+# them (beside this file)
+from pytorch_train import evaluate, load_test_set, make_model, to_input
 
 
 def parse_args(argv=None):
@@ -59,42 +59,6 @@ def parse_args(argv=None):
     return args
 
 
-def make_model(seed):
-    torch.manual_seed(seed)
-    return torch.nn.Sequential(
-        torch.nn.Conv2d(1, 8, 3, padding=1), torch.nn.ReLU(),
-        torch.nn.MaxPool2d(2),
-        torch.nn.Conv2d(8, 16, 3, padding=1), torch.nn.ReLU(),
-        torch.nn.MaxPool2d(2),
-        torch.nn.Flatten(), torch.nn.Linear(16 * 7 * 7, 10))
-
-
-def to_input(images):
-    """u8 images, [B,28,28,1] (decode) or [B,28,28] (idx), as normalised
-    f32 [B,1,28,28], a new tensor (echoed copies share the pipeline's)."""
-    x = images.unsqueeze(1) if images.dim() == 3 else images.permute(0, 3, 1, 2)
-    return (x.float() / 255 - MEAN) / STD
-
-
-def load_test_set():
-    spec = ("idx:images=%s/t10k-images-idx3-ubyte.gz,"
-            "labels=%s/t10k-labels-idx1-ubyte.gz | batch:10000"
-            % (FASHION_MNIST, FASHION_MNIST))
-    with echoflow.Pipeline(spec) as p:
-        batch = to_torch(next(iter(p)))
-        return to_input(batch["image"]), batch["label"].clone()
-
-
-def evaluate(model, test):
-    x, y = test
-    model.eval()
-    with torch.no_grad():
-        correct = sum((model(x[i:i + 500]).argmax(1) == y[i:i + 500])
-                      .sum().item() for i in range(0, len(y), 500))
-    model.train()
-    return correct / len(y)
-
-
 def echo_factor(loader):
     stats = loader.stats() or {}
     echo = [s for s in stats.get("stages", []) if s["name"] == "echo"]
@@ -112,7 +76,7 @@ def main(argv=None):
     loader = Loader(spec, seed=args.seed, as_tuple=("image", "label"))
     model = make_model(args.seed)
     opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
-    test = load_test_set()
+    test = load_test_set(10000)
     epochs, reached, t0 = [], None, time.perf_counter()
     for epoch in range(args.epochs):
         loader.set_epoch(epoch)

@@ -27,6 +27,9 @@ trap 'rm -rf "$TMP"' EXIT
 command -v mpirun >/dev/null ||
     { echo "FAIL: mpirun missing (apt-get install openmpi-bin)" >&2; exit 1; }
 
+# shellcheck source=tests/mpi_kill.sh
+. "$(dirname "$0")/mpi_kill.sh"
+
 failures=0
 fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
 pass() { echo "ok: $*"; }
@@ -171,41 +174,13 @@ fi
 # ---- a process that dies ------------------------------------------------------
 "${MPIRUN[@]}" -np 2 "$CLI" train --data fashion-mnist --max-fresh 100000000 \
     --eval-every 100000000 --threads 1 >"$TMP/die.out" 2>"$TMP/die.err" &
-mpirun_pid=$!
-victim=""
-for _ in $(seq 100); do  # rank 1's process, once it is training
-    # mpirun's own children: another suite on the machine may be running
-    # the same command
-    for pid in $(pgrep -P "$mpirun_pid" -f "echoflow train --data fashion-mnist"); do
-        if tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null |
-                grep -qx "OMPI_COMM_WORLD_RANK=1"; then
-            victim=$pid
-        fi
-    done
-    [ -n "$victim" ] && break
-    sleep 0.1
-done
-sleep 2
-if [ -z "$victim" ]; then
-    fail "kill: rank 1 never started: $(cat "$TMP/die.err")"
-    kill "$mpirun_pid" 2>/dev/null
+kill_rank $! 1
+if [ "$killed" != ended ]; then
+    fail "kill: rank 1 $killed: $(cat "$TMP/die.err")"
+elif [ "$rc" -ne 0 ] && grep -qi "signal 9\|killed" "$TMP/die.err"; then
+    pass "a dead process ends the run (rc $rc) in $took s, saying so"
 else
-    kill -9 "$victim"
-    killed=$(date +%s.%N)
-    for _ in $(seq 300); do kill -0 "$mpirun_pid" 2>/dev/null || break; sleep 0.1; done
-    took=$("$PY" -c "import sys; print('%.1f' % ($(date +%s.%N) - $killed))")
-    if kill -0 "$mpirun_pid" 2>/dev/null; then
-        fail "kill: the run was still going 30 s after rank 1 died"
-        kill -9 "$mpirun_pid"
-    else
-        wait "$mpirun_pid"
-        rc=$?
-        if [ "$rc" -ne 0 ] && grep -qi "signal 9\|killed" "$TMP/die.err"; then
-            pass "a dead process ends the run (rc $rc) in $took s, saying so"
-        else
-            fail "kill: rc $rc, stderr: $(cat "$TMP/die.err")"
-        fi
-    fi
+    fail "kill: rc $rc, stderr: $(cat "$TMP/die.err")"
 fi
 
 echo "$failures failed"

@@ -30,6 +30,9 @@ trap 'rm -rf "$TMP"' EXIT
 command -v mpirun >/dev/null ||
     { echo "FAIL: mpirun missing (apt-get install openmpi-bin)" >&2; exit 1; }
 
+# shellcheck source=tests/mpi_kill.sh
+. "$HERE/mpi_kill.sh"
+
 failures=0
 fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
 pass() { echo "ok: $*"; }
@@ -237,44 +240,19 @@ fi
 
 # ---- a process that dies: a trainer (rank 0) or a worker (rank 2) ------------
 for victim_rank in 0 2; do
-"${MPIRUN[@]}" -np 1 "$CLI" train --spec "$SPEC" --test-spec "$TEST" \
-    --max-fresh 100000000 --eval-every 100000000 : \
-    -np 2 "$CLI" serve "$TAR | decode" --splits 6 --throttle 5000 \
-    >"$TMP/die.out" 2>"$TMP/die.err" &
-launcher=$!
-victim=""
-for _ in $(seq 100); do # the rank's process, once the job runs
-    # this job's own: mpirun's children (another suite may run the same)
-    for pid in $(pgrep -P "$(pgrep -P "$launcher" mpirun | head -1)" 2>/dev/null); do
-        if tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null |
-            grep -qx "OMPI_COMM_WORLD_RANK=$victim_rank"; then
-            victim=$pid
-        fi
-    done
-    [ -n "$victim" ] && break
-    sleep 0.1
-done
-sleep 2
-if [ -z "$victim" ]; then
-    fail "kill: rank $victim_rank never started: $(cat "$TMP/die.err")"
-    kill "$launcher" 2>/dev/null
-else
-    kill -9 "$victim"
-    for _ in $(seq 300); do kill -0 "$launcher" 2>/dev/null || break; sleep 0.1; done
-    if kill -0 "$launcher" 2>/dev/null; then
-        fail "kill: the job was still going 30 s after rank $victim_rank died"
-        kill -9 "$launcher"
+    "${MPIRUN[@]}" -np 1 "$CLI" train --spec "$SPEC" --test-spec "$TEST" \
+        --max-fresh 100000000 --eval-every 100000000 : \
+        -np 2 "$CLI" serve "$TAR | decode" --splits 6 --throttle 5000 \
+        >"$TMP/die.out" 2>"$TMP/die.err" &
+    kill_rank $! "$victim_rank"
+    if [ "$killed" != ended ]; then
+        fail "kill: rank $victim_rank $killed: $(cat "$TMP/die.err")"
+    elif [ "$rc" -ne 0 ] &&
+        grep -q "process rank $victim_rank with PID .* signal 9" "$TMP/die.err"; then
+        pass "rank $victim_rank dying ends the job (rc $rc) in $took s, mpirun naming it"
     else
-        wait "$launcher"
-        rc=$?
-        if [ "$rc" -ne 0 ] &&
-            grep -q "process rank $victim_rank with PID .* signal 9" "$TMP/die.err"; then
-            pass "rank $victim_rank dying ends the job (rc $rc), mpirun naming it"
-        else
-            fail "kill rank $victim_rank: rc $rc, stderr: $(cat "$TMP/die.err")"
-        fi
+        fail "kill rank $victim_rank: rc $rc, stderr: $(cat "$TMP/die.err")"
     fi
-fi
 done
 
 echo "$failures failed"

@@ -1,0 +1,47 @@
+# kill_rank LAUNCHER RANK: kills rank RANK of the mpirun job that
+# LAUNCHER (mpirun, or a command such as `timeout` whose child is
+# mpirun, started in the background) runs, once it has run 2 s, and waits
+# up to 30 s for LAUNCHER to end. Sets `killed`: "never started", "still
+# going" (LAUNCHER then killed) or "ended"; `rc`: LAUNCHER's status once
+# ended; `took`: seconds from the kill to the end. Sourced by the MPI
+# tests (mpi_test.sh, service_test.sh).
+kill_rank() {
+    local launcher=$1 rank=$2 job="" victim="" pid t0
+    for _ in $(seq 100); do
+        # the job's own processes, mpirun's children: another suite on the
+        # machine may be running the same command
+        if [ "$(ps -o comm= -p "$launcher")" = mpirun ]; then
+            job=$launcher
+        else
+            job=$(pgrep -P "$launcher" mpirun | head -1)
+        fi
+        for pid in $( [ -n "$job" ] && pgrep -P "$job"); do
+            if tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null |
+                grep -qx "OMPI_COMM_WORLD_RANK=$rank"; then
+                victim=$pid
+            fi
+        done
+        [ -n "$victim" ] && break
+        sleep 0.1
+    done
+    if [ -z "$victim" ]; then
+        killed="never started"
+        kill "$launcher" 2>/dev/null
+        wait "$launcher"
+        return
+    fi
+    sleep 2
+    kill -9 "$victim"
+    t0=$(date +%s.%N)
+    for _ in $(seq 300); do kill -0 "$launcher" 2>/dev/null || break; sleep 0.1; done
+    took=$(/usr/bin/python3 -c "print('%.1f' % ($(date +%s.%N) - $t0))")
+    if kill -0 "$launcher" 2>/dev/null; then
+        killed="still going"
+        kill -9 "$launcher"
+        wait "$launcher"
+        return
+    fi
+    killed=ended
+    wait "$launcher"
+    rc=$?
+}
