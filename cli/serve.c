@@ -57,23 +57,27 @@ int cmd_serve(int argc, char **argv)
          "at the end, this worker's figures as a JSON line"},
     };
     const arg_command cmd = {
-        "echoflow serve", "SPEC", 1,
+        "echoflow serve",
+        "SPEC",
+        1,
         "A worker of the preprocessing service, under mpirun beside the\n"
         "trainers:\n"
-        "  mpirun -np 1 echoflow train --spec 'service | ...' ... \\\n"
-        "       : -np 2 echoflow serve 'idx:... | decode'\n"
+        "  mpirun -np 1 echoflow train --spec 'service:epochs=0 | ...' ... \\\n"
+        "       : -np 2 echoflow serve 'tar:urls=... | decode' --splits 6\n"
         "Each worker asks for parts of the data (splits), runs SPEC on\n"
         "them and sends the samples to the trainers as they have room;\n"
         "a trainer's `service` source reads them. Every worker must be\n"
         "given the same SPEC, --splits, --seed and --on-error.\n",
-        opts, (int)(sizeof opts / sizeof opts[0])};
+        opts,
+        (int)(sizeof opts / sizeof opts[0])};
     int parsed = args_parse(&cmd, argc, argv, &spec);
     if (!ef_service_launched()) {
         if (parsed)
             return parsed == 1 ? 0 : 2;
         fprintf(stderr,
                 "echoflow serve: start it with mpirun, beside the trainers: "
-                "mpirun -np 1 echoflow train --spec 'service | ...' ... : "
+                "mpirun -np 1 echoflow train --spec 'service:epochs=0 | ...' "
+                "... : "
                 "-np 2 echoflow serve SPEC\n");
         return 2;
     }
@@ -82,14 +86,13 @@ int cmd_serve(int argc, char **argv)
     int refused = parsed != 0 || !spec_ok(&po, spec);
     char splits_text[32], seed_text[32];
     snprintf(splits_text, sizeof splits_text, "%ld", splits);
-    snprintf(seed_text, sizeof seed_text, "%llu",
-             (unsigned long long)po.seed);
+    snprintf(seed_text, sizeof seed_text, "%llu", (unsigned long long)po.seed);
     const char *names[] = {"the spec", "--splits", "--seed", "--on-error"};
     const char *values[] = {refused ? "" : spec,
                             splits ? splits_text : "(default)", seed_text,
                             po.on_error ? po.on_error : "fail"};
-    ef_service_hello hello = {sizeof hello, EF_SERVICE_WORKER, refused, names,
-                              values, 4};
+    ef_service_hello hello = {
+        sizeof hello, EF_SERVICE_WORKER, refused, names, values, 4};
     ef_service_info info = {.size = sizeof info};
     char err[1024];
     ef_status rc = ef_service_join(&hello, &info, err, sizeof err);

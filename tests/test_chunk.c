@@ -22,26 +22,23 @@
  * odd i, a ragged u8 field of two rows of lengths (1, 2). */
 static ef_sample *make(int64_t i)
 {
-    ef_sample *s = ef_sample_new((ef_sample_id){.index = 100 + i,
-                                                .echo_copy = (int32_t)i % 2,
-                                                .fresh = 7});
+    ef_sample *s = ef_sample_new((ef_sample_id){
+        .index = 100 + i, .echo_copy = (int32_t)i % 2, .fresh = 7});
     int64_t shape[2] = {3, 4}, one = 3;
     uint8_t *img;
     int64_t *label;
-    assert_int_equal(ef_sample_add_new(s, "image", EF_U8, 2, shape,
-                                       (void **)&img),
-                     EF_OK);
+    assert_int_equal(
+        ef_sample_add_new(s, "image", EF_U8, 2, shape, (void **)&img), EF_OK);
     for (int k = 0; k < 12; k++)
         img[k] = (uint8_t)(i + k);
     assert_int_equal(
-        ef_sample_add_new(s, "label", EF_I64, 0, NULL, (void **)&label),
-        EF_OK);
+        ef_sample_add_new(s, "label", EF_I64, 0, NULL, (void **)&label), EF_OK);
     *label = i * 3;
     if (i % 2) {
         uint8_t *text;
-        assert_int_equal(ef_sample_add_new(s, "text", EF_U8, 1, &one,
-                                           (void **)&text),
-                         EF_OK);
+        assert_int_equal(
+            ef_sample_add_new(s, "text", EF_U8, 1, &one, (void **)&text),
+            EF_OK);
         memcpy(text, "abc", 3);
         int64_t lengths[2] = {1, 2};
         assert_int_equal(ef_sample_set_ragged(s, "text", lengths, 2), EF_OK);
@@ -74,16 +71,15 @@ static void test_round_trip(void **state)
     }
     int64_t items;
     uint64_t payload;
-    assert_int_equal(ef__chunk_peek(c.head, c.head_len, &items, &payload,
-                                    FROM, &err),
-                     EF_OK);
+    assert_int_equal(
+        ef__chunk_peek(c.head, c.head_len, &items, &payload, FROM, &err),
+        EF_OK);
     assert_int_equal(items, 5);
     assert_int_equal(payload, c.payload);
     ef__chunk_block *blocks;
     size_t n;
-    assert_int_equal(ef__chunk_blocks(c.head, c.head_len, &blocks, &n, FROM,
-                                      &err),
-                     EF_OK);
+    assert_int_equal(
+        ef__chunk_blocks(c.head, c.head_len, &blocks, &n, FROM, &err), EF_OK);
     assert_int_equal(n, c.nblocks);
     for (size_t k = 0; k < n; k++) {
         assert_int_equal(blocks[k].offset, c.blocks[k].offset);
@@ -92,9 +88,8 @@ static void test_round_trip(void **state)
     ef__free(blocks);
     ef_buffer *buf = transport(&c);
     ef_sample *out[5];
-    assert_int_equal(ef__chunk_samples(c.head, c.head_len, buf, out, 5, FROM,
-                                       &err),
-                     EF_OK);
+    assert_int_equal(
+        ef__chunk_samples(c.head, c.head_len, buf, out, 5, FROM, &err), EF_OK);
     for (int i = 0; i < 5; i++) {
         ef_sample_id a = ef_sample_identity(in[i]);
         ef_sample_id b = ef_sample_identity(out[i]);
@@ -174,17 +169,17 @@ static void test_bad_headers(void **state)
     unsigned char *h = ef__malloc(c.head_len);
     memcpy(h, c.head, c.head_len);
     h[0] ^= 1;
-    assert_int_equal(ef__chunk_peek(h, c.head_len, &items, &payload, FROM,
-                                    &err),
-                     EF_EFORMAT);
+    assert_int_equal(
+        ef__chunk_peek(h, c.head_len, &items, &payload, FROM, &err),
+        EF_EFORMAT);
     assert_non_null(strstr(err.msg, "no chunk header"));
     /* more samples than the header could describe */
     memcpy(h, c.head, c.head_len);
     int64_t many = 1000000;
     memcpy(h + 8, &many, sizeof many);
-    assert_int_equal(ef__chunk_peek(h, c.head_len, &items, &payload, FROM,
-                                    &err),
-                     EF_EFORMAT);
+    assert_int_equal(
+        ef__chunk_peek(h, c.head_len, &items, &payload, FROM, &err),
+        EF_EFORMAT);
     assert_non_null(strstr(err.msg, "impossible sample count"));
     /* a payload smaller than the fields it holds */
     memcpy(h, c.head, c.head_len);
@@ -200,9 +195,9 @@ static void test_bad_headers(void **state)
     unsigned char *longer = ef__malloc(c.head_len + 1);
     memcpy(longer, c.head, c.head_len);
     longer[c.head_len] = 0;
-    assert_int_equal(ef__chunk_blocks(longer, c.head_len + 1, &blocks, &n,
-                                      FROM, &err),
-                     EF_EFORMAT);
+    assert_int_equal(
+        ef__chunk_blocks(longer, c.head_len + 1, &blocks, &n, FROM, &err),
+        EF_EFORMAT);
     assert_non_null(strstr(err.msg, "after the last sample"));
     ef__free(longer);
     ef__free(h);

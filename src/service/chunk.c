@@ -108,8 +108,8 @@ int ef__chunk_out_add(ef__chunk_out *c, const ef_sample *s, int64_t epoch,
             size_t at = c->head_len, n = sizeof(int64_t) * (size_t)nragged;
             rc = grow((void **)&c->head, &c->head_cap, at + n, 1);
             if (!rc) {
-                ef_sample_ragged_lengths(s, t.name, (int64_t *)(void *)(c->head + at),
-                                         nragged);
+                ef_sample_ragged_lengths(
+                    s, t.name, (int64_t *)(void *)(c->head + at), nragged);
                 c->head_len += n;
             }
         }
@@ -334,9 +334,9 @@ static int add_field(void *arg, int64_t item, const ef_sample_id *id,
     return EF_OK;
 }
 
-int ef__chunk_samples(const unsigned char *head, size_t len,
-                      ef_buffer *payload, ef_sample **out, int64_t items,
-                      const char *from, ef__err *err)
+int ef__chunk_samples(const unsigned char *head, size_t len, ef_buffer *payload,
+                      ef_sample **out, int64_t items, const char *from,
+                      ef__err *err)
 {
     for (int64_t i = 0; i < items; i++)
         out[i] = NULL;

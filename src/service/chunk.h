@@ -63,8 +63,8 @@ int ef__chunk_blocks(const unsigned char *head, size_t len,
 /* The samples of a received chunk, their fields viewing `payload` (each
  * takes a reference), into out[0..items). On error nothing is left
  * allocated. */
-int ef__chunk_samples(const unsigned char *head, size_t len,
-                      ef_buffer *payload, ef_sample **out, int64_t items,
-                      const char *from, ef__err *err);
+int ef__chunk_samples(const unsigned char *head, size_t len, ef_buffer *payload,
+                      ef_sample **out, int64_t items, const char *from,
+                      ef__err *err);
 
 #endif

@@ -94,8 +94,8 @@ static int reply(ef__dispatcher *d, int w, int64_t kind, int64_t e,
 {
     int64_t v[3] = {kind, e, split};
     d->pending[w] = -1;
-    return ef__service_send(d->job->dispatch, d->job->workers[w],
-                            EF__TAG_REPLY, v, 3, &d->err);
+    return ef__service_send(d->job->dispatch, d->job->workers[w], EF__TAG_REPLY,
+                            v, 3, &d->err);
 }
 
 /* Answers the asks that can be answered now. */

@@ -104,8 +104,8 @@ static void deliver(int w, ef_sample **s, int64_t n)
     int64_t epoch = ef_sample_identity(s[0]).epoch;
     pthread_mutex_lock(&rx.mu);
     ef__service_reader *r = rx.reader;
-    int wanted = r && !r->ended &&
-                 (r->endless ? epoch >= r->epoch : epoch == r->epoch);
+    int wanted =
+        r && !r->ended && (r->endless ? epoch >= r->epoch : epoch == r->epoch);
     if (wanted && r->count == r->cap) {
         size_t cap = r->cap ? 2 * r->cap : 64;
         pending_msg *v = ef__malloc(cap * sizeof *v);
@@ -230,8 +230,8 @@ static int receive_chunk(const ef__service_job *job, const MPI_Status *st,
         if (rx.reader) {
             rx.reader->fig.messages++;
             rx.reader->fig.bytes += payload;
-            rx.reader->fig.recv_s += ef__ns_to_s(
-                ef__elapsed_ns(t0, ef__timer_ns()));
+            rx.reader->fig.recv_s +=
+                ef__ns_to_s(ef__elapsed_ns(t0, ef__timer_ns()));
         }
         pthread_mutex_unlock(&rx.mu);
         deliver(w, s, items);
@@ -338,8 +338,8 @@ static void *receive_main(void *arg)
     while (!atomic_load(&rx.stop)) {
         int flag = 0;
         MPI_Status st;
-        int mpi = MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, job->data, &flag,
-                             &st);
+        int mpi =
+            MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, job->data, &flag, &st);
         int rc = mpi == MPI_SUCCESS
                      ? EF_OK
                      : ef__service_mpi_error(mpi, "MPI_Iprobe", &err);
@@ -511,11 +511,11 @@ void ef__service_detach(ef__service_reader *r)
     if (cut) {
         /* the rest of the epoch would be dropped: the workers stop */
         ef__err err;
-        ef__service_send(job->dispatch, job->dispatcher, EF__TAG_CUT,
-                         &r->epoch, 1, &err);
+        ef__service_send(job->dispatch, job->dispatcher, EF__TAG_CUT, &r->epoch,
+                         1, &err);
         for (int w = 0; w < job->nworkers; w++)
-            ef__service_send(job->data, job->workers[w], EF__TAG_CUT,
-                             &r->epoch, 1, &err);
+            ef__service_send(job->data, job->workers[w], EF__TAG_CUT, &r->epoch,
+                             1, &err);
     }
     ef__queue_destroy(&r->q);
     ef__free(r->fifo);
@@ -557,8 +557,7 @@ static int drop_one(const ef__service_job *job, const MPI_Status *st)
         MPI_Get_count(st, MPI_CHAR, &n);
         char *text = ef__malloc((size_t)n + 1);
         if (text)
-            MPI_Recv(text, n, MPI_CHAR, src, tag, job->data,
-                     MPI_STATUS_IGNORE);
+            MPI_Recv(text, n, MPI_CHAR, src, tag, job->data, MPI_STATUS_IGNORE);
         ef__free(text);
         return 0;
     }
@@ -592,8 +591,8 @@ void ef__service_receive_shutdown(void)
         ef__service_send(job->dispatch, job->dispatcher, EF__TAG_LEAVE, &none,
                          1, &err);
         for (int w = 0; w < job->nworkers; w++)
-            ef__service_send(job->data, job->workers[w], EF__TAG_BYE, &none,
-                             0, &err);
+            ef__service_send(job->data, job->workers[w], EF__TAG_BYE, &none, 0,
+                             &err);
         int acked = 0;
         unsigned idle = 0;
         while (acked < job->nworkers) {

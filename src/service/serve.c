@@ -53,7 +53,7 @@ typedef struct {
     /* the split being read */
     ef_pipeline *p;
     int64_t epoch, split;
-    int cut;          /* a trainer stopped reading the split's epoch */
+    int cut; /* a trainer stopped reading the split's epoch */
     int64_t cuts[CUTS_KEPT];
     int ncuts;
     int64_t asking_epoch; /* the epoch whose splits it asks for */
@@ -99,8 +99,8 @@ static int take_messages(worker *w)
     for (;;) {
         int flag = 0;
         MPI_Status st;
-        int rc = MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, w->job->data, &flag,
-                            &st);
+        int rc =
+            MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, w->job->data, &flag, &st);
         if (rc != MPI_SUCCESS)
             return ef__service_mpi_error(rc, "MPI_Iprobe", &w->err);
         if (!flag)
@@ -332,7 +332,8 @@ static int open_split(worker *w)
     const ef_serve_config *c = w->c;
     /* each split and epoch shuffles in an order of its own, the same on
      * every run (as echoflow.epoch_seed in Python) */
-    uint64_t seed = c->seed + (uint64_t)w->epoch * UINT64_C(0x9E3779B97F4A7C15) +
+    uint64_t seed = c->seed +
+                    (uint64_t)w->epoch * UINT64_C(0x9E3779B97F4A7C15) +
                     (uint64_t)w->split * UINT64_C(0xD1B54A32D192ED03);
     ef_pipeline *p = NULL;
     int rc = ef_pipeline_create(&p);
@@ -382,8 +383,7 @@ static void report_failure(worker *w)
                  where, (long long)w->split, (long long)w->splits,
                  (long long)w->epoch, w->err.msg);
     else
-        snprintf(msg, sizeof msg, "echoflow serve, %s: %s", where,
-                 w->err.msg);
+        snprintf(msg, sizeof msg, "echoflow serve, %s: %s", where, w->err.msg);
     if (w->err.status == EF_ESPEC && w->split >= 0) {
         size_t n = strlen(msg);
         snprintf(msg + n, sizeof msg - n,
@@ -409,8 +409,8 @@ static int next_split(worker *w, unsigned *idle)
                            EF__TAG_REPLY, w->job->dispatch, &w->ask);
         if (rc != MPI_SUCCESS)
             return ef__service_mpi_error(rc, "MPI_Irecv", &w->err);
-        if (ef__service_send(w->job->dispatch, w->job->dispatcher,
-                             EF__TAG_ASK, &w->asking_epoch, 1, &w->err))
+        if (ef__service_send(w->job->dispatch, w->job->dispatcher, EF__TAG_ASK,
+                             &w->asking_epoch, 1, &w->err))
             return w->err.status;
         w->asking = 1;
         w->ask_t0 = ef__timer_ns();
@@ -425,8 +425,8 @@ static int next_split(worker *w, unsigned *idle)
     }
     *idle = 0;
     w->asking = 0;
-    w->rep->dispatch_wait_s += ef__ns_to_s(
-        ef__elapsed_ns(w->ask_t0, ef__timer_ns()));
+    w->rep->dispatch_wait_s +=
+        ef__ns_to_s(ef__elapsed_ns(w->ask_t0, ef__timer_ns()));
     if (w->answer[0] == EF__REPLY_SPLIT) {
         w->epoch = w->answer[1];
         w->split = w->answer[2];
@@ -436,8 +436,8 @@ static int next_split(worker *w, unsigned *idle)
         /* every sample of that epoch was sent: say so to each trainer */
         for (int t = 0; t < w->job->ntrainers; t++)
             if (w->alive[t] &&
-                ef__service_send(w->job->data, w->job->trainers[t],
-                                 EF__TAG_EOE, &w->answer[1], 1, &w->err))
+                ef__service_send(w->job->data, w->job->trainers[t], EF__TAG_EOE,
+                                 &w->answer[1], 1, &w->err))
                 return w->err.status;
         w->asking_epoch = w->answer[1] + 1;
     } else {
@@ -519,8 +519,8 @@ static int serve(worker *w)
             ef__service_idle(&idle);
     }
     int64_t none = 0;
-    return ef__service_send(w->job->dispatch, w->job->dispatcher,
-                            EF__TAG_DONE, &none, 1, &w->err);
+    return ef__service_send(w->job->dispatch, w->job->dispatcher, EF__TAG_DONE,
+                            &none, 1, &w->err);
 }
 
 ef_status ef_service_serve(const ef_serve_config *c, ef_serve_report *rep,
@@ -536,8 +536,8 @@ ef_status ef_service_serve(const ef_serve_config *c, ef_serve_report *rep,
     worker w = {.job = job, .c = c, .rep = &r, .split = -1};
     w.splits = c->splits > 0 ? c->splits : 8 * (int64_t)job->nworkers;
     w.room_bytes = DEFAULT_BYTES;
-    w.budget = c->memory_budget >= 0 ? (uint64_t)c->memory_budget
-                                     : EF__BUDGET_DEFAULT;
+    w.budget =
+        c->memory_budget >= 0 ? (uint64_t)c->memory_budget : EF__BUDGET_DEFAULT;
     w.room_items = DEFAULT_ITEMS;
     ef__err_clear(&w.err);
     w.alive = ef__calloc((size_t)job->ntrainers + 1, sizeof *w.alive);

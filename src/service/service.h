@@ -26,7 +26,7 @@ enum {
 };
 /* The kinds of reply. */
 enum {
-    EF__REPLY_SPLIT = 1, /* read this split of that epoch */
+    EF__REPLY_SPLIT = 1,  /* read this split of that epoch */
     EF__REPLY_EPOCH_DONE, /* no split of that epoch is left */
     EF__REPLY_FINISH,     /* every trainer has left */
 };
@@ -86,8 +86,7 @@ typedef struct ef__service_reader ef__service_reader;
  * it); *epoch is its number. `budget` bounds the bytes in flight to this
  * process (0: no limit), `credits` the messages per worker. */
 int ef__service_attach(int endless, uint64_t budget, int credits,
-                       ef__service_reader **out, int64_t *epoch,
-                       ef__err *err);
+                       ef__service_reader **out, int64_t *epoch, ef__err *err);
 /* The next sample: EF_OK, EF_END after the epoch's last, EF_AGAIN when
  * !block and none is ready, or an error (a worker's, with its rank). */
 int ef__service_take(ef__service_reader *r, int block, ef_sample **out,

@@ -12,9 +12,9 @@
 
 static ef__service_job job;
 static pid_t joined_pid; /* the process that joined: a fork's child is not */
-static int mpi_ours;   /* this library initialised MPI */
-static int mpi_ended;  /* ... and finalised it */
-static int join_tried; /* join ran its collectives (once per process) */
+static int mpi_ours;     /* this library initialised MPI */
+static int mpi_ended;    /* ... and finalised it */
+static int join_tried;   /* join ran its collectives (once per process) */
 static int join_status;
 static char join_msg[EF__ERR_MAX];
 static ef_service_info join_info;
@@ -246,9 +246,9 @@ static int meet(const ef_service_hello *h, ef__err *err)
     if (!mine || !head || !counts)
         rc = ef__err_set(err, EF_ENOMEM, "service: out of memory");
     int me[3] = {h->role, h->refused ? 1 : 0, len};
-    int mpi = rc ? MPI_SUCCESS
-                 : MPI_Allgather(me, 3, MPI_INT, head, 3, MPI_INT,
-                                 MPI_COMM_WORLD);
+    int mpi =
+        rc ? MPI_SUCCESS
+           : MPI_Allgather(me, 3, MPI_INT, head, 3, MPI_INT, MPI_COMM_WORLD);
     if (!rc && mpi != MPI_SUCCESS)
         rc = ef__service_mpi_error(mpi, "MPI_Allgather", err);
     int total = 0, *displ = counts + job.size;
@@ -260,8 +260,8 @@ static int meet(const ef_service_hello *h, ef__err *err)
     if (!rc && !(all = ef__malloc((size_t)total + 1)))
         rc = ef__err_set(err, EF_ENOMEM, "service: out of memory");
     if (!rc) {
-        mpi = MPI_Allgatherv(mine, len, MPI_CHAR, all, counts, displ,
-                             MPI_CHAR, MPI_COMM_WORLD);
+        mpi = MPI_Allgatherv(mine, len, MPI_CHAR, all, counts, displ, MPI_CHAR,
+                             MPI_COMM_WORLD);
         if (mpi != MPI_SUCCESS)
             rc = ef__service_mpi_error(mpi, "MPI_Allgatherv", err);
     }
@@ -328,7 +328,8 @@ ef_status ef_service_join(const ef_service_hello *hello, ef_service_info *info,
     }
     int rc = join_status;
     if (info) {
-        size_t n = info->size < sizeof join_info ? info->size : sizeof join_info;
+        size_t n =
+            info->size < sizeof join_info ? info->size : sizeof join_info;
         ef_service_info copy = join_info;
         copy.size = info->size;
         memcpy(info, &copy, n);

@@ -45,8 +45,8 @@ static void round_trip(ef_sample **s, int64_t n)
     ef_buffer *b = ef_buffer_new(c.payload ? c.payload : 1);
     CHECK(b != NULL);
     for (size_t i = 0; i < c.nblocks; i++)
-        memcpy((char *)ef_buffer_data(b) + c.blocks[i].offset,
-               c.blocks[i].data, c.blocks[i].nbytes);
+        memcpy((char *)ef_buffer_data(b) + c.blocks[i].offset, c.blocks[i].data,
+               c.blocks[i].nbytes);
     ef_sample **again = malloc((size_t)n * sizeof *again);
     CHECK(again != NULL);
     CHECK(ef__chunk_samples(c.head, c.head_len, b, again, n, FROM, &err) ==
@@ -78,8 +78,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     CHECK(rc == EF_OK || rc == EF_EFORMAT);
     for (size_t i = 0; rc == EF_OK && i < n; i++) {
         CHECK(blocks[i].offset + blocks[i].nbytes <= payload);
-        CHECK(i == 0 || blocks[i].offset >=
-                            blocks[i - 1].offset + blocks[i - 1].nbytes);
+        CHECK(i == 0 ||
+              blocks[i].offset >= blocks[i - 1].offset + blocks[i - 1].nbytes);
     }
     free(blocks);
     /* samples over a big payload would only time the allocation */

@@ -56,8 +56,7 @@ static int service_open(ef__stage *s, ef__err *err)
                               &st->r, &st->epoch, err);
 }
 
-static int service_take(ef__stage *s, int block, ef_sample **out,
-                        ef__err *err)
+static int service_take(ef__stage *s, int block, ef_sample **out, ef__err *err)
 {
     service_state *st = s->state;
     if (!st->r)
