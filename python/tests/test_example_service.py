@@ -66,3 +66,32 @@ def test_dataloader_workers_refused(fmnist_shards):
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         timeout=300)
     assert proc.returncode == 0, proc.stderr
+
+
+TOO_MANY_SPLITS = r"""
+import echoflow
+try:
+    for _ in echoflow.Pipeline("service"):
+        pass
+    raise SystemExit("no error")
+except echoflow.SpecError as e:  # the worker's own status, and its words
+    assert "rank 1 (a worker)" in str(e) and "--splits" in str(e), e
+"""
+
+
+def test_worker_error_reaches_python(fmnist_shards):
+    """A worker's failure is raised in the trainer as the exception of the
+    worker's status, with its rank and what to do: 12 splits of 6
+    shards."""
+    folder, pattern = fmnist_shards
+    cli = os.environ.get("ECHOFLOW_CLI", "echoflow")
+    proc = subprocess.run(
+        [MPIRUN, "--allow-run-as-root", "--bind-to", "none",
+         "--oversubscribe", "-np", "1", sys.executable, "-c",
+         TOO_MANY_SPLITS, ":", "-np", "1", cli, "serve",
+         "tar:urls=%s/%s" % (folder, pattern), "--splits", "12"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        timeout=300)
+    # the worker reports its failure and exits 1 once the trainer left
+    assert "rank 1 (a worker)" in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr, proc.stderr

@@ -14,6 +14,7 @@
  * workers x credits x room_bytes of samples not yet taken; the queue is
  * sized for that many samples and a push never waits. */
 #include <stdatomic.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/alloc.h"
@@ -271,21 +272,29 @@ static int receive_one(const ef__service_job *job, const MPI_Status *st,
     if (st->MPI_TAG == EF__TAG_DATA && w >= 0)
         return receive_chunk(job, st, w, err);
     if (st->MPI_TAG == EF__TAG_ERROR) {
+        /* "STATUS MESSAGE" (serve.c) */
         int len = 0;
         MPI_Get_count(st, MPI_CHAR, &len);
-        char msg[EF__ERR_MAX];
         char *text = ef__malloc((size_t)len + 1);
-        int mpi = MPI_Recv(text ? text : msg, text ? len : 0, MPI_CHAR,
-                           st->MPI_SOURCE, EF__TAG_ERROR, job->data,
-                           MPI_STATUS_IGNORE);
+        if (!text)
+            return ef__err_set(err, EF_ENOMEM, "service: out of memory");
+        int mpi = MPI_Recv(text, len, MPI_CHAR, st->MPI_SOURCE, EF__TAG_ERROR,
+                           job->data, MPI_STATUS_IGNORE);
         if (mpi != MPI_SUCCESS) {
             ef__free(text);
             return ef__service_mpi_error(mpi, "MPI_Recv", err);
         }
-        if (text)
-            text[len] = '\0';
+        text[len] = '\0';
+        char *rest;
+        long status = strtol(text, &rest, 10);
+        if (status < EF_ESHAPE || status >= 0 || *rest != ' ') {
+            status = EF_EIO; /* not ours: said as it came */
+            rest = text;
+        } else {
+            rest++;
+        }
         ef__err e;
-        ef__err_set(&e, EF_EIO, "%s", text ? text : "a worker failed");
+        ef__err_set(&e, (int)status, "%s", rest);
         ef__free(text);
         fail(&e);
         return EF_OK;

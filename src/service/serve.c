@@ -391,9 +391,12 @@ static void report_failure(worker *w)
                  "--splits at most the source's shard or file count)",
                  (long long)w->splits);
     }
+    /* "STATUS MESSAGE": the trainer fails with the worker's status */
+    char sent[sizeof msg + 16];
+    snprintf(sent, sizeof sent, "%d %s", w->err.status, msg);
     for (int t = 0; t < w->job->ntrainers; t++)
         if (w->alive[t])
-            MPI_Send(msg, (int)strlen(msg) + 1, MPI_CHAR, w->job->trainers[t],
+            MPI_Send(sent, (int)strlen(sent) + 1, MPI_CHAR, w->job->trainers[t],
                      EF__TAG_ERROR, w->job->data);
     ef__err_set(&w->err, w->err.status, "%s", msg);
     w->failed = 1;
