@@ -676,7 +676,7 @@ int cmd_train(int argc, char **argv)
     memset(&o, 0, sizeof o);
 #ifdef EF_HAVE_MPI
     char err[512];
-    int launched = train_mpi_start(&argc, &argv, &o.comm, err, sizeof err);
+    int launched = train_mpi_start(&o.comm, err, sizeof err);
     if (launched < 0) {
         /* the process that says why; "" on the others */
         if (err[0])

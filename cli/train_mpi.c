@@ -76,11 +76,8 @@ static int gather(void *user, const double *mine, size_t n, double *all,
                      "MPI_Gather", err, len);
 }
 
-int train_mpi_start(int *argc, char ***argv, eft_comm *comm, char *err,
-                    size_t len)
+int train_mpi_start(eft_comm *comm, char *err, size_t len)
 {
-    (void)argc;
-    (void)argv;
     if (!ef_service_launched())
         return 0;
     ef_service_hello hello = {.size = sizeof hello,

@@ -14,8 +14,7 @@
  * run costs nothing. -1 when joining fails, with a message in err on the
  * process that says it ("" on the others); train_mpi_finish() then ends
  * in order. */
-int train_mpi_start(int *argc, char ***argv, eft_comm *comm, char *err,
-                    size_t len);
+int train_mpi_start(eft_comm *comm, char *err, size_t len);
 /* Checks that every process was started with the same settings: the
  * `n` option names and values (text) each process passes, in the same
  * order on all. Returns 0 when they agree; otherwise -1 on every process,

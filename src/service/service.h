@@ -40,7 +40,7 @@ enum {
     EF__TAG_PAYLOAD,     /* ... and its payload (chunk.h) */
     EF__TAG_EOE,         /* worker -> trainer: i64 epoch: all its samples
                             of that epoch were sent */
-    EF__TAG_ERROR,       /* worker -> trainer: a message (text) */
+    EF__TAG_ERROR,       /* worker -> trainer: "STATUS MESSAGE" (text) */
 };
 
 /* The job as this process sees it (session.c); valid after join. */
