@@ -1,8 +1,9 @@
-"""examples/pytorch_service.py: a PyTorch trainer reading Fashion-MNIST
-that `echoflow serve` workers decode on other ranks of one mpirun job.
-One epoch must hold the 60,000 examples once (each batch's identity.fresh
-counts its examples that are not echoes), and the CNN must learn from
-them."""
+"""The preprocessing service from Python: examples/pytorch_service.py, a
+PyTorch trainer reading Fashion-MNIST that `echoflow serve` workers decode
+on other ranks of one mpirun job (one epoch must hold the 60,000 examples
+once: each batch's identity.fresh counts its examples that are not
+echoes; and the CNN must learn from them), DataLoader workers refused,
+and a worker's failure raised in the trainer."""
 import json
 import os
 import shutil
@@ -16,19 +17,26 @@ pytestmark = pytest.mark.skipif(MPIRUN is None,
                                 reason="mpirun missing (openmpi-bin)")
 
 
-def test_pytorch_service(examples_dir, fmnist_shards):
-    folder, pattern = fmnist_shards
+def mpmd(trainer, shards, workers=1, decode=False, splits=6):
+    """Runs `trainer` (a command) and `workers` echoflow serve ranks on the
+    shards (folder, pattern) in one mpirun job; the completed process."""
+    folder, pattern = shards
+    spec = "tar:urls=%s/%s" % (folder, pattern)
     cli = os.environ.get("ECHOFLOW_CLI", "echoflow")
-    proc = subprocess.run(
+    return subprocess.run(
         [MPIRUN, "--allow-run-as-root", "--bind-to", "none",
-         "--oversubscribe",
-         "-np", "1", sys.executable,
-         os.path.join(examples_dir, "pytorch_service.py"), "--epochs", "1",
-         "--json", ":",
-         "-np", "2", cli, "serve",
-         "tar:urls=%s/%s | decode" % (folder, pattern), "--splits", "6"],
+         "--oversubscribe", "-np", "1", *trainer, ":",
+         "-np", str(workers), cli, "serve",
+         spec + (" | decode" if decode else ""), "--splits", str(splits)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         timeout=300)
+
+
+def test_pytorch_service(examples_dir, fmnist_shards):
+    proc = mpmd([sys.executable,
+                 os.path.join(examples_dir, "pytorch_service.py"),
+                 "--epochs", "1", "--json"],
+                fmnist_shards, workers=2, decode=True)
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     (epoch,) = out["epochs"]
@@ -56,15 +64,7 @@ def test_dataloader_workers_refused(fmnist_shards):
     """A DataLoader worker is a fork of the process mpirun started, and
     cannot use its MPI: refused, saying to read in the main process,
     which then reads the epoch whole."""
-    folder, pattern = fmnist_shards
-    cli = os.environ.get("ECHOFLOW_CLI", "echoflow")
-    proc = subprocess.run(
-        [MPIRUN, "--allow-run-as-root", "--bind-to", "none",
-         "--oversubscribe", "-np", "1", sys.executable, "-c",
-         DATALOADER_WORKER, ":", "-np", "1", cli, "serve",
-         "tar:urls=%s/%s" % (folder, pattern), "--splits", "6"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        timeout=300)
+    proc = mpmd([sys.executable, "-c", DATALOADER_WORKER], fmnist_shards)
     assert proc.returncode == 0, proc.stderr
 
 
@@ -83,15 +83,8 @@ def test_worker_error_reaches_python(fmnist_shards):
     """A worker's failure is raised in the trainer as the exception of the
     worker's status, with its rank and what to do: 12 splits of 6
     shards."""
-    folder, pattern = fmnist_shards
-    cli = os.environ.get("ECHOFLOW_CLI", "echoflow")
-    proc = subprocess.run(
-        [MPIRUN, "--allow-run-as-root", "--bind-to", "none",
-         "--oversubscribe", "-np", "1", sys.executable, "-c",
-         TOO_MANY_SPLITS, ":", "-np", "1", cli, "serve",
-         "tar:urls=%s/%s" % (folder, pattern), "--splits", "12"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        timeout=300)
+    proc = mpmd([sys.executable, "-c", TOO_MANY_SPLITS], fmnist_shards,
+                splits=12)
     # the worker reports its failure and exits 1 once the trainer left
     assert "rank 1 (a worker)" in proc.stderr, proc.stderr
     assert "Traceback" not in proc.stderr, proc.stderr
