@@ -40,14 +40,6 @@ struct ef__dispatcher {
     ef__err err;
 };
 
-static int index_of(const int *ranks, int n, int rank)
-{
-    for (int i = 0; i < n; i++)
-        if (ranks[i] == rank)
-            return i;
-    return -1;
-}
-
 /* Epoch e's state, made with its split order when first needed. */
 static epoch_state *epoch_of(ef__dispatcher *d, int64_t e)
 {
@@ -140,8 +132,8 @@ static int take(ef__dispatcher *d, int tag)
                   MPI_STATUS_IGNORE);
     if (rc != MPI_SUCCESS)
         return ef__service_mpi_error(rc, "MPI_Recv", &d->err), -1;
-    int w = index_of(d->job->workers, d->job->nworkers, st.MPI_SOURCE);
-    int t = index_of(d->job->trainers, d->job->ntrainers, st.MPI_SOURCE);
+    int w = ef__service_index(d->job, EF_SERVICE_WORKER, st.MPI_SOURCE);
+    int t = ef__service_index(d->job, EF_SERVICE_TRAINER, st.MPI_SOURCE);
     if (tag == EF__TAG_ASK && w >= 0)
         d->pending[w] = v[0] < 0 ? 0 : v[0];
     else if (tag == EF__TAG_DONE && w >= 0)

@@ -1,19 +1,12 @@
 /* The service's calls in a build without MPI: each says what to install
  * (the `service` source says so too). */
 #include <stdio.h>
-#include <stdlib.h>
 
 #include "echoflow/echoflow.h"
 
 #define NO_MPI                                                                 \
     "echoflow was built without MPI; install it (apt-get install "             \
     "libopenmpi-dev openmpi-bin) and build again"
-
-int ef_service_launched(void)
-{
-    return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMIX_RANK") ||
-           getenv("PMI_RANK");
-}
 
 ef_status ef_service_join(const ef_service_hello *hello, ef_service_info *info,
                           char *err, size_t len)

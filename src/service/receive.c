@@ -67,14 +67,6 @@ static struct {
     size_t head_cap;
 } rx = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
-static int worker_index(const ef__service_job *job, int rank)
-{
-    for (int w = 0; w < job->nworkers; w++)
-        if (job->workers[w] == rank)
-            return w;
-    return -1;
-}
-
 /* Under rx.mu: records a failure for the reader and every later one. */
 static void fail_locked(const ef__err *e)
 {
@@ -137,7 +129,7 @@ static void deliver(int w, ef_sample **s, int64_t n)
     }
     for (int64_t i = pushed; i < n; i++)
         ef_sample_free(s[i]);
-    if (pushed == 0)
+    if (pushed == 0 && rx.owed)
         rx.owed[w]++;
     pthread_mutex_unlock(&rx.mu);
 }
@@ -268,7 +260,7 @@ static void end_of_epoch(const ef__service_job *job, int64_t e)
 static int receive_one(const ef__service_job *job, const MPI_Status *st,
                        ef__err *err)
 {
-    int w = worker_index(job, st->MPI_SOURCE);
+    int w = ef__service_index(job, EF_SERVICE_WORKER, st->MPI_SOURCE);
     if (st->MPI_TAG == EF__TAG_DATA && w >= 0)
         return receive_chunk(job, st, w, err);
     if (st->MPI_TAG == EF__TAG_ERROR) {
@@ -539,50 +531,13 @@ void ef__service_figures_get(const ef__service_reader *r,
     pthread_mutex_unlock(&rx.mu);
 }
 
-/* Drops one message of a worker's (the process is leaving); 1 when it
- * was the worker's last (BYE_ACK). */
-static int drop_one(const ef__service_job *job, const MPI_Status *st)
-{
-    int src = st->MPI_SOURCE, tag = st->MPI_TAG, n = 0;
-    if (tag == EF__TAG_DATA) {
-        MPI_Get_count(st, MPI_BYTE, &n);
-        ef__err err;
-        int64_t items;
-        uint64_t payload = 0;
-        if (grow_head((size_t)n + 1, &err) ||
-            MPI_Recv(rx.head, n, MPI_BYTE, src, tag, job->data,
-                     MPI_STATUS_IGNORE) != MPI_SUCCESS ||
-            ef__chunk_peek(rx.head, (size_t)n, &items, &payload, "", &err) ||
-            !payload)
-            return 0;
-        void *scratch = ef__malloc(payload);
-        if (scratch)
-            MPI_Recv(scratch, (int)payload, MPI_BYTE, src, EF__TAG_PAYLOAD,
-                     job->data, MPI_STATUS_IGNORE);
-        ef__free(scratch);
-        return 0;
-    }
-    if (tag == EF__TAG_ERROR) {
-        MPI_Get_count(st, MPI_CHAR, &n);
-        char *text = ef__malloc((size_t)n + 1);
-        if (text)
-            MPI_Recv(text, n, MPI_CHAR, src, tag, job->data, MPI_STATUS_IGNORE);
-        ef__free(text);
-        return 0;
-    }
-    int64_t v[2];
-    MPI_Get_count(st, MPI_INT64_T, &n);
-    MPI_Recv(v, n >= 0 && n <= 2 ? n : 0, MPI_INT64_T, src, tag, job->data,
-             MPI_STATUS_IGNORE);
-    return tag == EF__TAG_BYE_ACK;
-}
-
 void ef__service_receive_shutdown(void)
 {
     const ef__service_job *job = ef__service_job_get();
     pthread_mutex_lock(&rx.mu);
     int was = rx.shut;
     rx.shut = 1;
+    rx.reader = NULL; /* what still comes is dropped */
     pthread_mutex_unlock(&rx.mu);
     if (was || !job)
         return;
@@ -602,20 +557,21 @@ void ef__service_receive_shutdown(void)
         for (int w = 0; w < job->nworkers; w++)
             ef__service_send(job->data, job->workers[w], EF__TAG_BYE, &none, 0,
                              &err);
+        /* received as ever, with no reader: dropped */
         int acked = 0;
         unsigned idle = 0;
         while (acked < job->nworkers) {
             int flag = 0;
             MPI_Status st;
             if (MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, job->data, &flag,
-                           &st) != MPI_SUCCESS)
+                           &st) != MPI_SUCCESS ||
+                (flag && receive_one(job, &st, &err) != EF_OK))
                 break;
-            if (flag) {
-                acked += drop_one(job, &st);
+            acked += flag && st.MPI_TAG == EF__TAG_BYE_ACK;
+            if (flag)
                 idle = 0;
-            } else {
+            else
                 ef__service_idle(&idle);
-            }
         }
     }
     pthread_mutex_lock(&rx.mu);

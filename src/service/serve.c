@@ -77,14 +77,6 @@ typedef struct {
 static void report_failure(worker *w);
 static int complete_all(worker *w);
 
-static int trainer_index(const worker *w, int rank)
-{
-    for (int t = 0; t < w->job->ntrainers; t++)
-        if (w->job->trainers[t] == rank)
-            return t;
-    return -1;
-}
-
 static int was_cut(const worker *w, int64_t epoch)
 {
     for (int i = 0; i < w->ncuts && i < CUTS_KEPT; i++)
@@ -117,7 +109,7 @@ static int take_messages(worker *w)
                       w->job->data, MPI_STATUS_IGNORE);
         if (rc != MPI_SUCCESS)
             return ef__service_mpi_error(rc, "MPI_Recv", &w->err);
-        int t = trainer_index(w, st.MPI_SOURCE);
+        int t = ef__service_index(w->job, EF_SERVICE_TRAINER, st.MPI_SOURCE);
         if (t < 0 || !w->alive[t])
             continue;
         if (st.MPI_TAG == EF__TAG_CREDIT && n == 2) {

@@ -50,6 +50,8 @@ typedef struct {
     MPI_Comm data, dispatch, role_comm;
     int ntrainers, nworkers;
     int *trainers, *workers; /* their ranks in MPI_COMM_WORLD */
+    /* per rank of MPI_COMM_WORLD: its role and its place among its role's */
+    int *role_of, *index_of;
     int role_rank;
     int dispatcher; /* the rank that hands out splits: the first worker */
 } ef__service_job;
@@ -59,6 +61,9 @@ const ef__service_job *ef__service_job_get(void);
 /* Joins as a trainer with no settings of its own, once (the `service`
  * source's join). */
 int ef__service_join_trainer(ef__err *err);
+/* The place of `rank` among the trainers (role EF_SERVICE_TRAINER) or
+ * the workers, or -1 when it has another role or is no rank of the job. */
+int ef__service_index(const ef__service_job *job, int role, int rank);
 /* "rank R (a worker)" for messages. */
 void ef__service_rank_name(int rank, char *buf, size_t cap);
 /* An MPI call's failure as an error: "<call> failed: <MPI's text>". */

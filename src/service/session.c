@@ -20,14 +20,6 @@ static char join_msg[EF__ERR_MAX];
 static ef_service_info join_info;
 static pthread_mutex_t join_mu = PTHREAD_MUTEX_INITIALIZER;
 
-int ef_service_launched(void)
-{
-    /* Open MPI's launcher sets OMPI_COMM_WORLD_SIZE; PMIx and PMI
-     * launchers (srun, hydra) set their own */
-    return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMIX_RANK") ||
-           getenv("PMI_RANK");
-}
-
 const ef__service_job *ef__service_job_get(void)
 {
     return job.joined && getpid() == joined_pid ? &job : NULL;
@@ -49,15 +41,19 @@ int ef__service_mpi_error(int rc, const char *call, ef__err *err)
             return ef__service_mpi_error(mpi_rc_, #call, err);                 \
     } while (0)
 
+int ef__service_index(const ef__service_job *j, int role, int rank)
+{
+    return rank >= 0 && rank < j->size && j->role_of[rank] == role
+               ? j->index_of[rank]
+               : -1;
+}
+
 void ef__service_rank_name(int rank, char *buf, size_t cap)
 {
     const char *role = "";
-    for (int i = 0; i < job.nworkers; i++)
-        if (job.workers[i] == rank)
-            role = " (a worker)";
-    for (int i = 0; i < job.ntrainers; i++)
-        if (job.trainers[i] == rank)
-            role = " (a trainer)";
+    if (rank >= 0 && rank < job.size && job.role_of)
+        role = job.role_of[rank] == EF_SERVICE_TRAINER ? " (a trainer)"
+                                                       : " (a worker)";
     snprintf(buf, cap, "rank %d%s", rank, role);
 }
 
@@ -207,18 +203,21 @@ static int make_comms(const int *head, int size, ef__err *err)
 {
     job.trainers = ef__calloc((size_t)size, sizeof(int));
     job.workers = ef__calloc((size_t)size, sizeof(int));
-    if (!job.trainers || !job.workers)
+    job.role_of = ef__calloc((size_t)size, sizeof(int));
+    job.index_of = ef__calloc((size_t)size, sizeof(int));
+    if (!job.trainers || !job.workers || !job.role_of || !job.index_of)
         return ef__err_set(err, EF_ENOMEM, "service: out of memory");
     for (int r = 0; r < size; r++) {
-        if (head[3 * r] == EF_SERVICE_TRAINER)
+        job.role_of[r] = head[3 * r];
+        if (head[3 * r] == EF_SERVICE_TRAINER) {
+            job.index_of[r] = job.ntrainers;
             job.trainers[job.ntrainers++] = r;
-        else
+        } else {
+            job.index_of[r] = job.nworkers;
             job.workers[job.nworkers++] = r;
-        if (r == job.rank)
-            job.role_rank = head[3 * r] == EF_SERVICE_TRAINER
-                                ? job.ntrainers - 1
-                                : job.nworkers - 1;
+        }
     }
+    job.role_rank = job.index_of[job.rank];
     job.dispatcher = job.nworkers ? job.workers[0] : -1;
     MPI_TRY(MPI_Comm_split(MPI_COMM_WORLD, job.role, job.rank, &job.role_comm),
             err);

@@ -82,8 +82,7 @@ static int service_reset(ef__stage *s, int64_t epoch, ef__err *err)
     if (st->r)
         ef__service_detach(st->r);
     st->r = NULL;
-    return ef__service_attach(st->endless, s->ctx->budget.limit, st->credits,
-                              &st->r, &st->epoch, err);
+    return service_open(s, err);
 }
 
 static void service_cancel(ef__stage *s)
