@@ -1,6 +1,7 @@
 /* Samples: named tensor fields viewing reference-counted buffers. */
 #include "core/sample.h"
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -48,9 +49,11 @@ void ef__shape_format(char *buf, size_t cap, int ndim, const int64_t *shape)
         snprintf(buf + used, cap - used, "]");
 }
 
+static ef_sample *new_header(void);
+
 ef_sample *ef_sample_new(ef_sample_id id)
 {
-    ef_sample *s = ef__malloc(sizeof *s);
+    ef_sample *s = new_header();
     if (!s)
         return NULL;
     s->id = id;
@@ -58,7 +61,6 @@ ef_sample *ef_sample_new(ef_sample_id id)
     s->nfields = 0;
     s->cap = EF__INLINE_FIELDS;
     s->fields = s->inline_fields;
-    s->pool = NULL;
     return s;
 }
 
@@ -236,11 +238,8 @@ void ef__sample_refs_drop(ef_sample *s, unsigned n)
 
 ef_sample *ef_sample_clone(const ef_sample *s)
 {
-    ef_sample *c = ef__malloc(sizeof *c);
-    if (!c)
-        return NULL;
-    c->pool = NULL;
-    return clone_into(c, s);
+    ef_sample *c = new_header();
+    return c ? clone_into(c, s) : NULL;
 }
 
 /* A header from the pool (or a new one); NULL when out of memory. */
@@ -264,6 +263,70 @@ static ef_sample *pool_take(ef__sample_pool *p)
     p->handed++;
     p->since_take++;
     return c;
+}
+
+/* ---- each thread's pool ------------------------------------------
+ *
+ * ef_sample_new and ef_sample_clone take headers from a pool of the
+ * calling thread's. Samples are made on one thread (a source's reader, a
+ * map worker) and freed on another (the consumer): with malloc, each such
+ * free and each allocation took the lock of the maker's malloc arena, and
+ * the two threads queued on it for every item. A pool's returns are one
+ * CAS instead. The pool is let go when its thread ends (a key's
+ * destructor); headers still out then free themselves as they come back.
+ * Address sanitizer builds use malloc, so that a use after free stays
+ * visible. */
+#if defined(__SANITIZE_ADDRESS__)
+#define THREAD_POOLS 0
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define THREAD_POOLS 0
+#endif
+#endif
+#ifndef THREAD_POOLS
+#define THREAD_POOLS 1
+#endif
+
+static _Thread_local ef__sample_pool *thread_pool;
+static pthread_key_t pool_key;
+static pthread_once_t pool_once = PTHREAD_ONCE_INIT;
+static int pool_key_made;
+
+static void pool_thread_ends(void *p)
+{
+    thread_pool = NULL; /* a later sample of this thread makes another */
+    ef__sample_pool_release(p);
+}
+
+static void make_pool_key(void)
+{
+    pool_key_made = pthread_key_create(&pool_key, pool_thread_ends) == 0;
+}
+
+/* The calling thread's pool, made on first use; NULL without one. */
+static ef__sample_pool *own_pool(void)
+{
+    if (!THREAD_POOLS || thread_pool)
+        return thread_pool;
+    pthread_once(&pool_once, make_pool_key);
+    ef__sample_pool *p = pool_key_made ? ef__sample_pool_new() : NULL;
+    if (p && pthread_setspecific(pool_key, p) != 0) {
+        ef__sample_pool_release(p);
+        p = NULL;
+    }
+    return thread_pool = p;
+}
+
+/* A header for a new sample: from the thread's pool, or malloc'd. */
+static ef_sample *new_header(void)
+{
+    ef__sample_pool *p = own_pool();
+    if (p)
+        return pool_take(p);
+    ef_sample *s = ef__malloc(sizeof *s);
+    if (s)
+        s->pool = NULL;
+    return s;
 }
 
 ef_sample *ef__sample_pool_clone(ef__sample_pool *p, const ef_sample *s)
@@ -337,10 +400,12 @@ static int room_for_one(ef_sample *s)
     return 0;
 }
 
-ef_status ef_sample_add(ef_sample *s, const char *name, ef_dtype dtype, int ndim,
-                  const int64_t *shape, ef_buffer *buf, size_t offset)
+ef_status ef_sample_add(ef_sample *s, const char *name, ef_dtype dtype,
+                        int ndim, const int64_t *shape, ef_buffer *buf,
+                        size_t offset)
 {
-    if (!s || !name || !buf || !name[0] || strnlen(name, EF_MAX_NAME) >= EF_MAX_NAME ||
+    if (!s || !name || !buf || !name[0] ||
+        strnlen(name, EF_MAX_NAME) >= EF_MAX_NAME ||
         s->nfields >= EF_MAX_FIELDS || ef_dtype_size(dtype) == 0 || ndim < 0 ||
         ndim > EF_MAX_DIMS || (ndim > 0 && !shape) ||
         ef__sample_find(s, name) >= 0)
@@ -375,8 +440,8 @@ ef_status ef_sample_add(ef_sample *s, const char *name, ef_dtype dtype, int ndim
     return EF_OK;
 }
 
-ef_status ef_sample_add_new(ef_sample *s, const char *name, ef_dtype dtype, int ndim,
-                      const int64_t *shape, void **data)
+ef_status ef_sample_add_new(ef_sample *s, const char *name, ef_dtype dtype,
+                            int ndim, const int64_t *shape, void **data)
 {
     if (ndim < 0 || ndim > EF_MAX_DIMS || (ndim > 0 && !shape))
         return EF_EINVAL;
