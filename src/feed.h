@@ -10,6 +10,10 @@
  * closed queue, whoever closed it, reads as "<stage>: the pipeline was
  * stopped".
  *
+ * Items cross in runs (core/run_length.h): a pump pulls a run and pushes
+ * it at once, and the consumer takes what is ready into a cache of its
+ * own (ef__queue_pop_run), handing items out from it without a lock.
+ *
  * Threads: start() runs `nthreads` threads of main(arg). They end after
  * handing over END or an error, or when a push fails because the queue
  * was closed; stop(), rewind() and destroy() close it and join them.
@@ -31,14 +35,20 @@ typedef struct {
     int nthreads;
     int started; /* threads started and not yet joined */
     /* a pump's checkpoint view (pause, save): `gate` is held around each
-     * pull; `pulled` counts the samples pulled and `last` is the identity
-     * of the latest, both under the gate */
+     * pull; `pulled` counts the samples pulled and `hands` holds the
+     * identities of the run being pulled, `in_hand` of them, all under
+     * the gate. The pump's own items are `run`. */
     pthread_mutex_t gate;
     uint64_t pulled;
-    struct ef__ident *last;
-    /* consumer side */
+    struct ef__ident *hands;
+    size_t in_hand;
+    ef__item *run;
+    /* consumer side: items taken from the queue, handed out from
+     * cache[cache_pos..cache_n) */
+    ef__item *cache;
+    size_t cache_n, cache_pos;
     uint64_t taken; /* samples taken */
-    int finished; /* END or an error was taken (sticky until rewind) */
+    int finished;   /* END or an error was taken (sticky until rewind) */
     int final_status;
     ef__err final_err;
 } ef__feed;
@@ -59,6 +69,9 @@ void *ef__feed_pump(void *feed);
  * wait_down (an atomic add: threads may share it). EF_OK, the queue owns
  * the item; EF_ECANCELED, the item was freed. */
 int ef__feed_push(ef__feed *p, ef__item *item);
+/* Queues a run of items in order, as ef__feed_push each would; on
+ * EF_ECANCELED those not queued were freed. */
+int ef__feed_push_run(ef__feed *p, ef__item *items, size_t n);
 
 /* Consumer side: the next sample (block = 0: EF_AGAIN when none is
  * ready). EF_OK with *out, which is NULL for an item without a sample (a
@@ -72,10 +85,14 @@ int ef__feed_final(const ef__feed *p, ef__err *err);
  * status; frees the item and returns its status. */
 int ef__feed_finish(ef__feed *p, ef__item *item, ef__err *err);
 
+/* Items ready for the consumer: its cache's and the queue's. */
+size_t ef__feed_ready(ef__feed *p);
+
 /* Checkpoints, for a pump: pause() waits for a pull under way and keeps
  * the pump from pulling until resume(); save(), while paused, lists what
- * the pump took from the upstream and the consumer has not: the queue's
- * samples, then the one the pump holds, if any (state.h). */
+ * the pump took from the upstream and the consumer has not: the
+ * consumer's cache, the queue's samples, then those the pump holds
+ * (state.h). */
 void ef__feed_pause(ef__feed *p);
 void ef__feed_resume(ef__feed *p);
 int ef__feed_save(ef__feed *p, ef__state_out *o, ef__err *err);

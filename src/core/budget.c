@@ -27,8 +27,7 @@ static void raise_peak(ef__budget *b, uint64_t now)
         ;
 }
 
-/* Charges n when the total stays within the limit: 1, else 0. */
-static int try_take(ef__budget *b, uint64_t n)
+int ef__budget_try_take(ef__budget *b, uint64_t n)
 {
     uint64_t held = atomic_load(&b->held);
     do {
@@ -42,14 +41,14 @@ static int try_take(ef__budget *b, uint64_t n)
 int ef__budget_take(ef__budget *b, uint64_t n, const atomic_size_t *queued,
                     const atomic_int *closed, uint64_t *waited_ns)
 {
-    if (try_take(b, n))
+    if (ef__budget_try_take(b, n))
         return EF_OK; /* the caller sees a close when it pushes */
     uint64_t t0 = ef__now_ns();
     int charged = 0;
     pthread_mutex_lock(&b->mu);
     atomic_fetch_add(&b->waiters, 1);
     while (!atomic_load(closed)) {
-        if (try_take(b, n)) {
+        if (ef__budget_try_take(b, n)) {
             charged = 1;
             break;
         }

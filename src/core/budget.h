@@ -48,6 +48,9 @@ void ef__budget_destroy(ef__budget *b);
  * (*closed == 0). EF_OK, or EF_ECANCELED once the queue is closed. */
 int ef__budget_take(ef__budget *b, uint64_t n, const atomic_size_t *queued,
                     const atomic_int *closed, uint64_t *waited_ns);
+/* Charges n bytes when the total stays within the limit: 1, else 0 with
+ * nothing charged. Never waits. */
+int ef__budget_try_take(ef__budget *b, uint64_t n);
 /* Charges n bytes without waiting. */
 void ef__budget_hold(ef__budget *b, uint64_t n);
 /* Gives n bytes back and wakes the queues waiting for room. */

@@ -1,8 +1,16 @@
 /* The bounded queue (see queue.h).
  *
- * Lock rules: `mu` guards every field of the queue. Waiters re-check their
- * condition in a loop; close() broadcasts both condition variables so no
- * waiter sleeps through a shutdown. No callback runs under the lock. */
+ * Lock rules: `mu` guards every field of the queue but the atomics `out`
+ * and `push_waiting`. Waiters re-check their condition in a loop; close()
+ * broadcasts both condition variables so no waiter sleeps through a
+ * shutdown. No callback runs under the lock.
+ *
+ * A hand-out (ef__queue_handed) lowers `out` without the lock. A push
+ * that finds no room counts itself in `push_waiting` and then checks
+ * again, and a hand-out reads `push_waiting` after lowering `out` (both
+ * sequentially consistent): either the push sees the room, or the
+ * hand-out sees the waiter and wakes it under the lock, which the push
+ * holds from its check until it sleeps. */
 #include "core/queue.h"
 
 #include <assert.h>
@@ -29,6 +37,8 @@ int ef__queue_init(ef__queue *q, size_t capacity)
     q->closed = 0;
     atomic_init(&q->queued, 0);
     atomic_init(&q->is_closed, 0);
+    atomic_init(&q->out, 0);
+    atomic_init(&q->push_waiting, 0);
     q->budget = NULL;
     q->owner = "queue";
     pthread_mutex_init(&q->mu, NULL);
@@ -84,11 +94,18 @@ static int charge(ef__queue *q, ef__item *item, uint64_t *waited_ns)
         item->msg = ef__strdup(why.msg);
         return EF_OK;
     }
-    int rc = ef__budget_take(q->budget, n, &q->queued, &q->is_closed,
-                             waited_ns);
+    int rc =
+        ef__budget_take(q->budget, n, &q->queued, &q->is_closed, waited_ns);
     if (rc == EF_OK)
         item->charged = n;
     return rc;
+}
+
+/* Items the queue takes before a push waits; the lock is held. */
+static size_t room(const ef__queue *q)
+{
+    size_t used = q->count + atomic_load(&q->out);
+    return used < q->limit ? q->limit - used : 0;
 }
 
 int ef__queue_push(ef__queue *q, ef__item *item, uint64_t *waited_ns)
@@ -96,10 +113,12 @@ int ef__queue_push(ef__queue *q, ef__item *item, uint64_t *waited_ns)
     if (charge(q, item, waited_ns) != EF_OK)
         return EF_ECANCELED;
     pthread_mutex_lock(&q->mu);
-    if (q->count >= q->limit && !q->closed) {
+    if (!room(q) && !q->closed) {
         uint64_t t0 = ef__now_ns();
-        while (q->count >= q->limit && !q->closed)
+        atomic_fetch_add(&q->push_waiting, 1);
+        while (!room(q) && !q->closed)
             pthread_cond_wait(&q->not_full, &q->mu);
+        atomic_fetch_sub(&q->push_waiting, 1);
         if (waited_ns)
             *waited_ns += ef__now_ns() - t0;
     }
@@ -116,6 +135,115 @@ int ef__queue_push(ef__queue *q, ef__item *item, uint64_t *waited_ns)
     pthread_cond_signal(&q->not_empty);
     pthread_mutex_unlock(&q->mu);
     return EF_OK;
+}
+
+/* Charges items[0..n) to the budget at once, when all of them fit
+ * without waiting: 1, else 0 with nothing charged. */
+static int charge_at_once(ef__queue *q, ef__item *items, size_t n)
+{
+    uint64_t total = 0;
+    for (size_t i = 0; i < n; i++) {
+        items[i].charged = 0;
+        if (!q->budget || !items[i].sample)
+            continue;
+        uint64_t bytes = ef__sample_bytes(items[i].sample);
+        if (!ef__budget_fits(q->budget, bytes))
+            return 0; /* push makes the error item */
+        items[i].charged = bytes;
+        total += bytes;
+    }
+    if (total == 0 || ef__budget_try_take(q->budget, total))
+        return 1;
+    for (size_t i = 0; i < n; i++)
+        items[i].charged = 0;
+    return 0;
+}
+
+/* Queues the first of items[0..n) that fit the queue's room and the
+ * budget without waiting, under one lock; returns how many (0: none). */
+static size_t push_at_once(ef__queue *q, ef__item *items, size_t n)
+{
+    pthread_mutex_lock(&q->mu);
+    size_t k = q->closed ? 0 : room(q);
+    if (k > n)
+        k = n;
+    if (k > 0 && !charge_at_once(q, items, k))
+        k = 0;
+    for (size_t i = 0; i < k; i++)
+        q->ring[(q->head + q->count + i) % q->cap] = items[i];
+    if (k > 0) {
+        q->count += k;
+        atomic_store(&q->queued, q->count);
+        pthread_cond_signal(&q->not_empty);
+    }
+    pthread_mutex_unlock(&q->mu);
+    return k;
+}
+
+int ef__queue_push_run(ef__queue *q, ef__item *items, size_t n, size_t *queued,
+                       uint64_t *waited_ns)
+{
+    size_t done = 0;
+    while (done < n) {
+        size_t k = push_at_once(q, items + done, n - done);
+        if (k > 0) {
+            done += k;
+            continue;
+        }
+        /* no room now: one item the slow way, waiting as push does */
+        int was_sample = items[done].status == EF_OK && items[done].sample;
+        int rc = ef__queue_push(q, &items[done], waited_ns);
+        if (rc != EF_OK) {
+            *queued = done;
+            return rc;
+        }
+        if (was_sample && items[done].status != EF_OK) {
+            /* over the budget: the error ends the run */
+            for (size_t i = done + 1; i < n; i++)
+                ef__item_clear(&items[i]);
+            break;
+        }
+        done++;
+    }
+    *queued = n;
+    return EF_OK;
+}
+
+int ef__queue_pop_run(ef__queue *q, ef__item *items, size_t max, size_t *n,
+                      int block)
+{
+    *n = 0;
+    pthread_mutex_lock(&q->mu);
+    while (block && q->count == 0 && !q->closed)
+        pthread_cond_wait(&q->not_empty, &q->mu);
+    int rc = q->closed ? EF_ECANCELED : q->count == 0 ? EF_AGAIN : EF_OK;
+    if (rc == EF_OK) {
+        size_t k = q->count < max ? q->count : max;
+        for (size_t i = 0; i < k; i++)
+            items[i] = q->ring[(q->head + i) % q->cap];
+        q->head = (q->head + k) % q->cap;
+        q->count -= k;
+        atomic_store(&q->queued, q->count);
+        atomic_fetch_add(&q->out, k);
+        *n = k;
+    }
+    pthread_mutex_unlock(&q->mu);
+    return rc;
+}
+
+void ef__queue_handed(ef__queue *q, ef__item *item)
+{
+    if (item->charged)
+        ef__budget_release(q->budget, item->charged);
+    item->charged = 0;
+    size_t out = atomic_fetch_sub(&q->out, 1) - 1;
+    /* a waiting producer is woken once half the limit is free */
+    if (atomic_load(&q->push_waiting) > 0 &&
+        atomic_load(&q->queued) + out <= q->limit / 2) {
+        pthread_mutex_lock(&q->mu);
+        pthread_cond_broadcast(&q->not_full);
+        pthread_mutex_unlock(&q->mu);
+    }
 }
 
 /* Takes the head item; the lock is held and the queue is not empty. */
@@ -188,6 +316,7 @@ void ef__queue_reopen(ef__queue *q)
     q->head = 0;
     q->closed = 0;
     atomic_store(&q->queued, 0);
+    atomic_store(&q->out, 0);
     atomic_store(&q->is_closed, 0);
     pthread_mutex_unlock(&q->mu);
 }

@@ -6,6 +6,15 @@
  * ordinary items (a status with no sample), so they reach the consumer in
  * order.
  *
+ * Items may move in runs (core/run_length.h): a producer pushes a run
+ * under one lock and one wake-up, and a consumer takes all that is ready
+ * at once into a cache of its own, from which it hands items out without
+ * the lock (ef__queue_pop_run, ef__queue_handed). Items in such a cache
+ * still count against the queue's limit and the budget until handed out,
+ * so the bounds are the same as with single items. A producer waiting
+ * for room is woken once the queue and the cache together are down to
+ * half the limit: one wake-up per half a queue, not per item.
+ *
  * With a memory budget (ef__queue_set_budget), a push also waits for room
  * in the budget (see budget.h), and a sample larger than the whole budget
  * is replaced by an EF_ENOMEM item saying so. */
@@ -33,8 +42,13 @@ typedef struct {
     pthread_cond_t not_full;
     ef__item *ring;
     size_t cap, head, count;
-    size_t limit; /* a push waits while count >= limit (<= cap) */
+    size_t limit; /* a push waits while count + out >= limit (<= cap) */
     int closed;
+    /* items a consumer took with pop_run and has not handed out yet, and
+     * pushes waiting for room: atomics, which the consumer's hand-out
+     * reads and writes without mu */
+    atomic_size_t out;
+    atomic_int push_waiting;
     /* mirrors of count and closed for the budget's wait, which runs
      * without mu */
     atomic_size_t queued;
@@ -55,6 +69,25 @@ void ef__queue_destroy(ef__queue *q);
  * says so on return. Adds the time spent blocked to *waited_ns if not
  * NULL. */
 int ef__queue_push(ef__queue *q, ef__item *item, uint64_t *waited_ns);
+/* Queues items[0..n) in order, as n pushes would, under one lock where
+ * the run fits at once (the queue's room and the budget's, without
+ * waiting). EF_OK: the queue owns them all (an item's status may have
+ * become EF_ENOMEM, as with push; then the run was cut after it and the
+ * later items freed). EF_ECANCELED: the queue owns items[0..*queued) and
+ * the caller the rest. */
+int ef__queue_push_run(ef__queue *q, ef__item *items, size_t n, size_t *queued,
+                       uint64_t *waited_ns);
+/* Takes up to max items that are ready into items[], blocking while none
+ * are (block = 0: EF_AGAIN then). The caller owns them, but they count
+ * against the queue's limit and stay charged to the budget until the
+ * caller hands each one out with ef__queue_handed. *n: how many. EF_OK,
+ * EF_AGAIN or EF_ECANCELED. */
+int ef__queue_pop_run(ef__queue *q, ef__item *items, size_t max, size_t *n,
+                      int block);
+/* An item taken with pop_run leaves the consumer's hands (handed on, or
+ * dropped): its bytes go back to the budget and its place to the queue.
+ * Takes no lock unless a producer waits for room. */
+void ef__queue_handed(ef__queue *q, ef__item *item);
 /* Blocks while empty. EF_OK (caller owns *item) or EF_ECANCELED. */
 int ef__queue_pop(ef__queue *q, ef__item *item, uint64_t *waited_ns);
 /* Never blocks: EF_OK, EF_AGAIN when empty, or EF_ECANCELED. */
@@ -62,7 +95,8 @@ int ef__queue_try_pop(ef__queue *q, ef__item *item);
 /* Wakes every waiter; later calls fail with EF_ECANCELED. */
 void ef__queue_close(ef__queue *q);
 /* Frees every queued item and opens a closed queue again, for a stage
- * that restarts its producer mid-pass. No producer may be running. */
+ * that restarts its producer mid-pass. No producer may be running, and
+ * the consumer has handed out every item it took with pop_run. */
 void ef__queue_reopen(ef__queue *q);
 size_t ef__queue_count(ef__queue *q);
 /* Calls fn on each queued item, oldest first, under the lock: fn must

@@ -1,11 +1,18 @@
 /* map: runs a transform (a user callback or a built-in) on `threads`
  * threads.
  *
+ * Workers move items in runs (core/run_length.h): a worker pulls a run of
+ * items, transforms them, and hands the results over at once, so that
+ * cheap items pay one lock and at most one wake-up per run rather than
+ * per item; slow items (a JPEG) go in runs of one. Each worker sizes its
+ * runs from what its last ones cost. Item k of the pass is the k-th
+ * pulled whatever the runs, so the output never depends on them.
+ *
  * Ordered mode (the default) keeps the upstream's order with a ring of
- * slots: a worker takes sequence number `submit` while it pulls an item,
- * puts the result in slot seq % cap, and the consumer emits slots in order
- * (`emit`). Unordered mode hands results over through a queue as they
- * finish.
+ * slots, one run each: a worker takes sequence number `submit` while it
+ * pulls a run, puts the results in slot seq % cap, and the consumer emits
+ * slots in order (`emit`), item by item, without the lock inside a slot.
+ * Unordered mode hands runs over through a queue as they finish.
  *
  * Lock rules: `in_mu` serialises pulls from the upstream and guards
  * `submit`; `mu` guards the ring, `emit`, `stopped` and `active`. A worker
@@ -26,6 +33,7 @@
  * `stopped` are each changed before `mu` is taken to broadcast `park`, so
  * no parked worker misses a change. Which workers run never changes what
  * comes out: ordered mode still emits by sequence number. */
+#include <assert.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -33,6 +41,7 @@
 #include "core/alloc.h"
 #include "core/clock.h"
 #include "core/cores.h"
+#include "core/run_length.h"
 #include "core/sample.h"
 #include "feed.h"
 #include "stage.h"
@@ -45,29 +54,42 @@ struct ef_map_ctx {
     ef__rng rng;
     ef__err *err;
     ef__slabs *slabs; /* NULL: no slots (unordered, or not before batch) */
-    uint64_t seq;     /* the item's sequence number in the ordered ring */
+    uint64_t seq;     /* the item's number in the pass (ordered mode) */
     int asked;        /* the slot was asked for: one slot per item */
 };
 
+/* A run: items pulled in order and, once transformed, their results. */
 typedef struct {
-    int done;
-    ef__item item;
-    /* the identity of the input pulled for this slot (set: pulled and
-     * not yet emitted), for checkpoints */
-    int pulled;
-    ef__ident input;
+    size_t n;   /* items[0..n): the last may be END or an error */
+    size_t cap; /* room in items and inputs */
+    ef__item *items;
+    /* ordered mode, for checkpoints: the identities of the inputs pulled
+     * (inputs[0..pulled)); and the number of items[0] in the pass */
+    ef__ident *inputs;
+    size_t pulled;
+    uint64_t first;
+} run;
+
+typedef struct {
+    int done;   /* a worker put its run here */
+    size_t pos; /* the consumer's next item of the run */
+    run r;
 } slot;
 
 typedef struct {
     ef_map_fn fn;
     void *user;
     int nthreads, ordered;
+    size_t run; /* items per run, or 0: from their cost */
     pthread_mutex_t in_mu, mu;
     pthread_cond_t can_submit, can_emit;
     slot *ring;
     size_t cap;
+    run *own; /* unordered mode: each worker's run, by id */
     uint64_t submit, emit;
+    uint64_t items_pulled; /* under in_mu: item numbers for slabs */
     atomic_int input_done;
+    atomic_int halt; /* stopped, as seen by a worker inside a run */
     int stopped, active;
     int emit_waiting;   /* the consumer sleeps on can_emit */
     int submit_waiters; /* workers sleeping on can_submit */
@@ -76,8 +98,8 @@ typedef struct {
      * delivered, and paused_cv tells pause() they are all in */
     int paused, pulling;
     pthread_cond_t paused_cv;
-    ef__feed feed;      /* the workers; its queue serves unordered mode */
-    ef__slabs slabs;    /* batch slabs, when feeding a batch in order */
+    ef__feed feed;   /* the workers; its queue serves unordered mode */
+    ef__slabs slabs; /* batch slabs, when feeding a batch in order */
     /* threads=auto (is_auto): the tuner's share, the parked workers'
      * condition, and the ids workers take as they start */
     int is_auto;
@@ -85,6 +107,19 @@ typedef struct {
     pthread_cond_t park;
     atomic_int next_id;
 } map_state;
+
+/* Frees what a slot holds from item `from` on, and the identities of its
+ * inputs; the slot is empty again. */
+static void clear_slot(slot *sl, size_t from)
+{
+    for (size_t i = from; i < sl->r.n; i++)
+        ef__item_clear(&sl->r.items[i]);
+    for (size_t i = 0; i < sl->r.pulled; i++)
+        ef__ident_clear(&sl->r.inputs[i]);
+    sl->r.n = sl->r.pulled = 0;
+    sl->pos = 0;
+    sl->done = 0;
+}
 
 /* ---- the built-in transforms ------------------------------------ */
 
@@ -173,7 +208,7 @@ ef_buffer *ef__map_ctx_output(ef_map_ctx *ctx, size_t nbytes, size_t *offset)
     return b;
 }
 
-/* Runs the transform on `in` (consumed), sequence number `seq`, into an
+/* Runs the transform on `in` (consumed), item number `seq`, into an
  * item. */
 static void transform(ef__stage *s, map_state *st, ef_sample *in, uint64_t seq,
                       ef__item *item)
@@ -183,8 +218,8 @@ static void transform(ef__stage *s, map_state *st, ef_sample *in, uint64_t seq,
     /* a fetch (seq UINT64_MAX) makes an item again outside the ring */
     ef_map_ctx ctx = {.user = st->user,
                       .err = &err,
-                      .slabs = st->slabs.n && seq != UINT64_MAX ? &st->slabs
-                                                                : NULL,
+                      .slabs =
+                          st->slabs.n && seq != UINT64_MAX ? &st->slabs : NULL,
                       .seq = seq};
     ef__stage_rng(s, &ctx.rng, in->id);
     ef_sample *out = NULL;
@@ -262,68 +297,149 @@ static void wake_parked(ef__stage *s)
     pthread_mutex_unlock(&st->mu);
 }
 
-/* Pulls one item under in_mu. Ordered mode first reserves a slot. Returns
- * 0 when the worker should stop. */
-static int take_input(ef__stage *s, map_state *st, uint64_t *seq,
-                      ef__item *item)
+/* Room for `want` items in r, which the calling worker alone holds;
+ * returns how many it has (fewer when out of memory, at least 1). */
+static size_t run_room(run *r, size_t want, int with_inputs)
 {
-    int go = 0;
-    pthread_mutex_lock(&st->in_mu);
-    if (!atomic_load(&st->input_done)) {
-        go = 1;
-        if (st->ordered) {
-            pthread_mutex_lock(&st->mu);
-            if ((st->submit - st->emit >= st->cap || st->paused) &&
-                !st->stopped) {
-                uint64_t t0 = ef__now_ns();
-                st->submit_waiters++;
-                while ((st->submit - st->emit >= st->cap || st->paused) &&
-                       !st->stopped)
-                    pthread_cond_wait(&st->can_submit, &st->mu);
-                st->submit_waiters--;
-                ef__stat_add(&s->wait_down_ns, ef__now_ns() - t0);
-            }
-            go = !st->stopped;
-            *seq = st->submit++;
-            st->pulling += go;
-            pthread_mutex_unlock(&st->mu);
-        }
+    assert(r->cap >= 1); /* made so by ef__map_setup */
+    if (want <= r->cap)
+        return want;
+    ef__item *items = ef__realloc(r->items, want * sizeof *items);
+    if (items)
+        r->items = items;
+    ef__ident *inputs = with_inputs && items
+                            ? ef__realloc(r->inputs, want * sizeof *inputs)
+                            : NULL;
+    if (inputs)
+        r->inputs = inputs;
+    if (items && (inputs || !with_inputs))
+        r->cap = want;
+    return want < r->cap ? want : r->cap;
+}
+
+/* Ordered mode: reserves the next slot, waiting for room in the ring;
+ * under in_mu. Returns 0 when the worker should stop. */
+static int reserve_slot(ef__stage *s, map_state *st, uint64_t *seq)
+{
+    pthread_mutex_lock(&st->mu);
+    if ((st->submit - st->emit >= st->cap || st->paused) && !st->stopped) {
+        uint64_t t0 = ef__now_ns();
+        st->submit_waiters++;
+        while ((st->submit - st->emit >= st->cap || st->paused) && !st->stopped)
+            pthread_cond_wait(&st->can_submit, &st->mu);
+        st->submit_waiters--;
+        ef__stat_add(&s->wait_down_ns, ef__now_ns() - t0);
     }
-    if (go) {
-        ef__err err;
-        ef__err_clear(&err);
-        item->status = ef__stage_pull(s, &item->sample, &err);
-        if (st->ordered && item->status == EF_OK) {
-            /* the slot is free: its last item was emitted */
-            slot *sl = &st->ring[*seq % st->cap];
-            sl->input = ef__ident_of(item->sample);
-            sl->pulled = 1;
-        }
-        if (item->status != EF_OK) {
-            end_input(st);
-            if (item->status < 0)
-                item->msg = ef__strdup(err.msg);
-        }
-    }
-    pthread_mutex_unlock(&st->in_mu);
+    int go = !st->stopped;
+    *seq = st->submit;
+    st->submit += go;
+    st->pulling += go;
+    pthread_mutex_unlock(&st->mu);
     return go;
 }
 
-/* Hands a result over; returns 0 when the worker should stop. */
-static int deliver(map_state *st, uint64_t seq, ef__item *item)
+/* Pulls up to `want` items into r under in_mu (ordered mode first
+ * reserves slot *seq, whose run r is). Returns 0 when the worker should
+ * stop; r->n is then 0. */
+static int take_run(ef__stage *s, map_state *st, size_t want, uint64_t *seq,
+                    run **rp, run *own)
 {
-    if (!st->ordered)
-        return ef__feed_push(&st->feed, item) == EF_OK;
+    /* own: unordered mode's run, this worker's */
+    run *r = own;
+    r->n = 0;
+    pthread_mutex_lock(&st->in_mu);
+    int go = !atomic_load(&st->input_done);
+    if (go && st->ordered && (go = reserve_slot(s, st, seq)) != 0)
+        r = &st->ring[*seq % st->cap].r;
+    want = go ? run_room(r, want, st->ordered) : 0;
+    r->first = st->items_pulled;
+    r->pulled = 0;
+    ef__err err;
+    while (r->n < want) {
+        ef__item *it = &r->items[r->n++];
+        memset(it, 0, sizeof *it);
+        ef__err_clear(&err);
+        uint64_t waited = ef__stat_get(&s->wait_up_ns);
+        it->status = ef__stage_pull(s, &it->sample, &err);
+        if (it->status != EF_OK) {
+            end_input(st);
+            if (it->status < 0)
+                it->msg = ef__strdup(err.msg);
+            break;
+        }
+        if (st->ordered)
+            r->inputs[r->pulled++] = ef__ident_of(it->sample);
+        /* a pull that stalled (a slow read): what is here goes now */
+        if (ef__stat_get(&s->wait_up_ns) - waited > EF__RUN_TARGET_NS)
+            break;
+    }
+    st->items_pulled += r->n;
+    pthread_mutex_unlock(&st->in_mu);
+    *rp = r;
+    return go;
+}
+
+/* Drops the run's items from i on: r->n becomes i. */
+static void cut_run(run *r, size_t i)
+{
+    for (size_t j = i; j < r->n; j++)
+        ef__item_clear(&r->items[j]);
+    r->n = i;
+}
+
+/* Transforms the run's items in place. After a failure the rest of the
+ * run is dropped (the input has ended) and the run cut after it; a stop
+ * cuts it at once, so that a run of slow items does not keep it waiting. */
+static void transform_run(ef__stage *s, map_state *st, run *r)
+{
+    for (size_t i = 0; i < r->n; i++) {
+        ef__item *it = &r->items[i];
+        if (it->status != EF_OK)
+            break; /* END or an error: the last */
+        if (atomic_load_explicit(&st->halt, memory_order_relaxed)) {
+            cut_run(r, i);
+            break;
+        }
+        transform(s, st, it->sample, r->first + i, it);
+        if (it->status != EF_OK) {
+            end_input(st);
+            cut_run(r, i + 1);
+            break;
+        }
+    }
+}
+
+/* Ordered mode: the run of slot seq is done. */
+static void deliver(map_state *st, uint64_t seq)
+{
     pthread_mutex_lock(&st->mu);
-    slot *sl = &st->ring[seq % st->cap];
-    sl->item = *item;
-    sl->done = 1;
+    st->ring[seq % st->cap].done = 1;
     if (--st->pulling == 0 && st->paused)
         pthread_cond_broadcast(&st->paused_cv);
     if (st->emit_waiting && seq == st->emit)
         pthread_cond_signal(&st->can_emit);
     pthread_mutex_unlock(&st->mu);
-    return 1;
+}
+
+/* Unordered mode: hands the run's results over, but an END, which only
+ * the last worker hands over (worker_main). Returns 0 when the worker
+ * should stop. */
+static int deliver_unordered(map_state *st, run *r)
+{
+    size_t n = r->n;
+    int last = n > 0 && r->items[n - 1].status != EF_OK;
+    if (last && r->items[n - 1].status == EF_END)
+        n--;
+    return ef__feed_push_run(&st->feed, r->items, n) == EF_OK && !last;
+}
+
+/* The output a worker's run may hold: the ordered ring is not charged to
+ * the budget, so its runs are kept to a share of it. */
+static size_t run_bytes(const ef__stage *s, const map_state *st)
+{
+    size_t most = (size_t)1 << 20;
+    uint64_t share = s->ctx->budget.limit / (2 * st->cap);
+    return s->ctx->budget.limit && share < most ? (size_t)share : most;
 }
 
 static void *worker_main(void *arg)
@@ -331,32 +447,40 @@ static void *worker_main(void *arg)
     ef__stage *s = arg;
     map_state *st = s->state;
     int id = atomic_fetch_add(&st->next_id, 1);
+    run *own = &st->own[id];
+    ef__run_length rl;
+    /* a few tens of thousands of items in flight at most, however many
+     * workers fill the ring */
+    ef__run_length_init(&rl, 65536 / st->cap, run_bytes(s, st));
     for (;;) {
         uint64_t seq = 0;
-        ef__item item = {0};
-        if (st->is_auto && !may_take(st, id))
+        run *r;
+        if (atomic_load_explicit(&st->halt, memory_order_relaxed) ||
+            (st->is_auto && !may_take(st, id)))
             break;
-        if (!take_input(s, st, &seq, &item))
+        uint64_t t0 = ef__timer_ns();
+        size_t want = st->run ? st->run : ef__run_length_next(&rl);
+        if (!take_run(s, st, want, &seq, &r, own))
             break;
-        int last = item.status != EF_OK;
-        if (item.status == EF_OK) {
-            /* threads=auto: the transform's time is what the tuner
-             * shares the cores by */
-            uint64_t t0 = st->is_auto ? ef__timer_ns() : 0;
-            transform(s, st, item.sample, seq, &item);
-            if (st->is_auto)
-                atomic_fetch_add_explicit(&st->at.busy_ns,
-                                          ef__elapsed_ns(t0, ef__timer_ns()),
-                                          memory_order_relaxed);
-            if (item.status != EF_OK) {
-                end_input(st);
-                last = 1;
-            }
-        }
-        /* unordered: END goes out only from the last worker, below */
-        if (!st->ordered && item.status == EF_END)
+        /* threads=auto: the transform's time is what the tuner shares
+         * the cores by */
+        uint64_t t1 = ef__timer_ns();
+        transform_run(s, st, r);
+        uint64_t t2 = ef__timer_ns();
+        if (st->is_auto)
+            atomic_fetch_add_explicit(&st->at.busy_ns, ef__elapsed_ns(t1, t2),
+                                      memory_order_relaxed);
+        uint64_t bytes = 0;
+        for (size_t i = 0; i < r->n; i++)
+            if (r->items[i].sample)
+                bytes += ef__sample_bytes(r->items[i].sample);
+        ef__run_length_note(&rl, r->n, ef__elapsed_ns(t0, t2), bytes);
+        int last = r->n > 0 && r->items[r->n - 1].status != EF_OK;
+        if (st->ordered)
+            deliver(st, seq);
+        else if (!deliver_unordered(st, r))
             break;
-        if (!deliver(st, seq, &item) || last)
+        if (last)
             break;
     }
     if (!st->ordered) {
@@ -431,6 +555,44 @@ static int map_create(ef__stage *s, const ef__opts *o, ef__err *err)
                          ef__opt_bool(o, "ordered"), err);
 }
 
+/* The ring's runs and the workers' own, each with room for one item to
+ * start with (runs grow as their workers need): 1, or 0 when out of
+ * memory. */
+static int alloc_runs(map_state *st)
+{
+    st->ring = ef__calloc(st->cap, sizeof *st->ring);
+    st->own = ef__calloc((size_t)st->nthreads, sizeof *st->own);
+    if (!st->ring || !st->own)
+        return 0;
+    for (size_t i = 0; i < st->cap + (size_t)st->nthreads; i++) {
+        run *r = i < st->cap ? &st->ring[i].r : &st->own[i - st->cap];
+        r->items = ef__calloc(1, sizeof *r->items);
+        r->inputs = ef__calloc(1, sizeof *r->inputs);
+        if (!r->items || !r->inputs)
+            return 0;
+        r->cap = 1;
+    }
+    return 1;
+}
+
+/* Frees the runs and what they hold. */
+static void free_runs(map_state *st)
+{
+    for (size_t i = 0; st->ring && i < st->cap; i++) {
+        clear_slot(&st->ring[i], st->ring[i].pos);
+        ef__free(st->ring[i].r.items);
+        ef__free(st->ring[i].r.inputs);
+    }
+    for (int i = 0; st->own && i < st->nthreads; i++) {
+        ef__free(st->own[i].items);
+        ef__free(st->own[i].inputs);
+    }
+    ef__free(st->ring);
+    ef__free(st->own);
+    st->ring = NULL;
+    st->own = NULL;
+}
+
 int ef__map_setup(ef__stage *s, ef_map_fn fn, void *user, int threads,
                   int ordered, ef__err *err)
 {
@@ -439,6 +601,7 @@ int ef__map_setup(ef__stage *s, ef_map_fn fn, void *user, int threads,
         return EF_ENOMEM;
     st->fn = fn;
     st->user = user;
+    st->run = (size_t)ef__opt_int(&s->opts, "run");
     st->is_auto = threads == 0;
     if (st->is_auto) {
         /* one worker per usable core; one takes input until the tuner
@@ -453,15 +616,14 @@ int ef__map_setup(ef__stage *s, ef_map_fn fn, void *user, int threads,
     st->nthreads = threads;
     st->ordered = ordered;
     st->cap = (size_t)st->nthreads * 16;
-    st->ring = ef__calloc(st->cap, sizeof *st->ring);
-    /* the ordered ring is bounded by its count of slots only; the queue
-     * is charged to the budget */
-    int rc = st->ring ? ef__feed_init(&st->feed, s, st->cap, threads,
-                                      worker_main, s, err)
-                      : ef__err_set(err, EF_ENOMEM, "%s: out of memory",
-                                    s->def->info.name);
+    /* the ordered ring is bounded by its count of runs, and each run by
+     * its bytes (run_bytes); the queue is charged to the budget */
+    int rc = alloc_runs(st) ? ef__feed_init(&st->feed, s, st->cap, threads,
+                                            worker_main, s, err)
+                            : ef__err_set(err, EF_ENOMEM, "%s: out of memory",
+                                          s->def->info.name);
     if (rc != EF_OK) {
-        ef__free(st->ring);
+        free_runs(st);
         ef__free(st);
         s->state = NULL; /* destroy() would expect the locks */
         return rc;
@@ -484,7 +646,8 @@ void ef__map_feeds_batch(ef__stage *s, int64_t n)
     /* slots follow the ring's order; unordered results have none. Out of
      * memory for the table only leaves slabs off. */
     if (st->ordered && n > 1)
-        (void)ef__slabs_on(&st->slabs, (uint64_t)n, st->cap);
+        (void)ef__slabs_on(&st->slabs, (uint64_t)n,
+                           (uint64_t)st->cap * EF__RUN_MAX);
 }
 
 int ef__map_open(ef__stage *s, ef__err *err)
@@ -495,34 +658,55 @@ int ef__map_open(ef__stage *s, ef__err *err)
     return started(st, ef__feed_start(&st->feed, err));
 }
 
-/* Ordered mode: the item of slot `emit`, once a worker has put it there;
+/* Ordered mode: waits until a worker put the run of slot `emit` there;
  * EF_ECANCELED when the stage was stopped. */
-static int take_slot(ef__stage *s, map_state *st, ef__item *item, ef__err *err)
+static int wait_slot(ef__stage *s, map_state *st, slot *sl, ef__err *err)
 {
     pthread_mutex_lock(&st->mu);
-    slot *sl = &st->ring[st->emit % st->cap];
     st->emit_waiting = 1;
     while (!sl->done && !st->stopped)
         pthread_cond_wait(&st->can_emit, &st->mu);
     st->emit_waiting = 0;
-    if (st->stopped) {
-        pthread_mutex_unlock(&st->mu);
-        return ef__stage_stopped(s, err);
-    }
-    *item = sl->item;
-    sl->done = 0;
-    memset(&sl->item, 0, sizeof sl->item);
-    sl->pulled = 0;
-    ef__ident_clear(&sl->input);
-    if (item->status == EF_OK) {
-        st->emit++;
-        /* wake workers in bulk, once half the ring is free: fewer
-         * context switches than one wake-up per item */
-        if (st->submit_waiters && st->submit - st->emit <= st->cap / 2)
-            pthread_cond_broadcast(&st->can_submit);
-    }
+    int stopped = st->stopped;
     pthread_mutex_unlock(&st->mu);
-    return EF_OK;
+    return stopped ? ef__stage_stopped(s, err) : EF_OK;
+}
+
+/* Ordered mode: the consumer is through slot `emit`; its workers may use
+ * it again. */
+static void release_slot(map_state *st, slot *sl)
+{
+    clear_slot(sl, sl->pos);
+    pthread_mutex_lock(&st->mu);
+    st->emit++;
+    /* wake workers in bulk, once half the ring is free: fewer context
+     * switches than one wake-up per run */
+    if (st->submit_waiters && st->submit - st->emit <= st->cap / 2)
+        pthread_cond_broadcast(&st->can_submit);
+    pthread_mutex_unlock(&st->mu);
+}
+
+/* Ordered mode: the next item, in the run of slot `emit`. A slot whose
+ * run the consumer is reading is the consumer's alone (done stays set
+ * until release_slot), so its items are taken without the lock. */
+static int take_ordered(ef__stage *s, map_state *st, ef__item *item,
+                        ef__err *err)
+{
+    for (;;) {
+        slot *sl = &st->ring[st->emit % st->cap];
+        if (sl->pos == 0) {
+            int rc = wait_slot(s, st, sl, err);
+            if (rc != EF_OK)
+                return rc;
+        }
+        if (sl->pos < sl->r.n) {
+            *item = sl->r.items[sl->pos];
+            memset(&sl->r.items[sl->pos++], 0, sizeof *item);
+            /* END or an error: the slot stays, as its pass has ended */
+            return EF_OK;
+        }
+        release_slot(st, sl);
+    }
 }
 
 int ef__map_next(ef__stage *s, ef_sample **out, ef__err *err)
@@ -542,7 +726,7 @@ int ef__map_next(ef__stage *s, ef_sample **out, ef__err *err)
         return rc;
     ef__item item;
     do {
-        if ((rc = take_slot(s, st, &item, err)) != EF_OK)
+        if ((rc = take_ordered(s, st, &item, err)) != EF_OK)
             return rc;
         if (item.status != EF_OK)
             return ef__feed_finish(&st->feed, &item, err);
@@ -561,19 +745,15 @@ int ef__map_reset(ef__stage *s, int64_t epoch, ef__err *err)
     ef__feed_stop(&st->feed);
     /* the new pass numbers its items, and batch its batches, from 0 */
     ef__slabs_clear(&st->slabs);
-    for (size_t i = 0; i < st->cap; i++) {
-        if (st->ring[i].done) {
-            ef__item_clear(&st->ring[i].item);
-            st->ring[i].done = 0;
-        }
-        st->ring[i].pulled = 0;
-        ef__ident_clear(&st->ring[i].input);
-    }
+    for (size_t i = 0; i < st->cap; i++)
+        clear_slot(&st->ring[i], st->ring[i].pos);
     pthread_mutex_lock(&st->mu);
     st->stopped = 0;
     pthread_mutex_unlock(&st->mu);
+    atomic_store(&st->halt, 0);
     atomic_store(&st->input_done, 0);
     st->submit = st->emit = 0;
+    st->items_pulled = 0;
     st->active = st->nthreads;
     atomic_store(&st->next_id, 0);
     int rc = started(st, ef__feed_restart(&st->feed, epoch, err));
@@ -585,6 +765,7 @@ int ef__map_reset(ef__stage *s, int64_t epoch, ef__err *err)
 void ef__map_cancel(ef__stage *s)
 {
     map_state *st = s->state;
+    atomic_store(&st->halt, 1);
     pthread_mutex_lock(&st->mu);
     st->stopped = 1;
     pthread_cond_broadcast(&st->can_submit);
@@ -599,11 +780,7 @@ void ef__map_destroy(ef__stage *s)
     map_state *st = s->state;
     ef__map_cancel(s);
     ef__feed_destroy(&st->feed);
-    for (size_t i = 0; i < st->cap; i++) {
-        if (st->ring[i].done)
-            ef__item_clear(&st->ring[i].item);
-        ef__ident_clear(&st->ring[i].input);
-    }
+    free_runs(st);
     ef__slabs_destroy(&st->slabs);
     pthread_mutex_destroy(&st->in_mu);
     pthread_mutex_destroy(&st->mu);
@@ -611,7 +788,6 @@ void ef__map_destroy(ef__stage *s)
     pthread_cond_destroy(&st->can_emit);
     pthread_cond_destroy(&st->park);
     pthread_cond_destroy(&st->paused_cv);
-    ef__free(st->ring);
     ef__free(st);
 }
 
@@ -639,7 +815,8 @@ void ef__map_resume(ef__stage *s)
 }
 
 /* What the workers took and the consumer has not: the inputs of the
- * ring's slots from `emit` on, in order, to be transformed again. */
+ * ring's runs from `emit` on, in order, to be transformed again; of the
+ * run the consumer is reading, those after the items it took. */
 int ef__map_save(ef__stage *s, ef__state_out *o, ef__err *err)
 {
     map_state *st = s->state;
@@ -652,8 +829,8 @@ int ef__map_save(ef__stage *s, ef__state_out *o, ef__err *err)
     pthread_mutex_lock(&st->mu);
     for (uint64_t seq = st->emit; seq < st->submit; seq++) {
         const slot *sl = &st->ring[seq % st->cap];
-        if (sl->pulled)
-            ef__state_replay_ident(o, &sl->input);
+        for (size_t i = seq == st->emit ? sl->pos : 0; i < sl->r.pulled; i++)
+            ef__state_replay_ident(o, &sl->r.inputs[i]);
     }
     pthread_mutex_unlock(&st->mu);
     return EF_OK;
@@ -684,7 +861,7 @@ static const ef__option_def map_options[] = {
      "built-in transform (noop, to_f32), or a name bound to a callback "
      "(ef_pipeline_bind_map)",
      0, 0},
-    EF__MAP_THREADS_OPTION,
+    EF__MAP_OPTIONS,
     {"ordered", EF_OPT_BOOL, "true",
      "keep the upstream's order (deterministic)", 0, 0},
 };

@@ -3,19 +3,28 @@
 #ifndef EF_STAGES_FLOW_MAP_H
 #define EF_STAGES_FLOW_MAP_H
 
+#include "core/run_length.h"
 #include "stage.h"
 
 #define EF__MAP_MAX_THREADS 256
 
-/* The `threads` option of every map stage: a count, or auto (see map.c
- * and the pipeline's tuner, tune.c). */
-#define EF__MAP_THREADS_OPTION                                                 \
+/* The options every map stage has: `threads` and `run`, counts or auto
+ * (see map.c, the pipeline's tuner, tune.c, and core/run_length.h). */
+#define EF__MAP_THREADS_ROW                                                    \
     {                                                                          \
         "threads", EF_OPT_INT_AUTO, "1",                                       \
             "worker threads, or auto: one per core, of which the pipeline "    \
             "lets the slowest stages use the most",                            \
             1, EF__MAP_MAX_THREADS                                             \
     }
+#define EF__MAP_RUN_ROW                                                        \
+    {                                                                          \
+        "run", EF_OPT_INT_AUTO, "auto",                                        \
+            "items a worker takes and hands over at once, or auto: from what " \
+            "items cost, one at a time when they are slow",                    \
+            1, EF__RUN_MAX                                                     \
+    }
+#define EF__MAP_OPTIONS EF__MAP_THREADS_ROW, EF__MAP_RUN_ROW
 
 /* Sets s->state up to run `fn` on `threads` threads (0: auto, one per
  * usable core, as many taking input as the tuner allows). `user` is

@@ -81,8 +81,7 @@ static int auto_take(ef__stage *s, prefetch *pf, ef_sample **out, int block,
             grow(s, pf);
         if (block)
             rc = ef__feed_take(&pf->feed, out, 1, err);
-    } else if (rc == EF_OK &&
-               atomic_load(&pf->feed.q.queued) + 1 >= pf->depth) {
+    } else if (rc == EF_OK && ef__feed_ready(&pf->feed) + 1 >= pf->depth) {
         pf->was_full = 1; /* it held `depth` items before this take */
     }
     if (rc == EF_OK && *out) {

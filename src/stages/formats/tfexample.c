@@ -520,7 +520,7 @@ static const ef__option_def tfexample_options[] = {
      0, 0},
     {"field", EF_OPT_STRING, "record", "the u8 field holding the Example", 0,
      0},
-    EF__MAP_THREADS_OPTION,
+    EF__MAP_OPTIONS,
 };
 
 const ef__stage_def ef__stage_tfexample = {

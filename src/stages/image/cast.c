@@ -151,7 +151,7 @@ static int cast_create(ef__stage *s, const ef__opts *o, ef__err *err)
 static const ef__option_def cast_options[] = {
     {"dtype", EF_OPT_STRING, NULL, "target dtype: u8, i32, i64 or f32", 0, 0},
     EF__IMAGE_FIELD_OPTION,
-    EF__THREADS_OPTION,
+    EF__MAP_OPTIONS,
 };
 
 const ef__stage_def ef__stage_cast = {

@@ -118,7 +118,7 @@ static const ef__option_def crop_mirror_normalize_options[] = {
     EF__NORM_STD_OPTION,
     {"layout", EF_OPT_STRING, "chw", "chw ([C,H,W], as to_chw) or hwc", 0, 0},
     EF__IMAGE_FIELD_OPTION,
-    EF__THREADS_OPTION,
+    EF__MAP_OPTIONS,
 };
 
 const ef__stage_def ef__stage_crop_mirror_normalize = {

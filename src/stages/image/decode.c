@@ -48,7 +48,7 @@ static int decode_create(ef__stage *s, const ef__opts *o, ef__err *err)
 
 static const ef__option_def decode_options[] = {
     EF__DECODE_FIELD_OPTIONS,
-    EF__THREADS_OPTION,
+    EF__MAP_OPTIONS,
 };
 
 const ef__stage_def ef__stage_decode = {

@@ -189,7 +189,7 @@ static const ef__option_def decode_crop_options[] = {
     EF__NORM_STD_OPTION,
     {"layout", EF_OPT_STRING, "chw",
      "of the normalized output: chw ([C,H,W], as to_chw) or hwc", 0, 0},
-    EF__THREADS_OPTION,
+    EF__MAP_OPTIONS,
 };
 
 const ef__stage_def ef__stage_decode_crop = {

@@ -72,7 +72,6 @@ void ef__image_stage_destroy(ef__stage *s);
     {                                                                          \
         "field", EF_OPT_STRING, "image", "the image field", 0, 0               \
     }
-#define EF__THREADS_OPTION EF__MAP_THREADS_OPTION
 #define EF__IMAGE_STAGE_OPS                                                    \
     .feeds_batch = ef__map_feeds_batch, .open = ef__map_open,                  \
     .next = ef__map_next, .reset = ef__map_reset, .cancel = ef__map_cancel,    \

@@ -62,7 +62,7 @@ static const ef__option_def normalize_options[] = {
     EF__NORM_MEAN_OPTION,
     EF__NORM_STD_OPTION,
     EF__IMAGE_FIELD_OPTION,
-    EF__THREADS_OPTION,
+    EF__MAP_OPTIONS,
 };
 const ef__stage_def ef__stage_normalize = {
     .info = {"normalize",

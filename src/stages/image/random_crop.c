@@ -66,7 +66,7 @@ static const ef__option_def random_crop_options[] = {
     {"pad", EF_OPT_INT, "4", "zero padding on each side before cropping", 0,
      1 << 16},
     EF__IMAGE_FIELD_OPTION,
-    EF__THREADS_OPTION,
+    EF__MAP_OPTIONS,
 };
 
 const ef__stage_def ef__stage_random_crop = {

@@ -49,7 +49,7 @@ static const ef__option_def random_resized_crop_options[] = {
      EF__IMAGE_MAX_SIDE},
     EF__RRC_RANGE_OPTIONS,
     EF__IMAGE_FIELD_OPTION,
-    EF__THREADS_OPTION,
+    EF__MAP_OPTIONS,
 };
 
 const ef__stage_def ef__stage_random_resized_crop = {

@@ -54,7 +54,7 @@ static const ef__option_def resize_options[] = {
      EF__IMAGE_MAX_SIDE},
     {"width", EF_OPT_INT, "0", "output width (0: size)", 0, EF__IMAGE_MAX_SIDE},
     EF__IMAGE_FIELD_OPTION,
-    EF__THREADS_OPTION,
+    EF__MAP_OPTIONS,
 };
 
 const ef__stage_def ef__stage_resize = {

@@ -69,7 +69,7 @@ static int to_chw_create(ef__stage *s, const ef__opts *o, ef__err *err)
 
 static const ef__option_def to_chw_options[] = {
     EF__IMAGE_FIELD_OPTION,
-    EF__THREADS_OPTION,
+    EF__MAP_OPTIONS,
 };
 
 const ef__stage_def ef__stage_to_chw = {

@@ -203,7 +203,7 @@ static const ef__option_def tokenize_options[] = {
     {"out", EF_OPT_STRING, "tokens", "the token ids, i32 [m]", 0, 0},
     {"text", EF_OPT_STRING, "drop",
      "drop: the ids take the text's place; keep: the text stays", 0, 0},
-    EF__MAP_THREADS_OPTION,
+    EF__MAP_OPTIONS,
 };
 
 const ef__stage_def ef__stage_tokenize = {
