@@ -21,24 +21,35 @@
  * of a slow fill. */
 #define FILL_LOOK_NS 500000000ull
 
+/* The most a buffer charges the budget in one step: 64 KiB, or 1/64 of a
+ * small budget. */
+#define STEP_MAX ((uint64_t)64 << 10)
+
 int ef__shufbuf_init(ef__shufbuf *b, size_t cap, ef__budget *budget,
                      const char *owner)
 {
     b->items = ef__calloc(cap, sizeof *b->items);
+    b->sizes = ef__calloc(cap, sizeof *b->sizes);
     b->cap = cap;
     b->n = 0;
     b->ended = 0;
     b->budget = budget;
     b->owner = owner;
-    b->bytes = 0;
-    return b->items ? EF_OK : EF_ENOMEM;
+    b->bytes = b->charged = b->step = 0; /* step: on the first hold */
+    if (b->items && b->sizes)
+        return EF_OK;
+    ef__free(b->items);
+    ef__free(b->sizes);
+    b->items = NULL;
+    b->sizes = NULL;
+    return EF_ENOMEM;
 }
 
 /* Frees what the buffer holds. */
 static void empty(ef__shufbuf *b)
 {
-    ef__budget_release(b->budget, b->bytes);
-    b->bytes = 0;
+    ef__budget_release(b->budget, b->charged);
+    b->bytes = b->charged = 0;
     for (size_t i = 0; i < b->n; i++)
         ef_sample_free(b->items[i]);
     b->n = 0;
@@ -77,10 +88,12 @@ void ef__shufbuf_destroy(ef__shufbuf *b)
 {
     empty(b);
     ef__free(b->items);
+    ef__free(b->sizes);
     b->items = NULL;
+    b->sizes = NULL;
 }
 
-/* Charges a sample about to join the buffer; frees it and fails when the
+/* Adds a sample to the buffer, charging it; frees it and fails when the
  * buffer would pass the budget on its own. */
 static int hold(ef__shufbuf *b, ef_sample *smp, ef__err *err)
 {
@@ -92,9 +105,36 @@ static int hold(ef__shufbuf *b, ef_sample *smp, ef__err *err)
         ef_sample_free(smp);
         return ef__budget_check(b->budget, b->bytes + n, what, err);
     }
+    if (!b->step) /* the budget is set by the time items come */
+        b->step = b->budget->limit && b->budget->limit / 64 < STEP_MAX
+                      ? b->budget->limit / 64 + 1
+                      : STEP_MAX;
     b->bytes += n;
-    ef__budget_hold(b->budget, n);
+    if (b->bytes > b->charged) { /* a step ahead */
+        uint64_t more = b->bytes - b->charged + b->step;
+        ef__budget_hold(b->budget, more);
+        b->charged += more;
+    }
+    b->sizes[b->n] = n;
+    b->items[b->n++] = smp;
     return EF_OK;
+}
+
+/* Takes item i out of the buffer, giving its bytes back; the charge comes
+ * down once it is two steps ahead. */
+static ef_sample *take(ef__shufbuf *b, size_t i)
+{
+    ef_sample *smp = b->items[i];
+    b->bytes -= b->sizes[i];
+    b->n--;
+    b->items[i] = b->items[b->n];
+    b->sizes[i] = b->sizes[b->n];
+    if (b->charged - b->bytes > 2 * b->step) {
+        uint64_t less = b->charged - b->bytes - b->step;
+        ef__budget_release(b->budget, less);
+        b->charged -= less;
+    }
+    return smp;
 }
 
 int ef__shufbuf_next(ef__shufbuf *b, ef__producer produce, void *arg,
@@ -113,8 +153,6 @@ int ef__shufbuf_next(ef__shufbuf *b, ef__producer produce, void *arg,
             return rc;
         else if ((rc = hold(b, smp, err)) != EF_OK)
             return rc;
-        else
-            b->items[b->n++] = smp;
         if (watch && b->n == 1)
             t1 = ef__timer_ns();
         else if (watch && !b->warned)
@@ -122,12 +160,7 @@ int ef__shufbuf_next(ef__shufbuf *b, ef__producer produce, void *arg,
     }
     if (b->n == 0)
         return EF_END;
-    size_t i = (size_t)ef__rng_below(rng, b->n);
-    *out = b->items[i];
-    b->items[i] = b->items[--b->n];
-    uint64_t n = ef__sample_bytes(*out);
-    b->bytes -= n;
-    ef__budget_release(b->budget, n);
+    *out = take(b, (size_t)ef__rng_below(rng, b->n));
     return EF_OK;
 }
 
@@ -168,8 +201,8 @@ int ef__shufbuf_restore(ef__shufbuf *b, ef__state_in *in, ef__stage *from,
                              "again",
                              b->owner);
         /* hold() frees the sample when the budget refuses it */
-        if (rc == EF_OK && (rc = hold(b, smp, err)) == EF_OK)
-            b->items[b->n++] = smp;
+        if (rc == EF_OK)
+            rc = hold(b, smp, err);
     }
     return rc;
 }

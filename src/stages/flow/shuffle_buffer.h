@@ -2,7 +2,11 @@
  * Used by the shuffle stage and by the echo stage's copy spreading. Its
  * samples are charged to the pipeline's memory budget; a buffer whose
  * contents alone pass the budget fails (it is filled by the consumer's
- * own pull, so it cannot wait for room). */
+ * own pull, so it cannot wait for room). The buffer charges the budget in
+ * steps of `step` bytes rather than per item, holding at most two steps
+ * more than its samples' bytes: the budget's counters are shared by every
+ * thread, and two atomic updates per item were most of an echoed copy's
+ * cost. */
 #ifndef EF_STAGES_FLOW_SHUFFLE_BUFFER_H
 #define EF_STAGES_FLOW_SHUFFLE_BUFFER_H
 
@@ -23,9 +27,12 @@ typedef struct {
     ef_sample **items;
     size_t cap, n;
     int ended; /* the producer returned EF_END */
+    uint64_t *sizes; /* sizes[i]: payload bytes of items[i] */
     ef__budget *budget;
     const char *owner; /* the stage, for messages */
     uint64_t bytes;    /* payload of the samples held */
+    uint64_t charged;  /* bytes charged to the budget: bytes or a little more */
+    uint64_t step;     /* what the charge moves by */
     /* ef__shufbuf_watch: who warns of a slow fill, once */
     struct ef__stage *watcher;
     char label[96]; /* the stage as the warning names it */
