@@ -274,7 +274,7 @@ static void test_bpe_any_bytes(void **state)
                                 : (unsigned char)texty[v % (sizeof texty - 1)];
         }
         ef__ids ids = {0};
-        assert_int_equal(ef__bpe_encode(b, text, n, &ids, &err), EF_OK);
+        assert_int_equal(ef__bpe_encode(b, NULL, text, n, &ids, &err), EF_OK);
         /* the text as one piece: the heap merges as the scan does */
         ef__ids scan = {0}, heap = {0};
         if (n) {
@@ -311,22 +311,28 @@ static void test_bpe_any_bytes(void **state)
 static const char *const digits[] = {"0", "1", "2", "3", "4",
                                      "5", "6", "7", "8", "9"};
 
+/* In order and the same ids whatever the threads and runs: a worker
+ * hands a run's documents to the tokenizer together. */
 static void test_threads_keep_order(void **state)
 {
     (void)state;
+    static const char *const opts[] = {",threads=2", ",threads=2,run=7",
+                                       ",threads=1,run=1", ",threads=3,run=64"};
     const docs d = {digits, NULL, 10, -1, 0};
     char spec[1024];
-    ef_pipeline *p = with_docs(
-        spec_of(spec, sizeof spec, 2000, ranks_path(), ",threads=2"), &d);
-    for (int64_t i = 0; i < 2000; i++) {
-        ef_sample *s = tu_next(p);
-        assert_int_equal(ef_sample_identity(s).index, i);
-        int32_t want = '0' + (int32_t)(i % 10);
-        expect_ids(s, &want, 1, "digit");
-        ef_sample_free(s);
+    for (size_t k = 0; k < sizeof opts / sizeof opts[0]; k++) {
+        ef_pipeline *p = with_docs(
+            spec_of(spec, sizeof spec, 2000, ranks_path(), opts[k]), &d);
+        for (int64_t i = 0; i < 2000; i++) {
+            ef_sample *s = tu_next(p);
+            assert_int_equal(ef_sample_identity(s).index, i);
+            int32_t want = '0' + (int32_t)(i % 10);
+            expect_ids(s, &want, 1, opts[k]);
+            ef_sample_free(s);
+        }
+        tu_expect_end(p);
+        ef_pipeline_destroy(p);
     }
-    tu_expect_end(p);
-    ef_pipeline_destroy(p);
 }
 
 /* Saved mid-run and restored: the same blocks (tokenize before
@@ -548,22 +554,33 @@ static void test_bad_samples(void **state)
     (void)state;
     const docs no_text = {digits, NULL, 10, 3, 0};
     char spec[1024];
-    spec_of(spec, sizeof spec, 10, ranks_path(), ",threads=2");
-    ef_pipeline *p = with_docs(spec, &no_text);
-    for (int i = 0; i < 3; i++)
-        ef_sample_free(tu_next(p));
-    ef_sample *s = NULL;
-    assert_int_equal(ef_pipeline_next(p, &s), EF_ESHAPE);
-    const char *msg = ef_pipeline_error(p);
-    if (!strstr(msg, "tokenize") || !strstr(msg, "no field 'text'") ||
-        !strstr(msg, "item 3"))
-        fail_msg("message \"%s\"", msg);
-    ef_pipeline_destroy(p);
+    /* alone, and inside a run handed to the tokenizer at once */
+    static const char *const opts[] = {",threads=2,run=1", ",threads=2,run=8"};
+    for (size_t k = 0; k < 2; k++) {
+        spec_of(spec, sizeof spec, 10, ranks_path(), opts[k]);
+        ef_pipeline *p = with_docs(spec, &no_text);
+        for (int i = 0; i < 3; i++) {
+            ef_sample *s = tu_next(p);
+            int32_t want = '0' + i;
+            expect_ids(s, &want, 1, opts[k]);
+            ef_sample_free(s);
+        }
+        ef_sample *s = NULL;
+        assert_int_equal(ef_pipeline_next(p, &s), EF_ESHAPE);
+        const char *msg = ef_pipeline_error(p);
+        if (!strstr(msg, "tokenize") || !strstr(msg, "no field 'text'") ||
+            !strstr(msg, "item 3"))
+            fail_msg("%s: message \"%s\"", opts[k], msg);
+        ef_pipeline_destroy(p);
 
-    p = with_docs(spec, &no_text);
-    assert_int_equal(ef_pipeline_set_on_error(p, EF_ON_ERROR_SKIP), EF_OK);
-    assert_int_equal(tu_drain(p), 9);
-    ef_pipeline_destroy(p);
+        p = with_docs(spec, &no_text);
+        assert_int_equal(ef_pipeline_set_on_error(p, EF_ON_ERROR_SKIP), EF_OK);
+        assert_int_equal(tu_drain(p), 9);
+        ef_pipeline_destroy(p);
+    }
+    spec_of(spec, sizeof spec, 10, ranks_path(), ",threads=2");
+    ef_pipeline *p;
+    ef_sample *s = NULL;
 
     const docs f32 = {digits, NULL, 10, -1, 1};
     p = with_docs(spec, &f32);

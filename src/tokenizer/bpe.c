@@ -521,11 +521,35 @@ int ef__bpe_new(ef__bpe_ranks *ranks, ef__bpe **out, ef__err *err)
     return EF_OK;
 }
 
-int ef__bpe_encode(const ef__bpe *b, const void *text, size_t n, ef__ids *ids,
-                   ef__err *err)
+/* A match block: the split reads only the whole match's bounds. */
+struct ef__bpe_scratch {
+    pcre2_match_data *md;
+};
+
+ef__bpe_scratch *ef__bpe_scratch_new(const ef__bpe *b)
+{
+    ef__bpe_scratch *s = ef__malloc(sizeof *s);
+    if (s && !(s->md = pcre2_match_data_create_from_pattern(b->re, NULL))) {
+        ef__free(s);
+        s = NULL;
+    }
+    return s;
+}
+
+void ef__bpe_scratch_free(ef__bpe_scratch *s)
+{
+    if (s)
+        pcre2_match_data_free(s->md);
+    ef__free(s);
+}
+
+int ef__bpe_encode(const ef__bpe *b, ef__bpe_scratch *scratch, const void *text,
+                   size_t n, ef__ids *ids, ef__err *err)
 {
     const unsigned char *t = text;
-    pcre2_match_data *md = pcre2_match_data_create_from_pattern(b->re, NULL);
+    pcre2_match_data *md =
+        scratch ? scratch->md
+                : pcre2_match_data_create_from_pattern(b->re, NULL);
     if (!md)
         return ef__err_set(err, EF_ENOMEM, "out of memory");
     int rc = EF_OK;
@@ -551,7 +575,8 @@ int ef__bpe_encode(const ef__bpe *b, const void *text, size_t n, ef__ids *ids,
             rc = ef__bpe_merge(b->ranks, t + s, e - s, ids);
         pos = e;
     }
-    pcre2_match_data_free(md);
+    if (!scratch)
+        pcre2_match_data_free(md);
     if (rc == EF_ENOMEM)
         return ef__err_set(err, EF_ENOMEM, "out of memory");
     return rc;
@@ -568,10 +593,21 @@ int ef__bpe_new(ef__bpe_ranks *ranks, ef__bpe **out, ef__err *err)
                        "lacks; install libpcre2-dev and build again");
 }
 
-int ef__bpe_encode(const ef__bpe *b, const void *text, size_t n, ef__ids *ids,
-                   ef__err *err)
+ef__bpe_scratch *ef__bpe_scratch_new(const ef__bpe *b)
 {
-    (void)b, (void)text, (void)n, (void)ids;
+    (void)b;
+    return NULL;
+}
+
+void ef__bpe_scratch_free(ef__bpe_scratch *s)
+{
+    (void)s;
+}
+
+int ef__bpe_encode(const ef__bpe *b, ef__bpe_scratch *scratch, const void *text,
+                   size_t n, ef__ids *ids, ef__err *err)
+{
+    (void)b, (void)scratch, (void)text, (void)n, (void)ids;
     return ef__err_set(err, EF_EUNSUPPORTED, "built without PCRE2");
 }
 

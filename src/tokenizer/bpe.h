@@ -53,8 +53,14 @@ typedef struct ef__bpe ef__bpe;
  * a build without PCRE2. */
 int ef__bpe_new(ef__bpe_ranks *ranks, ef__bpe **out, ef__err *err);
 void ef__bpe_free(ef__bpe *b); /* accepts NULL */
-/* Appends the ids of text[0, n). Thread-safe. */
-int ef__bpe_encode(const ef__bpe *b, const void *text, size_t n, ef__ids *ids,
-                   ef__err *err);
+/* Working memory of one thread's encodes (the split's match block), kept
+ * between them; NULL when out of memory or without PCRE2. */
+typedef struct ef__bpe_scratch ef__bpe_scratch;
+ef__bpe_scratch *ef__bpe_scratch_new(const ef__bpe *b);
+void ef__bpe_scratch_free(ef__bpe_scratch *s); /* accepts NULL */
+/* Appends the ids of text[0, n), using `scratch` (one thread's; NULL:
+ * memory of its own for this call). Thread-safe. */
+int ef__bpe_encode(const ef__bpe *b, ef__bpe_scratch *scratch, const void *text,
+                   size_t n, ef__ids *ids, ef__err *err);
 
 #endif

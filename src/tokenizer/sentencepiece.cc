@@ -62,7 +62,9 @@ extern "C" int ef__spm_encode(const ef__spm *m, const char *text, size_t n,
                               char *why, size_t why_cap)
 {
     try {
-        std::vector<int> v;
+        // kept by each thread between encodes: no allocation per text
+        static thread_local std::vector<int> v;
+        v.clear();
         const auto st = m->sp.Encode(absl::string_view(text, n), &v);
         if (!st.ok()) {
             say(why, why_cap, st.ToString().c_str());

@@ -179,11 +179,33 @@ const char *ef__tokenizer_kind_name(const ef__tokenizer *t)
     return t->kind == EF__TOK_SENTENCEPIECE ? "sentencepiece" : "tiktoken";
 }
 
-int ef__tokenizer_encode(const ef__tokenizer *t, const void *text, size_t n,
-                         ef__ids *ids, ef__err *err)
+struct ef__tok_scratch {
+    ef__bpe_scratch *bpe; /* NULL for SentencePiece, which keeps its own */
+};
+
+ef__tok_scratch *ef__tokenizer_scratch_new(const ef__tokenizer *t)
+{
+    ef__tok_scratch *s = ef__calloc(1, sizeof *s);
+    if (s && t->bpe && !(s->bpe = ef__bpe_scratch_new(t->bpe))) {
+        ef__free(s);
+        s = NULL;
+    }
+    return s;
+}
+
+void ef__tokenizer_scratch_free(ef__tok_scratch *s)
+{
+    if (s)
+        ef__bpe_scratch_free(s->bpe);
+    ef__free(s);
+}
+
+int ef__tokenizer_encode(const ef__tokenizer *t, ef__tok_scratch *scratch,
+                         const void *text, size_t n, ef__ids *ids, ef__err *err)
 {
     if (t->bpe)
-        return ef__bpe_encode(t->bpe, text, n, ids, err);
+        return ef__bpe_encode(t->bpe, scratch ? scratch->bpe : NULL, text, n,
+                              ids, err);
 #ifdef EF_HAVE_SENTENCEPIECE
     char why[256] = "";
     int rc = ef__spm_encode(t->spm, text, n, &ids->v, &ids->n, &ids->cap, why,

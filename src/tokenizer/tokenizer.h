@@ -41,10 +41,18 @@ void ef__tokenizer_free(ef__tokenizer *t); /* accepts NULL */
 /* "sentencepiece" or "tiktoken". */
 const char *ef__tokenizer_kind_name(const ef__tokenizer *t);
 
+/* Working memory of one thread's encodes, kept between them; NULL when
+ * out of memory. */
+typedef struct ef__tok_scratch ef__tok_scratch;
+ef__tok_scratch *ef__tokenizer_scratch_new(const ef__tokenizer *t);
+void ef__tokenizer_scratch_free(ef__tok_scratch *s); /* accepts NULL */
+
 /* Appends the ids of text[0, n) (not NUL-terminated; any bytes, valid
- * UTF-8 or not) to `ids`. Thread-safe. EF_ENOMEM, or another error with
- * its message in err. */
-int ef__tokenizer_encode(const ef__tokenizer *t, const void *text, size_t n,
-                         ef__ids *ids, ef__err *err);
+ * UTF-8 or not) to `ids`, using `scratch` (one thread's at a time; NULL:
+ * memory of its own for this call). Thread-safe. EF_ENOMEM, or another
+ * error with its message in err. */
+int ef__tokenizer_encode(const ef__tokenizer *t, ef__tok_scratch *scratch,
+                         const void *text, size_t n, ef__ids *ids,
+                         ef__err *err);
 
 #endif

@@ -138,8 +138,17 @@ static void fuzz_text(const unsigned char *text, size_t size)
     ef__ids ids = {0};
     ef__err err;
     ef__err_clear(&err);
-    CHECK(ef__bpe_encode(b, text, size, &ids, &err) == EF_OK);
+    CHECK(ef__bpe_encode(b, NULL, text, size, &ids, &err) == EF_OK);
     check_round_trip(&ids, toks, 256 + NMERGES, text, size);
+    /* a worker's scratch, kept from one text to the next: the same ids */
+    static ef__bpe_scratch *scratch;
+    if (!scratch)
+        CHECK((scratch = ef__bpe_scratch_new(b)) != NULL);
+    ef__ids again = {0};
+    CHECK(ef__bpe_encode(b, scratch, text, size, &again, &err) == EF_OK);
+    CHECK(again.n == ids.n &&
+          (ids.n == 0 || !memcmp(again.v, ids.v, ids.n * sizeof *ids.v)));
+    free(again.v);
     free(ids.v);
     /* the whole text as one piece: the heap's merges are the scan's */
     if (size > 0) {
@@ -202,7 +211,7 @@ static void fuzz_ranks(const unsigned char *data, size_t size)
     ef__bpe *b;
     if (ef__bpe_new(r, &b, &err) == EF_OK) { /* r is b's now */
         ef__ids ids = {0};
-        CHECK(ef__bpe_encode(b, data, size, &ids, &err) == EF_OK);
+        CHECK(ef__bpe_encode(b, NULL, data, size, &ids, &err) == EF_OK);
         check_round_trip(&ids, toks, ntoks, data, size);
         free(ids.v);
         ef__bpe_free(b);

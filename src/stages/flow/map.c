@@ -56,6 +56,8 @@ struct ef_map_ctx {
     ef__slabs *slabs; /* NULL: no slots (unordered, or not before batch) */
     uint64_t seq;     /* the item's number in the pass (ordered mode) */
     int asked;        /* the slot was asked for: one slot per item */
+    void *scratch;    /* the worker's, from the kernel; NULL when none */
+    size_t index;     /* the item's place in its run */
 };
 
 /* A run: items pulled in order and, once transformed, their results. */
@@ -79,6 +81,7 @@ typedef struct {
 typedef struct {
     ef_map_fn fn;
     void *user;
+    ef__map_kernel kernel; /* zero: none */
     int nthreads, ordered;
     size_t run; /* items per run, or 0: from their cost */
     pthread_mutex_t in_mu, mu;
@@ -208,10 +211,20 @@ ef_buffer *ef__map_ctx_output(ef_map_ctx *ctx, size_t nbytes, size_t *offset)
     return b;
 }
 
+void *ef__map_ctx_scratch(const ef_map_ctx *ctx)
+{
+    return ctx->scratch;
+}
+
+size_t ef__map_ctx_index(const ef_map_ctx *ctx)
+{
+    return ctx->index;
+}
+
 /* Runs the transform on `in` (consumed), item number `seq`, into an
- * item. */
+ * item; `scratch` and `index` for a kernel (see ef__map_kernel). */
 static void transform(ef__stage *s, map_state *st, ef_sample *in, uint64_t seq,
-                      ef__item *item)
+                      void *scratch, size_t index, ef__item *item)
 {
     ef__err err;
     ef__err_clear(&err);
@@ -220,7 +233,9 @@ static void transform(ef__stage *s, map_state *st, ef_sample *in, uint64_t seq,
                       .err = &err,
                       .slabs =
                           st->slabs.n && seq != UINT64_MAX ? &st->slabs : NULL,
-                      .seq = seq};
+                      .seq = seq,
+                      .scratch = scratch,
+                      .index = index};
     ef__stage_rng(s, &ctx.rng, in->id);
     ef_sample *out = NULL;
     int rc = st->fn(in, &out, &ctx);
@@ -390,8 +405,14 @@ static void cut_run(run *r, size_t i)
 /* Transforms the run's items in place. After a failure the rest of the
  * run is dropped (the input has ended) and the run cut after it; a stop
  * cuts it at once, so that a run of slow items does not keep it waiting. */
-static void transform_run(ef__stage *s, map_state *st, run *r)
+static void transform_run(ef__stage *s, map_state *st, run *r, void *scratch)
 {
+    if (scratch && st->kernel.run_begin) {
+        size_t n = 0; /* the inputs: all but an END or error at the end */
+        while (n < r->n && r->items[n].status == EF_OK)
+            n++;
+        st->kernel.run_begin(st->user, scratch, r->items, n);
+    }
     for (size_t i = 0; i < r->n; i++) {
         ef__item *it = &r->items[i];
         if (it->status != EF_OK)
@@ -400,7 +421,7 @@ static void transform_run(ef__stage *s, map_state *st, run *r)
             cut_run(r, i);
             break;
         }
-        transform(s, st, it->sample, r->first + i, it);
+        transform(s, st, it->sample, r->first + i, scratch, i, it);
         if (it->status != EF_OK) {
             end_input(st);
             cut_run(r, i + 1);
@@ -452,6 +473,8 @@ static void *worker_main(void *arg)
     /* a few tens of thousands of items in flight at most, however many
      * workers fill the ring */
     ef__run_length_init(&rl, 65536 / st->cap, run_bytes(s, st));
+    void *scratch =
+        st->kernel.scratch_new ? st->kernel.scratch_new(st->user) : NULL;
     for (;;) {
         uint64_t seq = 0;
         run *r;
@@ -465,7 +488,7 @@ static void *worker_main(void *arg)
         /* threads=auto: the transform's time is what the tuner shares
          * the cores by */
         uint64_t t1 = ef__timer_ns();
-        transform_run(s, st, r);
+        transform_run(s, st, r, scratch);
         uint64_t t2 = ef__timer_ns();
         if (st->is_auto)
             atomic_fetch_add_explicit(&st->at.busy_ns, ef__elapsed_ns(t1, t2),
@@ -483,6 +506,8 @@ static void *worker_main(void *arg)
         if (last)
             break;
     }
+    if (scratch && st->kernel.scratch_free)
+        st->kernel.scratch_free(st->user, scratch);
     if (!st->ordered) {
         pthread_mutex_lock(&st->mu);
         int last_one = --st->active == 0;
@@ -638,6 +663,11 @@ int ef__map_setup(ef__stage *s, ef_map_fn fn, void *user, int threads,
     if (st->is_auto) /* for the tuner, now that the state stays */
         s->auto_threads = &st->at;
     return EF_OK;
+}
+
+void ef__map_set_kernel(ef__stage *s, const ef__map_kernel *k)
+{
+    ((map_state *)s->state)->kernel = *k;
 }
 
 void ef__map_feeds_batch(ef__stage *s, int64_t n)
@@ -845,7 +875,7 @@ int ef__map_fetch(ef__stage *s, const ef__ident *d, ef_sample **out,
     if (rc != EF_OK || !in)
         return rc;
     ef__item item = {0};
-    transform(s, st, in, UINT64_MAX, &item);
+    transform(s, st, in, UINT64_MAX, NULL, 0, &item);
     if (item.status != EF_OK) {
         ef__err_set(err, item.status, "%s",
                     item.msg ? item.msg : ef_strerror(item.status));

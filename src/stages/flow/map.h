@@ -3,6 +3,7 @@
 #ifndef EF_STAGES_FLOW_MAP_H
 #define EF_STAGES_FLOW_MAP_H
 
+#include "core/queue.h"
 #include "core/run_length.h"
 #include "stage.h"
 
@@ -33,6 +34,28 @@
 int ef__map_setup(ef__stage *s, ef_map_fn fn, void *user, int threads,
                   int ordered, ef__err *err);
 void *ef__map_user(const ef__stage *s);
+
+/* A kernel that sees whole runs: for stages whose work goes faster on
+ * many items at once (a tokenizer handed a run's documents together) or
+ * with memory kept between items. Each worker makes its scratch when it
+ * starts (NULL: it goes without) and frees it when it ends; before the
+ * stage's fn runs on each item of a run, run_begin gets the run's inputs
+ * (items[0..n).sample, in order), and fn finds the scratch and the item's
+ * place in the run through its context. fn must also work without them:
+ * an item made again for a restore (ef__map_fetch) runs alone, with no
+ * scratch. Any member may be NULL. */
+typedef struct {
+    void *(*scratch_new)(void *user);
+    void (*scratch_free)(void *user, void *scratch);
+    void (*run_begin)(void *user, void *scratch, const ef__item *items,
+                      size_t n);
+} ef__map_kernel;
+/* Gives the map stage set up by ef__map_setup a kernel; before open. */
+void ef__map_set_kernel(ef__stage *s, const ef__map_kernel *k);
+/* For fn: the worker's scratch (NULL when none) and the item's place in
+ * the run that run_begin saw. */
+void *ef__map_ctx_scratch(const ef_map_ctx *ctx);
+size_t ef__map_ctx_index(const ef_map_ctx *ctx);
 
 /* The stage's feeds_batch (stage.h): ordered, each output may go into the
  * slot of a batch slab (slabs.h). */

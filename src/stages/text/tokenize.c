@@ -9,8 +9,10 @@
  * ordinary text); kind=auto tells them apart by the first line (see
  * src/tokenizer/). It is loaded once, when the stage is created, and
  * shared by the worker threads: a parallel, ordered map, so checkpoints
- * and the output order are those of any ordered map. Bytes that are not
- * UTF-8 are encoded too (SentencePiece as it does; the BPE as pieces of
+ * and the output order are those of any ordered map. A worker hands a
+ * run's documents to the tokenizer together, with its working memory
+ * kept, and the run's ids go into one buffer that the outputs view. Bytes that
+ * are not UTF-8 are encoded too (SentencePiece as it does; the BPE as pieces of
  * their own), never an error. */
 #include <stdio.h>
 #include <string.h>
@@ -29,21 +31,38 @@ typedef struct {
     _Atomic uint64_t tokens, bytes;
 } tok_params;
 
-/* The output: `in`'s fields, the ids (ids[0, n)) in place of field f or
- * after the rest. */
+/* A worker's working memory (ef__map_kernel): the tokenizer's, and the
+ * ids of the run it was last handed, document after document, which the
+ * outputs view in one buffer: no allocation and no copy per document. */
+typedef struct {
+    ef__tok_scratch *tok;
+    size_t *at;         /* document i's ids: [at[i], at[i + 1]) */
+    size_t cap;         /* room in at */
+    size_t ndocs;       /* documents of the run encoded; 0: none */
+    ef_buffer *run_ids; /* their ids, i32; the outputs' */
+} tok_scratch;
+
+/* Ids as a buffer of their own, without a copy; ids is emptied. NULL when
+ * out of memory (ids unchanged). */
+static ef_buffer *ids_buffer(ef__ids *ids)
+{
+    ef_buffer *b =
+        ef_buffer_wrap(ids->v, ids->n * sizeof *ids->v, ef__free, ids->v);
+    if (b)
+        *ids = (ef__ids){0};
+    return b;
+}
+
+/* The output: `in`'s fields, the n ids at `offset` in `ids` (a new
+ * reference taken) in place of field f or after the rest. */
 static int output(const ef_sample *in, const tok_params *p, int f,
-                  const ef__ids *ids, ef_sample **out)
+                  ef_buffer *ids, size_t offset, int64_t n, ef_sample **out)
 {
     ef_sample *o = ef_sample_new(in->id);
     int rc = o ? EF_OK : EF_ENOMEM;
-    int64_t n = (int64_t)ids->n;
     for (int i = 0; i <= in->nfields && rc == EF_OK; i++) {
-        if (i == (p->keep ? in->nfields : f)) {
-            void *dst;
-            rc = ef_sample_add_new(o, p->out, EF_I32, 1, &n, &dst);
-            if (rc == EF_OK && n)
-                memcpy(dst, ids->v, ids->n * sizeof *ids->v);
-        }
+        if (i == (p->keep ? in->nfields : f))
+            rc = ef_sample_add(o, p->out, EF_I32, 1, &n, ids, offset);
         if (i < in->nfields && i != (p->keep ? -1 : f) && rc == EF_OK) {
             const ef__field *g = &in->fields[i];
             rc = ef_sample_add(o, g->name, g->dtype, g->ndim, g->shape, g->buf,
@@ -58,52 +77,143 @@ static int output(const ef_sample *in, const tok_params *p, int f,
     return EF_OK;
 }
 
-static int tokenize_fn(const ef_sample *in, ef_sample **out, ef_map_ctx *ctx)
+/* The index of `in`'s text field into *f: EF_OK, or EF_ESHAPE saying why
+ * in err. */
+static int find_text(const ef_sample *in, const tok_params *p, int *f,
+                     ef__err *err)
 {
-    tok_params *p = ef_map_ctx_user(ctx);
-    int f = ef__sample_find(in, p->field);
-    if (f < 0)
-        return ef_map_ctx_fail(ctx, EF_ESHAPE,
-                               "no field '%s'; expected UTF-8 text there as "
-                               "u8 [n] (option field)",
-                               p->field);
-    const ef__field *x = &in->fields[f];
+    *f = ef__sample_find(in, p->field);
+    if (*f < 0)
+        return ef__err_set(err, EF_ESHAPE,
+                           "no field '%s'; expected UTF-8 text there as u8 "
+                           "[n] (option field)",
+                           p->field);
+    const ef__field *x = &in->fields[*f];
     if (x->dtype != EF_U8 || x->ndim != 1) {
         char shape[96];
         ef__shape_format(shape, sizeof shape, x->ndim, x->shape);
-        return ef_map_ctx_fail(ctx, EF_ESHAPE,
-                               "field '%s' is %s %s; expected UTF-8 text as "
-                               "u8 [n]",
-                               p->field, ef_dtype_name(x->dtype), shape);
+        return ef__err_set(err, EF_ESHAPE,
+                           "field '%s' is %s %s; expected UTF-8 text as u8 "
+                           "[n]",
+                           p->field, ef_dtype_name(x->dtype), shape);
     }
     int o = ef__sample_find(in, p->out);
-    if (o >= 0 && (o != f || p->keep))
-        return ef_map_ctx_fail(ctx, EF_ESHAPE,
-                               "the sample has a field '%s' already, the "
-                               "name of the token ids (option out)",
-                               p->out);
-    const unsigned char *text =
-        (const unsigned char *)ef_buffer_data(x->buf) + x->offset;
+    if (o >= 0 && (o != *f || p->keep))
+        return ef__err_set(err, EF_ESHAPE,
+                           "the sample has a field '%s' already, the name of "
+                           "the token ids (option out)",
+                           p->out);
+    return EF_OK;
+}
+
+static const unsigned char *text_of(const ef__field *x)
+{
+    return (const unsigned char *)ef_buffer_data(x->buf) + x->offset;
+}
+
+static void *scratch_new(void *user)
+{
+    const tok_params *p = user;
+    tok_scratch *sc = ef__calloc(1, sizeof *sc);
+    if (sc && !(sc->tok = ef__tokenizer_scratch_new(p->tok))) {
+        ef__free(sc);
+        sc = NULL;
+    }
+    return sc;
+}
+
+static void scratch_free(void *user, void *scratch)
+{
+    (void)user;
+    tok_scratch *sc = scratch;
+    ef__tokenizer_scratch_free(sc->tok);
+    ef_buffer_release(sc->run_ids);
+    ef__free(sc->at);
+    ef__free(sc);
+}
+
+/* A run's documents handed to the tokenizer together, their ids into one
+ * buffer. Anything amiss (a sample without its text, a failed encode, no
+ * memory) leaves the run to tokenize_fn item by item, which says what. */
+static void run_begin(void *user, void *scratch, const ef__item *items,
+                      size_t n)
+{
+    const tok_params *p = user;
+    tok_scratch *sc = scratch;
+    ef_buffer_release(sc->run_ids);
+    sc->run_ids = NULL;
+    sc->ndocs = 0;
+    if (n + 1 > sc->cap) {
+        size_t *at = ef__realloc(sc->at, (n + 1) * sizeof *at);
+        if (!at)
+            return;
+        sc->at = at;
+        sc->cap = n + 1;
+    }
     ef__ids ids = {0};
     ef__err err;
-    ef__err_clear(&err);
-    int rc =
-        ef__tokenizer_encode(p->tok, text, (size_t)x->shape[0], &ids, &err);
-    if (rc != EF_OK) {
-        ef_map_ctx_fail(ctx, rc, "field '%s': %s", p->field, err.msg);
-    } else {
-        rc = output(in, p, f, &ids, out);
-        if (rc != EF_OK) /* out of memory, or EF_MAX_FIELDS fields */
-            ef_map_ctx_fail(ctx, rc, "cannot add the field '%s': %s", p->out,
-                            ef_strerror(rc));
+    size_t i = 0;
+    for (; i < n; i++) {
+        int f;
+        if (find_text(items[i].sample, p, &f, &err) != EF_OK)
+            break;
+        const ef__field *x = &items[i].sample->fields[f];
+        sc->at[i] = ids.n;
+        if (ef__tokenizer_encode(p->tok, sc->tok, text_of(x),
+                                 (size_t)x->shape[0], &ids, &err) != EF_OK)
+            break;
     }
-    if (rc == EF_OK) {
-        atomic_fetch_add_explicit(&p->tokens, ids.n, memory_order_relaxed);
-        atomic_fetch_add_explicit(&p->bytes, (uint64_t)x->shape[0],
-                                  memory_order_relaxed);
-    }
+    sc->at[i] = ids.n;
+    if (i == n && (ids.v || ef__ids_reserve(&ids, 1) == EF_OK) &&
+        (sc->run_ids = ids_buffer(&ids)) != NULL)
+        sc->ndocs = n;
     ef__free(ids.v);
-    return rc;
+}
+
+static int tokenize_fn(const ef_sample *in, ef_sample **out, ef_map_ctx *ctx)
+{
+    tok_params *p = ef_map_ctx_user(ctx);
+    ef__err err;
+    ef__err_clear(&err);
+    int f;
+    int rc = find_text(in, p, &f, &err);
+    if (rc != EF_OK)
+        return ef_map_ctx_fail(ctx, rc, "%s", err.msg);
+    const ef__field *x = &in->fields[f];
+    tok_scratch *sc = ef__map_ctx_scratch(ctx);
+    size_t i = ef__map_ctx_index(ctx);
+    ef_buffer *ids_buf;
+    size_t first, count;
+    if (sc && i < sc->ndocs) { /* encoded with its run */
+        ids_buf = ef_buffer_retain(sc->run_ids);
+        first = sc->at[i];
+        count = sc->at[i + 1] - first;
+    } else { /* alone: a restore's fetch, or a run gone wrong */
+        ef__ids ids = {0};
+        rc = ef__tokenizer_encode(p->tok, sc ? sc->tok : NULL, text_of(x),
+                                  (size_t)x->shape[0], &ids, &err);
+        if (rc == EF_OK && !ids.v)
+            rc = ef__ids_reserve(&ids, 1);
+        ids_buf = rc == EF_OK ? ids_buffer(&ids) : NULL;
+        ef__free(ids.v);
+        if (rc != EF_OK)
+            return ef_map_ctx_fail(ctx, rc, "field '%s': %s", p->field,
+                                   rc == EF_ENOMEM ? "out of memory" : err.msg);
+        if (!ids_buf)
+            return ef_map_ctx_fail(ctx, EF_ENOMEM, "out of memory");
+        first = 0;
+        count = ef_buffer_size(ids_buf) / sizeof(int32_t);
+    }
+    rc =
+        output(in, p, f, ids_buf, first * sizeof(int32_t), (int64_t)count, out);
+    ef_buffer_release(ids_buf); /* the output holds its own */
+    if (rc != EF_OK)            /* out of memory, or EF_MAX_FIELDS fields */
+        return ef_map_ctx_fail(ctx, rc, "cannot add the field '%s': %s", p->out,
+                               ef_strerror(rc));
+    atomic_fetch_add_explicit(&p->tokens, count, memory_order_relaxed);
+    atomic_fetch_add_explicit(&p->bytes, (uint64_t)x->shape[0],
+                              memory_order_relaxed);
+    return EF_OK;
 }
 
 static void params_free(tok_params *p)
@@ -171,9 +281,13 @@ static int tokenize_create(ef__stage *s, const ef__opts *o, ef__err *err)
     if (rc == EF_OK)
         rc = ef__map_setup(s, tokenize_fn, p, (int)ef__opt_int(o, "threads"), 1,
                            err);
-    if (rc != EF_OK)
+    if (rc != EF_OK) {
         params_free(p);
-    return rc;
+        return rc;
+    }
+    static const ef__map_kernel kernel = {scratch_new, scratch_free, run_begin};
+    ef__map_set_kernel(s, &kernel);
+    return EF_OK;
 }
 
 static void tokenize_destroy(ef__stage *s)
