@@ -439,13 +439,17 @@ static int tfexample_fn(const ef_sample *in, ef_sample **out, ef_map_ctx *ctx)
                                        "'%s'; rename the feature (%s as "
                                        "OUT)",
                                        where, p->e[j].out, p->e[j].name);
-    ef__tfx_feature *fs = ef__calloc(p->n, sizeof *fs);
+    /* the worker's slots, or (an item made alone for a restore) new ones */
+    ef__tfx_feature *kept = ef__map_ctx_scratch(ctx);
+    ef__tfx_feature *fs = kept ? kept : ef__malloc(p->n * sizeof *fs);
     ef_sample *o = ef_sample_new(in->id);
     if (!fs || !o) {
-        ef__free(fs);
+        if (!kept)
+            ef__free(fs);
         ef_sample_free(o);
         return ef_map_ctx_fail(ctx, EF_ENOMEM, "out of memory");
     }
+    memset(fs, 0, p->n * sizeof *fs);
     for (size_t j = 0; j < p->n; j++) {
         fs[j].name = p->e[j].name;
         fs[j].len = strlen(p->e[j].name);
@@ -467,13 +471,28 @@ static int tfexample_fn(const ef_sample *in, ef_sample **out, ef_map_ctx *ctx)
     }
     for (size_t j = 0; j < p->n && rc == EF_OK; j++)
         rc = add_feature(o, &p->e[j], &fs[j], rec, where, ctx);
-    ef__free(fs);
+    if (!kept)
+        ef__free(fs);
     if (rc != EF_OK) {
         ef_sample_free(o);
         return rc;
     }
     *out = o;
     return EF_OK;
+}
+
+/* A worker's feature slots, kept from one record to the next
+ * (ef__map_kernel): no allocation per record. */
+static void *slots_new(void *user)
+{
+    const params *p = user;
+    return ef__malloc(p->n * sizeof(ef__tfx_feature));
+}
+
+static void slots_free(void *user, void *slots)
+{
+    (void)user;
+    ef__free(slots);
 }
 
 /* ---- the stage ----------------------------------------------------- */
@@ -500,9 +519,13 @@ static int tfexample_create(ef__stage *s, const ef__opts *o, ef__err *err)
     if (rc == EF_OK)
         rc = ef__map_setup(s, tfexample_fn, p, (int)ef__opt_int(o, "threads"),
                            1, err);
-    if (rc != EF_OK)
+    if (rc != EF_OK) {
         free_params(p);
-    return rc;
+        return rc;
+    }
+    static const ef__map_kernel kernel = {slots_new, slots_free, NULL};
+    ef__map_set_kernel(s, &kernel);
+    return EF_OK;
 }
 
 static void tfexample_destroy(ef__stage *s)
