@@ -6,7 +6,13 @@
  * the median. The echo stage's own time per item is measured from the
  * stage stats: the time its downstream spent inside echo's next() minus
  * the time echo spent inside its upstream's next(), divided by the items
- * it emitted. */
+ * it emitted.
+ *
+ * A second table shows what the map's run length is worth when it is
+ * wrong both ways, against run=auto: cheap items handed over one at a
+ * time (run=1), and slow items (WORK_US of work each, the callback
+ * `work`) in long runs (run=64), where the first item waits for its whole
+ * run. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,7 +24,24 @@ typedef struct {
     double seconds;
     double items;
     double echo_self_ns; /* per emitted item; 0 without an echo stage */
+    double first_s;      /* until the first batch */
 } result;
+
+/* The slow items' work, a busy wait (a decode's worth of CPU). */
+#define WORK_US 200
+
+static int work(const ef_sample *in, ef_sample **out, ef_map_ctx *ctx)
+{
+    (void)ctx;
+    struct timespec t0, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    do
+        clock_gettime(CLOCK_MONOTONIC, &t);
+    while ((t.tv_sec - t0.tv_sec) * 1000000000L + (t.tv_nsec - t0.tv_nsec) <
+           WORK_US * 1000L);
+    *out = ef_sample_clone(in);
+    return *out ? EF_OK : EF_ENOMEM;
+}
 
 static double now_s(void)
 {
@@ -34,14 +57,20 @@ static int run(const char *spec, result *r)
     int rc;
     if (ef_pipeline_create(&p) != EF_OK)
         return -1;
-    if (ef_pipeline_parse(p, spec) != EF_OK) {
+    /* a name bound must be used: only the specs that name it */
+    if ((strstr(spec, "fn=work") &&
+         ef_pipeline_bind_map(p, "work", work, NULL) != EF_OK) ||
+        ef_pipeline_parse(p, spec) != EF_OK) {
         fprintf(stderr, "bench: %s\n", ef_pipeline_error(p));
         ef_pipeline_destroy(p);
         return -1;
     }
     double t0 = now_s();
     uint64_t n = 0;
+    r->first_s = 0;
     while ((rc = ef_pipeline_next(p, &s)) == EF_OK) {
+        if (n == 0)
+            r->first_s = now_s() - t0;
         ef_tensor t;
         ef_sample_get(s, "index", &t); /* touch the batch like a consumer */
         n += (uint64_t)t.shape[0];
@@ -68,21 +97,26 @@ static int cmp_double(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-/* Median over `repeats` runs of items/s and echo self time. */
-static int measure(const char *spec, int repeats, double *rate, double *echo_ns)
+/* Medians over `repeats` runs of items/s, echo self time and the time to
+ * the first batch. */
+static int measure(const char *spec, int repeats, double *rate, double *echo_ns,
+                   double *first_s)
 {
-    double rates[64], selfs[64];
+    double rates[64], selfs[64], firsts[64];
     for (int i = 0; i < repeats; i++) {
         result r;
         if (run(spec, &r) != 0)
             return -1;
         rates[i] = r.items / r.seconds;
         selfs[i] = r.echo_self_ns;
+        firsts[i] = r.first_s;
     }
     qsort(rates, (size_t)repeats, sizeof rates[0], cmp_double);
     qsort(selfs, (size_t)repeats, sizeof selfs[0], cmp_double);
+    qsort(firsts, (size_t)repeats, sizeof firsts[0], cmp_double);
     *rate = rates[repeats / 2];
     *echo_ns = selfs[repeats / 2];
+    *first_s = firsts[repeats / 2];
     return 0;
 }
 
@@ -95,7 +129,8 @@ int main(int argc, char **argv)
                 "usage: bench_pipeline [ITEMS >= 1000] [REPEATS 1..64]\n");
         return 2;
     }
-    char specs[5][256];
+    enum { NSPECS = 6, NRUNS = 4 };
+    char specs[NSPECS][256], runs[NRUNS][256];
     snprintf(specs[0], sizeof specs[0], "range:n=%ld | batch:128", items);
     snprintf(specs[1], sizeof specs[1], "range:n=%ld | echo:1 | batch:128",
              items);
@@ -103,22 +138,46 @@ int main(int argc, char **argv)
              items / 4);
     snprintf(specs[3], sizeof specs[3],
              "range:n=%ld | echo:4,shuffle=1000 | batch:128", items / 4);
-    snprintf(specs[4], sizeof specs[4],
-             "range:n=%ld | map:fn=noop,threads=2 | batch:128 | prefetch",
-             items);
+    for (int t = 1; t <= 2; t++)
+        snprintf(specs[3 + t], sizeof specs[3 + t],
+                 "range:n=%ld | map:fn=noop,threads=%d | batch:128 | prefetch",
+                 items, t);
+    /* tiny items one at a time, against auto */
+    for (int k = 0; k < 2; k++)
+        snprintf(runs[k], sizeof runs[k],
+                 "range:n=%ld | map:fn=noop,threads=2,run=%s | batch:128 | "
+                 "prefetch",
+                 items, k ? "1" : "auto");
+    /* slow items in long runs, against auto: a pass of about a second */
+    long slow = 2 * 1000000L / WORK_US;
+    for (int k = 0; k < 2; k++)
+        snprintf(runs[2 + k], sizeof runs[2 + k],
+                 "range:n=%ld | map:fn=work,threads=2,run=%s | batch:8", slow,
+                 k ? "64" : "auto");
     printf("echoflow %s, %ld items out per run, median of %d runs\n\n",
            ef_version_string(), items, repeats);
-    printf("%-58s %14s %12s %14s\n", "pipeline", "items/s", "ns/item",
+    printf("%-62s %14s %12s %14s\n", "pipeline", "items/s", "ns/item",
            "echo self ns");
-    for (int i = 0; i < 5; i++) {
-        double rate, echo_ns;
-        if (measure(specs[i], repeats, &rate, &echo_ns) != 0)
+    for (int i = 0; i < NSPECS; i++) {
+        double rate, echo_ns, first_s;
+        if (measure(specs[i], repeats, &rate, &echo_ns, &first_s) != 0)
             return 1;
-        printf("%-58s %14.0f %12.1f ", specs[i], rate, 1e9 / rate);
+        printf("%-62s %14.0f %12.1f ", specs[i], rate, 1e9 / rate);
         if (echo_ns > 0)
             printf("%14.1f\n", echo_ns);
         else
             printf("%14s\n", "-");
+    }
+    printf("\nrun lengths wrong both ways (work: %d us of CPU per item)\n\n",
+           WORK_US);
+    printf("%-62s %14s %12s %14s\n", "pipeline", "items/s", "ns/item",
+           "first batch ms");
+    for (int i = 0; i < NRUNS; i++) {
+        double rate, echo_ns, first_s;
+        if (measure(runs[i], repeats, &rate, &echo_ns, &first_s) != 0)
+            return 1;
+        printf("%-62s %14.0f %12.1f %14.2f\n", runs[i], rate, 1e9 / rate,
+               first_s * 1e3);
     }
     return 0;
 }

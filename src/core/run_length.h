@@ -65,6 +65,16 @@ static inline size_t ef__run_length_next(const ef__run_length *r)
     return n < 1 ? 1 : (size_t)n;
 }
 
+/* The most items of the sizes seen so far that fit the bytes bound (the
+ * items bound when there is none): for a run length chosen elsewhere. */
+static inline size_t ef__run_length_fit(const ef__run_length *r)
+{
+    if (!r->max_bytes || r->bytes_per_item <= 0)
+        return r->max_items;
+    double n = (double)r->max_bytes / r->bytes_per_item;
+    return n < 1 ? 1 : n > (double)r->max_items ? r->max_items : (size_t)n;
+}
+
 /* Records a run of n items that took ns and made `bytes` of output. */
 static inline void ef__run_length_note(ef__run_length *r, size_t n, uint64_t ns,
                                        uint64_t bytes)

@@ -482,7 +482,11 @@ static void *worker_main(void *arg)
             (st->is_auto && !may_take(st, id)))
             break;
         uint64_t t0 = ef__timer_ns();
-        size_t want = st->run ? st->run : ef__run_length_next(&rl);
+        size_t want = ef__run_length_next(&rl);
+        if (st->run) /* the bytes bound still holds: a run of images could
+                        otherwise fill the memory */
+            want = st->run < ef__run_length_fit(&rl) ? st->run
+                                                     : ef__run_length_fit(&rl);
         if (!take_run(s, st, want, &seq, &r, own))
             break;
         /* threads=auto: the transform's time is what the tuner shares

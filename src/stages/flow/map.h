@@ -21,8 +21,9 @@
 #define EF__MAP_RUN_ROW                                                        \
     {                                                                          \
         "run", EF_OPT_INT_AUTO, "auto",                                        \
-            "items a worker takes and hands over at once, or auto: from what " \
-            "items cost, one at a time when they are slow",                    \
+            "items a worker takes and hands over at once (at most, within a "  \
+            "share of the memory budget), or auto: from what items cost, one " \
+            "at a time when they are slow",                                    \
             1, EF__RUN_MAX                                                     \
     }
 #define EF__MAP_OPTIONS EF__MAP_THREADS_ROW, EF__MAP_RUN_ROW
