@@ -36,6 +36,7 @@
 #include <string.h>
 
 #include "core/alloc.h"
+#include "core/buffer.h"
 #include "core/clock.h"
 #include "core/sample.h"
 #include "feed.h"
@@ -146,7 +147,7 @@ static int read_all(const files_state *st, ef__stream *s, ef_buffer **out,
             break;
         n += got;
     }
-    *out = ef_buffer_wrap(data, n, ef__free, data);
+    *out = ef__buffer_adopt(data, n, ef__free, data);
     if (!*out) {
         ef__free(data);
         return ef__err_set(err, EF_ENOMEM, "%s: out of memory",
