@@ -321,6 +321,51 @@ static void test_unreadable(void **state)
     ef_pipeline_destroy(p);
 }
 
+static void expect_not_regular(const char *spec, const char *fifo)
+{
+    ef_pipeline *p = make(spec, 0);
+    ef_sample *s = tu_next(p);
+    assert_string_equal(text_of(s, "jpg"), "1");
+    ef_sample_free(s);
+    assert_int_equal(ef_pipeline_next(p, &s), EF_EIO);
+    const char *msg = ef_pipeline_error(p);
+    if (!strstr(msg, fifo) || !strstr(msg, "not a regular file"))
+        fail_msg("%s: message \"%s\" does not name %s as not a regular file",
+                 spec, msg, fifo);
+    ef_pipeline_destroy(p); /* returns: no reader waits on the FIFO */
+
+    p = make(spec, 1);
+    s = tu_next(p);
+    assert_string_equal(text_of(s, "jpg"), "1");
+    ef_sample_free(s);
+    s = tu_next(p);
+    assert_string_equal(text_of(s, "jpg"), "3");
+    ef_sample_free(s);
+    tu_expect_end(p);
+    assert_int_equal(ef_pipeline_skipped(p, NULL, 0), 1);
+    ef_pipeline_destroy(p);
+}
+
+/* A FIFO found in the tree or named by a list is refused, naming it: its
+ * open would wait for a writer for good, and the pipeline's close with
+ * it. */
+static void test_fifo_refused(void **state)
+{
+    (void)state;
+    alarm(60); /* a hang is a failure, not a stuck test */
+    if (mkdir(tu_at("F"), 0755) != 0 || mkdir(tu_at("F/a"), 0755) != 0)
+        fail_msg("mkdir");
+    put("F/a/1.jpg", "1");
+    put("F/a/3.jpg", "3");
+    assert_int_equal(mkfifo(tu_at("F/a/2.jpg"), 0644), 0);
+    snprintf(g_spec, sizeof g_spec, "files:root=%s,readers=2", tu_at("F"));
+    expect_not_regular(g_spec, tu_at("F/a/2.jpg"));
+    put("F/list.txt", "a/1.jpg 0\na/2.jpg 1\na/3.jpg 2\n");
+    snprintf(g_spec, sizeof g_spec, "files:list=%s", tu_at("F/list.txt"));
+    expect_not_regular(g_spec, tu_at("F/a/2.jpg"));
+    alarm(0);
+}
+
 /* ---- order --------------------------------------------------------- */
 
 /* The indices of a whole run. */
@@ -477,6 +522,7 @@ int main(void)
         cmocka_unit_test(test_list_errors),
         cmocka_unit_test(test_glob),
         cmocka_unit_test(test_unreadable),
+        cmocka_unit_test(test_fifo_refused),
         cmocka_unit_test(test_shards),
         cmocka_unit_test(test_shuffle),
         cmocka_unit_test(test_echo_auto),

@@ -374,6 +374,9 @@ static int files_create(ef__stage *s, const ef__opts *o, ef__err *err)
     st->sopts.tries = (int)ef__opt_int(o, "tries");
     st->sopts.timeout_s = ef__opt_float(o, "timeout");
     st->sopts.compression = 0;
+    /* a FIFO listed or found in the tree would block its reader for good,
+     * and close() with it */
+    st->sopts.regular_only = 1;
     st->sopts.cancelled = &st->stop;
     int rc = ef__shard_parse(s, o, &st->part, err);
     if (rc == EF_OK)
