@@ -7,15 +7,18 @@
  * a new permutation each epoch, the same stream whatever the readers, and
  * checkpoints resuming mid-epoch with exactly the remaining samples.
  * Fixtures are written into a temporary directory. */
+#define _DEFAULT_SOURCE /* MAP_ANONYMOUS */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <cmocka.h>
 
 #include "ef_test_util.h"
+#include "stages/sources/files_list.h"
 #include "state_test_util.h"
 
 /* torchvision.datasets.ImageFolder(R).samples for the tree of setup(),
@@ -266,6 +269,48 @@ static void test_list_errors(void **state)
     expect_list_error("# nothing\n", "no entries");
     snprintf(g_spec, sizeof g_spec, "files:list=%s", tu_at("L/missing.txt"));
     expect_spec_error(g_spec, "cannot open the list file");
+}
+
+/* `text` copied to the end of a page that an unreadable page follows,
+ * as a list file's bytes without a NUL after them: a read past the end
+ * faults. Returns the mapping (2 pages) for munmap. */
+static char *at_page_end(const char *text, size_t n, const char **out)
+{
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    assert_true(n <= page);
+    char *m = mmap(NULL, 2 * page, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    assert_true(m != MAP_FAILED);
+    assert_int_equal(mprotect(m + page, page, PROT_NONE), 0);
+    memset(m, 'x', page); /* no NUL before the end either */
+    memcpy(m + page - n, text, n);
+    *out = m + page - n;
+    return m;
+}
+
+/* A list's last line need not end in a newline nor a NUL: a URL's key
+ * is found within the line (a host alone gives an empty key). */
+static void test_list_url_line_unterminated(void **state)
+{
+    (void)state;
+    static const char *const lines[] = {"http://h/a/b.jpg", "https://h/c.png",
+                                        "http://h.jpg"};
+    static const char *const keys[] = {"a/b", "c", ""};
+    for (size_t i = 0; i < sizeof lines / sizeof lines[0]; i++) {
+        const char *text;
+        size_t n = strlen(lines[i]);
+        char *m = at_page_end(lines[i], n, &text);
+        ef__file_list l;
+        ef__err err;
+        ef__err_clear(&err);
+        int rc = ef__files_parse_list(text, n, "list.txt", "", &l, &err);
+        assert_int_equal(rc, EF_OK);
+        assert_int_equal(l.n, 1);
+        assert_string_equal(l.v[0].url, lines[i]);
+        assert_string_equal(l.v[0].key, keys[i]);
+        ef__file_list_free(&l);
+        munmap(m, 2 * (size_t)sysconf(_SC_PAGESIZE));
+    }
 }
 
 static void test_glob(void **state)
@@ -520,6 +565,7 @@ int main(void)
         cmocka_unit_test(test_options),
         cmocka_unit_test(test_list),
         cmocka_unit_test(test_list_errors),
+        cmocka_unit_test(test_list_url_line_unterminated),
         cmocka_unit_test(test_glob),
         cmocka_unit_test(test_unreadable),
         cmocka_unit_test(test_fifo_refused),

@@ -124,10 +124,20 @@ static int is_space(char c)
     return c == ' ' || c == '\t' || c == '\r' || c == '\v' || c == '\f';
 }
 
+/* The length of the "http://" or "https://" that [s, s + n) starts
+ * with and goes past, else 0. The line need not end in a NUL. */
+static size_t url_scheme_len(const char *s, size_t n)
+{
+    if (n > 7 && !strncmp(s, "http://", 7))
+        return 7;
+    if (n > 8 && !strncmp(s, "https://", 8))
+        return 8;
+    return 0;
+}
+
 static int is_url(const char *s, size_t n)
 {
-    return (n > 7 && !strncmp(s, "http://", 7)) ||
-           (n > 8 && !strncmp(s, "https://", 8));
+    return url_scheme_len(s, n) != 0;
 }
 
 /* A decimal integer filling [s, s + n), into *v. */
@@ -152,12 +162,12 @@ static int parse_label(const char *s, size_t n, int64_t *v)
 static void list_key(const char *path, size_t n, const char **key,
                      size_t *key_len)
 {
-    const char *s = path, *end = path + n;
-    if (is_url(path, n)) {
-        s = strstr(path, "://") + 3;
+    const char *end = path + n;
+    /* within the line: it ends at n, not at a NUL */
+    const char *s = path + url_scheme_len(path, n);
+    if (s != path)
         while (s < end && *s != '/')
             s++;
-    }
     while (s < end && *s == '/')
         s++;
     const char *slash = s, *dot = NULL;
