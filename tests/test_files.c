@@ -313,6 +313,46 @@ static void test_list_url_line_unterminated(void **state)
     }
 }
 
+static void expect_parse_error(const char *text, size_t n, const char *needle)
+{
+    ef__file_list l;
+    ef__err err;
+    ef__err_clear(&err);
+    int rc = ef__files_parse_list(text, n, "list.txt", "", &l, &err);
+    if (rc != EF_EFORMAT || !strstr(err.msg, needle))
+        fail_msg("expected EF_EFORMAT with \"%s\", got %s: %s", needle,
+                 ef_strerror(rc), err.msg);
+    assert_int_equal(l.n, 0);
+}
+
+/* A NUL byte is refused, naming its line: C strings would end at it, and
+ * "1\0junk" would be the label 1. */
+static void test_list_nul_refused(void **state)
+{
+    (void)state;
+    static const char one[] = "a.png 1\0junk\n";
+    expect_parse_error(one, sizeof one - 1,
+                       "list.txt: line 1: a NUL byte at column 8");
+    static const char two[] = "b.png 0\n# c\na\0.png 1";
+    expect_parse_error(two, sizeof two - 1,
+                       "list.txt: line 3: a NUL byte at column 2");
+}
+
+/* A UTF-8 byte order mark before the first line is no part of its path. */
+static void test_list_bom_skipped(void **state)
+{
+    (void)state;
+    put("L/bom.txt", "\xEF\xBB\xBFimg/one.jpg 3\nimg/two.png 4\n");
+    snprintf(g_spec, sizeof g_spec, "files:list=%s", tu_at("L/bom.txt"));
+    ef_pipeline *p = make(g_spec, 0);
+    ef_sample *s = tu_next(p);
+    assert_string_equal(text_of(s, "__key__"), "img/one");
+    assert_string_equal(text_of(s, "jpg"), "one");
+    assert_int_equal(tu_i64(s, "label"), 3);
+    ef_sample_free(s);
+    ef_pipeline_destroy(p);
+}
+
 static void test_glob(void **state)
 {
     (void)state;
@@ -566,6 +606,8 @@ int main(void)
         cmocka_unit_test(test_list),
         cmocka_unit_test(test_list_errors),
         cmocka_unit_test(test_list_url_line_unterminated),
+        cmocka_unit_test(test_list_nul_refused),
+        cmocka_unit_test(test_list_bom_skipped),
         cmocka_unit_test(test_glob),
         cmocka_unit_test(test_unreadable),
         cmocka_unit_test(test_fifo_refused),
