@@ -18,11 +18,29 @@ static void on_signal(int sig)
         g_signal = sig;
 }
 
+/* A u8 field is bytes (text not yet tokenized, an encoded file) far more
+ * often than token ids: written as they are they make a token file that
+ * trains on nothing meant, with no error. Refused unless --bytes says a
+ * byte-level vocabulary is meant. */
+static int refuse_bytes(const ef_sample *s, const char *field)
+{
+    ef_tensor t;
+    if (ef_sample_get(s, field, &t) != EF_OK || t.dtype != EF_U8)
+        return 0;
+    fprintf(stderr,
+            "echoflow tokens: field '%s' of sample %lld is u8: bytes (a text "
+            "before tokenize, an encoded file), not token ids; put a "
+            "tokenize stage in the spec and give its ids' field with "
+            "--field, or give --bytes to write each byte as a token id\n",
+            field, (long long)ef_sample_identity(s).index);
+    return 1;
+}
+
 int cmd_tokens(int argc, char **argv)
 {
     const char *field = "tokens", *dtype = "uint16";
     long eos = -1;
-    int eos_given = 0;
+    int eos_given = 0, bytes = 0;
     cli_pipeline_opts po = {0};
     const arg_opt opts[] = {
         {"--field", ARG_STRING, &field, NULL, 0, 0, NULL, "NAME",
@@ -31,6 +49,8 @@ int cmd_tokens(int argc, char **argv)
          "the file's token type"},
         {"--eos", ARG_LONG, &eos, &eos_given, 0, 2147483647.0, NULL, "ID",
          "a token id written after each document"},
+        {"--bytes", ARG_FLAG, &bytes, NULL, 0, 0, NULL, NULL,
+         "a u8 field's bytes are token ids (else refused)"},
         CLI_PIPELINE_ARGS(&po),
     };
     const arg_command cmd = {
@@ -38,7 +58,8 @@ int cmd_tokens(int argc, char **argv)
         "SPEC OUT",
         2,
         "Writes the token ids of every sample of the pipeline SPEC (an\n"
-        "integer field [n], i32 as the tokenize stage makes it) one after\n"
+        "integer field [n], i32 as the tokenize stage makes it; u8 only\n"
+        "with --bytes) one after\n"
         "another into OUT as raw little-endian uint16 or uint32, with --eos\n"
         "after each document: the token files nanoGPT's prepare.py writes,\n"
         "which the tokens source reads. An id that does not fit the dtype\n"
@@ -75,14 +96,19 @@ int cmd_tokens(int argc, char **argv)
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
     ef_sample *s;
+    int refused = 0;
     while (!g_signal && (rc = ef_pipeline_next(p, &s)) == EF_OK) {
-        rc = ef_token_writer_add(w, s, field, eos_given ? eos : -1);
+        refused = !bytes && refuse_bytes(s, field);
+        if (!refused)
+            rc = ef_token_writer_add(w, s, field, eos_given ? eos : -1);
         ef_sample_free(s);
-        if (rc != EF_OK)
+        if (refused || rc != EF_OK)
             break;
     }
     int status = 0;
-    if (g_signal) {
+    if (refused) {
+        status = 1;
+    } else if (g_signal) {
         printf("interrupted by %s: removed the unfinished %s\n",
                g_signal == SIGINT ? "SIGINT" : "SIGTERM", pos[1]);
         status = 128 + g_signal;

@@ -250,10 +250,17 @@ else
     fail "pack: rc $rc, $(cat "$TMP/pack_ok.out" "$TMP/pack_ok.err")"
 fi
 
-# tokens: documents' ids (here range's u8 bytes) into a token file, read
-# back by the tokens source; an id that does not fit and a field that is
-# not ids are errors that leave no file behind
-run tokens_ok tokens "range:n=10,bytes=5" "$TMP/tok.bin" --field data --eos 300
+# tokens: documents' ids (here range's u8 bytes, with --bytes) into a
+# token file, read back by the tokens source; an id that does not fit, a
+# field that is not ids and bytes without --bytes are errors that leave
+# no file behind
+run tokens_bytes tokens "range:n=3,bytes=2" "$TMP/tok5.bin" --field data
+[ "$rc" -eq 1 ] && grep -qF "field 'data' of sample 0 is u8: bytes" \
+    "$TMP/tokens_bytes.err" && grep -qF -- "--bytes" "$TMP/tokens_bytes.err" &&
+    [ -z "$(ls "$TMP" | grep tok5)" ] &&
+    pass "tokens: a u8 field refused without --bytes" ||
+    fail "tokens of u8 without --bytes: rc $rc, $(cat "$TMP/tokens_bytes.err"; ls "$TMP")"
+run tokens_ok tokens "range:n=10,bytes=5" "$TMP/tok.bin" --field data --eos 300 --bytes
 if [ "$rc" -eq 0 ] &&
     grep -q "^wrote 60 tokens of 10 documents (uint16) to $TMP/tok.bin" "$TMP/tokens_ok.out" &&
     [ "$(stat -c %s "$TMP/tok.bin")" -eq 120 ] &&
@@ -271,7 +278,7 @@ then
 else
     fail "tokens: rc $rc, $(cat "$TMP/tokens_ok.out" "$TMP/tokens_ok.err")"
 fi
-run tokens_eos tokens "range:n=3,bytes=2" "$TMP/tok2.bin" --field data --eos 70000
+run tokens_eos tokens "range:n=3,bytes=2" "$TMP/tok2.bin" --field data --eos 70000 --bytes
 [ "$rc" -eq 1 ] && grep -q "eos 70000 does not fit uint16" "$TMP/tokens_eos.err" &&
     [ -z "$(ls "$TMP" | grep tok2)" ] && pass "tokens: eos past uint16 refused" ||
     fail "tokens with eos 70000: rc $rc, $(cat "$TMP/tokens_eos.err"; ls "$TMP")"

@@ -7,6 +7,7 @@
 #   an epoch between them, each key reaching one of them once;
 # - dynamic sharding: of 2 workers, the one 10 times slower takes fewer
 #   splits, and the trainer still gets the 60,000 samples;
+# - samples that fit a message only one at a time all arrive;
 # - echoflow train reads through the service to a target accuracy, with
 #   automatic echoing, and 2 trainers keep their weights in sync;
 # - refusals: workers or trainers started with settings that must agree
@@ -136,6 +137,24 @@ PY
     pass "a worker 10x slower takes fewer of the 6 splits: $(tr '\n' ' ' <"$TMP/slow.out" | grep -o '"splits": [0-9]*' | tr '\n' ' ')"
 else
     fail "slow worker: rc $rc: $(cat "$TMP/slow.out" "$TMP/slow.err")"
+fi
+
+# ---- samples that fit a message one at a time ------------------------------------
+# a 4M budget gives each message 1M: one 600 kB sample fits, two do not,
+# and they come faster than a chunk ages, so each chunk is sent for the
+# next sample while a spare one takes its place
+"${MPIRUN[@]}" -np 1 "$CLI" run service --json : \
+    -np 1 "$CLI" serve "range:n=200,bytes=600000" --splits 1 \
+    --memory-budget 4M >"$TMP/big.out" 2>"$TMP/big.err"
+rc=$?
+if [ "$rc" -eq 0 ] && "$PY" - "$TMP/big.out" <<'PY'; then
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert d["items"] == 200 and d["stages"][0]["messages"] == 200, d
+PY
+    pass "200 samples of 600 kB under a 4M budget: one per message"
+else
+    fail "one sample per message: rc $rc: $(cat "$TMP/big.out" "$TMP/big.err")"
 fi
 
 # ---- echoflow train through the service ------------------------------------------

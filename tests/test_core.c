@@ -210,6 +210,28 @@ static void test_buffer_wrap(void **state)
     assert_ptr_equal(log.last_user, &log);
 }
 
+/* Memory wrapped for a caller stays the caller's (borrowed: a binding
+ * copies it before handing it out writable); memory echoflow allocated
+ * and adopted, or a new buffer, is its own. */
+static void test_buffer_borrowed(void **state)
+{
+    (void)state;
+    static unsigned char mem[4];
+    release_log log = {0, NULL};
+    ef_buffer *b = ef_buffer_wrap(mem, sizeof mem, on_release, &log);
+    assert_int_equal(ef_buffer_is_borrowed(b), 1);
+    ef_buffer_release(b);
+    assert_int_equal(log.calls, 1);
+    ef_buffer *own = ef_buffer_new(16);
+    assert_int_equal(ef_buffer_is_borrowed(own), 0);
+    ef_buffer_release(own);
+    void *data = ef__malloc(8);
+    assert_non_null(data);
+    ef_buffer *a = ef__buffer_adopt(data, 8, ef__free, data);
+    assert_int_equal(ef_buffer_is_borrowed(a), 0);
+    ef_buffer_release(a);
+}
+
 /* ---- samples ------------------------------------------------------ */
 
 static ef_buffer *filled_buffer(size_t n)
@@ -868,6 +890,7 @@ int main(void)
         cmocka_unit_test(test_buffer_refcount),
         cmocka_unit_test(test_buffer_large_reused),
         cmocka_unit_test(test_buffer_wrap),
+        cmocka_unit_test(test_buffer_borrowed),
         cmocka_unit_test(test_sample_add_and_get),
         cmocka_unit_test(test_sample_add_validation),
         cmocka_unit_test(test_sample_many_fields_and_long_names),

@@ -197,6 +197,74 @@ static void test_variable_length_rows(void **state)
     ef_pipeline_destroy(p);
 }
 
+/* Items whose field "t" is already a list of texts (as a Python map
+ * returning a list of str makes it): four bytes as [1, 3] or [2, 2], so
+ * every item has the same total. */
+static int lists_fn(void *user, int64_t epoch, int block, ef_sample **out)
+{
+    (void)block;
+    int64_t *next = user;
+    if (*next == 4)
+        return EF_END;
+    int64_t i = (*next)++;
+    ef_sample *s = ef_sample_new((ef_sample_id){.index = i, .epoch = epoch});
+    int64_t shape[1] = {4};
+    const int64_t lengths[2][2] = {{1, 3}, {2, 2}};
+    void *v;
+    if (!s || ef_sample_add_new(s, "t", EF_U8, 1, shape, &v))
+        return EF_ENOMEM;
+    memcpy(v, i % 2 ? "aabb" : "abbb", 4);
+    if (ef_sample_set_ragged(s, "t", lengths[i % 2], 2) != EF_OK)
+        return EF_ENOMEM;
+    *out = s;
+    return EF_OK;
+}
+
+static void expect_ragged_refused(ef_pipeline *p, const char *where)
+{
+    ef_sample *s = NULL;
+    int rc = ef_pipeline_next(p, &s);
+    const char *msg = ef_pipeline_error(p);
+    if (rc != EF_ESHAPE || !strstr(msg, where) ||
+        !strstr(msg, "already ragged") || !strstr(msg, "batch once"))
+        fail_msg("expected EF_ESHAPE naming %s as already ragged, got %s: "
+                 "%s",
+                 where, ef_strerror(rc), msg);
+    ef_sample_free(s);
+}
+
+/* A field that is already ragged is refused, not joined: its values
+ * would run together ("abbb" + "aabb"), and with equal totals would even
+ * pass for a [2,4] tensor. The first part is checked too (a batch of
+ * one). */
+static void test_batch_refuses_ragged_field(void **state)
+{
+    (void)state;
+    const char *const specs[] = {"batch:2", "batch:1", "echo:2 | batch:4"};
+    for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++) {
+        int64_t next = 0;
+        ef_pipeline *p = NULL;
+        assert_int_equal(ef_pipeline_create(&p), EF_OK);
+        assert_int_equal(ef_pipeline_add_source(p, lists_fn, &next, NULL),
+                         EF_OK);
+        tu_parse(p, specs[i]);
+        expect_ragged_refused(p, "field 't' of sample 0 of the batch");
+        ef_pipeline_destroy(p);
+    }
+
+    /* a batch of batches: the keys of the inner batches are lists */
+    write_shard(tu_at("twice.tar"), 4);
+    const char *const twice[] = {"batch:2 | batch:2", "batch:2 | batch:1"};
+    for (size_t i = 0; i < sizeof twice / sizeof twice[0]; i++) {
+        char spec[512];
+        snprintf(spec, sizeof spec, "tar:urls=\"%s\" | %s", tu_at("twice.tar"),
+                 twice[i]);
+        ef_pipeline *p = tu_pipeline(spec, 0);
+        expect_ragged_refused(p, "of sample 0 of the batch (index 0)");
+        ef_pipeline_destroy(p);
+    }
+}
+
 static void test_set_ragged_checks_lengths(void **state)
 {
     (void)state;
@@ -312,6 +380,7 @@ int main(void)
         cmocka_unit_test(test_webdataset_keys_of_different_lengths_batch),
         cmocka_unit_test(test_variable_length_rows),
         cmocka_unit_test(test_set_ragged_checks_lengths),
+        cmocka_unit_test(test_batch_refuses_ragged_field),
         cmocka_unit_test(test_select_and_drop),
         cmocka_unit_test(test_ragged_batch_restored),
     };

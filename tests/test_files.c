@@ -7,15 +7,18 @@
  * a new permutation each epoch, the same stream whatever the readers, and
  * checkpoints resuming mid-epoch with exactly the remaining samples.
  * Fixtures are written into a temporary directory. */
+#define _DEFAULT_SOURCE /* MAP_ANONYMOUS */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <cmocka.h>
 
 #include "ef_test_util.h"
+#include "stages/sources/files_list.h"
 #include "state_test_util.h"
 
 /* torchvision.datasets.ImageFolder(R).samples for the tree of setup(),
@@ -268,6 +271,88 @@ static void test_list_errors(void **state)
     expect_spec_error(g_spec, "cannot open the list file");
 }
 
+/* `text` copied to the end of a page that an unreadable page follows,
+ * as a list file's bytes without a NUL after them: a read past the end
+ * faults. Returns the mapping (2 pages) for munmap. */
+static char *at_page_end(const char *text, size_t n, const char **out)
+{
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    assert_true(n <= page);
+    char *m = mmap(NULL, 2 * page, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    assert_true(m != MAP_FAILED);
+    assert_int_equal(mprotect(m + page, page, PROT_NONE), 0);
+    memset(m, 'x', page); /* no NUL before the end either */
+    memcpy(m + page - n, text, n);
+    *out = m + page - n;
+    return m;
+}
+
+/* A list's last line need not end in a newline nor a NUL: a URL's key
+ * is found within the line (a host alone gives an empty key). */
+static void test_list_url_line_unterminated(void **state)
+{
+    (void)state;
+    static const char *const lines[] = {"http://h/a/b.jpg", "https://h/c.png",
+                                        "http://h.jpg"};
+    static const char *const keys[] = {"a/b", "c", ""};
+    for (size_t i = 0; i < sizeof lines / sizeof lines[0]; i++) {
+        const char *text;
+        size_t n = strlen(lines[i]);
+        char *m = at_page_end(lines[i], n, &text);
+        ef__file_list l;
+        ef__err err;
+        ef__err_clear(&err);
+        int rc = ef__files_parse_list(text, n, "list.txt", "", &l, &err);
+        assert_int_equal(rc, EF_OK);
+        assert_int_equal(l.n, 1);
+        assert_string_equal(l.v[0].url, lines[i]);
+        assert_string_equal(l.v[0].key, keys[i]);
+        ef__file_list_free(&l);
+        munmap(m, 2 * (size_t)sysconf(_SC_PAGESIZE));
+    }
+}
+
+static void expect_parse_error(const char *text, size_t n, const char *needle)
+{
+    ef__file_list l;
+    ef__err err;
+    ef__err_clear(&err);
+    int rc = ef__files_parse_list(text, n, "list.txt", "", &l, &err);
+    if (rc != EF_EFORMAT || !strstr(err.msg, needle))
+        fail_msg("expected EF_EFORMAT with \"%s\", got %s: %s", needle,
+                 ef_strerror(rc), err.msg);
+    assert_int_equal(l.n, 0);
+}
+
+/* A NUL byte is refused, naming its line: C strings would end at it, and
+ * "1\0junk" would be the label 1. */
+static void test_list_nul_refused(void **state)
+{
+    (void)state;
+    static const char one[] = "a.png 1\0junk\n";
+    expect_parse_error(one, sizeof one - 1,
+                       "list.txt: line 1: a NUL byte at column 8");
+    static const char two[] = "b.png 0\n# c\na\0.png 1";
+    expect_parse_error(two, sizeof two - 1,
+                       "list.txt: line 3: a NUL byte at column 2");
+}
+
+/* A UTF-8 byte order mark before the first line is no part of its path. */
+static void test_list_bom_skipped(void **state)
+{
+    (void)state;
+    put("L/bom.txt", "\xEF\xBB\xBFimg/one.jpg 3\nimg/two.png 4\n");
+    snprintf(g_spec, sizeof g_spec, "files:list=%s", tu_at("L/bom.txt"));
+    ef_pipeline *p = make(g_spec, 0);
+    ef_sample *s = tu_next(p);
+    assert_string_equal(text_of(s, "__key__"), "img/one");
+    assert_string_equal(text_of(s, "jpg"), "one");
+    assert_int_equal(tu_i64(s, "label"), 3);
+    ef_sample_free(s);
+    ef_pipeline_destroy(p);
+}
+
 static void test_glob(void **state)
 {
     (void)state;
@@ -319,6 +404,51 @@ static void test_unreadable(void **state)
     if (!strstr(msg, tu_at("U/a/2.jpg")))
         fail_msg("skip message \"%s\" lacks the file", msg);
     ef_pipeline_destroy(p);
+}
+
+static void expect_not_regular(const char *spec, const char *fifo)
+{
+    ef_pipeline *p = make(spec, 0);
+    ef_sample *s = tu_next(p);
+    assert_string_equal(text_of(s, "jpg"), "1");
+    ef_sample_free(s);
+    assert_int_equal(ef_pipeline_next(p, &s), EF_EIO);
+    const char *msg = ef_pipeline_error(p);
+    if (!strstr(msg, fifo) || !strstr(msg, "not a regular file"))
+        fail_msg("%s: message \"%s\" does not name %s as not a regular file",
+                 spec, msg, fifo);
+    ef_pipeline_destroy(p); /* returns: no reader waits on the FIFO */
+
+    p = make(spec, 1);
+    s = tu_next(p);
+    assert_string_equal(text_of(s, "jpg"), "1");
+    ef_sample_free(s);
+    s = tu_next(p);
+    assert_string_equal(text_of(s, "jpg"), "3");
+    ef_sample_free(s);
+    tu_expect_end(p);
+    assert_int_equal(ef_pipeline_skipped(p, NULL, 0), 1);
+    ef_pipeline_destroy(p);
+}
+
+/* A FIFO found in the tree or named by a list is refused, naming it: its
+ * open would wait for a writer for good, and the pipeline's close with
+ * it. */
+static void test_fifo_refused(void **state)
+{
+    (void)state;
+    alarm(60); /* a hang is a failure, not a stuck test */
+    if (mkdir(tu_at("F"), 0755) != 0 || mkdir(tu_at("F/a"), 0755) != 0)
+        fail_msg("mkdir");
+    put("F/a/1.jpg", "1");
+    put("F/a/3.jpg", "3");
+    assert_int_equal(mkfifo(tu_at("F/a/2.jpg"), 0644), 0);
+    snprintf(g_spec, sizeof g_spec, "files:root=%s,readers=2", tu_at("F"));
+    expect_not_regular(g_spec, tu_at("F/a/2.jpg"));
+    put("F/list.txt", "a/1.jpg 0\na/2.jpg 1\na/3.jpg 2\n");
+    snprintf(g_spec, sizeof g_spec, "files:list=%s", tu_at("F/list.txt"));
+    expect_not_regular(g_spec, tu_at("F/a/2.jpg"));
+    alarm(0);
 }
 
 /* ---- order --------------------------------------------------------- */
@@ -475,8 +605,12 @@ int main(void)
         cmocka_unit_test(test_options),
         cmocka_unit_test(test_list),
         cmocka_unit_test(test_list_errors),
+        cmocka_unit_test(test_list_url_line_unterminated),
+        cmocka_unit_test(test_list_nul_refused),
+        cmocka_unit_test(test_list_bom_skipped),
         cmocka_unit_test(test_glob),
         cmocka_unit_test(test_unreadable),
+        cmocka_unit_test(test_fifo_refused),
         cmocka_unit_test(test_shards),
         cmocka_unit_test(test_shuffle),
         cmocka_unit_test(test_echo_auto),

@@ -100,9 +100,17 @@ typedef struct ef_buffer ef_buffer;
  * The caller owns the reference; NULL when out of memory. */
 EF_API ef_buffer *ef_buffer_new(size_t size);
 /* Wraps memory the buffer does not own: `release(user)` is called when the
- * last reference goes. The caller owns the returned reference. */
+ * last reference goes. The caller owns the returned reference. The memory
+ * stays the caller's to read and write: the buffer is borrowed
+ * (ef_buffer_is_borrowed), and a binding that hands fields out writable
+ * copies it first. */
 EF_API ef_buffer *ef_buffer_wrap(void *data, size_t size, void (*release)(void *user),
                           void *user);
+/* 1 when b wraps memory owned outside echoflow (ef_buffer_wrap): its owner
+ * may read and write it, so a consumer that writes into a field must copy
+ * it first; else 0. A view of such a buffer (an echo, a batch viewing its
+ * parts) is the same buffer, borrowed too. */
+EF_API int ef_buffer_is_borrowed(const ef_buffer *b);
 /* Adds a reference and returns `b`; the caller owns the new reference. */
 EF_API ef_buffer *ef_buffer_retain(ef_buffer *b);
 /* Drops a reference; frees on the last. Accepts NULL. */

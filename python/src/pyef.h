@@ -89,6 +89,12 @@ int pyef_map_call(const ef_sample *in, ef_sample **out, ef_map_ctx *ctx);
 /* The dtype of a buffer's elements, from its struct format and size; -1
  * when echoflow has none for it. */
 int pyef_buffer_dtype(const Py_buffer *v, ef_dtype *out);
+/* Raises ValueError (MemoryError for EF_ENOMEM) for ef_sample_add's
+ * refusal `rc` of field `name` on `s`, naming the limit it passed
+ * (EF_MAX_NAME, EF_MAX_FIELDS) where that is why; `what` prefixes the
+ * message ("source: " or ""). Returns -1. */
+int pyef_field_refused(const ef_sample *s, const char *what, const char *name,
+                       int rc);
 
 /* ---- pysource.c ---- */
 extern PyTypeObject pyef_feed_type;

@@ -85,6 +85,32 @@ int pyef_buffer_dtype(const Py_buffer *v, ef_dtype *out)
     }
 }
 
+int pyef_field_refused(const ef_sample *s, const char *what, const char *name,
+                       int rc)
+{
+    size_t len = strlen(name);
+    int n = ef_sample_field_count(s);
+    if (rc == EF_ENOMEM)
+        PyErr_Format(PyExc_MemoryError, "%sfield '%.200s': out of memory", what,
+                     name);
+    else if (rc == EF_EINVAL && len >= EF_MAX_NAME)
+        PyErr_Format(PyExc_ValueError,
+                     "%sfield '%.40s...': a name of %zu bytes, over the "
+                     "limit of %d (EF_MAX_NAME - 1)",
+                     what, name, len, EF_MAX_NAME - 1);
+    else if (rc == EF_EINVAL && n >= EF_MAX_FIELDS)
+        PyErr_Format(PyExc_ValueError,
+                     "%sfield '%.200s': the sample has %d fields already, "
+                     "the most it may hold (EF_MAX_FIELDS)",
+                     what, name, n);
+    else if (rc == EF_EINVAL && len == 0)
+        PyErr_Format(PyExc_ValueError, "%sa field has an empty name", what);
+    else
+        PyErr_Format(PyExc_ValueError, "%sfield '%.200s': %s", what, name,
+                     ef_strerror(rc));
+    return -1;
+}
+
 /* Adds `value` to `s` as field `name`; a Python exception on failure. */
 /* Field `name` of the map's input, as it was: the map handed back the
  * value it was given (a key, a batch's list of keys), which may be a
@@ -107,10 +133,7 @@ static int pass_through(ef_sample *s, const ef_sample *in, const char *name)
         rc = ef_sample_set_ragged(s, name, lengths, n);
         PyMem_Free(lengths);
     }
-    if (rc != EF_OK)
-        PyErr_Format(PyExc_ValueError, "field '%s': %s", name,
-                     ef_strerror(rc));
-    return rc == EF_OK ? 0 : -1;
+    return rc == EF_OK ? 0 : pyef_field_refused(s, "", name, rc);
 }
 
 /* A str becomes its UTF-8 bytes, u8 [n], as sources store text. */
@@ -123,11 +146,8 @@ static int add_text(ef_sample *s, const char *name, PyObject *value)
     int64_t shape[1] = {n};
     void *data;
     int rc = ef_sample_add_new(s, name, EF_U8, 1, shape, &data);
-    if (rc != EF_OK) {
-        PyErr_Format(PyExc_ValueError, "field '%s': %s", name,
-                     ef_strerror(rc));
-        return -1;
-    }
+    if (rc != EF_OK)
+        return pyef_field_refused(s, "", name, rc);
     memcpy(data, text, (size_t)n);
     return 0;
 }
@@ -174,9 +194,10 @@ static int add_texts(ef_sample *s, const char *name, PyObject *list)
     if (rc == EF_OK)
         rc = ef_sample_set_ragged(s, name, lengths, n);
     PyMem_Free(lengths);
-    if (rc != EF_OK)
-        PyErr_Format(PyExc_ValueError, "field '%s': %s", name,
-                     n ? ef_strerror(rc) : "an empty list");
+    if (rc != EF_OK && !n)
+        PyErr_Format(PyExc_ValueError, "field '%s': an empty list", name);
+    else if (rc != EF_OK)
+        pyef_field_refused(s, "", name, rc);
     return rc == EF_OK ? 0 : -1;
 }
 
@@ -192,10 +213,7 @@ static int add_field(ef_sample *s, const char *name, PyObject *value)
     if (pyef_tensor_view(value, &t, &offset)) {
         rc = ef_sample_add(s, name, t.dtype, t.ndim, t.shape, t.buffer,
                            offset);
-        if (rc != EF_OK)
-            PyErr_Format(PyExc_ValueError, "field '%s': %s", name,
-                         ef_strerror(rc));
-        return rc == EF_OK ? 0 : -1;
+        return rc == EF_OK ? 0 : pyef_field_refused(s, "", name, rc);
     }
     Py_buffer v;
     if (PyObject_GetBuffer(value, &v, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
@@ -226,9 +244,7 @@ static int add_field(ef_sample *s, const char *name, PyObject *value)
             memcpy(data, v.buf, (size_t)v.len);
             rc = 0;
         } else
-            PyErr_Format(st == EF_ENOMEM ? PyExc_MemoryError
-                                         : PyExc_ValueError,
-                         "field '%s': %s", name, ef_strerror(st));
+            pyef_field_refused(s, "", name, st);
     }
     PyBuffer_Release(&v);
     return rc;

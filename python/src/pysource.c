@@ -374,8 +374,7 @@ static ef_sample **samples_of(feed *f, PyObject *fields, int64_t epoch,
                                    x->shape + skip, x->buf,
                                    skip ? (size_t)r * row : 0);
             if (rc != EF_OK) {
-                PyErr_Format(PyExc_ValueError, "source: field '%s': %s",
-                             names[i], ef_strerror(rc));
+                pyef_field_refused(out[r], "source: ", names[i], rc);
                 free_samples(out, r + 1);
                 out = NULL;
                 goto fail;

@@ -211,6 +211,12 @@ static PyObject *members_bytes(const ef_sample *s)
  * stays that way once the sample is ours; a higher one may drop later,
  * which only costs a copy that was not needed.
  *
+ * A buffer that wraps the user's own memory (a Python source's tensor,
+ * array or bytearray: ef_buffer_is_borrowed) is never the sample's alone,
+ * whatever its count: the user holds it outside echoflow, and a write
+ * would change their data. Such fields, and views of them (an echo, a
+ * take, a batch of one viewing its part), go out as copies.
+ *
  * Fields of one sample may view one buffer (a batch slab, a record split
  * into fields). They are not echo copies: when their ranges are apart, a
  * write into one cannot reach another, and they go out without a copy.
@@ -240,8 +246,9 @@ static void shared_fields(const ef_tensor *f, int n, int *copy)
             own++;
             overlap |= j != i && ranges_overlap(&f[i], &f[j]);
         }
-        copy[i] = f[i].nbytes > 0 &&
-                  (overlap || ef_buffer_refcount(f[i].buffer) > own);
+        copy[i] =
+            f[i].nbytes > 0 && (overlap || ef_buffer_is_borrowed(f[i].buffer) ||
+                                ef_buffer_refcount(f[i].buffer) > own);
     }
 }
 

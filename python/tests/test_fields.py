@@ -108,3 +108,25 @@ def test_a_map_returning_a_list_of_numbers_is_refused(shard):
     spec = "tar:urls=%s | batch:2 | map:fn=bad"
     with pytest.raises(echoflow.CallbackError, match="field 'bad'"):
         next(iter(echoflow.Pipeline(spec % path, maps={"bad": bad})))
+
+
+def test_a_list_of_texts_per_example_is_not_batched(shard):
+    path, _ = shard
+
+    def tags(sample):  # a list of str per example: a ragged field
+        return {"tags": ["a", "bbb"], "cls": sample["cls"]}
+
+    spec = "tar:urls=%s | map:fn=tags | batch:4"
+    with pytest.raises(echoflow.ShapeError,
+                       match=r"field 'tags' of sample 0 of the batch \(index "
+                             r"0\) is already ragged.*batch once"):
+        next(iter(echoflow.Pipeline(spec % path, maps={"tags": tags})))
+
+
+def test_a_batch_of_batches_is_refused(tmp_path):
+    for name in ("c/1.png", "c/22.png", "d/333.png", "d/4444.png"):
+        (tmp_path / name).parent.mkdir(exist_ok=True)
+        (tmp_path / name).write_bytes(b"x")
+    spec = "files:root=%s | batch:2 | batch:2" % tmp_path
+    with pytest.raises(echoflow.ShapeError, match=r"already ragged"):
+        next(iter(echoflow.Pipeline(spec)))

@@ -283,3 +283,19 @@ def test_exit_after_echoing_a_dataloader_with_workers_is_clean():
         r = subprocess.run([sys.executable, "-c", ECHO_AND_EXIT],
                            capture_output=True, text=True, timeout=120)
         assert (r.returncode, r.stdout) == (0, "1024\n"), r.stderr
+
+
+@pytest.mark.parametrize("make,limit", [
+    (lambda: {"x" * 256: 1}, r"a name of 256 bytes, over the limit of 255 "
+                              r"\(EF_MAX_NAME - 1\)"),
+    (lambda: {"f%d" % i: 1 for i in range(1025)},
+     r"'f1024': the sample has 1024 fields already, the most it may "
+     r"hold \(EF_MAX_FIELDS\)"),
+])
+def test_a_field_past_a_limit_names_the_limit(make, limit):
+    with pytest.raises(echoflow.CallbackError, match="source: field .*" + limit):
+        list(echoflow.Pipeline("", source=[make()]))
+    with pytest.raises(echoflow.CallbackError,
+                       match="map 'f' raised ValueError: field .*" + limit):
+        list(echoflow.Pipeline("range:n=1 | map:f",
+                               maps={"f": lambda s: make()}))

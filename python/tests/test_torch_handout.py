@@ -9,7 +9,7 @@ import warnings
 import numpy
 import pytest
 import torch
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, TensorDataset
 
 import echoflow
 from echoflow.torch import FieldTuple, Loader
@@ -227,3 +227,45 @@ def test_pin_memory_pins_every_tensor():
     for b in Loader(spec, pin_memory=True, as_tuple=("data",)):
         assert b[0].is_pinned()
         assert b[0].to("cuda", non_blocking=True).cpu().shape == (5, 16)
+
+
+def user_data():
+    """A TensorDataset, numpy arrays and bytearrays, as a user holds
+    them, and a copy of each to compare with."""
+    x = torch.arange(24, dtype=torch.float32).view(8, 3)
+    y = torch.arange(8)
+    arrays = [{"x": numpy.full(3, i, numpy.float32), "raw": bytearray([i] * 4)}
+              for i in range(8)]
+    return x, y, arrays
+
+
+@pytest.mark.parametrize("spec", ["", "shuffle:4", "take:3", "echo:2",
+                                  "select:x", "batch:1", "echo:2 | batch:1"])
+def test_writes_never_reach_the_users_own_data(spec):
+    x, y, arrays = user_data()
+    x0, y0 = x.clone(), y.clone()
+    a0 = [{k: bytes(numpy.asarray(v).tobytes()) for k, v in a.items()}
+          for a in arrays]
+    sources = [(TensorDataset(x, y), ("x", "y")), (arrays, None)]
+    for source, fields in sources:
+        kw = {"fields": fields} if fields else {}
+        for _ in range(2):  # each epoch would make the data drift
+            for b in Loader(spec, source=source, **kw):
+                for v in b.values():
+                    v.sub_(1)
+    assert torch.equal(x, x0) and torch.equal(y, y0)
+    assert [{k: bytes(numpy.asarray(v).tobytes()) for k, v in a.items()}
+            for a in arrays] == a0
+
+
+def test_a_file_the_source_read_is_not_copied(tmp_path):
+    # the files source's buffers are memory echoflow allocated, not the
+    # user's: nothing else holds them, so they go out as they are
+    # (the labels view the source's table of them, and are copied)
+    (tmp_path / "c").mkdir()
+    for i in range(3):
+        (tmp_path / "c" / ("%d.png" % i)).write_bytes(bytes([i]) * 100)
+    loader = Loader("files:root=%s" % tmp_path)
+    got = [bytes(s["png"].tolist()) for s in loader]
+    assert got == [bytes([i]) * 100 for i in range(3)]
+    assert loader._pipeline._handout_copies == (3, 3 * 8)

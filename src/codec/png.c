@@ -6,6 +6,7 @@
 #include "codec/image.h"
 #include "codec/pixels.h"
 #include "core/alloc.h"
+#include "core/buffer.h"
 
 #ifdef EF_HAVE_SPNG
 #include <spng.h>
@@ -157,7 +158,7 @@ int ef__png_encode(const unsigned char *pixels, int64_t h, int64_t w, int c,
         png = spng_get_png_buffer(ctx, &len, &e);
     spng_ctx_free(ctx);
     /* the PNG was allocated through our hook: the buffer frees it */
-    if (png && !(*out = ef_buffer_wrap(png, len, ef__free, png)))
+    if (png && !(*out = ef__buffer_adopt(png, len, ef__free, png)))
         ef__free(png);
     if (*out)
         return EF_OK;

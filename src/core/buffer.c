@@ -1,6 +1,10 @@
 /* Reference-counted byte buffers. An owned buffer stores its bytes right
  * after the header (one allocation); a wrapped one points at memory owned
  * elsewhere and calls the owner's release function on the last reference.
+ * Memory wrapped for a caller of the API (ef_buffer_wrap) is borrowed: its
+ * owner may still read and write it, so nothing handed out for writing may
+ * show it. Memory a stage allocated and wrapped itself (ef__buffer_adopt)
+ * is echoflow's alone.
  *
  * Large owned buffers (decoded images, batches) are reused: the last few
  * freed are kept and handed out again. glibc gives a block that large its
@@ -26,6 +30,7 @@ struct ef_buffer {
     void *data;
     void (*release)(void *user); /* NULL for owned storage */
     void *user;
+    int borrowed; /* wraps memory owned outside echoflow (ef_buffer_wrap) */
     alignas(16) unsigned char storage[];
 };
 
@@ -134,11 +139,12 @@ ef_buffer *ef_buffer_new(size_t size)
     b->data = b->storage;
     b->release = NULL;
     b->user = NULL;
+    b->borrowed = 0;
     return b;
 }
 
-ef_buffer *ef_buffer_wrap(void *data, size_t size, void (*release)(void *user),
-                          void *user)
+static ef_buffer *wrap(void *data, size_t size, void (*release)(void *user),
+                       void *user, int borrowed)
 {
     ef_buffer *b = ef__malloc(sizeof *b);
     if (!b)
@@ -149,7 +155,25 @@ ef_buffer *ef_buffer_wrap(void *data, size_t size, void (*release)(void *user),
     b->data = data;
     b->release = release;
     b->user = user;
+    b->borrowed = borrowed;
     return b;
+}
+
+ef_buffer *ef_buffer_wrap(void *data, size_t size, void (*release)(void *user),
+                          void *user)
+{
+    return wrap(data, size, release, user, 1);
+}
+
+ef_buffer *ef__buffer_adopt(void *data, size_t size,
+                            void (*release)(void *user), void *user)
+{
+    return wrap(data, size, release, user, 0);
+}
+
+int ef_buffer_is_borrowed(const ef_buffer *b)
+{
+    return b->borrowed;
 }
 
 ef_buffer *ef_buffer_retain(ef_buffer *b)

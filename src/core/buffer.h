@@ -5,6 +5,11 @@
 
 #include "echoflow/echoflow.h"
 
+/* Like ef_buffer_wrap, for memory echoflow allocated itself and hands
+ * over: nobody outside holds it, so the buffer is not borrowed
+ * (ef_buffer_is_borrowed) and may be handed out for writing. */
+ef_buffer *ef__buffer_adopt(void *data, size_t size,
+                            void (*release)(void *user), void *user);
 /* n more references on b, in one atomic add (ef_buffer_retain n times). */
 void ef__buffer_retain_n(ef_buffer *b, unsigned n);
 /* Drops n references (ef_buffer_release n times); frees b with the last.

@@ -5,6 +5,7 @@
 
 #include <assert.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -175,6 +176,33 @@ static int finish_open(ef__stream **out, const ef__stream_backend *b,
     return EF_OK;
 }
 
+/* fopen(location, "rb"), or with o->regular_only, the same for a
+ * regular file only: opened without blocking (a FIFO's open waits for
+ * a writer) and refused unless fstat says regular. NULL with errno set,
+ * or with *not_regular set. */
+static FILE *open_local(const char *location, const ef__stream_opts *o,
+                        int *not_regular)
+{
+    *not_regular = 0;
+    if (!o->regular_only)
+        return fopen(location, "rb");
+    int fd = open(location, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0)
+        return NULL;
+    struct stat sb;
+    FILE *f = NULL;
+    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode))
+        *not_regular = 1;
+    else if (fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK) == 0)
+        f = fdopen(fd, "rb");
+    if (!f) {
+        int e = errno;
+        close(fd);
+        errno = e;
+    }
+    return f;
+}
+
 /* Opens a local file; for an `offset` past 0, seeks there when the data
  * is plain and the file regular, and says so in *seeked (the bytes
  * before were then not read). gzip data (EF__COMP_GZIP, or sniffed and
@@ -187,10 +215,16 @@ static int open_file(ef__stream **out, const char *location,
     file_impl *fi = ef__calloc(1, sizeof *fi);
     if (!fi)
         return ef__err_set(err, EF_ENOMEM, "%s: out of memory", location);
-    fi->f = fopen(location, "rb");
+    int not_regular;
+    fi->f = open_local(location, o, &not_regular);
     if (!fi->f) {
         int e = errno;
         ef__free(fi);
+        if (not_regular)
+            return ef__err_set(err, EF_EIO,
+                               "%s: not a regular file (a FIFO, a device or "
+                               "a directory), which is not read",
+                               location);
         return ef__err_set(err, EF_EIO, "%s: cannot open: %s", location,
                            strerror(e));
     }

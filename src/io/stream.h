@@ -44,6 +44,10 @@ typedef struct {
                          bytes, inflating more than this many bytes per
                          compressed byte is EF_EFORMAT (a decompression
                          bomb); 0: no limit */
+    int regular_only; /* a local path must name a regular file: anything
+                         else (a FIFO, a device, a directory) is EF_EIO
+                         naming it, refused before a byte is read, as a
+                         FIFO without a writer would block for good */
 } ef__stream_opts;
 
 /* Inflated bytes never checked against max_inflate: small files may

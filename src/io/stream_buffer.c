@@ -2,6 +2,7 @@
 #include "io/stream_buffer.h"
 
 #include "core/alloc.h"
+#include "core/buffer.h"
 
 /* Pieces up to this size get their buffer at once: the waste on a false
  * length is bounded, and a small piece costs one allocation. */
@@ -85,7 +86,7 @@ int ef__stream_read_buffer(ef__stream *s, uint64_t n, const char *what,
         }
     }
     if (rc == EF_OK) {
-        *out = ef_buffer_wrap(data, (size_t)n, free_data, data);
+        *out = ef__buffer_adopt(data, (size_t)n, free_data, data);
         if (!*out)
             rc = out_of_memory(s, n, what, err);
     }

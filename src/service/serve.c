@@ -281,19 +281,23 @@ static uint64_t room(const worker *w)
     return w->budget && w->budget / 4 < r ? w->budget / 4 : r;
 }
 
+/* Room in c->held for one more sample. */
+static int reserve_held(worker *w, chunk *c)
+{
+    if (c->nheld < c->cap)
+        return EF_OK;
+    size_t n = c->cap ? 2 * c->cap : 64;
+    ef_sample **v = ef__realloc(c->held, n * sizeof *v);
+    if (!v)
+        return ef__err_set(&w->err, EF_ENOMEM, "service: out of memory");
+    c->held = v;
+    c->cap = n;
+    return EF_OK;
+}
+
 static int hold(worker *w, ef_sample *s)
 {
     chunk *c = &w->cur;
-    if (c->nheld == c->cap) {
-        size_t n = c->cap ? 2 * c->cap : 64;
-        ef_sample **v = ef__realloc(c->held, n * sizeof *v);
-        if (!v) {
-            ef_sample_free(s);
-            return ef__err_set(&w->err, EF_ENOMEM, "service: out of memory");
-        }
-        c->held = v;
-        c->cap = n;
-    }
     /* a chunk holds one epoch's samples; a big sample goes alone */
     if (c->nheld && c->out.payload + ef__chunk_sample_bytes(s) > room(w) &&
         send_chunk(w)) {
@@ -303,6 +307,12 @@ static int hold(worker *w, ef_sample *s)
     if (w->cut) {
         ef_sample_free(s);
         return EF_OK;
+    }
+    /* only now: sending swapped the chunk being filled for a spare one,
+     * whose array may be smaller, or none yet */
+    if (reserve_held(w, c)) {
+        ef_sample_free(s);
+        return w->err.status;
     }
     if (!c->nheld)
         w->chunk_t0 = ef__timer_ns();

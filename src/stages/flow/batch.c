@@ -213,12 +213,38 @@ static ef_buffer *members_of(ef_sample *const *parts, int64_t n)
     return m;
 }
 
+/* Refuses a part with a field that is already ragged (a batch, or a
+ * map's list of texts): its values lie one after another, so stacking
+ * them would join them, and their lengths have no place in the batch. */
+static int check_not_ragged(const ef_sample *part, int64_t pos, ef__err *err)
+{
+    for (int f = 0; f < part->nfields; f++) {
+        const ef__field *x = &part->fields[f];
+        if (!x->lengths)
+            continue;
+        return ef__err_set(
+            err, EF_ESHAPE,
+            "batch: field '%s' of sample %lld of the batch (index %lld) is "
+            "already ragged (a list of %zu values), which batch cannot "
+            "stack: batch once, or give each example one value (one text, "
+            "or one padded array) instead of a list",
+            x->name, (long long)pos, (long long)part->id.index,
+            ef_buffer_size(x->lengths) / sizeof(int64_t));
+    }
+    return EF_OK;
+}
+
 /* Builds the batch of identity `id` from parts[0..n). */
 static int stack(batch_state *st, ef_sample *const *parts, int64_t n,
                  ef_sample_id id, ef_sample **out, ef__err *err)
 {
     const ef_sample *first = parts[0];
     char ragged[EF_MAX_FIELDS] = {0}; /* field f of the first is ragged */
+    for (int64_t i = 0; i < n; i++) {
+        int rc = check_not_ragged(parts[i], i, err);
+        if (rc != EF_OK)
+            return rc;
+    }
     for (int64_t i = 1; i < n; i++) {
         int rc = check_like(st, first, parts[i], i, ragged, err);
         if (rc != EF_OK)

@@ -25,6 +25,7 @@
 
 #include "codec/cifar.h"
 #include "core/alloc.h"
+#include "core/buffer.h"
 #include "io/stream.h"
 #include "stage.h"
 #include "io/paths.h"
@@ -178,12 +179,12 @@ static int load(ef__stage *s, cifar_state *st, size_t f, ef__err *err)
     }
     cf->n = n;
     if (n > 0) {
-        cf->images = ef_buffer_wrap(images, (size_t)n * EF__CIFAR_IMAGE,
-                                    free_data, images);
+        cf->images = ef__buffer_adopt(images, (size_t)n * EF__CIFAR_IMAGE,
+                                      free_data, images);
         if (!cf->images)
             ef__free(images);
-        cf->labels = ef_buffer_wrap(labels, (size_t)n * sizeof(int64_t),
-                                    free_data, labels);
+        cf->labels = ef__buffer_adopt(labels, (size_t)n * sizeof(int64_t),
+                                      free_data, labels);
         if (!cf->labels)
             ef__free(labels);
         if (!cf->images || !cf->labels)

@@ -36,6 +36,7 @@
 #include <string.h>
 
 #include "core/alloc.h"
+#include "core/buffer.h"
 #include "core/clock.h"
 #include "core/sample.h"
 #include "feed.h"
@@ -146,7 +147,7 @@ static int read_all(const files_state *st, ef__stream *s, ef_buffer **out,
             break;
         n += got;
     }
-    *out = ef_buffer_wrap(data, n, ef__free, data);
+    *out = ef__buffer_adopt(data, n, ef__free, data);
     if (!*out) {
         ef__free(data);
         return ef__err_set(err, EF_ENOMEM, "%s: out of memory",
@@ -373,6 +374,9 @@ static int files_create(ef__stage *s, const ef__opts *o, ef__err *err)
     st->sopts.tries = (int)ef__opt_int(o, "tries");
     st->sopts.timeout_s = ef__opt_float(o, "timeout");
     st->sopts.compression = 0;
+    /* a FIFO listed or found in the tree would block its reader for good,
+     * and close() with it */
+    st->sopts.regular_only = 1;
     st->sopts.cancelled = &st->stop;
     int rc = ef__shard_parse(s, o, &st->part, err);
     if (rc == EF_OK)

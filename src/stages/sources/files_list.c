@@ -124,10 +124,20 @@ static int is_space(char c)
     return c == ' ' || c == '\t' || c == '\r' || c == '\v' || c == '\f';
 }
 
+/* The length of the "http://" or "https://" that [s, s + n) starts
+ * with and goes past, else 0. The line need not end in a NUL. */
+static size_t url_scheme_len(const char *s, size_t n)
+{
+    if (n > 7 && !strncmp(s, "http://", 7))
+        return 7;
+    if (n > 8 && !strncmp(s, "https://", 8))
+        return 8;
+    return 0;
+}
+
 static int is_url(const char *s, size_t n)
 {
-    return (n > 7 && !strncmp(s, "http://", 7)) ||
-           (n > 8 && !strncmp(s, "https://", 8));
+    return url_scheme_len(s, n) != 0;
 }
 
 /* A decimal integer filling [s, s + n), into *v. */
@@ -152,12 +162,12 @@ static int parse_label(const char *s, size_t n, int64_t *v)
 static void list_key(const char *path, size_t n, const char **key,
                      size_t *key_len)
 {
-    const char *s = path, *end = path + n;
-    if (is_url(path, n)) {
-        s = strstr(path, "://") + 3;
+    const char *end = path + n;
+    /* within the line: it ends at n, not at a NUL */
+    const char *s = path + url_scheme_len(path, n);
+    if (s != path)
         while (s < end && *s != '/')
             s++;
-    }
     while (s < end && *s == '/')
         s++;
     const char *slash = s, *dot = NULL;
@@ -245,9 +255,6 @@ static int parse_line(const char *s, size_t n, const char *name, size_t line,
     }
     memcpy(p + blen, path, plen);
     p[blen + plen] = '\0';
-    if (memchr(path, '\0', plen))
-        return ef__err_set(err, EF_EFORMAT, "%s: a NUL byte in the path",
-                           where);
     const char *key;
     size_t key_len;
     list_key(path, plen, &key, &key_len);
@@ -260,13 +267,28 @@ int ef__files_parse_list(const char *text, size_t len, const char *name,
     memset(out, 0, sizeof *out);
     int labelled = -1, rc = EF_OK;
     char *pathbuf = NULL;
-    size_t pathcap = 0, line = 0;
-    for (size_t at = 0; at < len && rc == EF_OK;) {
+    size_t pathcap = 0, line = 0, at = 0;
+    /* a UTF-8 byte order mark (Windows editors write one) is no part of
+     * the first path */
+    if (len >= 3 && !memcmp(text, "\xEF\xBB\xBF", 3))
+        at = 3;
+    while (at < len && rc == EF_OK) {
         const char *s = text + at;
         const char *nl = memchr(s, '\n', len - at);
         size_t n = nl ? (size_t)(nl - s) : len - at;
         at += n + 1;
         line++;
+        /* C strings would end at it, dropping the rest of the line: a
+         * label "1\0junk" would read as 1 */
+        const char *nul = memchr(s, '\0', n);
+        if (nul) {
+            rc = ef__err_set(err, EF_EFORMAT,
+                             "%.200s: line %zu: a NUL byte at column %zu "
+                             "(expected text: 'path', 'path label' or "
+                             "'path,label')",
+                             name, line, (size_t)(nul - s) + 1);
+            break;
+        }
         while (n && is_space(*s))
             s++, n--;
         while (n && is_space(s[n - 1]))

@@ -10,6 +10,7 @@
 
 #include "codec/idx.h"
 #include "core/alloc.h"
+#include "core/buffer.h"
 #include "io/stream.h"
 #include "stage.h"
 #include "state.h"
@@ -156,8 +157,8 @@ static int read_idx(const char *path, const ef__budget *budget,
         rc = expect_end(in, path, h, err);
     ef__stream_close(in);
     if (rc == EF_OK) {
-        *out = ef_buffer_wrap(data, h->header_bytes + (size_t)h->data_bytes,
-                              free_data, data);
+        *out = ef__buffer_adopt(data, h->header_bytes + (size_t)h->data_bytes,
+                                free_data, data);
         if (!*out)
             rc = ef__err_set(err, EF_ENOMEM, "%s: out of memory", path);
     }
