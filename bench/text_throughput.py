@@ -12,7 +12,11 @@ docs/BENCHMARKS.md's "Text to token blocks" section on stdout, progress on
 stderr.
 
 usage: bench/text_throughput.py [--build DIR] [--docs N] [--vocab V]
-                                [--threads T] [--reps R]
+                                [--threads T] [--reps R] [--futex]
+
+--futex also runs the same pipeline under `strace -f -c` (echoflow run,
+the build's command) and prints the futex calls per document: how often
+its threads handed items over with a wake-up.
 
 The corpus is WordNet 3.0's glosses (Debian's wordnet-base), one document
 per synset, repeated until it holds N documents; the SentencePiece model
@@ -91,10 +95,14 @@ def python_batches(path, model, block, batch, eos, threads, per_doc=False):
                 pending = pending[rows:]
 
 
-def echoflow_batches(echoflow, path, model, block, batch, eos, threads):
-    spec = ("jsonl:files=%s | tokenize:model=%s,threads=%d "
+def echoflow_spec(path, model, block, batch, eos, threads):
+    return ("jsonl:files=%s | tokenize:model=%s,threads=%d "
             "| pack_tokens:block=%d,eos=%d | batch:%d"
             % (path, model, threads, block, eos, batch))
+
+
+def echoflow_batches(echoflow, path, model, block, batch, eos, threads):
+    spec = echoflow_spec(path, model, block, batch, eos, threads)
     for b in echoflow.Pipeline(spec):
         yield b["inputs"], b["targets"]
 
@@ -107,6 +115,21 @@ def tokenizer_alone(path, model, threads):
     t0 = time.perf_counter()
     ids = sp.encode(docs, num_threads=threads)
     return sum(len(d) + 1 for d in ids), time.perf_counter() - t0
+
+
+def futex_calls(build, args):
+    """The futex calls of the whole pipeline run by the build's command,
+    counted by strace -f -c."""
+    out = subprocess.run(
+        ["strace", "-f", "-c", "-e", "trace=futex", "-o", "/dev/stderr",
+         os.path.join(build, "echoflow"), "run", echoflow_spec(*args)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        check=True).stderr
+    for line in out.splitlines():
+        words = line.split()
+        if words and words[-1] == "futex":
+            return int(words[3])
+    return 0
 
 
 def rate(batches):
@@ -128,6 +151,7 @@ def main():
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--block", type=int, default=256)
     ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--futex", action="store_true")
     a = ap.parse_args()
     sys.path.insert(0, os.path.join(os.path.abspath(a.build), "python"))
     import echoflow
@@ -202,6 +226,11 @@ def main():
     print()
     print("echoflow / SentencePiece alone: %.2fx"
           % (best["echoflow"] / best["alone"]))
+    if a.futex:
+        calls = futex_calls(os.path.abspath(a.build), args)
+        print()
+        print("futex calls per document (strace -f -c, echoflow run): %.3f "
+              "(%d for %d documents)" % (calls / a.docs, calls, a.docs))
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "core/alloc.h"
+#include "core/buffer.h"
 #include "core/sample.h"
 #include "stage.h"
 #include "stages/flow/map.h"
@@ -47,7 +48,7 @@ typedef struct {
 static ef_buffer *ids_buffer(ef__ids *ids)
 {
     ef_buffer *b =
-        ef_buffer_wrap(ids->v, ids->n * sizeof *ids->v, ef__free, ids->v);
+        ef__buffer_adopt(ids->v, ids->n * sizeof *ids->v, ef__free, ids->v);
     if (b)
         *ids = (ef__ids){0};
     return b;
