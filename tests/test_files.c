@@ -371,6 +371,22 @@ static void test_glob(void **state)
 
 /* ---- failures ------------------------------------------------------ */
 
+/* Under on_error=skip: files 1 and 3, the bad one between them skipped,
+ * its message into msg (cap bytes; NULL, 0: not wanted). */
+static void expect_skipped_between(const char *spec, char *msg, size_t cap)
+{
+    ef_pipeline *p = make(spec, 1);
+    ef_sample *s = tu_next(p);
+    assert_string_equal(text_of(s, "jpg"), "1");
+    ef_sample_free(s);
+    s = tu_next(p);
+    assert_string_equal(text_of(s, "jpg"), "3");
+    ef_sample_free(s);
+    tu_expect_end(p);
+    assert_int_equal(ef_pipeline_skipped(p, msg, cap), 1);
+    ef_pipeline_destroy(p);
+}
+
 static void test_unreadable(void **state)
 {
     (void)state;
@@ -391,19 +407,10 @@ static void test_unreadable(void **state)
     assert_int_equal(ef_pipeline_next(p, &s), EF_EIO); /* sticky */
     ef_pipeline_destroy(p);
 
-    p = make(g_spec, 1);
-    s = tu_next(p);
-    assert_string_equal(text_of(s, "jpg"), "1");
-    ef_sample_free(s);
-    s = tu_next(p);
-    assert_string_equal(text_of(s, "jpg"), "3");
-    ef_sample_free(s);
-    tu_expect_end(p);
     char msg[512];
-    assert_int_equal(ef_pipeline_skipped(p, msg, sizeof msg), 1);
+    expect_skipped_between(g_spec, msg, sizeof msg);
     if (!strstr(msg, tu_at("U/a/2.jpg")))
         fail_msg("skip message \"%s\" lacks the file", msg);
-    ef_pipeline_destroy(p);
 }
 
 static void expect_not_regular(const char *spec, const char *fifo)
@@ -418,17 +425,7 @@ static void expect_not_regular(const char *spec, const char *fifo)
         fail_msg("%s: message \"%s\" does not name %s as not a regular file",
                  spec, msg, fifo);
     ef_pipeline_destroy(p); /* returns: no reader waits on the FIFO */
-
-    p = make(spec, 1);
-    s = tu_next(p);
-    assert_string_equal(text_of(s, "jpg"), "1");
-    ef_sample_free(s);
-    s = tu_next(p);
-    assert_string_equal(text_of(s, "jpg"), "3");
-    ef_sample_free(s);
-    tu_expect_end(p);
-    assert_int_equal(ef_pipeline_skipped(p, NULL, 0), 1);
-    ef_pipeline_destroy(p);
+    expect_skipped_between(spec, NULL, 0);
 }
 
 /* A FIFO found in the tree or named by a list is refused, naming it: its

@@ -2,8 +2,8 @@
  * `batch` writes its outputs into, so that the batch is a view of it
  * instead of a copy of its parts (batch.c).
  *
- * The item with sequence number `seq` (the ordered ring's) goes into slot
- * seq % n of the slab of batch seq / n. Whichever worker first needs a
+ * Item `seq` of the pass (the map numbers items as they are pulled) goes
+ * into slot seq % n of the slab of batch seq / n. Whichever worker first needs a
  * slab creates it; the table keeps it open until its n slots were handed
  * out, or until no worker can still ask for it (see ef__slabs_take), or
  * until ef__slabs_clear. A slot is handed out once: only the worker
@@ -46,8 +46,9 @@ typedef struct {
 
 /* Off until ef__slabs_on. */
 void ef__slabs_init(ef__slabs *t);
-/* Slabs of n slots for a map whose workers hold sequence numbers at most
- * `window` apart (its ring's capacity). Before the workers start.
+/* Slabs of n slots for a map whose workers hold item numbers at most
+ * `window` apart (its ring's capacity in items: runs times their most
+ * items). Before the workers start.
  * EF_ENOMEM leaves slabs off. */
 int ef__slabs_on(ef__slabs *t, uint64_t n, uint64_t window);
 /* The slot for `seq`, to fill with nbytes: a new reference on the slab
