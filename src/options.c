@@ -335,9 +335,11 @@ const char *ef_opt_type_name(ef_opt_type type)
 static int changes_output(const char *name)
 {
     /* queue: the samples a tar reader buffers; readers: the files
-     * source's threads; run: the items a map worker hands over at once */
-    static const char *const speed_only[] = {
-        "threads", "depth", "tries", "timeout", "queue", "readers", "run"};
+     * source's threads; run: the items a map worker hands over at once;
+     * max_entries: a walk that ends lists the same files whatever it is */
+    static const char *const speed_only[] = {"threads", "depth",      "tries",
+                                             "timeout", "queue",      "readers",
+                                             "run",     "max_entries"};
     for (size_t i = 0; i < sizeof speed_only / sizeof speed_only[0]; i++)
         if (strcmp(name, speed_only[i]) == 0)
             return 0;
