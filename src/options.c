@@ -1,6 +1,7 @@
 /* Typed stage options: parsing "key=value,..." against a stage's schema.
  * Out-of-range and malformed values are errors naming the stage, the option
  * and what is allowed; nothing is clamped. */
+#include <assert.h>
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -334,9 +335,11 @@ const char *ef_opt_type_name(ef_opt_type type)
 static int changes_output(const char *name)
 {
     /* queue: the samples a tar reader buffers; readers: the files
-     * source's threads; run: the items a map worker hands over at once */
-    static const char *const speed_only[] = {
-        "threads", "depth", "tries", "timeout", "queue", "readers", "run"};
+     * source's threads; run: the items a map worker hands over at once;
+     * max_entries: a walk that ends lists the same files whatever it is */
+    static const char *const speed_only[] = {"threads", "depth",      "tries",
+                                             "timeout", "queue",      "readers",
+                                             "run",     "max_entries"};
     for (size_t i = 0; i < sizeof speed_only / sizeof speed_only[0]; i++)
         if (strcmp(name, speed_only[i]) == 0)
             return 0;
@@ -388,4 +391,73 @@ int ef__opt_choice(const ef__opts *o, const char *stage, const char *name,
                            stage, name, a, b, v);
     *is_a = !strcmp(v, a);
     return EF_OK;
+}
+
+typedef struct {
+    char *buf;
+    size_t cap, used;
+} canon_out;
+
+static int canon_stage(void *arg, const ef__spec_stage *st, ef__err *err)
+{
+    canon_out *c = arg;
+    char name[64];
+    if (st->name_len >= sizeof name)
+        return ef__err_set(err, EF_ESPEC, "stage %d: name too long",
+                           st->position);
+    memcpy(name, st->name, st->name_len);
+    name[st->name_len] = '\0';
+    const ef__stage_def *def = ef__stage_find(name);
+    if (!def)
+        return ef__err_set(err, EF_ESPEC, "stage %d: no stage '%s'",
+                           st->position, name);
+    ef__opts o;
+    int rc = ef__opts_parse(&o, def, st->opts, st->opts_len, err);
+    if (rc != EF_OK)
+        return rc;
+    char opts[1024];
+    ef__opts_format(&o, opts, sizeof opts);
+    ef__opts_free(&o);
+    if (strlen(opts) >= sizeof opts - 1) /* perhaps cut: no telling */
+        return ef__err_set(err, EF_ESPEC, "the spec is too long to compare");
+    int n = snprintf(c->buf + c->used, c->cap - c->used, "%s%s:%s",
+                     c->used ? " | " : "", name, opts);
+    if (n < 0 || (size_t)n >= c->cap - c->used)
+        return ef__err_set(err, EF_ESPEC, "the spec is too long to compare");
+    c->used += (size_t)n;
+    return EF_OK;
+}
+
+int ef__spec_canonical(const char *spec, char *buf, size_t cap, ef__err *err)
+{
+    assert(cap > 0);
+    canon_out c = {buf, cap, 0};
+    buf[0] = '\0';
+    return ef__spec_parse(spec, canon_stage, &c, err);
+}
+
+/* Whether s is a number and nothing else; its value in *v. */
+static int number(const char *s, double *v)
+{
+    char *end;
+    errno = 0;
+    *v = strtod(s, &end);
+    return end != s && *end == '\0' && errno == 0;
+}
+
+int ef__setting_same(const char *name, const char *a, const char *b)
+{
+    double x, y;
+    if (strcmp(a, b) == 0)
+        return 1;
+    if (number(a, &x) && number(b, &y))
+        return x == y;
+    if (strcmp(name, "the spec") != 0)
+        return 0;
+    char ca[4096], cb[4096];
+    ef__err err;
+    ef__err_clear(&err);
+    return ef__spec_canonical(a, ca, sizeof ca, &err) == EF_OK &&
+           ef__spec_canonical(b, cb, sizeof cb, &err) == EF_OK &&
+           strcmp(ca, cb) == 0;
 }

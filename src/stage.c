@@ -176,8 +176,14 @@ void ef__stage_where(const ef__stage *s, const ef_sample *smp, char *buf,
     const char *part = !smp->origin.members && src->def->part_name
                            ? src->def->part_name(src, smp->origin.part)
                            : NULL;
-    char key[96];
+    char key[96], fit[EF__ERR_MAX / 2];
     key_text(smp, key, sizeof key);
+    /* a long path keeps its tail, which names the file, and leaves room
+     * for the key */
+    if (part && cap >= 8) {
+        ef__err_fit(fit, cap / 2 < sizeof fit ? cap / 2 : sizeof fit, part);
+        part = fit;
+    }
     int n = snprintf(buf, cap, "item %lld (epoch %lld)",
                      (long long)smp->id.index, (long long)smp->id.epoch);
     if (part && n >= 0 && (size_t)n < cap)

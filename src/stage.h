@@ -403,6 +403,14 @@ void ef__opts_free(ef__opts *o);
  * one spelled out (defaults too), for comparing a saved state with the
  * pipeline; thread counts and other speed settings are left out. */
 void ef__opts_format(const ef__opts *o, char *buf, size_t cap);
+/* `spec` as its stages' names and ef__opts_format texts joined by " | "
+ * into buf (cap bytes): two specs that give the same samples (spacing,
+ * a bare first value, a default spelled out, 08 for 8) read alike. */
+int ef__spec_canonical(const char *spec, char *buf, size_t cap, ef__err *err);
+/* Whether two processes' values of a setting (ef_service_hello) agree:
+ * the same text, the same number however written, or for "the spec" the
+ * same ef__spec_canonical text. */
+int ef__setting_same(const char *name, const char *a, const char *b);
 
 /* A new stage: options parsed and checked, state created. The caller owns
  * *out (ef__stage_free). */

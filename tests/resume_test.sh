@@ -176,8 +176,24 @@ for c in "|an empty one" "$TMP/pipe.ck|a named pipe" "$TMP/folder.ck|a folder"; 
     fi
 done
 
-# two runs saving to one path at every step: each writes its own
-# temporary file, so neither renames the other's away
+# a second run on a path another run checkpoints to is refused, naming
+# the path, and writes nothing there (the first run's lock is held here
+# by flock(1), as the running trainer holds it)
+if command -v flock >/dev/null; then
+    flock -o "$TMP/shared.ck.lock" timeout 300 "$CLI" train "${SHORT[@]}" \
+        --checkpoint "$TMP/shared.ck" --resume \
+        >"$TMP/two.out" 2>"$TMP/two.err"
+    rc=$?
+    if [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] &&
+        grep -qF "$TMP/shared.ck: another run is checkpointing" "$TMP/two.err" &&
+        [ ! -e "$TMP/shared.ck" ]; then
+        pass "a second run on one checkpoint path refused: $(tail -n 1 "$TMP/two.err")"
+    else
+        fail "a second run on one checkpoint path: rc $rc, $(cat "$TMP/two.err")"
+    fi
+fi
+# two runs started together: one checkpoints, the other is refused or
+# comes after it; no temporary and no lock file is left
 two=()
 for i in 1 2; do
     timeout 300 "$CLI" train "${SHORT[@]}" --max-fresh 3840 \
@@ -185,12 +201,17 @@ for i in 1 2; do
         >"$TMP/two$i.out" 2>"$TMP/two$i.err" &
     two+=($!)
 done
-ok=1
+ok=0
 for i in 1 2; do
-    wait "${two[$((i - 1))]}" || ok=0
+    if wait "${two[$((i - 1))]}"; then
+        ok=$((ok + 1))
+    elif ! grep -qF "another run is checkpointing" "$TMP/two$i.err"; then
+        ok=-9
+    fi
 done
-if [ "$ok" -eq 1 ] && [ -z "$(find "$TMP" -name 'shared.ck.tmp*')" ]; then
-    pass "two runs checkpointing to one path both end, no temporary left"
+if [ "$ok" -ge 1 ] && [ -z "$(find "$TMP" -name 'shared.ck.tmp*')" ] &&
+    [ ! -e "$TMP/shared.ck.lock" ]; then
+    pass "two runs on one checkpoint path: $ok ended, the other refused"
 else
     fail "two runs on one checkpoint: $(cat "$TMP/two1.err" "$TMP/two2.err")"
 fi

@@ -3,7 +3,8 @@
  * copied to its offset of one buffer), and read back: identities, names,
  * shapes, bytes and ragged lengths come through, and the receiver's
  * samples view the one buffer. A header cut short, or one with a bad
- * magic, count or field, is EF_EFORMAT naming the rank it came from. */
+ * magic, count or field, is EF_EFORMAT naming the rank it came from.
+ * The settings the ranks compare when they meet agree by value. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -15,6 +16,7 @@
 #include "core/alloc.h"
 #include "ef_test_util.h"
 #include "service/chunk.h"
+#include "stage.h"
 
 #define FROM "rank 3 (a worker)"
 
@@ -205,12 +207,46 @@ static void test_bad_headers(void **state)
     ef__chunk_out_free(&c);
 }
 
+/* Settings that mean the same agree however they are written; others
+ * do not. */
+static void test_settings_compared_by_value(void **state)
+{
+    (void)state;
+    static const char *const same[][3] = {
+        {"--splits", "6", "6"},
+        {"--splits", "6", "06"},
+        {"--seed", "1e3", "1000"},
+        {"the spec", "range:n=8 | batch:size=2", "range:n=8|batch:size=2"},
+        {"the spec", "range:n=8 | batch:2", " range : n = 08 | batch:size=2 "},
+        {"the spec", "range:n=8 | map:fn=noop,threads=2",
+         "range:n=8 | map:fn=noop"}, /* threads: speed, not samples */
+    };
+    static const char *const differ[][3] = {
+        {"--splits", "6", "(default)"},
+        {"--splits", "6", "7"},
+        {"--on-error", "fail", "skip"},
+        {"the spec", "range:n=8 | batch:2", "range:n=9 | batch:2"},
+        {"the spec", "range:n=8 | batch:2", "range:n=8"},
+        {"the spec", "range:n=8 | nosuch", "range:n=8 |nosuch"},
+        {"--data", "range:n=8", "range:n=8 "}, /* only the spec is parsed */
+    };
+    for (size_t i = 0; i < sizeof same / sizeof same[0]; i++)
+        if (!ef__setting_same(same[i][0], same[i][1], same[i][2]))
+            fail_msg("%s: '%s' and '%s' should agree", same[i][0], same[i][1],
+                     same[i][2]);
+    for (size_t i = 0; i < sizeof differ / sizeof differ[0]; i++)
+        if (ef__setting_same(differ[i][0], differ[i][1], differ[i][2]))
+            fail_msg("%s: '%s' and '%s' should differ", differ[i][0],
+                     differ[i][1], differ[i][2]);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_round_trip),
         cmocka_unit_test(test_cut_headers),
         cmocka_unit_test(test_bad_headers),
+        cmocka_unit_test(test_settings_compared_by_value),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "echoflow/echoflow.h"
@@ -670,6 +671,91 @@ static void test_idx_missing_file(void **state)
     expect_idx_error(spec, EF_EIO, path, NULL, 0, dir);
 }
 
+/* ---- long paths --------------------------------------------------- */
+
+/* dir/ + nine 100-byte folders + tail: about 1000 bytes */
+static void long_path(char *buf, size_t cap, const char *dir, const char *tail)
+{
+    int n = snprintf(buf, cap, "%s", dir);
+    for (int i = 0; i < 9; i++) {
+        n += snprintf(buf + n, cap - (size_t)n, "/%c", 'a' + i);
+        for (int j = 0; j < 99; j++)
+            buf[n++] = (char)('a' + i);
+        buf[n] = '\0';
+    }
+    snprintf(buf + n, cap - (size_t)n, "/%s", tail);
+}
+
+/* A message naming a 1000-byte path still ends with why it failed and
+ * names the file by its path's tail. */
+static void expect_reason_kept(const char *what, const char *msg,
+                               const char *tail, const char *reason)
+{
+    size_t n = strlen(msg), r = strlen(reason);
+    if (n < r || strcmp(msg + n - r, reason) != 0 || !strstr(msg, tail))
+        fail_msg("%s: message \"%s\" does not end with \"%s\" or lacks "
+                 "\"%s\"",
+                 what, msg, reason, tail);
+}
+
+static void test_long_path_keeps_reason(void **state)
+{
+    (void)state;
+    const char *dir = tu_dir();
+    char path[2048], list[600], spec[4096], msg[1024];
+    long_path(path, sizeof path, dir, "the-missing-tail.jpg");
+    snprintf(list, sizeof list, "%s/long.txt", dir);
+    FILE *f = fopen(list, "w");
+    assert_non_null(f);
+    fprintf(f, "%s\n", path);
+    fclose(f);
+    snprintf(spec, sizeof spec, "files:list=%s", list);
+    assert_int_equal(first_failure(spec, msg, sizeof msg), EF_EIO);
+    expect_reason_kept("files", msg, "the-missing-tail.jpg",
+                       "No such file or directory");
+
+    snprintf(spec, sizeof spec, "idx:images=%s,labels=%s/ok-labels", path, dir);
+    assert_int_equal(first_failure(spec, msg, sizeof msg), EF_EIO);
+    expect_reason_kept("idx", msg, "the-missing-tail.jpg",
+                       "No such file or directory");
+}
+
+/* A failing map names the sample's file by its tail, and its own
+ * message survives whole. */
+static void test_long_path_in_sample_where(void **state)
+{
+    (void)state;
+    const char *dir = tu_dir();
+    char path[2048], list[600], spec[700];
+    long_path(path, sizeof path, dir, "");
+    for (char *c = path + strlen(dir) + 1; *c; c++)
+        if (*c == '/') {
+            *c = '\0';
+            assert_int_equal(mkdir(path, 0700), 0);
+            *c = '/';
+        }
+    strcat(path, "the-present-tail.jpg");
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs("x", f);
+    fclose(f);
+    snprintf(list, sizeof list, "%s/present.txt", dir);
+    f = fopen(list, "w");
+    assert_non_null(f);
+    fprintf(f, "%s\n", path);
+    fclose(f);
+    snprintf(spec, sizeof spec, "files:list=%s", list);
+    fail_cfg cfg = {0, EF_ECALLBACK, 1};
+    ef_pipeline *p = tu_pipeline(spec, 0);
+    assert_int_equal(ef_pipeline_add_map(p, failing_map, &cfg, "threads=1"),
+                     EF_OK);
+    ef_sample *s = NULL;
+    assert_int_equal(ef_pipeline_next(p, &s), EF_ECALLBACK);
+    expect_reason_kept("map", ef_pipeline_error(p), "the-present-tail.jpg",
+                       "bad item 0");
+    ef_pipeline_destroy(p);
+}
+
 /* ---- bad specs ---------------------------------------------------- */
 
 typedef struct {
@@ -935,6 +1021,10 @@ int main(void)
                                         fixture_teardown),
         cmocka_unit_test_setup_teardown(test_idx_missing_file, fixture_setup,
                                         fixture_teardown),
+        cmocka_unit_test_setup_teardown(test_long_path_keeps_reason,
+                                        fixture_setup, fixture_teardown),
+        cmocka_unit_test_setup_teardown(test_long_path_in_sample_where,
+                                        fixture_setup, fixture_teardown),
         cmocka_unit_test(test_bad_specs),
         cmocka_unit_test(test_failed_parse_leaves_pipeline_unchanged),
         cmocka_unit_test(test_bad_arguments),

@@ -593,6 +593,74 @@ static void test_resume_changed(void **state)
     free(st);
 }
 
+/* A list file 1000 bytes deep: a bad line's message names the list by
+ * its tail, the line and what was wrong with it. */
+static void test_list_long_name(void **state)
+{
+    (void)state;
+    char path[2048], spec[2100];
+    int n = snprintf(path, sizeof path, "%s/LONG", tu_dir());
+    assert_int_equal(mkdir(path, 0755), 0);
+    for (int i = 0; i < 9; i++) {
+        path[n++] = '/';
+        memset(path + n, 'a' + i, 100);
+        n += 100;
+        path[n] = '\0';
+        assert_int_equal(mkdir(path, 0755), 0);
+    }
+    snprintf(path + n, sizeof path - (size_t)n, "/the-list-tail.txt");
+    tu_write_file(path, "a.jpg 1\nb.jpg\n", 14);
+    snprintf(spec, sizeof spec, "files:list=%s", path);
+    ef_pipeline *p = NULL;
+    assert_int_equal(ef_pipeline_create(&p), EF_OK);
+    assert_int_not_equal(ef_pipeline_parse(p, spec), EF_OK);
+    const char *msg = ef_pipeline_error(p);
+    if (!strstr(msg, "the-list-tail.txt: line 2: has no label"))
+        fail_msg("message \"%s\" does not name the list's tail, the line "
+                 "and the reason",
+                 msg);
+    ef_pipeline_destroy(p);
+}
+
+/* A chain of 8 folders, each linking twice to the next, the last with
+ * one image: 2^8 paths to it, some 1000 names to walk. The walk stops
+ * at max_entries with a message naming the root, the limit and the
+ * option. */
+static void test_link_dag_bounded(void **state)
+{
+    (void)state;
+    char rel[64], target[64];
+    assert_int_equal(mkdir(tu_at("DAG"), 0755), 0);
+    assert_int_equal(mkdir(tu_at("DAG/root"), 0755), 0);
+    for (int k = 0; k <= 8; k++) {
+        snprintf(rel, sizeof rel, "DAG/d%d", k);
+        assert_int_equal(mkdir(tu_at(rel), 0755), 0);
+        if (k == 8)
+            break;
+        snprintf(target, sizeof target, "../d%d", k + 1);
+        for (char name = 'a'; name <= 'b'; name++) {
+            snprintf(rel, sizeof rel, "DAG/d%d/%c", k, name);
+            assert_int_equal(symlink(target, tu_at(rel)), 0);
+        }
+    }
+    put("DAG/d8/x.jpg", "X");
+    assert_int_equal(symlink("../d0", tu_at("DAG/root/cls")), 0);
+
+    snprintf(g_spec, sizeof g_spec, "files:root=%s", tu_at("DAG/root"));
+    ef_pipeline *p = make(g_spec, 0);
+    assert_int_equal(tu_drain(p), 256);
+    ef_pipeline_destroy(p);
+
+    char want[600];
+    snprintf(want, sizeof want,
+             "%s has more than 100 files and folders (links followed); the "
+             "walk stopped there: max_entries=N raises the limit",
+             tu_at("DAG/root"));
+    snprintf(g_spec, sizeof g_spec, "files:root=%s,max_entries=100",
+             tu_at("DAG/root"));
+    expect_spec_error(g_spec, want);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -600,8 +668,10 @@ int main(void)
         cmocka_unit_test(test_folder_bytes),
         cmocka_unit_test(test_folder_empty_class),
         cmocka_unit_test(test_options),
+        cmocka_unit_test(test_link_dag_bounded),
         cmocka_unit_test(test_list),
         cmocka_unit_test(test_list_errors),
+        cmocka_unit_test(test_list_long_name),
         cmocka_unit_test(test_list_url_line_unterminated),
         cmocka_unit_test(test_list_nul_refused),
         cmocka_unit_test(test_list_bom_skipped),

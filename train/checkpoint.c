@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -314,6 +315,57 @@ static int sync_folder(const char *path)
     int rc = fsync(fd);
     close(fd);
     return rc;
+}
+
+/* ---- one run per path ------------------------------------------ */
+
+static int lock_path(char *buf, size_t cap, const char *path)
+{
+    int n = snprintf(buf, cap, "%s.lock", path);
+    return n >= 0 && (size_t)n < cap ? 0 : -1;
+}
+
+int eft_checkpoint_lock(const char *path, char *err, size_t len)
+{
+    char lp[4096];
+    if (lock_path(lp, sizeof lp, path))
+        return fail(err, len, "%s: the path is too long", path);
+    /* the lock file may be unlinked by a run ending between our open and
+     * our flock: then the lock held is on a file no one else finds, and
+     * we try again on the new one */
+    for (;;) {
+        int fd = open(lp, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+        if (fd < 0)
+            return fail(err, len, "%s: cannot create: %s", lp, strerror(errno));
+        if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+            int e = errno;
+            close(fd);
+            if (e == EWOULDBLOCK)
+                return fail(err, len,
+                            "%s: another run is checkpointing to this path "
+                            "(it holds %s); give each run its own "
+                            "--checkpoint",
+                            path, lp);
+            return fail(err, len, "%s: cannot lock %s: %s", path, lp,
+                        strerror(e));
+        }
+        struct stat held, named;
+        if (fstat(fd, &held) == 0 && stat(lp, &named) == 0 &&
+            held.st_dev == named.st_dev && held.st_ino == named.st_ino)
+            return fd;
+        close(fd);
+    }
+}
+
+void eft_checkpoint_unlock(const char *path, int fd)
+{
+    char lp[4096];
+    if (fd < 0)
+        return;
+    /* unlinked while held: a run waiting to lock it sees it is gone */
+    if (lock_path(lp, sizeof lp, path) == 0)
+        unlink(lp);
+    close(fd);
 }
 
 int eft_checkpoint_save(const char *path, const eft_run_id *id, eft_model *m,

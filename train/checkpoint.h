@@ -4,7 +4,8 @@
  * as the uninterrupted run would, bit for bit.
  *
  * The file is written whole or not at all: to PATH.tmp.PID (the
- * writer's own, so that two runs on one path do not clash), fsync'd,
+ * writer's own; a second run on the path is refused by the lock on
+ * PATH.lock, eft_checkpoint_lock), fsync'd,
  * renamed over PATH, then the folder fsync'd; removed when a step fails.
  * Reading refuses anything but a regular file, without blocking on a
  * named pipe. Layout, integers and floats
@@ -60,6 +61,15 @@ int eft_checkpoint_save(const char *path, const eft_run_id *id, eft_model *m,
 int eft_checkpoint_load(const char *path, const eft_run_id *id, eft_model *m,
                         eft_run_state *st, void **pipe, size_t *pipe_n,
                         char *err, size_t len);
+
+/* Claims `path` for this run: an advisory lock (flock) on PATH.lock, so
+ * that a second run given the same path is refused rather than both
+ * replacing each other's checkpoints. Returns the lock's descriptor for
+ * eft_checkpoint_unlock; -1 with a message naming the path in err. */
+int eft_checkpoint_lock(const char *path, char *err, size_t len);
+
+/* Removes PATH.lock and lets the path go. Accepts -1. */
+void eft_checkpoint_unlock(const char *path, int fd);
 
 /* A 64-bit hash of n bytes, chained through h (start from 0): for the
  * samples trained on, the held-out set and the weights. Not for

@@ -554,6 +554,10 @@ int eft_train(const eft_job *job, eft_result *res, char *err, size_t errlen)
     else if (cfg->comm && (eft_dist_init(&t.d, cfg->comm, t.m, err, errlen) ||
                            eft_dist_share_weights(&t.d, t.m, err, errlen)))
         rc = -1;
+    int lock = -1; /* the checkpoint path is this run's alone */
+    if (rc == 0 && cfg->checkpoint &&
+        (lock = eft_checkpoint_lock(cfg->checkpoint, err, errlen)) < 0)
+        rc = -1;
     if (rc == 0 && cfg->checkpoint)
         rc = setup_checkpoints(&t, err, errlen);
     if (rc == 0 && !t.finished)
@@ -571,6 +575,7 @@ int eft_train(const eft_job *job, eft_result *res, char *err, size_t errlen)
     res->comm_s = t.d.comm_s;
     if (rc == 0 && cfg->checkpoint && !t.finished)
         rc = checkpoint(&t, 1, err, errlen);
+    eft_checkpoint_unlock(cfg->checkpoint, lock);
     if (t.m)
         res->weights_hash = eft_model_hash(t.m);
     if (rc == 0 && cfg->save_model && (!cfg->comm || cfg->comm->rank == 0))

@@ -233,15 +233,35 @@ static int receive_chunk(const ef__service_job *job, const MPI_Status *st,
     return rc;
 }
 
-static void end_of_epoch(const ef__service_job *job, int64_t e)
+/* A worker's end of epoch e. The marks are counted per epoch for a
+ * reader of one epoch; an endless reader ends with the job, so its
+ * epochs' marks are not kept. A worker ends only epochs a reader opened
+ * (rx.next_epoch counts them): a later one is refused, as the table of
+ * marks is sized by it. */
+static int end_of_epoch(const ef__service_job *job, int source, int64_t e,
+                        ef__err *err)
 {
     pthread_mutex_lock(&rx.mu);
+    if (rx.next_epoch == INT64_MAX) { /* an endless reader's */
+        pthread_mutex_unlock(&rx.mu);
+        return EF_OK;
+    }
+    if (e >= rx.next_epoch) {
+        int64_t opened = rx.next_epoch;
+        pthread_mutex_unlock(&rx.mu);
+        char from[96];
+        ef__service_rank_name(source, from, sizeof from);
+        return ef__err_set(err, EF_EFORMAT,
+                           "service: %s ended epoch %lld, which no reader "
+                           "has opened (epochs 0 to %lld are)",
+                           from, (long long)e, (long long)opened - 1);
+    }
     if (e >= rx.neoe) {
         int64_t n = e + 1 > 2 * rx.neoe ? e + 1 : 2 * rx.neoe;
         int64_t *v = ef__realloc(rx.eoe, (size_t)n * sizeof *v);
         if (!v) {
             pthread_mutex_unlock(&rx.mu);
-            return;
+            return EF_OK; /* as before: the epoch does not end */
         }
         memset(v + rx.neoe, 0, (size_t)(n - rx.neoe) * sizeof *v);
         rx.eoe = v;
@@ -254,6 +274,7 @@ static void end_of_epoch(const ef__service_job *job, int64_t e)
         ef__queue_push(&r->q, &item, NULL);
     }
     pthread_mutex_unlock(&rx.mu);
+    return EF_OK;
 }
 
 /* Receives one message the probe found. */
@@ -307,7 +328,7 @@ static int receive_one(const ef__service_job *job, const MPI_Status *st,
     if (mpi != MPI_SUCCESS)
         return ef__service_mpi_error(mpi, "MPI_Recv", err);
     if (st->MPI_TAG == EF__TAG_EOE && n == 1 && w >= 0 && v[0] >= 0)
-        end_of_epoch(job, v[0]);
+        return end_of_epoch(job, st->MPI_SOURCE, v[0], err);
     return EF_OK;
 }
 

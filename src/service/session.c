@@ -9,6 +9,7 @@
 
 #include "core/alloc.h"
 #include "service/service.h"
+#include "stage.h"
 
 static ef__service_job job;
 static pid_t joined_pid; /* the process that joined: a fork's child is not */
@@ -186,7 +187,7 @@ static void compare(const int *head, const char *all, const int *displ,
                          "%s on rank %d",
                          na[0] ? na : "(none)", first, nb[0] ? nb : "(none)",
                          r);
-            else if (strcmp(va, vb))
+            else if (!ef__setting_same(na, va, vb))
                 snprintf(msg, cap,
                          "%s differs between ranks: %.200s on rank %d, "
                          "%.200s on rank %d",

@@ -310,10 +310,11 @@ static int make_list(files_state *st, const ef__opts *o, ef__err *err)
                            "list file) or 'glob' (a pattern), got %d",
                            given);
     if (!root[0] &&
-        (ef__opt_given(o, "extensions") || ef__opt_given(o, "allow_empty")))
+        (ef__opt_given(o, "extensions") || ef__opt_given(o, "allow_empty") ||
+         ef__opt_given(o, "max_entries")))
         return ef__err_set(err, EF_ESPEC,
-                           "files: options 'extensions' and 'allow_empty' "
-                           "apply to 'root' only");
+                           "files: options 'extensions', 'allow_empty' and "
+                           "'max_entries' apply to 'root' only");
     if (list[0])
         return ef__files_from_list(list, &st->list, err);
     if (glob[0])
@@ -324,7 +325,7 @@ static int make_list(files_state *st, const ef__opts *o, ef__err *err)
     if (rc != EF_OK)
         return rc;
     return ef__files_from_folder(root, &exts, ef__opt_bool(o, "allow_empty"),
-                                 &st->list, err);
+                                 ef__opt_int(o, "max_entries"), &st->list, err);
 }
 
 /* The shared buffers of url and key bytes and labels, and the names. */
@@ -597,6 +598,10 @@ static const ef__option_def files_options[] = {
      "root: extensions kept, case-insensitive", 0, 0},
     {"allow_empty", EF_OPT_BOOL, "false",
      "root: a class folder without a file is no error", 0, 0},
+    {"max_entries", EF_OPT_INT, "20000000",
+     "root: files and folders walked at most (links can reach a folder "
+     "by many paths)",
+     1, 1e12},
     {"shuffle", EF_OPT_BOOL, "false",
      "read the files in a seeded order, new each epoch", 0, 0},
     {"readers", EF_OPT_INT, "8",

@@ -186,8 +186,9 @@ static int parse_line(const char *s, size_t n, const char *name, size_t line,
                       const char *base, ef__file_list *out, int *labelled,
                       char **pathbuf, size_t *pathcap, ef__err *err)
 {
-    char where[EF__ERR_MAX / 2];
-    snprintf(where, sizeof where, "%.200s: line %zu", name, line);
+    char where[EF__ERR_MAX / 2], shown[200];
+    ef__err_fit(shown, sizeof shown, name); /* a long name keeps its tail */
+    snprintf(where, sizeof where, "%s: line %zu", shown, line);
     const char *path = s, *lab = NULL;
     size_t plen = n, llen = 0;
     const char *comma = NULL;
@@ -283,7 +284,7 @@ int ef__files_parse_list(const char *text, size_t len, const char *name,
         const char *nul = memchr(s, '\0', n);
         if (nul) {
             rc = ef__err_set(err, EF_EFORMAT,
-                             "%.200s: line %zu: a NUL byte at column %zu "
+                             "%s: line %zu: a NUL byte at column %zu "
                              "(expected text: 'path', 'path label' or "
                              "'path,label')",
                              name, line, (size_t)(nul - s) + 1);

@@ -61,9 +61,11 @@ int ef__file_list_add(ef__file_list *l, const char *url, const char *key,
 /* Frees everything; accepts an empty list. */
 void ef__file_list_free(ef__file_list *l);
 
-/* ImageFolder: see files_walk.c. Labels are the classes' indices. */
+/* ImageFolder: see files_walk.c. Labels are the classes' indices. The
+ * walk reads at most max_entries names (files and folders) in all. */
 int ef__files_from_folder(const char *root, const ef__file_exts *exts,
-                          int allow_empty, ef__file_list *out, ef__err *err);
+                          int allow_empty, int64_t max_entries,
+                          ef__file_list *out, ef__err *err);
 
 /* The lines of a list file, `len` bytes of `text` (need not end with a
  * NUL) read from `name`, whose relative paths are taken relative to

@@ -16,8 +16,10 @@
  * Departures, for errors rather than silence: a directory that cannot be
  * read is an error naming it (os.walk ignores it), and a link back to a
  * directory being walked is not followed again (os.walk would descend
- * until the path is too long). Names sort by bytes, which is Python's
- * order for UTF-8 names. */
+ * until the path is too long), and the walk stops with an error after
+ * max_entries names (links can reach one folder by many paths: a chain
+ * of folders each linking twice to the next is walked 2^depth times).
+ * Names sort by bytes, which is Python's order for UTF-8 names. */
 #include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
@@ -37,6 +39,9 @@ typedef struct {
 typedef struct {
     dir_rec *v;
     size_t n, cap;
+    /* names read so far in the whole walk, and how many may be */
+    int64_t *entries, max_entries;
+    const char *root;
 } dir_list;
 
 /* The directories being walked, innermost first: a cycle guard. */
@@ -105,6 +110,15 @@ static int push_name(char ***v, size_t *n, size_t *cap, char *name)
     return EF_OK;
 }
 
+static int too_many(const dir_list *d, ef__err *err)
+{
+    return ef__err_set(err, EF_EFORMAT,
+                       "files: option 'root': %s has more than %lld files "
+                       "and folders (links followed); the walk stopped "
+                       "there: max_entries=N raises the limit",
+                       d->root, (long long)d->max_entries);
+}
+
 /* Lists directory `path` (taken) and, recursively, those below it. */
 static int scan(dir_list *d, char *path, const ancestor *up, ef__err *err)
 {
@@ -146,6 +160,10 @@ static int scan(dir_list *d, char *path, const ancestor *up, ef__err *err)
         const char *name = de->d_name;
         if (!strcmp(name, ".") || !strcmp(name, ".."))
             continue;
+        if (++*d->entries > d->max_entries) {
+            rc = too_many(d, err);
+            break;
+        }
         char *full = join(path, name);
         if (!full) {
             rc = oom(err, path);
@@ -222,9 +240,10 @@ static int find_classes(const char *root, char ***out, size_t *n, ef__err *err)
  * says whether it had any. */
 static int add_class(const char *class_dir, size_t root_len,
                      const ef__file_exts *exts, int64_t label,
-                     ef__file_list *out, int *found, ef__err *err)
+                     const dir_list *walk, ef__file_list *out, int *found,
+                     ef__err *err)
 {
-    dir_list d = {NULL, 0, 0};
+    dir_list d = *walk;
     char *top = ef__strdup(class_dir);
     int rc = top ? scan(&d, top, NULL, err) : oom(err, class_dir);
     if (rc == EF_OK)
@@ -255,7 +274,8 @@ static int add_class(const char *class_dir, size_t root_len,
 }
 
 int ef__files_from_folder(const char *root, const ef__file_exts *exts,
-                          int allow_empty, ef__file_list *out, ef__err *err)
+                          int allow_empty, int64_t max_entries,
+                          ef__file_list *out, ef__err *err)
 {
     memset(out, 0, sizeof *out);
     char **classes;
@@ -268,10 +288,15 @@ int ef__files_from_folder(const char *root, const ef__file_exts *exts,
     size_t root_len = rl + (rl > 0 && root[rl - 1] != '/');
     char empty[EF__ERR_MAX / 2] = "";
     size_t nempty = 0;
+    int64_t entries = (int64_t)nclasses;
+    const dir_list walk = {NULL, 0, 0, &entries, max_entries, root};
+    if (entries > max_entries)
+        rc = too_many(&walk, err);
     for (size_t c = 0; c < nclasses && rc == EF_OK; c++) {
         char *dir = join(root, classes[c]);
         int found = 0;
-        rc = dir ? add_class(dir, root_len, exts, (int64_t)c, out, &found, err)
+        rc = dir ? add_class(dir, root_len, exts, (int64_t)c, &walk, out,
+                             &found, err)
                  : oom(err, root);
         ef__free(dir);
         if (rc == EF_OK && !found) {
