@@ -44,7 +44,8 @@ void ef__budget_init(ef__budget *b, uint64_t limit);
 void ef__budget_destroy(ef__budget *b);
 
 /* Charges n bytes for a queue, waiting while the total would pass the
- * limit and the queue still holds items (*queued > 0) and is open
+ * limit and the queue still holds items (*queued > 0: queued, or taken
+ * by its consumer and not handed on yet) and is open
  * (*closed == 0). EF_OK, or EF_ECANCELED once the queue is closed. */
 int ef__budget_take(ef__budget *b, uint64_t n, const atomic_size_t *queued,
                     const atomic_int *closed, uint64_t *waited_ns);

@@ -39,6 +39,7 @@ int ef__queue_init(ef__queue *q, size_t capacity)
     atomic_init(&q->is_closed, 0);
     atomic_init(&q->out, 0);
     atomic_init(&q->push_waiting, 0);
+    atomic_init(&q->pending, 0);
     q->budget = NULL;
     q->owner = "queue";
     pthread_mutex_init(&q->mu, NULL);
@@ -95,7 +96,7 @@ static int charge(ef__queue *q, ef__item *item, uint64_t *waited_ns)
         return EF_OK;
     }
     int rc =
-        ef__budget_take(q->budget, n, &q->queued, &q->is_closed, waited_ns);
+        ef__budget_take(q->budget, n, &q->pending, &q->is_closed, waited_ns);
     if (rc == EF_OK)
         item->charged = n;
     return rc;
@@ -132,6 +133,7 @@ int ef__queue_push(ef__queue *q, ef__item *item, uint64_t *waited_ns)
     q->ring[(q->head + q->count) % q->cap] = *item;
     q->count++;
     atomic_store(&q->queued, q->count);
+    atomic_fetch_add(&q->pending, 1);
     pthread_cond_signal(&q->not_empty);
     pthread_mutex_unlock(&q->mu);
     return EF_OK;
@@ -174,6 +176,7 @@ static size_t push_at_once(ef__queue *q, ef__item *items, size_t n)
     if (k > 0) {
         q->count += k;
         atomic_store(&q->queued, q->count);
+        atomic_fetch_add(&q->pending, k);
         pthread_cond_signal(&q->not_empty);
     }
     pthread_mutex_unlock(&q->mu);
@@ -233,13 +236,15 @@ int ef__queue_pop_run(ef__queue *q, ef__item *items, size_t max, size_t *n,
 
 void ef__queue_handed(ef__queue *q, ef__item *item)
 {
-    if (item->charged)
+    atomic_fetch_sub(&q->out, 1);
+    size_t pending = atomic_fetch_sub(&q->pending, 1) - 1;
+    /* after `pending` fell, so that a push waiting in the budget for this
+     * queue to empty sees it when the release wakes it (budget.h) */
+    if (q->budget)
         ef__budget_release(q->budget, item->charged);
     item->charged = 0;
-    size_t out = atomic_fetch_sub(&q->out, 1) - 1;
     /* a waiting producer is woken once half the limit is free */
-    if (atomic_load(&q->push_waiting) > 0 &&
-        atomic_load(&q->queued) + out <= q->limit / 2) {
+    if (atomic_load(&q->push_waiting) > 0 && pending <= q->limit / 2) {
         pthread_mutex_lock(&q->mu);
         pthread_cond_broadcast(&q->not_full);
         pthread_mutex_unlock(&q->mu);
@@ -253,6 +258,7 @@ static void take_head(ef__queue *q, ef__item *item)
     q->head = (q->head + 1) % q->cap;
     q->count--;
     atomic_store(&q->queued, q->count);
+    atomic_fetch_sub(&q->pending, 1);
     pthread_cond_signal(&q->not_full);
     /* the consumer owns the sample now; a queue that waits for room may
      * also be waiting for this one to empty */
@@ -317,6 +323,7 @@ void ef__queue_reopen(ef__queue *q)
     q->closed = 0;
     atomic_store(&q->queued, 0);
     atomic_store(&q->out, 0);
+    atomic_store(&q->pending, 0);
     atomic_store(&q->is_closed, 0);
     pthread_mutex_unlock(&q->mu);
 }

@@ -49,6 +49,9 @@ typedef struct {
      * reads and writes without mu */
     atomic_size_t out;
     atomic_int push_waiting;
+    /* count + out, for the budget's wait: a queue whose consumer still
+     * holds items of it is not empty (see budget.h) */
+    atomic_size_t pending;
     /* mirrors of count and closed for the budget's wait, which runs
      * without mu */
     atomic_size_t queued;
