@@ -246,12 +246,14 @@ static int add_class(const char *class_dir, size_t root_len,
     dir_list d = *walk;
     char *top = ef__strdup(class_dir);
     int rc = top ? scan(&d, top, NULL, err) : oom(err, class_dir);
-    if (rc == EF_OK)
+    /* qsort takes no NULL, which an empty list may be */
+    if (rc == EF_OK && d.n > 1)
         qsort(d.v, d.n, sizeof *d.v, cmp_dir);
     *found = 0;
     for (size_t i = 0; i < d.n && rc == EF_OK; i++) {
         dir_rec *r = &d.v[i];
-        qsort(r->files, r->nfiles, sizeof *r->files, cmp_str);
+        if (r->nfiles > 1)
+            qsort(r->files, r->nfiles, sizeof *r->files, cmp_str);
         for (size_t k = 0; k < r->nfiles && rc == EF_OK; k++) {
             if (!ef__file_exts_match(exts, r->files[k]))
                 continue;
