@@ -224,8 +224,11 @@ _live = weakref.WeakSet()
 
 
 # How long exit waits for a Python source's thread to let go of its
-# iterable once the pipeline is closed.
-_FEEDER_EXIT_S = 10
+# iterable once the pipeline is closed. A torch DataLoader's shutdown
+# waits up to 5 s for each worker process to end (its
+# MP_STATUS_CHECK_INTERVAL), so on a loaded machine two workers passed
+# 10 s, and the process aborted as below.
+_FEEDER_EXIT_S = 30
 
 
 @atexit.register
