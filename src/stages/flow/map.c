@@ -222,9 +222,11 @@ size_t ef__map_ctx_index(const ef_map_ctx *ctx)
 }
 
 /* Runs the transform on `in` (consumed), item number `seq`, into an
- * item; `scratch` and `index` for a kernel (see ef__map_kernel). */
-static void transform(ef__stage *s, map_state *st, ef_sample *in, uint64_t seq,
-                      void *scratch, size_t index, ef__item *item)
+ * item; `scratch` and `index` for a kernel (see ef__map_kernel). Returns
+ * the output's payload bytes (0 when there is none). */
+static uint64_t transform(ef__stage *s, map_state *st, ef_sample *in,
+                          uint64_t seq, void *scratch, size_t index,
+                          ef__item *item)
 {
     ef__err err;
     ef__err_clear(&err);
@@ -246,9 +248,9 @@ static void transform(ef__stage *s, map_state *st, ef_sample *in, uint64_t seq,
                          "returned %d, not a success or an error", rc);
     /* the ordered ring is not charged: an output larger than the whole
      * budget fails here, before more of them fill the ring (budget.h) */
+    uint64_t bytes = rc == EF_OK ? ef__sample_bytes(out) : 0;
     if (rc == EF_OK)
-        rc = ef__budget_check(&s->ctx->budget, ef__sample_bytes(out),
-                              "its output", &err);
+        rc = ef__budget_check(&s->ctx->budget, bytes, "its output", &err);
     if (rc == EF_OK) {
         ef__sample_origin_copy(out, in); /* it can be read again as in */
         item->status = EF_OK;
@@ -271,6 +273,7 @@ static void transform(ef__stage *s, map_state *st, ef_sample *in, uint64_t seq,
         }
     }
     ef_sample_free(in);
+    return item->sample ? bytes : 0;
 }
 
 /* ---- workers ------------------------------------------------------ */
@@ -404,9 +407,12 @@ static void cut_run(run *r, size_t i)
 
 /* Transforms the run's items in place. After a failure the rest of the
  * run is dropped (the input has ended) and the run cut after it; a stop
- * cuts it at once, so that a run of slow items does not keep it waiting. */
-static void transform_run(ef__stage *s, map_state *st, run *r, void *scratch)
+ * cuts it at once, so that a run of slow items does not keep it waiting.
+ * Returns the outputs' payload bytes. */
+static uint64_t transform_run(ef__stage *s, map_state *st, run *r,
+                              void *scratch)
 {
+    uint64_t bytes = 0;
     if (scratch && st->kernel.run_begin) {
         size_t n = 0; /* the inputs: all but an END or error at the end */
         while (n < r->n && r->items[n].status == EF_OK)
@@ -421,13 +427,14 @@ static void transform_run(ef__stage *s, map_state *st, run *r, void *scratch)
             cut_run(r, i);
             break;
         }
-        transform(s, st, it->sample, r->first + i, scratch, i, it);
+        bytes += transform(s, st, it->sample, r->first + i, scratch, i, it);
         if (it->status != EF_OK) {
             end_input(st);
             cut_run(r, i + 1);
             break;
         }
     }
+    return bytes;
 }
 
 /* Ordered mode: the run of slot seq is done. */
@@ -492,15 +499,11 @@ static void *worker_main(void *arg)
         /* threads=auto: the transform's time is what the tuner shares
          * the cores by */
         uint64_t t1 = ef__timer_ns();
-        transform_run(s, st, r, scratch);
+        uint64_t bytes = transform_run(s, st, r, scratch);
         uint64_t t2 = ef__timer_ns();
         if (st->is_auto)
             atomic_fetch_add_explicit(&st->at.busy_ns, ef__elapsed_ns(t1, t2),
                                       memory_order_relaxed);
-        uint64_t bytes = 0;
-        for (size_t i = 0; i < r->n; i++)
-            if (r->items[i].sample)
-                bytes += ef__sample_bytes(r->items[i].sample);
         ef__run_length_note(&rl, r->n, ef__elapsed_ns(t0, t2), bytes);
         int last = r->n > 0 && r->items[r->n - 1].status != EF_OK;
         if (st->ordered)
