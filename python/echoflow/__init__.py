@@ -16,6 +16,7 @@ rules.
 """
 import atexit
 import threading
+import time
 import weakref
 
 from ._echoflow import (
@@ -222,6 +223,18 @@ def _feed_loop(feed, source, names):
 
 _live = weakref.WeakSet()
 
+# The threads of Python sources still running. A pipeline freed before
+# exit (echoflow.torch.echo() drops its own once the loop breaks) leaves
+# its thread shutting its iterable down: exit waits for that too.
+_feeders = set()
+
+
+def _feed_thread(feed, source, names):
+    try:
+        _feed_loop(feed, source, names)
+    finally:
+        _feeders.discard(threading.current_thread())
+
 
 # How long exit waits for a Python source's thread to let go of its
 # iterable once the pipeline is closed. A torch DataLoader's shutdown
@@ -243,10 +256,11 @@ def _close_all():
     # DataLoader's shuts its workers down then. Done after finalisation
     # began, that cleanup was cut off inside torch's C++ code, which
     # aborted the process ("terminate called without an active exception").
-    for p in pipelines:
-        feeder = getattr(p, "_feeder", None)
-        if feeder is not None and feeder is not threading.current_thread():
-            feeder.join(_FEEDER_EXIT_S)
+    # The freed pipelines' threads were woken when they were closed.
+    deadline = time.monotonic() + _FEEDER_EXIT_S
+    for feeder in list(_feeders):
+        if feeder is not threading.current_thread():
+            feeder.join(max(0.0, deadline - time.monotonic()))
 
 
 class Pipeline(_Pipeline):
@@ -365,10 +379,11 @@ class Pipeline(_Pipeline):
                 pass
         options = "" if length is None else "length=%d" % length
         feed = self.add_source(read_ahead, bool(unbatch), options)
-        self._feeder = threading.Thread(
-            target=_feed_loop, args=(feed, source, names),
+        feeder = threading.Thread(
+            target=_feed_thread, args=(feed, source, names),
             name="echoflow-source", daemon=True)
-        self._feeder.start()
+        _feeders.add(feeder)
+        feeder.start()
 
     def feedback(self, ids, values):
         """Tells the pipeline's echo stages what each example cost, for

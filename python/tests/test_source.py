@@ -138,6 +138,42 @@ def test_closing_wakes_a_feeder_waiting_for_room():
     assert p.closed
 
 
+# A source whose closing takes a while, as a DataLoader's shutting its
+# workers down does, in a pipeline freed before exit (echo() drops its
+# own when the loop breaks). Exit must wait for that thread: one cut off
+# by the interpreter's finalisation inside torch's C++ code aborts the
+# process. The handler registered before echoflow's runs after it.
+EXIT_SCRIPT = """
+import atexit, sys, threading, time
+def after_echoflow():
+    alive = [t.name for t in threading.enumerate() if t.name == "echoflow-source"]
+    print("alive", alive, "closed", closed, flush=True)
+atexit.register(after_echoflow)
+import echoflow
+closed = []
+def slow_to_close():
+    try:
+        while True:
+            yield b"x"
+    finally:
+        time.sleep(1.0)
+        closed.append(1)
+def run():
+    p = echoflow.Pipeline("", source=slow_to_close(), read_ahead=2)
+    next(iter(p))
+    p.close()
+run()
+"""
+
+
+def test_exit_waits_for_the_source_thread_of_a_freed_pipeline():
+    proc = subprocess.run([sys.executable, "-c", EXIT_SCRIPT],
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "alive [] closed [1]", proc.stderr
+
+
 def test_auto_echo_echoes_while_the_source_waits():
     # The source gives item 0, then waits until the consumer has seen
     # three items: those can only be echoes of item 0.
