@@ -383,7 +383,17 @@ class Pipeline(_Pipeline):
             target=_feed_thread, args=(feed, source, names),
             name="echoflow-source", daemon=True)
         _feeders.add(feeder)
+        self._feeder = feeder
         feeder.start()
+
+    def _wait_source(self):
+        """Once closed: waits until the source's thread has let go of its
+        iterable, so that the next pass may start one over the same
+        object (a DataLoader with persistent workers hands out one
+        iterator, reset by each iter())."""
+        feeder = getattr(self, "_feeder", None)
+        if feeder is not None and feeder is not threading.current_thread():
+            feeder.join()
 
     def feedback(self, ids, values):
         """Tells the pipeline's echo stages what each example cost, for

@@ -581,6 +581,13 @@ class Echo:
                     layout.append(_layout_of(b))
                 yield b
 
+        # the previous pass's thread may still be inside its DataLoader
+        # iterator (a loop that broke off): with persistent workers the
+        # new iter() would reset that very iterator under it
+        last = self._pipeline
+        if last is not None:
+            last.close()
+            last._wait_source()
         p = echoflow.Pipeline(self._spec(), seed=self.seed, source=batches(),
                               unbatch=self._rebatch is not None,
                               read_ahead=max(256, 2 * (self._rebatch or 1)))

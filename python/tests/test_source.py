@@ -224,6 +224,22 @@ def test_echo_yields_what_the_dataloader_yields(workers):
     assert list(e) and len(list(e)) == 5  # re-iterable, a pass each
 
 
+@forks
+def test_echo_passes_over_persistent_workers_after_a_break():
+    # A pass that breaks off leaves its thread inside the DataLoader's
+    # iterator; persistent workers reuse that iterator for the next pass.
+    dl = loader_of(n=1000, batch_size=4, num_workers=2,
+                   persistent_workers=True)
+    e = echo(dl, factor=2)
+    for epoch in range(4):
+        n = 0
+        for i, (x, y) in enumerate(e):
+            n += 1
+            if epoch % 2 == 0 and i == 3:
+                break
+        assert n == (4 if epoch % 2 == 0 else 500)
+
+
 def test_echo_keeps_dicts_lists_and_drop_last():
     class Dicts(tud.Dataset):
         def __len__(self):
