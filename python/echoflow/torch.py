@@ -198,6 +198,7 @@ class Loader(torch.utils.data.IterableDataset):
         self.source, self.fields, self.unbatch = source, fields, unbatch
         self.epoch = 0
         self._pipeline = None  # that of the latest iteration here
+        self._warned = set()  # the kinds of warning given (pipeline.c)
         self._epoch_of_pipeline = 0
         # (epoch, Pipeline): restored by load_state_dict(), for the next
         # iteration of that epoch
@@ -271,6 +272,7 @@ class Loader(torch.utils.data.IterableDataset):
         # for bench/handout_copy.py, which measures that copy)
         p.convert_with(from_capsule,
                        copy_shared=self._copy_shared and not pin)
+        p._warned = self._warned  # each warning once, not every epoch
         self._pipeline, self._epoch_of_pipeline = p, self.epoch
         with p:
             if self.as_tuple is None and not pin:
@@ -557,6 +559,7 @@ class Echo:
         # examples are batched again only when the DataLoader batched them
         self._rebatch = batch_size if mode == "example" else None
         self._pipeline = None
+        self._warned = set()
         echoflow.Pipeline(self._spec(), source=()).close()  # checks it
 
     def _spec(self):
@@ -592,6 +595,7 @@ class Echo:
                               unbatch=self._rebatch is not None,
                               read_ahead=max(256, 2 * (self._rebatch or 1)))
         p.convert_with(from_capsule)
+        p._warned = self._warned  # each warning once, not every epoch
         self._pipeline = p
         with p:
             for s in p:

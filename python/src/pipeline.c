@@ -341,6 +341,40 @@ static PyObject *new_warnings(pipeline *self)
 
 static PyObject *iternext_sample(pipeline *self);
 
+/* Whether to warn `text`: 1 unless the pipeline's `_warned` set (one
+ * that the passes of a Loader or of echo() share) already holds it with
+ * other figures, as each epoch's measurements make it; -1 on error. */
+static int first_of_its_kind(pipeline *self, const char *text)
+{
+    PyObject *seen = PyObject_GetAttrString((PyObject *)self, "_warned");
+    if (!seen) {
+        PyErr_Clear();
+        return 1;
+    }
+    int first = 1;
+    if (PySet_Check(seen)) {
+        size_t n = strlen(text), k = 0;
+        char *key = PyMem_Malloc(n + 1);
+        if (!key) {
+            Py_DECREF(seen);
+            PyErr_NoMemory();
+            return -1;
+        }
+        for (size_t i = 0; i < n; i++)
+            if (text[i] < '0' || text[i] > '9')
+                key[k++] = text[i];
+        PyObject *kind = PyUnicode_DecodeUTF8(key, (Py_ssize_t)k, "replace");
+        PyMem_Free(key);
+        int held = kind ? PySet_Contains(seen, kind) : -1;
+        first = held < 0 ? -1 : !held;
+        if (first == 1 && PySet_Add(seen, kind) < 0)
+            first = -1;
+        Py_XDECREF(kind);
+    }
+    Py_DECREF(seen);
+    return first;
+}
+
 /* A sample, then warnings.warn() for each warning the pipeline gave
  * meanwhile (issued outside the lock: a filter may run any code). */
 static PyObject *pipeline_iternext(pipeline *self)
@@ -351,7 +385,8 @@ static PyObject *pipeline_iternext(pipeline *self)
     PyObject *texts = new_warnings(self);
     for (Py_ssize_t i = 0; texts && i < PyList_GET_SIZE(texts); i++) {
         const char *t = PyUnicode_AsUTF8(PyList_GET_ITEM(texts, i));
-        if (!t || pyef_warn(t) < 0)
+        int first = t ? first_of_its_kind(self, t) : -1;
+        if (first < 0 || (first && pyef_warn(t) < 0))
             Py_CLEAR(texts);
     }
     if (!texts) {

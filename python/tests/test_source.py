@@ -4,6 +4,8 @@ import os
 import subprocess
 import sys
 import threading
+import time
+import warnings
 
 import numpy
 import pytest
@@ -238,6 +240,26 @@ def test_echo_passes_over_persistent_workers_after_a_break():
             if epoch % 2 == 0 and i == 3:
                 break
         assert n == (4 if epoch % 2 == 0 else 500)
+
+
+class SlowDataset(tud.Dataset):
+    def __len__(self):
+        return 16
+
+    def __getitem__(self, i):
+        time.sleep(0.16)  # the 16 examples of echo's shuffle take 2.5 s
+        return torch.tensor([i])
+
+
+def test_echo_warns_once_not_every_epoch():
+    e = echo(tud.DataLoader(SlowDataset(), batch_size=4), factor=1)
+    with warnings.catch_warnings(record=True) as got:
+        warnings.simplefilter("always")
+        for _ in range(2):
+            assert sum(1 for _ in e) == 4
+    texts = [str(w.message) for w in got
+             if issubclass(w.category, echoflow.PipelineWarning)]
+    assert len(texts) == 1 and "shuffle=16" in texts[0]
 
 
 def test_echo_keeps_dicts_lists_and_drop_last():

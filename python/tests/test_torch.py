@@ -2,6 +2,7 @@
 by DataLoader worker, epochs."""
 import os
 import socket
+import warnings
 
 import numpy
 import pytest
@@ -188,3 +189,17 @@ def test_len_unknown_raises_type_error_and_dataloader_goes_on():
     assert len(list(dl)) >= 4
     with pytest.raises(TypeError, match="repeat: never ends"):
         len(DataLoader(Loader("range:n=3 | repeat"), batch_size=None))
+
+
+def test_a_loader_warns_once_not_every_epoch():
+    # at most 100 items/s: each epoch's fill of 250 takes 2.5 s, past the
+    # library's 2 s, and warns with that epoch's own figures
+    loader = Loader("range:n=250 | throttle:rate=100 | shuffle:250")
+    with warnings.catch_warnings(record=True) as got:
+        warnings.simplefilter("always")
+        for epoch in range(2):
+            loader.set_epoch(epoch)
+            assert sum(1 for _ in loader) == 250
+    texts = [str(w.message) for w in got
+             if issubclass(w.category, echoflow.PipelineWarning)]
+    assert len(texts) == 1 and "shuffle:buffer=250" in texts[0]
