@@ -574,6 +574,29 @@ static void test_echo_copies_outlive_pipeline(void **state)
     run_outliving("range:n=300,bytes=16 | echo:3 | prefetch:8", 1);
 }
 
+/* The upstream gives far faster than a throttled downstream takes: R is
+ * near 0, and a factor of 4 only makes echo the bottleneck. Once R's
+ * window has filled (2 s), the stage says so, once. */
+static void test_factor_above_r_warns(void **state)
+{
+    (void)state;
+    ef_pipeline *p =
+        tu_pipeline("range:n=2000 | echo:factor=4 | throttle:rate=2000", 1);
+    assert_int_equal(tu_drain(p), 8000);
+    char text[512];
+    assert_int_equal(ef_pipeline_warning(p, 0, text, sizeof text), 1);
+    if (!strstr(text, "stage 1 echo:factor=4 is the bottleneck: the factor "
+                      "exceeds the measured R = ") ||
+        !strstr(text, "or factor=auto"))
+        fail_msg("unexpected warning: %s", text);
+    ef_pipeline_destroy(p);
+    /* an upstream slower than the downstream: a factor below R is quiet */
+    p = tu_pipeline("range:n=3000 | throttle:rate=1000 | echo:factor=2", 1);
+    assert_int_equal(tu_drain(p), 6000);
+    assert_int_equal(ef_pipeline_warning(p, 0, NULL, 0), 0);
+    ef_pipeline_destroy(p);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -591,6 +614,7 @@ int main(void)
         cmocka_unit_test(test_echo_copies_allocate_nothing),
         cmocka_unit_test(test_echo_references_taken_ahead),
         cmocka_unit_test(test_echo_copies_outlive_pipeline),
+        cmocka_unit_test(test_factor_above_r_warns),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

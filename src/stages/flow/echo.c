@@ -84,6 +84,7 @@ typedef struct {
     int restored; /* rng came from a state: open leaves it */
     ef__rates rates;
     int passing; /* 0: no item out this pass yet, 1: one, 2: more */
+    int factor_warned; /* watch_factor warned */
     _Atomic uint64_t fresh, echoed; /* items emitted: new, and copies */
     const _Atomic uint64_t *up_ns, *up_items; /* where t_up is measured */
 } echo_state;
@@ -423,6 +424,30 @@ static int echoes_due_next(void *arg, ef_sample **out, ef__err *err)
 
 /* ---- the stage ------------------------------------------------------ */
 
+/* A fixed factor above the measured R makes echo the bottleneck: the
+ * upstream idles while each item is repeated more than the trainer needs.
+ * Warned once per stage, when a reading has just filled R's window (the
+ * CLI's report notes the same at the end of a run). */
+static void watch_factor(ef__stage *s, echo_state *st)
+{
+    ef__rates *r = &st->rates;
+    if (st->factor_warned || st->mode != ECHO_FIXED || st->factor <= 1 ||
+        r->countdown != r->every || r->nsnaps < EF__RATE_SNAPSHOTS)
+        return;
+    ef__rate_estimate e;
+    ef__rates_estimate(r, &e);
+    if (e.r <= 0 || e.r / st->factor >= 0.9)
+        return;
+    st->factor_warned = 1;
+    ef__warn(s->ctx,
+             "stage %d echo:factor=%g is the bottleneck: the factor exceeds "
+             "the measured R = %.2f, so the upstream idles %.0f%% of the "
+             "time and items are repeated more than the trainer needs: use "
+             "a factor of about %.1f, or factor=auto",
+             s->index, st->factor, e.r, 100 * (1 - e.r / st->factor),
+             e.r < 1 ? 1.0 : e.r);
+}
+
 static int echo_next(ef__stage *s, ef_sample **out, ef__err *err)
 {
     echo_state *st = s->state;
@@ -442,6 +467,7 @@ static int echo_next(ef__stage *s, ef_sample **out, ef__err *err)
     if (st->passing < 2 && (st->passing || rc == EF_OK))
         st->passing++;
     ef__rates_tick(&st->rates, rc != EF_OK);
+    watch_factor(s, st);
     return rc;
 }
 
