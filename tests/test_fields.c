@@ -92,11 +92,13 @@ static void test_webdataset_keys_of_different_lengths_batch(void **state)
     expect_text(b, "txt", 0, "caption 0");
     expect_text(b, "txt", 1, "caption 1 long");
     expect_text(b, "txt", 2, "caption 2");
-    /* a field of one shape throughout stacks as before */
+    /* a member of one length throughout is a list all the same: a
+     * consumer that reads a list of bytes must get one every time */
     ef_tensor c = tu_field(b, "cls");
-    assert_int_equal(c.ndim, 2);
+    assert_int_equal(c.ndim, 1);
     assert_int_equal(c.shape[0], 3);
-    assert_int_equal(ef_sample_ragged_lengths(b, "cls", NULL, 0), 0);
+    assert_int_equal(ef_sample_ragged_lengths(b, "cls", len, 4), 3);
+    assert_int_equal(len[0] + len[1] + len[2], 3);
     assert_memory_equal(c.data, "012", 3);
     assert_int_equal(ef_sample_ragged_lengths(b, "nope", NULL, 0), 0);
     /* a clone (an echo) keeps the lengths */
@@ -374,11 +376,59 @@ static void test_ragged_batch_restored(void **state)
     ef_pipeline_destroy(q);
 }
 
+/* Lines of one length: a text is variable-length by nature, so a batch
+ * of them is a list whatever their lengths, a batch of one too; with
+ * ragged=error they stack as before. */
+static void test_texts_of_one_length_batch_as_a_list(void **state)
+{
+    (void)state;
+    FILE *f = fopen(tu_at("same.txt"), "w");
+    assert_non_null(f);
+    fputs("ab\ncd\nef\n", f);
+    fclose(f);
+    char spec[512];
+    snprintf(spec, sizeof spec, "text:files=\"%s\" | batch:2",
+             tu_at("same.txt"));
+    ef_pipeline *p = tu_pipeline(spec, 0);
+    int64_t len[4] = {0};
+    ef_sample *b = tu_next(p);
+    assert_int_equal(ef_sample_ragged_lengths(b, "text", len, 4), 2);
+    assert_int_equal(len[0], 2);
+    assert_int_equal(len[1], 2);
+    ef_sample_free(b);
+    b = tu_next(p); /* a batch of one */
+    assert_int_equal(ef_sample_ragged_lengths(b, "text", len, 4), 1);
+    ef_sample_free(b);
+    tu_expect_end(p);
+    ef_pipeline_destroy(p);
+    snprintf(spec, sizeof spec,
+             "text:files=\"%s\" | batch:2,ragged=error", tu_at("same.txt"));
+    p = tu_pipeline(spec, 0);
+    b = tu_next(p);
+    assert_int_equal(ef_sample_ragged_lengths(b, "text", NULL, 0), 0);
+    assert_int_equal(tu_field(b, "text").ndim, 2);
+    ef_sample_free(b);
+    ef_pipeline_destroy(p);
+
+    /* the mark of a C source's own; a field must be there and have a
+     * dimension */
+    ef_sample *s = ef_sample_new((ef_sample_id){0});
+    assert_non_null(s);
+    int64_t n = 3;
+    assert_int_equal(ef_sample_add_new(s, "t", EF_U8, 1, &n, NULL), EF_OK);
+    assert_int_equal(ef_sample_add_new(s, "x", EF_I64, 0, NULL, NULL), EF_OK);
+    assert_int_equal(ef_sample_set_variable(s, "t"), EF_OK);
+    assert_int_equal(ef_sample_set_variable(s, "x"), EF_EINVAL);
+    assert_int_equal(ef_sample_set_variable(s, "none"), EF_EINVAL);
+    ef_sample_free(s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_webdataset_keys_of_different_lengths_batch),
         cmocka_unit_test(test_variable_length_rows),
+        cmocka_unit_test(test_texts_of_one_length_batch_as_a_list),
         cmocka_unit_test(test_set_ragged_checks_lengths),
         cmocka_unit_test(test_batch_refuses_ragged_field),
         cmocka_unit_test(test_select_and_drop),

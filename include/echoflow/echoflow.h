@@ -200,6 +200,13 @@ EF_API int64_t ef_sample_ragged_lengths(const ef_sample *s, const char *name,
  * dimension. EF_EINVAL otherwise. */
 EF_API ef_status ef_sample_set_ragged(ef_sample *s, const char *name,
                                       const int64_t *lengths, int64_t n);
+/* Marks field `name` (of one dimension or more) as variable-length by
+ * nature: a text, an encoded image, a list. `batch` then lays it out
+ * ragged whatever the lengths of a batch's examples, so a consumer gets a
+ * list every time rather than a [B, L] tensor when the lengths happen to
+ * be equal. The sources mark what they read this way. EF_EINVAL when
+ * there is no such field or it has no dimension. */
+EF_API ef_status ef_sample_set_variable(ef_sample *s, const char *name);
 /* A batch's examples: the identities of the samples stacked into it, in
  * order, into out[0..cap) (out may be NULL when cap is 0). Returns how many
  * the batch holds, which may exceed cap; 0 for a sample that is not a

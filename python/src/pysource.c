@@ -130,6 +130,7 @@ typedef struct {
     ef_dtype dtype;
     int ndim;
     int64_t shape[EF_MAX_DIMS + 1];
+    int variable; /* str or bytes: a list once batched, whatever the lengths */
 } imported;
 
 #define UNSUPPORTED_DTYPE                                                      \
@@ -285,10 +286,12 @@ static int import_field(const char *name, PyObject *value, imported *im)
         im->dtype = EF_U8;
         im->ndim = 1;
         im->shape[0] = n;
+        im->variable = 1;
         return 0;
     }
     if (PyObject_HasAttrString(value, "__dlpack__"))
         return import_dlpack(name, value, im);
+    im->variable = PyBytes_Check(value) || PyByteArray_Check(value);
     return import_buffer(name, value, im);
 }
 
@@ -373,6 +376,8 @@ static ef_sample **samples_of(feed *f, PyObject *fields, int64_t epoch,
             int rc = ef_sample_add(out[r], names[i], x->dtype, x->ndim - skip,
                                    x->shape + skip, x->buf,
                                    skip ? (size_t)r * row : 0);
+            if (rc == EF_OK && x->variable && x->ndim - skip >= 1)
+                rc = ef_sample_set_variable(out[r], names[i]);
             if (rc != EF_OK) {
                 pyef_field_refused(out[r], "source: ", names[i], rc);
                 free_samples(out, r + 1);

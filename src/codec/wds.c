@@ -59,8 +59,8 @@ static int malformed(ef__wds *g, const char *name, uint64_t offset,
 /* Adds a u8 1-D field viewing all of `b`. */
 static int add_bytes(ef_sample *s, const char *field, ef_buffer *b)
 {
-    int64_t shape[1] = {(int64_t)ef_buffer_size(b)};
-    return ef_sample_add(s, field, EF_U8, 1, shape, b, 0);
+    return ef__sample_add_variable(s, field, EF_U8,
+                                   (int64_t)ef_buffer_size(b), b, 0);
 }
 
 /* Opens a new key group: the sample with its __key__ and __url__. */

@@ -523,6 +523,37 @@ ef_status ef_sample_set_ragged(ef_sample *s, const char *name,
     return EF_OK;
 }
 
+ef_status ef_sample_set_variable(ef_sample *s, const char *name)
+{
+    int i = s && name ? ef__sample_find(s, name) : -1;
+    if (i < 0 || s->fields[i].ndim < 1)
+        return EF_EINVAL;
+    s->fields[i].variable = 1;
+    return EF_OK;
+}
+
+int ef__sample_add_field(ef_sample *s, const ef__field *f)
+{
+    int rc = ef_sample_add(s, f->name, f->dtype, f->ndim, f->shape, f->buf,
+                           f->offset);
+    if (rc == EF_OK) {
+        ef__field *g = &s->fields[s->nfields - 1];
+        g->variable = f->variable;
+        if (f->lengths)
+            g->lengths = ef_buffer_retain(f->lengths);
+    }
+    return rc;
+}
+
+int ef__sample_add_variable(ef_sample *s, const char *name, ef_dtype dtype,
+                            int64_t length, ef_buffer *buf, size_t offset)
+{
+    int rc = ef_sample_add(s, name, dtype, 1, &length, buf, offset);
+    if (rc == EF_OK)
+        s->fields[s->nfields - 1].variable = 1;
+    return rc;
+}
+
 void ef__sample_set_lengths(ef_sample *s, int i, ef_buffer *lengths)
 {
     ef_buffer_release(s->fields[i].lengths);

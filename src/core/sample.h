@@ -20,6 +20,10 @@ typedef struct {
     /* a ragged field of a batch (ef_sample_ragged_lengths): the examples'
      * first dimensions, i64 [n], an owned reference; NULL otherwise */
     ef_buffer *lengths;
+    /* variable-length by nature (a text, an encoded file): batch lays it
+     * out ragged even when a batch's lengths happen to be equal, so that
+     * a consumer always gets a list (ef_sample_set_variable) */
+    unsigned char variable;
 } ef__field;
 
 /* Fields a sample holds without an allocation of their own. */
@@ -111,6 +115,13 @@ void ef__sample_origin_copy(ef_sample *dst, const ef_sample *src);
 /* Makes field i ragged: `lengths` (i64, one per example, summing to the
  * field's first dimension) is retained by the sample. */
 void ef__sample_set_lengths(ef_sample *s, int i, ef_buffer *lengths);
+/* Adds a view of field f of another sample to s: the same bytes, ragged
+ * lengths and variable mark (a stage passing a field through). */
+int ef__sample_add_field(ef_sample *s, const ef__field *f);
+/* ef_sample_add, the field marked variable-length (ef_sample_set_variable):
+ * what a source reads as a text or an encoded file. */
+int ef__sample_add_variable(ef_sample *s, const char *name, ef_dtype dtype,
+                            int64_t length, ef_buffer *buf, size_t offset);
 /* Removes field i, dropping its references; later fields move down. */
 void ef__sample_remove(ef_sample *s, int i);
 

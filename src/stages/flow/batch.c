@@ -3,7 +3,9 @@
  * dtypes; a mismatch is an error naming the sample and the field. A field
  * whose examples differ only in their first dimension (a __key__, a
  * caption, an encoded image, a variable-length list) is ragged with
- * ragged=list, the default: the examples lie one after another, [total,
+ * ragged=list, the default, and so is one that a source marked
+ * variable-length (ef_sample_set_variable: its texts and encoded files),
+ * whatever its lengths in a batch: the examples lie one after another, [total,
  * ...], with their lengths beside (ef_sample_ragged_lengths); with
  * ragged=error it is refused as any other mismatch.
  *
@@ -240,6 +242,8 @@ static int stack(batch_state *st, ef_sample *const *parts, int64_t n,
 {
     const ef_sample *first = parts[0];
     char ragged[EF_MAX_FIELDS] = {0}; /* field f of the first is ragged */
+    for (int f = 0; f < first->nfields; f++)
+        ragged[f] = st->ragged_ok && first->fields[f].variable;
     for (int64_t i = 0; i < n; i++) {
         int rc = check_not_ragged(parts[i], i, err);
         if (rc != EF_OK)

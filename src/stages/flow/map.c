@@ -140,8 +140,7 @@ static int map_to_f32(const ef_sample *in, ef_sample **out, ef_map_ctx *ctx)
     for (int i = 0; i < in->nfields && rc == EF_OK; i++) {
         const ef__field *f = &in->fields[i];
         if (f->dtype != EF_U8) {
-            rc = ef_sample_add(o, f->name, f->dtype, f->ndim, f->shape, f->buf,
-                               f->offset);
+            rc = ef__sample_add_field(o, f);
             continue;
         }
         float *dst;

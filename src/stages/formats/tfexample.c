@@ -371,15 +371,18 @@ static int add_feature(ef_sample *o, const entry *e, const ef__tfx_feature *f,
             ef__tfx_bytes(f, &data, &size, 1);
             const uint8_t *base =
                 (const uint8_t *)ef_buffer_data(rec->buf) + rec->offset;
-            shape[0] = (int64_t)size; /* a view of the record: no copy */
-            rc = ef_sample_add(o, e->out, EF_U8, 1, shape, rec->buf,
-                               rec->offset + (size_t)(data - base));
+            /* a view of the record: no copy */
+            rc = ef__sample_add_variable(o, e->out, EF_U8, (int64_t)size,
+                                         rec->buf,
+                                         rec->offset + (size_t)(data - base));
         } else {
             size = use_default && e->text ? strlen(e->text) : 0;
             shape[0] = (int64_t)size;
             rc = add_new(o, e->out, EF_U8, 1, shape, size, &dst);
             if (rc == EF_OK && size)
                 memcpy(dst, e->text, size);
+            if (rc == EF_OK)
+                o->fields[o->nfields - 1].variable = 1;
         }
     } else {
         ef_dtype dt = kind == EF__TFX_INT64 ? EF_I64 : EF_F32;
@@ -464,9 +467,7 @@ static int tfexample_fn(const ef_sample *in, ef_sample **out, ef_map_ctx *ctx)
                              where, rec->nbytes, err.msg);
     /* the other fields first, in their order, then the features */
     for (int i = 0; i < in->nfields && rc == EF_OK; i++) {
-        const ef__field *g = &in->fields[i];
-        if (i != r && ef_sample_add(o, g->name, g->dtype, g->ndim, g->shape,
-                                    g->buf, g->offset) != EF_OK)
+        if (i != r && ef__sample_add_field(o, &in->fields[i]) != EF_OK)
             rc = ef_map_ctx_fail(ctx, EF_ENOMEM, "out of memory");
     }
     for (size_t j = 0; j < p->n && rc == EF_OK; j++)

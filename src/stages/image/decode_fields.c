@@ -193,8 +193,7 @@ int ef__decode_output(const ef_sample *in, const ef__decode_fields *p,
         else if (i == plan->cls)
             rc = add_label(o, plan->label);
         else
-            rc = ef_sample_add(o, g->name, g->dtype, g->ndim, g->shape, g->buf,
-                               g->offset);
+            rc = ef__sample_add_field(o, g);
     }
     if (rc != EF_OK) {
         ef_sample_free(o);

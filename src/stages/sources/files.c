@@ -164,18 +164,19 @@ static int build(const files_state *st, int64_t f, int64_t epoch, ef_buffer *b,
     ef_sample_id id = {.index = f, .epoch = epoch};
     ef_sample *smp = ef_sample_new(id);
     int64_t n = (int64_t)ef_buffer_size(b);
-    int rc = smp ? ef_sample_add(smp, e->field, EF_U8, 1, &n, b, 0) : EF_ENOMEM;
+    int rc =
+        smp ? ef__sample_add_variable(smp, e->field, EF_U8, n, b, 0) : EF_ENOMEM;
     ef_buffer_release(b);
     if (rc == EF_OK && st->list.labelled)
         rc = ef_sample_add(smp, "label", EF_I64, 0, NULL, st->labels,
                            (size_t)f * sizeof(int64_t));
     int64_t kn = (int64_t)strlen(e->key), un = (int64_t)strlen(e->url);
     if (rc == EF_OK)
-        rc = ef_sample_add(smp, "__key__", EF_U8, 1, &kn, st->text,
-                           st->key_at[f]);
+        rc = ef__sample_add_variable(smp, "__key__", EF_U8, kn, st->text,
+                                     st->key_at[f]);
     if (rc == EF_OK)
-        rc = ef_sample_add(smp, "__url__", EF_U8, 1, &un, st->text,
-                           st->url_at[f]);
+        rc = ef__sample_add_variable(smp, "__url__", EF_U8, un, st->text,
+                                     st->url_at[f]);
     if (rc != EF_OK) {
         ef_sample_free(smp);
         return ef__err_set(err, rc, "files: %s: cannot build a sample: %s",

@@ -257,8 +257,8 @@ static int build(const lines_state *st, ef_sample_id id, int64_t file,
     ef_sample *smp = NULL;
     if (rc == EF_OK) {
         smp = ef_sample_new(id);
-        int64_t shape[1] = {(int64_t)len};
-        rc = smp ? ef_sample_add(smp, st->field, EF_U8, 1, shape, b, 0)
+        rc = smp ? ef__sample_add_variable(smp, st->field, EF_U8,
+                                           (int64_t)len, b, 0)
                  : EF_ENOMEM;
         if (rc != EF_OK)
             ef__err_set(err, rc, "cannot build a sample: %s", ef_strerror(rc));

@@ -130,9 +130,9 @@ static int build(const tfrecord_state *st, ef_sample_id id, int64_t file,
                  ef__err *err)
 {
     ef_sample *smp = ef_sample_new(id);
-    int64_t shape[1] = {(int64_t)ef_buffer_size(b)};
-    int rc =
-        smp ? ef_sample_add(smp, st->field, EF_U8, 1, shape, b, 0) : EF_ENOMEM;
+    int rc = smp ? ef__sample_add_variable(smp, st->field, EF_U8,
+                                           (int64_t)ef_buffer_size(b), b, 0)
+                 : EF_ENOMEM;
     ef_buffer_release(b);
     if (rc != EF_OK) {
         ef_sample_free(smp);

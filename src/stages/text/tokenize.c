@@ -63,11 +63,9 @@ static int output(const ef_sample *in, const tok_params *p, int f,
     int rc = o ? EF_OK : EF_ENOMEM;
     for (int i = 0; i <= in->nfields && rc == EF_OK; i++) {
         if (i == (p->keep ? in->nfields : f))
-            rc = ef_sample_add(o, p->out, EF_I32, 1, &n, ids, offset);
+            rc = ef__sample_add_variable(o, p->out, EF_I32, n, ids, offset);
         if (i < in->nfields && i != (p->keep ? -1 : f) && rc == EF_OK) {
-            const ef__field *g = &in->fields[i];
-            rc = ef_sample_add(o, g->name, g->dtype, g->ndim, g->shape, g->buf,
-                               g->offset);
+            rc = ef__sample_add_field(o, &in->fields[i]);
         }
     }
     if (rc != EF_OK) {
