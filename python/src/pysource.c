@@ -130,7 +130,8 @@ typedef struct {
     ef_dtype dtype;
     int ndim;
     int64_t shape[EF_MAX_DIMS + 1];
-    int variable; /* str or bytes: a list once batched, whatever the lengths */
+    int variable; /* str or bytes: a list once batched, whatever the lengths
+                     (a bytearray or memoryview is an array, as numpy's) */
 } imported;
 
 #define UNSUPPORTED_DTYPE                                                      \
@@ -291,7 +292,7 @@ static int import_field(const char *name, PyObject *value, imported *im)
     }
     if (PyObject_HasAttrString(value, "__dlpack__"))
         return import_dlpack(name, value, im);
-    im->variable = PyBytes_Check(value) || PyByteArray_Check(value);
+    im->variable = PyBytes_Check(value);
     return import_buffer(name, value, im);
 }
 

@@ -139,9 +139,27 @@ def test_texts_are_a_list_in_every_batch_whatever_their_lengths():
     got = [b["name"] for b in echoflow.Pipeline("batch:2", source=items)]
     assert got == [[b"ab", b"cd"], [b"efg", b"h"]]
     got = [b["blob"] for b in echoflow.Pipeline(
-        "batch:2", source=[{"blob": b"xy"}, {"blob": bytearray(b"zw")}])]
+        "batch:2", source=[{"blob": b"xy"}, {"blob": b"zw"}])]
     assert got == [[b"xy", b"zw"]]
-    # a numpy uint8 vector is an array, not a text: it stacks
-    b = next(iter(echoflow.Pipeline(
-        "batch:2", source=[torch.zeros(3, dtype=torch.uint8)] * 2)))
-    assert b["0"].shape == (2, 3)
+    # a uint8 tensor or a bytearray is an array, not a text: it stacks
+    for a in (torch.zeros(3, dtype=torch.uint8), bytearray(3)):
+        b = next(iter(echoflow.Pipeline("batch:2", source=[a, a])))
+        assert b["0"].shape == (2, 3)
+
+
+def test_an_error_names_the_item_in_its_own_file(tmp_path):
+    # the third item of the second shard: "item 2", not its identity
+    # (1 << 32) + 2, which holds the shard's number too
+    a, b = str(tmp_path / "a.tar"), str(tmp_path / "b.tar")
+    write_shard(a, ["k0", "k1"])
+    with tarfile.open(b, "w") as t:
+        for key in ("m0", "m1", "m2"):
+            data = b"no caption" if key != "m2" else b""
+            info = tarfile.TarInfo(key + (".txt" if data else ".cls"))
+            info.size = len(data)
+            t.addfile(info, io.BytesIO(data))
+    spec = 'tar:urls="%s %s" | select:txt' % (a, b)
+    with pytest.raises(echoflow.Error,
+                       match=r"select: item 2 \(epoch 0\), file '.*b\.tar', "
+                             r"key 'm2' has no field 'txt'"):
+        list(echoflow.Pipeline(spec))
