@@ -248,6 +248,92 @@ static PyObject *tensor_repr(tensor *self)
     return r;
 }
 
+/* ---- numbers: int(t), float(t), bool(t), operator.index(t) ---- */
+
+/* The value of a tensor of one element, as a Python int or float; a
+ * TypeError naming `what` and the shape for any other. As numpy and torch
+ * do, and not the buffer's bytes parsed as a number's text. */
+static PyObject *one_value(tensor *self, const char *what)
+{
+    size_t esize = ef_dtype_size(self->dtype);
+    if (self->nbytes != esize) {
+        PyObject *shape = tensor_shape(self, NULL);
+        if (shape) {
+            PyErr_Format(PyExc_TypeError,
+                         "echoflow.Tensor: only a tensor of one element "
+                         "converts to %s; this one is %s %R (index it "
+                         "through numpy.asarray(t) or torch.from_dlpack(t))",
+                         what, ef_dtype_name(self->dtype), shape);
+            Py_DECREF(shape);
+        }
+        return NULL;
+    }
+    switch (self->dtype) {
+    case EF_U8:
+        return PyLong_FromLong(*(const uint8_t *)self->data);
+    case EF_I32:
+        return PyLong_FromLong(*(const int32_t *)self->data);
+    case EF_I64:
+        return PyLong_FromLongLong(*(const int64_t *)self->data);
+    case EF_F32:
+        return PyFloat_FromDouble(*(const float *)self->data);
+    default:
+        PyErr_Format(PyExc_TypeError, "echoflow.Tensor: dtype %s does not "
+                     "convert to %s", ef_dtype_name(self->dtype), what);
+        return NULL;
+    }
+}
+
+static PyObject *tensor_int(tensor *self)
+{
+    PyObject *v = one_value(self, "int");
+    if (v && PyFloat_Check(v)) { /* truncated, as int(2.7) is */
+        PyObject *i = PyNumber_Long(v);
+        Py_DECREF(v);
+        return i;
+    }
+    return v;
+}
+
+static PyObject *tensor_float(tensor *self)
+{
+    PyObject *v = one_value(self, "float");
+    if (v && PyLong_Check(v)) {
+        PyObject *f = PyNumber_Float(v);
+        Py_DECREF(v);
+        return f;
+    }
+    return v;
+}
+
+/* operator.index(t), range(t), a list index: integer dtypes only */
+static PyObject *tensor_index(tensor *self)
+{
+    if (self->dtype == EF_F32) {
+        PyErr_SetString(PyExc_TypeError, "echoflow.Tensor: an f32 tensor "
+                        "is not an index; int(t) truncates it");
+        return NULL;
+    }
+    return one_value(self, "an index");
+}
+
+static int tensor_bool(tensor *self)
+{
+    PyObject *v = one_value(self, "bool");
+    if (!v)
+        return -1;
+    int truth = PyObject_IsTrue(v);
+    Py_DECREF(v);
+    return truth;
+}
+
+static PyNumberMethods tensor_as_number = {
+    .nb_bool = (inquiry)tensor_bool,
+    .nb_int = (unaryfunc)tensor_int,
+    .nb_float = (unaryfunc)tensor_float,
+    .nb_index = (unaryfunc)tensor_index,
+};
+
 static PyGetSetDef tensor_getset[] = {
     {"shape", (getter)tensor_shape, NULL, "the shape, a tuple of ints", NULL},
     {"dtype", (getter)tensor_dtype, NULL, "'u8', 'i32', 'i64' or 'f32'", NULL},
@@ -273,12 +359,16 @@ PyTypeObject pyef_tensor_type = {
     .tp_name = "echoflow.Tensor",
     .tp_doc = "A read-only field of a sample: numpy.asarray(t), "
               "numpy.from_dlpack(t) and torch.from_dlpack(t) share its "
-              "memory without a copy.",
+              "memory without a copy (torch.as_tensor takes "
+              "numpy.asarray(t)). A tensor of one element converts with "
+              "int(), float() and bool(), an integer one with "
+              "operator.index().",
     .tp_basicsize = sizeof(tensor),
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_dealloc = (destructor)tensor_dealloc,
     .tp_repr = (reprfunc)tensor_repr,
     .tp_as_buffer = &tensor_as_buffer,
+    .tp_as_number = &tensor_as_number,
     .tp_getset = tensor_getset,
     .tp_methods = tensor_methods,
 };

@@ -3,6 +3,7 @@ stats, errors, threads and Ctrl-C."""
 import gc
 import io
 import json
+import operator
 import os
 import signal
 import subprocess
@@ -583,3 +584,20 @@ def test_stats_from_another_thread_do_not_wait_for_a_stalled_next():
             release.set()
             waiter.join(60)
         assert len(got) == 2
+
+
+def test_a_tensor_of_one_element_is_a_number():
+    s = next(iter(echoflow.Pipeline("range:n=3,bytes=4 | take:1")))
+    index, data = s["index"], s["data"]
+    assert int(index) == 0 and float(index) == 0.0 and not bool(index)
+    assert operator.index(index) == 0 and [7, 8][index] == 7
+    half = next(iter(echoflow.Pipeline("", source=[2.5])))["0"]
+    assert int(half) == 2 and float(half) == 2.5 and bool(half)
+    with pytest.raises(TypeError, match="f32 tensor is not an index"):
+        operator.index(half)
+    # a tensor of more than one element names its shape, as numpy does,
+    # rather than parse its bytes as a number's text
+    for convert in (int, float, bool, operator.index):
+        with pytest.raises(TypeError, match=r"only a tensor of one element "
+                                            r"converts to .*u8 \(4,\)"):
+            convert(data)
