@@ -184,8 +184,14 @@ void ef__stage_where(const ef__stage *s, const ef_sample *smp, char *buf,
         ef__err_fit(fit, cap / 2 < sizeof fit ? cap / 2 : sizeof fit, part);
         part = fit;
     }
-    int n = snprintf(buf, cap, "item %lld (epoch %lld)",
-                     (long long)smp->id.index, (long long)smp->id.epoch);
+    /* the item's place in the file named beside it, not the identity
+     * that holds the file's number too (4294967673 for item 377 of the
+     * second file) */
+    int64_t index = smp->id.index;
+    if (part && src->def->index_in_part)
+        index &= ((int64_t)1 << 32) - 1;
+    int n = snprintf(buf, cap, "item %lld (epoch %lld)", (long long)index,
+                     (long long)smp->id.epoch);
     if (part && n >= 0 && (size_t)n < cap)
         n += snprintf(buf + n, cap - (size_t)n, ", file '%s'", part);
     if (key[0] && n >= 0 && (size_t)n < cap)

@@ -223,6 +223,9 @@ typedef struct {
      * the sample (ef__stage_where); NULL when unknown. Borrowed, alive as
      * long as the stage. Optional. */
     const char *(*part_name)(const ef__stage *s, int64_t part);
+    /* Sources whose items' index is (part << 32) + the position in that
+     * part: messages about an item name the position in its file. */
+    int index_in_part;
 } ef__stage_def;
 
 /* A pass with no end (length() of repeat without a count). */

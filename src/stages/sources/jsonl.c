@@ -33,4 +33,5 @@ const ef__stage_def ef__stage_jsonl = {
     .fetch = ef__lines_fetch,
     .length = ef__lines_length,
     .part_name = ef__lines_part_name,
+    .index_in_part = 1,
 };

@@ -826,4 +826,5 @@ const ef__stage_def ef__stage_tar = {
     .fetch = tar_fetch,
     .length = tar_length,
     .part_name = tar_part_name,
+    .index_in_part = 1,
 };

@@ -394,4 +394,5 @@ const ef__stage_def ef__stage_tfrecord = {
     .fetch = tfrecord_fetch,
     .length = tfrecord_length,
     .part_name = tfrecord_part_name,
+    .index_in_part = 1,
 };
