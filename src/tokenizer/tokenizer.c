@@ -10,6 +10,7 @@
 #include "tokenizer/tokenizer.h"
 #ifdef EF_HAVE_SENTENCEPIECE
 #include "tokenizer/sentencepiece.h"
+#include "tokenizer/spm_check.h"
 #endif
 
 struct ef__tokenizer {
@@ -105,10 +106,18 @@ static int load_sentencepiece(ef__tokenizer *t, const char *path,
 {
 #ifdef EF_HAVE_SENTENCEPIECE
     char why[256] = "";
-    int rc = ef__spm_load(data, size, &t->spm, why, sizeof why);
-    if (rc == EF__SPM_NOMEM)
+    /* before the library loads it: its load encodes the model's self-test
+     * samples, through the normalizer whose trie it never checks */
+    int rc = ef__spm_model_check(data, size, why, sizeof why);
+    if (rc == EF_OK) {
+        rc = ef__spm_load(data, size, &t->spm, why, sizeof why);
+        rc = rc == EF__SPM_OK      ? EF_OK
+             : rc == EF__SPM_NOMEM ? EF_ENOMEM
+                                   : EF_EFORMAT;
+    }
+    if (rc == EF_ENOMEM)
         return ef__err_set(err, EF_ENOMEM, "%s: out of memory", path);
-    if (rc != EF__SPM_OK)
+    if (rc != EF_OK)
         return ef__err_set(err, EF_EFORMAT,
                            "%s: not a SentencePiece model (%s); expected "
                            "the .model file spm_train writes%s",
