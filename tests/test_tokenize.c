@@ -10,6 +10,8 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -18,6 +20,7 @@
 #include "state_test_util.h"
 #include "tokenizer/bpe.h"
 #include "tokenizer/spm_check.h"
+#include "tokenizer/tokenizer.h"
 
 /* ---- fixtures ----------------------------------------------------- */
 
@@ -712,6 +715,42 @@ static void test_bad_options(void **state)
                        NULL);
 }
 
+/* A model path that names a FIFO (whose open would wait for a writer for
+ * good) or a directory is EF_EIO naming it, and a file larger than the
+ * limit (sparse here) EF_EFORMAT naming the limit, before a byte is
+ * read. The alarm turns a hang into a failure. */
+static void test_model_files_refused(void **state)
+{
+    (void)state;
+    alarm(60);
+    const char *fifo = tu_at("fifo.model");
+    assert_int_equal(mkfifo(fifo, 0600), 0);
+    const char *huge = tu_at("huge.model");
+    FILE *f = fopen(huge, "wb");
+    assert_non_null(f);
+    assert_int_equal(ftruncate(fileno(f), (off_t)EF__TOK_MAX_MODEL + 1), 0);
+    assert_int_equal(fclose(f), 0);
+    const char *kinds[] = {"", ",kind=tiktoken", ",kind=sentencepiece"};
+    for (int k = 0; k < 3; k++) {
+        char spec[1024];
+        snprintf(spec, sizeof spec, "range:n=1 | tokenize:model=%s%s", fifo,
+                 kinds[k]);
+        expect_parse_error(spec, EF_EIO, fifo, "not a regular file", NULL);
+        snprintf(spec, sizeof spec, "range:n=1 | tokenize:model=%s%s", tu_dir(),
+                 kinds[k]);
+        expect_parse_error(spec, EF_EIO, tu_dir(), "not a regular file", NULL);
+        snprintf(spec, sizeof spec, "range:n=1 | tokenize:model=%s%s", huge,
+                 kinds[k]);
+        expect_parse_error(spec, EF_EFORMAT, huge,
+                           "larger than 1024 MiB, the most a model file may "
+                           "have",
+                           NULL);
+    }
+    unlink(fifo);
+    unlink(huge);
+    alarm(0);
+}
+
 /* Rank file `tail` (after the good lines, 262 of them) must fail to load
  * with a message naming `line` and holding `why`. */
 static void expect_bad_ranks(int skip_byte, const char *tail, const char *why)
@@ -883,6 +922,7 @@ int main(void)
 #endif
         cmocka_unit_test(test_corrupt_charsmap),
         cmocka_unit_test(test_bad_options),
+        cmocka_unit_test(test_model_files_refused),
         cmocka_unit_test(test_bad_rank_files),
 #ifdef EF_HAVE_PCRE2
         cmocka_unit_test(test_bad_samples),

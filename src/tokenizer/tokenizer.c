@@ -1,9 +1,12 @@
 /* Tokenizers (tokenizer.h): reading the model file, telling its kind
  * from its first bytes, and handing each text to the kind's encoder. */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "core/alloc.h"
 #include "tokenizer/bpe.h"
@@ -39,40 +42,93 @@ int ef__ids_reserve(ef__ids *ids, size_t more)
     return EF_OK;
 }
 
+/* Opens `path` for reading if it is a regular file: without blocking
+ * (opening a FIFO waits for a writer), then refused unless fstat says
+ * regular. *size is its size then. */
+static int open_regular(const char *path, int *fd, uint64_t *size, ef__err *err)
+{
+    *fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (*fd < 0)
+        return ef__err_set(err, EF_EIO, "%s: cannot open: %s", path,
+                           strerror(errno));
+    struct stat sb;
+    int rc = EF_OK;
+    if (fstat(*fd, &sb) != 0)
+        rc = ef__err_set(err, EF_EIO, "%s: cannot stat: %s", path,
+                         strerror(errno));
+    else if (!S_ISREG(sb.st_mode))
+        rc = ef__err_set(err, EF_EIO,
+                         "%s: not a regular file (a FIFO, a device or a "
+                         "directory); expected a model file",
+                         path);
+    else if (fcntl(*fd, F_SETFL, fcntl(*fd, F_GETFL) & ~O_NONBLOCK) != 0)
+        rc = ef__err_set(err, EF_EIO, "%s: cannot open: %s", path,
+                         strerror(errno));
+    if (rc != EF_OK) {
+        close(*fd);
+        *fd = -1;
+        return rc;
+    }
+    *size = (uint64_t)sb.st_size;
+    return EF_OK;
+}
+
+static int too_large(const char *path, ef__err *err)
+{
+    return ef__err_set(err, EF_EFORMAT,
+                       "%s: larger than %llu MiB, the most a model file may "
+                       "have",
+                       path, (unsigned long long)(EF__TOK_MAX_MODEL >> 20));
+}
+
 /* The whole file at `path` into *data (the caller's, ef__free), *size
- * bytes. */
+ * bytes: a regular file of at most EF__TOK_MAX_MODEL bytes, read to its
+ * end even if it grew since fstat, but never past the limit. */
 static int read_all(const char *path, unsigned char **data, size_t *size,
                     ef__err *err)
 {
     *data = NULL;
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return ef__err_set(err, EF_EIO, "%s: cannot open: %s", path,
-                           strerror(errno));
-    size_t n = 0, cap = 1 << 16;
+    int fd;
+    uint64_t stated = 0;
+    int rc = open_regular(path, &fd, &stated, err);
+    if (rc != EF_OK)
+        return rc;
+    if (stated > EF__TOK_MAX_MODEL) {
+        close(fd);
+        return too_large(path, err);
+    }
+    /* one byte more than stated: a file that grew shows at once */
+    size_t n = 0, cap = (size_t)stated + 1;
     unsigned char *buf = ef__malloc(cap);
-    int rc = buf ? EF_OK : EF_ENOMEM;
+    rc = buf ? EF_OK : EF_ENOMEM;
     while (rc == EF_OK) {
         if (n == cap) {
-            unsigned char *more =
-                cap < SIZE_MAX / 2 ? ef__realloc(buf, cap * 2) : NULL;
-            if (!more) {
+            if (cap > EF__TOK_MAX_MODEL) {
+                rc = too_large(path, err);
+                break;
+            }
+            size_t more = cap * 2 > EF__TOK_MAX_MODEL + 1
+                              ? (size_t)EF__TOK_MAX_MODEL + 1
+                              : cap * 2;
+            unsigned char *p = ef__realloc(buf, more);
+            if (!p) {
                 rc = EF_ENOMEM;
                 break;
             }
-            buf = more;
-            cap *= 2;
+            buf = p;
+            cap = more;
         }
-        size_t got = fread(buf + n, 1, cap - n, f);
-        n += got;
-        if (got == 0) {
-            if (ferror(f))
-                rc = ef__err_set(err, EF_EIO, "%s: read error at byte %zu",
-                                 path, n);
+        ssize_t got = read(fd, buf + n, cap - n);
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got < 0)
+            rc = ef__err_set(err, EF_EIO, "%s: read error at byte %zu: %s",
+                             path, n, strerror(errno));
+        if (got <= 0)
             break;
-        }
+        n += (size_t)got;
     }
-    fclose(f);
+    close(fd);
     if (rc == EF_ENOMEM)
         rc = ef__err_set(err, EF_ENOMEM, "%s: out of memory reading it", path);
     if (rc != EF_OK) {
