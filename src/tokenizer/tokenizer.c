@@ -1,14 +1,13 @@
 /* Tokenizers (tokenizer.h): reading the model file, telling its kind
  * from its first bytes, and handing each text to the kind's encoder. */
 #include <errno.h>
-#include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "core/alloc.h"
+#include "io/regular_file.h"
 #include "tokenizer/bpe.h"
 #include "tokenizer/tokenizer.h"
 #ifdef EF_HAVE_SENTENCEPIECE
@@ -42,37 +41,6 @@ int ef__ids_reserve(ef__ids *ids, size_t more)
     return EF_OK;
 }
 
-/* Opens `path` for reading if it is a regular file: without blocking
- * (opening a FIFO waits for a writer), then refused unless fstat says
- * regular. *size is its size then. */
-static int open_regular(const char *path, int *fd, uint64_t *size, ef__err *err)
-{
-    *fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-    if (*fd < 0)
-        return ef__err_set(err, EF_EIO, "%s: cannot open: %s", path,
-                           strerror(errno));
-    struct stat sb;
-    int rc = EF_OK;
-    if (fstat(*fd, &sb) != 0)
-        rc = ef__err_set(err, EF_EIO, "%s: cannot stat: %s", path,
-                         strerror(errno));
-    else if (!S_ISREG(sb.st_mode))
-        rc = ef__err_set(err, EF_EIO,
-                         "%s: not a regular file (a FIFO, a device or a "
-                         "directory); expected a model file",
-                         path);
-    else if (fcntl(*fd, F_SETFL, fcntl(*fd, F_GETFL) & ~O_NONBLOCK) != 0)
-        rc = ef__err_set(err, EF_EIO, "%s: cannot open: %s", path,
-                         strerror(errno));
-    if (rc != EF_OK) {
-        close(*fd);
-        *fd = -1;
-        return rc;
-    }
-    *size = (uint64_t)sb.st_size;
-    return EF_OK;
-}
-
 static int too_large(const char *path, ef__err *err)
 {
     return ef__err_set(err, EF_EFORMAT,
@@ -90,7 +58,7 @@ static int read_all(const char *path, unsigned char **data, size_t *size,
     *data = NULL;
     int fd;
     uint64_t stated = 0;
-    int rc = open_regular(path, &fd, &stated, err);
+    int rc = ef__open_regular(path, "the model", &fd, &stated, err);
     if (rc != EF_OK)
         return rc;
     if (stated > EF__TOK_MAX_MODEL) {
