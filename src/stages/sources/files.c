@@ -310,13 +310,17 @@ static int make_list(files_state *st, const ef__opts *o, ef__err *err)
                            "list file) or 'glob' (a pattern), got %d",
                            given);
     if (!root[0] &&
-        (ef__opt_given(o, "extensions") || ef__opt_given(o, "allow_empty") ||
-         ef__opt_given(o, "max_entries")))
+        (ef__opt_given(o, "extensions") || ef__opt_given(o, "allow_empty")))
         return ef__err_set(err, EF_ESPEC,
-                           "files: options 'extensions', 'allow_empty' and "
-                           "'max_entries' apply to 'root' only");
+                           "files: options 'extensions' and 'allow_empty' "
+                           "apply to 'root' only");
+    if (glob[0] && ef__opt_given(o, "max_entries"))
+        return ef__err_set(err, EF_ESPEC,
+                           "files: option 'max_entries' applies to 'root' "
+                           "and 'list' only");
     if (list[0])
-        return ef__files_from_list(list, &st->list, err);
+        return ef__files_from_list(list, ef__opt_int(o, "max_entries"),
+                                   &st->list, err);
     if (glob[0])
         return ef__files_from_glob(glob, &st->list, err);
     ef__file_exts exts;
@@ -600,7 +604,7 @@ static const ef__option_def files_options[] = {
      "root: a class folder without a file is no error", 0, 0},
     {"max_entries", EF_OPT_INT, "20000000",
      "root: files and folders walked at most (links can reach a folder "
-     "by many paths)",
+     "by many paths); list: entries read at most",
      1, 1e12},
     {"shuffle", EF_OPT_BOOL, "false",
      "read the files in a seeded order, new each epoch", 0, 0},

@@ -15,6 +15,7 @@
 #ifndef EF_STAGES_SOURCES_FILES_LIST_H
 #define EF_STAGES_SOURCES_FILES_LIST_H
 
+#include <limits.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -67,17 +68,26 @@ int ef__files_from_folder(const char *root, const ef__file_exts *exts,
                           int allow_empty, int64_t max_entries,
                           ef__file_list *out, ef__err *err);
 
+/* The longest line of a list file: a path of PATH_MAX bytes, a label
+ * and white space. */
+#define EF__FILES_MAX_LINE (PATH_MAX + 256)
+
 /* The lines of a list file, `len` bytes of `text` (need not end with a
  * NUL) read from `name`, whose relative paths are taken relative to
  * directory `base` ("" for none). Blank lines and lines starting with
  * '#' are skipped; every other is `path`, `path LABEL` (white space) or
  * `path,LABEL` (a comma: the last one splits), LABEL a decimal integer.
- * Either every entry has a label or none has. A bad line is EF_EFORMAT
- * naming `name`, the line number and what was expected. */
+ * Either every entry has a label or none has. A bad line, or one longer
+ * than EF__FILES_MAX_LINE, is EF_EFORMAT naming `name`, the line number
+ * and what was expected. */
 int ef__files_parse_list(const char *text, size_t len, const char *name,
                          const char *base, ef__file_list *out, ef__err *err);
-/* Reads the list file at `path` (a local file) and parses it. */
-int ef__files_from_list(const char *path, ef__file_list *out, ef__err *err);
+/* Reads the list file at `path`, a local regular file (anything else is
+ * EF_EIO naming it: a FIFO would block, a device never end), line by
+ * line, and parses it as ef__files_parse_list does; more than
+ * max_entries entries is EF_EFORMAT naming the line and the option. */
+int ef__files_from_list(const char *path, int64_t max_entries,
+                        ef__file_list *out, ef__err *err);
 
 /* The paths glob(3) matches, in byte order; no labels. No match is
  * EF_ESPEC naming the pattern. */
