@@ -306,8 +306,8 @@ static void test_list_url_line_unterminated(void **state)
         int rc = ef__files_parse_list(text, n, "list.txt", "", &l, &err);
         assert_int_equal(rc, EF_OK);
         assert_int_equal(l.n, 1);
-        assert_string_equal(l.v[0].url, lines[i]);
-        assert_string_equal(l.v[0].key, keys[i]);
+        assert_string_equal(ef__file_url(&l, 0), lines[i]);
+        assert_string_equal(ef__file_key(&l, 0), keys[i]);
         ef__file_list_free(&l);
         munmap(m, 2 * (size_t)sysconf(_SC_PAGESIZE));
     }
@@ -630,7 +630,7 @@ static void test_list_long_line(void **state)
     assert_int_equal(ef__files_parse_list(text, n, "list.txt", "", &l, &err),
                      EF_OK);
     assert_int_equal(l.n, 2);
-    assert_int_equal(strlen(l.v[1].url), max - 2);
+    assert_int_equal(strlen(ef__file_url(&l, 1)), max - 2);
     ef__file_list_free(&l);
     /* one more byte, in the path */
     memset(line, 'x', max + 1);
@@ -676,7 +676,7 @@ static void test_list_large_and_bounded(void **state)
     for (int i = 0; i < N; i++) {
         char want[64];
         snprintf(want, sizeof want, "%s/dir/file-%05d.png", tu_at("L"), i);
-        assert_string_equal(l.v[i].url, want);
+        assert_string_equal(ef__file_url(&l, (size_t)i), want);
         assert_int_equal(l.v[i].label, i);
     }
     ef__file_list_free(&l);

@@ -3,6 +3,7 @@
  * files_walk.c. */
 #include "stages/sources/files_list.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <glob.h>
 #include <stdio.h>
@@ -11,6 +12,7 @@
 #include <unistd.h>
 
 #include "core/alloc.h"
+#include "core/buffer.h"
 #include "io/regular_file.h"
 
 static char lower(char c)
@@ -71,10 +73,41 @@ static const char *extension(const char *url)
     return dot; /* ".jpg" too: torchvision keeps it */
 }
 
+/* Room for `more` bytes of strings after those there are. */
+static int text_reserve(ef__file_list *l, size_t more)
+{
+    if (more <= l->text_cap - l->len)
+        return EF_OK;
+    size_t cap = l->text_cap ? l->text_cap : 1 << 16;
+    while (cap - l->len < more) {
+        if (cap > SIZE_MAX / 2)
+            return EF_ENOMEM;
+        cap *= 2;
+    }
+    char *t = ef__realloc(l->text, cap);
+    if (!t)
+        return EF_ENOMEM;
+    l->text = t;
+    l->text_cap = cap;
+    return EF_OK;
+}
+
+/* Appends s[0, n) and a NUL to the strings; returns its offset. The
+ * room is there (text_reserve). */
+static size_t text_put(ef__file_list *l, const char *s, size_t n)
+{
+    size_t at = l->len;
+    memcpy(l->text + at, s, n);
+    l->text[at + n] = '\0';
+    l->len += n + 1;
+    return at;
+}
+
 int ef__file_list_add(ef__file_list *l, const char *url, const char *key,
                       size_t key_len, int64_t label, const char *where,
                       ef__err *err)
 {
+    assert(!l->buf); /* sealed: its text may not move */
     const char *dot = extension(url);
     size_t flen = dot ? strlen(dot + 1) : 0;
     if (!flen || flen >= EF_MAX_NAME)
@@ -84,6 +117,14 @@ int ef__file_list_add(ef__file_list *l, const char *url, const char *key,
                            where, url,
                            flen ? "an extension too long" : "no extension",
                            EF_MAX_NAME - 1);
+    char field[EF_MAX_NAME];
+    for (size_t i = 0; i <= flen; i++)
+        field[i] = lower(dot[1 + i]);
+    /* lists hold runs of one extension: a run shares its field's bytes */
+    const char *last = l->n ? ef__file_field(l, l->n - 1) : NULL;
+    int same = last && strcmp(last, field) == 0;
+    size_t ulen = strlen(url);
+    size_t need = ulen + 1 + key_len + 1 + (same ? 0 : flen + 1);
     if (l->n == l->cap) {
         size_t cap = l->cap ? l->cap * 2 : 64;
         ef__file_entry *v = ef__realloc(l->v, cap * sizeof *v);
@@ -92,29 +133,50 @@ int ef__file_list_add(ef__file_list *l, const char *url, const char *key,
         l->v = v;
         l->cap = cap;
     }
-    ef__file_entry *e = &l->v[l->n];
-    e->url = ef__strdup(url);
-    e->key = ef__malloc(key_len + 1);
-    if (!e->url || !e->key) {
-        ef__free(e->url);
-        ef__free(e->key);
+    if (need < ulen || text_reserve(l, need) != EF_OK)
         return ef__err_set(err, EF_ENOMEM, "%s: out of memory", where);
-    }
-    memcpy(e->key, key, key_len);
-    e->key[key_len] = '\0';
-    for (size_t i = 0; i <= flen; i++)
-        e->field[i] = lower(dot[1 + i]);
+    ef__file_entry *e = &l->v[l->n];
+    e->field = same ? l->v[l->n - 1].field : text_put(l, field, flen);
+    e->url = text_put(l, url, ulen);
+    e->key = text_put(l, key, key_len);
     e->label = label;
     l->n++;
     return EF_OK;
 }
 
+ef_buffer *ef__file_list_seal(ef__file_list *l)
+{
+    if (!l->buf) {
+        /* nothing grows from here: give the growth room back */
+        if (l->n && l->n < l->cap) {
+            ef__file_entry *v = ef__realloc(l->v, l->n * sizeof *v);
+            if (v) {
+                l->v = v;
+                l->cap = l->n;
+            }
+        }
+        if (l->len < l->text_cap) {
+            char *t = ef__realloc(l->text, l->len ? l->len : 1);
+            if (t) {
+                l->text = t;
+                l->text_cap = l->len ? l->len : 1;
+            }
+        }
+        if (!l->text && text_reserve(l, 1) != EF_OK)
+            return NULL;
+        l->buf = ef__buffer_adopt(l->text, l->len, ef__free, l->text);
+        if (!l->buf)
+            return NULL;
+    }
+    return ef_buffer_retain(l->buf);
+}
+
 void ef__file_list_free(ef__file_list *l)
 {
-    for (size_t i = 0; i < l->n; i++) {
-        ef__free(l->v[i].url);
-        ef__free(l->v[i].key);
-    }
+    if (l->buf)
+        ef_buffer_release(l->buf); /* the text goes with the last one */
+    else
+        ef__free(l->text);
     ef__free(l->v);
     memset(l, 0, sizeof *l);
 }

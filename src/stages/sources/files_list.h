@@ -22,18 +22,38 @@
 #include "core/err.h"
 #include "echoflow/echoflow.h"
 
+/* An entry's strings are NUL-ended, in the list's one block of text (a
+ * malloc per string cost more than the strings: lists run to millions). */
 typedef struct {
-    char *url;               /* the path or URL opened (owned) */
-    char *key;               /* its __key__ (owned) */
-    char field[EF_MAX_NAME]; /* the lowercase extension */
-    int64_t label;           /* meaningless when the list has none */
+    size_t url;    /* text offset of the path or URL opened */
+    size_t key;    /* of its __key__ */
+    size_t field;  /* of its field name, the lowercase extension */
+    int64_t label; /* meaningless when the list has none */
 } ef__file_entry;
 
 typedef struct {
     ef__file_entry *v;
     size_t n, cap;
-    int labelled; /* every entry has a label */
+    char *text; /* the entries' strings (owned, or buf's once sealed) */
+    size_t len, text_cap;
+    ef_buffer *buf; /* text as a buffer, once sealed */
+    int labelled;   /* every entry has a label */
 } ef__file_list;
+
+static inline const char *ef__file_url(const ef__file_list *l, size_t i)
+{
+    return l->text + l->v[i].url;
+}
+
+static inline const char *ef__file_key(const ef__file_list *l, size_t i)
+{
+    return l->text + l->v[i].key;
+}
+
+static inline const char *ef__file_field(const ef__file_list *l, size_t i)
+{
+    return l->text + l->v[i].field;
+}
 
 /* Extensions to keep, lowercase with their dot (".jpg"). */
 #define EF__FILES_MAX_EXTS 32
@@ -59,7 +79,14 @@ int ef__file_exts_match(const ef__file_exts *e, const char *name);
 int ef__file_list_add(ef__file_list *l, const char *url, const char *key,
                       size_t key_len, int64_t label, const char *where,
                       ef__err *err);
-/* Frees everything; accepts an empty list. */
+/* Ends the list: no entry may be added after, and the room kept for
+ * more is given back. Returns its text as a buffer (a new reference,
+ * the caller's to release) that samples can view at the entries'
+ * offsets, or NULL when out of memory. Sealing again gives another
+ * reference to the same buffer. */
+ef_buffer *ef__file_list_seal(ef__file_list *l);
+/* Frees everything, or drops the list's reference to its sealed text;
+ * accepts an empty list. */
 void ef__file_list_free(ef__file_list *l);
 
 /* ImageFolder: see files_walk.c. Labels are the classes' indices. The
