@@ -306,8 +306,8 @@ static void test_list_url_line_unterminated(void **state)
         int rc = ef__files_parse_list(text, n, "list.txt", "", &l, &err);
         assert_int_equal(rc, EF_OK);
         assert_int_equal(l.n, 1);
-        assert_string_equal(l.v[0].url, lines[i]);
-        assert_string_equal(l.v[0].key, keys[i]);
+        assert_string_equal(ef__file_url(&l, 0), lines[i]);
+        assert_string_equal(ef__file_key(&l, 0), keys[i]);
         ef__file_list_free(&l);
         munmap(m, 2 * (size_t)sysconf(_SC_PAGESIZE));
     }
@@ -593,6 +593,108 @@ static void test_resume_changed(void **state)
     free(st);
 }
 
+/* A list that is not a regular file is refused before a byte is read:
+ * /dev/zero would be read until memory ran out, a FIFO would block. The
+ * alarm turns a hang into a failure. */
+static void test_list_not_regular(void **state)
+{
+    (void)state;
+    alarm(60);
+    expect_spec_error("files:list=/dev/zero",
+                      "/dev/zero: not a regular file (a FIFO, a device or a "
+                      "directory), which the list file must be");
+    assert_int_equal(mkfifo(tu_at("list.fifo"), 0644), 0);
+    snprintf(g_spec, sizeof g_spec, "files:list=%s", tu_at("list.fifo"));
+    expect_spec_error(g_spec, "not a regular file");
+    unlink(tu_at("list.fifo"));
+    alarm(0);
+}
+
+/* A line of EF__FILES_MAX_LINE bytes is read; one byte more is refused,
+ * naming the line, read from a file or parsed from memory. */
+static void test_list_long_line(void **state)
+{
+    (void)state;
+    const size_t max = EF__FILES_MAX_LINE;
+    char *text = malloc(2 * max + 64);
+    assert_non_null(text);
+    int head = snprintf(text, 64, "a.jpg 0\n");
+    char *line = text + head;
+    memset(line, 'x', max);
+    memcpy(line + max - 6, ".jpg 1", 6); /* exactly max bytes */
+    line[max] = '\n';
+    size_t n = (size_t)head + max + 1;
+    ef__file_list l;
+    ef__err err;
+    ef__err_clear(&err);
+    assert_int_equal(ef__files_parse_list(text, n, "list.txt", "", &l, &err),
+                     EF_OK);
+    assert_int_equal(l.n, 2);
+    assert_int_equal(strlen(ef__file_url(&l, 1)), max - 2);
+    ef__file_list_free(&l);
+    /* one more byte, in the path */
+    memset(line, 'x', max + 1);
+    memcpy(line + max + 1 - 6, ".jpg 1", 6);
+    line[max + 1] = '\n';
+    char want[128];
+    snprintf(want, sizeof want, "list.txt: line 2: longer than %zu bytes", max);
+    expect_parse_error(text, n + 1, want);
+    /* the same from a file, the line last and unended, and followed */
+    for (int ended = 0; ended < 2; ended++) {
+        tu_write_file(tu_at("L/long.txt"), text, n + (size_t)ended);
+        snprintf(g_spec, sizeof g_spec, "files:list=%s", tu_at("L/long.txt"));
+        snprintf(want, sizeof want, "long.txt: line 2: longer than %zu bytes",
+                 max);
+        expect_spec_error(g_spec, want);
+    }
+    free(text);
+}
+
+/* A list of more than 64 KiB, read through the reader's buffer: every
+ * line whole, in order; max_entries stops it at the line past the
+ * limit. */
+static void test_list_large_and_bounded(void **state)
+{
+    (void)state;
+    enum { N = 6000 };
+    char *text = malloc((size_t)N * 40);
+    assert_non_null(text);
+    size_t n = 0, line = 0; /* the line of the last entry */
+    for (int i = 0; i < N; i++) {
+        n += (size_t)sprintf(text + n, "%sdir/file-%05d.png %d\n",
+                             i % 7 ? "" : "\n# c\n", i, i);
+        line += i % 7 ? 1 : 3;
+    }
+    assert_true(n > 2 * 65536);
+    tu_write_file(tu_at("L/large.txt"), text, n);
+    ef__file_list l;
+    ef__err err;
+    ef__err_clear(&err);
+    assert_int_equal(ef__files_from_list(tu_at("L/large.txt"), N, &l, &err),
+                     EF_OK);
+    assert_int_equal(l.n, N);
+    for (int i = 0; i < N; i++) {
+        char want[64];
+        snprintf(want, sizeof want, "%s/dir/file-%05d.png", tu_at("L"), i);
+        assert_string_equal(ef__file_url(&l, (size_t)i), want);
+        assert_int_equal(l.v[i].label, i);
+    }
+    ef__file_list_free(&l);
+    assert_int_equal(ef__files_from_list(tu_at("L/large.txt"), N - 1, &l, &err),
+                     EF_EFORMAT);
+    char want[128];
+    snprintf(want, sizeof want,
+             "line %zu: more than %d entries; max_entries=N raises the limit",
+             line, N - 1);
+    if (!strstr(err.msg, want))
+        fail_msg("\"%s\" lacks \"%s\"", err.msg, want);
+    assert_int_equal(l.n, 0);
+    snprintf(g_spec, sizeof g_spec, "files:list=%s,max_entries=10",
+             tu_at("L/large.txt"));
+    expect_spec_error(g_spec, "more than 10 entries; max_entries=N raises");
+    free(text);
+}
+
 /* A list file 1000 bytes deep: a bad line's message names the list by
  * its tail, the line and what was wrong with it. */
 static void test_list_long_name(void **state)
@@ -672,6 +774,9 @@ int main(void)
         cmocka_unit_test(test_list),
         cmocka_unit_test(test_list_errors),
         cmocka_unit_test(test_list_long_name),
+        cmocka_unit_test(test_list_not_regular),
+        cmocka_unit_test(test_list_long_line),
+        cmocka_unit_test(test_list_large_and_bounded),
         cmocka_unit_test(test_list_url_line_unterminated),
         cmocka_unit_test(test_list_nul_refused),
         cmocka_unit_test(test_list_bom_skipped),

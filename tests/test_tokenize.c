@@ -10,6 +10,8 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -17,6 +19,8 @@
 #include "core/alloc.h"
 #include "state_test_util.h"
 #include "tokenizer/bpe.h"
+#include "tokenizer/spm_check.h"
+#include "tokenizer/tokenizer.h"
 
 /* ---- fixtures ----------------------------------------------------- */
 
@@ -478,6 +482,215 @@ static void expect_parse_error(const char *spec, int status, ...)
     ef_pipeline_destroy(p);
 }
 
+/* ---- SentencePiece normalizers ---------------------------------- */
+
+/* verbs_rules.model: fixtures/tokenize/make_rules_model.py, as
+ * verbs_bpe.model but normalized by five rules (U+FF21 -> A, U+FF22 -> B,
+ * U+FB01 -> fi, U+212B -> U+00C5, U+2460 -> 1), so that its
+ * normalizer_spec holds a precompiled_charsmap: a uint32 trie size, a
+ * darts-clone double array of 256 units, then 12 bytes of NUL-ended
+ * strings. The ids are python3-sentencepiece's. */
+#define RULES_MODEL EF_TOKENIZE_FIXTURES "/verbs_rules.model"
+
+static const int32_t rules_ids[] = {342, 381, 393, 280, 261, 343,
+                                    342, 198, 136, 342, 394};
+
+static uint32_t get32(const unsigned char *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
+           (uint32_t)p[3] << 24;
+}
+
+static void put32(unsigned char *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++)
+        p[i] = (unsigned char)(v >> 8 * i);
+}
+
+static uint64_t pb_varint(const unsigned char *p, size_t n, size_t *at)
+{
+    uint64_t v = 0;
+    for (int shift = 0; *at < n; shift += 7) {
+        v |= (uint64_t)(p[*at] & 0x7F) << shift;
+        if (!(p[(*at)++] & 0x80))
+            return v;
+    }
+    fail_msg("a varint cut short at byte %zu", *at);
+    return 0;
+}
+
+/* The offset and length of the first length-delimited field `number`
+ * in the protobuf message p[from, to). */
+static size_t pb_find(const unsigned char *p, size_t from, size_t to,
+                      unsigned number, size_t *len)
+{
+    for (size_t at = from; at < to;) {
+        uint64_t key = pb_varint(p, to, &at);
+        switch (key & 7) {
+        case 0:
+            pb_varint(p, to, &at);
+            break;
+        case 1:
+            at += 8;
+            break;
+        case 5:
+            at += 4;
+            break;
+        case 2:
+            *len = (size_t)pb_varint(p, to, &at);
+            if (key >> 3 == number)
+                return at;
+            at += *len;
+            break;
+        default:
+            fail_msg("wire type %u at byte %zu", (unsigned)(key & 7), at);
+        }
+    }
+    fail_msg("no field %u", number);
+    return 0;
+}
+
+/* The darts-clone unit that byte c leads to from `state`, checked, and
+ * the state that unit leads to. */
+static size_t trie_child(const unsigned char *units, size_t state,
+                         unsigned char c)
+{
+    size_t child = state ^ c;
+    assert_int_equal(get32(units + 4 * child) & 0x800000FF, c);
+    return child;
+}
+
+static size_t trie_state(const unsigned char *units, size_t unit)
+{
+    uint32_t u = get32(units + 4 * unit);
+    return unit ^ (size_t)((u >> 10) << ((u & 0x200) >> 6));
+}
+
+/* An offset with bit 31 clear (bit 31 would make the unit a value unit,
+ * which no byte reaches): 0x1FFFFF units away. */
+#define FAR_OFFSET 0x7FFFFC00u
+
+/* The ways test_corrupt_charsmap damages the charsmap `cm` of `len`
+ * bytes, whose trie starts at cm + 4, and what the error must say. */
+static void damage_size(unsigned char *cm, size_t len)
+{
+    put32(cm, (uint32_t)len - 2); /* passes the library's own check */
+}
+
+static void damage_root(unsigned char *cm, size_t len)
+{
+    (void)len;
+    put32(cm + 4, FAR_OFFSET);
+}
+
+static void damage_child(unsigned char *cm, size_t len)
+{
+    (void)len;
+    unsigned char *units = cm + 4;
+    size_t c = trie_child(units, trie_state(units, 0), 0xEF);
+    put32(units + 4 * c, (get32(units + 4 * c) & 0x1FF) | FAR_OFFSET);
+}
+
+/* The value of the match for U+FF21 (EF BC A1) past the strings. */
+static void damage_value(unsigned char *cm, size_t len)
+{
+    (void)len;
+    unsigned char *units = cm + 4;
+    size_t s = trie_state(units, 0), c = 0;
+    static const unsigned char key[] = {0xEF, 0xBC, 0xA1};
+    for (int i = 0; i < 3; i++) {
+        c = trie_child(units, s, key[i]);
+        s = trie_state(units, c);
+    }
+    assert_true(get32(units + 4 * c) >> 8 & 1); /* it has a leaf */
+    put32(units + 4 * s, 0x80000000u | 5000);
+}
+
+static void damage_nuls(unsigned char *cm, size_t len)
+{
+    for (size_t i = 4 + get32(cm); i < len; i++)
+        if (cm[i] == '\0')
+            cm[i] = 'x';
+}
+
+static const struct {
+    void (*damage)(unsigned char *cm, size_t len);
+    const char *why;
+} charsmap_damages[] = {
+    {damage_size, "a trie of 1038 bytes, but 1036 bytes follow its size"},
+    {damage_root, "its trie's root leads to units 2096896 to 2097151, past "
+                  "the trie's 256 units"},
+    {damage_child, "leads to units 2096896 to 2097151, past the trie's 256 "
+                   "units"},
+    {damage_value, "maps to byte 5000 of the normalized strings, which have "
+                   "12 bytes and end before it"},
+    {damage_nuls, "of the normalized strings, which have 12 bytes and no "
+                  "NUL from there to their end"},
+};
+
+/* A model whose charsmap is damaged each way is refused when the spec is
+ * parsed, with EF_EFORMAT naming the file, the charsmap and what is
+ * wrong, before libsentencepiece, which would crash encoding with it,
+ * gets it; ef__spm_model_check says the same in a build without the
+ * library. The intact model passes, and encodes as the library does. */
+static void test_corrupt_charsmap(void **state)
+{
+    (void)state;
+    FILE *f = fopen(RULES_MODEL, "rb");
+    assert_non_null(f);
+    unsigned char model[16384];
+    size_t n = fread(model, 1, sizeof model, f);
+    fclose(f);
+    assert_true(n > 0 && n < sizeof model);
+    size_t spec_len, cm_len;
+    size_t spec = pb_find(model, 0, n, 3, &spec_len);
+    size_t cm = pb_find(model, spec, spec + spec_len, 2, &cm_len);
+    assert_int_equal(cm_len, 4 + 1024 + 12);
+    char why[256];
+    assert_int_equal(ef__spm_model_check(model, n, why, sizeof why), EF_OK);
+    const char *path = tu_at("damaged.model");
+    for (size_t k = 0; k < sizeof charsmap_damages / sizeof *charsmap_damages;
+         k++) {
+        unsigned char bad[sizeof model];
+        memcpy(bad, model, n);
+        charsmap_damages[k].damage(bad + cm, cm_len);
+        why[0] = '\0';
+        assert_int_equal(ef__spm_model_check(bad, n, why, sizeof why),
+                         EF_EFORMAT);
+        if (!strstr(why, charsmap_damages[k].why) ||
+            !strstr(why, "normalizer_spec.precompiled_charsmap"))
+            fail_msg("damage %zu: \"%s\"", k, why);
+#ifdef EF_HAVE_SENTENCEPIECE
+        tu_write_file(path, bad, n);
+        char spec_text[1024];
+        snprintf(spec_text, sizeof spec_text, "range:n=1 | tokenize:model=%s",
+                 path);
+        expect_parse_error(spec_text, EF_EFORMAT, path,
+                           "normalizer_spec.precompiled_charsmap",
+                           charsmap_damages[k].why, NULL);
+#endif
+    }
+#ifdef EF_HAVE_SENTENCEPIECE
+    /* the intact model normalizes by its rules, as python's does */
+    static const char *const text[] = {
+        "\xef\xbc\xa1\xef\xbc\xa2 \xef\xac\x81ne \xe2\x84\xab \xe2\x91\xa0",
+        "AB fine \xc3\x85 1"};
+    const docs d = {text, NULL, 2, -1, 0};
+    char spec_text[1024];
+    ef_pipeline *p =
+        with_docs(spec_of(spec_text, sizeof spec_text, 2, RULES_MODEL, ""), &d);
+    for (int i = 0; i < 2; i++) {
+        ef_sample *s = tu_next(p);
+        expect_ids(s, rules_ids, sizeof rules_ids / sizeof *rules_ids, text[i]);
+        ef_sample_free(s);
+    }
+    tu_expect_end(p);
+    ef_pipeline_destroy(p);
+#else
+    (void)path, (void)rules_ids;
+#endif
+}
+
 static void test_bad_options(void **state)
 {
     (void)state;
@@ -500,6 +713,42 @@ static void test_bad_options(void **state)
     snprintf(spec, sizeof spec, "range:n=1 | tokenize:model=%s", missing);
     expect_parse_error(spec, EF_EIO, missing, "cannot open", "No such file",
                        NULL);
+}
+
+/* A model path that names a FIFO (whose open would wait for a writer for
+ * good) or a directory is EF_EIO naming it, and a file larger than the
+ * limit (sparse here) EF_EFORMAT naming the limit, before a byte is
+ * read. The alarm turns a hang into a failure. */
+static void test_model_files_refused(void **state)
+{
+    (void)state;
+    alarm(60);
+    const char *fifo = tu_at("fifo.model");
+    assert_int_equal(mkfifo(fifo, 0600), 0);
+    const char *huge = tu_at("huge.model");
+    FILE *f = fopen(huge, "wb");
+    assert_non_null(f);
+    assert_int_equal(ftruncate(fileno(f), (off_t)EF__TOK_MAX_MODEL + 1), 0);
+    assert_int_equal(fclose(f), 0);
+    const char *kinds[] = {"", ",kind=tiktoken", ",kind=sentencepiece"};
+    for (int k = 0; k < 3; k++) {
+        char spec[1024];
+        snprintf(spec, sizeof spec, "range:n=1 | tokenize:model=%s%s", fifo,
+                 kinds[k]);
+        expect_parse_error(spec, EF_EIO, fifo, "not a regular file", NULL);
+        snprintf(spec, sizeof spec, "range:n=1 | tokenize:model=%s%s", tu_dir(),
+                 kinds[k]);
+        expect_parse_error(spec, EF_EIO, tu_dir(), "not a regular file", NULL);
+        snprintf(spec, sizeof spec, "range:n=1 | tokenize:model=%s%s", huge,
+                 kinds[k]);
+        expect_parse_error(spec, EF_EFORMAT, huge,
+                           "larger than 1024 MiB, the most a model file may "
+                           "have",
+                           NULL);
+    }
+    unlink(fifo);
+    unlink(huge);
+    alarm(0);
 }
 
 /* Rank file `tail` (after the good lines, 262 of them) must fail to load
@@ -671,7 +920,9 @@ int main(void)
         cmocka_unit_test(test_sentencepiece_ids),
         cmocka_unit_test(test_sentencepiece_bad_model),
 #endif
+        cmocka_unit_test(test_corrupt_charsmap),
         cmocka_unit_test(test_bad_options),
+        cmocka_unit_test(test_model_files_refused),
         cmocka_unit_test(test_bad_rank_files),
 #ifdef EF_HAVE_PCRE2
         cmocka_unit_test(test_bad_samples),

@@ -4,12 +4,15 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/alloc.h"
+#include "io/regular_file.h"
 #include "tokenizer/bpe.h"
 #include "tokenizer/tokenizer.h"
 #ifdef EF_HAVE_SENTENCEPIECE
 #include "tokenizer/sentencepiece.h"
+#include "tokenizer/spm_check.h"
 #endif
 
 struct ef__tokenizer {
@@ -38,40 +41,62 @@ int ef__ids_reserve(ef__ids *ids, size_t more)
     return EF_OK;
 }
 
+static int too_large(const char *path, ef__err *err)
+{
+    return ef__err_set(err, EF_EFORMAT,
+                       "%s: larger than %llu MiB, the most a model file may "
+                       "have",
+                       path, (unsigned long long)(EF__TOK_MAX_MODEL >> 20));
+}
+
 /* The whole file at `path` into *data (the caller's, ef__free), *size
- * bytes. */
+ * bytes: a regular file of at most EF__TOK_MAX_MODEL bytes, read to its
+ * end even if it grew since fstat, but never past the limit. */
 static int read_all(const char *path, unsigned char **data, size_t *size,
                     ef__err *err)
 {
     *data = NULL;
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return ef__err_set(err, EF_EIO, "%s: cannot open: %s", path,
-                           strerror(errno));
-    size_t n = 0, cap = 1 << 16;
+    int fd;
+    uint64_t stated = 0;
+    int rc = ef__open_regular(path, "the model", &fd, &stated, err);
+    if (rc != EF_OK)
+        return rc;
+    if (stated > EF__TOK_MAX_MODEL) {
+        close(fd);
+        return too_large(path, err);
+    }
+    /* one byte more than stated: a file that grew shows at once */
+    size_t n = 0, cap = (size_t)stated + 1;
     unsigned char *buf = ef__malloc(cap);
-    int rc = buf ? EF_OK : EF_ENOMEM;
+    rc = buf ? EF_OK : EF_ENOMEM;
     while (rc == EF_OK) {
         if (n == cap) {
-            unsigned char *more =
-                cap < SIZE_MAX / 2 ? ef__realloc(buf, cap * 2) : NULL;
-            if (!more) {
+            if (cap > EF__TOK_MAX_MODEL) {
+                rc = too_large(path, err);
+                break;
+            }
+            size_t more = cap * 2 > EF__TOK_MAX_MODEL + 1
+                              ? (size_t)EF__TOK_MAX_MODEL + 1
+                              : cap * 2;
+            unsigned char *p = ef__realloc(buf, more);
+            if (!p) {
                 rc = EF_ENOMEM;
                 break;
             }
-            buf = more;
-            cap *= 2;
+            buf = p;
+            cap = more;
         }
-        size_t got = fread(buf + n, 1, cap - n, f);
-        n += got;
-        if (got == 0) {
-            if (ferror(f))
-                rc = ef__err_set(err, EF_EIO, "%s: read error at byte %zu",
-                                 path, n);
+        ssize_t got = read(fd, buf + n, cap - n);
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got < 0)
+            rc = ef__err_set(err, EF_EIO, "%s: read error at byte %zu: %s",
+                             path, n, strerror(errno));
+        if (got <= 0)
             break;
-        }
+        n += (size_t)got;
     }
-    fclose(f);
+    close(fd);
     if (rc == EF_ENOMEM)
         rc = ef__err_set(err, EF_ENOMEM, "%s: out of memory reading it", path);
     if (rc != EF_OK) {
@@ -105,10 +130,18 @@ static int load_sentencepiece(ef__tokenizer *t, const char *path,
 {
 #ifdef EF_HAVE_SENTENCEPIECE
     char why[256] = "";
-    int rc = ef__spm_load(data, size, &t->spm, why, sizeof why);
-    if (rc == EF__SPM_NOMEM)
+    /* before the library loads it: its load encodes the model's self-test
+     * samples, through the normalizer whose trie it never checks */
+    int rc = ef__spm_model_check(data, size, why, sizeof why);
+    if (rc == EF_OK) {
+        rc = ef__spm_load(data, size, &t->spm, why, sizeof why);
+        rc = rc == EF__SPM_OK      ? EF_OK
+             : rc == EF__SPM_NOMEM ? EF_ENOMEM
+                                   : EF_EFORMAT;
+    }
+    if (rc == EF_ENOMEM)
         return ef__err_set(err, EF_ENOMEM, "%s: out of memory", path);
-    if (rc != EF__SPM_OK)
+    if (rc != EF_OK)
         return ef__err_set(err, EF_EFORMAT,
                            "%s: not a SentencePiece model (%s); expected "
                            "the .model file spm_train writes%s",

@@ -30,10 +30,16 @@ int ef__ids_reserve(ef__ids *ids, size_t more);
 
 typedef struct ef__tokenizer ef__tokenizer;
 
+/* The largest model file read: SentencePiece models and tiktoken rank
+ * files run to a few MB, and the whole file is held while it loads. */
+#define EF__TOK_MAX_MODEL ((uint64_t)1 << 30)
+
 /* Loads the model at `path` as `kind` (EF__TOK_AUTO: sniffed) into *out,
  * the caller's (ef__tokenizer_free). Errors name the path: EF_EIO when
- * it cannot be read, EF_EFORMAT when it is not a model of the kind,
- * EF_EUNSUPPORTED when the build lacks the kind's library. */
+ * it cannot be read or is not a regular file (a FIFO would block, a
+ * device never end), EF_EFORMAT when it is larger than
+ * EF__TOK_MAX_MODEL or not a model of the kind, EF_EUNSUPPORTED when
+ * the build lacks the kind's library. */
 int ef__tokenizer_load(const char *path, ef__tok_kind kind, ef__tokenizer **out,
                        ef__err *err);
 void ef__tokenizer_free(ef__tokenizer *t); /* accepts NULL */

@@ -18,22 +18,24 @@
 
 #define NAME "fuzz/list.txt"
 
-static void check_entry(const ef__file_entry *e)
+static void check_entry(const ef__file_list *l, size_t k)
 {
-    size_t n = strlen(e->url);
+    const char *url = ef__file_url(l, k), *key = ef__file_key(l, k);
+    const char *field = ef__file_field(l, k);
+    size_t n = strlen(url);
     CHECK(n > 0);
-    CHECK(strchr(e->url, '\n') == NULL);
-    size_t f = strlen(e->field);
+    CHECK(strchr(url, '\n') == NULL);
+    size_t f = strlen(field);
     CHECK(f > 0 && f < EF_MAX_NAME);
-    const char *dot = strrchr(e->url, '.');
+    const char *dot = strrchr(url, '.');
     CHECK(dot != NULL && strlen(dot + 1) == f);
     for (size_t i = 0; i < f; i++) {
         char c = dot[1 + i];
-        char l = c >= 'A' && c <= 'Z' ? (char)(c - 'A' + 'a') : c;
-        CHECK(e->field[i] == l);
+        char lc = c >= 'A' && c <= 'Z' ? (char)(c - 'A' + 'a') : c;
+        CHECK(field[i] == lc);
     }
-    CHECK(e->key[0] != '/');
-    CHECK(strlen(e->key) <= n);
+    CHECK(key[0] != '/');
+    CHECK(strlen(key) <= n);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -54,20 +56,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     CHECK(a.n > 0 && a.n == b.n && a.labelled == b.labelled);
     for (size_t i = 0; i < a.n; i++) {
-        const ef__file_entry *x = &a.v[i], *y = &b.v[i];
-        check_entry(x);
-        check_entry(y);
-        CHECK(strcmp(x->key, y->key) == 0);
-        CHECK(strcmp(x->field, y->field) == 0);
-        CHECK(!a.labelled || x->label == y->label);
+        check_entry(&a, i);
+        check_entry(&b, i);
+        CHECK(strcmp(ef__file_key(&a, i), ef__file_key(&b, i)) == 0);
+        CHECK(strcmp(ef__file_field(&a, i), ef__file_field(&b, i)) == 0);
+        CHECK(!a.labelled || a.v[i].label == b.v[i].label);
         /* "base/" + a relative path, or the same absolute path or URL */
-        int rel = x->url[0] != '/' && strncmp(x->url, "http://", 7) != 0 &&
-                  strncmp(x->url, "https://", 8) != 0;
+        const char *x = ef__file_url(&a, i), *y = ef__file_url(&b, i);
+        int rel = x[0] != '/' && strncmp(x, "http://", 7) != 0 &&
+                  strncmp(x, "https://", 8) != 0;
         if (rel)
-            CHECK(strncmp(y->url, "base/", 5) == 0 &&
-                  strcmp(y->url + 5, x->url) == 0);
+            CHECK(strncmp(y, "base/", 5) == 0 && strcmp(y + 5, x) == 0);
         else
-            CHECK(strcmp(x->url, y->url) == 0);
+            CHECK(strcmp(x, y) == 0);
     }
     ef__file_list_free(&a);
     ef__file_list_free(&b);

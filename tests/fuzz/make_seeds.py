@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Writes the hand-made seeds of corpus/idx, corpus/spec, corpus/tar,
 corpus/tfrecord, corpus/tfexample, corpus/cifar, corpus/paths, corpus/jsonl,
-corpus/tiktoken and corpus/chunk (run from any directory;
+corpus/tiktoken, corpus/spm_model and corpus/chunk (run from any directory;
 existing seeds are overwritten, inputs the fuzzer added are kept). Seeds
 are named seed-*; fuzzer finds keep libFuzzer's hash names, crash
 reproducers are named crash-*."""
@@ -490,6 +490,68 @@ def tiktoken_seeds():
     }
 
 
+# ---- SentencePiece models and charsmaps (fuzz_spm_model) -------------
+
+FIXTURES = os.path.join(HERE, "..", "fixtures", "tokenize")
+
+
+def pb_fields(b):
+    """(number, offset, length) of each length-delimited field of b."""
+    at, out = 0, []
+    while at < len(b):
+        key, at = read_varint(b, at)
+        kind = key & 7
+        if kind == 0:
+            _, at = read_varint(b, at)
+        elif kind in (1, 5):
+            at += 8 if kind == 1 else 4
+        else:
+            n, at = read_varint(b, at)
+            out.append((key >> 3, at, n))
+            at += n
+    return out
+
+
+def read_varint(b, at):
+    v = shift = 0
+    while True:
+        c = b[at]
+        at += 1
+        v |= (c & 0x7F) << shift
+        shift += 7
+        if c < 0x80:
+            return v, at
+
+
+def spm_model_seeds():
+    with open(os.path.join(FIXTURES, "verbs_rules.model"), "rb") as f:
+        model = f.read()
+    with open(os.path.join(FIXTURES, "verbs_bpe.model"), "rb") as f:
+        identity = f.read()
+    _, spec, spec_len = next(x for x in pb_fields(model) if x[0] == 3)
+    _, at, n = next(x for x in pb_fields(model[spec:spec + spec_len]) if x[0] == 2)
+    at += spec
+    cm = model[at:at + n]
+    trie = struct.unpack("<I", cm[:4])[0]
+
+    def damaged(offset, patch):
+        return cm[:offset] + patch + cm[offset + len(patch):]
+
+    far = struct.pack("<I", 0x7FFFFC00)
+    strings = cm[4 + trie:]
+    return {
+        "model-rules": b"M" + model,
+        "model-identity": b"M" + identity,
+        "model-rules-root": b"M" + model[:at + 4] + far + model[at + 8:],
+        "model-cut": b"M" + model[:at + 100],
+        "charsmap-rules": cm,
+        "charsmap-size": damaged(0, struct.pack("<I", len(cm) - 2)),
+        "charsmap-root": damaged(4, far),
+        "charsmap-no-nul": cm[:4 + trie] + strings.replace(b"\0", b"x"),
+        "charsmap-short": cm[:3],
+    }
+
+
 # ---- jsonl: one line each --------------------------------------------
 
 JSONL = {
@@ -560,6 +622,7 @@ def main():
                           ("cifar", cifar_seeds()), ("paths", paths),
                           ("jsonl", {k: v.encode() for k, v in JSONL.items()}),
                           ("tiktoken", tiktoken_seeds()),
+                          ("spm_model", spm_model_seeds()),
                           ("chunk", chunk_seeds())):
         os.makedirs(os.path.join(HERE, "corpus", target), exist_ok=True)
         for name, data in seeds.items():

@@ -61,10 +61,10 @@ struct files_state {
     ef__stage *s;
     ef__file_list list;
     ef__paths names; /* a view of the entries' urls, for checkpoints */
-    /* every entry's __url__ and __key__ bytes, and label, in one buffer
-     * each, which samples view: no allocation per sample for them */
+    /* every entry's __url__ and __key__ bytes (the list's sealed text,
+     * at its entries' offsets), and label, in one buffer each, which
+     * samples view: no allocation per sample for them */
     ef_buffer *text, *labels;
-    size_t *url_at, *key_at; /* offsets into `text` */
     ef__shard part;
     int64_t *kept, *order; /* this part's files, and this pass's order */
     size_t nkept;
@@ -161,26 +161,29 @@ static int build(const files_state *st, int64_t f, int64_t epoch, ef_buffer *b,
                  ef_sample **out, ef__err *err)
 {
     const ef__file_entry *e = &st->list.v[f];
+    const char *url = ef__file_url(&st->list, (size_t)f);
     ef_sample_id id = {.index = f, .epoch = epoch};
     ef_sample *smp = ef_sample_new(id);
     int64_t n = (int64_t)ef_buffer_size(b);
-    int rc =
-        smp ? ef__sample_add_variable(smp, e->field, EF_U8, n, b, 0) : EF_ENOMEM;
+    int rc = smp ? ef__sample_add_variable(
+                       smp, ef__file_field(&st->list, (size_t)f), EF_U8, n, b, 0)
+                 : EF_ENOMEM;
     ef_buffer_release(b);
     if (rc == EF_OK && st->list.labelled)
         rc = ef_sample_add(smp, "label", EF_I64, 0, NULL, st->labels,
                            (size_t)f * sizeof(int64_t));
-    int64_t kn = (int64_t)strlen(e->key), un = (int64_t)strlen(e->url);
+    int64_t kn = (int64_t)strlen(ef__file_key(&st->list, (size_t)f));
+    int64_t un = (int64_t)strlen(url);
     if (rc == EF_OK)
         rc = ef__sample_add_variable(smp, "__key__", EF_U8, kn, st->text,
-                                     st->key_at[f]);
+                                     e->key);
     if (rc == EF_OK)
         rc = ef__sample_add_variable(smp, "__url__", EF_U8, un, st->text,
-                                     st->url_at[f]);
+                                     e->url);
     if (rc != EF_OK) {
         ef_sample_free(smp);
-        return ef__err_set(err, rc, "files: %s: cannot build a sample: %s",
-                           e->url, ef_strerror(rc));
+        return ef__err_set(err, rc, "files: %s: cannot build a sample: %s", url,
+                           ef_strerror(rc));
     }
     smp->origin = (ef__origin){f, 0, n, NULL};
     *out = smp;
@@ -198,7 +201,7 @@ static int read_file(const files_state *st, int64_t f, int64_t epoch,
     ef__stream *s = NULL;
     ef_buffer *b = NULL;
     *out = NULL;
-    int rc = ef__stream_open(&s, st->list.v[f].url, &o, err);
+    int rc = ef__stream_open(&s, ef__file_url(&st->list, (size_t)f), &o, err);
     if (rc == EF_OK)
         rc = read_all(st, s, &b, err);
     if (s && r) {
@@ -213,7 +216,8 @@ static int read_file(const files_state *st, int64_t f, int64_t epoch,
     if (rc == EF_OK)
         return build(st, f, epoch, b, out, err);
     if (err->msg[0] == '\0' || err->status != rc)
-        ef__err_set(err, rc, "%s: %s", st->list.v[f].url, ef_strerror(rc));
+        ef__err_set(err, rc, "%s: %s", ef__file_url(&st->list, (size_t)f),
+                    ef_strerror(rc));
     char where[48];
     snprintf(where, sizeof where, "files: file %lld", (long long)f);
     ef__err_prefix(err, where);
@@ -311,13 +315,17 @@ static int make_list(files_state *st, const ef__opts *o, ef__err *err)
                            "list file) or 'glob' (a pattern), got %d",
                            given);
     if (!root[0] &&
-        (ef__opt_given(o, "extensions") || ef__opt_given(o, "allow_empty") ||
-         ef__opt_given(o, "max_entries")))
+        (ef__opt_given(o, "extensions") || ef__opt_given(o, "allow_empty")))
         return ef__err_set(err, EF_ESPEC,
-                           "files: options 'extensions', 'allow_empty' and "
-                           "'max_entries' apply to 'root' only");
+                           "files: options 'extensions' and 'allow_empty' "
+                           "apply to 'root' only");
+    if (glob[0] && ef__opt_given(o, "max_entries"))
+        return ef__err_set(err, EF_ESPEC,
+                           "files: option 'max_entries' applies to 'root' "
+                           "and 'list' only");
     if (list[0])
-        return ef__files_from_list(list, &st->list, err);
+        return ef__files_from_list(list, ef__opt_int(o, "max_entries"),
+                                   &st->list, err);
     if (glob[0])
         return ef__files_from_glob(glob, &st->list, err);
     ef__file_exts exts;
@@ -332,31 +340,17 @@ static int make_list(files_state *st, const ef__opts *o, ef__err *err)
 /* The shared buffers of url and key bytes and labels, and the names. */
 static int make_buffers(files_state *st, ef__err *err)
 {
-    size_t n = st->list.n, total = 0;
-    for (size_t i = 0; i < n; i++)
-        total += strlen(st->list.v[i].url) + strlen(st->list.v[i].key);
-    st->text = ef_buffer_new(total ? total : 1);
+    size_t n = st->list.n;
+    st->text = ef__file_list_seal(&st->list);
     st->labels = ef_buffer_new(n * sizeof(int64_t));
-    st->url_at = ef__malloc(n * sizeof *st->url_at);
-    st->key_at = ef__malloc(n * sizeof *st->key_at);
     st->names.names = ef__malloc(n * sizeof *st->names.names);
-    if (!st->text || !st->labels || !st->url_at || !st->key_at ||
-        !st->names.names)
+    if (!st->text || !st->labels || !st->names.names)
         return ef__err_set(err, EF_ENOMEM, "files: out of memory");
     st->names.n = n;
-    char *t = ef_buffer_data(st->text);
     int64_t *lab = ef_buffer_data(st->labels);
-    size_t at = 0;
     for (size_t i = 0; i < n; i++) {
-        const ef__file_entry *e = &st->list.v[i];
-        size_t a = strlen(e->url), b = strlen(e->key);
-        st->url_at[i] = at;
-        memcpy(t + at, e->url, a);
-        st->key_at[i] = at + a;
-        memcpy(t + at + a, e->key, b);
-        at += a + b;
-        lab[i] = e->label;
-        st->names.names[i] = e->url;
+        lab[i] = st->list.v[i].label;
+        st->names.names[i] = st->list.text + st->list.v[i].url;
     }
     return EF_OK;
 }
@@ -528,8 +522,8 @@ static int files_fetch(ef__stage *s, const ef__ident *d, ef_sample **out,
                            "files: file %lld: %s has %lld bytes, the state "
                            "says %lld: the file changed since the state was "
                            "saved",
-                           (long long)f, st->list.v[f].url, got,
-                           (long long)d->end);
+                           (long long)f, ef__file_url(&st->list, (size_t)f),
+                           got, (long long)d->end);
     }
     *out = smp;
     return EF_OK;
@@ -545,8 +539,6 @@ static void files_destroy(ef__stage *s)
     }
     ef_buffer_release(st->text);
     ef_buffer_release(st->labels);
-    ef__free(st->url_at);
-    ef__free(st->key_at);
     ef__free(st->names.names); /* a view: the entries own the urls */
     ef__file_list_free(&st->list);
     ef__free(st->kept);
@@ -601,7 +593,7 @@ static const ef__option_def files_options[] = {
      "root: a class folder without a file is no error", 0, 0},
     {"max_entries", EF_OPT_INT, "20000000",
      "root: files and folders walked at most (links can reach a folder "
-     "by many paths)",
+     "by many paths); list: entries read at most",
      1, 1e12},
     {"shuffle", EF_OPT_BOOL, "false",
      "read the files in a seeded order, new each epoch", 0, 0},

@@ -3,13 +3,17 @@
  * files_walk.c. */
 #include "stages/sources/files_list.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <glob.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/alloc.h"
+#include "core/buffer.h"
+#include "io/regular_file.h"
 
 static char lower(char c)
 {
@@ -69,10 +73,41 @@ static const char *extension(const char *url)
     return dot; /* ".jpg" too: torchvision keeps it */
 }
 
+/* Room for `more` bytes of strings after those there are. */
+static int text_reserve(ef__file_list *l, size_t more)
+{
+    if (more <= l->text_cap - l->len)
+        return EF_OK;
+    size_t cap = l->text_cap ? l->text_cap : 1 << 16;
+    while (cap - l->len < more) {
+        if (cap > SIZE_MAX / 2)
+            return EF_ENOMEM;
+        cap *= 2;
+    }
+    char *t = ef__realloc(l->text, cap);
+    if (!t)
+        return EF_ENOMEM;
+    l->text = t;
+    l->text_cap = cap;
+    return EF_OK;
+}
+
+/* Appends s[0, n) and a NUL to the strings; returns its offset. The
+ * room is there (text_reserve). */
+static size_t text_put(ef__file_list *l, const char *s, size_t n)
+{
+    size_t at = l->len;
+    memcpy(l->text + at, s, n);
+    l->text[at + n] = '\0';
+    l->len += n + 1;
+    return at;
+}
+
 int ef__file_list_add(ef__file_list *l, const char *url, const char *key,
                       size_t key_len, int64_t label, const char *where,
                       ef__err *err)
 {
+    assert(!l->buf); /* sealed: its text may not move */
     const char *dot = extension(url);
     size_t flen = dot ? strlen(dot + 1) : 0;
     if (!flen || flen >= EF_MAX_NAME)
@@ -82,6 +117,14 @@ int ef__file_list_add(ef__file_list *l, const char *url, const char *key,
                            where, url,
                            flen ? "an extension too long" : "no extension",
                            EF_MAX_NAME - 1);
+    char field[EF_MAX_NAME];
+    for (size_t i = 0; i <= flen; i++)
+        field[i] = lower(dot[1 + i]);
+    /* lists hold runs of one extension: a run shares its field's bytes */
+    const char *last = l->n ? ef__file_field(l, l->n - 1) : NULL;
+    int same = last && strcmp(last, field) == 0;
+    size_t ulen = strlen(url);
+    size_t need = ulen + 1 + key_len + 1 + (same ? 0 : flen + 1);
     if (l->n == l->cap) {
         size_t cap = l->cap ? l->cap * 2 : 64;
         ef__file_entry *v = ef__realloc(l->v, cap * sizeof *v);
@@ -90,29 +133,50 @@ int ef__file_list_add(ef__file_list *l, const char *url, const char *key,
         l->v = v;
         l->cap = cap;
     }
-    ef__file_entry *e = &l->v[l->n];
-    e->url = ef__strdup(url);
-    e->key = ef__malloc(key_len + 1);
-    if (!e->url || !e->key) {
-        ef__free(e->url);
-        ef__free(e->key);
+    if (need < ulen || text_reserve(l, need) != EF_OK)
         return ef__err_set(err, EF_ENOMEM, "%s: out of memory", where);
-    }
-    memcpy(e->key, key, key_len);
-    e->key[key_len] = '\0';
-    for (size_t i = 0; i <= flen; i++)
-        e->field[i] = lower(dot[1 + i]);
+    ef__file_entry *e = &l->v[l->n];
+    e->field = same ? l->v[l->n - 1].field : text_put(l, field, flen);
+    e->url = text_put(l, url, ulen);
+    e->key = text_put(l, key, key_len);
     e->label = label;
     l->n++;
     return EF_OK;
 }
 
+ef_buffer *ef__file_list_seal(ef__file_list *l)
+{
+    if (!l->buf) {
+        /* nothing grows from here: give the growth room back */
+        if (l->n && l->n < l->cap) {
+            ef__file_entry *v = ef__realloc(l->v, l->n * sizeof *v);
+            if (v) {
+                l->v = v;
+                l->cap = l->n;
+            }
+        }
+        if (l->len < l->text_cap) {
+            char *t = ef__realloc(l->text, l->len ? l->len : 1);
+            if (t) {
+                l->text = t;
+                l->text_cap = l->len ? l->len : 1;
+            }
+        }
+        if (!l->text && text_reserve(l, 1) != EF_OK)
+            return NULL;
+        l->buf = ef__buffer_adopt(l->text, l->len, ef__free, l->text);
+        if (!l->buf)
+            return NULL;
+    }
+    return ef_buffer_retain(l->buf);
+}
+
 void ef__file_list_free(ef__file_list *l)
 {
-    for (size_t i = 0; i < l->n; i++) {
-        ef__free(l->v[i].url);
-        ef__free(l->v[i].key);
-    }
+    if (l->buf)
+        ef_buffer_release(l->buf); /* the text goes with the last one */
+    else
+        ef__free(l->text);
     ef__free(l->v);
     memset(l, 0, sizeof *l);
 }
@@ -262,106 +326,161 @@ static int parse_line(const char *s, size_t n, const char *name, size_t line,
     return ef__file_list_add(out, p, key, key_len, label, where, err);
 }
 
+/* The state of a list read line by line. */
+typedef struct {
+    const char *name, *base; /* the list's path, and its directory */
+    int64_t max_entries;
+    size_t line;   /* lines so far */
+    int labelled;  /* -1 before the first entry */
+    char *pathbuf; /* an entry's path joined to base */
+    size_t pathcap;
+    ef__file_list *out;
+} list_parser;
+
+/* One line of the list, s[0, n) without its '\n'. */
+static int parse_list_line(list_parser *p, const char *s, size_t n,
+                           ef__err *err)
+{
+    p->line++;
+    /* a UTF-8 byte order mark (Windows editors write one) is no part of
+     * the first path */
+    if (p->line == 1 && n >= 3 && !memcmp(s, "\xEF\xBB\xBF", 3))
+        s += 3, n -= 3;
+    if (n > EF__FILES_MAX_LINE)
+        return ef__err_set(err, EF_EFORMAT,
+                           "%s: line %zu: longer than %d bytes (expected "
+                           "'path', 'path label' or 'path,label', a path "
+                           "of at most %d bytes)",
+                           p->name, p->line, EF__FILES_MAX_LINE, PATH_MAX);
+    /* C strings would end at it, dropping the rest of the line: a label
+     * "1\0junk" would read as 1 */
+    const char *nul = memchr(s, '\0', n);
+    if (nul)
+        return ef__err_set(err, EF_EFORMAT,
+                           "%s: line %zu: a NUL byte at column %zu "
+                           "(expected text: 'path', 'path label' or "
+                           "'path,label')",
+                           p->name, p->line, (size_t)(nul - s) + 1);
+    while (n && is_space(*s))
+        s++, n--;
+    while (n && is_space(s[n - 1]))
+        n--;
+    if (!n || s[0] == '#')
+        return EF_OK;
+    if ((int64_t)p->out->n >= p->max_entries)
+        return ef__err_set(err, EF_EFORMAT,
+                           "%s: line %zu: more than %lld entries; "
+                           "max_entries=N raises the limit",
+                           p->name, p->line, (long long)p->max_entries);
+    return parse_line(s, n, p->name, p->line, p->base, p->out, &p->labelled,
+                      &p->pathbuf, &p->pathcap, err);
+}
+
+/* Ends a list read that ended with status rc: no entries is an error,
+ * and an error leaves the list empty. */
+static int finish_list(list_parser *p, int rc, ef__err *err)
+{
+    ef__free(p->pathbuf);
+    if (rc == EF_OK && p->out->n == 0)
+        rc = ef__err_set(err, EF_EFORMAT,
+                         "%s: no entries (%zu lines, blank or comments)",
+                         p->name, p->line);
+    if (rc != EF_OK) {
+        ef__file_list_free(p->out);
+        return rc;
+    }
+    p->out->labelled = p->labelled == 1;
+    return EF_OK;
+}
+
 int ef__files_parse_list(const char *text, size_t len, const char *name,
                          const char *base, ef__file_list *out, ef__err *err)
 {
     memset(out, 0, sizeof *out);
-    int labelled = -1, rc = EF_OK;
-    char *pathbuf = NULL;
-    size_t pathcap = 0, line = 0, at = 0;
-    /* a UTF-8 byte order mark (Windows editors write one) is no part of
-     * the first path */
-    if (len >= 3 && !memcmp(text, "\xEF\xBB\xBF", 3))
-        at = 3;
-    while (at < len && rc == EF_OK) {
+    list_parser p = {name, base, INT64_MAX, 0, -1, NULL, 0, out};
+    int rc = EF_OK;
+    for (size_t at = 0; at < len && rc == EF_OK;) {
         const char *s = text + at;
         const char *nl = memchr(s, '\n', len - at);
         size_t n = nl ? (size_t)(nl - s) : len - at;
         at += n + 1;
-        line++;
-        /* C strings would end at it, dropping the rest of the line: a
-         * label "1\0junk" would read as 1 */
-        const char *nul = memchr(s, '\0', n);
-        if (nul) {
-            rc = ef__err_set(err, EF_EFORMAT,
-                             "%s: line %zu: a NUL byte at column %zu "
-                             "(expected text: 'path', 'path label' or "
-                             "'path,label')",
-                             name, line, (size_t)(nul - s) + 1);
-            break;
-        }
-        while (n && is_space(*s))
-            s++, n--;
-        while (n && is_space(s[n - 1]))
-            n--;
-        if (!n || s[0] == '#')
-            continue;
-        rc = parse_line(s, n, name, line, base, out, &labelled, &pathbuf,
-                        &pathcap, err);
+        rc = parse_list_line(&p, s, n, err);
     }
-    ef__free(pathbuf);
-    if (rc == EF_OK && out->n == 0)
-        rc = ef__err_set(err, EF_EFORMAT,
-                         "%s: no entries (%zu lines, blank or comments)", name,
-                         line);
-    if (rc != EF_OK) {
-        ef__file_list_free(out);
-        return rc;
-    }
-    out->labelled = labelled == 1;
-    return EF_OK;
+    return finish_list(&p, rc, err);
 }
 
-int ef__files_from_list(const char *path, ef__file_list *out, ef__err *err)
+/* Reads the list at fd line by line through one buffer that holds a
+ * longest line and more: a longer line stops the read whatever follows
+ * (/dev/zero, had it been let in, has no newline at all). */
+static int read_list_lines(int fd, list_parser *p, ef__err *err)
 {
-    memset(out, 0, sizeof *out);
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return ef__err_set(err, EF_EIO, "%s: cannot open the list file: %s",
-                           path, strerror(errno));
-    char *text = NULL;
-    size_t len = 0, cap = 0;
-    int rc = EF_OK;
-    for (;;) {
-        if (len == cap) {
-            char *t = ef__realloc(text, cap ? cap * 2 : 65536);
-            if (!t) {
-                rc = ef__err_set(err, EF_ENOMEM, "%s: out of memory", path);
-                break;
-            }
-            text = t;
-            cap = cap ? cap * 2 : 65536;
+    enum { CAP = 1 << 16 };
+    _Static_assert(CAP > EF__FILES_MAX_LINE + 1, "a line fits the buffer");
+    char *buf = ef__malloc(CAP);
+    if (!buf)
+        return ef__err_set(err, EF_ENOMEM, "%s: out of memory", p->name);
+    size_t start = 0, end = 0; /* the bytes not parsed yet */
+    uint64_t done = 0;         /* bytes read before buf[0] */
+    int eof = 0, rc = EF_OK;
+    while (rc == EF_OK) {
+        char *nl = memchr(buf + start, '\n', end - start);
+        if (nl) {
+            rc = parse_list_line(p, buf + start, (size_t)(nl - buf) - start,
+                                 err);
+            start = (size_t)(nl - buf) + 1;
+            continue;
         }
-        size_t got = fread(text + len, 1, cap - len, f);
-        len += got;
-        if (got == 0) {
-            if (ferror(f))
-                rc = ef__err_set(err, EF_EIO,
-                                 "%s: cannot read the list "
-                                 "file at byte %zu",
-                                 path, len);
+        /* the last line, or one too long (which the parser names) */
+        if (eof || end - start > EF__FILES_MAX_LINE) {
+            if (end > start)
+                rc = parse_list_line(p, buf + start, end - start, err);
             break;
         }
+        memmove(buf, buf + start, end - start);
+        done += start;
+        end -= start;
+        start = 0;
+        ssize_t got = read(fd, buf + end, CAP - end);
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got < 0)
+            rc = ef__err_set(
+                err, EF_EIO, "%s: cannot read the list file at byte %llu: %s",
+                p->name, (unsigned long long)(done + end), strerror(errno));
+        else if (got == 0)
+            eof = 1;
+        else
+            end += (size_t)got;
     }
-    fclose(f);
-    if (rc == EF_OK) {
-        /* the list's directory: relative entries are relative to it */
-        const char *slash = strrchr(path, '/');
-        size_t blen = slash ? (size_t)(slash - path) : 0;
-        char *base = ef__malloc(blen + 2);
-        if (!base) {
-            rc = ef__err_set(err, EF_ENOMEM, "%s: out of memory", path);
-        } else {
-            if (slash && blen == 0) /* "/list.txt" */
-                blen = 1;
-            memcpy(base, path, blen);
-            base[blen] = '\0';
-            rc = ef__files_parse_list(text ? text : "", len, path, base, out,
-                                      err);
-            ef__free(base);
-        }
+    ef__free(buf);
+    return rc;
+}
+
+int ef__files_from_list(const char *path, int64_t max_entries,
+                        ef__file_list *out, ef__err *err)
+{
+    memset(out, 0, sizeof *out);
+    int fd;
+    uint64_t size;
+    int rc = ef__open_regular(path, "the list file", &fd, &size, err);
+    if (rc != EF_OK)
+        return rc;
+    /* the list's directory: relative entries are relative to it */
+    const char *slash = strrchr(path, '/');
+    size_t blen = slash ? (size_t)(slash - path) : 0;
+    char *base = ef__malloc(blen + 2);
+    if (!base) {
+        close(fd);
+        return ef__err_set(err, EF_ENOMEM, "%s: out of memory", path);
     }
-    ef__free(text);
+    if (slash && blen == 0) /* "/list.txt" */
+        blen = 1;
+    memcpy(base, path, blen);
+    base[blen] = '\0';
+    list_parser p = {path, base, max_entries, 0, -1, NULL, 0, out};
+    rc = finish_list(&p, read_list_lines(fd, &p, err), err);
+    close(fd);
+    ef__free(base);
     return rc;
 }
 
