@@ -1,7 +1,8 @@
 # kill_rank LAUNCHER RANK [SIGNAL]: sends SIGNAL (default 9) to rank
 # RANK of the mpirun job that LAUNCHER (mpirun, or a command such as
 # `timeout` whose child is mpirun, started in the background) runs, once
-# it has run 2 s, and waits up to 30 s for LAUNCHER to end. Sets
+# it has run KILL_AFTER seconds (default 2), and waits up to 30 s for
+# LAUNCHER to end. Sets
 # `killed`: "never started", "still going" (LAUNCHER then killed) or
 # "ended"; `rc`: LAUNCHER's status once ended; `took`: seconds from the
 # signal to the end; `victim`: the rank's process. Sourced by the MPI
@@ -32,7 +33,7 @@ kill_rank() {
         wait "$launcher"
         return
     fi
-    sleep 2
+    sleep "${KILL_AFTER:-2}"
     kill -"$signal" "$victim"
     t0=$(date +%s.%N)
     for _ in $(seq 300); do kill -0 "$launcher" 2>/dev/null || break; sleep 0.1; done
