@@ -1,12 +1,15 @@
-# kill_rank LAUNCHER RANK: kills rank RANK of the mpirun job that
-# LAUNCHER (mpirun, or a command such as `timeout` whose child is
-# mpirun, started in the background) runs, once it has run 2 s, and waits
-# up to 30 s for LAUNCHER to end. Sets `killed`: "never started", "still
-# going" (LAUNCHER then killed) or "ended"; `rc`: LAUNCHER's status once
-# ended; `took`: seconds from the kill to the end. Sourced by the MPI
-# tests (mpi_test.sh, service_test.sh).
+# kill_rank LAUNCHER RANK [SIGNAL]: sends SIGNAL (default 9) to rank
+# RANK of the mpirun job that LAUNCHER (mpirun, or a command such as
+# `timeout` whose child is mpirun, started in the background) runs, once
+# it has run KILL_AFTER seconds (default 2), and waits up to 30 s for
+# LAUNCHER to end. Sets
+# `killed`: "never started", "still going" (LAUNCHER then killed) or
+# "ended"; `rc`: LAUNCHER's status once ended; `took`: seconds from the
+# signal to the end; `victim`: the rank's process. Sourced by the MPI
+# tests (mpi_test.sh, service_test.sh, service_limits.sh).
 kill_rank() {
-    local launcher=$1 rank=$2 job="" victim="" pid t0
+    local launcher=$1 rank=$2 signal=${3:-9} job="" pid t0
+    victim=""
     for _ in $(seq 100); do
         # the job's own processes, mpirun's children: another suite on the
         # machine may be running the same command
@@ -30,8 +33,8 @@ kill_rank() {
         wait "$launcher"
         return
     fi
-    sleep 2
-    kill -9 "$victim"
+    sleep "${KILL_AFTER:-2}"
+    kill -"$signal" "$victim"
     t0=$(date +%s.%N)
     for _ in $(seq 300); do kill -0 "$launcher" 2>/dev/null || break; sleep 0.1; done
     took=$(/usr/bin/python3 -c "print('%.1f' % ($(date +%s.%N) - $t0))")

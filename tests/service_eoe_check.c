@@ -38,7 +38,7 @@ static int fake_worker(void)
 {
     const ef__service_job *job = ef__service_job_get();
     int t = job->trainers[0];
-    int64_t e = 100000000, v[2];
+    int64_t e = 100000000, v[3];
     ef__err err;
     ef__err_clear(&err);
     if (ef__service_send(job->data, t, EF__TAG_EOE, &e, 1, &err)) {
@@ -47,7 +47,7 @@ static int fake_worker(void)
     }
     for (;;) {
         MPI_Status st;
-        if (MPI_Recv(v, 2, MPI_INT64_T, t, MPI_ANY_TAG, job->data, &st) !=
+        if (MPI_Recv(v, 3, MPI_INT64_T, t, MPI_ANY_TAG, job->data, &st) !=
             MPI_SUCCESS)
             return 1;
         if (st.MPI_TAG == EF__TAG_BYE)

@@ -10,10 +10,24 @@
  * it), and the next reader opens the next epoch.
  *
  * Memory: each worker holds `credits` messages of room, each of at most
- * room_bytes of payload, so the process never holds more than
- * workers x credits x room_bytes of samples not yet taken; the queue is
- * sized for that many samples and a push never waits. */
+ * room_bytes of payload or one sample of at most single_bytes (the
+ * budget's limit), and a message claiming more than the credit it
+ * answers is refused. A message's payload is charged to the reader's
+ * budget before its buffer is made, waiting for room while the reader
+ * has samples left to take (a reader with none takes one message
+ * whatever its size, as budget.h's queues do), and given back when the
+ * message's last sample is taken. The queue is sized for every sample
+ * the credits let in, so a push never waits.
+ *
+ * Liveness: every worker says it lives every EF__HEARTBEAT_MS (serve.c).
+ * When the thread finds nothing waiting, a worker it has not heard from
+ * for the liveness timeout fails the reading, naming it; a message whose
+ * header came but whose body does not come within the timeout does too.
+ * Checking only with nothing waiting means that time this thread spent
+ * elsewhere (receiving, waiting for the budget) never counts against a
+ * worker whose messages were queued meanwhile. */
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -33,7 +47,8 @@
 
 typedef struct {
     int worker;
-    int64_t left; /* its samples not taken yet */
+    int64_t left;   /* its samples not taken yet */
+    uint64_t bytes; /* charged to the reader's budget until then */
 } pending_msg;
 
 struct ef__service_reader {
@@ -42,6 +57,7 @@ struct ef__service_reader {
     int endless, ended;
     int failed; /* an error was taken: sticky */
     ef__err failure;
+    ef__budget *budget; /* the pipeline's (NULL: none) */
     /* the messages of the queued samples, oldest first (rx.mu) */
     pending_msg *fifo;
     size_t head, count, cap;
@@ -54,18 +70,40 @@ static struct {
     int running, shut;
     atomic_int stop;
     ef__service_reader *reader;
-    int64_t *owed; /* per worker: credits to give back */
-    int64_t room_bytes;
+    int64_t *owed;    /* per worker: credits to give back */
+    int64_t *granted; /* per worker: credits given and not used yet */
+    int64_t room_bytes, single_bytes;
     int credits;
+    uint64_t liveness_ns; /* the last reader's */
+    int silent;           /* a worker went silent: no orderly end */
+    /* a message's payload charged before its samples reach a reader:
+     * the bytes and the reader whose budget holds them (NULL: none) */
+    uint64_t charged;
+    ef__service_reader *charged_reader;
     int64_t next_epoch;
     int endless_closed;
     int64_t *eoe; /* end-of-epoch marks per epoch */
     int64_t neoe;
     ef__err failure; /* a worker's: every read after fails with it */
-    /* the thread's own */
+    /* the thread's own (and leave's, once the thread has ended) */
     unsigned char *head;
     size_t head_cap;
+    uint64_t *heard; /* per worker: when its last message came */
 } rx = {.mu = PTHREAD_MUTEX_INITIALIZER};
+
+/* Whether reader r reads samples of `epoch`. */
+static int wants(const ef__service_reader *r, int64_t epoch)
+{
+    return r && !r->ended &&
+           (r->endless ? epoch >= r->epoch : epoch == r->epoch);
+}
+
+/* Under rx.mu: gives a message's charge back to r's budget. */
+static void release(ef__service_reader *r, uint64_t bytes)
+{
+    if (bytes && r->budget)
+        ef__budget_release(r->budget, bytes);
+}
 
 /* Under rx.mu: records a failure for the reader and every later one. */
 static void fail_locked(const ef__err *e)
@@ -97,8 +135,12 @@ static void deliver(int w, ef_sample **s, int64_t n)
     int64_t epoch = ef_sample_identity(s[0]).epoch;
     pthread_mutex_lock(&rx.mu);
     ef__service_reader *r = rx.reader;
-    int wanted =
-        r && !r->ended && (r->endless ? epoch >= r->epoch : epoch == r->epoch);
+    int wanted = wants(r, epoch);
+    /* the charge made for this message, if its reader is still there
+     * (a reader that left gave it back) */
+    uint64_t bytes = r && rx.charged_reader == r ? rx.charged : 0;
+    rx.charged = 0;
+    rx.charged_reader = NULL;
     if (wanted && r->count == r->cap) {
         size_t cap = r->cap ? 2 * r->cap : 64;
         pending_msg *v = ef__malloc(cap * sizeof *v);
@@ -115,7 +157,7 @@ static void deliver(int w, ef_sample **s, int64_t n)
     }
     int64_t pushed = 0;
     if (wanted) {
-        r->fifo[(r->head + r->count++) % r->cap] = (pending_msg){w, n};
+        r->fifo[(r->head + r->count++) % r->cap] = (pending_msg){w, n, bytes};
         for (; pushed < n; pushed++) {
             ef__item item = {.status = EF_OK, .sample = s[pushed]};
             if (ef__queue_push(&r->q, &item, NULL) != EF_OK)
@@ -127,6 +169,8 @@ static void deliver(int w, ef_sample **s, int64_t n)
             r->count--;
         r->fig.items += (uint64_t)pushed;
     }
+    if (pushed == 0 && r)
+        release(r, bytes);
     for (int64_t i = pushed; i < n; i++)
         ef_sample_free(s[i]);
     if (pushed == 0 && rx.owed)
@@ -146,19 +190,71 @@ static int grow_head(size_t need, ef__err *err)
     return EF_OK;
 }
 
-/* Receives the payload of a chunk whose header is in rx.head. */
-static int receive_payload(const ef__service_job *job, int src,
-                           uint64_t payload, ef_buffer *buf, const char *from,
-                           size_t head_len, ef__err *err)
+static uint64_t liveness_ns(void)
 {
+    pthread_mutex_lock(&rx.mu);
+    uint64_t t = rx.liveness_ns;
+    pthread_mutex_unlock(&rx.mu);
+    return t;
+}
+
+/* Receives a message the probe announced, failing when it has not come
+ * whole within the liveness timeout: a sender stopped halfway (a header
+ * and then nothing) must not hold this thread, and every worker behind
+ * it, for good. On that failure MPI may still write into buf later, so
+ * the caller must not free it (the job ends: rx.silent). */
+static int recv_within(void *buf, int count, MPI_Datatype type, int src,
+                       int tag, const char *what, const char *from,
+                       ef__err *err)
+{
+    const ef__service_job *job = ef__service_job_get();
+    MPI_Request req;
+    int mpi = MPI_Irecv(buf, count, type, src, tag, job->data, &req);
+    if (mpi != MPI_SUCCESS)
+        return ef__service_mpi_error(mpi, "MPI_Irecv", err);
+    uint64_t t0 = ef__now_ns(), limit = liveness_ns();
+    unsigned idle = 0;
+    for (;;) {
+        int done = 0;
+        mpi = MPI_Test(&req, &done, MPI_STATUS_IGNORE);
+        if (mpi != MPI_SUCCESS)
+            return ef__service_mpi_error(mpi, "MPI_Test", err);
+        if (done)
+            return EF_OK;
+        if (ef__elapsed_ns(t0, ef__now_ns()) > limit)
+            break;
+        ef__service_idle(&idle);
+    }
+    MPI_Cancel(&req);
+    pthread_mutex_lock(&rx.mu);
+    rx.silent = 1;
+    pthread_mutex_unlock(&rx.mu);
+    return ef__err_set(err, EF_EIO,
+                       "service: %s sent nothing for %.3g s (liveness "
+                       "timeout, option service:liveness) after announcing "
+                       "%s: it is stopped, hung or cut off; a link that "
+                       "needs longer for one message needs a larger "
+                       "liveness",
+                       from, ef__ns_to_s(limit), what);
+}
+
+/* Receives the payload of a chunk whose header is in rx.head. On a
+ * liveness failure *keep is set: buf must stay (recv_within). */
+static int receive_payload(int src, uint64_t payload, ef_buffer *buf,
+                           const char *from, size_t head_len, int *keep,
+                           ef__err *err)
+{
+    char what[96];
+    snprintf(what, sizeof what, "a message of %llu bytes",
+             (unsigned long long)payload);
     ef__chunk_block *blocks = NULL;
     size_t n = 0;
     int rc = ef__chunk_blocks(rx.head, head_len, &blocks, &n, from, err);
-    int mpi;
     if (rc != EF_OK) {
         /* read it whole to keep the stream in step, then fail */
-        mpi = MPI_Recv(ef_buffer_data(buf), (int)payload, MPI_BYTE, src,
-                       EF__TAG_PAYLOAD, job->data, MPI_STATUS_IGNORE);
+        ef__err ignored;
+        *keep = recv_within(ef_buffer_data(buf), (int)payload, MPI_BYTE, src,
+                            EF__TAG_PAYLOAD, what, from, &ignored) != EF_OK;
         return rc;
     }
     int *lens = ef__malloc((n ? n : 1) * sizeof *lens);
@@ -175,23 +271,114 @@ static int receive_payload(const ef__service_job *job, int src,
     }
     /* each field lands at its aligned offset in the one buffer */
     MPI_Datatype type;
-    mpi = MPI_Type_create_hindexed((int)n, lens, at, MPI_BYTE, &type);
+    int mpi = MPI_Type_create_hindexed((int)n, lens, at, MPI_BYTE, &type);
     if (mpi == MPI_SUCCESS) {
         mpi = MPI_Type_commit(&type);
-        if (mpi == MPI_SUCCESS)
-            mpi = MPI_Recv(ef_buffer_data(buf), 1, type, src, EF__TAG_PAYLOAD,
-                           job->data, MPI_STATUS_IGNORE);
+        if (mpi == MPI_SUCCESS) {
+            rc = recv_within(ef_buffer_data(buf), 1, type, src,
+                             EF__TAG_PAYLOAD, what, from, err);
+            *keep = rc != EF_OK && rx.silent;
+        }
         MPI_Type_free(&type);
     }
     ef__free(lens);
     ef__free(at);
     ef__free(blocks);
-    return mpi == MPI_SUCCESS ? EF_OK
-                              : ef__service_mpi_error(mpi, "MPI_Recv", err);
+    if (mpi != MPI_SUCCESS)
+        return ef__service_mpi_error(mpi, "MPI_Type_commit", err);
+    return rc;
 }
 
-static int receive_chunk(const ef__service_job *job, const MPI_Status *st,
-                         int w, ef__err *err)
+/* Checks what a chunk's header claims against the credit it answers: at
+ * most ROOM_ITEMS samples in room_bytes, or one sample of single_bytes.
+ * A worker that claims more is refused before anything is allocated. */
+static int check_claim(int w, int64_t items, uint64_t payload,
+                       const char *from, ef__err *err)
+{
+    pthread_mutex_lock(&rx.mu);
+    int64_t granted = rx.granted ? rx.granted[w] : 0;
+    if (granted > 0)
+        rx.granted[w]--;
+    uint64_t room = (uint64_t)rx.room_bytes,
+             single = (uint64_t)rx.single_bytes;
+    pthread_mutex_unlock(&rx.mu);
+    if (granted <= 0)
+        return ef__err_set(err, EF_EFORMAT,
+                           "service: %s sent a message with no credit of "
+                           "this process left (each message answers one)",
+                           from);
+    if (items > 1 && (items > ROOM_ITEMS || payload > room))
+        return ef__err_set(err, EF_EFORMAT,
+                           "service: %s sent a message of %llu bytes in %lld "
+                           "samples; the credit it answers allows %llu bytes "
+                           "in at most %d samples",
+                           from, (unsigned long long)payload,
+                           (long long)items, (unsigned long long)room,
+                           ROOM_ITEMS);
+    if (items == 1 && payload > single)
+        return ef__err_set(err, EF_EFORMAT,
+                           "service: %s sent a sample of %llu bytes; the "
+                           "credit it answers allows one sample of %llu "
+                           "bytes at most",
+                           from, (unsigned long long)payload,
+                           (unsigned long long)single);
+    return EF_OK;
+}
+
+/* Charges a chunk's payload to the budget of the reader its samples go
+ * to, before its buffer is made (rx.charged, rx.charged_reader; nothing
+ * when no reader wants them). Waits while the budget has no room and the
+ * reader has samples left to take; a reader with none takes the message
+ * whatever its size, so the pipeline never waits on itself. A message
+ * larger than the reader's whole budget fails that reader with the
+ * budget's out-of-memory error, and is received and dropped. */
+static void reserve(int64_t items, int64_t epoch, uint64_t payload,
+                    const char *from)
+{
+    unsigned idle = 0;
+    pthread_mutex_lock(&rx.mu);
+    while (!atomic_load(&rx.stop)) {
+        ef__service_reader *r = rx.reader;
+        if (!wants(r, epoch) || !r->budget || !payload)
+            break; /* dropped on delivery, or nothing to count */
+        if (!ef__budget_fits(r->budget, payload)) {
+            char what[160];
+            snprintf(what, sizeof what,
+                     "service: a message of %lld samples from %s",
+                     (long long)items, from);
+            ef__err e;
+            ef__budget_check(r->budget, payload, what, &e);
+            fail_locked(&e);
+            break;
+        }
+        int took = ef__budget_try_take(r->budget, payload);
+        if (!took && r->count == 0) {
+            ef__budget_hold(r->budget, payload);
+            took = 1;
+        }
+        if (took) {
+            rx.charged = payload;
+            rx.charged_reader = r;
+            break;
+        }
+        pthread_mutex_unlock(&rx.mu);
+        ef__service_idle(&idle);
+        pthread_mutex_lock(&rx.mu);
+    }
+    pthread_mutex_unlock(&rx.mu);
+}
+
+/* The epoch of a chunk's first sample (chunk.c: after the 24 bytes of
+ * counts, its index, then its epoch); the header was peeked. */
+static int64_t first_epoch(const unsigned char *head, size_t len)
+{
+    int64_t e = -1; /* too short: no reader wants it, and walk() fails */
+    if (len >= 40)
+        memcpy(&e, head + 32, sizeof e);
+    return e;
+}
+
+static int receive_chunk(const MPI_Status *st, int w, ef__err *err)
 {
     char from[96];
     ef__service_rank_name(st->MPI_SOURCE, from, sizeof from);
@@ -200,24 +387,31 @@ static int receive_chunk(const ef__service_job *job, const MPI_Status *st,
     uint64_t t0 = ef__timer_ns();
     if (grow_head((size_t)len + 1, err))
         return err->status;
-    int mpi = MPI_Recv(rx.head, len, MPI_BYTE, st->MPI_SOURCE, EF__TAG_DATA,
-                       job->data, MPI_STATUS_IGNORE);
-    if (mpi != MPI_SUCCESS)
-        return ef__service_mpi_error(mpi, "MPI_Recv", err);
+    int rc = recv_within(rx.head, len, MPI_BYTE, st->MPI_SOURCE, EF__TAG_DATA,
+                         "a message", from, err);
+    if (rc != EF_OK) {
+        rx.head = NULL; /* MPI may still write there (recv_within) */
+        rx.head_cap = 0;
+        return rc;
+    }
     int64_t items;
     uint64_t payload;
-    if (ef__chunk_peek(rx.head, (size_t)len, &items, &payload, from, err))
+    if (ef__chunk_peek(rx.head, (size_t)len, &items, &payload, from, err) ||
+        check_claim(w, items, payload, from, err))
         return err->status; /* the stream cannot be followed further */
+    reserve(items, first_epoch(rx.head, (size_t)len), payload, from);
     ef_buffer *buf = ef_buffer_new(payload ? payload : 1);
     ef_sample **s = ef__malloc((size_t)items * sizeof *s);
-    int rc = buf && s ? EF_OK
-                      : ef__err_set(err, EF_ENOMEM, "service: out of memory");
+    rc = buf && s ? EF_OK
+                  : ef__err_set(err, EF_ENOMEM, "service: out of memory");
+    int keep = 0;
     if (rc == EF_OK && payload)
-        rc = receive_payload(job, st->MPI_SOURCE, payload, buf, from,
-                             (size_t)len, err);
+        rc = receive_payload(st->MPI_SOURCE, payload, buf, from, (size_t)len,
+                             &keep, err);
     if (rc == EF_OK)
         rc = ef__chunk_samples(rx.head, (size_t)len, buf, s, items, from, err);
-    ef_buffer_release(buf); /* the samples hold their own references */
+    if (!keep)
+        ef_buffer_release(buf); /* the samples hold their own references */
     if (rc == EF_OK) {
         pthread_mutex_lock(&rx.mu);
         if (rx.reader) {
@@ -228,6 +422,13 @@ static int receive_chunk(const ef__service_job *job, const MPI_Status *st,
         }
         pthread_mutex_unlock(&rx.mu);
         deliver(w, s, items);
+    } else {
+        pthread_mutex_lock(&rx.mu);
+        if (rx.charged_reader)
+            release(rx.charged_reader, rx.charged);
+        rx.charged = 0;
+        rx.charged_reader = NULL;
+        pthread_mutex_unlock(&rx.mu);
     }
     ef__free(s);
     return rc;
@@ -282,8 +483,10 @@ static int receive_one(const ef__service_job *job, const MPI_Status *st,
                        ef__err *err)
 {
     int w = ef__service_index(job, EF_SERVICE_WORKER, st->MPI_SOURCE);
+    if (w >= 0 && rx.heard)
+        rx.heard[w] = ef__now_ns();
     if (st->MPI_TAG == EF__TAG_DATA && w >= 0)
-        return receive_chunk(job, st, w, err);
+        return receive_chunk(st, w, err);
     if (st->MPI_TAG == EF__TAG_ERROR) {
         /* "STATUS MESSAGE" (serve.c) */
         int len = 0;
@@ -335,17 +538,44 @@ static int receive_one(const ef__service_job *job, const MPI_Status *st,
 /* Sends the credits owed: room for one more message per credit. */
 static int give_back(const ef__service_job *job, ef__err *err)
 {
-    int64_t room[2] = {0, ROOM_ITEMS};
+    int64_t room[3] = {0, ROOM_ITEMS, 0};
     for (int w = 0; w < job->nworkers; w++) {
         pthread_mutex_lock(&rx.mu);
         int64_t n = rx.owed[w];
         rx.owed[w] = 0;
+        rx.granted[w] += n;
         room[0] = rx.room_bytes;
+        room[2] = rx.single_bytes;
         pthread_mutex_unlock(&rx.mu);
         for (int64_t k = 0; k < n; k++)
             if (ef__service_send(job->data, job->workers[w], EF__TAG_CREDIT,
-                                 room, 2, err))
+                                 room, 3, err))
                 return err->status;
+    }
+    return EF_OK;
+}
+
+/* With nothing waiting to be received: fails naming the first worker
+ * not heard from for the liveness timeout. */
+static int check_liveness(const ef__service_job *job, ef__err *err)
+{
+    uint64_t now = ef__now_ns(), limit = liveness_ns();
+    for (int w = 0; w < job->nworkers; w++) {
+        if (ef__elapsed_ns(rx.heard[w], now) <= limit)
+            continue;
+        pthread_mutex_lock(&rx.mu);
+        rx.silent = 1;
+        pthread_mutex_unlock(&rx.mu);
+        char from[96];
+        ef__service_rank_name(job->workers[w], from, sizeof from);
+        return ef__err_set(err, EF_EIO,
+                           "service: %s sent nothing for %.3g s (liveness "
+                           "timeout, option service:liveness): it is "
+                           "stopped, hung or cut off (a worker says it lives "
+                           "every %d ms, however slow its pipeline); on a "
+                           "slow or loaded link raise it, as in "
+                           "service:liveness=600",
+                           from, ef__ns_to_s(limit), EF__HEARTBEAT_MS);
     }
     return EF_OK;
 }
@@ -369,6 +599,8 @@ static void *receive_main(void *arg)
             rc = receive_one(job, &st, &err);
         if (rc == EF_OK)
             rc = give_back(job, &err);
+        if (rc == EF_OK && !flag)
+            rc = check_liveness(job, &err);
         if (rc != EF_OK) {
             fail(&err); /* what comes next cannot be trusted */
             return NULL;
@@ -381,8 +613,9 @@ static void *receive_main(void *arg)
     return NULL;
 }
 
-int ef__service_attach(int endless, uint64_t budget, int credits,
-                       ef__service_reader **out, int64_t *epoch, ef__err *err)
+int ef__service_attach(int endless, ef__budget *budget, int credits,
+                       double liveness_s, ef__service_reader **out,
+                       int64_t *epoch, ef__err *err)
 {
     const ef__service_job *job = ef__service_job_get();
     if (!job || job->role != EF_SERVICE_TRAINER)
@@ -427,21 +660,34 @@ int ef__service_attach(int endless, uint64_t budget, int credits,
                          "again");
     else if (rc == EF_OK && rx.failure.status)
         rc = ef__err_set(err, rx.failure.status, "%s", rx.failure.msg);
+    if (rc == EF_OK) /* every reader's own, from now */
+        rx.liveness_ns = (uint64_t)(liveness_s * 1e9);
     if (rc == EF_OK && !rx.running) {
-        /* the room of one message: a share of the budget */
+        /* the room of one message: a share of the budget; one sample
+         * alone may take the whole budget */
+        uint64_t limit = budget ? budget->limit : 0;
         int64_t room = ROOM_DEFAULT;
-        if (budget)
-            room = (int64_t)(budget / 2 / (uint64_t)job->nworkers /
+        if (limit)
+            room = (int64_t)(limit / 2 / (uint64_t)job->nworkers /
                              (uint64_t)credits);
         rx.room_bytes = room < ROOM_MIN   ? ROOM_MIN
                         : room > ROOM_MAX ? ROOM_MAX
                                           : room;
+        rx.single_bytes = (int64_t)(limit && limit < EF__CHUNK_MAX_PAYLOAD
+                                        ? limit
+                                        : EF__CHUNK_MAX_PAYLOAD);
+        if (rx.single_bytes < rx.room_bytes)
+            rx.single_bytes = rx.room_bytes;
         rx.credits = credits;
         rx.owed = ef__calloc((size_t)job->nworkers, sizeof *rx.owed);
-        if (!rx.owed)
+        rx.granted = ef__calloc((size_t)job->nworkers, sizeof *rx.granted);
+        rx.heard = ef__calloc((size_t)job->nworkers, sizeof *rx.heard);
+        if (!rx.owed || !rx.granted || !rx.heard)
             rc = ef__err_set(err, EF_ENOMEM, "service: out of memory");
-        for (int w = 0; rc == EF_OK && w < job->nworkers; w++)
+        for (int w = 0; rc == EF_OK && w < job->nworkers; w++) {
             rx.owed[w] = credits;
+            rx.heard[w] = ef__now_ns(); /* each owes word from now */
+        }
         if (rc == EF_OK && pthread_create(&rx.thread, NULL, receive_main, NULL))
             rc = ef__err_set(err, EF_ENOMEM,
                              "service: cannot start the receiving thread");
@@ -450,6 +696,7 @@ int ef__service_attach(int endless, uint64_t budget, int credits,
     if (rc == EF_OK) {
         r->epoch = rx.next_epoch;
         r->endless = endless;
+        r->budget = budget;
         rx.next_epoch = endless ? INT64_MAX : r->epoch + 1;
         rx.reader = r;
     }
@@ -493,6 +740,7 @@ int ef__service_take(ef__service_reader *r, int block, ef_sample **out,
         if (--m->left == 0) {
             if (rx.owed) /* NULL once this process has left */
                 rx.owed[m->worker]++;
+            release(r, m->bytes);
             r->head = (r->head + 1) % r->cap;
             r->count--;
         }
@@ -522,8 +770,17 @@ void ef__service_detach(ef__service_reader *r)
     pthread_mutex_lock(&rx.mu);
     if (rx.reader == r)
         rx.reader = NULL;
-    for (size_t i = 0; rx.owed && i < r->count; i++)
-        rx.owed[r->fifo[(r->head + i) % r->cap].worker]++;
+    for (size_t i = 0; i < r->count; i++) {
+        const pending_msg *m = &r->fifo[(r->head + i) % r->cap];
+        if (rx.owed)
+            rx.owed[m->worker]++;
+        release(r, m->bytes);
+    }
+    if (rx.charged_reader == r) { /* a message on its way to it */
+        release(r, rx.charged);
+        rx.charged = 0;
+        rx.charged_reader = NULL;
+    }
     /* after leaving (ef_service_leave before the pipeline's end) there is
      * no one to tell */
     int cut = job && !r->endless && !r->ended && !rx.shut;
@@ -552,7 +809,7 @@ void ef__service_figures_get(const ef__service_reader *r,
     pthread_mutex_unlock(&rx.mu);
 }
 
-void ef__service_receive_shutdown(void)
+int ef__service_receive_shutdown(void)
 {
     const ef__service_job *job = ef__service_job_get();
     pthread_mutex_lock(&rx.mu);
@@ -561,13 +818,14 @@ void ef__service_receive_shutdown(void)
     rx.reader = NULL; /* what still comes is dropped */
     pthread_mutex_unlock(&rx.mu);
     if (was || !job)
-        return;
+        return rx.silent;
     if (rx.running) {
         atomic_store(&rx.stop, 1);
         pthread_join(rx.thread, NULL);
         rx.running = 0;
     }
-    if (job->nworkers) {
+    /* a silent worker would never answer: the job ends by abort */
+    if (job->nworkers && !rx.silent) {
         /* the dispatcher first, so that it answers FINISH to the workers
          * once every trainer has left; then each worker, whose last
          * message to this process is its answer */
@@ -586,7 +844,8 @@ void ef__service_receive_shutdown(void)
             MPI_Status st;
             if (MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, job->data, &flag,
                            &st) != MPI_SUCCESS ||
-                (flag && receive_one(job, &st, &err) != EF_OK))
+                (flag && receive_one(job, &st, &err) != EF_OK) ||
+                (!flag && rx.heard && check_liveness(job, &err) != EF_OK))
                 break;
             acked += flag && st.MPI_TAG == EF__TAG_BYE_ACK;
             if (flag)
@@ -597,10 +856,16 @@ void ef__service_receive_shutdown(void)
     }
     pthread_mutex_lock(&rx.mu);
     ef__free(rx.owed);
+    ef__free(rx.granted);
+    ef__free(rx.heard);
     ef__free(rx.eoe);
-    ef__free(rx.head);
-    rx.owed = NULL;
+    if (!rx.silent) /* else MPI may still write there (recv_within) */
+        ef__free(rx.head);
+    rx.owed = rx.granted = NULL;
+    rx.heard = NULL;
     rx.eoe = NULL;
     rx.head = NULL;
+    int silent = rx.silent;
     pthread_mutex_unlock(&rx.mu);
+    return silent;
 }

@@ -6,9 +6,17 @@
  * messages of room (CREDIT: bytes and samples at most), and grants one
  * more each time one of them has been read. A worker sends only with a
  * credit in hand, so neither side queues more than the credits allow,
- * and a chunk is sent straight from the samples' buffers. */
+ * and a chunk is sent straight from the samples' buffers. A chunk keeps
+ * to the room of the trainer it goes to (a trainer refuses more), so
+ * chunks are filled to the smallest room of the trainers known.
+ *
+ * A thread of its own tells every trainer that this worker lives
+ * (heartbeat), so that a trainer can tell a stopped worker from a slow
+ * one: a slow sample, a wait for credit or for a split still beats. */
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include "core/alloc.h"
 #include "core/budget.h"
@@ -31,6 +39,17 @@
  * MPI moves the last chunks (each waits for its trainer to receive it). */
 #define IN_FLIGHT 4
 
+/* The heartbeat's thread. */
+typedef struct {
+    pthread_t thread;
+    pthread_mutex_t mu; /* guards `to` and `stop`; held over each beat, so
+                           that no beat follows the answer to a goodbye */
+    pthread_cond_t wake;
+    const ef__service_job *job;
+    int *to; /* per trainer: 1 while it hears the beats */
+    int stop, started;
+} heartbeat;
+
 /* A chunk's header and payload blocks, and the samples whose buffers
  * the payload is sent from, held until the send completes. */
 typedef struct {
@@ -48,7 +67,11 @@ typedef struct {
     ef__err err;
     int *alive, nalive;
     int64_t *credits; /* per trainer: messages it has room for */
-    int64_t room_bytes, room_items;
+    /* per trainer, from its credits (0 before the first): the payload a
+     * message of several samples may have, and one sample alone */
+    int64_t *room_of, *single_of;
+    int64_t room_items;
+    heartbeat beat;
     int next_trainer; /* round robin among those with room */
     /* the split being read */
     ef_pipeline *p;
@@ -77,6 +100,50 @@ typedef struct {
 static void report_failure(worker *w);
 static int complete_all(worker *w);
 
+static void *beat_main(void *arg)
+{
+    heartbeat *b = arg;
+    pthread_mutex_lock(&b->mu);
+    while (!b->stop) {
+        for (int t = 0; t < b->job->ntrainers; t++)
+            if (b->to[t]) /* nothing to say if it fails: the job is ending */
+                MPI_Send(NULL, 0, MPI_BYTE, b->job->trainers[t], EF__TAG_ALIVE,
+                         b->job->data);
+        struct timespec until;
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_nsec += EF__HEARTBEAT_MS * 1000000L;
+        until.tv_sec += until.tv_nsec / 1000000000L;
+        until.tv_nsec %= 1000000000L;
+        pthread_cond_timedwait(&b->wake, &b->mu, &until);
+    }
+    pthread_mutex_unlock(&b->mu);
+    return NULL;
+}
+
+/* Starts beating to every trainer (b->to must be allocated). */
+static int beat_start(heartbeat *b, ef__err *err)
+{
+    for (int t = 0; t < b->job->ntrainers; t++)
+        b->to[t] = 1;
+    if (pthread_create(&b->thread, NULL, beat_main, b))
+        return ef__err_set(err, EF_ENOMEM,
+                           "service: cannot start the heartbeat's thread");
+    b->started = 1;
+    return EF_OK;
+}
+
+static void beat_stop(heartbeat *b)
+{
+    if (!b->started)
+        return;
+    pthread_mutex_lock(&b->mu);
+    b->stop = 1;
+    pthread_cond_signal(&b->wake);
+    pthread_mutex_unlock(&b->mu);
+    pthread_join(b->thread, NULL);
+    b->started = 0;
+}
+
 static int was_cut(const worker *w, int64_t epoch)
 {
     for (int i = 0; i < w->ncuts && i < CUTS_KEPT; i++)
@@ -97,10 +164,10 @@ static int take_messages(worker *w)
             return ef__service_mpi_error(rc, "MPI_Iprobe", &w->err);
         if (!flag)
             return EF_OK;
-        int64_t v[2] = {0, 0};
+        int64_t v[3] = {0, 0, 0};
         int n = 0;
         MPI_Get_count(&st, MPI_INT64_T, &n);
-        if (n < 0 || n > 2)
+        if (n < 0 || n > 3)
             return ef__err_set(&w->err, EF_EFORMAT,
                                "service: rank %d sent this worker a message "
                                "(tag %d) that is none of the service's",
@@ -112,10 +179,11 @@ static int take_messages(worker *w)
         int t = ef__service_index(w->job, EF_SERVICE_TRAINER, st.MPI_SOURCE);
         if (t < 0 || !w->alive[t])
             continue;
-        if (st.MPI_TAG == EF__TAG_CREDIT && n == 2) {
+        if (st.MPI_TAG == EF__TAG_CREDIT && n == 3) {
             w->credits[t]++;
-            w->room_bytes = v[0] > 0 ? v[0] : DEFAULT_BYTES;
+            w->room_of[t] = v[0] > 0 ? v[0] : DEFAULT_BYTES;
             w->room_items = v[1] > 0 ? v[1] : DEFAULT_ITEMS;
+            w->single_of[t] = v[2] > 0 ? v[2] : w->room_of[t];
         } else if (st.MPI_TAG == EF__TAG_CUT && n >= 1) {
             w->cuts[w->ncuts++ % CUTS_KEPT] = v[0];
             if (w->p && w->epoch == v[0])
@@ -126,6 +194,9 @@ static int take_messages(worker *w)
             w->alive[t] = 0;
             w->credits[t] = 0;
             w->nalive--;
+            pthread_mutex_lock(&w->beat.mu);
+            w->beat.to[t] = 0;
+            pthread_mutex_unlock(&w->beat.mu);
             /* after every sample sent to it: nothing more will come */
             if (ef__service_send(w->job->data, st.MPI_SOURCE, EF__TAG_BYE_ACK,
                                  v, 0, &w->err))
@@ -216,6 +287,46 @@ static int complete_all(worker *w)
     return EF_OK;
 }
 
+/* Whether trainer t's credit allows the chunk being filled: several
+ * samples within its room, or one sample alone within what it takes. */
+static int allows(const worker *w, int t)
+{
+    const ef__chunk_out *c = &w->cur.out;
+    return (uint64_t)(c->items == 1 ? w->single_of[t] : w->room_of[t]) >=
+           c->payload;
+}
+
+/* No trainer still reading can take the chunk: a sample over every
+ * trainer's memory budget (or, for several, a room that shrank as the
+ * trainers that had more left). Reported as the split's failure. */
+static int unsendable(worker *w)
+{
+    const ef__chunk_out *c = &w->cur.out;
+    int64_t most = 0;
+    for (int t = 0; t < w->job->ntrainers; t++)
+        if (w->alive[t]) {
+            int64_t m = c->items == 1 ? w->single_of[t] : w->room_of[t];
+            most = m > most ? m : most;
+        }
+    if (c->items == 1)
+        ef__err_set(&w->err, EF_ENOMEM,
+                    "service: item %lld: %llu bytes, over the memory budget "
+                    "of every trainer (one sample may take %lld bytes at "
+                    "most; raise the trainers' budget: --memory-budget, "
+                    "memory_budget= in Python, ef_pipeline_set_memory_budget)",
+                    (long long)ef_sample_identity(w->cur.held[0]).index,
+                    (unsigned long long)c->payload, (long long)most);
+    else
+        ef__err_set(&w->err, EF_ESTATE,
+                    "service: a message of %lld samples and %llu bytes fits "
+                    "the room of no trainer still reading (%lld bytes at "
+                    "most)",
+                    (long long)c->items, (unsigned long long)c->payload,
+                    (long long)most);
+    report_failure(w);
+    return EF_OK;
+}
+
 /* Sends the chunk to the next trainer with room, waiting for one. */
 static int send_chunk(worker *w)
 {
@@ -233,11 +344,18 @@ static int send_chunk(worker *w)
             drop_chunk(w);
             return EF_OK;
         }
-        for (int k = 0; k < w->job->ntrainers && t < 0; k++) {
+        int could = 0; /* a trainer that takes it, now or later */
+        for (int k = 0; k < w->job->ntrainers; k++) {
             int i = (w->next_trainer + k) % w->job->ntrainers;
-            if (w->alive[i] && w->credits[i] > 0)
+            /* before its first credit, a trainer's room is not known */
+            if (!w->alive[i] || (w->room_of[i] && !allows(w, i)))
+                continue;
+            could = 1;
+            if (t < 0 && w->credits[i] > 0)
                 t = i;
         }
+        if (!could)
+            return unsendable(w);
         if (t < 0)
             ef__service_idle(&idle);
     }
@@ -273,11 +391,18 @@ static int send_chunk(worker *w)
     return EF_OK;
 }
 
-/* The payload bytes a chunk may hold: the trainer's room, within this
- * worker's own budget. */
+/* The payload bytes a chunk may hold: the smallest room of the trainers
+ * still reading (as far as their credits said), within this worker's
+ * own budget. */
 static uint64_t room(const worker *w)
 {
-    uint64_t r = (uint64_t)w->room_bytes;
+    uint64_t r = 0;
+    for (int t = 0; t < w->job->ntrainers; t++)
+        if (w->alive[t] && w->room_of[t] &&
+            (!r || (uint64_t)w->room_of[t] < r))
+            r = (uint64_t)w->room_of[t];
+    if (!r)
+        r = (uint64_t)DEFAULT_BYTES;
     return w->budget && w->budget / 4 < r ? w->budget / 4 : r;
 }
 
@@ -304,7 +429,7 @@ static int hold(worker *w, ef_sample *s)
         ef_sample_free(s);
         return w->err.status;
     }
-    if (w->cut) {
+    if (w->cut || w->failed) {
         ef_sample_free(s);
         return EF_OK;
     }
@@ -462,7 +587,8 @@ static int read_split(worker *w)
     if (rc == EF_END) {
         if (send_chunk(w))
             return w->err.status;
-        w->rep->splits++;
+        if (!w->failed) /* else reported, and closed */
+            w->rep->splits++;
         close_split(w);
         return EF_OK;
     }
@@ -540,22 +666,29 @@ ef_status ef_service_serve(const ef_serve_config *c, ef_serve_report *rep,
     ef_serve_report r = {.size = sizeof r};
     worker w = {.job = job, .c = c, .rep = &r, .split = -1};
     w.splits = c->splits > 0 ? c->splits : 8 * (int64_t)job->nworkers;
-    w.room_bytes = DEFAULT_BYTES;
     w.budget =
         c->memory_budget >= 0 ? (uint64_t)c->memory_budget : EF__BUDGET_DEFAULT;
     w.room_items = DEFAULT_ITEMS;
     ef__err_clear(&w.err);
     w.alive = ef__calloc((size_t)job->ntrainers + 1, sizeof *w.alive);
     w.credits = ef__calloc((size_t)job->ntrainers + 1, sizeof *w.credits);
+    w.room_of = ef__calloc((size_t)job->ntrainers + 1, sizeof *w.room_of);
+    w.single_of = ef__calloc((size_t)job->ntrainers + 1, sizeof *w.single_of);
+    w.beat.job = job;
+    w.beat.to = ef__calloc((size_t)job->ntrainers + 1, sizeof *w.beat.to);
+    pthread_mutex_init(&w.beat.mu, NULL);
+    pthread_cond_init(&w.beat.wake, NULL);
     ef__dispatcher *d = NULL;
     int rc = EF_OK;
-    if (!w.alive || !w.credits)
+    if (!w.alive || !w.credits || !w.room_of || !w.single_of || !w.beat.to)
         rc = ef__err_set(&w.err, EF_ENOMEM, "service: out of memory");
     for (int t = 0; t < job->ntrainers; t++)
         w.alive[t] = 1;
     w.nalive = job->ntrainers;
     ef__chunk_out_reset(&w.cur.out);
     uint64_t t0 = ef__timer_ns();
+    if (rc == EF_OK)
+        rc = beat_start(&w.beat, &w.err);
     if (rc == EF_OK && job->rank == job->dispatcher)
         rc = ef__dispatcher_start(w.splits, c->seed, &d, &w.err);
     if (rc == EF_OK && job->rank == job->dispatcher)
@@ -568,6 +701,7 @@ ef_status ef_service_serve(const ef_serve_config *c, ef_serve_report *rep,
         rc = w.err.status;
     if (rc == EF_OK)
         rc = complete_all(&w);
+    beat_stop(&w.beat);
     ef__dispatcher_join(d);
     close_split(&w);
     /* the slots of sends that MPI failed are let go without waiting */
@@ -581,6 +715,11 @@ ef_status ef_service_serve(const ef_serve_config *c, ef_serve_report *rep,
     ef__free(w.cur.held);
     ef__free(w.alive);
     ef__free(w.credits);
+    ef__free(w.room_of);
+    ef__free(w.single_of);
+    ef__free(w.beat.to);
+    pthread_mutex_destroy(&w.beat.mu);
+    pthread_cond_destroy(&w.beat.wake);
     r.seconds = ef__ns_to_s(ef__elapsed_ns(t0, ef__timer_ns()));
     if (rep) {
         size_t n = rep->size < sizeof r ? rep->size : sizeof r;

@@ -9,6 +9,7 @@
 #include <mpi.h>
 #include <stdint.h>
 
+#include "core/budget.h"
 #include "core/err.h"
 #include "echoflow/echoflow.h"
 
@@ -32,8 +33,10 @@ enum {
 };
 /* On the data communicator: */
 enum {
-    EF__TAG_CREDIT = 20, /* trainer -> worker: i64 {bytes, items} of room
-                            for one message */
+    EF__TAG_CREDIT = 20, /* trainer -> worker: i64 {bytes, items, single}
+                            of room for one message: up to `items`
+                            samples in `bytes`, or one sample alone of
+                            up to `single` bytes */
     EF__TAG_BYE,         /* trainer -> worker: it has left */
     EF__TAG_BYE_ACK,     /* worker -> trainer: nothing more will come */
     EF__TAG_DATA,        /* worker -> trainer: a chunk's header ... */
@@ -41,7 +44,14 @@ enum {
     EF__TAG_EOE,         /* worker -> trainer: i64 epoch: all its samples
                             of that epoch were sent */
     EF__TAG_ERROR,       /* worker -> trainer: "STATUS MESSAGE" (text) */
+    EF__TAG_ALIVE,       /* worker -> trainer: nothing, but that it lives */
 };
+
+/* A worker tells every trainer that it lives this often, whatever else
+ * it does (serve.c); a trainer fails naming a worker it has not heard
+ * from for its liveness timeout (receive.c, the `service` source's
+ * `liveness`, at least 1 s), which leaves room for several of these. */
+#define EF__HEARTBEAT_MS 250
 
 /* The job as this process sees it (session.c); valid after join. */
 typedef struct {
@@ -88,10 +98,14 @@ void ef__dispatcher_join(ef__dispatcher *d);
  * process reads an epoch (or every epoch) of the service. */
 typedef struct ef__service_reader ef__service_reader;
 /* Attaches a reader for the next epoch (endless: for every epoch from
- * it); *epoch is its number. `budget` bounds the bytes in flight to this
- * process (0: no limit), `credits` the messages per worker. */
-int ef__service_attach(int endless, uint64_t budget, int credits,
-                       ef__service_reader **out, int64_t *epoch, ef__err *err);
+ * it); *epoch is its number. The messages received for it are charged
+ * to `budget` (its pipeline's, which must outlive the reader; its limit
+ * also sizes the workers' room, 0: none) until their samples are taken;
+ * `credits` is the messages per worker; a worker not heard from for
+ * `liveness_s` seconds fails the reading. */
+int ef__service_attach(int endless, ef__budget *budget, int credits,
+                       double liveness_s, ef__service_reader **out,
+                       int64_t *epoch, ef__err *err);
 /* The next sample: EF_OK, EF_END after the epoch's last, EF_AGAIN when
  * !block and none is ready, or an error (a worker's, with its rank). */
 int ef__service_take(ef__service_reader *r, int block, ef_sample **out,
@@ -108,7 +122,10 @@ typedef struct {
 } ef__service_figures;
 void ef__service_figures_get(const ef__service_reader *r,
                              ef__service_figures *out);
-/* Stops the receiving thread and says goodbye to the workers (leave). */
-void ef__service_receive_shutdown(void);
+/* Stops the receiving thread and says goodbye to the workers (leave).
+ * Nonzero when the job cannot end in order: a worker went silent (it
+ * would never answer the goodbye, nor meet MPI_Finalize), so the caller
+ * must end the job with MPI_Abort. */
+int ef__service_receive_shutdown(void);
 
 #endif

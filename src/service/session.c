@@ -360,8 +360,11 @@ void ef_service_leave(int status)
     int mine = mpi_ours && !mpi_ended;
     if (status != 0 && join_tried && !mpi_ended)
         MPI_Abort(MPI_COMM_WORLD, status);
-    if (job.joined && job.role == EF_SERVICE_TRAINER)
-        ef__service_receive_shutdown();
+    /* a worker that went silent can take part in no orderly end
+     * (MPI_Finalize waits for every rank): end the job */
+    if (job.joined && job.role == EF_SERVICE_TRAINER &&
+        ef__service_receive_shutdown() && !mpi_ended)
+        MPI_Abort(MPI_COMM_WORLD, 1);
     if (mine) {
         MPI_Finalize();
         mpi_ended = 1;

@@ -13,6 +13,7 @@
 
 typedef struct {
     int endless, credits;
+    double liveness; /* seconds */
     ef__service_reader *r;
     int64_t epoch; /* the service's epoch this pass reads */
 } service_state;
@@ -24,6 +25,7 @@ static int service_create(ef__stage *s, const ef__opts *o, ef__err *err)
         return EF_ENOMEM;
     st->endless = ef__opt_int(o, "epochs") == 0;
     st->credits = (int)ef__opt_int(o, "credits");
+    st->liveness = ef__opt_float(o, "liveness");
     ef__shard sh;
     int rc = ef__shard_parse(s, o, &sh, err);
     if (rc == EF_OK)
@@ -52,8 +54,8 @@ static int service_create(ef__stage *s, const ef__opts *o, ef__err *err)
 static int service_open(ef__stage *s, ef__err *err)
 {
     service_state *st = s->state;
-    return ef__service_attach(st->endless, s->ctx->budget.limit, st->credits,
-                              &st->r, &st->epoch, err);
+    return ef__service_attach(st->endless, &s->ctx->budget, st->credits,
+                              st->liveness, &st->r, &st->epoch, err);
 }
 
 static int service_take(ef__stage *s, int block, ef_sample **out, ef__err *err)
@@ -165,6 +167,11 @@ static const ef__option_def service_options[] = {
      0, 1},
     {"credits", EF_OPT_INT, "4",
      "messages each worker may have on their way to this process", 1, 64},
+    /* at least 1 s: a worker says it lives every EF__HEARTBEAT_MS */
+    {"liveness", EF_OPT_FLOAT, "60",
+     "seconds a worker may go without a word (each says it lives 4 times "
+     "a second) before reading fails naming it",
+     1, 86400},
     EF__SHARD_OPTION,
 };
 
