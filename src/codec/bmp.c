@@ -1,10 +1,11 @@
 /* BMP, read here (the format is a header and rows of pixels): Windows
  * headers of 40 to 124 bytes and the OS/2 one of 12, palettes of 1, 4 and
  * 8 bits, and 16, 24 and 32-bit pixels, plain or with bit-field masks,
- * rows bottom-up or top-down. Decoded as RGB, the way PIL does: a palette
- * index past the palette is the gray of its value (PIL's default
- * palette), 5 and 6-bit fields are scaled by 255 / 31 or 63, alpha is
- * dropped. Run-length (RLE4, RLE8) and embedded JPEG or PNG bitmaps are
+ * rows bottom-up or top-down. Decoded the way PIL does: a palette of
+ * grays (index i is gray i, or black and white for 1 bit: what PIL writes
+ * for a gray image) is stored gray, everything else RGB; a palette index
+ * past the palette is the gray of its value (PIL's default palette), 5
+ * and 6-bit fields are scaled by 255 / 31 or 63, alpha is dropped. Run-length (RLE4, RLE8) and embedded JPEG or PNG bitmaps are
  * refused by name. */
 #include <string.h>
 
@@ -23,6 +24,7 @@ typedef struct {
     size_t palette;      /* offset of the palette (bits <= 8) */
     int entry;           /* bytes per palette entry: 4, or 3 for OS/2 */
     int colors;          /* palette entries, at most 256 */
+    int native;          /* 1: a palette of grays, else 3 */
     uint32_t mask[3];    /* red, green, blue fields (bits 16 and 32) */
 } bmp_header;
 
@@ -81,6 +83,19 @@ static int read_masks(const unsigned char *p, size_t size, int compression,
         b->mask[k] = m[k];
     }
     return EF_OK;
+}
+
+/* Whether the palette is PIL's sign of a gray image: entry i is gray i
+ * (black and white for two entries). */
+static int gray_palette(const unsigned char *pal, const bmp_header *b)
+{
+    for (int i = 0; i < b->colors; i++) {
+        const unsigned char *e = pal + (size_t)i * b->entry;
+        int want = b->colors == 2 ? 255 * i : i;
+        if (e[0] != want || e[1] != want || e[2] != want)
+            return 0;
+    }
+    return 1;
 }
 
 /* Reads and checks everything before the pixels. */
@@ -146,6 +161,7 @@ static int read_header(const unsigned char *p, size_t size, const char *what,
     if (b->bits <= 8 && b->palette + (size_t)b->colors * b->entry > size)
         return truncated(what, "palette",
                          b->palette + (size_t)b->colors * b->entry, size, err);
+    b->native = b->bits <= 8 && gray_palette(p + b->palette, b) ? 1 : 3;
     /* sides are at most 32768: no overflow */
     b->stride = ((size_t)b->w * (size_t)b->bits + 31) / 32 * 4;
     b->data = le32(p + 10);
@@ -160,7 +176,7 @@ int ef__bmp_probe(const unsigned char *data, size_t size, const char *what,
 {
     bmp_header b;
     int rc = read_header(data, size, what, &b, err);
-    *h = b.h, *w = b.w, *c = 3;
+    *h = b.h, *w = b.w, *c = b.native;
     return rc;
 }
 
@@ -183,7 +199,10 @@ static void palette_row(const unsigned char *row, const bmp_header *b,
     for (int64_t x = 0; x < b->w; x++) {
         int shift = 8 - b->bits * (int)(x % per_byte + 1);
         int i = row[x / per_byte] >> shift & mask;
-        memcpy(dst + 3 * x, pal[i], 3);
+        if (b->native == 1)
+            dst[x] = pal[i][0];
+        else
+            memcpy(dst + 3 * x, pal[i], 3);
     }
 }
 
@@ -210,12 +229,12 @@ int ef__bmp_decode(const unsigned char *data, size_t size, int channels,
     int rc = read_header(data, size, what, &b, err);
     if (rc != EF_OK)
         return rc;
-    int c = channels ? channels : 3;
+    int c = channels ? channels : b.native;
     rc = ef__image_alloc(b.h, b.w, c, what, out, shape, err);
     if (rc != EF_OK)
         return rc;
     size_t pixels = (size_t)(b.h * b.w);
-    unsigned char *px = ef__image_scratch(*out, c, 3, pixels);
+    unsigned char *px = ef__image_scratch(*out, c, b.native, pixels);
     if (!px)
         return ef__image_decode_end(
             px, out,
@@ -231,11 +250,11 @@ int ef__bmp_decode(const unsigned char *data, size_t size, int channels,
     for (int64_t y = 0; y < b.h; y++) {
         const unsigned char *row =
             data + b.data + b.stride * (size_t)(b.top_down ? y : b.h - 1 - y);
-        unsigned char *dst = px + (size_t)(y * b.w) * 3;
+        unsigned char *dst = px + (size_t)(y * b.w) * (size_t)b.native;
         if (b.bits <= 8)
             palette_row(row, &b, (const unsigned char(*)[3])pal, dst);
         else
             rgb_row(row, &b, dst);
     }
-    return ef__image_convert_end(px, 3, out, EF_OK);
+    return ef__image_convert_end(px, b.native, out, EF_OK);
 }

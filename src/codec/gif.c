@@ -4,7 +4,8 @@
  * 0 without one; the frame's indices go where it says; the local colour
  * table, else the global one, maps indices to RGB, and an index past the
  * table is the gray of its value (PIL's default palette). A GIF without
- * any colour table is gray: the indices themselves. Animation, disposal
+ * any colour table, or whose table maps every index i to gray i (what
+ * PIL writes for a gray image), is stored gray, as PIL reads it. Animation, disposal
  * and the other frames are ignored. */
 #include <string.h>
 
@@ -113,6 +114,20 @@ static int open_first(source *s, const char *what, first_frame *f,
     return rc;
 }
 
+/* The frame's colour table, local or global; NULL when it has none or
+ * one of grays i -> (i, i, i), whose indices are the pixels. */
+static const ColorMapObject *colour_map(const GifFileType *gif)
+{
+    const ColorMapObject *map =
+        gif->Image.ColorMap ? gif->Image.ColorMap : gif->SColorMap;
+    for (int i = 0; map && i < map->ColorCount; i++) {
+        const GifColorType *e = &map->Colors[i];
+        if (e->Red != i || e->Green != i || e->Blue != i)
+            return map;
+    }
+    return NULL;
+}
+
 int ef__gif_probe(const unsigned char *data, size_t size, const char *what,
                   int64_t *h, int64_t *w, int *c, ef__err *err)
 {
@@ -122,7 +137,7 @@ int ef__gif_probe(const unsigned char *data, size_t size, const char *what,
     if (rc != EF_OK)
         return rc;
     *h = f.h, *w = f.w;
-    *c = f.gif->Image.ColorMap || f.gif->SColorMap ? 3 : 1;
+    *c = colour_map(f.gif) ? 3 : 1;
     int e;
     DGifCloseFile(f.gif, &e);
     return EF_OK;
@@ -169,8 +184,7 @@ static void to_rgb(const unsigned char *idx, size_t pixels,
 static int decode_frame(const first_frame *f, int channels, const char *what,
                         ef_buffer **out, int64_t shape[3], ef__err *err)
 {
-    const ColorMapObject *map =
-        f->gif->Image.ColorMap ? f->gif->Image.ColorMap : f->gif->SColorMap;
+    const ColorMapObject *map = colour_map(f->gif);
     int native = map ? 3 : 1, c = channels ? channels : native;
     int rc = ef__image_alloc(f->h, f->w, c, what, out, shape, err);
     if (rc != EF_OK)
