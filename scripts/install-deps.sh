@@ -13,6 +13,8 @@ packages=(
   libturbojpeg0-dev           # decode: JPEG images (TurboJPEG API)
   libjpeg62-turbo-dev         # decode_crop: only a JPEG's window (libjpeg API)
   libspng-dev                 # decode: PNG images; echoflow pack writes PNG
+  libwebp-dev libtiff-dev     # decode: WebP and TIFF images
+  libgif-dev                  # decode: GIF images (the first frame)
   libopenblas-dev             # the reference trainer's matrix products
   g++ libsentencepiece-dev    # tokenize: SentencePiece models (C++)
   libpcre2-dev                # tokenize: GPT-2's split for tiktoken ranks

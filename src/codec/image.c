@@ -1,44 +1,117 @@
 /* Image decoding's front door: picks the decoder by magic bytes (never by
  * file name: datasets hold PNGs named .jpg). The decoders' shared checks
- * and helpers are in pixels.c, below both. */
+ * and helpers are in pixels.c, below them all. */
 #include <string.h>
 
 #include "codec/image.h"
 
-static const unsigned char jpeg_magic[3] = {0xFF, 0xD8, 0xFF};
-static const unsigned char png_magic[8] = {0x89, 'P',  'N',  'G',
-                                           '\r', '\n', 0x1A, '\n'};
+typedef int (*decode_fn)(const unsigned char *data, size_t size,
+                         int channels, const char *what, ef_buffer **out,
+                         int64_t shape[3], ef__err *err);
+typedef int (*probe_fn)(const unsigned char *data, size_t size,
+                        const char *what, int64_t *h, int64_t *w, int *c,
+                        ef__err *err);
 
-enum { NEITHER, JPEG, PNG };
+/* A format: its magic bytes ('?' matches any byte) and its codec, NULL
+ * in a build without its library, which `package` brings. */
+typedef struct {
+    const char *name;
+    const char *magic;
+    size_t len;
+    decode_fn decode;
+    probe_fn probe;
+    const char *library, *package;
+} format;
 
-static int sniff(const unsigned char *p, size_t size)
+#define MAGIC(s) s, sizeof s - 1
+#ifdef EF_HAVE_TURBOJPEG
+#define JPEG_CODEC ef__jpeg_decode, ef__jpeg_probe
+#else
+#define JPEG_CODEC NULL, NULL
+#endif
+#ifdef EF_HAVE_SPNG
+#define PNG_CODEC ef__png_decode, ef__png_probe
+#else
+#define PNG_CODEC NULL, NULL
+#endif
+#ifdef EF_HAVE_WEBP
+#define WEBP_CODEC ef__webp_decode, ef__webp_probe
+#else
+#define WEBP_CODEC NULL, NULL
+#endif
+#ifdef EF_HAVE_TIFF
+#define TIFF_CODEC ef__tiff_decode, ef__tiff_probe
+#else
+#define TIFF_CODEC NULL, NULL
+#endif
+#ifdef EF_HAVE_GIF
+#define GIF_CODEC ef__gif_decode, ef__gif_probe
+#else
+#define GIF_CODEC NULL, NULL
+#endif
+
+/* JPEG first: the table is searched in order and JPEG is the common case */
+static const format formats[] = {
+    {"JPEG", MAGIC("\xFF\xD8\xFF"), JPEG_CODEC, "libjpeg-turbo",
+     "libturbojpeg0-dev"},
+    {"PNG", MAGIC("\x89PNG\r\n\x1A\n"), PNG_CODEC, "libspng", "libspng-dev"},
+    {"WebP", MAGIC("RIFF????WEBP"), WEBP_CODEC, "libwebp", "libwebp-dev"},
+    {"TIFF", MAGIC("II*\0"), TIFF_CODEC, "libtiff", "libtiff-dev"},
+    {"TIFF", MAGIC("MM\0*"), TIFF_CODEC, "libtiff", "libtiff-dev"},
+    {"BigTIFF", MAGIC("II+\0"), TIFF_CODEC, "libtiff", "libtiff-dev"},
+    {"BigTIFF", MAGIC("MM\0+"), TIFF_CODEC, "libtiff", "libtiff-dev"},
+    {"GIF", MAGIC("GIF87a"), GIF_CODEC, "giflib", "libgif-dev"},
+    {"GIF", MAGIC("GIF89a"), GIF_CODEC, "giflib", "libgif-dev"},
+    {"BMP", MAGIC("BM"), ef__bmp_decode, ef__bmp_probe, NULL, NULL},
+};
+
+static int magic_matches(const format *f, const unsigned char *p, size_t size)
 {
-    if (size >= sizeof jpeg_magic && !memcmp(p, jpeg_magic, sizeof jpeg_magic))
-        return JPEG;
-    if (size >= sizeof png_magic && !memcmp(p, png_magic, sizeof png_magic))
-        return PNG;
-    return NEITHER;
+    if (size < f->len)
+        return 0;
+    for (size_t i = 0; i < f->len; i++)
+        if (f->magic[i] != '?' && (unsigned char)f->magic[i] != p[i])
+            return 0;
+    return 1;
 }
 
-#if !defined(EF_HAVE_TURBOJPEG) || !defined(EF_HAVE_SPNG)
+/* Netpbm has no fixed magic: 'P', a digit 1 to 6, then a blank or a
+ * comment. */
+static int is_pnm(const unsigned char *p, size_t size)
+{
+    return size >= 3 && p[0] == 'P' && p[1] >= '1' && p[1] <= '6' &&
+           (p[2] == '#' || p[2] == ' ' || (p[2] >= '\t' && p[2] <= '\r'));
+}
+
+static const format pnm = {"Netpbm", "P", 1, ef__pnm_decode, ef__pnm_probe,
+                           NULL, NULL};
+
+static const format *sniff(const unsigned char *p, size_t size)
+{
+    for (size_t i = 0; i < sizeof formats / sizeof formats[0]; i++)
+        if (magic_matches(&formats[i], p, size))
+            return &formats[i];
+    return is_pnm(p, size) ? &pnm : NULL;
+}
+
 /* An image of a format whose library this build lacks. */
-static int missing(const char *what, const char *format, const char *library,
-                   const char *package, ef__err *err)
+static int missing(const char *what, const format *f, ef__err *err)
 {
     return ef__err_set(err, EF_EUNSUPPORTED,
                        "%s: a %s image, but echoflow was built without %s "
                        "(apt-get install %s, then rebuild)",
-                       what, format, library, package);
+                       what, f->name, f->library, f->package);
 }
-#endif
 
-/* EF_EFORMAT for bytes that are neither format. */
+/* EF_EFORMAT for bytes that are none of the formats. */
 static int not_an_image(const unsigned char *p, size_t size, const char *what,
                         ef__err *err)
 {
     if (size == 0)
         return ef__err_set(err, EF_EFORMAT,
-                           "%s: empty, expected a JPEG or PNG image", what);
+                           "%s: empty, expected an image (JPEG, PNG, WebP, "
+                           "TIFF, GIF, BMP or Netpbm)",
+                           what);
     /* the first bytes, in hex, say what it is instead ("3c 68 74 6d": an
      * HTML error page saved as an image) */
     char head[3 * 8 + 1];
@@ -50,8 +123,9 @@ static int not_an_image(const unsigned char *p, size_t size, const char *what,
         head[3 * i + 2] = i + 1 < n ? ' ' : '\0';
     }
     return ef__err_set(err, EF_EFORMAT,
-                       "%s: neither JPEG (ff d8 ff) nor PNG (89 50 4e 47 0d 0a "
-                       "1a 0a): %zu bytes starting %s",
+                       "%s: neither JPEG (ff d8 ff), PNG (89 50 4e 47), WebP "
+                       "(RIFF....WEBP), TIFF (II*, MM*), GIF (GIF8), BMP (BM) "
+                       "nor Netpbm (P1 to P6): %zu bytes starting %s",
                        what, size, head);
 }
 
@@ -69,27 +143,16 @@ int ef__image_decode(const void *data, size_t size, int channels,
                      ef__err *err)
 {
     const unsigned char *p = data;
-    (void)shape; /* in a build with neither codec */
     *out = NULL;
     int rc = check_channels(channels, what, err);
     if (rc != EF_OK)
         return rc;
-    switch (sniff(p, size)) {
-    case JPEG:
-#ifdef EF_HAVE_TURBOJPEG
-        return ef__jpeg_decode(p, size, channels, what, out, shape, err);
-#else
-        return missing(what, "JPEG", "libjpeg-turbo", "libturbojpeg0-dev", err);
-#endif
-    case PNG:
-#ifdef EF_HAVE_SPNG
-        return ef__png_decode(p, size, channels, what, out, shape, err);
-#else
-        return missing(what, "PNG", "libspng", "libspng-dev", err);
-#endif
-    default:
+    const format *f = sniff(p, size);
+    if (!f)
         return not_an_image(p, size, what, err);
-    }
+    if (!f->decode)
+        return missing(what, f, err);
+    return f->decode(p, size, channels, what, out, shape, err);
 }
 
 int ef__image_probe(const void *data, size_t size, int channels,
@@ -100,26 +163,14 @@ int ef__image_probe(const void *data, size_t size, int channels,
     int rc = check_channels(channels, what, err);
     if (rc != EF_OK)
         return rc;
-    int kind = sniff(p, size), stored = 3;
-    *jpeg = kind == JPEG;
-    switch (kind) {
-    case JPEG:
-#ifdef EF_HAVE_TURBOJPEG
-        rc = ef__jpeg_probe(p, size, what, &shape[0], &shape[1], &stored, err);
-        break;
-#else
-        return missing(what, "JPEG", "libjpeg-turbo", "libturbojpeg0-dev", err);
-#endif
-    case PNG:
-#ifdef EF_HAVE_SPNG
-        rc = ef__png_probe(p, size, what, &shape[0], &shape[1], &stored, err);
-        break;
-#else
-        return missing(what, "PNG", "libspng", "libspng-dev", err);
-#endif
-    default:
+    const format *f = sniff(p, size);
+    *jpeg = f == &formats[0];
+    if (!f)
         return not_an_image(p, size, what, err);
-    }
+    if (!f->probe)
+        return missing(what, f, err);
+    int stored = 3;
+    rc = f->probe(p, size, what, &shape[0], &shape[1], &stored, err);
     shape[2] = channels ? channels : stored;
     return rc;
 }
@@ -134,7 +185,7 @@ int ef__image_decode_window(const void *data, size_t size, int channels,
     if (rc != EF_OK)
         return rc;
 #if defined(EF_HAVE_JPEG) && defined(EF_HAVE_TURBOJPEG)
-    if (sniff(data, size) == JPEG)
+    if (sniff(data, size) == &formats[0])
         return ef__jpeg_decode_window(data, size, channels, choose, user, out_h,
                                       out_w, what, out, shape, inside, err);
 #else

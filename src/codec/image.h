@@ -1,6 +1,8 @@
 /* Still images: JPEG (libjpeg-turbo's TurboJPEG API; windows through its
- * libjpeg API) and PNG (libspng), decoded to 8-bit [H,W,C] pixels, and
- * encoded back for tools and tests.
+ * libjpeg API), PNG (libspng), WebP (libwebp), TIFF (libtiff), GIF's first
+ * frame (giflib), and BMP and Netpbm (PBM, PGM, PPM: read here), decoded
+ * to 8-bit [H,W,C] pixels; JPEG and PNG are also encoded back for tools
+ * and tests.
  * A build without one of the libraries answers EF_EUNSUPPORTED for that
  * format, naming the Debian package to install. */
 #ifndef EF_CODEC_IMAGE_H
@@ -12,13 +14,21 @@
 #include "codec/pixels.h"
 #include "core/err.h"
 
-/* Decodes a JPEG or PNG image held in memory, chosen by its magic bytes,
+/* The extensions (field names) of the formats ef__image_decode reads
+ * that torchvision's ImageFolder lists too: the default of the decoding
+ * stages' `fields` and of the files source's `extensions`, so that what
+ * one lists the other decodes. GIF is read when named. */
+#define EF__IMAGE_EXTENSIONS "jpg,jpeg,png,ppm,bmp,pgm,tif,tiff,webp"
+
+/* Decodes an image held in memory, its format chosen by its magic bytes,
  * into a new buffer of u8 pixels, row-major [H,W,C]; the caller owns *out.
- * channels = 0 keeps the stored layout (1 for grayscale, 3 for colour;
- * alpha is dropped), 1 or 3 converts (ITU-R 601 luma for grayscale).
+ * channels = 0 keeps the stored layout (1 for grayscale, 3 for colour,
+ * palettes included; alpha is dropped), 1 or 3 converts (ITU-R 601 luma
+ * for grayscale).
  * `what` names the input in messages ("field 'png'").
- * EF_EFORMAT for anything that is neither format, truncated or corrupt;
- * EF_EUNSUPPORTED when the format's library was not built in. */
+ * EF_EFORMAT for anything that is none of the formats, truncated or
+ * corrupt; EF_EUNSUPPORTED when the format's library was not built in, or
+ * for a variant of it not read (animated WebP, run-length BMP ...). */
 int ef__image_decode(const void *data, size_t size, int channels,
                      const char *what, ef_buffer **out, int64_t shape[3],
                      ef__err *err);
@@ -26,7 +36,7 @@ int ef__image_decode(const void *data, size_t size, int channels,
 /* The shape ef__image_decode would give the image, [H,W,C] for
  * `channels` as there, read from its header with the same checks and
  * nothing decoded or allocated, so that a stage can refuse what it
- * cannot hold before paying for it; *jpeg tells a JPEG from a PNG.
+ * cannot hold before paying for it; *jpeg tells a JPEG from the rest.
  * Errors as ef__image_decode's. */
 int ef__image_probe(const void *data, size_t size, int channels,
                     const char *what, int64_t shape[3], int *jpeg,
@@ -38,7 +48,7 @@ typedef void (*ef__window_fn)(int64_t h, int64_t w, void *user, int64_t win[4]);
 
 /* Decodes the window `choose` picks (called once, with `user`, after the
  * header passed the checks ef__image_decode makes of it; a window not
- * inside the image is EF_EINVAL) of a JPEG or PNG into a new buffer of u8
+ * inside the image is EF_EINVAL) of an image into a new buffer of u8
  * [shape] pixels the caller owns; channels and errors as
  * ef__image_decode. The buffer may hold more than the window:
  * inside = {y0, x0, height, width} says where in *out the window lies.
@@ -47,8 +57,8 @@ typedef void (*ef__window_fn)(int64_t h, int64_t w, void *user, int64_t win[4]);
  * size both ways, scaled down by 2, 4 or 8 in the IDCT (the largest that
  * keeps the window at least out_h x out_w): `inside` is then in scaled
  * pixels, rounded. Unscaled, the window's pixels are ef__image_decode's,
- * bit for bit. A PNG (or a JPEG in a build without libjpeg) is decoded
- * whole, inside = the window. */
+ * bit for bit. Any other format (or a JPEG in a build without libjpeg) is
+ * decoded whole, inside = the window. */
 int ef__image_decode_window(const void *data, size_t size, int channels,
                             ef__window_fn choose, void *user, int64_t out_h,
                             int64_t out_w, const char *what, ef_buffer **out,
@@ -72,12 +82,41 @@ int ef__png_decode(const unsigned char *data, size_t size, int channels,
                    const char *what, ef_buffer **out, int64_t shape[3],
                    ef__err *err);
 
+/* WebP (libwebp), TIFF (libtiff) and GIF (giflib) in builds with their
+ * library; BMP and Netpbm always. */
+int ef__webp_decode(const unsigned char *data, size_t size, int channels,
+                    const char *what, ef_buffer **out, int64_t shape[3],
+                    ef__err *err);
+int ef__tiff_decode(const unsigned char *data, size_t size, int channels,
+                    const char *what, ef_buffer **out, int64_t shape[3],
+                    ef__err *err);
+int ef__gif_decode(const unsigned char *data, size_t size, int channels,
+                   const char *what, ef_buffer **out, int64_t shape[3],
+                   ef__err *err);
+int ef__bmp_decode(const unsigned char *data, size_t size, int channels,
+                   const char *what, ef_buffer **out, int64_t shape[3],
+                   ef__err *err);
+int ef__pnm_decode(const unsigned char *data, size_t size, int channels,
+                   const char *what, ef_buffer **out, int64_t shape[3],
+                   ef__err *err);
+
 /* A JPEG's height and width, and its channels as stored (1 gray, else
  * 3), with ef__jpeg_decode's checks of the header. */
 int ef__jpeg_probe(const unsigned char *data, size_t size, const char *what,
                    int64_t *h, int64_t *w, int *c, ef__err *err);
 /* The same for a PNG, with ef__png_decode's checks. */
 int ef__png_probe(const unsigned char *data, size_t size, const char *what,
+                  int64_t *h, int64_t *w, int *c, ef__err *err);
+/* The same for the other formats, each with its decoder's checks. */
+int ef__webp_probe(const unsigned char *data, size_t size, const char *what,
+                   int64_t *h, int64_t *w, int *c, ef__err *err);
+int ef__tiff_probe(const unsigned char *data, size_t size, const char *what,
+                   int64_t *h, int64_t *w, int *c, ef__err *err);
+int ef__gif_probe(const unsigned char *data, size_t size, const char *what,
+                  int64_t *h, int64_t *w, int *c, ef__err *err);
+int ef__bmp_probe(const unsigned char *data, size_t size, const char *what,
+                  int64_t *h, int64_t *w, int *c, ef__err *err);
+int ef__pnm_probe(const unsigned char *data, size_t size, const char *what,
                   int64_t *h, int64_t *w, int *c, ef__err *err);
 /* In builds with libjpeg and TurboJPEG. */
 int ef__jpeg_decode_window(const unsigned char *data, size_t size, int channels,

@@ -1,4 +1,4 @@
-/* What the JPEG and PNG codecs share (see pixels.h). */
+/* What the image codecs share (see pixels.h). */
 #include "codec/pixels.h"
 
 #include "core/alloc.h"
@@ -64,6 +64,29 @@ void ef__image_rgb_to_gray(const unsigned char *src, size_t pixels,
         dst[i] = (unsigned char)((299u * src[0] + 587u * src[1] +
                                   114u * src[2] + 500u) /
                                  1000u);
+}
+
+unsigned char *ef__image_scratch(ef_buffer *out, int c, int native,
+                                 size_t pixels)
+{
+    return c == native ? ef_buffer_data(out)
+                       : ef__malloc(pixels * (size_t)native);
+}
+
+int ef__image_convert_end(unsigned char *px, int native, ef_buffer **out,
+                          int rc)
+{
+    unsigned char *dst = ef_buffer_data(*out);
+    size_t pixels = ef_buffer_size(*out) / (native == 1 ? 3 : 1);
+    if (rc == EF_OK && px != dst) {
+        if (native == 3) {
+            ef__image_rgb_to_gray(px, pixels, dst);
+        } else {
+            for (size_t i = 0; i < pixels; i++)
+                dst[3 * i] = dst[3 * i + 1] = dst[3 * i + 2] = px[i];
+        }
+    }
+    return ef__image_decode_end(px, out, rc);
 }
 
 void ef__image_cmyk_to_rgb(const unsigned char *src, size_t pixels,

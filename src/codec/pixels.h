@@ -1,7 +1,8 @@
-/* What the JPEG and PNG codecs share: the size limits every header is
- * checked against, the decoded buffer's allocation, and RGB to gray. The
- * dependency runs one way: image.c dispatches to jpeg.c and png.c, which
- * use this and nothing of image.c. */
+/* What the image codecs share: the size limits every header is checked
+ * against, the decoded buffer's allocation, and conversions between
+ * layouts. The dependency runs one way: image.c dispatches to the
+ * per-format codecs (jpeg.c, png.c, webp.c ...), which use this and
+ * nothing of image.c. */
 #ifndef EF_CODEC_PIXELS_H
 #define EF_CODEC_PIXELS_H
 
@@ -16,7 +17,7 @@
 #define EF__IMAGE_MAX_PIXELS (INT64_C(1) << 28)
 
 /* EF_EFORMAT naming the input when a header's size is zero or beyond the
- * limits above; EF_OK otherwise. `format` is "JPEG" or "PNG". */
+ * limits above; EF_OK otherwise. `format` names it ("JPEG", "BMP" ...). */
 int ef__image_check_size(int64_t h, int64_t w, const char *format,
                          const char *what, ef__err *err);
 /* EF_EINVAL naming the input unless the window {y0, x0, height, width}
@@ -34,6 +35,17 @@ int ef__image_decode_end(unsigned char *px, ef_buffer **out, int rc);
  * reads). */
 void ef__image_rgb_to_gray(const unsigned char *src, size_t pixels,
                            unsigned char *dst);
+/* Where a decoder writes pixels of `native` channels (1 or 3) when the
+ * caller asked for `c`: *out's own memory when they agree, else a new
+ * scratch buffer of pixels * native bytes (NULL: out of memory), which
+ * ef__image_convert_end turns into *out's layout. */
+unsigned char *ef__image_scratch(ef_buffer *out, int c, int native,
+                                 size_t pixels);
+/* Ends a decode through ef__image_scratch: when rc is EF_OK and px is a
+ * scratch buffer, its `native` channels become *out's (gray replicated,
+ * RGB to luma); then as ef__image_decode_end. */
+int ef__image_convert_end(unsigned char *px, int native, ef_buffer **out,
+                          int rc);
 /* Adobe CMYK JPEG pixels (inverted inks, 255 = none) to packed RGB:
  * r = c * k / 255, and so on; dst may equal src. */
 void ef__image_cmyk_to_rgb(const unsigned char *src, size_t pixels,

@@ -1,6 +1,6 @@
 #!/usr/bin/python3
-"""Writes the hand-made seeds of corpus/png, corpus/jpeg and
-corpus/jpeg_window (run from any directory; existing seeds are
+"""Writes the hand-made seeds of corpus/png, corpus/jpeg, corpus/image
+(WebP, TIFF, GIF, BMP, Netpbm) and corpus/jpeg_window (run from any directory; existing seeds are
 overwritten, inputs the fuzzer added are kept; name the kinds to write
 only those). PNGs are written here chunk by chunk, so that every colour type, bit
 depth, interlacing and chunk the format allows can be seeded, and broken
@@ -190,6 +190,85 @@ def jpeg_seeds():
     return s
 
 
+# ---- WebP, TIFF, GIF, BMP, Netpbm ---------------------------------------
+
+
+def saved(img, fmt, **opts):
+    f = io.BytesIO()
+    img.save(f, fmt, **opts)
+    return f.getvalue()
+
+
+def bmp(w, h, bits, rows, compression=0, extra=b""):
+    info = struct.pack("<IiiHHIIiiII", 40, w, h, 1, bits, compression,
+                       len(rows), 0, 0, 0, 0)
+    offset = 14 + len(info) + len(extra)
+    return b"BM" + struct.pack("<IHHI", offset + len(rows), 0, 0, offset) + info + extra + rows
+
+
+def image_seeds():
+    rng = np.random.default_rng(4)
+    rgb = Image.fromarray(rng.integers(0, 256, (7, 9, 3), dtype=np.uint8))
+    rgba = Image.fromarray(rng.integers(0, 256, (5, 6, 4), dtype=np.uint8))
+    gray = Image.fromarray(rng.integers(0, 256, (6, 5), dtype=np.uint8))
+    s = {
+        "webp-lossless": saved(rgb, "WEBP", lossless=True),
+        "webp-lossy": saved(rgb, "WEBP", quality=60),
+        "webp-alpha": saved(rgba, "WEBP", quality=60),
+        "tiff-rgb": saved(rgb, "TIFF"),
+        "tiff-gray-lzw": saved(gray, "TIFF", compression="tiff_lzw"),
+        "tiff-rgb-deflate": saved(rgb, "TIFF", compression="tiff_adobe_deflate"),
+        "tiff-rgba": saved(rgba, "TIFF"),
+        "tiff-palette": saved(rgb.quantize(16), "TIFF"),
+        "tiff-bilevel": saved(gray.convert("1"), "TIFF"),
+        "tiff-packbits": saved(rgb, "TIFF", compression="packbits"),
+        "gif-palette": saved(rgb.quantize(16), "GIF"),
+        "gif-gray": saved(gray, "GIF", optimize=False),
+        "gif-interlaced": saved(rgb.quantize(16), "GIF", interlace=True),
+        "gif-transparent": saved(rgb.quantize(16), "GIF", transparency=2),
+        "bmp-rgb24": saved(rgb, "BMP"),
+        "bmp-palette8": saved(rgb.quantize(16), "BMP"),
+        "bmp-gray8": saved(gray, "BMP"),
+        "bmp-rgba32": saved(rgba, "BMP"),
+        "bmp-bilevel": saved(gray.convert("1"), "BMP"),
+        "bmp-565": bmp(3, 2, 16, bytes(range(16)), 3,
+                       struct.pack("<III", 0xF800, 0x7E0, 0x1F)),
+        "bmp-top-down": bmp(2, -2, 24, bytes(range(16))),
+        "bmp-rle8": bmp(2, 2, 8, b"\x02\x01\x00\x00\x02\x01\x00\x01", 1),
+        "ppm": saved(rgb, "PPM"),
+        "pgm": saved(gray, "PPM"),
+        "pbm": saved(gray.convert("1"), "PPM"),
+        "ppm-16bit": b"P6 2 2 65535\n" + bytes(range(24)),
+        "pgm-maxval-100": b"P5\n# comment\n3 2\n100\n" + bytes([0, 50, 100, 101, 7, 99]),
+        "ppm-plain": b"P3 2 1 255\n1 2 3\n4 5 6\n",
+        "pgm-plain": b"P2\n2 2\n15\n0 15\n7 8\n",
+        "pbm-plain": b"P1\n3 2\n010\n1 1 0\n",
+    }
+    # broken on purpose: every seed cut in half and after its header, and
+    # sizes past the limits
+    for name in list(s):
+        s["truncated-half-" + name] = s[name][: len(s[name]) // 2]
+        s["truncated-16-" + name] = s[name][:16]
+    s["bmp-width-40000"] = bmp(40000, 1, 24, bytes(16))
+    s["bmp-height-min"] = bmp(1, -(1 << 31), 24, bytes(16))
+    s["pgm-20000x20000"] = b"P5 20000 20000 255\n" + bytes(64)
+    s["pgm-maxval-0"] = b"P5 2 2 0\n" + bytes(4)
+    s["ppm-plain-sample-too-big"] = b"P3 1 1 9\n1 2 10\n"
+    gif = bytearray(s["gif-palette"])
+    gif[6:10] = struct.pack("<HH", 65535, 65535)
+    s["gif-screen-65535"] = bytes(gif)
+    tif = bytearray(s["tiff-rgb"])
+    at = tif.find(struct.pack("<HHI", 256, 3, 1))  # ImageWidth, SHORT
+    if at > 0:
+        tif[at + 8:at + 10] = struct.pack("<H", 40000)
+    s["tiff-width-40000"] = bytes(tif)
+    flipped = bytearray(s["webp-lossy"])
+    for k in range(30, len(flipped), 5):
+        flipped[k] ^= 0x55
+    s["webp-bit-flips"] = bytes(flipped)
+    return s
+
+
 def window_head(channels, scale, top, left, height, width, side):
     """The 10 bytes before a fuzz_jpeg_window input's image: channels
     (0, 1, 3), scaling on or off, the window as fractions of the size,
@@ -219,9 +298,10 @@ def jpeg_window_seeds():
 
 
 def main():
-    """usage: make_image_seeds.py [png] [jpeg] [jpeg_window] (all by
-    default)"""
-    kinds = {"png": png_seeds, "jpeg": jpeg_seeds, "jpeg_window": jpeg_window_seeds}
+    """usage: make_image_seeds.py [png] [jpeg] [image] [jpeg_window] (all
+    by default)"""
+    kinds = {"png": png_seeds, "jpeg": jpeg_seeds, "image": image_seeds,
+             "jpeg_window": jpeg_window_seeds}
     import sys
     wanted = sys.argv[1:] or list(kinds)
     for kind, seeds in ((k, kinds[k]()) for k in wanted):

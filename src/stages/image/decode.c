@@ -1,6 +1,8 @@
 /* decode: turns the encoded fields of a WebDataset-style sample (u8 [N]
  * fields named by file extension) into tensors. The one field named in
- * `fields` (jpg, jpeg, png by default) becomes a u8 [H,W,C] image called
+ * `fields` (by default the extensions of every format torchvision's
+ * ImageFolder opens: jpg, jpeg, png, ppm, bmp, pgm, tif, tiff, webp; gif
+ * when named) becomes a u8 [H,W,C] image called
  * `as`; a `cls` field (ASCII decimal text) becomes the i64 scalar `label`.
  * The format is sniffed from the bytes, not the name. Other fields pass
  * through, sharing their payload (decode_fields.h). */
@@ -53,8 +55,8 @@ static const ef__option_def decode_options[] = {
 
 const ef__stage_def ef__stage_decode = {
     .info = {"decode",
-             "JPEG/PNG bytes to a u8 [H,W,C] image, 'cls' text to an i64 "
-             "label",
+             "JPEG/PNG/WebP/TIFF/BMP/PPM/PGM/GIF bytes to a u8 [H,W,C] "
+             "image, 'cls' text to an i64 label",
              EF__OPTIONS(decode_options)},
     .create = decode_create,
     EF__IMAGE_STAGE_OPS,

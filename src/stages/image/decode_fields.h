@@ -9,6 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "codec/image.h"
 #include "core/sample.h"
 #include "stage.h"
 #include "stages/flow/map.h"
@@ -73,8 +74,9 @@ int ef__decode_output(const ef_sample *in, const ef__decode_fields *p,
      "0: as stored (1 gray, 3 colour), 1: gray, 3: RGB; alpha is dropped",     \
      0, 3},                                                                    \
     {"as", EF_OPT_STRING, "image", "name of the decoded image field", 0, 0},   \
-    {"fields", EF_OPT_STRING, "jpg,jpeg,png",                                  \
-     "fields that may hold the image (quoted list); one per sample", 0, 0}
+    {"fields", EF_OPT_STRING, EF__IMAGE_EXTENSIONS,                            \
+     "fields that may hold the image (quoted list; gif too when named); one " \
+     "per sample", 0, 0}
 /* clang-format on */
 
 #endif

@@ -19,6 +19,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "codec/image.h"
 #include "core/err.h"
 #include "echoflow/echoflow.h"
 
@@ -62,9 +63,9 @@ typedef struct {
     char v[EF__FILES_MAX_EXTS][EF_MAX_NAME + 1];
 } ef__file_exts;
 
-/* torchvision's IMG_EXTENSIONS. */
-#define EF__FILES_IMG_EXTENSIONS                                               \
-    ".jpg,.jpeg,.png,.ppm,.bmp,.pgm,.tif,.tiff,.webp"
+/* torchvision's IMG_EXTENSIONS, which are exactly what the decoding
+ * stages decode by default. */
+#define EF__FILES_IMG_EXTENSIONS EF__IMAGE_EXTENSIONS
 
 /* Parses "jpg,.PNG, tif" (dots optional, case folded) into *out.
  * EF_ESPEC naming option `what` on an empty or overlong name. */
