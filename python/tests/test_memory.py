@@ -8,13 +8,16 @@ plus SLACK while the pipeline ran, and that it ended as expected: read to
 the end, or failed with the library's out-of-memory error naming the
 stage and the size. Under sanitizers RSS says nothing (shadow memory,
 quarantined frees), so there only the outcomes are checked."""
+import http.server
 import io
 import json
 import os
+import socketserver
 import struct
 import subprocess
 import sys
 import tarfile
+import threading
 
 import pytest
 
@@ -107,10 +110,56 @@ def write_files(d, n, size):
     return d
 
 
+def test_files_many_readers(tmp_path):
+    # 32 readers of 6 MiB files: each reader alone fits the budget, all of
+    # them together do not
+    d = write_files(str(tmp_path / "f"), 64, 6 * MiB)
+    check("files:glob=%s/*.bin,readers=32" % d)
+
+
 def test_files_one_file_over_the_budget(tmp_path):
     d = write_files(str(tmp_path / "f"), 2, 24 * MiB)
     check("files:glob=%s/*.bin" % d,
           fails=["files", str(24 * MiB) + " bytes"])
+
+
+class Endless(http.server.BaseHTTPRequestHandler):
+    """Answers every GET with a body that never ends, without a length."""
+    protocol_version = "HTTP/1.0"
+
+    def do_GET(self):
+        self.send_response(200)
+        self.end_headers()
+        block = b"x" * (64 << 10)
+        try:
+            while True:
+                self.wfile.write(block)
+        except OSError:
+            pass
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def endless_server():
+    server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), Endless)
+    server.daemon_threads = True
+    t = threading.Thread(target=server.serve_forever, daemon=True)
+    t.start()
+    yield "http://127.0.0.1:%d" % server.server_address[1]
+    server.shutdown()
+    server.server_close()
+
+
+def test_files_endless_http_bodies(endless_server, tmp_path):
+    # 8 readers each on a body that never ends: one alone passes the
+    # budget and fails; together they must not hold 8 budgets first
+    lst = tmp_path / "urls.txt"
+    lst.write_text("".join("%s/b%d.bin\n" % (endless_server, i)
+                           for i in range(8)))
+    check("files:list=%s,readers=8" % lst,
+          fails=["files", "b0.bin"])
 
 
 # ---- tar ----------------------------------------------------------------
