@@ -238,6 +238,17 @@ def test_cifar(tmp_path):
 
 # ---- jsonl, text ----------------------------------------------------------
 
+def test_jsonl_long_lines_small_documents(tmp_path):
+    # 400 lines of 1 MiB whose document is a few bytes: a shuffle buffer
+    # holds them all, and must hold their documents only
+    pad = "p" * MiB
+    path = tmp_path / "d.jsonl"
+    with open(path, "w") as f:
+        for i in range(400):
+            f.write('{"pad": "%s", "text": "doc %d"}\n' % (pad, i))
+    check("jsonl:files=%s | shuffle:1000" % path)
+
+
 def test_text_long_lines(tmp_path):
     # 64 lines of 1 MiB into a shuffle buffer: the budget bounds it
     path = tmp_path / "d.txt"
