@@ -277,3 +277,51 @@ def test_tokens_large_blocks(tmp_path):
     path.write_bytes(bytes(range(256)) * (32 * MiB // 256))
     check("tokens:files=%s,block=1000000 | shuffle:100" % path,
           fails=["shuffle"])
+
+
+# ---- tokenize -------------------------------------------------------------
+
+def rank_file(path):
+    """A tiktoken rank file: the 256 bytes, and "aa", "aaaa" merged."""
+    import base64
+    toks = [bytes([b]) for b in range(256)] + [b"aa", b"aaaa"]
+    path.write_text("".join("%s %d\n" % (base64.b64encode(t).decode(), i)
+                            for i, t in enumerate(toks)))
+    return path
+
+
+def test_tokenize_one_huge_word(tmp_path):
+    # one word of 2 MiB: its ids fit the budget, but it is one piece to
+    # merge, whose working memory alone passes the budget
+    model = rank_file(tmp_path / "ranks.tiktoken")
+    path = tmp_path / "w.txt"
+    path.write_text("a" * (2 * MiB) + "\n")
+    check("text:files=%s | tokenize:model=%s" % (path, model),
+          fails=["tokenize", "piece of %d bytes" % (2 * MiB)])
+
+
+def test_tokenize_many_ids(tmp_path):
+    # a document of 10 MiB of short words without a merge: an id per
+    # byte, 40 MiB of them
+    model = rank_file(tmp_path / "ranks.tiktoken")
+    path = tmp_path / "d.txt"
+    path.write_text("xy " * (10 * MiB // 3) + "\n")
+    check("text:files=%s | tokenize:model=%s" % (path, model),
+          fails=["tokenize", "ids of a text of %d bytes" % (10 * MiB // 3 * 3)])
+
+
+def test_tokenize_sentencepiece_long_document(tmp_path):
+    # SentencePiece's lattice over a document of 1 MiB: over 200 MiB
+    spm = pytest.importorskip(
+        "sentencepiece", reason="python3-sentencepiece is not installed")
+    words = ["the", "cat", "house", "memory", "budget", "token", "piece"]
+    sents = [" ".join(words[(i * 7 + k) % len(words)] for k in range(9))
+             for i in range(2000)]
+    prefix = str(tmp_path / "m")
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(sents), model_prefix=prefix, vocab_size=60,
+        model_type="unigram", minloglevel=2, hard_vocab_limit=False)
+    path = tmp_path / "d.txt"
+    path.write_text("a" * MiB + "\n")
+    check("text:files=%s | tokenize:model=%s.model" % (path, prefix),
+          fails=["tokenize", "SentencePiece, a text of %d bytes" % MiB])
