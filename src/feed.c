@@ -121,6 +121,17 @@ int ef__feed_push(ef__feed *p, ef__item *item)
     return rc;
 }
 
+int ef__feed_push_charged(ef__feed *p, ef__item *item)
+{
+    uint64_t waited = 0;
+    int rc = ef__queue_push_charged(&p->q, item, &waited);
+    atomic_fetch_add_explicit(&p->owner->wait_down_ns, waited,
+                              memory_order_relaxed);
+    if (rc != EF_OK)
+        ef__item_clear(item);
+    return rc;
+}
+
 int ef__feed_push_run(ef__feed *p, ef__item *items, size_t n)
 {
     uint64_t waited = 0;

@@ -69,6 +69,10 @@ void *ef__feed_pump(void *feed);
  * wait_down (an atomic add: threads may share it). EF_OK, the queue owns
  * the item; EF_ECANCELED, the item was freed. */
 int ef__feed_push(ef__feed *p, ef__item *item);
+/* As push, for an item whose bytes the producer charged to the budget
+ * already (item->charged): the queue takes the charge over (see
+ * ef__queue_push_charged). */
+int ef__feed_push_charged(ef__feed *p, ef__item *item);
 /* Queues a run of items in order, as ef__feed_push each would; on
  * EF_ECANCELED those not queued were freed. */
 int ef__feed_push_run(ef__feed *p, ef__item *items, size_t n);

@@ -66,6 +66,35 @@ int ef__budget_take(ef__budget *b, uint64_t n, const atomic_size_t *queued,
     return charged ? EF_OK : EF_ECANCELED;
 }
 
+int ef__budget_reserve(ef__budget *b, uint64_t n,
+                       int (*first)(const void *arg), const void *arg,
+                       const atomic_int *stop, uint64_t *waited_ns)
+{
+    if (ef__budget_try_take(b, n))
+        return EF_OK;
+    uint64_t t0 = ef__now_ns();
+    int charged = 0;
+    pthread_mutex_lock(&b->mu);
+    atomic_fetch_add(&b->waiters, 1);
+    while (!atomic_load(stop)) {
+        if (ef__budget_try_take(b, n)) {
+            charged = 1;
+            break;
+        }
+        if (first(arg)) { /* the consumer waits for this: never a deadlock */
+            ef__budget_hold(b, n);
+            charged = 1;
+            break;
+        }
+        pthread_cond_wait(&b->room, &b->mu);
+    }
+    atomic_fetch_sub(&b->waiters, 1);
+    pthread_mutex_unlock(&b->mu);
+    if (waited_ns)
+        *waited_ns += ef__now_ns() - t0;
+    return charged ? EF_OK : EF_ECANCELED;
+}
+
 void ef__budget_hold(ef__budget *b, uint64_t n)
 {
     raise_peak(b, atomic_fetch_add(&b->held, n) + n);
@@ -83,6 +112,12 @@ void ef__budget_wake(ef__budget *b)
     pthread_mutex_lock(&b->mu);
     pthread_cond_broadcast(&b->room);
     pthread_mutex_unlock(&b->mu);
+}
+
+void ef__budget_notify(ef__budget *b)
+{
+    if (atomic_load(&b->waiters) > 0)
+        ef__budget_wake(b);
 }
 
 int ef__budget_check(const ef__budget *b, uint64_t n, const char *what,

@@ -52,12 +52,24 @@ int ef__budget_take(ef__budget *b, uint64_t n, const atomic_size_t *queued,
 /* Charges n bytes when the total stays within the limit: 1, else 0 with
  * nothing charged. Never waits. */
 int ef__budget_try_take(ef__budget *b, uint64_t n);
+/* Charges n bytes for a producer that holds them before any queue does
+ * (a reader filling a buffer), waiting while the total would pass the
+ * limit, unless first(arg) says the consumer waits for this producer's
+ * item next (it goes on then: no wait could end), and while *stop is 0.
+ * The state first() reads changes with a wake (ef__budget_notify) after
+ * it. EF_OK, or EF_ECANCELED once *stop is set (nothing charged). */
+int ef__budget_reserve(ef__budget *b, uint64_t n,
+                       int (*first)(const void *arg), const void *arg,
+                       const atomic_int *stop, uint64_t *waited_ns);
 /* Charges n bytes without waiting. */
 void ef__budget_hold(ef__budget *b, uint64_t n);
 /* Gives n bytes back and wakes the queues waiting for room. */
 void ef__budget_release(ef__budget *b, uint64_t n);
 /* Wakes every waiter to re-check its queue (after a queue closes). */
 void ef__budget_wake(ef__budget *b);
+/* Wakes the waiters, if any, to re-check their condition: after a change
+ * that may let one go on (see ef__budget_reserve). */
+void ef__budget_notify(ef__budget *b);
 
 /* Whether n bytes can fit the budget at all (a cheap test for hot paths,
  * before ef__budget_check formats its message). */

@@ -113,6 +113,11 @@ int ef__queue_push(ef__queue *q, ef__item *item, uint64_t *waited_ns)
 {
     if (charge(q, item, waited_ns) != EF_OK)
         return EF_ECANCELED;
+    return ef__queue_push_charged(q, item, waited_ns);
+}
+
+int ef__queue_push_charged(ef__queue *q, ef__item *item, uint64_t *waited_ns)
+{
     pthread_mutex_lock(&q->mu);
     if (!room(q) && !q->closed) {
         uint64_t t0 = ef__now_ns();

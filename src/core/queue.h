@@ -72,6 +72,11 @@ void ef__queue_destroy(ef__queue *q);
  * says so on return. Adds the time spent blocked to *waited_ns if not
  * NULL. */
 int ef__queue_push(ef__queue *q, ef__item *item, uint64_t *waited_ns);
+/* As push, for an item whose bytes the caller charged to the queue's
+ * budget already (item->charged, 0 when none): the queue takes the
+ * charge over, and waits for nothing but room in the queue. On
+ * EF_ECANCELED the charge was given back and the caller keeps the item. */
+int ef__queue_push_charged(ef__queue *q, ef__item *item, uint64_t *waited_ns);
 /* Queues items[0..n) in order, as n pushes would, under one lock where
  * the run fits at once (the queue's room and the budget's, without
  * waiting). EF_OK: the queue owns them all (an item's status may have

@@ -524,11 +524,13 @@ int ef__bpe_new(ef__bpe_ranks *ranks, ef__bpe **out, ef__err *err)
 /* A match block: the split reads only the whole match's bounds. */
 struct ef__bpe_scratch {
     pcre2_match_data *md;
+    ef__tok_charge charge; /* NULL: nothing counted */
+    void *charge_arg;
 };
 
 ef__bpe_scratch *ef__bpe_scratch_new(const ef__bpe *b)
 {
-    ef__bpe_scratch *s = ef__malloc(sizeof *s);
+    ef__bpe_scratch *s = ef__calloc(1, sizeof *s);
     if (s && !(s->md = pcre2_match_data_create_from_pattern(b->re, NULL))) {
         ef__free(s);
         s = NULL;
@@ -541,6 +543,46 @@ void ef__bpe_scratch_free(ef__bpe_scratch *s)
     if (s)
         pcre2_match_data_free(s->md);
     ef__free(s);
+}
+
+void ef__bpe_scratch_charge(ef__bpe_scratch *s, ef__tok_charge fn, void *arg)
+{
+    s->charge = fn;
+    s->charge_arg = arg;
+}
+
+/* The bytes merge_heap allocates for a piece of n bytes. */
+static uint64_t heap_work(size_t n)
+{
+    return (uint64_t)(n + 1) * (2 * sizeof(size_t) + sizeof(uint32_t)) +
+           (uint64_t)3 * n * sizeof(pair);
+}
+
+/* Merges the piece t[at, at + n), its working memory counted through
+ * the scratch (may be NULL): merge_heap's arrays, which a long piece (a
+ * word without a break, a blob) makes large. EF_ENOMEM says why in err. */
+static int merge_piece(const ef__bpe *b, ef__bpe_scratch *scratch,
+                       const unsigned char *t, size_t at, size_t n,
+                       ef__ids *ids, ef__err *err)
+{
+    int64_t work = 0;
+    if (scratch && scratch->charge && n > EF__BPE_HEAP_FROM) {
+        work = (int64_t)heap_work(n);
+        int rc = scratch->charge(scratch->charge_arg, work, err);
+        if (rc != EF_OK) {
+            char what[96];
+            snprintf(what, sizeof what, "merging the piece of %zu bytes at "
+                     "byte %zu", n, at);
+            ef__err_prefix(err, what);
+            return rc;
+        }
+    }
+    int rc = ef__bpe_merge(b->ranks, t + at, n, ids);
+    if (work)
+        scratch->charge(scratch->charge_arg, -work, NULL);
+    if (rc == EF_ENOMEM)
+        return ef__err_set(err, EF_ENOMEM, "out of memory");
+    return rc;
 }
 
 int ef__bpe_encode(const ef__bpe *b, ef__bpe_scratch *scratch, const void *text,
@@ -570,15 +612,13 @@ int ef__bpe_encode(const ef__bpe *b, ef__bpe_scratch *scratch, const void *text,
         }
         /* bytes no item matched (not UTF-8): a piece of their own */
         if (s > pos)
-            rc = ef__bpe_merge(b->ranks, t + pos, s - pos, ids);
+            rc = merge_piece(b, scratch, t, pos, s - pos, ids, err);
         if (rc == EF_OK && e > s)
-            rc = ef__bpe_merge(b->ranks, t + s, e - s, ids);
+            rc = merge_piece(b, scratch, t, s, e - s, ids, err);
         pos = e;
     }
     if (!scratch)
         pcre2_match_data_free(md);
-    if (rc == EF_ENOMEM)
-        return ef__err_set(err, EF_ENOMEM, "out of memory");
     return rc;
 }
 
@@ -602,6 +642,11 @@ ef__bpe_scratch *ef__bpe_scratch_new(const ef__bpe *b)
 void ef__bpe_scratch_free(ef__bpe_scratch *s)
 {
     (void)s;
+}
+
+void ef__bpe_scratch_charge(ef__bpe_scratch *s, ef__tok_charge fn, void *arg)
+{
+    (void)s, (void)fn, (void)arg;
 }
 
 int ef__bpe_encode(const ef__bpe *b, ef__bpe_scratch *scratch, const void *text,

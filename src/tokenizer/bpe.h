@@ -58,6 +58,9 @@ void ef__bpe_free(ef__bpe *b); /* accepts NULL */
 typedef struct ef__bpe_scratch ef__bpe_scratch;
 ef__bpe_scratch *ef__bpe_scratch_new(const ef__bpe *b);
 void ef__bpe_scratch_free(ef__bpe_scratch *s); /* accepts NULL */
+/* Counts the working memory of long pieces' merges through fn (see
+ * ef__tokenizer_scratch_charge). */
+void ef__bpe_scratch_charge(ef__bpe_scratch *s, ef__tok_charge fn, void *arg);
 /* Appends the ids of text[0, n), using `scratch` (one thread's; NULL:
  * memory of its own for this call). Thread-safe. */
 int ef__bpe_encode(const ef__bpe *b, ef__bpe_scratch *scratch, const void *text,

@@ -53,6 +53,15 @@ typedef struct ef__tok_scratch ef__tok_scratch;
 ef__tok_scratch *ef__tokenizer_scratch_new(const ef__tokenizer *t);
 void ef__tokenizer_scratch_free(ef__tok_scratch *s); /* accepts NULL */
 
+/* Working memory counted as it is taken (the caller's memory budget):
+ * fn(arg, +n, err) before the tokenizer takes n bytes beyond the ids,
+ * which may refuse them (EF_ENOMEM, its message in err: the encode fails
+ * with it, naming what needed them), and fn(arg, -n, NULL) once they are
+ * freed. Without it (or with a NULL scratch) nothing is counted. */
+typedef int (*ef__tok_charge)(void *arg, int64_t bytes, ef__err *err);
+void ef__tokenizer_scratch_charge(ef__tok_scratch *s, ef__tok_charge fn,
+                                  void *arg);
+
 /* Appends the ids of text[0, n) (not NUL-terminated; any bytes, valid
  * UTF-8 or not) to `ids`, using `scratch` (one thread's at a time; NULL:
  * memory of its own for this call). Thread-safe. EF_ENOMEM, or another

@@ -16,8 +16,15 @@
  * reader r reads the pass's files r, r + R, r + 2R ... into a queue of
  * `queue` samples of its own, and the consumer takes from each reader in
  * turn, so the stream depends on the seed alone while R files (R HTTP
- * requests) are in flight. The queues are charged to the memory budget,
- * and poll() never blocks, so echo:factor=auto can follow.
+ * requests) are in flight. poll() never blocks, so echo:factor=auto can
+ * follow.
+ *
+ * Memory: a reader charges the budget for a file before it reads it (its
+ * size, or for a body of unknown length each step of its growth), and
+ * the charge goes with the sample into its queue. It waits for room
+ * first, unless the consumer's next file is its own (no wait could end
+ * then), so the readers together hold the budget and one file at most. A
+ * file over the whole budget, or a body that grows past it, fails.
  *
  * Errors name the file and the reason; under on_error=skip a file that
  * cannot be read is dropped and counted as skipped (its reader hands over
@@ -73,6 +80,9 @@ struct files_state {
     ef__stream_opts sopts;
     int64_t epoch;   /* this pass, as the readers see it */
     atomic_int stop; /* readers stop reading (cancel, or reset) */
+    /* `pos` for the readers: a reader waits for room in the budget only
+     * while the consumer does not wait for its file (read_all) */
+    atomic_size_t turn;
     reader *readers;
     /* consumer side */
     size_t pos;     /* pass index of the next sample to hand out */
@@ -82,10 +92,44 @@ struct files_state {
 
 /* ---- one file --------------------------------------------------------- */
 
+/* What a reader holds of the budget while it reads file k of the pass,
+ * and how it waits for room (ef__budget_reserve): only while the
+ * consumer does not wait for file k. */
+typedef struct {
+    files_state *st;
+    size_t k;
+    uint64_t held; /* bytes charged to the budget */
+} holding;
+
+/* Whether the consumer's next file is h's: then h's reader goes on. */
+static int is_next(const void *arg)
+{
+    const holding *h = arg;
+    return atomic_load(&h->st->turn) == h->k;
+}
+
+/* Charges n more bytes for h's file, waiting for room (h NULL: a fetch,
+ * which charges nothing: its caller holds the sample). EF_OK, or
+ * EF_ECANCELED when the readers stop. */
+static int hold_more(holding *h, uint64_t n)
+{
+    if (!h)
+        return EF_OK;
+    int rc = ef__budget_reserve(&h->st->s->ctx->budget, n, is_next, h,
+                                &h->st->stop, NULL);
+    if (rc == EF_OK)
+        h->held += n;
+    return rc;
+}
+
 /* Reads all of stream s into *out: one allocation when the size is
- * known (a local file), a growing one otherwise (HTTP). */
-static int read_all(const files_state *st, ef__stream *s, ef_buffer **out,
-                    ef__err *err)
+ * known (a local file), a growing one otherwise (HTTP), which grows to
+ * the budget at most. What it allocates is charged to h's holding
+ * first, so that the readers together hold no more than the budget (but
+ * for the file the consumer waits for), and on failure is still held
+ * there for the caller to give back. */
+static int read_all(const files_state *st, ef__stream *s, holding *h,
+                    ef_buffer **out, ef__err *err)
 {
     const ef__budget *budget = &st->s->ctx->budget;
     int64_t size = ef__stream_size(s);
@@ -94,13 +138,16 @@ static int read_all(const files_state *st, ef__stream *s, ef_buffer **out,
         if (!ef__budget_fits(budget, (uint64_t)size))
             return ef__budget_check(budget, (uint64_t)size, ef__stream_name(s),
                                     err);
+        int rc = hold_more(h, (uint64_t)size);
+        if (rc != EF_OK)
+            return rc;
         ef_buffer *b = ef_buffer_new((size_t)size);
         if (!b)
             return ef__err_set(err, EF_ENOMEM, "%s: out of memory",
                                ef__stream_name(s));
-        int rc = size ? ef__stream_read_full(s, ef_buffer_data(b), (size_t)size,
-                                             "the file", err)
-                      : EF_OK;
+        rc = size ? ef__stream_read_full(s, ef_buffer_data(b), (size_t)size,
+                                         "the file", err)
+                  : EF_OK;
         char more;
         size_t got = 0;
         if (rc == EF_END)
@@ -124,17 +171,23 @@ static int read_all(const files_state *st, ef__stream *s, ef_buffer **out,
     size_t n = 0, cap = 0;
     for (;;) {
         if (n == cap) {
+            /* double, up to the budget: a body that fills that is over
+             * it, however long it goes on */
             size_t c = cap ? cap * 2 : (size_t)64 << 10;
-            if (!ef__budget_fits(budget, c / 2 + 1) ||
-                !(data = ef__realloc(data, c))) {
-                int rc = ef__budget_fits(budget, c / 2 + 1)
-                             ? ef__err_set(err, EF_ENOMEM, "%s: out of memory",
-                                           ef__stream_name(s))
-                             : ef__budget_check(budget, c / 2 + 1,
+            if (budget->limit && c > budget->limit)
+                c = (size_t)budget->limit;
+            int rc = c > cap ? hold_more(h, c - cap)
+                             : ef__budget_check(budget, (uint64_t)cap + 1,
                                                 ef__stream_name(s), err);
+            unsigned char *more = rc == EF_OK ? ef__realloc(data, c) : NULL;
+            if (!more) {
+                if (rc == EF_OK)
+                    rc = ef__err_set(err, EF_ENOMEM, "%s: out of memory",
+                                     ef__stream_name(s));
                 ef__free(data); /* realloc failing keeps it: freed here */
                 return rc;
             }
+            data = more;
             cap = c;
         }
         size_t got;
@@ -191,10 +244,11 @@ static int build(const files_state *st, int64_t f, int64_t epoch, ef_buffer *b,
 }
 
 /* Reads file f whole into a sample; errors name it. `r` (may be NULL)
- * counts the reading. */
+ * counts the reading; `h` (may be NULL) is charged what it holds (see
+ * read_all), which the caller gives back or hands on, failure or not. */
 static int read_file(const files_state *st, int64_t f, int64_t epoch,
-                     const atomic_int *cancelled, reader *r, ef_sample **out,
-                     ef__err *err)
+                     const atomic_int *cancelled, reader *r, holding *h,
+                     ef_sample **out, ef__err *err)
 {
     ef__stream_opts o = st->sopts;
     o.cancelled = cancelled;
@@ -203,7 +257,7 @@ static int read_file(const files_state *st, int64_t f, int64_t epoch,
     *out = NULL;
     int rc = ef__stream_open(&s, ef__file_url(&st->list, (size_t)f), &o, err);
     if (rc == EF_OK)
-        rc = read_all(st, s, &b, err);
+        rc = read_all(st, s, h, &b, err);
     if (s && r) {
         ef__stream_stats ss;
         ef__stream_get_stats(s, &ss);
@@ -236,19 +290,25 @@ static void *reader_main(void *arg)
         ef__err err;
         ef__err_clear(&err);
         ef_sample *smp;
-        int rc =
-            read_file(st, st->order[k], st->epoch, &st->stop, r, &smp, &err);
+        holding h = {st, k, 0};
+        int rc = read_file(st, st->order[k], st->epoch, &st->stop, r, &h,
+                           &smp, &err);
         ef__item item = {.status = EF_OK, .sample = smp};
-        if (rc != EF_OK) {
-            if (rc == EF_ECANCELED || atomic_load(&st->stop))
+        if (rc == EF_OK) { /* the queue takes the charge over */
+            item.charged = h.held;
+            if (ef__feed_push_charged(&r->feed, &item) != EF_OK)
                 return NULL;
-            if (!ef__stage_skip(st->s, &err)) {
-                item = (ef__item){.status = rc, .msg = ef__strdup(err.msg)};
-                ef__feed_push(&r->feed, &item);
-                return NULL;
-            }
-            /* skipped: an item without a sample keeps the turns */
+            continue;
         }
+        ef__budget_release(&st->s->ctx->budget, h.held);
+        if (rc == EF_ECANCELED || atomic_load(&st->stop))
+            return NULL;
+        if (!ef__stage_skip(st->s, &err)) {
+            item = (ef__item){.status = rc, .msg = ef__strdup(err.msg)};
+            ef__feed_push(&r->feed, &item);
+            return NULL;
+        }
+        /* skipped: an item without a sample keeps the turns */
         if (ef__feed_push(&r->feed, &item) != EF_OK)
             return NULL;
     }
@@ -283,6 +343,7 @@ static int start_readers(files_state *st, int64_t epoch, ef__err *err)
     if (!st->restored)
         st->pos = 0;
     st->restored = 0;
+    atomic_store(&st->turn, st->pos);
     st->failed = NULL;
     size_t nr = (size_t)st->nreaders;
     for (int i = 0; i < st->nreaders; i++) {
@@ -428,6 +489,9 @@ static int take(ef__stage *s, ef_sample **out, int block, ef__err *err)
             return rc;
         }
         st->pos++;
+        /* a reader waiting for room may be the next one's */
+        atomic_store(&st->turn, st->pos);
+        ef__budget_notify(&s->ctx->budget);
         if (*out)
             return EF_OK;
         /* a file skipped under on_error=skip: go on with the next */
@@ -510,7 +574,8 @@ static int files_fetch(ef__stage *s, const ef__ident *d, ef_sample **out,
                            (long long)st->part.i, (long long)st->part.n,
                            st->list.n);
     ef_sample *smp;
-    int rc = read_file(st, f, d->id.epoch, &s->ctx->cancelled, NULL, &smp, err);
+    int rc = read_file(st, f, d->id.epoch, &s->ctx->cancelled, NULL, NULL,
+                       &smp, err);
     if (rc != EF_OK) {
         ef__fetch_failed(err, rc, "file");
         return rc;

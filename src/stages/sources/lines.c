@@ -254,6 +254,17 @@ static int build(const lines_state *st, ef_sample_id id, int64_t file,
         rc = ef__json_string(p, n, st->key, ef_buffer_data(b), &len, err);
     else
         memcpy(ef_buffer_data(b), p, n);
+    if (rc == EF_OK && len < n) {
+        /* the document alone, not its whole line: what the sample holds
+         * is what it counts against the budget */
+        ef_buffer *exact = ef_buffer_new(len ? len : 1);
+        if (exact)
+            memcpy(ef_buffer_data(exact), ef_buffer_data(b), len);
+        else
+            rc = ef__err_set(err, EF_ENOMEM, "%s: out of memory", st->name);
+        ef_buffer_release(b);
+        b = exact;
+    }
     ef_sample *smp = NULL;
     if (rc == EF_OK) {
         smp = ef_sample_new(id);

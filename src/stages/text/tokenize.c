@@ -11,13 +11,21 @@
  * shared by the worker threads: a parallel, ordered map, so checkpoints
  * and the output order are those of any ordered map. A worker hands a
  * run's documents to the tokenizer together, with its working memory
- * kept, and the run's ids go into one buffer that the outputs view. Bytes that
+ * kept, and the run's ids go into one buffer that the outputs view.
+ *
+ * Memory: the working memory counts against the pipeline's memory budget
+ * while it is held (charged without waiting, as a worker cannot wait for
+ * the consumer): the ids of the documents being encoded, at most one id
+ * per byte of text, and what the tokenizer takes beyond them (a long
+ * piece's merge, SentencePiece's lattice). A document whose working
+ * memory alone passes the budget fails, naming its sizes. Bytes that
  * are not UTF-8 are encoded too (SentencePiece as it does; the BPE as pieces of
  * their own), never an error. */
 #include <stdio.h>
 #include <string.h>
 
 #include "core/alloc.h"
+#include "core/budget.h"
 #include "core/buffer.h"
 #include "core/sample.h"
 #include "stage.h"
@@ -26,6 +34,7 @@
 
 typedef struct {
     ef__tokenizer *tok; /* owned; immutable once loaded */
+    ef__budget *budget; /* the pipeline's: working memory counts there */
     char field[EF_MAX_NAME], out[EF_MAX_NAME];
     int keep; /* text=keep */
     /* statistics (several writers: the workers) */
@@ -110,14 +119,44 @@ static const unsigned char *text_of(const ef__field *x)
     return (const unsigned char *)ef_buffer_data(x->buf) + x->offset;
 }
 
+/* Working memory taken (bytes > 0) or given back (bytes < 0): charged to
+ * the budget, unless it alone passes it (ef__tok_charge). */
+static int charge_work(void *arg, int64_t bytes, ef__err *err)
+{
+    ef__budget *b = arg;
+    if (bytes < 0) {
+        ef__budget_release(b, (uint64_t)-bytes);
+        return EF_OK;
+    }
+    if (!ef__budget_fits(b, (uint64_t)bytes))
+        return ef__budget_check(b, (uint64_t)bytes, "its working memory", err);
+    ef__budget_hold(b, (uint64_t)bytes);
+    return EF_OK;
+}
+
+/* Charges the ids of a text of n bytes (one per byte at most) to the
+ * budget, refusing a text whose ids alone pass it. */
+static int charge_ids(const tok_params *p, size_t n, ef__err *err)
+{
+    int rc = charge_work(p->budget, (int64_t)(n * sizeof(int32_t)), err);
+    if (rc != EF_OK) {
+        char what[96];
+        snprintf(what, sizeof what, "the ids of a text of %zu bytes", n);
+        ef__err_prefix(err, what);
+    }
+    return rc;
+}
+
 static void *scratch_new(void *user)
 {
-    const tok_params *p = user;
+    tok_params *p = user;
     tok_scratch *sc = ef__calloc(1, sizeof *sc);
     if (sc && !(sc->tok = ef__tokenizer_scratch_new(p->tok))) {
         ef__free(sc);
         sc = NULL;
     }
+    if (sc)
+        ef__tokenizer_scratch_charge(sc->tok, charge_work, p->budget);
     return sc;
 }
 
@@ -151,17 +190,23 @@ static void run_begin(void *user, void *scratch, const ef__item *items,
     }
     ef__ids ids = {0};
     ef__err err;
-    size_t i = 0;
+    size_t i = 0, text = 0; /* bytes of text whose ids are charged */
     for (; i < n; i++) {
         int f;
         if (find_text(items[i].sample, p, &f, &err) != EF_OK)
             break;
         const ef__field *x = &items[i].sample->fields[f];
         sc->at[i] = ids.n;
+        if (charge_ids(p, (size_t)x->shape[0], &err) != EF_OK)
+            break;
+        text += (size_t)x->shape[0];
         if (ef__tokenizer_encode(p->tok, sc->tok, text_of(x),
                                  (size_t)x->shape[0], &ids, &err) != EF_OK)
             break;
     }
+    /* the outputs hold the ids from here on, and the queues after the
+     * map count them */
+    charge_work(p->budget, -(int64_t)(text * sizeof(int32_t)), NULL);
     sc->at[i] = ids.n;
     if (i == n && (ids.v || ef__ids_reserve(&ids, 1) == EF_OK) &&
         (sc->run_ids = ids_buffer(&ids)) != NULL)
@@ -189,15 +234,22 @@ static int tokenize_fn(const ef_sample *in, ef_sample **out, ef_map_ctx *ctx)
         count = sc->at[i + 1] - first;
     } else { /* alone: a restore's fetch, or a run gone wrong */
         ef__ids ids = {0};
-        rc = ef__tokenizer_encode(p->tok, sc ? sc->tok : NULL, text_of(x),
-                                  (size_t)x->shape[0], &ids, &err);
+        size_t n = (size_t)x->shape[0];
+        rc = charge_ids(p, n, &err);
+        if (rc == EF_OK) {
+            rc = ef__tokenizer_encode(p->tok, sc ? sc->tok : NULL,
+                                      text_of(x), n, &ids, &err);
+            charge_work(p->budget, -(int64_t)(n * sizeof(int32_t)), NULL);
+        }
         if (rc == EF_OK && !ids.v)
             rc = ef__ids_reserve(&ids, 1);
         ids_buf = rc == EF_OK ? ids_buffer(&ids) : NULL;
         ef__free(ids.v);
         if (rc != EF_OK)
             return ef_map_ctx_fail(ctx, rc, "field '%s': %s", p->field,
-                                   rc == EF_ENOMEM ? "out of memory" : err.msg);
+                                   rc == EF_ENOMEM && !err.msg[0]
+                                       ? "out of memory"
+                                       : err.msg);
         if (!ids_buf)
             return ef_map_ctx_fail(ctx, EF_ENOMEM, "out of memory");
         first = 0;
@@ -277,6 +329,7 @@ static int tokenize_create(ef__stage *s, const ef__opts *o, ef__err *err)
         if (rc != EF_OK)
             ef__err_prefix(err, "stage 'tokenize': option 'model'");
     }
+    p->budget = &s->ctx->budget;
     if (rc == EF_OK)
         rc = ef__map_setup(s, tokenize_fn, p, (int)ef__opt_int(o, "threads"), 1,
                            err);
