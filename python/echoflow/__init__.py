@@ -296,6 +296,9 @@ class Pipeline(_Pipeline):
         are not), bytes and other buffers (without a copy), str (UTF-8
         bytes, uint8), int (int64) and float (float32). What the iterable
         raises fails the pipeline: a CallbackError whose __cause__ it is.
+        From the iterable, this pipeline's next(), len(), state_dict(),
+        load_state_dict() and close() raise StateError, as each would
+        wait for the source itself; stats() and stop() work.
         Its position cannot be saved (state_dict() raises
         UnsupportedError), and it reads what it is given: shard it before
         (a DistributedSampler), not with shard=.

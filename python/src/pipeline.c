@@ -18,6 +18,9 @@
  * feedback and gives its figures while a next() waits, and a training
  * loop may ask from another thread than the one iterating. close()
  * takes `mu`, then `stop_mu`; nothing takes them the other way round.
+ * A thread the pipeline itself waits for, one running a Python map of
+ * it or its Python source's iterable, never takes `mu`: the calls that
+ * would raise StateError there instead of waiting on themselves.
  *
  * A child forked after the pipeline was made has none of its threads,
  * and may have its locks held by threads that are not there: every call
@@ -90,11 +93,26 @@ static int not_from_own_map(const pipeline *self)
     return -1;
 }
 
-/* Takes `mu`; -1 with StateError set instead in a forked child or in
- * one of the pipeline's own maps. */
+/* 0, or -1 with StateError set on the thread that runs the iterable of
+ * the pipeline's own Python source: the pipeline waits for that thread's
+ * items, so a call that waits for the pipeline would wait on itself. */
+static int not_from_own_source(const pipeline *self)
+{
+    if (!pyef_feed_serving(self->feed))
+        return 0;
+    pyef_raise(EF_ESTATE, "a source of this pipeline cannot call next(), "
+                          "state_dict(), load_state_dict(), len() or close() "
+                          "on it: each waits for the items the source has "
+                          "yet to give; stats() and stop() are allowed");
+    return -1;
+}
+
+/* Takes `mu`; -1 with StateError set instead in a forked child, in one
+ * of the pipeline's own maps or in its source's iterable. */
 static int lock(pipeline *self)
 {
-    if (not_inherited(self) < 0 || not_from_own_map(self) < 0)
+    if (not_inherited(self) < 0 || not_from_own_map(self) < 0 ||
+        not_from_own_source(self) < 0)
         return -1;
     if (pthread_mutex_trylock(&self->mu) == 0)
         return 0;
@@ -909,7 +927,7 @@ static PyObject *pipeline_close_at_exit(pipeline *self, PyObject *unused)
 static PyObject *pipeline_close(pipeline *self, PyObject *unused)
 {
     (void)unused;
-    if (not_from_own_map(self) < 0)
+    if (not_from_own_map(self) < 0 || not_from_own_source(self) < 0)
         return NULL;
     close_pipeline(self);
     Py_RETURN_NONE;

@@ -107,6 +107,9 @@ int pyef_feed_next(void *user, int64_t epoch, int block, ef_sample **out);
 /* After the pipeline reading the feed is destroyed: wakes the feeder, whose
  * put() and wait_pass() then say so, and frees the samples left. */
 void pyef_feed_close(PyObject *feed);
+/* Whether this thread runs the feed's iterable (its feeder thread); 0 for
+ * a NULL feed. */
+int pyef_feed_serving(PyObject *feed);
 /* What the feed's iterable raised ("ValueError: ..."), once it has; NULL
  * before. Valid as long as the feed. */
 const char *pyef_feed_failure(PyObject *feed);

@@ -45,6 +45,11 @@ typedef struct {
     PyObject **first_error; /* the pipeline's slot, set under the GIL */
 } feed;
 
+/* The feed whose iterable this thread runs (its feeder's), or NULL: the
+ * pipeline refuses the calls from it that would wait for the feeder
+ * itself (pyef_feed_serving). */
+static _Thread_local const feed *feeding;
+
 /* ---- the pipeline's side ---- */
 
 /* The source callback (ef_source_fn) given to ef_pipeline_add_source. */
@@ -431,6 +436,7 @@ static PyObject *feed_wait_pass(feed *f, PyObject *unused)
 {
     (void)unused;
     int64_t pass;
+    feeding = f; /* the thread that waits for passes runs the iterable */
     Py_BEGIN_ALLOW_THREADS pthread_mutex_lock(&f->mu);
     while (!f->closed && f->wanted <= f->fed)
         pthread_cond_wait(&f->changed, &f->mu);
@@ -481,6 +487,11 @@ const char *pyef_feed_failure(PyObject *obj)
     const char *why = f->failed ? f->why : NULL;
     pthread_mutex_unlock(&f->mu);
     return why;
+}
+
+int pyef_feed_serving(PyObject *obj)
+{
+    return obj && feeding == (const feed *)obj;
 }
 
 /* Called by the pipeline once the library's pipeline is destroyed: the

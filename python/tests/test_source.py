@@ -335,3 +335,76 @@ def test_a_field_past_a_limit_names_the_limit(make, limit):
                        match="map 'f' raised ValueError: field .*" + limit):
         list(echoflow.Pipeline("range:n=1 | map:f",
                                maps={"f": lambda s: make()}))
+
+
+# A source's iterable that calls its own pipeline from the source's
+# thread. Each call below waited for the pipeline, which waited for that
+# thread's next item: a deadlock that stop() could not end. Run apart, so
+# that a hang fails the test by its timeout rather than holding pytest.
+CALLS_HOME = r'''
+import sys
+import echoflow
+
+call = sys.argv[1]
+home = []
+
+
+def calls_home():
+    p = home[0]
+    yield 1
+    if call == "next":
+        next(iter(p))
+    elif call == "len":
+        len(p)
+    elif call == "state_dict":
+        p.state_dict()
+    elif call == "load_state_dict":
+        p.load_state_dict({"version": 1, "pipeline": b""})
+    elif call == "close":
+        p.close()
+    elif call == "stats":
+        assert p.stats()["status"] == "running"
+    elif call == "stop":
+        p.stop()
+        return
+    yield 2
+
+
+p = echoflow.Pipeline(sys.argv[2], source=calls_home())
+home.append(p)
+try:
+    print(len(list(p)))
+except echoflow.CallbackError as e:
+    print(type(e.__cause__).__name__, e.__cause__)
+p.close()
+'''
+
+
+def calls_home(call, spec=""):
+    r = subprocess.run([sys.executable, "-c", CALLS_HOME, call, spec],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    return r.stdout
+
+
+@pytest.mark.parametrize("spec", ["", "prefetch:2"])
+@pytest.mark.parametrize("call", ["next", "len", "state_dict",
+                                  "load_state_dict", "close"])
+def test_a_source_calling_its_own_pipeline_raises_instead_of_waiting(
+        call, spec):
+    assert calls_home(call, spec).startswith(
+        "StateError a source of this pipeline cannot call next(), "
+        "state_dict(), load_state_dict(), len() or close() on it")
+
+
+def test_a_source_may_ask_its_own_pipeline_for_stats_and_stop_it():
+    assert calls_home("stats") == "2\n"
+    assert calls_home("stop") == "1\n"
+
+
+def test_a_source_may_read_another_pipeline():
+    inner = echoflow.Pipeline("range:n=3")
+    with echoflow.Pipeline("", source=inner) as p:
+        assert [int(arr(s["index"])) for s in p] == [0, 1, 2]
+    inner.close()
+
