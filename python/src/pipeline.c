@@ -390,7 +390,7 @@ static PyObject *iternext_sample(pipeline *self)
     }
     ef_sample *s = NULL;
     int interrupted;
-    int rc = pyef_next_interruptible(self->p, &s, &interrupted);
+    int rc = pyef_next_interruptible(self->p, self->feed, &s, &interrupted);
     if (rc != EF_OK)
         self->final_status = rc;
     if (interrupted && PyErr_CheckSignals() < 0) {
@@ -828,18 +828,26 @@ done:
 
 /* ---- ending ---- */
 
+/* Stops the library's pipeline, and the feed of a Python source: a read
+ * waiting there is the library's callback, which ef_pipeline_stop()
+ * cannot wake, so a source stuck in its iterable would keep next(), and
+ * close()'s joining of the threads, waiting for ever. */
 static PyObject *pipeline_stop(pipeline *self, PyObject *unused)
 {
     (void)unused;
     if (not_inherited(self) < 0)
         return NULL;
     self->stopped = 1;
+    PyObject *feed = Py_XNewRef(self->feed); /* close() may drop it */
     Py_BEGIN_ALLOW_THREADS
     pthread_mutex_lock(&self->stop_mu);
     if (self->p)
         ef_pipeline_stop(self->p);
     pthread_mutex_unlock(&self->stop_mu);
+    if (feed)
+        pyef_feed_stop(feed);
     Py_END_ALLOW_THREADS
+    Py_XDECREF(feed);
     Py_RETURN_NONE;
 }
 

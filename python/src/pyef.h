@@ -107,6 +107,10 @@ int pyef_feed_next(void *user, int64_t epoch, int block, ef_sample **out);
 /* After the pipeline reading the feed is destroyed: wakes the feeder, whose
  * put() and wait_pass() then say so, and frees the samples left. */
 void pyef_feed_close(PyObject *feed);
+/* After ef_pipeline_stop() on the pipeline reading the feed: a read that
+ * waits for items returns EF_ECANCELED instead, also when the feeder is
+ * stuck. Takes no GIL. */
+void pyef_feed_stop(PyObject *feed);
 /* Whether this thread runs the feed's iterable (its feeder thread); 0 for
  * a NULL feed. */
 int pyef_feed_serving(PyObject *feed);
@@ -116,10 +120,12 @@ const char *pyef_feed_failure(PyObject *feed);
 
 /* ---- interrupt.c ---- */
 /* Calls ef_pipeline_next(p, out) with the GIL released. On the main thread,
- * a SIGINT meanwhile stops `p` so the call returns at once; then
+ * a SIGINT meanwhile stops `p`, and `feed` (its Python source's, or NULL;
+ * kept alive by the caller), so the call returns at once; then
  * *interrupted is set and Python's own handler has been run, so
  * PyErr_CheckSignals() raises KeyboardInterrupt. */
-int pyef_next_interruptible(ef_pipeline *p, ef_sample **out, int *interrupted);
+int pyef_next_interruptible(ef_pipeline *p, PyObject *feed, ef_sample **out,
+                            int *interrupted);
 void pyef_interrupt_after_fork(void);
 
 /* ---- pipeline.c ---- */

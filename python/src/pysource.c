@@ -38,6 +38,7 @@ typedef struct {
     int64_t fed;        /* the pass the feeder is on */
     int ended;          /* the feeder finished pass `fed` */
     int closed;         /* the pipeline is gone: put() refuses */
+    int stopped;        /* the pipeline was stopped: reads wait no more */
     int failed;         /* the feeder's iterable raised: a negative status */
     int64_t next_index; /* identity index of the next sample of the pass */
     char why[512];      /* what the iterable raised, as text */
@@ -83,7 +84,7 @@ int pyef_feed_next(void *user, int64_t epoch, int block, ef_sample **out)
             rc = EF_AGAIN;
             break;
         }
-        if (f->closed) {
+        if (f->closed || f->stopped) {
             rc = EF_ECANCELED;
             break;
         }
@@ -494,6 +495,19 @@ int pyef_feed_serving(PyObject *obj)
     return obj && feeding == (const feed *)obj;
 }
 
+/* Called by the pipeline's stop(): the library cannot wake a callback
+ * that waits for items, so a reader waiting on a feeder that is stuck
+ * (or that waits for the pipeline itself) is woken here. The feeder goes
+ * on until close. */
+void pyef_feed_stop(PyObject *obj)
+{
+    feed *f = (feed *)obj;
+    pthread_mutex_lock(&f->mu);
+    f->stopped = 1;
+    pthread_cond_broadcast(&f->changed);
+    pthread_mutex_unlock(&f->mu);
+}
+
 /* Called by the pipeline once the library's pipeline is destroyed: the
  * feeder's put() and wait_pass() return, and the samples left are freed. */
 void pyef_feed_close(PyObject *obj)
@@ -525,7 +539,7 @@ PyObject *pyef_feed_new(int capacity, int unbatch, PyObject **first_error)
     f->cap = capacity;
     f->head = f->count = 0;
     f->wanted = f->fed = -1;
-    f->ended = f->closed = f->failed = 0;
+    f->ended = f->closed = f->stopped = f->failed = 0;
     f->why[0] = '\0';
     f->next_index = 0;
     f->unbatch = unbatch;

@@ -408,3 +408,91 @@ def test_a_source_may_read_another_pipeline():
         assert [int(arr(s["index"])) for s in p] == [0, 1, 2]
     inner.close()
 
+
+# A source stuck inside its iterable, read by a thread in next():
+# stop() and close() from the main thread must end that wait, also where
+# a library thread (prefetch) waits for the source. The library cannot
+# wake a source callback that waits for items.
+STUCK_SOURCE = r'''
+import sys, threading
+import echoflow
+
+release = threading.Event()
+
+
+def stuck():
+    yield 1
+    release.wait()
+    yield 2
+
+
+p = echoflow.Pipeline(sys.argv[2], source=stuck())
+got = []
+reader = threading.Thread(target=lambda: got.extend(p), daemon=True)
+reader.start()
+while not got:
+    reader.join(0.01)
+getattr(p, sys.argv[1])()
+reader.join()
+p.close()
+print(len(got), p.closed)
+release.set()
+'''
+
+
+@pytest.mark.parametrize("spec", ["", "prefetch:2"])
+@pytest.mark.parametrize("end", ["stop", "close"])
+def test_stop_and_close_free_a_pipeline_whose_source_is_stuck(end, spec):
+    r = subprocess.run([sys.executable, "-c", STUCK_SOURCE, end, spec],
+                       capture_output=True, text=True, timeout=60)
+    assert (r.returncode, r.stdout) == (0, "1 True\n"), r.stderr
+
+
+# Ctrl-C while the main thread waits on a stuck source: the library's
+# stop, which the SIGINT handler calls, cannot wake a source callback, so
+# the wait went on. The signal is sent once the main thread is at its
+# second next(), most likely inside it (sent earlier, it is raised there
+# anyway, and the test passes either way).
+STUCK_CTRL_C = r'''
+import os, signal, sys, threading, time
+import echoflow
+
+release = threading.Event()
+
+
+def stuck():
+    yield 1
+    release.wait()
+    yield 2
+
+
+def waiting(it):
+    return next(it)
+
+
+def interrupt():
+    main = threading.main_thread().ident
+    while sys._current_frames()[main].f_code.co_name != "waiting":
+        time.sleep(0.01)
+    time.sleep(0.1)
+    os.kill(os.getpid(), signal.SIGINT)
+
+
+p = echoflow.Pipeline(sys.argv[1], source=stuck())
+it = iter(p)
+next(it)
+threading.Thread(target=interrupt, daemon=True).start()
+try:
+    waiting(it)
+except KeyboardInterrupt:
+    print("interrupted", flush=True)
+p.close()
+release.set()
+'''
+
+
+@pytest.mark.parametrize("spec", ["", "prefetch:2"])
+def test_ctrl_c_frees_a_pipeline_whose_source_is_stuck(spec):
+    r = subprocess.run([sys.executable, "-c", STUCK_CTRL_C, spec],
+                       capture_output=True, text=True, timeout=60)
+    assert (r.returncode, r.stdout) == (0, "interrupted\n"), r.stderr
