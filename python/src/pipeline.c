@@ -285,15 +285,15 @@ static PyObject *pipeline_bind_map(pipeline *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
-/* add_source(capacity, unbatch, options) -> feed: a Python source as the
- * first stage. Its feeder thread (echoflow._feed_loop) puts items into
+/* add_source(capacity, unbatch, options, batched=False) -> feed: a Python
+ * source as the first stage. Its feeder thread (echoflow._feed_loop) puts items into
  * the feed returned; the pipeline keeps it until closed. */
 static PyObject *pipeline_add_source(pipeline *self, PyObject *args)
 {
-    int capacity, unbatch;
+    int capacity, unbatch, batched = 0;
     const char *options;
-    if (!PyArg_ParseTuple(args, "ips:add_source", &capacity, &unbatch,
-                          &options))
+    if (!PyArg_ParseTuple(args, "ips|p:add_source", &capacity, &unbatch,
+                          &options, &batched))
         return NULL;
     if (not_inherited(self) < 0)
         return NULL;
@@ -305,7 +305,12 @@ static PyObject *pipeline_add_source(pipeline *self, PyObject *args)
         return PyErr_Format(PyExc_ValueError,
                             "source: read_ahead must be >= 1, not %d",
                             capacity);
-    PyObject *feed = pyef_feed_new(capacity, unbatch, &self->map_error);
+    if (unbatch && batched)
+        return PyErr_Format(PyExc_ValueError,
+                            "source: unbatch splits batches, batched keeps "
+                            "them whole: give one of them");
+    PyObject *feed =
+        pyef_feed_new(capacity, unbatch, batched, &self->map_error);
     if (!feed)
         return NULL;
     int rc = ef_pipeline_add_source(self->p, pyef_feed_next, feed, options);
@@ -999,8 +1004,9 @@ static PyMethodDef pipeline_methods[] = {
      "bind_map(name, fn): the next parse()'s map:fn=NAME stages call fn; "
      "that parse raises SpecError if none names it."},
     {"add_source", (PyCFunction)pipeline_add_source, METH_VARARGS,
-     "add_source(read_ahead, unbatch, options) -> feed: a Python source as "
-     "the first stage; echoflow.Pipeline(source=...) feeds it."},
+     "add_source(read_ahead, unbatch, options, batched=False) -> feed: a "
+     "Python source as the first stage; echoflow.Pipeline(source=...) "
+     "feeds it."},
     {"convert_with", (PyCFunction)(void (*)(void))pipeline_convert_with,
      METH_VARARGS | METH_KEYWORDS,
      "convert_with(fn, *, copy_shared=True): yields fields as fn(DLPack "

@@ -99,9 +99,11 @@ int pyef_field_refused(const ef_sample *s, const char *what, const char *name,
 /* ---- pysource.c ---- */
 extern PyTypeObject pyef_feed_type;
 /* A new feed holding at most `capacity` samples; with `unbatch`, each item
- * put is a batch, split into its rows. `*first_error` (a slot the pipeline
+ * put is a batch, split into its rows; with `batched`, each item is a
+ * batch kept whole, one sample whose members are its rows. `*first_error` (a slot the pipeline
  * owns, until pyef_feed_close) receives what the iterable raised. */
-PyObject *pyef_feed_new(int capacity, int unbatch, PyObject **first_error);
+PyObject *pyef_feed_new(int capacity, int unbatch, int batched,
+                        PyObject **first_error);
 /* The ef_source_fn of a feed (`user`). */
 int pyef_feed_next(void *user, int64_t epoch, int block, ef_sample **out);
 /* After the pipeline reading the feed is destroyed: wakes the feeder, whose

@@ -496,3 +496,69 @@ def test_ctrl_c_frees_a_pipeline_whose_source_is_stuck(spec):
     r = subprocess.run([sys.executable, "-c", STUCK_CTRL_C, spec],
                        capture_output=True, text=True, timeout=60)
     assert (r.returncode, r.stdout) == (0, "interrupted\n"), r.stderr
+
+
+def images_loader(**kw):
+    x = torch.arange(8 * 6 * 5, dtype=torch.int64).view(8, 6, 5)
+    data = tud.TensorDataset(x.to(torch.uint8), torch.arange(8))
+    return tud.DataLoader(data, **kw)
+
+
+@pytest.mark.parametrize("stage", ["flip:p=1", "to_chw",
+                                   "crop_mirror_normalize:4"])
+@pytest.mark.parametrize("how", ["dataloader", "batched"])
+def test_image_stages_refuse_a_batched_source(stage, how):
+    # a batch of grey images, [4,6,5], has an image's rank: it was taken
+    # for one 4 x 6 image of 5 channels
+    if how == "dataloader":  # one that batches says so by itself
+        kw = {"source": images_loader(batch_size=4)}
+    else:
+        batches = [(torch.zeros(4, 6, 5, dtype=torch.uint8), torch.arange(4))]
+        kw = {"source": batches, "batched": True}
+    with echoflow.Pipeline(stage, fields=("image", "label"), **kw) as p:
+        with pytest.raises(echoflow.SpecError, match=(
+                r"field 'image' \(u8 \[4,6,5\]\) is a batch of 4 examples; "
+                r"this stage transforms one image: .* where the source "
+                r"yields batches, have it yield examples \(a Python "
+                r"source: unbatch=True\)")):
+            next(iter(p))
+
+
+def test_unbatch_still_gives_images_to_image_stages():
+    loader = images_loader(batch_size=4)
+    with echoflow.Pipeline("flip:p=1", source=loader, unbatch=True,
+                           fields=("image", "label")) as p:
+        got = [arr(s["image"]) for s in p]
+    images = loader.dataset.tensors[0].numpy()
+    assert len(got) == 8
+    assert all((g == im[:, ::-1]).all() for g, im in zip(got, images))
+
+
+def test_a_batched_sources_items_are_batches_of_their_rows():
+    with echoflow.Pipeline("repeat:2", source=images_loader(batch_size=3),
+                           fields=("image", "label")) as p:
+        got = [(tuple(s.identity), s.members[:, :2].tolist(),
+                arr(s["image"]).shape) for s in p]
+    rows = [[[i, e] for i in range(a, b)] for e in (0, 1)
+            for a, b in ((0, 3), (3, 6), (6, 8))]
+    assert [g[1] for g in got] == rows
+    assert [g[0] for g in got] == [(i, e, 0, n) for e in (0, 1)
+                                   for i, n in enumerate((3, 3, 2))]
+    assert [g[2] for g in got] == [(3, 6, 5), (3, 6, 5), (2, 6, 5)] * 2
+
+
+def test_batched_is_checked_and_may_be_turned_off():
+    loader = images_loader(batch_size=4)
+    with echoflow.Pipeline("", source=loader, batched=False) as p:
+        assert [s.members for s in p] == [None, None]
+    with echoflow.Pipeline("", source=images_loader(batch_size=None)) as p:
+        assert next(iter(p)).members is None  # a DataLoader of examples
+    with echoflow.Pipeline("", source=[(torch.zeros(3), 1)],
+                           batched=True) as p:
+        with pytest.raises(echoflow.CallbackError, match="'1' of a batch is "
+                           "a scalar"):
+            list(p)
+    with pytest.raises(ValueError, match="give one of them"):
+        echoflow.Pipeline("", source=loader, unbatch=True, batched=True)
+    with pytest.raises(TypeError, match="give source="):
+        echoflow.Pipeline("range:n=3", batched=True)
