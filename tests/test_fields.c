@@ -289,6 +289,27 @@ static void test_set_ragged_checks_lengths(void **state)
     ef_sample_free(s);
 }
 
+static void test_set_members_makes_a_batch(void **state)
+{
+    (void)state;
+    ef_sample *s = ef_sample_new((ef_sample_id){.index = 7, .fresh = 2});
+    const ef_sample_id ids[2] = {{.index = 14}, {.index = 15, .epoch = 1}};
+    assert_int_equal(ef_sample_set_members(NULL, ids, 2), EF_EINVAL);
+    assert_int_equal(ef_sample_set_members(s, NULL, 2), EF_EINVAL);
+    assert_int_equal(ef_sample_set_members(s, ids, 0), EF_EINVAL);
+    assert_int_equal(ef_sample_members(s, NULL, 0), 0);
+    assert_int_equal(ef_sample_set_members(s, ids, 1), EF_OK);
+    assert_int_equal(ef_sample_set_members(s, ids, 2), EF_OK); /* replaces */
+    ef_sample *copy = ef_sample_clone(s);
+    ef_sample_free(s);
+    ef_sample_id got[2];
+    assert_int_equal(ef_sample_members(copy, got, 2), 2);
+    assert_int_equal(got[1].index, 15);
+    assert_int_equal(got[1].epoch, 1);
+    assert_int_equal(ef_sample_identity(copy).index, 7);
+    ef_sample_free(copy);
+}
+
 static void test_select_and_drop(void **state)
 {
     (void)state;
@@ -430,6 +451,7 @@ int main(void)
         cmocka_unit_test(test_variable_length_rows),
         cmocka_unit_test(test_texts_of_one_length_batch_as_a_list),
         cmocka_unit_test(test_set_ragged_checks_lengths),
+        cmocka_unit_test(test_set_members_makes_a_batch),
         cmocka_unit_test(test_batch_refuses_ragged_field),
         cmocka_unit_test(test_select_and_drop),
         cmocka_unit_test(test_ragged_batch_restored),

@@ -337,6 +337,7 @@ static struct {
     } f[MAX_TEST_FIELDS];
     int64_t count; /* samples per pass */
     int64_t next;
+    int64_t members; /* > 0: each sample is a batch of that many */
 } src;
 
 static void src_reset(int64_t count)
@@ -377,6 +378,14 @@ static int source_fn(void *user, int64_t epoch, int block, ef_sample **out)
         ef_tensor t;
         ef_sample_get(s, src.f[i].name, &t);
         memcpy(dst, src.f[i].data, t.nbytes);
+    }
+    if (src.members > 0) {
+        ef_sample_id ids[16];
+        assert_true(src.members <= 16);
+        for (int64_t k = 0; k < src.members; k++)
+            ids[k] = (ef_sample_id){.index = (src.next - 1) * src.members + k,
+                                    .epoch = epoch};
+        assert_int_equal(ef_sample_set_members(s, ids, src.members), EF_OK);
     }
     *out = s;
     return EF_OK;
@@ -1031,6 +1040,39 @@ static void image_stages_refuse_batches(void **state)
     }
 }
 
+/* A source whose samples are batches already declares them so
+ * (ef_sample_set_members): every image stage refuses them as it refuses
+ * batch's output, naming the way to have the source yield examples,
+ * instead of reading ten grey images as one 10 x 28 image. */
+static void image_stages_refuse_a_sources_batches(void **state)
+{
+    (void)state;
+    static const char *const stages[] = {"flip:p=1", "to_chw",
+                                         "crop_mirror_normalize:4",
+                                         "random_crop:pad=1", "cast:f32"};
+    static unsigned char px[10 * 28 * 28];
+    for (size_t i = 0; i < sizeof stages / sizeof stages[0]; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "%.*s", (int)strcspn(stages[i], ":"),
+                 stages[i]);
+        src_reset(2);
+        src_field("image", EF_U8, 3, (int64_t[]){10, 28, 28}, px);
+        src.members = 10;
+        expect_error(stages[i], EF_ESPEC, name, "[10,28,28]",
+                     "is a batch of 10 examples", "the source yields batches",
+                     "unbatch=True", NULL);
+    }
+    /* the batch keeps its members through the pipeline */
+    src_reset(2);
+    src_field("image", EF_U8, 3, (int64_t[]){10, 28, 28}, px);
+    src.members = 10;
+    ef_sample *b = first("echo:2");
+    ef_sample_id ids[10];
+    assert_int_equal(ef_sample_members(b, ids, 10), 10);
+    assert_int_equal(ids[9].index, 9);
+    ef_sample_free(b);
+}
+
 /* The stages are listed with help for every option. */
 static void stages_are_registered(void **state)
 {
@@ -1072,6 +1114,7 @@ int main(void)
         cmocka_unit_test(cast_rounds_and_refuses),
         cmocka_unit_test(image_stage_errors),
         cmocka_unit_test(image_stages_refuse_batches),
+        cmocka_unit_test(image_stages_refuse_a_sources_batches),
         cmocka_unit_test(stages_are_registered),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

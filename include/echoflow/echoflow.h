@@ -213,6 +213,15 @@ EF_API ef_status ef_sample_set_variable(ef_sample *s, const char *name);
  * batch. Feed these back with ef_pipeline_feedback(). */
 EF_API int64_t ef_sample_members(const ef_sample *s, ef_sample_id *out,
                                  int64_t cap);
+/* Makes `s`, a sample being built, a batch of the n >= 1 examples whose
+ * identities are ids[0..n) (ef_sample_members() gives them back), for a
+ * source whose items are batches already: the stages that take one
+ * example (flip, to_chw, tfexample ...) then refuse it as they refuse
+ * the output of `batch`, instead of reading the batch as one example.
+ * The batch's own identity is the one it was made with (ef_sample_new).
+ * EF_EINVAL for a NULL argument or n < 1, EF_ENOMEM. */
+EF_API ef_status ef_sample_set_members(ef_sample *s, const ef_sample_id *ids,
+                                       int64_t n);
 
 /* ------------------------------------------------------------------ */
 /* Map callbacks                                                       */

@@ -15,6 +15,7 @@ echoflow.torch.Loader feeds a PyTorch training loop. docs/python.md has the
 rules.
 """
 import atexit
+import sys
 import threading
 import time
 import weakref
@@ -205,6 +206,17 @@ def _source_fields(item, names):
     return [(n, _source_value(v)) for n, v in zip(names, item)]
 
 
+def _yields_batches(source):
+    """Whether `source` is a torch DataLoader that batches (with a
+    batch_size or a batch_sampler), whose items are batches. torch is not
+    imported for it: a DataLoader's caller has done so."""
+    torch = sys.modules.get("torch")
+    data = getattr(getattr(torch, "utils", None), "data", None)
+    loader = getattr(data, "DataLoader", None)
+    return (isinstance(loader, type) and isinstance(source, loader)
+            and getattr(source, "batch_sampler", None) is not None)
+
+
 def _feed_loop(feed, source, names):
     """The thread of a Python source: a pass over `source` each time the
     pipeline asks for one, its items put into `feed`, until the pipeline
@@ -296,6 +308,9 @@ class Pipeline(_Pipeline):
         are not), bytes and other buffers (without a copy), str (UTF-8
         bytes, uint8), int (int64) and float (float32). What the iterable
         raises fails the pipeline: a CallbackError whose __cause__ it is.
+        From the iterable, this pipeline's next(), len(), state_dict(),
+        load_state_dict() and close() raise StateError, as each would
+        wait for the source itself; stats() and stop() work.
         Its position cannot be saved (state_dict() raises
         UnsupportedError), and it reads what it is given: shard it before
         (a DistributedSampler), not with shard=.
@@ -304,6 +319,15 @@ class Pipeline(_Pipeline):
         each is split into its examples along the first dimension, as views
         of its memory, so that the stages after it (echo, shuffle, batch)
         see examples.
+    batched: the source yields batches, kept whole: each item is one
+        sample that is a batch of its rows (every field has the batch size
+        as its first dimension; Sample.members numbers them), as `batch`
+        makes, so that the stages that transform one example (flip,
+        to_chw, crop_mirror_normalize ...) refuse it with SpecError rather
+        than take a batch for one image. None (the default): True for a
+        torch DataLoader that batches (a batch_size or a batch_sampler),
+        unless unbatch is given; False otherwise. batched=True and
+        unbatch=True together raise ValueError.
     read_ahead: how many items (examples, with unbatch) a source's thread
         may read ahead of the pipeline (default 256).
 
@@ -325,7 +349,7 @@ class Pipeline(_Pipeline):
 
     def __init__(self, spec, *, seed=0, on_error="fail", shard=None,
                  memory_budget=None, maps=None, source=None, fields=None,
-                 unbatch=False, read_ahead=256):
+                 unbatch=False, batched=None, read_ahead=256):
         if source is not None and shard not in (None, (0, 1)):
             raise SpecError(
                 "shard: a Python source reads what it is given; give each "
@@ -333,10 +357,10 @@ class Pipeline(_Pipeline):
                 "not shard=%r" % (shard,))
         super().__init__(spec, seed, on_error, shard, memory_budget)
         if source is not None:
-            self._add_source(source, fields, unbatch, read_ahead)
-        elif fields is not None or unbatch:
-            raise TypeError("fields and unbatch are options of a source; "
-                            "give source= too")
+            self._add_source(source, fields, unbatch, batched, read_ahead)
+        elif fields is not None or unbatch or batched is not None:
+            raise TypeError("fields, unbatch and batched are options of a "
+                            "source; give source= too")
         maps = dict(maps or {})
         for name in sorted(maps, key=str):
             if not isinstance(name, str):
@@ -354,7 +378,7 @@ class Pipeline(_Pipeline):
                             "spec" % ", ".join(map(repr, sorted(maps))))
         _live.add(self)
 
-    def _add_source(self, source, fields, unbatch, read_ahead):
+    def _add_source(self, source, fields, unbatch, batched, read_ahead):
         if not (hasattr(source, "__iter__") or (
                 hasattr(source, "__getitem__") and hasattr(source, "__len__"))):
             raise TypeError("source must be an iterable or a map-style "
@@ -369,6 +393,12 @@ class Pipeline(_Pipeline):
         if not isinstance(read_ahead, int) or read_ahead < 1:
             raise ValueError("read_ahead must be an int >= 1, not %r"
                              % (read_ahead,))
+        if batched and unbatch:
+            raise ValueError("source: unbatch=True splits the source's "
+                             "batches into examples, batched=True keeps "
+                             "them whole: give one of them")
+        if batched is None:
+            batched = not unbatch and _yields_batches(source)
         # the items of a pass, for len(): an unbatched source's examples
         # are known only once its batches are
         length = None
@@ -378,7 +408,8 @@ class Pipeline(_Pipeline):
             except TypeError:
                 pass
         options = "" if length is None else "length=%d" % length
-        feed = self.add_source(read_ahead, bool(unbatch), options)
+        feed = self.add_source(read_ahead, bool(unbatch), options,
+                               bool(batched))
         feeder = threading.Thread(
             target=_feed_thread, args=(feed, source, names),
             name="echoflow-source", daemon=True)

@@ -154,8 +154,8 @@ class Loader(torch.utils.data.IterableDataset):
         CUDA it is a no-op, with a warning, as for DataLoader. With
         DataLoader workers, give DataLoader(pin_memory=True) instead: a
         worker's tensors reach the main process through shared memory.
-    source, fields, unbatch: a Python iterable as the first stage, as for
-        echoflow.Pipeline: a DataLoader, a generator, a dataset. The spec
+    source, fields, unbatch, batched: a Python iterable as the first
+        stage, as for echoflow.Pipeline: a DataLoader, a generator, a dataset. The spec
         then holds the stages after it ("echo:factor=auto,max=4 |
         batch:64"). It reads what it is given, so rank and world_size do
         not shard it (a DistributedSampler does), and it runs in the
@@ -178,7 +178,7 @@ class Loader(torch.utils.data.IterableDataset):
     def __init__(self, spec, *, seed=0, rank=None, world_size=None,
                  on_error="fail", memory_budget=None, maps=None,
                  as_tuple=None, pin_memory=False, source=None, fields=None,
-                 unbatch=False):
+                 unbatch=False, batched=None):
         super().__init__()
         if rank is None and world_size is None:
             dist = torch.distributed
@@ -196,6 +196,7 @@ class Loader(torch.utils.data.IterableDataset):
         self.on_error, self.maps = on_error, maps
         self.memory_budget = memory_budget
         self.source, self.fields, self.unbatch = source, fields, unbatch
+        self.batched = batched
         self.epoch = 0
         self._pipeline = None  # that of the latest iteration here
         self._warned = set()  # the kinds of warning given (pipeline.c)
@@ -220,7 +221,8 @@ class Loader(torch.utils.data.IterableDataset):
             self.spec, seed=echoflow.epoch_seed(self.seed, epoch, part),
             on_error=self.on_error, shard=shard,
             memory_budget=self.memory_budget, maps=self.maps,
-            source=self.source, fields=self.fields, unbatch=self.unbatch)
+            source=self.source, fields=self.fields, unbatch=self.unbatch,
+            batched=self.batched)
 
     def _drop_resumed(self):
         if self._resumed is not None and self._resumed[1] is not None:

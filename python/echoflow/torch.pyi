@@ -27,7 +27,8 @@ class Loader(torch.utils.data.IterableDataset):
                  pin_memory: bool = ...,
                  source: Optional[Iterable[Any]] = ...,
                  fields: Optional[Sequence[str]] = ...,
-                 unbatch: bool = ...) -> None: ...
+                 unbatch: bool = ...,
+                 batched: Optional[bool] = ...) -> None: ...
     as_tuple: Optional[Tuple[str, ...]]
     pin_memory: bool
     def set_epoch(self, epoch: int) -> None: ...

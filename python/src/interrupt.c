@@ -6,8 +6,9 @@
  * of Python's: it runs Python's handler (the flag, the wakeup fd), then
  * posts a semaphore. A watcher thread waiting on the semaphore calls
  * ef_pipeline_stop() on the pipeline the main thread is waiting on, if
- * any, which wakes the wait at once. Only async-signal-safe calls happen
- * in the handler.
+ * any, and stops its Python source's feed, which the library's stop
+ * cannot reach: that wakes the wait at once. Only async-signal-safe calls
+ * happen in the handler.
  *
  * Ours stays installed between waits: a system call per wait would cost
  * more than the rest of next() here. Whoever sets a handler later (Python's
@@ -15,12 +16,13 @@
  * again, at most every CHECK_NS, and puts ours back in front of a Python
  * handler, never in front of SIG_DFL or SIG_IGN.
  *
- * Lock rules: `mu` guards `current`, so the watcher never stops a pipeline
- * that is being destroyed (the wait clears `current` under `mu` before it
- * returns). `sigints` counts signals; the waiting thread compares it
- * before and after, so a signal that came before `current` was set still
- * stops the wait. `python_action` and `installed` belong to the main
- * thread, and python_action changes only while ours is not installed. */
+ * Lock rules: `mu` guards `current` and `current_feed`, so the watcher
+ * never stops a pipeline that is being destroyed (the wait clears
+ * `current` under `mu` before it returns). `sigints` counts signals; the
+ * waiting thread compares it before and after, so a signal that came
+ * before `current` was set still stops the wait. `python_action` and
+ * `installed` belong to the main thread, and python_action changes only
+ * while ours is not installed. */
 #include "pyef.h"
 
 #include <errno.h>
@@ -31,6 +33,7 @@
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static ef_pipeline *current;
+static PyObject *current_feed; /* its Python source's feed, or NULL */
 static sem_t wake;
 static int watcher_started;
 static struct sigaction python_action; /* the handler ours stands in front of */
@@ -49,6 +52,15 @@ static void on_sigint(int sig, siginfo_t *info, void *uctx)
     errno = saved_errno;
 }
 
+/* Stops the wait of next() on p, whose Python source's feed is `feed`
+ * (or NULL). Takes no GIL. */
+static void stop(ef_pipeline *p, PyObject *feed)
+{
+    ef_pipeline_stop(p);
+    if (feed)
+        pyef_feed_stop(feed);
+}
+
 static void *watcher(void *unused)
 {
     (void)unused;
@@ -60,7 +72,7 @@ static void *watcher(void *unused)
             ; /* EINTR */
         pthread_mutex_lock(&mu);
         if (current)
-            ef_pipeline_stop(current);
+            stop(current, current_feed);
         pthread_mutex_unlock(&mu);
     }
     return NULL;
@@ -88,6 +100,7 @@ void pyef_interrupt_after_fork(void)
     /* the child has no watcher thread: start a new one when needed */
     pthread_mutex_init(&mu, NULL);
     current = NULL;
+    current_feed = NULL;
     watcher_started = 0;
 }
 
@@ -146,7 +159,8 @@ static int handler_ready(void)
     return installed;
 }
 
-int pyef_next_interruptible(ef_pipeline *p, ef_sample **out, int *interrupted)
+int pyef_next_interruptible(ef_pipeline *p, PyObject *feed, ef_sample **out,
+                            int *interrupted)
 {
     int rc, guard = on_main_thread() && watcher_ready() && handler_ready();
     sig_atomic_t before = sigints;
@@ -154,14 +168,16 @@ int pyef_next_interruptible(ef_pipeline *p, ef_sample **out, int *interrupted)
     if (guard) {
         pthread_mutex_lock(&mu);
         current = p;
+        current_feed = feed;
         pthread_mutex_unlock(&mu);
         if (sigints != before)
-            ef_pipeline_stop(p);
+            stop(p, feed);
     }
     rc = ef_pipeline_next(p, out);
     if (guard) {
         pthread_mutex_lock(&mu);
         current = NULL;
+        current_feed = NULL;
         pthread_mutex_unlock(&mu);
     }
     Py_END_ALLOW_THREADS

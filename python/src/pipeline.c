@@ -18,6 +18,9 @@
  * feedback and gives its figures while a next() waits, and a training
  * loop may ask from another thread than the one iterating. close()
  * takes `mu`, then `stop_mu`; nothing takes them the other way round.
+ * A thread the pipeline itself waits for, one running a Python map of
+ * it or its Python source's iterable, never takes `mu`: the calls that
+ * would raise StateError there instead of waiting on themselves.
  *
  * A child forked after the pipeline was made has none of its threads,
  * and may have its locks held by threads that are not there: every call
@@ -90,11 +93,26 @@ static int not_from_own_map(const pipeline *self)
     return -1;
 }
 
-/* Takes `mu`; -1 with StateError set instead in a forked child or in
- * one of the pipeline's own maps. */
+/* 0, or -1 with StateError set on the thread that runs the iterable of
+ * the pipeline's own Python source: the pipeline waits for that thread's
+ * items, so a call that waits for the pipeline would wait on itself. */
+static int not_from_own_source(const pipeline *self)
+{
+    if (!pyef_feed_serving(self->feed))
+        return 0;
+    pyef_raise(EF_ESTATE, "a source of this pipeline cannot call next(), "
+                          "state_dict(), load_state_dict(), len() or close() "
+                          "on it: each waits for the items the source has "
+                          "yet to give; stats() and stop() are allowed");
+    return -1;
+}
+
+/* Takes `mu`; -1 with StateError set instead in a forked child, in one
+ * of the pipeline's own maps or in its source's iterable. */
 static int lock(pipeline *self)
 {
-    if (not_inherited(self) < 0 || not_from_own_map(self) < 0)
+    if (not_inherited(self) < 0 || not_from_own_map(self) < 0 ||
+        not_from_own_source(self) < 0)
         return -1;
     if (pthread_mutex_trylock(&self->mu) == 0)
         return 0;
@@ -267,15 +285,15 @@ static PyObject *pipeline_bind_map(pipeline *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
-/* add_source(capacity, unbatch, options) -> feed: a Python source as the
- * first stage. Its feeder thread (echoflow._feed_loop) puts items into
+/* add_source(capacity, unbatch, options, batched=False) -> feed: a Python
+ * source as the first stage. Its feeder thread (echoflow._feed_loop) puts items into
  * the feed returned; the pipeline keeps it until closed. */
 static PyObject *pipeline_add_source(pipeline *self, PyObject *args)
 {
-    int capacity, unbatch;
+    int capacity, unbatch, batched = 0;
     const char *options;
-    if (!PyArg_ParseTuple(args, "ips:add_source", &capacity, &unbatch,
-                          &options))
+    if (!PyArg_ParseTuple(args, "ips|p:add_source", &capacity, &unbatch,
+                          &options, &batched))
         return NULL;
     if (not_inherited(self) < 0)
         return NULL;
@@ -287,7 +305,12 @@ static PyObject *pipeline_add_source(pipeline *self, PyObject *args)
         return PyErr_Format(PyExc_ValueError,
                             "source: read_ahead must be >= 1, not %d",
                             capacity);
-    PyObject *feed = pyef_feed_new(capacity, unbatch, &self->map_error);
+    if (unbatch && batched)
+        return PyErr_Format(PyExc_ValueError,
+                            "source: unbatch splits batches, batched keeps "
+                            "them whole: give one of them");
+    PyObject *feed =
+        pyef_feed_new(capacity, unbatch, batched, &self->map_error);
     if (!feed)
         return NULL;
     int rc = ef_pipeline_add_source(self->p, pyef_feed_next, feed, options);
@@ -407,7 +430,7 @@ static PyObject *iternext_sample(pipeline *self)
     }
     ef_sample *s = NULL;
     int interrupted;
-    int rc = pyef_next_interruptible(self->p, &s, &interrupted);
+    int rc = pyef_next_interruptible(self->p, self->feed, &s, &interrupted);
     if (rc != EF_OK)
         self->final_status = rc;
     if (interrupted && PyErr_CheckSignals() < 0) {
@@ -845,18 +868,26 @@ done:
 
 /* ---- ending ---- */
 
+/* Stops the library's pipeline, and the feed of a Python source: a read
+ * waiting there is the library's callback, which ef_pipeline_stop()
+ * cannot wake, so a source stuck in its iterable would keep next(), and
+ * close()'s joining of the threads, waiting for ever. */
 static PyObject *pipeline_stop(pipeline *self, PyObject *unused)
 {
     (void)unused;
     if (not_inherited(self) < 0)
         return NULL;
     self->stopped = 1;
+    PyObject *feed = Py_XNewRef(self->feed); /* close() may drop it */
     Py_BEGIN_ALLOW_THREADS
     pthread_mutex_lock(&self->stop_mu);
     if (self->p)
         ef_pipeline_stop(self->p);
     pthread_mutex_unlock(&self->stop_mu);
+    if (feed)
+        pyef_feed_stop(feed);
     Py_END_ALLOW_THREADS
+    Py_XDECREF(feed);
     Py_RETURN_NONE;
 }
 
@@ -944,7 +975,7 @@ static PyObject *pipeline_close_at_exit(pipeline *self, PyObject *unused)
 static PyObject *pipeline_close(pipeline *self, PyObject *unused)
 {
     (void)unused;
-    if (not_from_own_map(self) < 0)
+    if (not_from_own_map(self) < 0 || not_from_own_source(self) < 0)
         return NULL;
     close_pipeline(self);
     Py_RETURN_NONE;
@@ -1008,8 +1039,9 @@ static PyMethodDef pipeline_methods[] = {
      "bind_map(name, fn): the next parse()'s map:fn=NAME stages call fn; "
      "that parse raises SpecError if none names it."},
     {"add_source", (PyCFunction)pipeline_add_source, METH_VARARGS,
-     "add_source(read_ahead, unbatch, options) -> feed: a Python source as "
-     "the first stage; echoflow.Pipeline(source=...) feeds it."},
+     "add_source(read_ahead, unbatch, options, batched=False) -> feed: a "
+     "Python source as the first stage; echoflow.Pipeline(source=...) "
+     "feeds it."},
     {"convert_with", (PyCFunction)(void (*)(void))pipeline_convert_with,
      METH_VARARGS | METH_KEYWORDS,
      "convert_with(fn, *, copy_shared=True): yields fields as fn(DLPack "

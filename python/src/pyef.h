@@ -99,24 +99,35 @@ int pyef_field_refused(const ef_sample *s, const char *what, const char *name,
 /* ---- pysource.c ---- */
 extern PyTypeObject pyef_feed_type;
 /* A new feed holding at most `capacity` samples; with `unbatch`, each item
- * put is a batch, split into its rows. `*first_error` (a slot the pipeline
+ * put is a batch, split into its rows; with `batched`, each item is a
+ * batch kept whole, one sample whose members are its rows. `*first_error` (a slot the pipeline
  * owns, until pyef_feed_close) receives what the iterable raised. */
-PyObject *pyef_feed_new(int capacity, int unbatch, PyObject **first_error);
+PyObject *pyef_feed_new(int capacity, int unbatch, int batched,
+                        PyObject **first_error);
 /* The ef_source_fn of a feed (`user`). */
 int pyef_feed_next(void *user, int64_t epoch, int block, ef_sample **out);
 /* After the pipeline reading the feed is destroyed: wakes the feeder, whose
  * put() and wait_pass() then say so, and frees the samples left. */
 void pyef_feed_close(PyObject *feed);
+/* After ef_pipeline_stop() on the pipeline reading the feed: a read that
+ * waits for items returns EF_ECANCELED instead, also when the feeder is
+ * stuck. Takes no GIL. */
+void pyef_feed_stop(PyObject *feed);
+/* Whether this thread runs the feed's iterable (its feeder thread); 0 for
+ * a NULL feed. */
+int pyef_feed_serving(PyObject *feed);
 /* What the feed's iterable raised ("ValueError: ..."), once it has; NULL
  * before. Valid as long as the feed. */
 const char *pyef_feed_failure(PyObject *feed);
 
 /* ---- interrupt.c ---- */
 /* Calls ef_pipeline_next(p, out) with the GIL released. On the main thread,
- * a SIGINT meanwhile stops `p` so the call returns at once; then
+ * a SIGINT meanwhile stops `p`, and `feed` (its Python source's, or NULL;
+ * kept alive by the caller), so the call returns at once; then
  * *interrupted is set and Python's own handler has been run, so
  * PyErr_CheckSignals() raises KeyboardInterrupt. */
-int pyef_next_interruptible(ef_pipeline *p, ef_sample **out, int *interrupted);
+int pyef_next_interruptible(ef_pipeline *p, PyObject *feed, ef_sample **out,
+                            int *interrupted);
 void pyef_interrupt_after_fork(void);
 
 /* ---- pipeline.c ---- */

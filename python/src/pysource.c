@@ -18,6 +18,9 @@
  *
  * With unbatch, each item is a batch: every field's leading dimension is
  * split into that many samples viewing one buffer at their own offsets.
+ * With batched, each item is a batch kept whole: one sample whose members
+ * (ef_sample_set_members) are its rows, so that the stages that take one
+ * example refuse it as they refuse the output of `batch`.
  *
  * Lock rule: `mu` guards every field below it in the struct; nothing calls
  * into Python or the library while holding it, except ef_sample_free() of
@@ -38,12 +41,21 @@ typedef struct {
     int64_t fed;        /* the pass the feeder is on */
     int ended;          /* the feeder finished pass `fed` */
     int closed;         /* the pipeline is gone: put() refuses */
+    int stopped;        /* the pipeline was stopped: reads wait no more */
     int failed;         /* the feeder's iterable raised: a negative status */
     int64_t next_index; /* identity index of the next sample of the pass */
     char why[512];      /* what the iterable raised, as text */
     int unbatch;
+    int batched;
+    /* with batched: the identity index of the next batch's first example */
+    int64_t next_member;
     PyObject **first_error; /* the pipeline's slot, set under the GIL */
 } feed;
+
+/* The feed whose iterable this thread runs (its feeder's), or NULL: the
+ * pipeline refuses the calls from it that would wait for the feeder
+ * itself (pyef_feed_serving). */
+static _Thread_local const feed *feeding;
 
 /* ---- the pipeline's side ---- */
 
@@ -78,7 +90,7 @@ int pyef_feed_next(void *user, int64_t epoch, int block, ef_sample **out)
             rc = EF_AGAIN;
             break;
         }
-        if (f->closed) {
+        if (f->closed || f->stopped) {
             rc = EF_ECANCELED;
             break;
         }
@@ -305,10 +317,33 @@ static void free_samples(ef_sample **s, int64_t n)
     PyMem_Free(s);
 }
 
+/* Makes `s` a batch of `rows` examples of pass `epoch`, numbered from
+ * `first`. -1 with an exception set. */
+static int declare_batch(ef_sample *s, int64_t rows, int64_t epoch,
+                         int64_t first)
+{
+    ef_sample_id *ids = PyMem_Calloc((size_t)rows, sizeof *ids);
+    if (!ids) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (int64_t r = 0; r < rows; r++)
+        ids[r] = (ef_sample_id){.index = first + r, .epoch = epoch};
+    int rc = ef_sample_set_members(s, ids, rows);
+    PyMem_Free(ids);
+    if (rc != EF_OK) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    return 0;
+}
+
 /* The samples of one item: `fields` a sequence of (name, value) pairs.
- * NULL with an exception set. *n receives how many. */
+ * NULL with an exception set. *n receives how many, *examples how many
+ * examples they hold (those of a batched item's one sample). */
 static ef_sample **samples_of(feed *f, PyObject *fields, int64_t epoch,
-                              int64_t first_index, int64_t *n)
+                              int64_t first_index, int64_t first_member,
+                              int64_t *n, int64_t *examples)
 {
     PyObject *seq = PySequence_Fast(fields, "put() takes (name, value) pairs");
     if (!seq)
@@ -317,7 +352,8 @@ static ef_sample **samples_of(feed *f, PyObject *fields, int64_t epoch,
     imported *im = PyMem_Calloc((size_t)(nf ? nf : 1), sizeof *im);
     const char **names = PyMem_Calloc((size_t)(nf ? nf : 1), sizeof *names);
     ef_sample **out = NULL;
-    int64_t rows = f->unbatch ? -1 : 1;
+    int has_rows = f->unbatch || f->batched;
+    int64_t rows = has_rows ? -1 : 1;
     Py_ssize_t done = 0;
     if (!im || !names) {
         PyErr_NoMemory();
@@ -332,7 +368,7 @@ static ef_sample **samples_of(feed *f, PyObject *fields, int64_t epoch,
             import_field(name, value, &im[done]) < 0)
             goto fail;
         names[done] = name;
-        if (!f->unbatch)
+        if (!has_rows)
             continue;
         int64_t r = im[done].ndim > 0 ? im[done].shape[0] : -1;
         if (r < 0) {
@@ -357,13 +393,17 @@ static ef_sample **samples_of(feed *f, PyObject *fields, int64_t epoch,
     }
     if (rows < 0)
         rows = 0; /* a batch without fields: nothing to emit */
-    out = PyMem_Calloc((size_t)(rows ? rows : 1), sizeof *out);
+    /* a batched item is one sample, unless it has no rows */
+    int64_t nout = f->batched ? rows > 0 : rows;
+    out = PyMem_Calloc((size_t)(nout ? nout : 1), sizeof *out);
     if (!out) {
         PyErr_NoMemory();
         goto fail;
     }
-    for (int64_t r = 0; r < rows; r++) {
+    for (int64_t r = 0; r < nout; r++) {
         ef_sample_id id = {.index = first_index + r, .epoch = epoch};
+        if (f->batched)
+            id.fresh = (int32_t)(rows < INT32_MAX ? rows : INT32_MAX);
         if (!(out[r] = ef_sample_new(id))) {
             free_samples(out, r);
             out = NULL;
@@ -386,8 +426,15 @@ static ef_sample **samples_of(feed *f, PyObject *fields, int64_t epoch,
                 goto fail;
             }
         }
+        if (f->batched &&
+            declare_batch(out[r], rows, epoch, first_member) < 0) {
+            free_samples(out, r + 1);
+            out = NULL;
+            goto fail;
+        }
     }
-    *n = rows;
+    *n = nout;
+    *examples = rows;
 fail:
     for (Py_ssize_t i = 0; im && i < done; i++)
         ef_buffer_release(im[i].buf);
@@ -402,16 +449,17 @@ fail:
 static PyObject *feed_put(feed *f, PyObject *fields)
 {
     pthread_mutex_lock(&f->mu);
-    int64_t epoch = f->fed, first = f->next_index;
+    int64_t epoch = f->fed, first = f->next_index, member = f->next_member;
     pthread_mutex_unlock(&f->mu);
-    int64_t n = 0;
-    ef_sample **s = samples_of(f, fields, epoch, first, &n);
+    int64_t n = 0, examples = 0;
+    ef_sample **s = samples_of(f, fields, epoch, first, member, &n, &examples);
     if (!s)
         return NULL;
     int64_t queued = 0;
     int closed = 0;
     Py_BEGIN_ALLOW_THREADS pthread_mutex_lock(&f->mu);
     f->next_index += n;
+    f->next_member += examples;
     while (queued < n) {
         while (f->count == f->cap && !f->closed)
             pthread_cond_wait(&f->changed, &f->mu);
@@ -437,6 +485,7 @@ static PyObject *feed_wait_pass(feed *f, PyObject *unused)
 {
     (void)unused;
     int64_t pass;
+    feeding = f; /* the thread that waits for passes runs the iterable */
     Py_BEGIN_ALLOW_THREADS pthread_mutex_lock(&f->mu);
     while (!f->closed && f->wanted <= f->fed)
         pthread_cond_wait(&f->changed, &f->mu);
@@ -444,7 +493,7 @@ static PyObject *feed_wait_pass(feed *f, PyObject *unused)
     if (pass >= 0) {
         f->fed = pass;
         f->ended = 0;
-        f->next_index = 0;
+        f->next_index = f->next_member = 0;
     }
     pthread_mutex_unlock(&f->mu);
     Py_END_ALLOW_THREADS return PyLong_FromLongLong(pass);
@@ -489,6 +538,24 @@ const char *pyef_feed_failure(PyObject *obj)
     return why;
 }
 
+int pyef_feed_serving(PyObject *obj)
+{
+    return obj && feeding == (const feed *)obj;
+}
+
+/* Called by the pipeline's stop(): the library cannot wake a callback
+ * that waits for items, so a reader waiting on a feeder that is stuck
+ * (or that waits for the pipeline itself) is woken here. The feeder goes
+ * on until close. */
+void pyef_feed_stop(PyObject *obj)
+{
+    feed *f = (feed *)obj;
+    pthread_mutex_lock(&f->mu);
+    f->stopped = 1;
+    pthread_cond_broadcast(&f->changed);
+    pthread_mutex_unlock(&f->mu);
+}
+
 /* Called by the pipeline once the library's pipeline is destroyed: the
  * feeder's put() and wait_pass() return, and the samples left are freed. */
 void pyef_feed_close(PyObject *obj)
@@ -505,7 +572,8 @@ void pyef_feed_close(PyObject *obj)
         ef_sample_free(f->ring[(head + i) % f->cap]);
 }
 
-PyObject *pyef_feed_new(int capacity, int unbatch, PyObject **first_error)
+PyObject *pyef_feed_new(int capacity, int unbatch, int batched,
+                        PyObject **first_error)
 {
     feed *f = PyObject_New(feed, &pyef_feed_type);
     if (!f)
@@ -520,10 +588,11 @@ PyObject *pyef_feed_new(int capacity, int unbatch, PyObject **first_error)
     f->cap = capacity;
     f->head = f->count = 0;
     f->wanted = f->fed = -1;
-    f->ended = f->closed = f->failed = 0;
+    f->ended = f->closed = f->stopped = f->failed = 0;
     f->why[0] = '\0';
-    f->next_index = 0;
+    f->next_index = f->next_member = 0;
     f->unbatch = unbatch;
+    f->batched = batched;
     f->first_error = first_error;
     return (PyObject *)f;
 }

@@ -76,7 +76,7 @@ PyObject *pyef_write_tokens(PyObject *module, PyObject *args, PyObject *kw)
     ef_sample *s = NULL;
     int interrupted = 0;
     while (rc == EF_OK &&
-           (rc = pyef_next_interruptible(p, &s, &interrupted)) == EF_OK) {
+           (rc = pyef_next_interruptible(p, NULL, &s, &interrupted)) == EF_OK) {
         Py_BEGIN_ALLOW_THREADS rc = ef_token_writer_add(w, s, field, eos);
         Py_END_ALLOW_THREADS ef_sample_free(s);
         s = NULL;

@@ -373,3 +373,230 @@ def test_a_field_past_a_limit_names_the_limit(make, limit):
                        match="map 'f' raised ValueError: field .*" + limit):
         list(echoflow.Pipeline("range:n=1 | map:f",
                                maps={"f": lambda s: make()}))
+
+
+# A source's iterable that calls its own pipeline from the source's
+# thread. Each call below waited for the pipeline, which waited for that
+# thread's next item: a deadlock that stop() could not end. Run apart, so
+# that a hang fails the test by its timeout rather than holding pytest.
+CALLS_HOME = r'''
+import sys
+import echoflow
+
+call = sys.argv[1]
+home = []
+
+
+def calls_home():
+    p = home[0]
+    yield 1
+    if call == "next":
+        next(iter(p))
+    elif call == "len":
+        len(p)
+    elif call == "state_dict":
+        p.state_dict()
+    elif call == "load_state_dict":
+        p.load_state_dict({"version": 1, "pipeline": b""})
+    elif call == "close":
+        p.close()
+    elif call == "stats":
+        assert p.stats()["status"] == "running"
+    elif call == "stop":
+        p.stop()
+        return
+    yield 2
+
+
+p = echoflow.Pipeline(sys.argv[2], source=calls_home())
+home.append(p)
+try:
+    print(len(list(p)))
+except echoflow.CallbackError as e:
+    print(type(e.__cause__).__name__, e.__cause__)
+p.close()
+'''
+
+
+def calls_home(call, spec=""):
+    r = subprocess.run([sys.executable, "-c", CALLS_HOME, call, spec],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    return r.stdout
+
+
+@pytest.mark.parametrize("spec", ["", "prefetch:2"])
+@pytest.mark.parametrize("call", ["next", "len", "state_dict",
+                                  "load_state_dict", "close"])
+def test_a_source_calling_its_own_pipeline_raises_instead_of_waiting(
+        call, spec):
+    assert calls_home(call, spec).startswith(
+        "StateError a source of this pipeline cannot call next(), "
+        "state_dict(), load_state_dict(), len() or close() on it")
+
+
+def test_a_source_may_ask_its_own_pipeline_for_stats_and_stop_it():
+    assert calls_home("stats") == "2\n"
+    assert calls_home("stop") == "1\n"
+
+
+def test_a_source_may_read_another_pipeline():
+    inner = echoflow.Pipeline("range:n=3")
+    with echoflow.Pipeline("", source=inner) as p:
+        assert [int(arr(s["index"])) for s in p] == [0, 1, 2]
+    inner.close()
+
+
+# A source stuck inside its iterable, read by a thread in next():
+# stop() and close() from the main thread must end that wait, also where
+# a library thread (prefetch) waits for the source. The library cannot
+# wake a source callback that waits for items.
+STUCK_SOURCE = r'''
+import sys, threading
+import echoflow
+
+release = threading.Event()
+
+
+def stuck():
+    yield 1
+    release.wait()
+    yield 2
+
+
+p = echoflow.Pipeline(sys.argv[2], source=stuck())
+got = []
+reader = threading.Thread(target=lambda: got.extend(p), daemon=True)
+reader.start()
+while not got:
+    reader.join(0.01)
+getattr(p, sys.argv[1])()
+reader.join()
+p.close()
+print(len(got), p.closed)
+release.set()
+'''
+
+
+@pytest.mark.parametrize("spec", ["", "prefetch:2"])
+@pytest.mark.parametrize("end", ["stop", "close"])
+def test_stop_and_close_free_a_pipeline_whose_source_is_stuck(end, spec):
+    r = subprocess.run([sys.executable, "-c", STUCK_SOURCE, end, spec],
+                       capture_output=True, text=True, timeout=60)
+    assert (r.returncode, r.stdout) == (0, "1 True\n"), r.stderr
+
+
+# Ctrl-C while the main thread waits on a stuck source: the library's
+# stop, which the SIGINT handler calls, cannot wake a source callback, so
+# the wait went on. The signal is sent once the main thread is at its
+# second next(), most likely inside it (sent earlier, it is raised there
+# anyway, and the test passes either way).
+STUCK_CTRL_C = r'''
+import os, signal, sys, threading, time
+import echoflow
+
+release = threading.Event()
+
+
+def stuck():
+    yield 1
+    release.wait()
+    yield 2
+
+
+def waiting(it):
+    return next(it)
+
+
+def interrupt():
+    main = threading.main_thread().ident
+    while sys._current_frames()[main].f_code.co_name != "waiting":
+        time.sleep(0.01)
+    time.sleep(0.1)
+    os.kill(os.getpid(), signal.SIGINT)
+
+
+p = echoflow.Pipeline(sys.argv[1], source=stuck())
+it = iter(p)
+next(it)
+threading.Thread(target=interrupt, daemon=True).start()
+try:
+    waiting(it)
+except KeyboardInterrupt:
+    print("interrupted", flush=True)
+p.close()
+release.set()
+'''
+
+
+@pytest.mark.parametrize("spec", ["", "prefetch:2"])
+def test_ctrl_c_frees_a_pipeline_whose_source_is_stuck(spec):
+    r = subprocess.run([sys.executable, "-c", STUCK_CTRL_C, spec],
+                       capture_output=True, text=True, timeout=60)
+    assert (r.returncode, r.stdout) == (0, "interrupted\n"), r.stderr
+
+
+def images_loader(**kw):
+    x = torch.arange(8 * 6 * 5, dtype=torch.int64).view(8, 6, 5)
+    data = tud.TensorDataset(x.to(torch.uint8), torch.arange(8))
+    return tud.DataLoader(data, **kw)
+
+
+@pytest.mark.parametrize("stage", ["flip:p=1", "to_chw",
+                                   "crop_mirror_normalize:4"])
+@pytest.mark.parametrize("how", ["dataloader", "batched"])
+def test_image_stages_refuse_a_batched_source(stage, how):
+    # a batch of grey images, [4,6,5], has an image's rank: it was taken
+    # for one 4 x 6 image of 5 channels
+    if how == "dataloader":  # one that batches says so by itself
+        kw = {"source": images_loader(batch_size=4)}
+    else:
+        batches = [(torch.zeros(4, 6, 5, dtype=torch.uint8), torch.arange(4))]
+        kw = {"source": batches, "batched": True}
+    with echoflow.Pipeline(stage, fields=("image", "label"), **kw) as p:
+        with pytest.raises(echoflow.SpecError, match=(
+                r"field 'image' \(u8 \[4,6,5\]\) is a batch of 4 examples; "
+                r"this stage transforms one image: .* where the source "
+                r"yields batches, have it yield examples \(a Python "
+                r"source: unbatch=True\)")):
+            next(iter(p))
+
+
+def test_unbatch_still_gives_images_to_image_stages():
+    loader = images_loader(batch_size=4)
+    with echoflow.Pipeline("flip:p=1", source=loader, unbatch=True,
+                           fields=("image", "label")) as p:
+        got = [arr(s["image"]) for s in p]
+    images = loader.dataset.tensors[0].numpy()
+    assert len(got) == 8
+    assert all((g == im[:, ::-1]).all() for g, im in zip(got, images))
+
+
+def test_a_batched_sources_items_are_batches_of_their_rows():
+    with echoflow.Pipeline("repeat:2", source=images_loader(batch_size=3),
+                           fields=("image", "label")) as p:
+        got = [(tuple(s.identity), s.members[:, :2].tolist(),
+                arr(s["image"]).shape) for s in p]
+    rows = [[[i, e] for i in range(a, b)] for e in (0, 1)
+            for a, b in ((0, 3), (3, 6), (6, 8))]
+    assert [g[1] for g in got] == rows
+    assert [g[0] for g in got] == [(i, e, 0, n) for e in (0, 1)
+                                   for i, n in enumerate((3, 3, 2))]
+    assert [g[2] for g in got] == [(3, 6, 5), (3, 6, 5), (2, 6, 5)] * 2
+
+
+def test_batched_is_checked_and_may_be_turned_off():
+    loader = images_loader(batch_size=4)
+    with echoflow.Pipeline("", source=loader, batched=False) as p:
+        assert [s.members for s in p] == [None, None]
+    with echoflow.Pipeline("", source=images_loader(batch_size=None)) as p:
+        assert next(iter(p)).members is None  # a DataLoader of examples
+    with echoflow.Pipeline("", source=[(torch.zeros(3), 1)],
+                           batched=True) as p:
+        with pytest.raises(echoflow.CallbackError, match="'1' of a batch is "
+                           "a scalar"):
+            list(p)
+    with pytest.raises(ValueError, match="give one of them"):
+        echoflow.Pipeline("", source=loader, unbatch=True, batched=True)
+    with pytest.raises(TypeError, match="give source="):
+        echoflow.Pipeline("range:n=3", batched=True)

@@ -574,6 +574,22 @@ ef_sample_id ef_sample_identity(const ef_sample *s)
     return s->id;
 }
 
+ef_status ef_sample_set_members(ef_sample *s, const ef_sample_id *ids,
+                                int64_t n)
+{
+    if (!s || !ids || n < 1 || (uint64_t)n > SIZE_MAX / sizeof(ef__ident))
+        return EF_EINVAL;
+    ef_buffer *m = ef_buffer_new((size_t)n * sizeof(ef__ident));
+    if (!m)
+        return EF_ENOMEM;
+    ef__ident *d = ef_buffer_data(m);
+    for (int64_t i = 0; i < n; i++) /* read again by identity alone */
+        d[i] = (ef__ident){.id = ids[i]};
+    ef_buffer_release(s->origin.members);
+    s->origin.members = m;
+    return EF_OK;
+}
+
 int64_t ef_sample_members(const ef_sample *s, ef_sample_id *out, int64_t cap)
 {
     size_t n = 0;

@@ -45,16 +45,19 @@ int ef__image_find(const ef_sample *in, const char *field, unsigned dtypes,
     }
     const ef__field *f = &in->fields[i];
     /* A batch of grey images, [B,H,W], has an image's rank: what marks a
-     * batch is the list of its members (batch.c), which its echoed copies
-     * and every transform's output keep. A misplaced stage is a spec
-     * error, never a bad sample to skip. */
+     * batch is the list of its members (batch.c, or a source whose items
+     * are batches: ef_sample_set_members), which its echoed copies and
+     * every transform's output keep. A misplaced stage is a spec error,
+     * never a bad sample to skip. */
     if (in->origin.members) {
         char shape[128];
         ef__shape_format(shape, sizeof shape, f->ndim, f->shape);
         return ef_map_ctx_fail(ctx, EF_ESPEC,
                                "field '%s' (%s %s) is a batch of %lld "
                                "examples; this stage transforms one image: "
-                               "place this stage before batch",
+                               "place this stage before batch, or, where "
+                               "the source yields batches, have it yield "
+                               "examples (a Python source: unbatch=True)",
                                field, ef_dtype_name(f->dtype), shape,
                                (long long)ef_sample_members(in, NULL, 0));
     }
