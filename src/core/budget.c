@@ -38,32 +38,18 @@ int ef__budget_try_take(ef__budget *b, uint64_t n)
     return 1;
 }
 
+/* ef__budget_take's way out of a wait: nothing queued (budget.h). */
+static int nothing_queued(const void *queued)
+{
+    return atomic_load((const atomic_size_t *)queued) == 0;
+}
+
 int ef__budget_take(ef__budget *b, uint64_t n, const atomic_size_t *queued,
                     const atomic_int *closed, uint64_t *waited_ns)
 {
-    if (ef__budget_try_take(b, n))
-        return EF_OK; /* the caller sees a close when it pushes */
-    uint64_t t0 = ef__now_ns();
-    int charged = 0;
-    pthread_mutex_lock(&b->mu);
-    atomic_fetch_add(&b->waiters, 1);
-    while (!atomic_load(closed)) {
-        if (ef__budget_try_take(b, n)) {
-            charged = 1;
-            break;
-        }
-        if (atomic_load(queued) == 0) { /* see budget.h: never a deadlock */
-            ef__budget_hold(b, n);
-            charged = 1;
-            break;
-        }
-        pthread_cond_wait(&b->room, &b->mu);
-    }
-    atomic_fetch_sub(&b->waiters, 1);
-    pthread_mutex_unlock(&b->mu);
-    if (waited_ns)
-        *waited_ns += ef__now_ns() - t0;
-    return charged ? EF_OK : EF_ECANCELED;
+    /* the caller sees a close when it pushes */
+    return ef__budget_reserve(b, n, nothing_queued, queued, closed,
+                              waited_ns);
 }
 
 int ef__budget_reserve(ef__budget *b, uint64_t n,
@@ -81,7 +67,8 @@ int ef__budget_reserve(ef__budget *b, uint64_t n,
             charged = 1;
             break;
         }
-        if (first(arg)) { /* the consumer waits for this: never a deadlock */
+        if (first(arg)) { /* the consumer waits for this, or nothing is
+                             queued: never a deadlock (budget.h) */
             ef__budget_hold(b, n);
             charged = 1;
             break;
