@@ -175,7 +175,7 @@ int ef__opts_parse(ef__opts *o, const ef__stage_def *def, const char *text,
     const char *p = text, *end = text + len;
     const char *tok;
     size_t tlen;
-    int ntok = 0;
+    int ntok = 0, last = -1; /* the option given last */
     ef__trim(&p, &len);
     end = p + len;
     while (len && rc == EF_OK && next_token(&p, end, &tok, &tlen)) {
@@ -212,7 +212,18 @@ int ef__opts_parse(ef__opts *o, const ef__stage_def *def, const char *text,
             vlen = tlen - (size_t)(val - tok);
             ef__trim(&val, &vlen);
         } else {
-            if (ntok > 0 || def->info.noptions == 0) {
+            if (last >= 0) { /* a list with commas, not quoted? */
+                rc = ef__err_set(err, EF_ESPEC,
+                                 "stage '%s': '%.*s' needs a name (key=value); "
+                                 "only the first option may be given bare. "
+                                 "If it is part of the list before it, quote "
+                                 "the list: %s=\"%s,%.*s\"",
+                                 name, (int)tlen, tok,
+                                 def->info.options[last].name, given[last],
+                                 (int)tlen, tok);
+                break;
+            }
+            if (def->info.noptions == 0) {
                 rc = ef__err_set(err, EF_ESPEC,
                                  "stage '%s': '%.*s' needs a name (key=value); "
                                  "only the first option may be given bare",
@@ -234,6 +245,7 @@ int ef__opts_parse(ef__opts *o, const ef__stage_def *def, const char *text,
         if (!given[idx])
             rc = ef__err_set(err, EF_ENOMEM, "out of memory");
         ntok++;
+        last = idx;
     }
 
     for (int i = 0; i < o->n && rc == EF_OK; i++) {

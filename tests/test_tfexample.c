@@ -671,6 +671,17 @@ static void test_stage_spec_errors(void **state)
     assert_non_null(strstr(ef_pipeline_error(p),
                            "stage 'tfexample': option 'features' is required"));
     ef_pipeline_destroy(p);
+    /* a list with commas left unquoted: the message shows it quoted */
+    assert_int_equal(ef_pipeline_create(&p), EF_OK);
+    assert_int_equal(ef_pipeline_parse(p, "tfrecord:files=x | tfexample:"
+                                          "features=image/encoded,"
+                                          "image/class/label:int64 as label"),
+                     EF_ESPEC);
+    const char *msg = ef_pipeline_error(p);
+    if (!strstr(msg, "quote the list: features=\"image/encoded,image/class/"
+                     "label:int64 as label\""))
+        fail_msg("%s", msg);
+    ef_pipeline_destroy(p);
 }
 
 /* Whether a sample can hold `n` fields named like `name` (the core's
