@@ -334,7 +334,8 @@ class Loader(torch.utils.data.IterableDataset):
     def state_dict(self):
         """Where this Loader stands, as a dict to pickle or torch.save:
         {"version": 1, "epoch": int, "rank": int, "world_size": int,
-        "pipeline": None or the state_dict() of the pipeline}. Each rank
+        "seed": int, "pipeline": None or the state_dict() of the
+        pipeline}. Each rank
         saves and loads its own.
 
         During an iteration in this process, between two batches: its epoch
@@ -343,9 +344,9 @@ class Loader(torch.utils.data.IterableDataset):
         deterministic spec: echo:factor=auto depends on timing). Otherwise
         (before the first iteration, after one ended or was broken off):
         the epoch, read from its start by the next iteration; or the state
-        loaded and not iterated yet. The spec and seed are not in it:
-        build the Loader alike; a pipeline that differs is refused when
-        the state is loaded."""
+        loaded and not iterated yet. The spec is not in it: build the
+        Loader alike; a pipeline or seed that differs is refused when the
+        state is loaded."""
         p = self._running()
         epoch = self._epoch_of_pipeline
         if p is None and self._resumed is not None:
@@ -354,6 +355,7 @@ class Loader(torch.utils.data.IterableDataset):
             epoch = self.epoch
         return {"version": _STATE_VERSION, "epoch": epoch,
                 "rank": self.rank, "world_size": self.world_size,
+                "seed": self.seed,
                 "pipeline": p.state_dict() if p is not None else None}
 
     def load_state_dict(self, state):
@@ -389,6 +391,14 @@ class Loader(torch.utils.data.IterableDataset):
                 "rank %d of %d: each rank saves and loads a state of its own"
                 % (state["rank"], state["world_size"], self.rank,
                    self.world_size))
+        # the seed the user gave, not the pipeline's seed derived from it
+        # for each epoch and part, which the library would name (a state
+        # from before "seed" was saved has none)
+        if state.get("seed", self.seed) != self.seed:
+            raise echoflow.SpecError(
+                "state: saved by a Loader of seed=%r, this Loader has "
+                "seed=%r: build it with the seed of the saved run"
+                % (state["seed"], self.seed))
         if self._running() is not None:
             raise echoflow.StateError(
                 "state: an iteration of this Loader is in progress; load a "

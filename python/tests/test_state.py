@@ -396,8 +396,10 @@ def test_loader_refuses_bad_states_and_stays_as_it_was():
 
     fresh = Loader(spec, seed=1, rank=0, world_size=2)
     whole = loader_items(fresh)
+    # the seeds the user gave, not those derived for the epoch and part
     for other, words in [(Loader(spec, seed=2, rank=0, world_size=2),
-                          "seed"),
+                          r"saved by a Loader of seed=1, this Loader has "
+                          r"seed=2"),
                          (Loader(spec, seed=1, rank=1, world_size=2),
                           "saved by rank 0 of world_size 2, this Loader is "
                           "rank 1 of 2"),
