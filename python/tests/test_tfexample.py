@@ -3,7 +3,7 @@ itself (Debian's python3-protobuf), read back through echoflow.Pipeline and
 echoflow.torch.Loader exactly, and decoded end to end.
 
 The Example messages are built at run time from a descriptor made here by
-hand, the same as tests/fixtures/example.proto (checked with protoc when it
+hand, the same as examples/example.proto (checked with protoc when it
 is installed), so the test needs no generated code and no TensorFlow."""
 import gzip
 import io
@@ -24,7 +24,7 @@ from google.protobuf import descriptor_pool  # noqa: E402
 from google.protobuf import message_factory  # noqa: E402
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-PROTO = os.path.join(ROOT, "tests", "fixtures", "example.proto")
+PROTO = os.path.join(ROOT, "examples", "example.proto")
 FASHION = "/usr/share/datasets/fashion-mnist"
 
 # ---- the messages ----------------------------------------------------------
@@ -46,7 +46,7 @@ def _field(msg, name, number, ftype, label=F.LABEL_OPTIONAL, type_name=None,
 
 
 def example_descriptor():
-    """tests/fixtures/example.proto as a FileDescriptorProto."""
+    """examples/example.proto as a FileDescriptorProto."""
     fd = descriptor_pb2.FileDescriptorProto(
         name="example.proto", package="tensorflow", syntax="proto3")
     m = fd.message_type.add(name="BytesList")
