@@ -175,7 +175,7 @@ int ef__opts_parse(ef__opts *o, const ef__stage_def *def, const char *text,
     const char *p = text, *end = text + len;
     const char *tok;
     size_t tlen;
-    int ntok = 0, last = -1; /* the option given last */
+    int last = -1; /* the option given last */
     ef__trim(&p, &len);
     end = p + len;
     while (len && rc == EF_OK && next_token(&p, end, &tok, &tlen)) {
@@ -244,7 +244,6 @@ int ef__opts_parse(ef__opts *o, const ef__stage_def *def, const char *text,
         o->given |= 1u << idx;
         if (!given[idx])
             rc = ef__err_set(err, EF_ENOMEM, "out of memory");
-        ntok++;
         last = idx;
     }
 
