@@ -361,14 +361,15 @@ def test_loader_state_between_epochs_is_the_epoch_to_read():
     spec = "range:n=60 | shuffle:buffer=60 | batch:size=8"
     loader = Loader(spec, seed=4)
     assert loader.state_dict() == {"version": 1, "epoch": 0, "rank": 0,
-                                   "world_size": 1, "pipeline": None}
+                                   "world_size": 1, "seed": 4,
+                                   "pipeline": None}
     first = loader_items(loader)
     loader.set_epoch(1)
     second = loader_items(loader)
     assert first != second
     state = via_pickle(loader.state_dict())
     assert state == {"version": 1, "epoch": 1, "rank": 0, "world_size": 1,
-                     "pipeline": None}
+                     "seed": 4, "pipeline": None}
     again = Loader(spec, seed=4)
     again.load_state_dict(state)
     assert loader_items(again) == second
