@@ -223,6 +223,119 @@ static void test_tar_readers_share_the_budget(void **state)
     }
 }
 
+/* Shard `name` of the members names[i] with sizes[i] bytes each. */
+static void write_members(const char *name, const char *const *names,
+                          const size_t *sizes, int n)
+{
+    static unsigned char data[20000];
+    FILE *f = fopen(tu_at(name), "wb");
+    assert_non_null(f);
+    ef__err err;
+    for (int i = 0; i < n; i++) {
+        assert_true(sizes[i] <= sizeof data);
+        assert_int_equal(ef__tar_write_member(f, names[i], data, sizes[i],
+                                              &err),
+                         EF_OK);
+    }
+    assert_int_equal(ef__tar_write_end(f, &err), EF_OK);
+    fclose(f);
+}
+
+static void test_tar_readers_hold_one_sample_past_the_budget(void **state)
+{
+    (void)state;
+    /* 8 shards of 20 samples of 10,000 bytes, 8 readers, a budget of 3
+     * samples: the readers charge what they read, so only the sample the
+     * consumer waits for may pass the budget, not one per reader */
+    static const size_t sizes[20] = {
+        10000, 10000, 10000, 10000, 10000, 10000, 10000, 10000, 10000, 10000,
+        10000, 10000, 10000, 10000, 10000, 10000, 10000, 10000, 10000, 10000};
+    const char *names[20];
+    char keys[20][16];
+    for (int i = 0; i < 20; i++) {
+        snprintf(keys[i], sizeof keys[i], "%06d.bin", i);
+        names[i] = keys[i];
+    }
+    for (int k = 0; k < 8; k++) {
+        char shard[32];
+        snprintf(shard, sizeof shard, "w-%d.tar", k);
+        write_members(shard, names, sizes, 20);
+    }
+    for (int ordered = 0; ordered <= 1; ordered++) {
+        char spec[512];
+        snprintf(spec, sizeof spec,
+                 "tar:urls=\"%s/w-{0..7}.tar\",cycle=8,ordered=%s",
+                 tu_dir(), ordered ? "true" : "false");
+        ef_pipeline *p = budgeted(spec, 30000, 0);
+        ef_sample *s = tu_next(p);
+        uint64_t one = tu_field(s, "bin").nbytes +
+                       tu_field(s, "__key__").nbytes +
+                       tu_field(s, "__url__").nbytes;
+        ef_sample_free(s);
+        /* the readers read ahead as far as they may meanwhile */
+        struct timespec pause = {0, 100000000};
+        nanosleep(&pause, NULL);
+        assert_int_equal(tu_drain(p), 159);
+        ef_pipeline_stats ps;
+        ef_pipeline_stats_get(p, &ps);
+        /* the sample past the budget, and each reader's __key__ and
+         * __url__ bytes, charged when its sample is whole */
+        if (ps.peak_bytes_held > 30000 + one + 8 * (one - 10000))
+            fail_msg("ordered=%d: %llu bytes held at the peak", ordered,
+                     (unsigned long long)ps.peak_bytes_held);
+        assert_int_equal(ps.bytes_held, 0); /* every charge given back */
+        ef_pipeline_destroy(p);
+    }
+}
+
+static void test_tar_charges_come_back(void **state)
+{
+    (void)state;
+    /* a malformed sample (a field twice), then a member whose data is cut
+     * short: under skip, each gives back what its reader charged */
+    static const char *const names[] = {"a.x", "b.x", "b.x", "c.x", "d.x"};
+    static const size_t sizes[] = {3000, 3000, 3000, 3000, 3000};
+    write_members("bad.tar", names, sizes, 5);
+    assert_int_equal(truncate(tu_at("bad.tar"), 4 * 3584 + 512 + 1000), 0);
+    char spec[512];
+    snprintf(spec, sizeof spec, "tar:urls=\"%s %s\",cycle=2",
+             tu_at("bad.tar"), tu_at("w-0.tar"));
+    ef_pipeline *p = budgeted(spec, 20000, 1);
+    /* a, c (whole before d's header), and the other shard's 20 */
+    assert_int_equal(tu_drain(p), 22);
+    ef_pipeline_stats ps;
+    ef_pipeline_stats_get(p, &ps);
+    assert_int_equal(ps.skipped, 1);
+    assert_int_equal(ps.bytes_held, 0);
+    char why[512];
+    assert_int_equal(ef_pipeline_abandoned(p, why, sizeof why), 1);
+    assert_non_null(strstr(why, "truncated data of member 'd.x'"));
+    ef_pipeline_destroy(p);
+    /* without skip the truncation fails the pipeline, naming the member */
+    p = budgeted(spec, 20000, 0);
+    expect_failure(p, EF_EFORMAT, "bad.tar: member 'b.x' at offset 7168",
+                   NULL);
+    ef_pipeline_destroy(p);
+}
+
+static void test_tar_sample_over_the_budget(void **state)
+{
+    (void)state;
+    /* two members that fit the budget alone, not together */
+    static const char *const names[] = {"k.a", "k.b"};
+    static const size_t sizes[] = {6000, 6000};
+    write_members("two.tar", names, sizes, 2);
+    char spec[512];
+    snprintf(spec, sizeof spec, "tar:urls=\"%s\"", tu_at("two.tar"));
+    ef_pipeline *p = budgeted(spec, 10000, 0);
+    expect_failure(p, EF_ENOMEM,
+                   "two.tar: sample 'k' at offset 0, with its member 'k.b': "
+                   "12000 bytes, over the memory budget of 10000 bytes",
+                   NULL);
+    tu_expect_once(ef_pipeline_error(p), "tar: shard 0: ");
+    ef_pipeline_destroy(p);
+}
+
 #ifdef EF_HAVE_ZLIB
 /* A tar of one member of `size` zero bytes, gzip-compressed: about a
  * thousandth of its size. */
@@ -516,6 +629,9 @@ int main(void)
         cmocka_unit_test(test_budget_option_rules),
         cmocka_unit_test(test_what_cannot_fit_is_an_error),
         cmocka_unit_test(test_tar_readers_share_the_budget),
+        cmocka_unit_test(test_tar_readers_hold_one_sample_past_the_budget),
+        cmocka_unit_test(test_tar_charges_come_back),
+        cmocka_unit_test(test_tar_sample_over_the_budget),
         cmocka_unit_test(test_gzip_bomb_stops_early),
         cmocka_unit_test(test_tfrecord_over_budget),
         cmocka_unit_test(test_whole_file_sources_check_the_budget),

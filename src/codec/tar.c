@@ -481,7 +481,9 @@ int ef__tar_next(ef__tar *t, ef__tar_member *m, ef__err *err)
     return rc;
 }
 
-int ef__tar_read(ef__tar *t, ef_buffer **out, ef__err *err)
+/* The current member's data and padding; `whole`: its buffer allocated
+ * at once (see tar.h). */
+static int read_data(ef__tar *t, int whole, ef_buffer **out, ef__err *err)
 {
     *out = NULL;
     if (t->failed || !t->in_member)
@@ -492,7 +494,8 @@ int ef__tar_read(ef__tar *t, ef_buffer **out, ef__err *err)
     t->in_member = 0;
     char what[SHOW + 32];
     snprintf(what, sizeof what, "data of member '%.*s'", SHOW, t->name);
-    int rc = ef__stream_read_buffer(t->s, t->size, what, out, err);
+    int rc = whole ? ef__stream_read_buffer_whole(t->s, t->size, what, out, err)
+                   : ef__stream_read_buffer(t->s, t->size, what, out, err);
     if (rc == EF_OK) {
         snprintf(what, sizeof what, "padding after member '%.*s'", SHOW,
                  t->name);
@@ -504,4 +507,14 @@ int ef__tar_read(ef__tar *t, ef_buffer **out, ef__err *err)
         t->failed = 1;
     }
     return rc;
+}
+
+int ef__tar_read(ef__tar *t, ef_buffer **out, ef__err *err)
+{
+    return read_data(t, 0, out, err);
+}
+
+int ef__tar_read_whole(ef__tar *t, ef_buffer **out, ef__err *err)
+{
+    return read_data(t, 1, out, err);
 }

@@ -51,6 +51,10 @@ int ef__tar_next(ef__tar *t, ef__tar_member *m, ef__err *err);
  * buffer of exactly its size (the caller owns *out). At most once per
  * member. A stream that ends early is EF_EFORMAT naming the member. */
 int ef__tar_read(ef__tar *t, ef_buffer **out, ef__err *err);
+/* As ef__tar_read, with the buffer allocated at the member's size before
+ * its data is read (ef__stream_read_buffer_whole): for a caller that
+ * charged that size to the memory budget first. */
+int ef__tar_read_whole(ef__tar *t, ef_buffer **out, ef__err *err);
 
 void ef__tar_close(ef__tar *t);
 

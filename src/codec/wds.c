@@ -105,17 +105,30 @@ static int begin(ef__wds *g, const char *key, size_t key_len, uint64_t offset,
     return EF_OK;
 }
 
+/* The dot that ends a member name's key (the first of its last path
+ * component), or NULL when there is none: the key is the whole name. */
+static const char *key_dot(const char *name)
+{
+    const char *slash = strrchr(name, '/');
+    return strchr(slash ? slash + 1 : name, '.');
+}
+
+int ef__wds_continues(const ef__wds *g, const char *name)
+{
+    const char *dot = key_dot(name);
+    size_t key_len = dot ? (size_t)(dot - name) : strlen(name);
+    return g->active && key_len == g->key_len &&
+           memcmp(name, g->key, key_len) == 0;
+}
+
 int ef__wds_add(ef__wds *g, const char *name, ef_buffer *data, uint64_t offset,
                 uint64_t end, ef_sample **done, ef__err *err)
 {
     *done = NULL;
     size_t len = strlen(name);
-    const char *slash = strrchr(name, '/');
-    const char *base = slash ? slash + 1 : name;
-    const char *dot = strchr(base, '.');
+    const char *dot = key_dot(name);
     size_t key_len = dot ? (size_t)(dot - name) : len;
-    if (!g->active || key_len != g->key_len ||
-        memcmp(name, g->key, key_len) != 0) {
+    if (!ef__wds_continues(g, name)) {
         ef__wds_finish(g, done);
         int rc = begin(g, name, key_len, offset, err);
         if (rc != EF_OK)

@@ -57,7 +57,15 @@ int ef__wds_init(ef__wds *g, const char *url, int64_t shard, int64_t epoch,
 int ef__wds_add(ef__wds *g, const char *name, ef_buffer *data, uint64_t offset,
                 uint64_t end, ef_sample **done, ef__err *err);
 
-/* At the end of the shard: the last sample into *done, if it was good. */
+/* Whether the member `name` belongs to the key group being read (good
+ * or malformed): 0 when it starts a new one, whose first member hands the
+ * one before over. A reader that asks before reading the member's data
+ * can hand that sample over first with ef__wds_finish. */
+int ef__wds_continues(const ef__wds *g, const char *name);
+
+/* At the end of the shard, or before the first member of a new key
+ * group: the sample being grouped into *done, if it was good. The next
+ * member begins a new group. */
 void ef__wds_finish(ef__wds *g, ef_sample **done);
 
 /* Frees the grouper and the sample being built, if any. */

@@ -50,6 +50,15 @@ static int read_direct(ef__stream *s, uint64_t n, const char *what,
     return EF_OK;
 }
 
+int ef__stream_read_buffer_whole(ef__stream *s, uint64_t n, const char *what,
+                                 ef_buffer **out, ef__err *err)
+{
+    *out = NULL;
+    if (n > SIZE_MAX / 2)
+        return out_of_memory(s, n, what, err);
+    return read_direct(s, n, what, out, err);
+}
+
 int ef__stream_read_buffer(ef__stream *s, uint64_t n, const char *what,
                            ef_buffer **out, ef__err *err)
 {

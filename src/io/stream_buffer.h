@@ -16,5 +16,12 @@
  * The caller bounds n (a sane cap) before calling. */
 int ef__stream_read_buffer(ef__stream *s, uint64_t n, const char *what,
                            ef_buffer **out, ef__err *err);
+/* As ef__stream_read_buffer, with the buffer allocated at n bytes before
+ * anything is read: for a caller that holds n bytes of the memory budget
+ * for it already, which bounds what a false length costs. One allocation
+ * instead of a growing one, which leaves a thread's allocator arena with
+ * free pieces of every size it grew through. */
+int ef__stream_read_buffer_whole(ef__stream *s, uint64_t n, const char *what,
+                                 ef_buffer **out, ef__err *err);
 
 #endif

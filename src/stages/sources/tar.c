@@ -30,6 +30,17 @@
  * asked for that sample's bytes alone (a restore may fetch thousands).
  * Unordered mode depends on timing and cannot be saved.
  *
+ * Memory: a reader charges the budget for each member before it reads
+ * its data (the size its header gives), and hands the charge to its
+ * queue with the sample. It waits for room first, unless the consumer
+ * waits for its sample (ordered: the consumer's next sample is the
+ * reader's next; unordered: no reader has a sample ready, and this one
+ * is the one reader let past), so the readers together hold the budget
+ * and one sample at most, whatever the cycle. A sample is handed over
+ * as soon as the next member's header starts another key, before that
+ * member is read. A member, or a sample, larger than the whole budget
+ * fails.
+ *
  * Errors: a shard that cannot be opened, a corrupt header or checksum, a
  * truncation fail the pipeline with the shard, the URL, the offset and the
  * reason; with on_error=skip the rest of that shard is abandoned (counted
@@ -41,10 +52,13 @@
  * that has its own lock (core/queue.c); the queues live as long as the
  * stage, closed to stop their readers and reopened for the next pass.
  * `mu` guards ready_seq (bumped after every push in unordered mode, so the
- * consumer can wait for "some queue has an item"). No lock is held while
- * another is taken, and none while reading. Threads: the readers, started
- * by open() and reset(), end after handing over their END or an error, or
- * when their queue is closed; reset() and destroy() join them. */
+ * consumer can wait for "some queue has an item"). `wanted` and `ahead`
+ * are atomics, which a reader waiting for room in the budget reads under
+ * the budget's lock; whoever changes them notifies the budget after. No
+ * lock is held while another is taken, and none while reading. Threads:
+ * the readers, started by open() and reset(), end after handing over
+ * their END or an error, or when their queue is closed; reset() and
+ * destroy() join them. */
 #include <assert.h>
 #include <stdio.h>
 #include <string.h>
@@ -82,6 +96,9 @@ typedef struct {
     int64_t from_position;
     /* consumer side (ordered): the next sample not taken from it */
     cursor at;
+    /* reader thread only: samples handed over this pass, and the bytes
+     * charged to the budget for the one being read */
+    uint64_t sent, held;
     /* statistics, written by the reader thread only */
     _Atomic uint64_t bytes, read_ns, retries, shards;
 } reader;
@@ -101,6 +118,12 @@ struct tar_state {
     int restored;              /* the next start goes from the cursors */
     atomic_int stop;           /* readers stop reading (cancel, or reset) */
     _Atomic size_t next_shard; /* unordered: next index in the order */
+    /* ordered: the sample the consumer takes next, as (samples taken from
+     * its reader) * nreaders + the reader's index (see awaited) */
+    _Atomic uint64_t wanted;
+    /* unordered: the reader let past the budget while no sample is
+     * ready, or -1 */
+    atomic_int ahead;
     reader *readers;
     /* consumer side */
     int rr;         /* the reader to take from next */
@@ -125,26 +148,154 @@ static void update_stats(reader *r, ef__stream *s, ef__stream_stats *prev)
     *prev = now;
 }
 
-/* Hands an item to the consumer; EF_ECANCELED (the item freed) when the
- * queue was closed. */
-static int push(reader *r, ef__item *item)
+/* ---- the memory budget -------------------------------------------- */
+
+static ef__budget *budget_of(const tar_state *st)
+{
+    return &st->s->ctx->budget;
+}
+
+/* Whether nothing is ready for the consumer in any reader's queue. */
+static int none_ready(const tar_state *st)
+{
+    for (int i = 0; i < st->nreaders; i++)
+        if (atomic_load(&st->readers[i].feed.q.pending) > 0)
+            return 0;
+    return 1;
+}
+
+/* Whether the consumer waits for the sample reader `arg` is reading, so
+ * that it may pass the budget (ef__budget_reserve): ordered, that sample
+ * is the one the consumer takes next (`wanted`; it changes before the
+ * consumer takes, so a reader whose queue just emptied does not pass for
+ * a take already done); unordered, no sample is ready anywhere and the
+ * reader is `ahead`, a place it takes when free. */
+static int awaited(const void *arg)
+{
+    const reader *r = arg;
+    tar_state *st = r->st;
+    int me = (int)(r - st->readers);
+    if (st->ordered)
+        return atomic_load(&st->wanted) ==
+               r->sent * (uint64_t)st->nreaders + (uint64_t)me;
+    int cur = atomic_load(&st->ahead);
+    if (cur == me)
+        return 1;
+    return cur < 0 && none_ready(st) &&
+           atomic_compare_exchange_strong(&st->ahead, &cur, me);
+}
+
+/* Ordered: the consumer takes its next sample from reader i. */
+static void await_reader(tar_state *st, int i)
+{
+    uint64_t w =
+        st->readers[i].feed.taken * (uint64_t)st->nreaders + (uint64_t)i;
+    if (atomic_exchange(&st->wanted, w) != w)
+        ef__budget_notify(budget_of(st)); /* reader i may go on now */
+}
+
+/* Charges the budget for member m of the sample r reads (see awaited),
+ * before its data is read. A member, or the sample it adds to, that
+ * cannot fit the budget at all fails, naming them. EF_ECANCELED when the
+ * readers stop. */
+static int hold_member(reader *r, const ef__wds *g, ef__stream *s,
+                       const ef__tar_member *m, ef__err *err)
+{
+    ef__budget *b = budget_of(r->st);
+    uint64_t total = r->held + m->size;
+    if (!ef__budget_fits(b, total)) {
+        /* refused before its buffer is allocated */
+        char what[EF__ERR_MAX / 2];
+        if (r->held)
+            snprintf(what, sizeof what,
+                     "%s: sample '%.100s' at offset %llu, with its member "
+                     "'%.100s'",
+                     ef__stream_name(s), g->key,
+                     (unsigned long long)g->key_offset, m->name);
+        else
+            snprintf(what, sizeof what, "%s: member '%.100s' at offset %llu",
+                     ef__stream_name(s), m->name,
+                     (unsigned long long)m->offset);
+        return ef__budget_check(b, total, what, err);
+    }
+    int rc = ef__budget_reserve(b, m->size, awaited, r, &r->st->stop, NULL);
+    if (rc == EF_OK)
+        r->held += m->size;
+    return rc;
+}
+
+/* Unordered: r gives up its place past the budget, if it has it. */
+static void leave_ahead(reader *r)
 {
     tar_state *st = r->st;
+    int me = (int)(r - st->readers);
+    if (!st->ordered && atomic_compare_exchange_strong(&st->ahead, &me, -1))
+        ef__budget_notify(budget_of(st)); /* another may take it */
+}
+
+/* Gives back what r holds for a sample it does not hand over (dropped as
+ * malformed, cut short, or the readers stopped). */
+static void let_go(reader *r)
+{
+    if (r->held)
+        ef__budget_release(budget_of(r->st), r->held);
+    r->held = 0;
+    leave_ahead(r);
+}
+
+/* ---- readers ------------------------------------------------------ */
+
+/* After a push, unordered: wakes the consumer waiting for any sample. */
+static void signal_ready(tar_state *st)
+{
+    if (st->ordered)
+        return;
+    pthread_mutex_lock(&st->mu);
+    st->ready_seq++;
+    pthread_cond_signal(&st->ready);
+    pthread_mutex_unlock(&st->mu);
+}
+
+/* Hands an END or an error to the consumer; EF_ECANCELED (the item
+ * freed) when the queue was closed. */
+static int push(reader *r, ef__item *item)
+{
     if (ef__feed_push(&r->feed, item) != EF_OK)
         return EF_ECANCELED;
-    if (!st->ordered) {
-        pthread_mutex_lock(&st->mu);
-        st->ready_seq++;
-        pthread_cond_signal(&st->ready);
-        pthread_mutex_unlock(&st->mu);
-    }
+    signal_ready(r->st);
     return EF_OK;
 }
 
+/* Hands a sample to the consumer with the charge r holds for it, made
+ * what a queue charges (its members and its __key__ and __url__). */
 static int push_sample(reader *r, ef_sample *smp)
 {
-    ef__item item = {.status = EF_OK, .sample = smp};
-    return push(r, &item);
+    ef__budget *b = budget_of(r->st);
+    uint64_t bytes = ef__sample_bytes(smp);
+    if (bytes > r->held)
+        ef__budget_hold(b, bytes - r->held);
+    else
+        ef__budget_release(b, r->held - bytes);
+    r->held = 0;
+    r->sent++;
+    ef__item item = {.status = EF_OK, .sample = smp, .charged = bytes};
+    int rc = ef__feed_push_charged(&r->feed, &item);
+    leave_ahead(r); /* after the push: the sample is ready then */
+    if (rc != EF_OK)
+        return EF_ECANCELED;
+    signal_ready(r->st);
+    return EF_OK;
+}
+
+/* Hands over the sample g was grouping, if it was good. */
+static int hand_over(reader *r, ef__wds *g)
+{
+    ef_sample *done;
+    ef__wds_finish(g, &done);
+    if (done)
+        return push_sample(r, done);
+    let_go(r);
+    return EF_OK;
 }
 
 /* Adds "tar: shard N" to a message about that shard. Called once per
@@ -183,16 +334,14 @@ static int read_members(reader *r, ef__tar *t, ef__stream *s, ef__wds *g,
         ef__comp_seen_note(&st->gz, (size_t)g->shard, s);
         if (rc != EF_OK)
             break;
-        if (!ef__budget_fits(&st->s->ctx->budget, m.size)) {
-            /* refused before its buffer is allocated */
-            char what[EF__ERR_MAX / 2];
-            snprintf(what, sizeof what, "%s: member '%.100s' at offset %llu",
-                     ef__stream_name(s), m.name, (unsigned long long)m.offset);
-            rc = ef__budget_check(&st->s->ctx->budget, m.size, what, err);
+        /* a new key: the sample before it is whole, and goes before this
+         * member is read, so that the reader holds one sample at a time */
+        if (!ef__wds_continues(g, m.name) && (rc = hand_over(r, g)) != EF_OK)
             break;
-        }
-        ef_buffer *b;
-        rc = ef__tar_read(t, &b, err);
+        if ((rc = hold_member(r, g, s, &m, err)) != EF_OK)
+            break;
+        ef_buffer *b; /* the budget holds its size: allocated at once */
+        rc = ef__tar_read_whole(t, &b, err);
         update_stats(r, s, &prev);
         if (rc != EF_OK)
             break;
@@ -202,20 +351,18 @@ static int read_members(reader *r, ef__tar *t, ef__stream *s, ef__wds *g,
         int grc = ef__wds_add(g, m.name, b, m.offset, ef__stream_offset(s),
                               &done, &gerr);
         ef_buffer_release(b);
-        if (done && (rc = push_sample(r, done)) != EF_OK)
-            break;
+        assert(!done); /* handed over before the member was read */
+        if (!g->cur)
+            let_go(r); /* a malformed sample: dropped, and its charge */
         if (grc != EF_OK && !skip_sample(st, g->shard, &gerr)) {
             *err = gerr;
             rc = grc;
             break;
         }
     }
-    if (rc == EF_END) {
-        ef_sample *last;
-        ef__wds_finish(g, &last);
-        if (last && push_sample(r, last) != EF_OK)
-            rc = EF_ECANCELED;
-    }
+    if (rc == EF_END && hand_over(r, g) != EF_OK)
+        rc = EF_ECANCELED;
+    let_go(r); /* a sample cut short by an error or a stop */
     return rc;
 }
 
@@ -352,10 +499,14 @@ static int start_readers(tar_state *st, int64_t epoch, ef__err *err)
         st->rr = 0;
     st->alive = st->nreaders;
     st->failed = NULL;
+    /* no reader has sent or held anything yet, nor is let past */
+    atomic_store(&st->wanted, (uint64_t)st->rr);
+    atomic_store(&st->ahead, -1);
     for (int i = 0; i < st->nreaders; i++) {
         reader *r = &st->readers[i];
         if (!st->restored)
             r->at = (cursor){(size_t)i, 0, 0};
+        r->sent = r->held = 0;
         r->next = r->at.k;
         r->from_offset = r->at.offset;
         r->from_position = r->at.position;
@@ -457,6 +608,7 @@ static int take_ordered(tar_state *st, ef_sample **out, int block, ef__err *err)
             st->rr = (st->rr + 1) % st->nreaders;
             continue;
         }
+        await_reader(st, st->rr);
         int rc = take_from(st, r, out, block, err);
         if (rc == EF_AGAIN)
             return EF_AGAIN;
