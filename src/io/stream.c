@@ -13,6 +13,7 @@
 
 #include "core/alloc.h"
 #include "core/clock.h"
+#include "io/regular_file.h"
 #include "io/stream_backend.h"
 
 #ifdef EF_HAVE_ZLIB
@@ -177,28 +178,22 @@ static int finish_open(ef__stream **out, const ef__stream_backend *b,
 }
 
 /* fopen(location, "rb"), or with o->regular_only, the same for a
- * regular file only: opened without blocking (a FIFO's open waits for
- * a writer) and refused unless fstat says regular. NULL with errno set,
- * or with *not_regular set. */
+ * regular file only (regular_file.h). NULL with the reason in err. */
 static FILE *open_local(const char *location, const ef__stream_opts *o,
-                        int *not_regular)
+                        ef__err *err)
 {
-    *not_regular = 0;
-    if (!o->regular_only)
-        return fopen(location, "rb");
-    int fd = open(location, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-    if (fd < 0)
+    int fd = -1;
+    uint64_t size;
+    if (o->regular_only &&
+        ef__open_regular(location, "a file this source reads", &fd, &size,
+                         err) != EF_OK)
         return NULL;
-    struct stat sb;
-    FILE *f = NULL;
-    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode))
-        *not_regular = 1;
-    else if (fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK) == 0)
-        f = fdopen(fd, "rb");
+    FILE *f = fd >= 0 ? fdopen(fd, "rb") : fopen(location, "rb");
     if (!f) {
-        int e = errno;
-        close(fd);
-        errno = e;
+        ef__err_set(err, EF_EIO, "%s: cannot open: %s", location,
+                    strerror(errno));
+        if (fd >= 0)
+            close(fd);
     }
     return f;
 }
@@ -215,18 +210,10 @@ static int open_file(ef__stream **out, const char *location,
     file_impl *fi = ef__calloc(1, sizeof *fi);
     if (!fi)
         return ef__err_set(err, EF_ENOMEM, "%s: out of memory", location);
-    int not_regular;
-    fi->f = open_local(location, o, &not_regular);
+    fi->f = open_local(location, o, err);
     if (!fi->f) {
-        int e = errno;
         ef__free(fi);
-        if (not_regular)
-            return ef__err_set(err, EF_EIO,
-                               "%s: not a regular file (a FIFO, a device or "
-                               "a directory), which is not read",
-                               location);
-        return ef__err_set(err, EF_EIO, "%s: cannot open: %s", location,
-                           strerror(e));
+        return err->status;
     }
     struct stat sb;
     fi->size = fstat(fileno(fi->f), &sb) == 0 && S_ISREG(sb.st_mode)
