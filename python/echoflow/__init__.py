@@ -225,7 +225,9 @@ def _feed_loop(feed, source, names):
         while True:
             if feed.wait_pass() < 0:
                 return
-            for item in _source_items(source):
+            items = _source_items(source)
+            _reading(items)
+            for item in items:
                 if not feed.put(_source_fields(item, names)):
                     return
             feed.end()
@@ -235,17 +237,46 @@ def _feed_loop(feed, source, names):
 
 _live = weakref.WeakSet()
 
-# The threads of Python sources still running. A pipeline freed before
-# exit (echoflow.torch.echo() drops its own once the loop breaks) leaves
-# its thread shutting its iterable down: exit waits for that too.
-_feeders = set()
+# The threads of Python sources still running, each with the iterator it
+# reads (None before its first pass). A pipeline freed before exit
+# (echoflow.torch.echo() drops its own once the loop breaks) leaves its
+# thread shutting its iterable down: exit waits for that too.
+_feeders = {}
 
 
 def _feed_thread(feed, source, names):
     try:
         _feed_loop(feed, source, names)
     finally:
-        _feeders.discard(threading.current_thread())
+        _feeders.pop(threading.current_thread(), None)
+
+
+def _reading(items):
+    """Called on a source's thread: it now reads iterator `items`, the one
+    exit wakes (_wake_at_exit). A source that wraps another's iterator
+    (echoflow.torch.echo()'s generator over a DataLoader) names the inner
+    one after the outer one was named."""
+    thread = threading.current_thread()
+    if thread in _feeders:
+        _feeders[thread] = items
+
+
+def _wake_at_exit(items):
+    """Ends the wait of a source's thread inside next() of a torch
+    DataLoader's iterator with workers, so that exit need not wait for a
+    batch. That wait polls the workers' result queue for up to 5 s
+    (MP_STATUS_CHECK_INTERVAL) at a time, and after Ctrl-C, which reaches
+    the workers too, no batch comes: exit took 5 s where the DataLoader
+    alone takes 1. An item that is not a batch makes that next() raise,
+    ending the thread, whose iterator then shuts its workers down as
+    usual. Only at exit: a persistent iterator is never read again."""
+    queue = getattr(items, "_data_queue", None)
+    if queue is None or getattr(items, "_shutdown", True):
+        return
+    try:
+        queue.put(None)
+    except Exception:  # closed already: the thread is not waiting on it
+        pass
 
 
 # How long exit waits for a Python source's thread to let go of its
@@ -269,8 +300,11 @@ def _close_all():
     # began, that cleanup was cut off inside torch's C++ code, which
     # aborted the process ("terminate called without an active exception").
     # The freed pipelines' threads were woken when they were closed.
+    feeders = list(_feeders.items())
+    for _, items in feeders:
+        _wake_at_exit(items)
     deadline = time.monotonic() + _FEEDER_EXIT_S
-    for feeder in list(_feeders):
+    for feeder, _ in feeders:
         if feeder is not threading.current_thread():
             feeder.join(max(0.0, deadline - time.monotonic()))
 
@@ -413,7 +447,7 @@ class Pipeline(_Pipeline):
         feeder = threading.Thread(
             target=_feed_thread, args=(feed, source, names),
             name="echoflow-source", daemon=True)
-        _feeders.add(feeder)
+        _feeders[feeder] = None
         self._feeder = feeder
         feeder.start()
 

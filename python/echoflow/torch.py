@@ -591,7 +591,9 @@ class Echo:
         layout = []  # of the first batch: how to give batches back
 
         def batches():
-            for b in self.dataloader:
+            items = iter(self.dataloader)
+            echoflow._reading(items)  # for exit to wake (see there)
+            for b in items:
                 if not layout:
                     layout.append(_layout_of(b))
                 yield b
