@@ -597,6 +597,48 @@ static void test_factor_above_r_warns(void **state)
     ef_pipeline_destroy(p);
 }
 
+static double echo_extra(const ef_pipeline *p, const char *name)
+{
+    ef_stage_stats st = tu_stage(p, "echo");
+    double v = -1;
+    assert_true(ef_stage_stats_extra(&st, name, &v));
+    return v;
+}
+
+/* Nothing threaded before a fixed factor, and an upstream that proves
+ * slow: the stage reads it ahead on a thread of its own while the
+ * downstream works on the copies, says so in its statistics, and hands
+ * out the same items in the same order. A fast upstream keeps the direct
+ * pull. */
+static void test_fixed_factor_reads_a_slow_upstream_ahead(void **state)
+{
+    (void)state;
+    const char *spec = "range:n=200 | throttle:rate=10000 | echo:factor=3";
+    ef_pipeline *p = tu_pipeline(spec, 1);
+    /* 17 fresh items: the stage decides after its 16th */
+    for (int i = 0; i < 17 * 3; i++)
+        ef_sample_free(tu_next_or_end(p, spec));
+    assert_true(echo_extra(p, "reads_ahead") == 1);
+    struct timespec pause = {0, 200 * 1000 * 1000};
+    nanosleep(&pause, NULL); /* the downstream busy: 2,000 items' time */
+    uint64_t read = tu_stage(p, "throttle").items_out;
+    if (read < 17 + 8)
+        fail_msg("%llu items read upstream while the downstream was busy "
+                 "with the 17th's copies; expected the stage to read ahead",
+                 (unsigned long long)read);
+    ef_pipeline_destroy(p);
+    stream slow = record(spec, 1);
+    stream fast = record("range:n=200 | echo:factor=3", 1);
+    assert_int_equal(slow.n, 600);
+    assert_true(TU_ARRAY_EQUAL(&slow, &fast));
+    free(slow.v);
+    free(fast.v);
+    p = tu_pipeline("range:n=200 | echo:factor=3", 1);
+    tu_drain(p);
+    assert_true(echo_extra(p, "reads_ahead") == 0);
+    ef_pipeline_destroy(p);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -615,6 +657,7 @@ int main(void)
         cmocka_unit_test(test_echo_references_taken_ahead),
         cmocka_unit_test(test_echo_copies_outlive_pipeline),
         cmocka_unit_test(test_factor_above_r_warns),
+        cmocka_unit_test(test_fixed_factor_reads_a_slow_upstream_ahead),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -457,7 +457,7 @@ static void test_every_figure_is_reported(void **state)
     assert_int_equal(ef_pipeline_stage_stats(p, 1, &st), EF_OK);
     static const char *const keys[] = {
         "auto",           "max",           "fresh",
-        "echoed",         "effective_factor", "fresh_fraction",
+        "echoed",         "effective_factor", "reads_ahead", "fresh_fraction",
         "feedback_matched", "feedback_stale", "r_estimate",
         "upstream_rate",  "downstream_rate", "upstream_busy",
         "downstream_wait_s"};

@@ -46,6 +46,14 @@
  * asks in bursts (pump_take); a larger pool= reads that far ahead anyway. */
 #define PUMP_MAX 1024
 
+/* A fixed factor starts reading ahead on a thread of its own once its
+ * first READ_AHEAD_AFTER fresh items took READ_AHEAD_NS or more each to
+ * pull (take_fixed): a hand-off between threads costs a few microseconds,
+ * so an upstream far slower than that gains the overlap, and a cheap one
+ * (an in-memory source) keeps the direct pull. */
+#define READ_AHEAD_AFTER 16
+#define READ_AHEAD_NS 20000
+
 /* A fixed factor uses `held` and the fields below it; auto, the pool. */
 typedef enum { ECHO_FIXED, ECHO_AUTO } echo_mode;
 
@@ -60,10 +68,12 @@ typedef struct {
                         beyond its own, taken ahead for the copies */
     int copies_left; /* copies of `held` still to emit */
     int next_copy;   /* echo_copy number of the next copy */
-    /* auto */
-    /* when the upstream cannot be polled; set by open, read by cancel from
-     * any thread */
+    /* where the upstream cannot be polled, a thread reading it ahead:
+     * factor=auto's from open, a fixed factor's once the upstream proved
+     * slow (take_fixed); read by cancel from any thread */
     ef__feed *_Atomic pump;
+    int pump_considered; /* a fixed factor: take_fixed has decided */
+    /* auto */
     /* the pump's read-ahead: starts at `pool` and deepens like prefetch's
      * depth=auto (pump_take) */
     size_t pump_depth;
@@ -146,6 +156,35 @@ static int echo_create(ef__stage *s, const ef__opts *o, ef__err *err)
     return EF_OK;
 }
 
+/* Starts the pump: a thread of the stage's own that reads the upstream
+ * ahead into a queue of `pool` items at first (pump_take deepens it). */
+static int start_pump(ef__stage *s, echo_state *st, ef__err *err)
+{
+    ef__feed *f = ef__calloc(1, sizeof *f);
+    if (!f)
+        return ef__err_set(err, EF_ENOMEM, "echo: out of memory");
+    size_t cap = st->pool_cap > PUMP_MAX ? st->pool_cap : PUMP_MAX;
+    int rc = ef__feed_init(f, s, cap, 1, ef__feed_pump, f, err);
+    if (rc == EF_OK) {
+        st->pump_depth = st->pool_cap;
+        ef__queue_set_limit(&f->q, st->pump_depth);
+        atomic_store(&s->depth_now, (int)st->pump_depth);
+    }
+    if (rc == EF_OK)
+        rc = ef__feed_start(f, err);
+    if (rc != EF_OK) {
+        ef__feed_destroy(f);
+        ef__free(f);
+        return rc;
+    }
+    /* a stop from another thread that did not see the feed set the flag
+     * before looking: seen here (both sides sequentially consistent) */
+    atomic_store(&st->pump, f);
+    if (atomic_load(&s->ctx->cancelled))
+        ef__feed_cancel(f);
+    return EF_OK;
+}
+
 static int echo_open(ef__stage *s, ef__err *err)
 {
     echo_state *st = s->state;
@@ -167,35 +206,15 @@ static int echo_open(ef__stage *s, ef__err *err)
         ef__shufbuf_watch(&st->buf, s, label,
                           "use a smaller shuffle=, or a faster upstream");
     }
-    if (st->mode == ECHO_AUTO && !s->up->def->poll) {
-        ef__feed *f = ef__calloc(1, sizeof *f);
-        if (!f)
-            return ef__err_set(err, EF_ENOMEM, "echo: out of memory");
-        size_t cap = st->pool_cap > PUMP_MAX ? st->pool_cap : PUMP_MAX;
-        int rc = ef__feed_init(f, s, cap, 1, ef__feed_pump, f, err);
-        if (rc == EF_OK) {
-            st->pump_depth = st->pool_cap;
-            ef__queue_set_limit(&f->q, st->pump_depth);
-            atomic_store(&s->depth_now, (int)st->pump_depth);
-        }
-        if (rc == EF_OK)
-            rc = ef__feed_start(f, err);
-        if (rc != EF_OK) {
-            ef__feed_destroy(f);
-            ef__free(f);
-            return rc;
-        }
-        /* a stop from another thread that did not see the feed set the
-         * flag before looking: seen here (both sides sequentially
-         * consistent) */
-        atomic_store(&st->pump, f);
-        if (atomic_load(&s->ctx->cancelled))
-            ef__feed_cancel(f);
-    }
+    if (st->mode == ECHO_AUTO && !s->up->def->poll)
+        return start_pump(s, st, err);
     return EF_OK;
 }
 
 /* ---- fixed factor --------------------------------------------------- */
+
+static int take_fixed(ef__stage *s, echo_state *st, ef_sample **out,
+                      ef__err *err);
 
 /* How many times to emit `smp` in all (>= 1). */
 static int copies_for(const ef__stage *s, const echo_state *st,
@@ -230,7 +249,7 @@ static int fixed_next(void *arg, ef_sample **out, ef__err *err)
     echo_state *st = s->state;
     if (st->copies_left == 0) {
         ef_sample *fresh;
-        int rc = ef__stage_pull(s, &fresh, err);
+        int rc = take_fixed(s, st, &fresh, err);
         if (rc != EF_OK)
             return rc;
         int n = copies_for(s, st, fresh);
@@ -334,6 +353,28 @@ static int take_fresh(ef__stage *s, echo_state *st, int block, ef_sample **out,
     return block ? ef__stage_pull(s, out, err) : ef__stage_poll(s, out, err);
 }
 
+/* A fresh item for a fixed factor. Without anything threaded before the
+ * stage, the downstream would wait out each fresh item's whole upstream
+ * work, echoes or not; so once the upstream proved slow (READ_AHEAD_NS)
+ * the stage reads it ahead, as factor=auto always does. The order of
+ * items is the same either way: the pump reads them in order. */
+static int take_fixed(ef__stage *s, echo_state *st, ef_sample **out,
+                      ef__err *err)
+{
+    if (!st->pump_considered && !s->up->def->poll) {
+        uint64_t n = ef__stat_get(&s->items_in);
+        if (n >= READ_AHEAD_AFTER) {
+            st->pump_considered = 1;
+            int rc = ef__stat_get(&s->wait_up_ns) >= READ_AHEAD_NS * n
+                         ? start_pump(s, st, err)
+                         : EF_OK;
+            if (rc != EF_OK)
+                return rc;
+        }
+    }
+    return take_fresh(s, st, 1, out, err);
+}
+
 /* A new header for pooled item smp's latest use, its uses-th. */
 static int emit_copy(echo_state *st, const ef_sample *smp, int uses,
                      ef_sample **out, ef__err *err)
@@ -416,7 +457,7 @@ static int echoes_due_next(void *arg, ef_sample **out, ef__err *err)
         st->owed = 0;
     }
     ef_sample *fresh;
-    int rc = ef__stage_pull(s, &fresh, err);
+    int rc = take_fixed(s, st, &fresh, err);
     if (rc == EF_OK && (rc = emit_fresh(st, fresh, out, err)) == EF_OK)
         st->owed += st->factor - 1;
     return rc;
@@ -680,6 +721,8 @@ static void echo_stats(const ef__stage *s, ef_stage_stats *out)
     ef__stats_extra(out, "fresh", fresh);
     ef__stats_extra(out, "echoed", echoed);
     ef__stats_extra(out, "effective_factor", factor);
+    /* whether the stage reads its upstream ahead on a thread of its own */
+    ef__stats_extra(out, "reads_ahead", st->pump != NULL);
     ef__stats_extra(out, "fresh_fraction",
                     fresh + echoed > 0 ? fresh / (fresh + echoed) : 0);
     if (st->policy) {
