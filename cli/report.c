@@ -37,8 +37,15 @@ static void figures_json(json_writer *w, const ef_pipeline *p)
     json_number(w, "items_per_s",
                 st.elapsed_s > 0 ? (double)st.items / st.elapsed_s : 0);
     char why[512];
-    if (ef_pipeline_skipped((ef_pipeline *)p, why, sizeof why))
+    uint64_t skipped = ef_pipeline_skipped((ef_pipeline *)p, why, sizeof why);
+    if (skipped)
         json_string(w, "first_skip", why);
+    json_begin_array(w, "skips"); /* why each of the first few was */
+    for (uint64_t i = 0; i < skipped && i < EF_SKIPS_KEPT; i++) {
+        ef_pipeline_skip((ef_pipeline *)p, i, why, sizeof why);
+        json_string(w, NULL, why);
+    }
+    json_end(w);
     if (ef_pipeline_abandoned((ef_pipeline *)p, why, sizeof why))
         json_string(w, "first_abandon", why);
     stages_json(w, p);

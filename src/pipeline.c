@@ -97,14 +97,20 @@ ef_status ef_pipeline_set_on_error(ef_pipeline *p, ef_on_error policy)
 
 uint64_t ef_pipeline_skipped(ef_pipeline *p, char *buf, size_t cap)
 {
+    return ef_pipeline_skip(p, 0, buf, cap);
+}
+
+uint64_t ef_pipeline_skip(ef_pipeline *p, uint64_t i, char *buf, size_t cap)
+{
     if (!p)
         return 0;
-    if (buf && cap) {
-        pthread_mutex_lock(&p->ctx.skip_mu);
-        snprintf(buf, cap, "%s", p->ctx.skip_msg);
-        pthread_mutex_unlock(&p->ctx.skip_mu);
-    }
-    return atomic_load(&p->ctx.skipped);
+    pthread_mutex_lock(&p->ctx.skip_mu);
+    uint64_t n = atomic_load(&p->ctx.skipped);
+    if (buf && cap)
+        snprintf(buf, cap, "%s",
+                 i < n && i < EF_SKIPS_KEPT ? p->ctx.skip_msgs[i] : "");
+    pthread_mutex_unlock(&p->ctx.skip_mu);
+    return n;
 }
 
 uint64_t ef_pipeline_warning(ef_pipeline *p, uint64_t i, char *buf, size_t cap)

@@ -268,10 +268,11 @@ int ef__stage_skip(ef__stage *s, ef__err *err)
     if (!skippable(ctx, err))
         return 0;
     atomic_fetch_add_explicit(&s->skipped, 1, memory_order_relaxed);
-    atomic_fetch_add_explicit(&ctx->skipped, 1, memory_order_relaxed);
     pthread_mutex_lock(&ctx->skip_mu);
-    if (!ctx->skip_msg[0])
-        memcpy(ctx->skip_msg, err->msg, sizeof ctx->skip_msg);
+    uint64_t n = atomic_load(&ctx->skipped);
+    if (n < EF_SKIPS_KEPT)
+        memcpy(ctx->skip_msgs[n], err->msg, sizeof ctx->skip_msgs[n]);
+    atomic_store(&ctx->skipped, n + 1);
     pthread_mutex_unlock(&ctx->skip_mu);
     ef__err_clear(err);
     return 1;

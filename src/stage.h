@@ -94,8 +94,10 @@ typedef struct {
     pthread_cond_t cond;      /* signalled once on cancel */
     int skip_bad;             /* on_error=skip: drop bad samples, count them */
     _Atomic uint64_t skipped; /* bad samples dropped, all stages */
-    pthread_mutex_t skip_mu;  /* guards skip_msg */
-    char skip_msg[EF__ERR_MAX]; /* why the first one was dropped */
+    pthread_mutex_t skip_mu;  /* guards skip_msgs */
+    /* why the first EF_SKIPS_KEPT were dropped, in order; `skipped` grows
+     * under skip_mu once the text is in */
+    char skip_msgs[EF_SKIPS_KEPT][EF__ERR_MAX];
     /* on_error=skip: parts of the input (a shard, a file) whose unread
      * rest was given up, and the bytes of it not read where the part's
      * size was known; several writers */

@@ -217,6 +217,18 @@ static void test_skip_drops_and_counts(void **state)
         assert_int_equal(ef_pipeline_skipped(p, why, sizeof why), bad);
         assert_non_null(strstr(why, "bad item"));
         assert_non_null(strstr(why, "map: item"));
+        /* each of the first EF_SKIPS_KEPT is named, not only the first */
+        int named = 0;
+        for (uint64_t i = 0; i < EF_SKIPS_KEPT + 1; i++) {
+            char one[256];
+            assert_int_equal(ef_pipeline_skip(p, i, one, sizeof one), bad);
+            named += one[0] != 0;
+            char want[32]; /* in source order when ordered */
+            snprintf(want, sizeof want, "bad item %d", 3 + 7 * (int)i);
+            if (i < EF_SKIPS_KEPT && !strstr(one, k < 2 ? want : "bad item"))
+                fail_msg("skip %llu: '%s'", (unsigned long long)i, one);
+        }
+        assert_int_equal(named, EF_SKIPS_KEPT);
         ef_pipeline_stats ps;
         ef_pipeline_stats_get(p, &ps);
         assert_int_equal(ps.skipped, bad);

@@ -335,6 +335,12 @@ EF_API ef_status ef_pipeline_set_on_error(ef_pipeline *p, ef_on_error policy);
  * copied into buf (NUL-terminated, cut to cap); "" when none was. Returns
  * the number of samples skipped so far. Any thread. */
 EF_API uint64_t ef_pipeline_skipped(ef_pipeline *p, char *buf, size_t cap);
+/* Why skipped sample number i (from 0, in the order dropped) was, for the
+ * first EF_SKIPS_KEPT of them; "" for any other i. Returns the number of
+ * samples skipped so far, as ef_pipeline_skipped(). Any thread. */
+#define EF_SKIPS_KEPT 16
+EF_API uint64_t ef_pipeline_skip(ef_pipeline *p, uint64_t i, char *buf,
+                                 size_t cap);
 
 /* The same for parts of the input given up under skip: why the first was
  * (its location, and "shard abandoned at byte N of SIZE"); returns how
