@@ -364,6 +364,12 @@ class Pipeline(_Pipeline):
         unbatch=True together raise ValueError.
     read_ahead: how many items (examples, with unbatch) a source's thread
         may read ahead of the pipeline (default 256).
+    epoch: the epoch this pipeline reads, for the identities it hands out
+        (Sample.identity.epoch, the epoch column of Sample.members, what
+        its maps see): the first pass is `epoch`, a repeat's next pass
+        epoch + 1, and so on. feedback() takes identities back alike. It
+        labels, and changes no random draw (the seed does that:
+        epoch_seed()). echoflow.torch.Loader gives its set_epoch() here.
 
     A bad spec raises SpecError (a ValueError) naming the stage and option;
     a data error raises the Error subclass of its kind with the library's
@@ -383,13 +389,17 @@ class Pipeline(_Pipeline):
 
     def __init__(self, spec, *, seed=0, on_error="fail", shard=None,
                  memory_budget=None, maps=None, source=None, fields=None,
-                 unbatch=False, batched=None, read_ahead=256):
+                 unbatch=False, batched=None, read_ahead=256, epoch=0):
         if source is not None and shard not in (None, (0, 1)):
             raise SpecError(
                 "shard: a Python source reads what it is given; give each "
                 "process its own part before (torch's DistributedSampler), "
                 "not shard=%r" % (shard,))
         super().__init__(spec, seed, on_error, shard, memory_budget)
+        if isinstance(epoch, bool) or not isinstance(epoch, int):
+            raise TypeError("epoch must be an int, not %s"
+                            % type(epoch).__name__)
+        self._epoch_base = epoch
         if source is not None:
             self._add_source(source, fields, unbatch, batched, read_ahead)
         elif fields is not None or unbatch or batched is not None:

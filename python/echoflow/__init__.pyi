@@ -82,7 +82,7 @@ class Pipeline(_Pipeline):
                  source: Optional[Iterable[Any]] = ...,
                  fields: Optional[Sequence[str]] = ...,
                  unbatch: bool = ..., batched: Optional[bool] = ...,
-                 read_ahead: int = ...) -> None: ...
+                 read_ahead: int = ..., epoch: int = ...) -> None: ...
     # One value per example (a loss) for echo policies (echo:policy=...);
     # ValueError for lengths that differ or a NaN or infinite value (its
     # position named, nothing applied); TypeError or ValueError for ids or

@@ -219,7 +219,7 @@ class Loader(torch.utils.data.IterableDataset):
         shard = (part, parts) if self.source is None else None
         return echoflow.Pipeline(
             self.spec, seed=echoflow.epoch_seed(self.seed, epoch, part),
-            on_error=self.on_error, shard=shard,
+            epoch=epoch, on_error=self.on_error, shard=shard,
             memory_budget=self.memory_budget, maps=self.maps,
             source=self.source, fields=self.fields, unbatch=self.unbatch,
             batched=self.batched)
@@ -276,12 +276,28 @@ class Loader(torch.utils.data.IterableDataset):
                        copy_shared=self._copy_shared and not pin)
         p._warned = self._warned  # each warning once, not every epoch
         self._pipeline, self._epoch_of_pipeline = p, self.epoch
+        self._last = None
         with p:
-            if self.as_tuple is None and not pin:
-                yield from p
-            else:
-                for s in p:
-                    yield _hand_out(s, self.as_tuple, pin)
+            for s in p:
+                if self.as_tuple is not None or pin:
+                    s = _hand_out(s, self.as_tuple, pin)
+                self._last = s
+                yield s
+
+    _last = None  # the item handed out last
+
+    @property
+    def identity(self):
+        """The identity of the item this process's iteration handed out
+        last (None before one): what `for x, y in loader` unpacks away,
+        with .fresh, the batch's fresh examples."""
+        return self._last.identity if self._last is not None else None
+
+    @property
+    def members(self):
+        """The members of the batch handed out last, as Sample.members
+        (None before one)."""
+        return self._last.members if self._last is not None else None
 
     _copy_shared = True
 
@@ -610,10 +626,27 @@ class Echo:
                               read_ahead=max(256, 2 * (self._rebatch or 1)))
         p.convert_with(from_capsule)
         p._warned = self._warned  # each warning once, not every epoch
-        self._pipeline = p
+        self._pipeline, self._last = p, None
         with p:
             for s in p:
+                self._last = s
                 yield _rebuild(layout[0], s)
+
+    _last = None  # the sample of the batch handed out last
+
+    @property
+    def identity(self):
+        """The identity of the batch handed out last (None before one):
+        .fresh counts its examples new from the DataLoader, the rest are
+        echoes."""
+        return self._last.identity if self._last is not None else None
+
+    @property
+    def members(self):
+        """The identities of the batch's examples, as Sample.members, for
+        the batch handed out last (None before one, or without
+        re-batching)."""
+        return self._last.members if self._last is not None else None
 
     def __len__(self):
         """The batches one iteration yields, when known in advance: with

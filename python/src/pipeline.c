@@ -56,6 +56,7 @@ typedef struct {
     pyef_handout handout;
     PyObject *feed;  /* a Python source's feed (pysource.c), or NULL */
     uint64_t warned; /* the library's warnings issued so far (under mu) */
+    uint64_t skips_warned; /* the skipped items warned of so far (under mu) */
     unsigned forks;  /* pyef_forks() when made: another in a forked child */
     long pid;        /* the process that made it, for the message */
 } pipeline;
@@ -270,9 +271,9 @@ static PyObject *pipeline_bind_map(pipeline *self, PyObject *args)
     self->maps = grown;
     ef_pipeline_stats ps; /* for the budget, fixed since __init__ */
     ef_pipeline_stats_get(self->p, &ps);
-    pyef_map *m =
-        pyef_map_new(fn, name, self, &self->map_error,
-                     self->on_error == EF_ON_ERROR_FAIL, ps.memory_budget);
+    pyef_map *m = pyef_map_new(fn, name, self, &self->map_error,
+                               self->on_error == EF_ON_ERROR_FAIL,
+                               ps.memory_budget, &self->handout);
     if (!m)
         return NULL;
     int rc = ef_pipeline_bind_map(self->p, name, pyef_map_call, m);
@@ -338,8 +339,37 @@ static PyObject *with_map_cause(pipeline *self)
     return NULL;
 }
 
-/* The library's warnings given since the last look, as texts; NULL with
- * an exception set on failure. One atomic read when there are none. */
+/* Appends a warning for each item on_error=skip dropped since the last
+ * look (the first EF_SKIPS_KEPT, then one saying more were): without one,
+ * a Loader's data could shrink with nothing said. 0, or -1 on error. */
+static int new_skips(pipeline *self, PyObject *texts)
+{
+    uint64_t n = ef_pipeline_skip(self->p, 0, NULL, 0);
+    for (; self->skips_warned < n && self->skips_warned <= EF_SKIPS_KEPT;
+         self->skips_warned++) {
+        char why[480], buf[560];
+        ef_pipeline_skip(self->p, self->skips_warned, why, sizeof why);
+        if (self->skips_warned < EF_SKIPS_KEPT)
+            snprintf(buf, sizeof buf, "on_error='skip' dropped an item: %s",
+                     why);
+        else
+            snprintf(buf, sizeof buf,
+                     "on_error='skip' dropped more than %d items; "
+                     "stats()['skipped'] counts them, stats()['skips'] "
+                     "names the first %d",
+                     EF_SKIPS_KEPT, EF_SKIPS_KEPT);
+        PyObject *t = pyef_text(buf);
+        int rc = t ? PyList_Append(texts, t) : -1;
+        Py_XDECREF(t);
+        if (rc < 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* The library's warnings given since the last look, and the items skipped,
+ * as texts; NULL with an exception set on failure. Two atomic reads when
+ * there are none. */
 static PyObject *new_warnings(pipeline *self)
 {
     PyObject *texts = PyList_New(0);
@@ -358,6 +388,8 @@ static PyObject *new_warnings(pipeline *self)
             Py_CLEAR(texts);
         Py_XDECREF(t);
     }
+    if (texts && self->p && new_skips(self, texts) < 0)
+        Py_CLEAR(texts);
     unlock(self);
     return texts;
 }
@@ -650,6 +682,23 @@ fail:
     return NULL;
 }
 
+/* Why each of the first EF_SKIPS_KEPT skipped items was dropped: a list
+ * of str. */
+static PyObject *skip_texts(ef_pipeline *p)
+{
+    uint64_t n = ef_pipeline_skip(p, 0, NULL, 0);
+    PyObject *list = PyList_New(0);
+    for (uint64_t i = 0; list && i < n && i < EF_SKIPS_KEPT; i++) {
+        char why[512];
+        ef_pipeline_skip(p, i, why, sizeof why);
+        PyObject *t = pyef_text(why);
+        if (!t || PyList_Append(list, t) < 0)
+            Py_CLEAR(list);
+        Py_XDECREF(t);
+    }
+    return list;
+}
+
 static PyObject *stats_of(pipeline *self)
 {
     ef_pipeline *p = self->p;
@@ -676,6 +725,7 @@ static PyObject *stats_of(pipeline *self)
     if (set_item(d, "items_per_s", PyFloat_FromDouble(rate)) < 0 ||
         (ef_pipeline_skipped(p, why, sizeof why) &&
          set_item(d, "first_skip", pyef_text(why)) < 0) ||
+        set_item(d, "skips", skip_texts(p)) < 0 ||
         (ef_pipeline_abandoned(p, why, sizeof why) &&
          set_item(d, "first_abandon", pyef_text(why)) < 0))
         goto fail;
@@ -785,7 +835,8 @@ static int raise_non_finite(const double *values, Py_ssize_t n)
 
 /* The rows of `view` ([n, 4] int64: index, epoch, echo_copy, fresh) as
  * identities, in memory the caller frees with PyMem_Free. */
-static ef_sample_id *ids_of(const Py_buffer *view, Py_ssize_t n)
+static ef_sample_id *ids_of(const Py_buffer *view, Py_ssize_t n,
+                            int64_t epoch_base)
 {
     ef_sample_id *ids = PyMem_Malloc((size_t)(n ? n : 1) * sizeof *ids);
     if (!ids)
@@ -793,7 +844,7 @@ static ef_sample_id *ids_of(const Py_buffer *view, Py_ssize_t n)
     const int64_t *row = view->buf;
     for (Py_ssize_t i = 0; i < n; i++, row += 4)
         ids[i] = (ef_sample_id){.index = row[0],
-                                .epoch = row[1],
+                                .epoch = row[1] - epoch_base,
                                 .echo_copy = (int32_t)row[2],
                                 .fresh = (int32_t)row[3]};
     return ids;
@@ -841,7 +892,8 @@ static PyObject *pipeline_feedback(pipeline *self, PyObject *args)
                      n, vv.shape[0]);
         goto done;
     }
-    if (raise_non_finite(vv.buf, n) || !(ids = ids_of(&iv, n)) ||
+    if (raise_non_finite(vv.buf, n) ||
+        !(ids = ids_of(&iv, n, self->handout.epoch_base)) ||
         not_inherited(self) < 0)
         goto done;
     int rc = EF_OK, closed = 0;
@@ -1087,7 +1139,33 @@ static PyMethodDef pipeline_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
+static PyObject *pipeline_epoch_base(pipeline *self, void *closure)
+{
+    (void)closure;
+    return PyLong_FromLongLong(self->handout.epoch_base);
+}
+
+/* Set once, by echoflow.Pipeline before the first item (its epoch=). */
+static int pipeline_set_epoch_base(pipeline *self, PyObject *value,
+                                   void *closure)
+{
+    (void)closure;
+    long long v = value ? PyLong_AsLongLong(value) : -1;
+    if (v == -1 && PyErr_Occurred())
+        return -1;
+    if (v < 0 || v > (1LL << 62)) {
+        PyErr_Format(PyExc_ValueError, "epoch must be from 0 to 2**62, not %R",
+                     value);
+        return -1;
+    }
+    self->handout.epoch_base = v;
+    return 0;
+}
+
 static PyGetSetDef pipeline_getset[] = {
+    {"_epoch_base", (getter)pipeline_epoch_base,
+     (setter)pipeline_set_epoch_base,
+     "what the epoch of identities handed out counts from", NULL},
     {"closed", (getter)pipeline_closed, NULL, "True once close()d", NULL},
     {"_handout_copies", (getter)pipeline_handout_copies, NULL,
      "(fields, bytes) copied so far before convert_with's fn saw them",

@@ -48,12 +48,16 @@ typedef struct {
     int copy_shared;
     unsigned long long copies;       /* fields copied */
     unsigned long long copied_bytes; /* their bytes */
+    /* added to the epoch of every identity handed out (Pipeline's
+     * epoch=): the library counts passes from 0 */
+    int64_t epoch_base;
 } pyef_handout;
 
 /* A new Sample: field name -> Tensor for every field of `s`, with its
  * identity; with `convert`, field name -> convert(DLPack capsule of the
  * field) instead (torch._C._from_dlpack makes torch tensors of them),
- * copying shared fields as `h` says (`h` is required with `convert`). `s`
+ * copying shared fields as `h` says (`h` is required with `convert`;
+ * without, it only gives the epoch base, and may be NULL). `s`
  * is borrowed: Tensors and capsules hold buffer references of their own,
  * so `s` may be freed right after. */
 PyObject *pyef_sample_from(const ef_sample *s, PyObject *convert,
@@ -79,7 +83,8 @@ typedef struct pyef_map pyef_map;
  * `budget` is the pipeline's memory budget (0: none), which an output
  * must fit before it is copied. NULL with an exception set on failure. */
 pyef_map *pyef_map_new(PyObject *fn, const char *name, const void *owner,
-                       PyObject **first_error, int keep_error, uint64_t budget);
+                       PyObject **first_error, int keep_error, uint64_t budget,
+                       pyef_handout *handout);
 /* Whether this thread is inside a call of one of `pipeline`'s maps. */
 int pyef_map_serving(const void *pipeline);
 /* Whether some thread is inside a call of m's callable now. */

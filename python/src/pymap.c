@@ -21,6 +21,7 @@ struct pyef_map {
     PyObject **first_error; /* the pipeline's slot, written under the GIL */
     int keep_error;
     uint64_t budget; /* the pipeline's memory budget; 0: none */
+    pyef_handout *handout; /* the pipeline's: the epoch base */
 };
 
 /* The pipeline whose map this thread is running, if any. */
@@ -37,7 +38,8 @@ int pyef_map_busy(const pyef_map *m)
 }
 
 pyef_map *pyef_map_new(PyObject *fn, const char *name, const void *owner,
-                       PyObject **first_error, int keep_error, uint64_t budget)
+                       PyObject **first_error, int keep_error, uint64_t budget,
+                       pyef_handout *handout)
 {
     pyef_map *m = PyMem_Calloc(1, sizeof *m);
     if (!m)
@@ -48,6 +50,7 @@ pyef_map *pyef_map_new(PyObject *fn, const char *name, const void *owner,
     m->first_error = first_error;
     m->keep_error = keep_error;
     m->budget = budget;
+    m->handout = handout;
     return m;
 }
 
@@ -347,7 +350,7 @@ int pyef_map_call(const ef_sample *in, ef_sample **out, ef_map_ctx *ctx)
     pyef_map *m = ef_map_ctx_user(ctx);
     PyGILState_STATE gil = PyGILState_Ensure();
     int rc = EF_OK;
-    PyObject *arg = pyef_sample_from(in, NULL, NULL);
+    PyObject *arg = pyef_sample_from(in, NULL, m->handout);
     const void *outer = serving;
     serving = m->owner;
     atomic_fetch_add(&m->calls, 1);

@@ -147,8 +147,9 @@ int pyef_sample_types_init(void)
     return PyType_Ready(&pyef_sample_type);
 }
 
-static PyObject *identity_from(ef_sample_id id)
+static PyObject *identity_from(ef_sample_id id, int64_t epoch_base)
 {
+    id.epoch += epoch_base;
     PyObject *t = PyStructSequence_New(&pyef_identity_type);
     if (!t)
         return NULL;
@@ -169,7 +170,7 @@ static PyObject *identity_from(ef_sample_id id)
 
 /* The members of batch `s` as bytes of n rows of MEMBER_COLS int64; NULL
  * without an exception for a sample that is not a batch. */
-static PyObject *members_bytes(const ef_sample *s)
+static PyObject *members_bytes(const ef_sample *s, int64_t epoch_base)
 {
     int64_t n = ef_sample_members(s, NULL, 0);
     if (n <= 0)
@@ -188,7 +189,7 @@ static PyObject *members_bytes(const ef_sample *s)
         int64_t *row = (int64_t *)PyBytes_AS_STRING(raw);
         for (int64_t i = 0; i < n; i++, row += MEMBER_COLS) {
             row[0] = ids[i].index;
-            row[1] = ids[i].epoch;
+            row[1] = ids[i].epoch + epoch_base;
             row[2] = ids[i].echo_copy;
             row[3] = ids[i].fresh;
         }
@@ -385,10 +386,11 @@ PyObject *pyef_sample_from(const ef_sample *s, PyObject *convert,
     sample *out = (sample *)PyObject_CallNoArgs((PyObject *)&pyef_sample_type);
     if (!out)
         return NULL;
-    out->identity = identity_from(ef_sample_identity(s));
+    int64_t epoch_base = h ? h->epoch_base : 0;
+    out->identity = identity_from(ef_sample_identity(s), epoch_base);
     if (!out->identity)
         goto fail;
-    out->members_raw = members_bytes(s);
+    out->members_raw = members_bytes(s, epoch_base);
     if (!out->members_raw && PyErr_Occurred())
         goto fail;
     if (n > 16) {

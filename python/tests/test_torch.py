@@ -11,7 +11,7 @@ import torch.distributed as dist
 from torch.utils.data import DataLoader
 
 import echoflow
-from echoflow.torch import Loader
+from echoflow.torch import Loader, echo
 
 
 def indices(batches):
@@ -203,3 +203,55 @@ def test_a_loader_warns_once_not_every_epoch():
     texts = [str(w.message) for w in got
              if issubclass(w.category, echoflow.PipelineWarning)]
     assert len(texts) == 1 and "shuffle:buffer=250" in texts[0]
+
+
+def test_unpacked_items_leave_their_identity_on_the_loader():
+    loader = Loader("range:n=10 | echo:factor=2 | batch:4",
+                    as_tuple=("index",))
+    assert loader.identity is None
+    fresh = 0
+    for (x,) in loader:
+        fresh += loader.identity.fresh
+        assert loader.members.shape == (len(x), 4)
+    assert fresh == 10
+    dl = torch.utils.data.DataLoader(
+        torch.utils.data.TensorDataset(torch.arange(12)), batch_size=4)
+    echoed = echo(dl, factor=2)
+    fresh = 0
+    for (x,) in echoed:
+        fresh += echoed.identity.fresh
+    assert fresh == 12
+
+
+def test_identity_epoch_follows_set_epoch():
+    def feedback_all(loader):
+        for batch in loader:
+            loader.feedback(batch.members, [1.0] * len(batch.members))
+            yield batch
+    loader = Loader("range:n=6 | echo:factor=2,policy=rank | batch:3",
+                    seed=4)
+    for epoch in (0, 3):
+        loader.set_epoch(epoch)
+        got = list(feedback_all(loader))
+        assert {b.identity.epoch for b in got} == {epoch}
+        assert {int(e) for b in got for e in b.members[:, 1]} == {epoch}
+        # feedback took the epoch's identities back: each one matched
+        assert loader.stats()["stages"][1]["feedback_matched"] > 0
+        assert loader.stats()["stages"][1]["feedback_stale"] == 0
+
+
+def test_a_loader_that_skips_says_what_it_dropped():
+    def bad(s):
+        if int(numpy.asarray(s["index"])) % 5 == 2:
+            raise ValueError("no good")
+        return s
+    loader = Loader("range:n=100 | map:fn=bad | batch:10",
+                    maps={"bad": bad}, on_error="skip")
+    with pytest.warns(echoflow.PipelineWarning,
+                      match=r"on_error='skip' dropped an item: map: item 2 "
+                            r"\(epoch 0\): map 'bad' raised ValueError"):
+        assert sum(len(b["index"]) for b in loader) == 80
+    stats = loader.stats()
+    assert stats["skipped"] == 20
+    assert [s.split(":")[1] for s in stats["skips"]] == [
+        " item %d (epoch 0)" % i for i in range(2, 80, 5)]
