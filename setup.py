@@ -30,9 +30,13 @@ from setuptools.command.build_ext import build_ext
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 HEADER = os.path.join("include", "echoflow", "echoflow.h")
-# every C file of python/src, as python/CMakeLists.txt lists them
-SOURCES = sorted(os.path.relpath(p, HERE) for p in
-                 glob.glob(os.path.join(HERE, "python", "src", "*.c")))
+
+
+def python_src(pattern):
+    """The files of python/src matching pattern, relative to this folder
+    (the C files are the ones python/CMakeLists.txt lists)."""
+    return sorted(os.path.relpath(p, HERE) for p in
+                  glob.glob(os.path.join(HERE, "python", "src", pattern)))
 
 
 def fail(message):
@@ -181,8 +185,8 @@ setup(
     version=header_version(os.path.join(HERE, HEADER)),
     ext_modules=[Extension(
         "echoflow._echoflow",
-        sources=SOURCES,
-        depends=[os.path.join("python", "src", "pyef.h")],
+        sources=python_src("*.c"),
+        depends=python_src("*.h"),
         define_macros=[("_POSIX_C_SOURCE", "200809L")],
         extra_compile_args=["-std=c11", "-fvisibility=hidden"],
     )],
