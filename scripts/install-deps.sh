@@ -23,6 +23,8 @@ packages=(
   python3-dev libdlpack-dev   # the Python package: CPython headers, DLPack
   python3-numpy python3-torch # ... the arrays and tensors it feeds
   python3-pytest              # ... and its tests
+  python3-setuptools python3-wheel python3-build  # ... built as a wheel
+  python3-pip python3-venv    # ... installed with pip, into a venv in a test
   python3-protobuf protobuf-compiler  # ... tf.train.Example fixtures, checked
   python3-torchvision python3-pil  # ... a stock torchvision pipeline, echoed
   python3-sentencepiece       # ... tokenize against SentencePiece
