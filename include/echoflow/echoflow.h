@@ -124,7 +124,24 @@ EF_API unsigned ef_buffer_refcount(const ef_buffer *b);
 /* Samples: a small set of named tensor fields. A batch is a sample    */
 /* whose tensors have a leading batch dimension.                       */
 
-typedef enum { EF_U8 = 0, EF_I32, EF_I64, EF_F32, EF__DTYPE_COUNT } ef_dtype;
+/* Element types. New ones are appended, so that a value keeps its number
+ * (the service's chunks and saved files carry it). EF_BOOL is one byte,
+ * 0 or 1; EF_F16 is IEEE binary16, EF_BF16 bfloat16 (the top half of a
+ * float32), both little-endian as every other dtype. */
+typedef enum {
+    EF_U8 = 0,
+    EF_I32,
+    EF_I64,
+    EF_F32,
+    EF_BOOL,
+    EF_I8,
+    EF_I16,
+    EF_U16,
+    EF_F16,
+    EF_BF16,
+    EF_F64,
+    EF__DTYPE_COUNT
+} ef_dtype;
 
 #define EF_MAX_DIMS 6
 /* Bounds on hostile input, not on ordinary data: a sample holds at most
@@ -135,7 +152,8 @@ typedef enum { EF_U8 = 0, EF_I32, EF_I64, EF_F32, EF__DTYPE_COUNT } ef_dtype;
 
 /* Bytes per element; 0 for an unknown dtype. */
 EF_API size_t ef_dtype_size(ef_dtype dtype);
-/* "u8", "i32", "i64", "f32"; "?" for an unknown dtype. */
+/* "u8", "i32", "i64", "f32", "bool", "i8", "i16", "u16", "f16", "bf16",
+ * "f64"; "?" for an unknown dtype. */
 EF_API const char *ef_dtype_name(ef_dtype dtype);
 
 /* A read-only view of one field. `data` points into a buffer that lives at

@@ -19,6 +19,13 @@ static const struct {
     [EF_I32] = {4, "i32"},
     [EF_I64] = {8, "i64"},
     [EF_F32] = {4, "f32"},
+    [EF_BOOL] = {1, "bool"},
+    [EF_I8] = {1, "i8"},
+    [EF_I16] = {2, "i16"},
+    [EF_U16] = {2, "u16"},
+    [EF_F16] = {2, "f16"},
+    [EF_BF16] = {2, "bf16"},
+    [EF_F64] = {8, "f64"},
 };
 
 size_t ef_dtype_size(ef_dtype dtype)
