@@ -539,6 +539,25 @@ ef_status ef_sample_set_variable(ef_sample *s, const char *name)
     return EF_OK;
 }
 
+ef_status ef_sample_set_text(ef_sample *s, const char *name,
+                             ef_text_kind kind)
+{
+    int i = s && name ? ef__sample_find(s, name) : -1;
+    if (i < 0 || s->fields[i].ndim != 1 || s->fields[i].dtype != EF_U8 ||
+        (kind != EF_TEXT && kind != EF_TEXT_LIST))
+        return EF_EINVAL;
+    s->fields[i].variable = (unsigned char)(1 + kind);
+    return EF_OK;
+}
+
+ef_text_kind ef_sample_text(const ef_sample *s, const char *name)
+{
+    int i = s && name ? ef__sample_find(s, name) : -1;
+    if (i < 0 || s->fields[i].variable <= EF__VARIABLE)
+        return EF_NOT_TEXT;
+    return (ef_text_kind)(s->fields[i].variable - 1);
+}
+
 int ef__sample_add_field(ef_sample *s, const ef__field *f)
 {
     int rc = ef_sample_add(s, f->name, f->dtype, f->ndim, f->shape, f->buf,
