@@ -358,6 +358,95 @@ static void test_cast_bad_option(void **state)
     ef_pipeline_destroy(p);
 }
 
+/* ---- text fields ---- */
+
+/* Samples 0..3: "name" a text of i + 1 letters, "tags" a list of i + 1
+ * texts, "n" an i64. */
+static int text_source(void *user, int64_t epoch, int block, ef_sample **out)
+{
+    int64_t *next = user;
+    (void)block;
+    if (*next >= 4)
+        return EF_END;
+    int64_t i = *next, len = i + 1, tags_len = 2 * (i + 1);
+    ef_sample *s = ef_sample_new((ef_sample_id){.index = i, .epoch = epoch});
+    char *name, *tags;
+    int64_t *n;
+    assert_int_equal(ef_sample_add_new(s, "name", EF_U8, 1, &len,
+                                       (void **)&name),
+                     EF_OK);
+    memset(name, 'a' + (int)i, (size_t)len);
+    assert_int_equal(ef_sample_add_new(s, "tags", EF_U8, 1, &tags_len,
+                                       (void **)&tags),
+                     EF_OK);
+    for (int64_t k = 0; k < len; k++) {
+        tags[2 * k] = (char)('0' + k);
+        tags[2 * k + 1] = '\0';
+    }
+    assert_int_equal(ef_sample_add_new(s, "n", EF_I64, 0, NULL, (void **)&n),
+                     EF_OK);
+    *n = i;
+    assert_int_equal(ef_sample_set_text(s, "name", EF_TEXT), EF_OK);
+    assert_int_equal(ef_sample_set_text(s, "tags", EF_TEXT_LIST), EF_OK);
+    (*next)++;
+    *out = s;
+    return EF_OK;
+}
+
+static void test_text_marks(void **state)
+{
+    (void)state;
+    ef_sample *s = ef_sample_new((ef_sample_id){0});
+    int64_t shape[2] = {2, 3};
+    assert_int_equal(ef_sample_add_new(s, "t", EF_U8, 1, shape, NULL), EF_OK);
+    assert_int_equal(ef_sample_add_new(s, "m", EF_U8, 2, shape, NULL), EF_OK);
+    assert_int_equal(ef_sample_add_new(s, "i", EF_I32, 1, shape, NULL), EF_OK);
+    assert_int_equal(ef_sample_text(s, "t"), EF_NOT_TEXT);
+    assert_int_equal(ef_sample_set_text(s, "m", EF_TEXT), EF_EINVAL);
+    assert_int_equal(ef_sample_set_text(s, "i", EF_TEXT), EF_EINVAL);
+    assert_int_equal(ef_sample_set_text(s, "none", EF_TEXT), EF_EINVAL);
+    assert_int_equal(ef_sample_set_text(s, "t", EF_NOT_TEXT), EF_EINVAL);
+    assert_int_equal(ef_sample_set_text(s, "t", (ef_text_kind)7), EF_EINVAL);
+    assert_int_equal(ef_sample_set_text(s, "t", EF_TEXT_LIST), EF_OK);
+    assert_int_equal(ef_sample_text(s, "t"), EF_TEXT_LIST);
+    assert_int_equal(ef_sample_text(s, "m"), EF_NOT_TEXT);
+    assert_int_equal(ef_sample_text(s, "none"), EF_NOT_TEXT);
+    /* a clone keeps the mark */
+    ef_sample *c = ef_sample_clone(s);
+    assert_int_equal(ef_sample_text(c, "t"), EF_TEXT_LIST);
+    ef_sample_free(c);
+    ef_sample_free(s);
+}
+
+static void test_text_batched(void **state)
+{
+    (void)state;
+    int64_t next = 0;
+    ef_pipeline *p;
+    assert_int_equal(ef_pipeline_create(&p), EF_OK);
+    assert_int_equal(ef_pipeline_add_source(p, text_source, &next, NULL),
+                     EF_OK);
+    tu_parse(p, "echo:1 | batch:2");
+    for (int b = 0; b < 2; b++) {
+        ef_sample *s = tu_next(p);
+        assert_int_equal(ef_sample_text(s, "name"), EF_TEXT);
+        assert_int_equal(ef_sample_text(s, "tags"), EF_TEXT_LIST);
+        assert_int_equal(ef_sample_text(s, "n"), EF_NOT_TEXT);
+        int64_t lengths[2];
+        assert_int_equal(ef_sample_ragged_lengths(s, "name", lengths, 2), 2);
+        assert_int_equal(lengths[0], 2 * b + 1);
+        assert_int_equal(lengths[1], 2 * b + 2);
+        assert_int_equal(ef_sample_ragged_lengths(s, "tags", lengths, 2), 2);
+        assert_int_equal(lengths[0], 2 * (2 * b + 1));
+        ef_tensor t;
+        assert_int_equal(ef_sample_get(s, "tags", &t), EF_OK);
+        assert_memory_equal(t.data, b ? "0\0001\0002\0" : "0\0", 2 * (2 * b + 1));
+        ef_sample_free(s);
+    }
+    tu_expect_end(p);
+    ef_pipeline_destroy(p);
+}
+
 /* ---- the shard writer ---- */
 
 static void test_writer_integer_scalars(void **state)
@@ -425,6 +514,8 @@ int main(void)
         cmocka_unit_test(test_cast_values),
         cmocka_unit_test(test_cast_refuses),
         cmocka_unit_test(test_cast_bad_option),
+        cmocka_unit_test(test_text_marks),
+        cmocka_unit_test(test_text_batched),
         cmocka_unit_test(test_writer_integer_scalars),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
