@@ -149,7 +149,8 @@ ef_status ef_token_writer_add_ids(ef_token_writer *w, const int32_t *ids,
 static int check_field(ef_token_writer *w, const ef_sample *s,
                        const char *field, const ef__field *x)
 {
-    if (x && x->ndim == 1 && x->dtype != EF_F32)
+    if (x && x->ndim == 1 &&
+        (x->dtype == EF_U8 || x->dtype == EF_I32 || x->dtype == EF_I64))
         return EF_OK;
     if (!x)
         return ef__err_set(&w->err, EF_ESHAPE,

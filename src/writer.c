@@ -243,6 +243,43 @@ static int put_member(ef_shard_writer *w, const char *name, const void *data,
     return rc;
 }
 
+/* *v the value of a scalar of integer dtype (bool is 0 or 1); 0 for a
+ * float dtype, which has no exact decimal text here. */
+static int integer_scalar(ef_dtype dt, const unsigned char *data, int64_t *v)
+{
+    int8_t b;
+    int16_t i16;
+    uint16_t u16;
+    int32_t i32;
+    switch (dt) {
+    case EF_U8:
+    case EF_BOOL:
+        *v = data[0];
+        return 1;
+    case EF_I8:
+        memcpy(&b, data, 1);
+        *v = b;
+        return 1;
+    case EF_I16:
+        memcpy(&i16, data, 2);
+        *v = i16;
+        return 1;
+    case EF_U16:
+        memcpy(&u16, data, 2);
+        *v = u16;
+        return 1;
+    case EF_I32:
+        memcpy(&i32, data, 4);
+        *v = i32;
+        return 1;
+    case EF_I64:
+        memcpy(v, data, 8);
+        return 1;
+    default:
+        return 0;
+    }
+}
+
 /* One field as one member. */
 static int write_field(ef_shard_writer *w, const ef_sample *s,
                        const ef__field *f, const char *key)
@@ -266,12 +303,10 @@ static int write_field(ef_shard_writer *w, const ef_sample *s,
         ef_buffer_release(png);
         return rc;
     }
-    if (f->ndim == 0 && f->dtype != EF_F32) {
+    int64_t v;
+    if (f->ndim == 0 && integer_scalar(f->dtype, data, &v)) {
         /* integers as decimal text; a label under WebDataset's "cls" */
         const char *ext = strcmp(f->name, "label") ? f->name : "cls";
-        int64_t v = f->dtype == EF_U8    ? data[0]
-                    : f->dtype == EF_I32 ? *(const int32_t *)(const void *)data
-                                         : *(const int64_t *)(const void *)data;
         int n = snprintf(text, sizeof text, "%" PRId64, v);
         snprintf(name, sizeof name, "%s.%s", key, ext);
         return put_member(w, name, text, (size_t)n);
@@ -285,8 +320,8 @@ static int write_field(ef_shard_writer *w, const ef_sample *s,
     return ef__err_set(&w->err, EF_ESHAPE,
                        "sample %" PRId64 ": field '%s' (%s %s) has no "
                        "WebDataset form: expected a u8 image [H,W] or "
-                       "[H,W,1|3] named image, an integer scalar, or u8 "
-                       "bytes [N]",
+                       "[H,W,1|3] named image, a scalar of an integer "
+                       "dtype or bool, or u8 bytes [N]",
                        s->id.index, f->name, ef_dtype_name(f->dtype), shape);
 }
 

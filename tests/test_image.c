@@ -930,7 +930,8 @@ static void cast_rounds_and_refuses(void **state)
     src_reset(1);
     src_field("image", EF_F32, 2, (int64_t[]){1, 7}, g);
     expect_shared("echo:2 | cast:f32");
-    expect_spec_error("cast:f64", "u8, i32, i64 or f32");
+    expect_spec_error("cast:c64", "u8, i32, i64, f32, bool, i8, i16, u16, "
+                                  "f16, bf16 or f64, got 'c64'");
     expect_spec_error("cast", "'dtype' is required");
 }
 

@@ -124,7 +124,24 @@ EF_API unsigned ef_buffer_refcount(const ef_buffer *b);
 /* Samples: a small set of named tensor fields. A batch is a sample    */
 /* whose tensors have a leading batch dimension.                       */
 
-typedef enum { EF_U8 = 0, EF_I32, EF_I64, EF_F32, EF__DTYPE_COUNT } ef_dtype;
+/* Element types. New ones are appended, so that a value keeps its number
+ * (the service's chunks and saved files carry it). EF_BOOL is one byte,
+ * 0 or 1; EF_F16 is IEEE binary16, EF_BF16 bfloat16 (the top half of a
+ * float32), both little-endian as every other dtype. */
+typedef enum {
+    EF_U8 = 0,
+    EF_I32,
+    EF_I64,
+    EF_F32,
+    EF_BOOL,
+    EF_I8,
+    EF_I16,
+    EF_U16,
+    EF_F16,
+    EF_BF16,
+    EF_F64,
+    EF__DTYPE_COUNT
+} ef_dtype;
 
 #define EF_MAX_DIMS 6
 /* Bounds on hostile input, not on ordinary data: a sample holds at most
@@ -135,7 +152,8 @@ typedef enum { EF_U8 = 0, EF_I32, EF_I64, EF_F32, EF__DTYPE_COUNT } ef_dtype;
 
 /* Bytes per element; 0 for an unknown dtype. */
 EF_API size_t ef_dtype_size(ef_dtype dtype);
-/* "u8", "i32", "i64", "f32"; "?" for an unknown dtype. */
+/* "u8", "i32", "i64", "f32", "bool", "i8", "i16", "u16", "f16", "bf16",
+ * "f64"; "?" for an unknown dtype. */
 EF_API const char *ef_dtype_name(ef_dtype dtype);
 
 /* A read-only view of one field. `data` points into a buffer that lives at
@@ -207,6 +225,20 @@ EF_API ef_status ef_sample_set_ragged(ef_sample *s, const char *name,
  * be equal. The sources mark what they read this way. EF_EINVAL when
  * there is no such field or it has no dimension. */
 EF_API ef_status ef_sample_set_variable(ef_sample *s, const char *name);
+/* Text fields: a field of UTF-8 bytes (u8 [n]) marked as a str, or as a
+ * list of str (each followed by a NUL byte: "a", "b" is "a\0b\0"), so that
+ * a binding hands out str rather than bytes. The mark is variable-length
+ * too (ef_sample_set_variable), and `batch` carries it to the ragged
+ * field it makes: each example's text (or list of texts) there. */
+typedef enum { EF_NOT_TEXT = 0, EF_TEXT = 1, EF_TEXT_LIST = 2 } ef_text_kind;
+/* Marks field `name` of a sample being built as text of `kind`. EF_EINVAL
+ * when there is no such field, it is not u8 [n], or kind is not EF_TEXT
+ * or EF_TEXT_LIST. */
+EF_API ef_status ef_sample_set_text(ef_sample *s, const char *name,
+                                    ef_text_kind kind);
+/* The text kind of field `name` (of an example, or of a batch made by
+ * `batch`); EF_NOT_TEXT for any other field or none. */
+EF_API ef_text_kind ef_sample_text(const ef_sample *s, const char *name);
 /* A batch's examples: the identities of the samples stacked into it, in
  * order, into out[0..cap) (out may be NULL when cap is 0). Returns how many
  * the batch holds, which may exceed cap; 0 for a sample that is not a

@@ -182,7 +182,12 @@ def _source_value(value):
     detached and contiguous, numpy arrays C-contiguous; the rest as is."""
     if hasattr(value, "detach") and hasattr(value, "is_contiguous"):
         value = value.detach()
-        return value if value.is_contiguous() else value.contiguous()
+        if not value.is_contiguous():
+            value = value.contiguous()
+        # torch 1.13's DLPack has no bool: its numpy view (no copy) has
+        if str(value.dtype) == "torch.bool" and value.device.type == "cpu":
+            return value.numpy()
+        return value
     flags = getattr(value, "flags", None)
     if flags is not None and not flags.c_contiguous:
         import numpy

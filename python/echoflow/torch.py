@@ -104,11 +104,32 @@ if hasattr(torch.utils.data._utils.collate, "default_collate_fn_map"):
         {echoflow.Sample: _collate_samples, FieldTuple: _collate_samples})
 
 
+def _retype(t, dtype):
+    """The torch tensor of an echoflow field of `dtype` ("bool" or "u16")
+    that DLPack 0.6 carries as another type: bool comes as uint8 and is
+    viewed as torch.bool (no copy); u16 comes as int16 bits and is widened
+    into an int32 copy, as torch has no uint16."""
+    if dtype == "bool":
+        return t.view(torch.bool)
+    return t.to(torch.int32).bitwise_and_(0xFFFF)
+
+
+def _tensor_to_torch(v):
+    """An echoflow.Tensor as a torch tensor sharing its memory (bool), or
+    an int32 copy (u16)."""
+    if v.dtype == "u16":
+        import numpy
+        return torch.from_numpy(numpy.asarray(v).astype(numpy.int32))
+    t = from_capsule(v.__dlpack__())
+    return t.view(torch.bool) if v.dtype == "bool" else t
+
+
 def to_torch(sample):
     """An echoflow.Sample of Tensors as one of torch.Tensors, sharing
-    memory. The torch tensors are writable views of memory that echoed
-    copies share: do not write into them in place."""
-    out = echoflow.Sample((k, from_capsule(v.__dlpack__()))
+    memory (a u16 field becomes an int32 copy: torch has no uint16). The
+    torch tensors are writable views of memory that echoed copies share:
+    do not write into them in place."""
+    out = echoflow.Sample((k, _tensor_to_torch(v))
                           for k, v in sample.items())
     out.identity = sample.identity
     out.members = sample.members
@@ -273,7 +294,8 @@ class Loader(torch.utils.data.IterableDataset):
         # torch tensors, made in C; shared memory copied (_copy_shared is
         # for bench/handout_copy.py, which measures that copy)
         p.convert_with(from_capsule,
-                       copy_shared=self._copy_shared and not pin)
+                       copy_shared=self._copy_shared and not pin,
+                       retype=_retype)
         p._warned = self._warned  # each warning once, not every epoch
         self._pipeline, self._epoch_of_pipeline = p, self.epoch
         self._last = None
@@ -530,11 +552,13 @@ def echo(dataloader, factor="auto", *, max=4, shuffle=None, pool=None,
     seed: of the echo stage's random decisions.
 
     Each iteration reads the DataLoader once through, as iterating it
-    would, and yields its structure (a tuple, a list, a dict or a single
-    tensor of each batch) with the same dtypes. Fields must be tensors of
-    uint8, int32, int64 or float32 (what torchvision's transforms and
-    default collation give); a field that is not (a list of paths, say)
-    raises a CallbackError naming it. Copies of an example share its
+    would, and yields its structure (a single tensor, or tuples, lists,
+    dicts and namedtuples nested as a collate_fn makes them) with the same
+    types and dtypes. Each leaf is a field: a tensor of bool, uint8, int8,
+    int16, int32, int64, float16, bfloat16, float32 or float64, or a list
+    (or tuple) of str, one per example (the paths of (img, label, path)).
+    A leaf of another type raises a CallbackError naming its field ("2",
+    "1.0" for the first item of the second) and its type. Copies of an example share its
     memory in the pipeline, never with the tensors handed out, which may
     be written in place. stats() says what the echo stage did (fresh and
     echoed items, effective factor, time the loop waited)."""
@@ -610,9 +634,10 @@ class Echo:
             items = iter(self.dataloader)
             echoflow._reading(items)  # for exit to wake (see there)
             for b in items:
+                shape, fields = _layout_of(b)
                 if not layout:
-                    layout.append(_layout_of(b))
-                yield b
+                    layout.append(shape)
+                yield fields
 
         # the previous pass's thread may still be inside its DataLoader
         # iterator (a loop that broke off): with persistent workers the
@@ -624,7 +649,7 @@ class Echo:
         p = echoflow.Pipeline(self._spec(), seed=self.seed, source=batches(),
                               unbatch=self._rebatch is not None,
                               read_ahead=max(256, 2 * (self._rebatch or 1)))
-        p.convert_with(from_capsule)
+        p.convert_with(from_capsule, retype=_retype)
         p._warned = self._warned  # each warning once, not every epoch
         self._pipeline, self._last = p, None
         with p:
@@ -677,23 +702,61 @@ class Echo:
         return self._pipeline.stats() if self._pipeline else None
 
 
+def _name(prefix, key):
+    return str(key) if prefix is None else "%s.%s" % (prefix, key)
+
+
+def _is_texts(value):
+    """Whether value is a list (or tuple, as default_collate gives) of str:
+    a batch's texts, one per example, which the pipeline holds as a text
+    field."""
+    return (isinstance(value, (list, tuple)) and bool(value)
+            and all(isinstance(v, str) for v in value))
+
+
+def _flatten(value, prefix, fields):
+    """The layout of a DataLoader's batch `value` (a tree of dicts, tuples
+    and lists over tensors, and lists of str), its leaves put
+    into `fields` by name ("0", "2.1", "meta.path"), which the pipeline
+    holds as fields. _rebuild() makes the same tree again."""
+    if isinstance(value, dict):
+        return ("dict", type(value),
+                [(k, _flatten(v, _name(prefix, k), fields))
+                 for k, v in value.items()])
+    if _is_texts(value):
+        name = _name(prefix, 0) if prefix is None else prefix
+        fields[name] = value
+        return ("texts", type(value), name)
+    if isinstance(value, (tuple, list)):
+        kind = "list" if isinstance(value, list) else "tuple"
+        return (kind, type(value),
+                [_flatten(v, _name(prefix, i), fields)
+                 for i, v in enumerate(value)])
+    name = _name(prefix, 0) if prefix is None else prefix
+    fields[name] = value
+    return ("field", None, name)
+
+
 def _layout_of(batch):
-    """How a DataLoader's batch is laid out, to give echoed ones back alike:
-    ("dict", keys), ("tuple", n), ("list", n) or ("one", 1)."""
-    if isinstance(batch, dict):
-        return "dict", list(batch)
-    if isinstance(batch, tuple):
-        return "tuple", len(batch)
-    if isinstance(batch, list):
-        return "list", len(batch)
-    return "one", 1
+    """The layout of a DataLoader's batch, and its fields by name."""
+    fields = {}
+    return _flatten(batch, None, fields), fields
 
 
 def _rebuild(layout, sample):
-    kind, what = layout
+    """A batch laid out as the DataLoader's (_layout_of) from `sample`."""
+    kind, cls, what = layout
+    if kind == "field":
+        return sample[what]
+    if kind == "texts":  # a list of str, as the pipeline hands it
+        texts = sample[what]
+        return texts if cls is list else cls(texts)
     if kind == "dict":
-        return {k: sample[k] for k in what}
-    values = [sample[str(i)] for i in range(what)]
-    if kind == "one":
-        return values[0]
-    return tuple(values) if kind == "tuple" else values
+        items = [(k, _rebuild(sub, sample)) for k, sub in what]
+        return dict(items) if cls is dict else cls(items)
+    values = [_rebuild(sub, sample) for sub in what]
+    if cls in (tuple, list):
+        return cls(values)
+    if hasattr(cls, "_fields"):  # a namedtuple
+        return cls(*values)
+    return cls(values)

@@ -47,9 +47,10 @@ class Loader(torch.utils.data.IterableDataset):
     def members(self) -> Optional[numpy.ndarray]: ...
     def close(self) -> None: ...
 
-# echo(dataloader, ...) yields what the DataLoader yields, echoed.
-Batch = Union[torch.Tensor, Tuple[torch.Tensor, ...], List[torch.Tensor],
-              Dict[str, torch.Tensor]]
+# echo(dataloader, ...) yields what the DataLoader yields, echoed: a
+# tensor, or tuples, lists, dicts and namedtuples nesting tensors and
+# lists (or tuples) of str, as the DataLoader's batches are laid out.
+Batch = Any
 
 def echo(dataloader: Iterable[Any], factor: Union[str, float] = ..., *,
          max: int = ..., shuffle: Optional[int] = ...,

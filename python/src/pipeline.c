@@ -498,15 +498,19 @@ static PyObject *iternext_sample(pipeline *self)
 static PyObject *pipeline_convert_with(pipeline *self, PyObject *args,
                                        PyObject *kwargs)
 {
-    static char *kwlist[] = {"fn", "copy_shared", NULL};
-    PyObject *fn;
+    static char *kwlist[] = {"fn", "copy_shared", "retype", NULL};
+    PyObject *fn, *retype = Py_None;
     int copy_shared = 1;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|$p:convert_with", kwlist,
-                                     &fn, &copy_shared))
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|$pO:convert_with",
+                                     kwlist, &fn, &copy_shared, &retype))
         return NULL;
     if (fn != Py_None && !PyCallable_Check(fn))
         return PyErr_Format(PyExc_TypeError, "%R is not callable", fn);
+    if (retype != Py_None && !PyCallable_Check(retype))
+        return PyErr_Format(PyExc_TypeError, "%R is not callable", retype);
     Py_XSETREF(self->convert, fn == Py_None ? NULL : Py_NewRef(fn));
+    Py_XSETREF(self->handout.retype,
+               retype == Py_None ? NULL : Py_NewRef(retype));
     self->handout.copy_shared = copy_shared;
     Py_RETURN_NONE;
 }
@@ -1054,6 +1058,7 @@ static int pipeline_traverse(pipeline *self, visitproc visit, void *arg)
     Py_VISIT(self->map_error);
     Py_VISIT(self->last_stats);
     Py_VISIT(self->convert);
+    Py_VISIT(self->handout.retype);
     return 0;
 }
 
@@ -1062,6 +1067,7 @@ static int pipeline_clear(pipeline *self)
     Py_CLEAR(self->map_error);
     Py_CLEAR(self->last_stats);
     Py_CLEAR(self->convert);
+    Py_CLEAR(self->handout.retype);
     return 0;
 }
 

@@ -46,6 +46,11 @@ int pyef_sample_types_init(void);
  * counts are updated with the GIL held. */
 typedef struct {
     int copy_shared;
+    /* NULL, or retype(converted, dtype name) for the dtypes DLPack 0.6
+     * readers take as others: bool comes to `convert` as uint8 and u16
+     * as int16 (torch 1.13 has no uint16), and retype gives the value
+     * handed out (a bool view, an int32 copy); owned */
+    PyObject *retype;
     unsigned long long copies;       /* fields copied */
     unsigned long long copied_bytes; /* their bytes */
     /* added to the epoch of every identity handed out (Pipeline's
@@ -94,6 +99,15 @@ int pyef_map_call(const ef_sample *in, ef_sample **out, ef_map_ctx *ctx);
 /* The dtype of a buffer's elements, from its struct format and size; -1
  * when echoflow has none for it. */
 int pyef_buffer_dtype(const Py_buffer *v, ef_dtype *out);
+/* A buffer's element type as numpy names it where it can ("uint32",
+ * "complex64"), for a message that refuses it. */
+void pyef_format_describe(const Py_buffer *v, char *buf, size_t cap);
+/* The dtypes echoflow holds, as numpy and torch name them, for messages. */
+/* DLPack 0.6 (our header) has no bool; this is DLPack 0.8's code. */
+#define PYEF_DL_BOOL 6
+#define PYEF_DTYPES                                                            \
+    "bool, uint8, int8, int16, uint16, int32, int64, float16, bfloat16, "      \
+    "float32, float64"
 /* Raises ValueError (MemoryError for EF_ENOMEM) for ef_sample_add's
  * refusal `rc` of field `name` on `s`, naming the limit it passed
  * (EF_MAX_NAME, EF_MAX_FIELDS) where that is why; `what` prefixes the

@@ -73,19 +73,58 @@ int pyef_buffer_dtype(const Py_buffer *v, ef_dtype *out)
     case 'B':
         *out = EF_U8;
         return 0;
+    case 'b':
+        *out = EF_I8;
+        return 0;
+    case '?':
+        *out = EF_BOOL;
+        return 0;
+    case 'H':
+        *out = EF_U16;
+        return v->itemsize == 2 ? 0 : -1;
+    case 'h':
     case 'i':
     case 'l':
     case 'q':
-        if (v->itemsize != 4 && v->itemsize != 8)
+        if (v->itemsize == 2)
+            *out = EF_I16;
+        else if (v->itemsize == 4)
+            *out = EF_I32;
+        else if (v->itemsize == 8)
+            *out = EF_I64;
+        else
             return -1;
-        *out = v->itemsize == 4 ? EF_I32 : EF_I64;
+        return 0;
+    case 'e':
+        *out = EF_F16;
         return 0;
     case 'f':
         *out = EF_F32;
         return 0;
+    case 'd':
+        *out = EF_F64;
+        return 0;
     default:
         return -1;
     }
+}
+
+void pyef_format_describe(const Py_buffer *v, char *buf, size_t cap)
+{
+    const char *f = v->format ? v->format : "B";
+    int bits = (int)(8 * v->itemsize);
+    if (*f == '>' || *f == '!')
+        snprintf(buf, cap, "big-endian '%s'", f);
+    else if (!strcmp(f, "Zf") || !strcmp(f, "Zd") || !strcmp(f, "Zg"))
+        snprintf(buf, cap, "complex%d", bits);
+    else if (!strcmp(f, "I") || !strcmp(f, "L") || !strcmp(f, "Q"))
+        snprintf(buf, cap, "uint%d", bits);
+    else if (!strcmp(f, "g"))
+        snprintf(buf, cap, "float%d", bits);
+    else if (!strcmp(f, "O"))
+        snprintf(buf, cap, "object");
+    else
+        snprintf(buf, cap, "format '%s' of %zd-byte items", f, v->itemsize);
 }
 
 int pyef_field_refused(const ef_sample *s, const char *what, const char *name,
@@ -139,7 +178,8 @@ static int pass_through(ef_sample *s, const ef_sample *in, const char *name)
     return rc == EF_OK ? 0 : pyef_field_refused(s, "", name, rc);
 }
 
-/* A str becomes its UTF-8 bytes, u8 [n], as sources store text. */
+/* A str becomes its UTF-8 bytes, u8 [n], marked as text, as sources
+ * store it. */
 static int add_text(ef_sample *s, const char *name, PyObject *value)
 {
     Py_ssize_t n;
@@ -149,6 +189,8 @@ static int add_text(ef_sample *s, const char *name, PyObject *value)
     int64_t shape[1] = {n};
     void *data;
     int rc = ef_sample_add_new(s, name, EF_U8, 1, shape, &data);
+    if (rc == EF_OK)
+        rc = ef_sample_set_text(s, name, EF_TEXT); /* a str again */
     if (rc != EF_OK)
         return pyef_field_refused(s, "", name, rc);
     memcpy(data, text, (size_t)n);
@@ -196,6 +238,11 @@ static int add_texts(ef_sample *s, const char *name, PyObject *list)
     }
     if (rc == EF_OK)
         rc = ef_sample_set_ragged(s, name, lengths, n);
+    int all_str = 1;
+    for (Py_ssize_t k = 0; k < n; k++)
+        all_str &= PyUnicode_Check(PyList_GET_ITEM(list, k));
+    if (rc == EF_OK && all_str) /* each a str again */
+        rc = ef_sample_set_text(s, name, EF_TEXT);
     PyMem_Free(lengths);
     if (rc != EF_OK && !n)
         PyErr_Format(PyExc_ValueError, "field '%s': an empty list", name);
@@ -229,12 +276,14 @@ static int add_field(ef_sample *s, const char *name, PyObject *value)
     ef_dtype dtype;
     int64_t shape[EF_MAX_DIMS];
     rc = -1;
-    if (pyef_buffer_dtype(&v, &dtype) < 0)
+    char what[64];
+    if (pyef_buffer_dtype(&v, &dtype) < 0) {
+        pyef_format_describe(&v, what, sizeof what);
         PyErr_Format(PyExc_TypeError,
-                     "field '%s': element format '%s' of size %zd is not one "
-                     "of uint8, int32, int64, float32",
-                     name, v.format ? v.format : "B", v.itemsize);
-    else if (v.ndim > EF_MAX_DIMS)
+                     "field '%s': %s is not a dtype echoflow holds (it "
+                     "holds: " PYEF_DTYPES ")",
+                     name, what);
+    } else if (v.ndim > EF_MAX_DIMS)
         PyErr_Format(PyExc_ValueError,
                      "field '%s': %d dimensions, at most %d", name, v.ndim,
                      EF_MAX_DIMS);

@@ -120,19 +120,44 @@ static void release_pybuffer(void *user)
 
 static int dl_dtype(const DLDataType *t, ef_dtype *out)
 {
+    static const struct {
+        uint8_t code, bits;
+        ef_dtype dtype;
+    } known[] = {
+        {kDLUInt, 8, EF_U8},      {kDLUInt, 16, EF_U16},
+        {kDLInt, 8, EF_I8},       {kDLInt, 16, EF_I16},
+        {kDLInt, 32, EF_I32},     {kDLInt, 64, EF_I64},
+        {kDLFloat, 16, EF_F16},   {kDLFloat, 32, EF_F32},
+        {kDLFloat, 64, EF_F64},   {kDLBfloat, 16, EF_BF16},
+        {PYEF_DL_BOOL, 8, EF_BOOL},
+    };
     if (t->lanes != 1)
         return -1;
-    if (t->code == kDLUInt && t->bits == 8)
-        *out = EF_U8;
-    else if (t->code == kDLInt && t->bits == 32)
-        *out = EF_I32;
-    else if (t->code == kDLInt && t->bits == 64)
-        *out = EF_I64;
-    else if (t->code == kDLFloat && t->bits == 32)
-        *out = EF_F32;
+    for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
+        if (known[i].code == t->code && known[i].bits == t->bits) {
+            *out = known[i].dtype;
+            return 0;
+        }
+    return -1;
+}
+
+/* A DLPack type as numpy and torch name it ("uint32", "complex64"). */
+static void dl_describe(const DLDataType *t, char *buf, size_t cap)
+{
+    static const char *const kinds[] = {
+        [kDLInt] = "int",          [kDLUInt] = "uint",
+        [kDLFloat] = "float",      [kDLBfloat] = "bfloat",
+        [kDLComplex] = "complex", [PYEF_DL_BOOL] = "bool",
+    };
+    const char *kind = t->code < sizeof kinds / sizeof kinds[0] && kinds[t->code]
+                           ? kinds[t->code]
+                           : "type code ";
+    if (t->lanes != 1)
+        snprintf(buf, cap, "%s%u x %u lanes", kind, t->bits, t->lanes);
+    else if (t->code == PYEF_DL_BOOL)
+        snprintf(buf, cap, "bool");
     else
-        return -1;
-    return 0;
+        snprintf(buf, cap, "%s%u", kind, t->bits);
 }
 
 /* What one field holds: its memory as a buffer of ours, its dtype and
@@ -144,11 +169,11 @@ typedef struct {
     int64_t shape[EF_MAX_DIMS + 1];
     int variable; /* str or bytes: a list once batched, whatever the lengths
                      (a bytearray or memoryview is an array, as numpy's) */
+    ef_text_kind text; /* str: EF_TEXT; a list of str: EF_TEXT_LIST */
+    /* a batch's list of str (unbatch, batched): row r's text is bytes
+     * [offsets[r], offsets[r + 1]) of buf; NULL otherwise */
+    int64_t *offsets;
 } imported;
-
-#define UNSUPPORTED_DTYPE                                                      \
-    "echoflow holds uint8, int32, int64 and float32: convert it first "        \
-    "(.float(), .long())"
 
 /* `value` through DLPack: a capsule of `value.__dlpack__()`. */
 static int import_dlpack(const char *name, PyObject *value, imported *im)
@@ -165,9 +190,16 @@ static int import_dlpack(const char *name, PyObject *value, imported *im)
     const char *why = NULL;
     if (t->device.device_type != kDLCPU)
         why = "is not in CPU memory: the pipeline reads it on the CPU";
-    else if (dl_dtype(&t->dtype, &im->dtype) < 0)
-        why = "has a dtype echoflow does not hold; " UNSUPPORTED_DTYPE;
-    else if (t->ndim > EF_MAX_DIMS + 1)
+    else if (dl_dtype(&t->dtype, &im->dtype) < 0) {
+        char what[64];
+        dl_describe(&t->dtype, what, sizeof what);
+        PyErr_Format(PyExc_TypeError,
+                     "source: field '%s' (%.80s): %s is not a dtype echoflow "
+                     "holds (it holds: " PYEF_DTYPES ")",
+                     name, Py_TYPE(value)->tp_name, what);
+        Py_DECREF(capsule);
+        return -1;
+    } else if (t->ndim > EF_MAX_DIMS + 1)
         why = "has too many dimensions";
     size_t nbytes = ef_dtype_size(im->dtype);
     int64_t expect = (int64_t)nbytes;
@@ -219,9 +251,19 @@ static int import_buffer(const char *name, PyObject *value, imported *im)
         return -1;
     }
     const char *why = NULL;
-    if (pyef_buffer_dtype(v, &im->dtype) < 0)
-        why = "has a dtype echoflow does not hold; " UNSUPPORTED_DTYPE;
-    else if (v->ndim > EF_MAX_DIMS + 1)
+    char what[128];
+    if (pyef_buffer_dtype(v, &im->dtype) < 0) {
+        char format[64];
+        pyef_format_describe(v, format, sizeof format);
+        snprintf(what, sizeof what, "%s is not a dtype echoflow holds", format);
+        PyErr_Format(PyExc_TypeError,
+                     "source: field '%s' (%.80s): %s (it holds: " PYEF_DTYPES
+                     ")",
+                     name, Py_TYPE(value)->tp_name, what);
+        PyBuffer_Release(v);
+        PyMem_Free(v);
+        return -1;
+    } else if (v->ndim > EF_MAX_DIMS + 1)
         why = "has too many dimensions";
     if (why) {
         PyErr_Format(PyExc_TypeError, "source: field '%s' (%.80s) %s", name,
@@ -279,9 +321,67 @@ static int import_number(const char *name, PyObject *value, imported *im)
     return 0;
 }
 
-static int import_field(const char *name, PyObject *value, imported *im)
+/* Whether value is a non-empty list or tuple of str only. */
+static int is_text_list(PyObject *value)
 {
-    if (PyLong_Check(value) || PyFloat_Check(value))
+    if (!PyList_Check(value) && !PyTuple_Check(value))
+        return 0;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(value);
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (!PyUnicode_Check(PySequence_Fast_GET_ITEM(value, i)))
+            return 0;
+    return n > 0;
+}
+
+/* A list of str, copied into one buffer: as one field of NUL-ended texts
+ * (EF_TEXT_LIST), or with `rows` as a batch's texts, one per row
+ * (im->offsets). */
+static int import_texts(PyObject *value, int rows, imported *im)
+{
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(value), total = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_ssize_t len;
+        if (!PyUnicode_AsUTF8AndSize(PySequence_Fast_GET_ITEM(value, i), &len))
+            return -1;
+        total += len + !rows;
+    }
+    im->buf = ef_buffer_new(total ? (size_t)total : 1);
+    im->offsets = rows ? PyMem_Calloc((size_t)n + 1, sizeof(int64_t)) : NULL;
+    if (!im->buf || (rows && !im->offsets)) {
+        ef_buffer_release(im->buf);
+        PyMem_Free(im->offsets);
+        im->buf = NULL;
+        im->offsets = NULL;
+        PyErr_NoMemory();
+        return -1;
+    }
+    char *at = ef_buffer_data(im->buf);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_ssize_t len;
+        const char *text =
+            PyUnicode_AsUTF8AndSize(PySequence_Fast_GET_ITEM(value, i), &len);
+        memcpy(at, text, (size_t)len);
+        at += len;
+        if (rows)
+            im->offsets[i + 1] = im->offsets[i] + len;
+        else
+            *at++ = '\0';
+    }
+    im->dtype = EF_U8;
+    im->ndim = 1;
+    im->shape[0] = rows ? n : total;
+    im->variable = 1;
+    im->text = rows ? EF_TEXT : EF_TEXT_LIST;
+    return 0;
+}
+
+static int import_field(const char *name, PyObject *value, int rows,
+                        imported *im)
+{
+    if (is_text_list(value))
+        return import_texts(value, rows, im);
+    /* exactly: numpy.float64 is a float, and has the dtype of its own */
+    if (PyLong_Check(value) || PyFloat_CheckExact(value))
         return import_number(name, value, im);
     if (PyUnicode_Check(value)) {
         Py_ssize_t n;
@@ -300,12 +400,17 @@ static int import_field(const char *name, PyObject *value, imported *im)
         im->ndim = 1;
         im->shape[0] = n;
         im->variable = 1;
+        im->text = EF_TEXT;
         return 0;
     }
-    if (PyObject_HasAttrString(value, "__dlpack__"))
-        return import_dlpack(name, value, im);
-    im->variable = PyBytes_Check(value);
-    return import_buffer(name, value, im);
+    /* the buffer protocol first: numpy's DLPack (1.24) has no bool, its
+     * buffers have every dtype; torch tensors have DLPack only */
+    if (PyObject_CheckBuffer(value) ||
+        !PyObject_HasAttrString(value, "__dlpack__")) {
+        im->variable = PyBytes_Check(value);
+        return import_buffer(name, value, im);
+    }
+    return import_dlpack(name, value, im);
 }
 
 /* ---- the feeder's side ---- */
@@ -338,6 +443,38 @@ static int declare_batch(ef_sample *s, int64_t rows, int64_t epoch,
     return 0;
 }
 
+/* Adds imported field x as `name` of s: all of it, or with `unbatch` its
+ * row r of `rows`. */
+static int add_imported(ef_sample *s, const char *name, const imported *x,
+                        int unbatch, int64_t r, int64_t rows)
+{
+    int rc;
+    if (x->offsets && unbatch) { /* row r's text */
+        int64_t len = x->offsets[r + 1] - x->offsets[r];
+        rc = ef_sample_add(s, name, EF_U8, 1, &len, x->buf,
+                           (size_t)x->offsets[r]);
+    } else if (x->offsets) { /* a batch kept whole: its texts, ragged */
+        rc = ef_sample_add(s, name, EF_U8, 1, &x->offsets[rows], x->buf, 0);
+        int64_t *lengths = rc == EF_OK ? PyMem_Calloc((size_t)rows, 8) : NULL;
+        for (int64_t k = 0; lengths && k < rows; k++)
+            lengths[k] = x->offsets[k + 1] - x->offsets[k];
+        if (rc == EF_OK)
+            rc = lengths ? ef_sample_set_ragged(s, name, lengths, rows)
+                         : EF_ENOMEM;
+        PyMem_Free(lengths);
+    } else {
+        int skip = unbatch; /* the batch dimension */
+        size_t row = ef_buffer_size(x->buf) / (size_t)(rows ? rows : 1);
+        rc = ef_sample_add(s, name, x->dtype, x->ndim - skip, x->shape + skip,
+                           x->buf, skip ? (size_t)r * row : 0);
+        if (rc == EF_OK && x->variable && !x->text && x->ndim - skip >= 1)
+            rc = ef_sample_set_variable(s, name);
+    }
+    if (rc == EF_OK && x->text)
+        rc = ef_sample_set_text(s, name, x->text);
+    return rc;
+}
+
 /* The samples of one item: `fields` a sequence of (name, value) pairs.
  * NULL with an exception set. *n receives how many, *examples how many
  * examples they hold (those of a batched item's one sample). */
@@ -365,7 +502,7 @@ static ef_sample **samples_of(feed *f, PyObject *fields, int64_t epoch,
         if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(seq, done),
                               "sO;put() takes (name, value) pairs", &name,
                               &value) ||
-            import_field(name, value, &im[done]) < 0)
+            import_field(name, value, has_rows, &im[done]) < 0)
             goto fail;
         names[done] = name;
         if (!has_rows)
@@ -412,13 +549,7 @@ static ef_sample **samples_of(feed *f, PyObject *fields, int64_t epoch,
         }
         for (Py_ssize_t i = 0; i < nf; i++) {
             const imported *x = &im[i];
-            int skip = f->unbatch; /* the batch dimension */
-            size_t row = ef_buffer_size(x->buf) / (size_t)(rows ? rows : 1);
-            int rc = ef_sample_add(out[r], names[i], x->dtype, x->ndim - skip,
-                                   x->shape + skip, x->buf,
-                                   skip ? (size_t)r * row : 0);
-            if (rc == EF_OK && x->variable && x->ndim - skip >= 1)
-                rc = ef_sample_set_variable(out[r], names[i]);
+            int rc = add_imported(out[r], names[i], x, f->unbatch, r, rows);
             if (rc != EF_OK) {
                 pyef_field_refused(out[r], "source: ", names[i], rc);
                 free_samples(out, r + 1);
@@ -436,8 +567,10 @@ static ef_sample **samples_of(feed *f, PyObject *fields, int64_t epoch,
     *n = nout;
     *examples = rows;
 fail:
-    for (Py_ssize_t i = 0; im && i < done; i++)
+    for (Py_ssize_t i = 0; im && i < done; i++) {
         ef_buffer_release(im[i].buf);
+        PyMem_Free(im[i].offsets);
+    }
     PyMem_Free(im);
     PyMem_Free(names);
     Py_DECREF(seq);

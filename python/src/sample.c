@@ -4,6 +4,7 @@
  * and for a batch its members' identities (ef_sample_members()). */
 #include "pyef.h"
 
+#include <dlpack/dlpack.h>
 #include <string.h>
 #include <structmember.h>
 
@@ -286,17 +287,52 @@ static PyObject *tensor_value(const ef_tensor *t, int copy, PyObject *convert,
     if (!convert)
         return pyef_tensor_new(t);
     PyObject *capsule = copy ? copied_capsule(t, h) : pyef_dlpack_capsule(t);
+    int retype = h->retype && (t->dtype == EF_BOOL || t->dtype == EF_U16);
+    if (capsule && retype && t->dtype == EF_U16) {
+        /* as int16, the same bits: retype widens them */
+        DLManagedTensor *m = PyCapsule_GetPointer(capsule, "dltensor");
+        m->dl_tensor.dtype.code = kDLInt;
+    }
     PyObject *v = capsule ? PyObject_CallOneArg(convert, capsule) : NULL;
     Py_XDECREF(capsule);
+    if (v && retype) {
+        PyObject *name = PyUnicode_FromString(ef_dtype_name(t->dtype));
+        PyObject *r =
+            name ? PyObject_CallFunctionObjArgs(h->retype, v, name, NULL) : NULL;
+        Py_XDECREF(name);
+        Py_SETREF(v, r);
+    }
     return v;
 }
 
-/* WebDataset's key and URL are text: str, as webdataset and torch users
- * expect, not bytes. */
-static int is_text(const ef_tensor *t)
+/* The text kind of field t of s: as marked (ef_sample_set_text), and
+ * WebDataset's key and URL, which are text: str, as webdataset and torch
+ * users expect, not bytes. */
+static ef_text_kind text_kind(const ef_sample *s, const ef_tensor *t)
 {
-    return t->dtype == EF_U8 &&
-           (!strcmp(t->name, "__key__") || !strcmp(t->name, "__url__"));
+    if (t->dtype != EF_U8)
+        return EF_NOT_TEXT;
+    if (!strcmp(t->name, "__key__") || !strcmp(t->name, "__url__"))
+        return EF_TEXT;
+    return ef_sample_text(s, t->name);
+}
+
+/* A list of the NUL-ended texts of p (EF_TEXT_LIST). */
+static PyObject *text_list(const ef_tensor *p)
+{
+    const char *at = p->data, *end = at + p->nbytes;
+    PyObject *list = PyList_New(0);
+    while (list && at < end) {
+        const char *nul = memchr(at, '\0', (size_t)(end - at));
+        if (!nul)
+            nul = end; /* a last text without its NUL: all of it */
+        PyObject *text = PyUnicode_DecodeUTF8(at, nul - at, "surrogateescape");
+        if (!text || PyList_Append(list, text) < 0)
+            Py_CLEAR(list);
+        Py_XDECREF(text);
+        at = nul + 1;
+    }
+    return list;
 }
 
 /* The part of t `start` rows in and `rows` rows long: one example of a
@@ -311,12 +347,15 @@ static ef_tensor part_of(const ef_tensor *t, int64_t start, int64_t rows)
     return p;
 }
 
-/* One example's value in a list: str for text, bytes for other 1-D u8
- * (an encoded image, a caption), else a tensor viewing the batch's. */
-static PyObject *item_value(const ef_tensor *p, int copy, PyObject *convert,
-                            pyef_handout *h)
+/* One example's value in a list: str for text (a list of str for a list
+ * of texts), bytes for other 1-D u8 (an encoded image, a caption), else a
+ * tensor viewing the batch's. */
+static PyObject *item_value(const ef_tensor *p, ef_text_kind text, int copy,
+                            PyObject *convert, pyef_handout *h)
 {
-    if (is_text(p))
+    if (text == EF_TEXT_LIST)
+        return text_list(p);
+    if (text == EF_TEXT)
         return PyUnicode_DecodeUTF8(p->data, (Py_ssize_t)p->nbytes,
                                     "surrogateescape");
     if (p->dtype == EF_U8 && p->ndim == 1)
@@ -327,8 +366,8 @@ static PyObject *item_value(const ef_tensor *p, int copy, PyObject *convert,
 /* A Python list of a batch's examples of field t: lengths[0..n) rows
  * each (a ragged field), or t's rows one by one (lengths NULL). */
 static PyObject *list_value(const ef_tensor *t, const int64_t *lengths,
-                            int64_t n, int copy, PyObject *convert,
-                            pyef_handout *h)
+                            int64_t n, ef_text_kind text, int copy,
+                            PyObject *convert, pyef_handout *h)
 {
     PyObject *list = PyList_New((Py_ssize_t)n);
     int64_t start = 0;
@@ -342,7 +381,7 @@ static PyObject *list_value(const ef_tensor *t, const int64_t *lengths,
             p.ndim--;
             memmove(p.shape, p.shape + 1, sizeof(int64_t) * (size_t)p.ndim);
         }
-        PyObject *v = item_value(&p, copy, convert, h);
+        PyObject *v = item_value(&p, text, copy, convert, h);
         if (!v)
             Py_CLEAR(list);
         else
@@ -356,20 +395,21 @@ static PyObject *list_value(const ef_tensor *t, const int64_t *lengths,
 static PyObject *field_value(const ef_sample *s, const ef_tensor *t, int copy,
                              PyObject *convert, pyef_handout *h)
 {
+    ef_text_kind text = text_kind(s, t);
     int64_t n = ef_sample_ragged_lengths(s, t->name, NULL, 0);
     if (n > 0) {
         int64_t *lengths = PyMem_Calloc((size_t)n, sizeof *lengths);
         if (!lengths)
             return PyErr_NoMemory();
         ef_sample_ragged_lengths(s, t->name, lengths, n);
-        PyObject *v = list_value(t, lengths, n, copy, convert, h);
+        PyObject *v = list_value(t, lengths, n, text, copy, convert, h);
         PyMem_Free(lengths);
         return v;
     }
-    if (is_text(t) && t->ndim == 1)
-        return item_value(t, copy, convert, h);
-    if (is_text(t) && t->ndim == 2) /* a batch of keys of one length */
-        return list_value(t, NULL, t->shape[0], copy, convert, h);
+    if (text && t->ndim == 1)
+        return item_value(t, text, copy, convert, h);
+    if (text && t->ndim == 2) /* a batch of texts of one length */
+        return list_value(t, NULL, t->shape[0], text, copy, convert, h);
     return tensor_value(t, copy, convert, h);
 }
 

@@ -9,6 +9,8 @@
 #include <dlpack/dlpack.h>
 #include <stdlib.h>
 
+#include "half.h"
+
 typedef struct {
     PyObject_HEAD
     ef_buffer *buf; /* one reference, ours */
@@ -20,15 +22,20 @@ typedef struct {
     size_t nbytes;
 } tensor;
 
-/* The PEP 3118 format and the DLPack type of each dtype. */
+/* The PEP 3118 format and the DLPack type of each dtype. bfloat16 has no
+ * format (numpy has no such type). bool goes out over DLPack as uint8:
+ * DLPack 0.6, which torch 1.13 and numpy 1.24 read, has no bool
+ * (echoflow.torch views it as torch.bool again). */
 static const struct {
     const char *format;
     uint8_t dl_code;
 } dtype_info[EF__DTYPE_COUNT] = {
-    [EF_U8] = {"B", kDLUInt},
-    [EF_I32] = {"i", kDLInt},
-    [EF_I64] = {"q", kDLInt},
-    [EF_F32] = {"f", kDLFloat},
+    [EF_U8] = {"B", kDLUInt},    [EF_I32] = {"i", kDLInt},
+    [EF_I64] = {"q", kDLInt},    [EF_F32] = {"f", kDLFloat},
+    [EF_BOOL] = {"?", kDLUInt},  [EF_I8] = {"b", kDLInt},
+    [EF_I16] = {"h", kDLInt},    [EF_U16] = {"H", kDLUInt},
+    [EF_F16] = {"e", kDLFloat},  [EF_BF16] = {NULL, kDLBfloat},
+    [EF_F64] = {"d", kDLFloat},
 };
 
 PyObject *pyef_tensor_new(const ef_tensor *t)
@@ -89,6 +96,15 @@ static int tensor_getbuffer(tensor *self, Py_buffer *view, int flags)
                         "echoflow tensors are read-only: a sample's memory "
                         "is shared with its echoed copies; copy it first "
                         "(numpy.array(t)) to write");
+        view->obj = NULL;
+        return -1;
+    }
+    if (!dtype_info[self->dtype].format) { /* without a format: bytes */
+        PyErr_Format(PyExc_BufferError,
+                     "echoflow.Tensor: %s has no buffer format (numpy has no "
+                     "bfloat16): read it with torch.from_dlpack(t), or cast "
+                     "it to f32 in the pipeline (cast:dtype=f32)",
+                     ef_dtype_name(self->dtype));
         view->obj = NULL;
         return -1;
     }
@@ -277,6 +293,21 @@ static PyObject *one_value(tensor *self, const char *what)
         return PyLong_FromLongLong(*(const int64_t *)self->data);
     case EF_F32:
         return PyFloat_FromDouble(*(const float *)self->data);
+    case EF_BOOL:
+        return PyBool_FromLong(*(const uint8_t *)self->data != 0);
+    case EF_I8:
+        return PyLong_FromLong(*(const int8_t *)self->data);
+    case EF_I16:
+        return PyLong_FromLong(*(const int16_t *)self->data);
+    case EF_U16:
+        return PyLong_FromLong(*(const uint16_t *)self->data);
+    case EF_F16:
+        return PyFloat_FromDouble(ef__f16_to_f32(*(const uint16_t *)self->data));
+    case EF_BF16:
+        return PyFloat_FromDouble(
+            ef__bf16_to_f32(*(const uint16_t *)self->data));
+    case EF_F64:
+        return PyFloat_FromDouble(*(const double *)self->data);
     default:
         PyErr_Format(PyExc_TypeError, "echoflow.Tensor: dtype %s does not "
                      "convert to %s", ef_dtype_name(self->dtype), what);
@@ -306,12 +337,18 @@ static PyObject *tensor_float(tensor *self)
     return v;
 }
 
+static int is_float(ef_dtype dt)
+{
+    return dt == EF_F32 || dt == EF_F64 || dt == EF_F16 || dt == EF_BF16;
+}
+
 /* operator.index(t), range(t), a list index: integer dtypes only */
 static PyObject *tensor_index(tensor *self)
 {
-    if (self->dtype == EF_F32) {
-        PyErr_SetString(PyExc_TypeError, "echoflow.Tensor: an f32 tensor "
-                        "is not an index; int(t) truncates it");
+    if (is_float(self->dtype)) {
+        PyErr_Format(PyExc_TypeError, "echoflow.Tensor: an %s tensor is not "
+                     "an index; int(t) truncates it",
+                     ef_dtype_name(self->dtype));
         return NULL;
     }
     return one_value(self, "an index");
@@ -336,7 +373,8 @@ static PyNumberMethods tensor_as_number = {
 
 static PyGetSetDef tensor_getset[] = {
     {"shape", (getter)tensor_shape, NULL, "the shape, a tuple of ints", NULL},
-    {"dtype", (getter)tensor_dtype, NULL, "'u8', 'i32', 'i64' or 'f32'", NULL},
+    {"dtype", (getter)tensor_dtype, NULL, "'u8', 'i32', 'i64', 'f32', 'bool', 'i8', 'i16', 'u16', "
+     "'f16', 'bf16' or 'f64'", NULL},
     {"ndim", (getter)tensor_ndim, NULL, "number of dimensions", NULL},
     {"nbytes", (getter)tensor_nbytes, NULL, "size of the data in bytes", NULL},
     {"address", (getter)tensor_address, NULL,
@@ -345,7 +383,33 @@ static PyGetSetDef tensor_getset[] = {
     {NULL, NULL, NULL, NULL, NULL},
 };
 
+/* numpy.asarray(t) reads the buffer; for bf16, which has none, numpy would
+ * make an array of one object of it without a word, so __array__ (which
+ * numpy asks next) says why instead. */
+static PyObject *tensor_array(tensor *self, PyObject *args)
+{
+    PyObject *dtype = Py_None, *copy = Py_None;
+    if (!PyArg_ParseTuple(args, "|OO:__array__", &dtype, &copy))
+        return NULL;
+    if (!dtype_info[self->dtype].format)
+        return PyErr_Format(PyExc_TypeError,
+                            "echoflow.Tensor: %s has no numpy dtype: read "
+                            "it with torch.from_dlpack(t), or cast it to f32 "
+                            "in the pipeline (cast:dtype=f32)",
+                            ef_dtype_name(self->dtype));
+    PyObject *view = PyMemoryView_FromObject((PyObject *)self);
+    PyObject *numpy = view ? PyImport_ImportModule("numpy") : NULL;
+    PyObject *a = numpy ? PyObject_CallMethod(numpy, "asarray", "OO", view,
+                                              dtype)
+                        : NULL;
+    Py_XDECREF(numpy);
+    Py_XDECREF(view);
+    return a;
+}
+
 static PyMethodDef tensor_methods[] = {
+    {"__array__", (PyCFunction)tensor_array, METH_VARARGS,
+     "numpy.asarray(t): the tensor's memory as a read-only array."},
     {"__dlpack__", (PyCFunction)(void (*)(void))tensor_dlpack,
      METH_VARARGS | METH_KEYWORDS,
      "A DLPack capsule sharing this tensor's memory (stream must be None)."},
@@ -360,7 +424,8 @@ PyTypeObject pyef_tensor_type = {
     .tp_doc = "A read-only field of a sample: numpy.asarray(t), "
               "numpy.from_dlpack(t) and torch.from_dlpack(t) share its "
               "memory without a copy (torch.as_tensor takes "
-              "numpy.asarray(t)). A tensor of one element converts with "
+              "numpy.asarray(t); bf16 has no numpy form, and bool goes "
+              "over DLPack as uint8). A tensor of one element converts with "
               "int(), float() and bool(), an integer one with "
               "operator.index().",
     .tp_basicsize = sizeof(tensor),

@@ -88,14 +88,14 @@ def test_a_map_hands_lists_and_text_on(shard):
     spec = "tar:urls=%s | select:__key__ | batch:3 | map:fn=upper | echo:2"
     got = list(echoflow.Pipeline(spec % path, maps={"upper": upper}))
     assert [b["__key__"] for b in got] == [keys[:3]] * 2 + [keys[3:]] * 2
-    assert got[0]["shout"] == [k.upper().encode() for k in keys[:3]]
+    assert got[0]["shout"] == [k.upper() for k in keys[:3]]  # str again
 
     def rename(sample):  # an example's key, handed on as a new str
         return {"name": sample["__key__"] + "!", "cls": sample["cls"]}
 
     spec = "tar:urls=%s | map:fn=rename | batch:6"
     b = next(iter(echoflow.Pipeline(spec % path, maps={"rename": rename})))
-    assert b["name"] == [(k + "!").encode() for k in keys]
+    assert b["name"] == [k + "!" for k in keys]
 
 
 def test_a_map_returning_a_list_of_numbers_is_refused(shard):
@@ -132,12 +132,12 @@ def test_a_batch_of_batches_is_refused(tmp_path):
 
 
 def test_texts_are_a_list_in_every_batch_whatever_their_lengths():
-    # names of one length in the first batch and of two in the second:
-    # `[n.decode() for n in batch["name"]]` works on both
+    # names of one length in the first batch and of two in the second: a
+    # list of str in both (a source's str is text)
     items = [{"name": n, "x": i} for i, n in
              enumerate(["ab", "cd", "efg", "h"])]
     got = [b["name"] for b in echoflow.Pipeline("batch:2", source=items)]
-    assert got == [[b"ab", b"cd"], [b"efg", b"h"]]
+    assert got == [["ab", "cd"], ["efg", "h"]]
     got = [b["blob"] for b in echoflow.Pipeline(
         "batch:2", source=[{"blob": b"xy"}, {"blob": b"zw"}])]
     assert got == [[b"xy", b"zw"]]

@@ -91,8 +91,10 @@ def test_on_error_skip_drops_the_failed_samples():
 
 @pytest.mark.parametrize("result,message", [
     (lambda s: [1, 2], "must return a dict"),
-    (lambda s: {"x": numpy.zeros(2, dtype=numpy.float64)}, "format 'd'"),
-    (lambda s: {"x": numpy.zeros((4, 4))[:, 1]}, "format 'd'"),
+    (lambda s: {"x": numpy.zeros(2, dtype=numpy.uint64)},
+     "field 'x': uint64 is not a dtype"),
+    (lambda s: {"x": numpy.zeros((4, 4), numpy.complex64)[:, 1]},
+     "field 'x': complex64 is not a dtype"),
     (lambda s: {1: s["index"]}, "field names must be str"),
     (lambda s: {"x\x00y": s["index"]}, "cannot hold a NUL"),
     (lambda s: {"x": object()}, "field 'x': a object is not an array"),

@@ -19,6 +19,13 @@ static const struct {
     [EF_I32] = {4, "i32"},
     [EF_I64] = {8, "i64"},
     [EF_F32] = {4, "f32"},
+    [EF_BOOL] = {1, "bool"},
+    [EF_I8] = {1, "i8"},
+    [EF_I16] = {2, "i16"},
+    [EF_U16] = {2, "u16"},
+    [EF_F16] = {2, "f16"},
+    [EF_BF16] = {2, "bf16"},
+    [EF_F64] = {8, "f64"},
 };
 
 size_t ef_dtype_size(ef_dtype dtype)
@@ -530,6 +537,25 @@ ef_status ef_sample_set_variable(ef_sample *s, const char *name)
         return EF_EINVAL;
     s->fields[i].variable = 1;
     return EF_OK;
+}
+
+ef_status ef_sample_set_text(ef_sample *s, const char *name,
+                             ef_text_kind kind)
+{
+    int i = s && name ? ef__sample_find(s, name) : -1;
+    if (i < 0 || s->fields[i].ndim != 1 || s->fields[i].dtype != EF_U8 ||
+        (kind != EF_TEXT && kind != EF_TEXT_LIST))
+        return EF_EINVAL;
+    s->fields[i].variable = (unsigned char)(1 + kind);
+    return EF_OK;
+}
+
+ef_text_kind ef_sample_text(const ef_sample *s, const char *name)
+{
+    int i = s && name ? ef__sample_find(s, name) : -1;
+    if (i < 0 || s->fields[i].variable <= EF__VARIABLE)
+        return EF_NOT_TEXT;
+    return (ef_text_kind)(s->fields[i].variable - 1);
 }
 
 int ef__sample_add_field(ef_sample *s, const ef__field *f)

@@ -22,9 +22,14 @@ typedef struct {
     ef_buffer *lengths;
     /* variable-length by nature (a text, an encoded file): batch lays it
      * out ragged even when a batch's lengths happen to be equal, so that
-     * a consumer always gets a list (ef_sample_set_variable) */
+     * a consumer always gets a list (ef_sample_set_variable). Non-zero
+     * for such a field: EF__VARIABLE, or EF__TEXT / EF__TEXT_LIST for one
+     * marked as text (ef_sample_set_text) */
     unsigned char variable;
 } ef__field;
+
+/* ef__field.variable: EF_NOT_TEXT .. EF_TEXT_LIST, one past */
+enum { EF__VARIABLE = 1, EF__TEXT = 1 + EF_TEXT, EF__TEXT_LIST = 1 + EF_TEXT_LIST };
 
 /* Fields a sample holds without an allocation of their own. */
 #define EF__INLINE_FIELDS 8

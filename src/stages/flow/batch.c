@@ -195,6 +195,8 @@ static int stack_ragged(batch_state *st, ef_sample *const *parts,
     }
     ef__sample_set_lengths(b, b->nfields - 1, lengths);
     ef_buffer_release(lengths);
+    /* the examples' texts stay texts, one per example */
+    b->fields[b->nfields - 1].variable = x->variable;
     return EF_OK;
 }
 
