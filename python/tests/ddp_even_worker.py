@@ -33,6 +33,13 @@ def slow(sample):
     return {"index": sample["index"]}
 
 
+def boom(sample):
+    raise RuntimeError("boom on rank 1")
+
+
+MAPS = {"slow": slow, "boom": boom}
+
+
 def options(sc):
     # the option only where a scenario gives it: the naive loop runs on
     # an echoflow without it too
@@ -42,8 +49,8 @@ def options(sc):
 
 def loader_of(sc, rank):
     spec = sc["spec"].format(n=sc["n"][rank]) if "n" in sc else sc["spec"]
-    maps = {"slow": slow} if "map:fn=slow" in spec else None
-    return echoflow.torch.Loader(spec, maps=maps, **options(sc))
+    maps = {k: f for k, f in MAPS.items() if "map:fn=" + k in spec}
+    return echoflow.torch.Loader(spec, maps=maps or None, **options(sc))
 
 
 def echo_of(sc, rank):
@@ -115,7 +122,11 @@ def main():
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     results = {}
     for sc in json.loads(scenarios):
-        results[sc["name"]] = run(sc, rank, model, opt)
+        try:
+            results[sc["name"]] = run(sc, rank, model, opt)
+        except echoflow.Error as e:  # every rank stopped at the same step
+            results[sc["name"]] = {"error": type(e).__name__,
+                                   "message": str(e)}
         dist.barrier()  # the next scenario starts together
     results["params"] = [p.detach().view(-1).tolist()
                          for p in model.parameters()]

@@ -54,6 +54,12 @@ SCENARIOS = [
     # and resumed from each rank's state_dict()
     {"name": "loader_wraps_resumed", "kind": "loader", "even_steps": "pad",
      "spec": "range:n={n} | batch:16", "n": [200, 64], "resume_at": 4},
+    # rank 1's input fails at its first batch: both ranks stop there
+    {"name": "loader_fails", "kind": "loader", "even_steps": "drop",
+     "spec": "range:n=129 | {n} | batch:64", "n": ["echo:1", "map:fn=boom"]},
+    # rank 1's part of range:n=1 is empty: nothing to wrap round with
+    {"name": "loader_empty_part", "kind": "loader", "even_steps": "pad",
+     "spec": "range:n={n} | batch:64", "n": [129, 1]},
 ]
 
 
@@ -163,6 +169,25 @@ def test_a_padded_pass_resumes_from_its_state(job):
         assert resumed["batches"] == 7
         assert resumed["padding"] == whole["padding"]
         assert resumed["examples"] == whole["examples"]
+
+
+def test_a_failed_input_stops_every_rank(job):
+    failed, other = job[1]["loader_fails"], job[0]["loader_fails"]
+    assert failed["error"] == "CallbackError"
+    assert "boom on rank 1" in failed["message"]
+    assert other["error"] == "StoppedError"
+    assert re.search(r"echoflow\.torch\.Loader \(rank 0 of world_size 2\): "
+                     r"even_steps='drop': the input of another rank failed",
+                     other["message"]), other["message"]
+
+
+def test_an_empty_part_cannot_be_padded(job):
+    for rank, whose in ((0, "a rank's"), (1, "this rank's")):
+        out = job[rank]["loader_empty_part"]
+        assert out["error"] == "StateError"
+        assert re.search(r"even_steps='pad': %s part of the epoch yields no "
+                         r"batch, so it has nothing to wrap round with"
+                         % whose, out["message"]), out["message"]
 
 
 def test_the_ranks_trained_one_model(job):
