@@ -54,6 +54,13 @@ def loader_of(sc, rank):
 
 
 def echo_of(sc, rank):
+    if sc.get("sampler"):  # DistributedSampler pads: 65 examples each
+        data = torch.utils.data.TensorDataset(torch.arange(129))
+        sampler = torch.utils.data.distributed.DistributedSampler(
+            data, shuffle=False)
+        dl = torch.utils.data.DataLoader(data, batch_size=64,
+                                         sampler=sampler)
+        return echoflow.torch.echo(dl, factor=sc["factor"], **options(sc))
     # rank 0 holds 65 examples, rank 1 64: 2 batches of 64 against 1
     lo, hi = (0, 65) if rank == 0 else (65, 129)
     data = torch.utils.data.TensorDataset(torch.arange(lo, hi))

@@ -54,6 +54,9 @@ SCENARIOS = [
     # and resumed from each rank's state_dict()
     {"name": "loader_wraps_resumed", "kind": "loader", "even_steps": "pad",
      "spec": "range:n={n} | batch:16", "n": [200, 64], "resume_at": 4},
+    # a DistributedSampler gives every rank as many examples: len() known
+    {"name": "echo_sampler", "kind": "echo", "factor": 2, "sampler": True,
+     "even_steps": "pad"},
     # rank 1's input fails at its first batch: both ranks stop there
     {"name": "loader_fails", "kind": "loader", "even_steps": "drop",
      "spec": "range:n=129 | {n} | batch:64", "n": ["echo:1", "map:fn=boom"]},
@@ -171,6 +174,14 @@ def test_a_padded_pass_resumes_from_its_state(job):
         assert resumed["examples"] == whole["examples"]
 
 
+def test_len_of_echo_over_a_distributed_sampler(job):
+    for rank in (0, 1):
+        out = job[rank]["echo_sampler"]
+        # 65 examples, each twice, at batch 64
+        assert out["len"] == out["batches"] == 3
+        assert out["padding"] == 0
+
+
 def test_a_failed_input_stops_every_rank(job):
     failed, other = job[1]["loader_fails"], job[0]["loader_fails"]
     assert failed["error"] == "CallbackError"
@@ -266,6 +277,17 @@ def test_dataloader_workers_are_refused(monkeypatch):
                        r"each step with the other ranks in the process that "
                        r"iterates the Loader.*num_workers=0"):
         next(iter(dl))
+
+
+def test_len_of_another_ranks_source_is_not_known(monkeypatch):
+    # the group check passes here as it would under torch.distributed
+    monkeypatch.setattr(echoflow.torch, "_check_group", lambda *a: None)
+    loader = echoflow.torch.Loader("batch:4", source=list(range(10)),
+                                   rank=0, world_size=2, even_steps="drop")
+    with pytest.raises(TypeError, match=r"even_steps='drop' the ranks yield "
+                       r"as many batches as the shortest of them, and the "
+                       r"other ranks' sources are not known here"):
+        len(loader)
 
 
 def test_a_state_saved_while_padding_needs_pad():
