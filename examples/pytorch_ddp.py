@@ -26,16 +26,21 @@ read disjoint parts and together the whole split. The echo stage emits each
 example twice (its copies spread apart by a shuffle buffer), so the ranks
 train on twice the examples their input reads. An MLP wrapped in
 DistributedDataParallel trains on the batches; after each epoch every rank
-prints the batches it read and trained on, its fresh examples (the sum of
-each batch's identity.fresh), its mean loss and the echo stage's effective
-factor, and rank 0 the test accuracy. When the ranks' parts differ in
-batches, they train together for the shorter part's steps and the longer
-parts' rest is read and counted, not trained on (see train_epoch).
+prints the batches of its part, the batches of padding, its fresh examples
+(the sum of each batch's identity.fresh), its mean loss and its effective
+echo factor, and rank 0 the test accuracy.
+
+DDP needs every rank to take the same number of steps, and the ranks'
+parts can differ in batches (shards split unevenly, a fractional or
+automatic echo factor). The Loader's even_steps (--even-steps) makes
+every rank yield as many: "pad" (the default here) wraps round the parts
+that run out, as DistributedSampler does, "drop" stops every rank at the
+shortest part.
 
 --record DIR: each rank writes DIR/rank<R>.json, the keys of every example
-it read (repeats included, in order) and its fresh count per epoch, and a
-SHA-256 of its final parameters; python/tests/test_example_ddp.py checks
-them.
+of its part it trained on (repeats included, in order; not those of the
+padding) and its fresh count per epoch, and a SHA-256 of its final
+parameters; python/tests/test_example_ddp.py checks them.
 """
 import argparse
 import hashlib
@@ -78,6 +83,9 @@ def parse_args(argv=None):
     ap.add_argument("--echo", default="factor=2,shuffle=1000",
                     help="options of the echo stage ('off': no echo stage)")
     ap.add_argument("--batch-size", type=int, default=64)
+    ap.add_argument("--even-steps", choices=("pad", "drop"), default="pad",
+                    help="how the ranks take as many steps: wrap round "
+                    "the parts that run out, or stop at the shortest")
     ap.add_argument("--hidden", type=int, default=128,
                     help="units of the MLP's hidden layer")
     ap.add_argument("--lr", type=float, default=0.05)
@@ -129,13 +137,6 @@ def as_input(images):
     return images.float().div(255.0)
 
 
-def echo_factor(stats):
-    for stage in stats["stages"] if stats else ():
-        if stage["name"] == "echo":
-            return stage["effective_factor"]
-    return 1.0  # no echo stage
-
-
 def params_sha256(model):
     h = hashlib.sha256()
     for name, p in model.named_parameters():
@@ -145,35 +146,21 @@ def params_sha256(model):
 
 
 def train_epoch(model, opt, loader, epoch, record):
-    """One pass over this rank's part of the data. Returns the epoch's
-    figures; with `record`, also the keys of every example read."""
+    """One pass over this rank's part of the data, in as many steps as
+    every other rank takes (the Loader's even_steps). Returns the epoch's
+    figures; with `record`, also the keys of every example of the part."""
     rank = dist.get_rank()
     loader.set_epoch(epoch)
-    it = iter(loader)
-    keys, fresh, read, trained, loss_sum = [], 0, 0, 0, 0.0
-    has_batch = torch.zeros(1, dtype=torch.int32)
-    while True:
-        batch = next(it, None)
-        if batch is not None:
+    keys, fresh, examples, read, trained, loss_sum = [], 0, 0, 0, 0, 0.0
+    for batch in loader:
+        # loader.padded counts the batches of padding: once this rank's
+        # part has run out, every batch is one (with even_steps="pad")
+        if not loader.padded:
             read += 1
             fresh += batch.identity.fresh
+            examples += len(batch["label"])
             if record:
                 keys += batch["__key__"]
-        # DDP all-reduces gradients in every backward pass, so every rank
-        # must take the same number of steps: a rank that stepped alone
-        # would wait forever. The ranks' batch counts can differ (shards
-        # split unevenly, a last partial shard, a fractional or auto echo
-        # factor), so they agree each step on whether all still have a
-        # batch and stop together at the first that has none. Dropping a
-        # partial last batch instead would not be enough: whole batches can
-        # differ too. The rest of a longer part is still read (below), not
-        # trained on: the pipeline reads its whole part, and what a rank
-        # records is exactly what it read, so the test's count of fresh
-        # examples and keys stays exact whatever was trained on.
-        has_batch.fill_(batch is not None)
-        dist.all_reduce(has_batch, op=dist.ReduceOp.MIN)
-        if not has_batch.item():
-            break
         opt.zero_grad()
         loss = F.cross_entropy(model(as_input(batch["image"])),
                                batch["label"])
@@ -181,18 +168,15 @@ def train_epoch(model, opt, loader, epoch, record):
         opt.step()
         trained += 1
         loss_sum += loss.item()
-    for batch in it:  # what is left of a longer part: read, not trained on
-        read += 1
-        fresh += batch.identity.fresh
-        if record:
-            keys += batch["__key__"]
-    factor = echo_factor(loader.stats())
-    print("epoch %d rank %d: %d batches read, %d trained on, %d fresh "
-          "examples, loss %.4f, echo effective factor %.2f"
-          % (epoch, rank, read, trained, fresh,
-             loss_sum / max(trained, 1), factor), flush=True)
-    return {"epoch": epoch, "batches": read, "trained": trained,
-            "fresh": fresh, "effective_factor": factor, "keys": keys}
+    # of this rank's part: the examples it emitted over the fresh ones
+    factor = examples / max(fresh, 1)
+    print("epoch %d rank %d: %d batches of its part, %d of padding, %d "
+          "trained on, %d fresh examples, loss %.4f, echo effective factor "
+          "%.2f" % (epoch, rank, read, loader.padded, trained, fresh,
+                    loss_sum / max(trained, 1), factor), flush=True)
+    return {"epoch": epoch, "batches": read, "padded": loader.padded,
+            "trained": trained, "fresh": fresh, "effective_factor": factor,
+            "keys": keys}
 
 
 def test_accuracy(model):
@@ -217,8 +201,10 @@ def run(args):
     torch.manual_seed(args.seed)  # DDP broadcasts rank 0's weights anyway
     model = DistributedDataParallel(mlp(args.hidden))
     opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
-    # rank and world_size come from torch.distributed
-    loader = echoflow.torch.Loader(pipeline_spec(args), seed=args.seed)
+    # rank and world_size come from torch.distributed; every rank takes
+    # as many steps
+    loader = echoflow.torch.Loader(pipeline_spec(args), seed=args.seed,
+                                   even_steps=args.even_steps)
     if rank == 0:
         print("%d ranks, each reading its part (shard=RANK/%d) of: %s"
               % (world, world, loader.spec), flush=True)

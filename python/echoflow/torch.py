@@ -183,6 +183,21 @@ class Loader(torch.utils.data.IterableDataset):
         process that iterates the Loader: no DataLoader workers around
         the Loader (the source may have its own). Its position cannot be
         saved: state_dict() works between iterations only.
+    even_steps: under DistributedDataParallel, which needs every rank to
+        take the same number of steps, None (each rank yields its part's
+        batches, whose counts may differ: a rank that stops first leaves
+        the others waiting in a collective), "pad" or "drop": every rank
+        yields the same number of batches per epoch, agreed with the
+        other ranks before each batch (one all_reduce of three flags on
+        torch.distributed's default group, also with echo:factor=auto,
+        whose counts no rank knows in advance). "pad": a rank whose part
+        ran out yields batches from the start of its part again, as
+        DistributedSampler pads, until every rank's has run out, so every
+        example is seen at least once; `padded` counts those batches.
+        "drop": every rank stops when the first runs out. Over several
+        ranks, torch.distributed must be initialised, with this rank and
+        world_size (StateError or ValueError here otherwise), and the
+        Loader iterated with num_workers=0.
 
     As a DataLoader's dataset it yields batches already: give DataLoader
     batch_size=None (a batch_size raises TypeError at the first batch
@@ -199,7 +214,7 @@ class Loader(torch.utils.data.IterableDataset):
     def __init__(self, spec, *, seed=0, rank=None, world_size=None,
                  on_error="fail", memory_budget=None, maps=None,
                  as_tuple=None, pin_memory=False, source=None, fields=None,
-                 unbatch=False, batched=None):
+                 unbatch=False, batched=None, even_steps=None):
         super().__init__()
         if rank is None and world_size is None:
             dist = torch.distributed
@@ -222,11 +237,23 @@ class Loader(torch.utils.data.IterableDataset):
         self._pipeline = None  # that of the latest iteration here
         self._warned = set()  # the kinds of warning given (pipeline.c)
         self._epoch_of_pipeline = 0
-        # (epoch, Pipeline): restored by load_state_dict(), for the next
-        # iteration of that epoch
+        # (epoch, Pipeline, padded): restored by load_state_dict(), for the
+        # next iteration of that epoch
         self._resumed = None
         self.as_tuple = _field_names(as_tuple)
         self.pin_memory = bool(pin_memory)
+        self.even_steps = _even_steps_mode(even_steps)
+        self.padded = 0  # batches of padding in the latest iteration
+        if self._agrees():
+            if self.even_steps == "pad" and source is not None \
+                    and _reads_once(source):
+                raise ValueError(
+                    "even_steps='pad' wraps round by reading this rank's "
+                    "part again from its start, and the source is an "
+                    "iterator, which reads once: give an iterable that "
+                    "starts afresh each time (a DataLoader, a list, a "
+                    "dataset), or even_steps='drop'")
+            _check_group(self.even_steps, rank, world_size)
         if self.pin_memory and not torch.cuda.is_available():
             warnings.warn("echoflow.torch.Loader: pin_memory=True but CUDA "
                           "is not available: tensors are not pinned",
@@ -244,6 +271,11 @@ class Loader(torch.utils.data.IterableDataset):
             memory_budget=self.memory_budget, maps=self.maps,
             source=self.source, fields=self.fields, unbatch=self.unbatch,
             batched=self.batched)
+
+    def _agrees(self):
+        """Whether the iterations agree their step count with the other
+        ranks (even_steps over more than one rank)."""
+        return self.even_steps is not None and self.world_size > 1
 
     def _drop_resumed(self):
         if self._resumed is not None and self._resumed[1] is not None:
@@ -281,9 +313,17 @@ class Loader(torch.utils.data.IterableDataset):
                 "state: a Loader's state resumes an iteration in the process "
                 "that loaded it; DataLoader workers (num_workers > 0) each "
                 "read a part of their own (load it with num_workers=0)")
+        if self._agrees() and info is not None:
+            raise echoflow.SpecError(
+                "echoflow.torch.Loader: even_steps=%r agrees each step with "
+                "the other ranks in the process that iterates the Loader, "
+                "and DataLoader workers (num_workers > 0) run the pipelines "
+                "in processes of their own: give the DataLoader "
+                "num_workers=0" % (self.even_steps,))
+        padded, from_state = 0, False
         if resumed is not None and resumed[0] == self.epoch:
             self._resumed = None
-            p = resumed[1]
+            p, padded, from_state = resumed[1], resumed[2], True
         else:
             self._drop_resumed()
             p = self._build_part(info, part)
@@ -291,6 +331,26 @@ class Loader(torch.utils.data.IterableDataset):
         # through shared memory), and pinning copies everything anyway
         pin = (self.pin_memory and info is None
                and torch.cuda.is_available())
+        self.padded = padded
+        passed = self._read(p, pin)
+        if not self._agrees():
+            yield from passed
+            return
+        try:
+            _check_group(self.even_steps, self.rank, self.world_size)
+            yield from _even_steps(
+                self.even_steps, self, None if padded else passed,
+                passed if padded else None,
+                lambda: self._read(self._build_part(None, part), pin),
+                "echoflow.torch.Loader (rank %d of world_size %d)"
+                % (self.rank, self.world_size), resumed=from_state)
+        finally:  # also when the ranks stop before it was read
+            p.close()
+
+    def _read(self, p, pin):
+        """Yields what pipeline `p` yields, as the Loader hands it out,
+        and closes it at the end; from its first item on, it is the
+        pipeline of the iteration (stats(), state_dict(), feedback())."""
         # torch tensors, made in C; shared memory copied (_copy_shared is
         # for bench/handout_copy.py, which measures that copy)
         p.convert_with(from_capsule,
@@ -362,19 +422,56 @@ class Loader(torch.utils.data.IterableDataset):
         drop_remainder, fewer batches), and DataLoader warns when more
         come than len() said. Each call builds the pipeline anew (no
         thread starts), and so may read a header or a file to count
-        (idx, cifar)."""
+        (idx, cifar).
+
+        With even_steps over several ranks, the count every rank yields:
+        the largest of the ranks' parts ("pad") or the smallest ("drop"),
+        each counted here from this Loader's spec, which every rank is
+        taken to share (no collective is called). With source=, the
+        other ranks' sources are not known here: their counts are equal
+        only when the source is a DataLoader drawing from a
+        DistributedSampler (which gives every rank as many examples),
+        and otherwise len() raises TypeError."""
         info = torch.utils.data.get_worker_info()
+        if self._agrees() and info is None:
+            return self._even_len()
         worker, workers = (info.id, info.num_workers) if info else (0, 1)
-        with self._build(self.epoch, self.rank * workers + worker,
-                         self.world_size * workers) as p:
+        return self._part_len(self.rank * workers + worker,
+                              self.world_size * workers)
+
+    def _part_len(self, part, parts):
+        with self._build(self.epoch, part, parts) as p:
             return len(p)
+
+    def _even_len(self):
+        """len() under even_steps: the count every rank yields."""
+        if self.source is not None:
+            if _distributed_sampler(self.source) is None:
+                raise TypeError(
+                    "echoflow.torch.Loader: with even_steps=%r the ranks "
+                    "yield as many batches as the %s of them, and the "
+                    "other ranks' sources are not known here (a source "
+                    "that is a DataLoader with a DistributedSampler gives "
+                    "every rank as many)" % (self.even_steps, "longest"
+                                              if self.even_steps == "pad"
+                                              else "shortest"))
+            return self._part_len(self.rank, self.world_size)
+        counts = [self._part_len(r, self.world_size)
+                  for r in range(self.world_size)]
+        return max(counts) if self.even_steps == "pad" else min(counts)
 
     def state_dict(self):
         """Where this Loader stands, as a dict to pickle or torch.save:
         {"version": 1, "epoch": int, "rank": int, "world_size": int,
         "seed": int, "pipeline": None or the state_dict() of the
-        pipeline}. Each rank
-        saves and loads its own.
+        pipeline}. Each rank saves and loads its own.
+
+        With even_steps="pad", "padded" (an int) counts the batches of
+        padding the iteration had yielded; when it is not 0, this rank's
+        part had run out and "pipeline" is the position in the
+        wrap-round (the pass over the part from its start), which the
+        resumed iteration goes on with. Every rank must take its state
+        at the same step.
 
         During an iteration in this process, between two batches: its epoch
         and the pipeline's position, so that the resumed iteration yields
@@ -386,15 +483,18 @@ class Loader(torch.utils.data.IterableDataset):
         Loader alike; a pipeline or seed that differs is refused when the
         state is loaded."""
         p = self._running()
-        epoch = self._epoch_of_pipeline
+        epoch, padded = self._epoch_of_pipeline, self.padded
         if p is None and self._resumed is not None:
-            epoch, p = self._resumed
+            epoch, p, padded = self._resumed
         elif p is None:
-            epoch = self.epoch
-        return {"version": _STATE_VERSION, "epoch": epoch,
-                "rank": self.rank, "world_size": self.world_size,
-                "seed": self.seed,
-                "pipeline": p.state_dict() if p is not None else None}
+            epoch, padded = self.epoch, 0
+        state = {"version": _STATE_VERSION, "epoch": epoch,
+                 "rank": self.rank, "world_size": self.world_size,
+                 "seed": self.seed,
+                 "pipeline": p.state_dict() if p is not None else None}
+        if self.even_steps == "pad":
+            state["padded"] = padded
+        return state
 
     def load_state_dict(self, state):
         """Resumes from a state_dict(): sets the epoch, and the next
@@ -437,6 +537,18 @@ class Loader(torch.utils.data.IterableDataset):
                 "state: saved by a Loader of seed=%r, this Loader has "
                 "seed=%r: build it with the seed of the saved run"
                 % (state["seed"], self.seed))
+        # a state from before "padded" was saved has none
+        padded = state.get("padded", 0)
+        if isinstance(padded, bool) or not isinstance(padded, int) \
+                or padded < 0:
+            raise echoflow.FormatError(
+                "state: padded %r, expected an int >= 0" % (padded,))
+        if padded and (self.even_steps != "pad" or state["pipeline"] is None):
+            raise echoflow.SpecError(
+                "state: saved while padding (%d batches of the wrap-round "
+                "of even_steps='pad'), and this Loader has even_steps=%r: "
+                "build it with even_steps='pad', as the saved one"
+                % (padded, self.even_steps))
         if self._running() is not None:
             raise echoflow.StateError(
                 "state: an iteration of this Loader is in progress; load a "
@@ -449,7 +561,7 @@ class Loader(torch.utils.data.IterableDataset):
             except BaseException:
                 p.close()
                 raise
-            resumed = (epoch, p)
+            resumed = (epoch, p, padded)
         self._drop_resumed()
         self._resumed = resumed
         self.epoch = epoch
@@ -460,7 +572,7 @@ class Loader(torch.utils.data.IterableDataset):
         d = self.__dict__.copy()
         d["_pipeline"] = None
         if d["_resumed"] is not None:
-            d["_resumed"] = (d["_resumed"][0], None)
+            d["_resumed"] = (d["_resumed"][0], None, d["_resumed"][2])
         return d
 
     def feedback(self, ids, values):
@@ -521,8 +633,180 @@ def _integer(name, value, high):
     return value
 
 
+# even_steps: every rank of a data-parallel job takes the same number of
+# steps per epoch.
+#
+# DistributedDataParallel all-reduces the gradients in every backward
+# pass, so a rank that leaves its loop a step early leaves the others
+# waiting in a collective for ever. The ranks' batch counts differ when
+# their parts differ (shards split unevenly, a partial last batch) and,
+# by design, with echo:factor=auto, where each rank echoes as its own R
+# says: no rank knows in advance how many batches any rank will yield.
+# So the ranks agree step by step, as torch's Join does: before each
+# batch goes out, one all_reduce (MAX) of three flags on the default
+# process group says whether any rank still has a batch of its own part
+# ("pad") or whether any has run out ("drop"), whether a rank has nothing
+# to pad with (its part is empty), and whether a rank's input failed.
+# Every rank sees the same reduced flags, so every rank takes the same
+# decision; a failure is shared the same way, so that every rank raises
+# instead of one raising and the others waiting.
+#
+# "pad" wraps round as DistributedSampler does: a rank whose part ran
+# out yields batches from the start of its part again (a new pass with
+# the same seed: the same batches, for a deterministic spec) until every
+# rank's part has run out, so every example is seen at least once.
+# Nothing of the first pass is kept for this: the wrap-round reads the
+# part again. "drop" stops every rank when the first runs out; the rest
+# of the longer parts is not read.
+
+_END = object()  # what next() gives at the end of a pass
+
+
+def _even_steps_mode(even_steps):
+    """even_steps checked: None, "pad" or "drop"."""
+    if even_steps is None or (isinstance(even_steps, str)
+                              and even_steps in ("pad", "drop")):
+        return even_steps
+    raise ValueError("even_steps must be None, 'pad' (ranks that run out "
+                     "wrap round their part) or 'drop' (every rank stops "
+                     "at the shortest count), not %r" % (even_steps,))
+
+
+def _check_group(even_steps, rank, world_size):
+    """Refuses even_steps over world_size > 1 ranks without the
+    torch.distributed group they agree through, or with a group of
+    another rank or size: the agreement would wait for ranks that are not
+    there."""
+    dist = torch.distributed
+    if not (dist.is_available() and dist.is_initialized()):
+        raise echoflow.StateError(
+            "even_steps=%r: rank %d of world_size %d agrees the number of "
+            "steps with the other ranks through torch.distributed's default "
+            "process group, which is not initialised: call torch."
+            "distributed.init_process_group() first, or give "
+            "even_steps=None" % (even_steps, rank, world_size))
+    if (dist.get_rank(), dist.get_world_size()) != (rank, world_size):
+        raise ValueError(
+            "even_steps=%r: this reader is rank %d of world_size %d, and "
+            "torch.distributed's default process group, which the ranks "
+            "agree through, is rank %d of %d"
+            % (even_steps, rank, world_size, dist.get_rank(),
+               dist.get_world_size()))
+
+
+def _reads_once(iterable):
+    """Whether iterating `iterable` again cannot start it afresh (a
+    generator, an iterator): there is then nothing to wrap round with."""
+    return iter(iterable) is iterable
+
+
+def _distributed_sampler(dataloader):
+    """The DistributedSampler a DataLoader draws from, or None."""
+    cls = torch.utils.data.distributed.DistributedSampler
+    batch_sampler = getattr(dataloader, "batch_sampler", None)
+    for s in (getattr(dataloader, "sampler", None),
+              getattr(batch_sampler, "sampler", None)):
+        if isinstance(s, cls):
+            return s
+    return None
+
+
+class _Agreement:
+    """The exchange of each step: one all_reduce (MAX) of three int64
+    flags on the default process group (on this rank's GPU with NCCL,
+    which reduces nothing else)."""
+
+    def __init__(self, mode):
+        dist = torch.distributed
+        device = "cpu"
+        if dist.get_backend() == dist.Backend.NCCL:
+            device = torch.device("cuda", torch.cuda.current_device())
+        self.pad = mode == "pad"
+        self.flags = torch.zeros(3, dtype=torch.int64, device=device)
+
+    def __call__(self, have, cannot_pad, failed):
+        """Sends this rank's flags; returns (go on, a rank cannot pad, a
+        rank failed), the same on every rank."""
+        # pad goes on while any rank has a batch of its own, drop while
+        # none lacks one: MAX of "has" or of "lacks", one reduction for
+        # both
+        self.flags[0] = int(have if self.pad else not have)
+        self.flags[1] = int(cannot_pad)
+        self.flags[2] = int(failed)
+        torch.distributed.all_reduce(self.flags,
+                                     op=torch.distributed.ReduceOp.MAX)
+        some, cannot, fail = self.flags.tolist()
+        return (some == 1 if self.pad else some == 0), cannot == 1, fail == 1
+
+
+def _even_steps(mode, owner, own, wrap, again, where, resumed=False):
+    """Yields the batches of `own`, this rank's pass over its part, so
+    that every rank yields as many, deciding with the other ranks before
+    each; then, for "pad", those of `wrap`, a pass over the part from its
+    start, and of again() (another such pass) whenever one ends, as long
+    as another rank still has batches of its own. An iteration resumed
+    from a state (resumed=True) gives the restored pass as `own`, or, when
+    it stood in the padding, as `wrap` with own=None. Counts the batches
+    of padding in owner.padded. `where` names the reader in errors."""
+    agree = _Agreement(mode)
+    # a part that yields nothing has nothing to wrap round with; known
+    # at the end of a pass begun here (a resumed one had batches)
+    yielded = resumed
+    try:
+        while True:
+            item, failed = _END, None
+            if own is not None:
+                try:
+                    item = next(own, _END)
+                except Exception as e:  # shared with the others, raised
+                    failed = e
+                if item is _END:
+                    own = None
+            have = item is not _END
+            yielded = yielded or have
+            cannot_pad = mode == "pad" and failed is None and not yielded
+            go, some_cannot, some_failed = agree(have, cannot_pad,
+                                                 failed is not None)
+            if failed is not None:
+                raise failed
+            if some_failed:
+                raise echoflow.StoppedError(
+                    "%s: even_steps=%r: the input of another rank failed "
+                    "(that rank's error says why), so this rank stops too "
+                    "rather than wait for it" % (where, mode))
+            if not go:
+                return
+            if some_cannot:
+                raise echoflow.StateError(
+                    "%s: even_steps='pad': %s part of the epoch yields no "
+                    "batch, so it has nothing to wrap round with while "
+                    "other ranks still have batches; give every rank some "
+                    "data, or use even_steps='drop'"
+                    % (where, "this rank's" if cannot_pad else "a rank's"))
+            if have:
+                yield item
+                continue
+            item = next(wrap, _END) if wrap is not None else _END
+            if item is _END:  # a new pass over the part, from its start
+                if wrap is not None:
+                    wrap.close()
+                wrap = again()
+                item = next(wrap, _END)
+                if item is _END:
+                    raise echoflow.StateError(
+                        "%s: even_steps='pad': this rank's part yielded "
+                        "batches once, and nothing when read again from "
+                        "its start to wrap round" % where)
+            owner.padded += 1
+            yield item
+    finally:
+        for it in (own, wrap):
+            if it is not None:
+                it.close()
+
+
 def echo(dataloader, factor="auto", *, max=4, shuffle=None, pool=None,
-         mode="example", seed=0):
+         mode="example", seed=0, even_steps=None):
     """Echoes what an existing DataLoader yields, in one line: the
     DataLoader stays as it is (its dataset, transforms and workers), and
     an echo stage stands after it, so that the training loop does not wait
@@ -550,6 +834,16 @@ def echo(dataloader, factor="auto", *, max=4, shuffle=None, pool=None,
         of examples, or 4 batches. A small pool at a high R echoes the same
         few items in a row, which then share batches.
     seed: of the echo stage's random decisions.
+    even_steps: under DistributedDataParallel, None (each rank yields what
+        its DataLoader and echo stage give), "pad" or "drop": every rank
+        of torch.distributed's default group yields the same number of
+        batches per iteration, agreed with the others step by step (one
+        all_reduce of a few flags per batch). "pad": a rank whose
+        DataLoader ran out iterates it again and yields its batches,
+        echoed, until every rank's has run out; "drop": every rank stops
+        when the first runs out. Without torch.distributed initialised
+        there is one rank and nothing to agree, unless the DataLoader's
+        DistributedSampler says num_replicas > 1, which is refused.
 
     Each iteration reads the DataLoader once through, as iterating it
     would, and yields its structure (a single tensor, or tuples, lists,
@@ -563,7 +857,7 @@ def echo(dataloader, factor="auto", *, max=4, shuffle=None, pool=None,
     be written in place. stats() says what the echo stage did (fresh and
     echoed items, effective factor, time the loop waited)."""
     return Echo(dataloader, factor, max=max, shuffle=shuffle, pool=pool,
-                mode=mode, seed=seed)
+                mode=mode, seed=seed, even_steps=even_steps)
 
 
 class Echo:
@@ -571,7 +865,7 @@ class Echo:
     echoes, re-iterable like the DataLoader (one pass each time)."""
 
     def __init__(self, dataloader, factor="auto", *, max=4, shuffle=None,
-                 pool=None, mode="example", seed=0):
+                 pool=None, mode="example", seed=0, even_steps=None):
         if mode not in ("example", "batch"):
             raise ValueError("echo: mode must be 'example' or 'batch', not "
                              "%r" % (mode,))
@@ -608,6 +902,13 @@ class Echo:
         self.dataloader, self.factor, self.max = dataloader, factor, max
         self.shuffle, self.pool, self.mode = shuffle, pool, mode
         self.seed = seed
+        self.even_steps = _even_steps_mode(even_steps)
+        if self.even_steps == "pad" and _reads_once(dataloader):
+            raise ValueError(
+                "echo: even_steps='pad' wraps round by iterating the "
+                "DataLoader again, and this one is an iterator, which reads "
+                "once: give the DataLoader itself, or even_steps='drop'")
+        self.padded = 0  # batches of padding in the latest iteration
         # examples are batched again only when the DataLoader batched them
         self._rebatch = batch_size if mode == "example" else None
         self._pipeline = None
@@ -627,7 +928,32 @@ class Echo:
                 spec += ",drop_remainder=true"
         return spec
 
+    def _world(self):
+        """(rank, world_size) that even_steps agrees over: torch.distributed's
+        default group, or one rank without it."""
+        dist = torch.distributed
+        if dist.is_available() and dist.is_initialized():
+            return dist.get_rank(), dist.get_world_size()
+        sampler = _distributed_sampler(self.dataloader)
+        if sampler is not None and sampler.num_replicas > 1:
+            _check_group(self.even_steps, sampler.rank, sampler.num_replicas)
+        return 0, 1
+
     def __iter__(self):
+        self.padded = 0
+        if self.even_steps is None:
+            yield from self._pass()
+            return
+        rank, world = self._world()
+        if world == 1:
+            yield from self._pass()
+            return
+        yield from _even_steps(self.even_steps, self, self._pass(), None,
+                               self._pass, "echo (rank %d of world_size %d)"
+                               % (rank, world))
+
+    def _pass(self):
+        """One pass over the DataLoader, echoed."""
         layout = []  # of the first batch: how to give batches back
 
         def batches():
@@ -678,13 +1004,25 @@ class Echo:
         an integer factor, from the DataLoader's length (and its sampler's,
         for example echoing). With factor="auto" or a fractional factor
         the echo stage decides at run time: TypeError, as for any
-        iterable of unknown length."""
+        iterable of unknown length. With even_steps over several ranks,
+        the count of every rank: known where the DataLoader draws from a
+        DistributedSampler (every rank then has as many batches), and
+        TypeError otherwise, since the other ranks' DataLoaders are not
+        known here."""
         if self.factor == "auto" or self.factor != int(self.factor):
             raise TypeError(
                 "echo: with factor=%r the echo stage decides how many "
                 "copies to make at run time, so the number of batches is "
                 "not known in advance (len(dataloader) of them are fresh)"
                 % (self.factor,))
+        if self.even_steps is not None and self._world()[1] > 1 \
+                and _distributed_sampler(self.dataloader) is None:
+            raise TypeError(
+                "echo: with even_steps=%r every rank yields as many batches "
+                "as the %s of them, and the other ranks' DataLoaders are "
+                "not known here (a DistributedSampler gives every rank as "
+                "many)" % (self.even_steps, "longest"
+                           if self.even_steps == "pad" else "shortest"))
         e = int(self.factor)
         if not self._rebatch:
             return len(self.dataloader) * e

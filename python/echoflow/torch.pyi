@@ -28,9 +28,14 @@ class Loader(torch.utils.data.IterableDataset):
                  source: Optional[Iterable[Any]] = ...,
                  fields: Optional[Sequence[str]] = ...,
                  unbatch: bool = ...,
-                 batched: Optional[bool] = ...) -> None: ...
+                 batched: Optional[bool] = ...,
+                 even_steps: Optional[str] = ...) -> None: ...
     as_tuple: Optional[Tuple[str, ...]]
     pin_memory: bool
+    # None, "pad" or "drop": every rank yields as many batches per epoch
+    even_steps: Optional[str]
+    # batches of padding (wrap-round) the latest iteration yielded
+    padded: int
     def set_epoch(self, epoch: int) -> None: ...
     def __iter__(self) -> Iterator[Union[Sample, FieldTuple]]: ...
     def __len__(self) -> int: ...
@@ -55,7 +60,7 @@ Batch = Any
 def echo(dataloader: Iterable[Any], factor: Union[str, float] = ..., *,
          max: int = ..., shuffle: Optional[int] = ...,
          pool: Optional[int] = ..., mode: str = ...,
-         seed: int = ...) -> "Echo": ...
+         seed: int = ..., even_steps: Optional[str] = ...) -> "Echo": ...
 
 class Echo:
     dataloader: Iterable[Any]
@@ -65,10 +70,13 @@ class Echo:
     pool: int
     mode: str
     seed: int
+    even_steps: Optional[str]
+    padded: int
     def __init__(self, dataloader: Iterable[Any],
                  factor: Union[str, float] = ..., *, max: int = ...,
                  shuffle: Optional[int] = ..., pool: Optional[int] = ...,
-                 mode: str = ..., seed: int = ...) -> None: ...
+                 mode: str = ..., seed: int = ...,
+                 even_steps: Optional[str] = ...) -> None: ...
     def __iter__(self) -> Iterator[Batch]: ...
     def __len__(self) -> int: ...
     def stats(self) -> Optional[Dict[str, Any]]: ...

@@ -1,12 +1,12 @@
 """examples/pytorch_ddp.py: two DistributedDataParallel ranks reading
 Fashion-MNIST through echoflow with echoing.
 
-Each run records, per rank, the key of every example the rank read (echoes
-included) and the sum of its batches' identity.fresh. The example records
-what it read, not what it trained on: when the ranks' parts differ in
-batches, the longer part's tail is read but not trained on (DDP needs equal
-steps), so the records stay exact however the steps were equalised. That
-matters: identity.fresh counts each example's copy 0, and with
+Each run records, per rank, the key of every example of the rank's part
+(echoes included) and the sum of its batches' identity.fresh. When the
+ranks' parts differ in batches, the shorter is padded (even_steps="pad":
+it wraps round, so that DDP's ranks take as many steps), and the padding
+is not recorded, so the records stay exact however the steps were
+equalised. That matters: identity.fresh counts each example's copy 0, and with
 echo:shuffle=N an echo can come out before its copy 0, so a prefix of an
 epoch may hold more distinct keys than fresh examples; only a whole part
 has them equal. What the keys are checked against comes from the tar files
@@ -117,10 +117,11 @@ def test_ranks_read_the_data_set_once_between_them(full_run, fmnist_shards):
         assert epoch["effective_factor"] == 2.0
         assert epoch["batches"] == (2 * 30000 + 63) // 64
         assert epoch["trained"] == epoch["batches"]
-        assert re.search(r"epoch 0 rank %d: %d batches read, %d trained on, "
-                         r"30000 fresh examples, loss [0-9.]+, echo "
-                         r"effective factor 2\.00" % (rank, epoch["batches"],
-                                                      epoch["trained"]),
+        assert epoch["padded"] == 0  # parts of equal size
+        assert re.search(r"epoch 0 rank %d: %d batches of its part, 0 of "
+                         r"padding, %d trained on, 30000 fresh examples, "
+                         r"loss [0-9.]+, echo effective factor 2\.00"
+                         % (rank, epoch["batches"], epoch["trained"]),
                          proc.stdout), proc.stdout
 
 
@@ -138,12 +139,12 @@ def test_ranks_exit_cleanly_with_identical_parameters(full_run):
     assert records[0]["params_sha256"] == records[1]["params_sha256"]
 
 
-def test_uneven_parts_stop_together_and_still_record_exactly(
+def test_uneven_parts_take_as_many_steps_and_still_record_exactly(
         examples_dir, fmnist_shards, tmp_path):
     # 3 shards: rank 0 reads shards 0 and 2, rank 1 shard 1, so rank 0 has
     # twice the batches; factor 1.5 emits an example once or twice, drawn
-    # per example. The ranks train for the shorter part's steps together;
-    # rank 0 still reads, and records, the rest of its part.
+    # per example. Rank 1 pads by wrapping round its part until rank 0's
+    # has run out: both train for the longer part's steps.
     shard_dir, _ = fmnist_shards
     proc, records = run_example(examples_dir, shard_dir, tmp_path,
                                 "--shards", "3",
@@ -160,5 +161,7 @@ def test_uneven_parts_stop_together_and_still_record_exactly(
         assert epochs[rank]["batches"] == (emitted + 127) // 128
         assert 1.4 < epochs[rank]["effective_factor"] < 1.6
     assert epochs[0]["batches"] > epochs[1]["batches"]
-    assert epochs[0]["trained"] == epochs[1]["trained"] == epochs[1]["batches"]
+    assert epochs[0]["trained"] == epochs[1]["trained"] == epochs[0]["batches"]
+    assert epochs[0]["padded"] == 0
+    assert epochs[1]["padded"] == epochs[0]["batches"] - epochs[1]["batches"]
     assert records[0]["params_sha256"] == records[1]["params_sha256"]

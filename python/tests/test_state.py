@@ -434,7 +434,7 @@ def test_loader_state_is_refused_by_dataloader_workers():
     it.close()
     loader.load_state_dict(state)
     worker_copy = pickle.loads(pickle.dumps(loader))  # as spawn sends it
-    assert worker_copy._resumed == (0, None)
+    assert worker_copy._resumed[:2] == (0, None)
     info = torch.utils.data._utils.worker.WorkerInfo(
         id=0, num_workers=2, seed=0, dataset=worker_copy)
     torch.utils.data._utils.worker._worker_info = info
