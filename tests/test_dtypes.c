@@ -84,6 +84,24 @@ static int all_dtypes_source(void *user, int64_t epoch, int block,
     return EF_OK;
 }
 
+/* The public readers of 16-bit floats, at the values that test a format:
+ * one, the smallest subnormal, the largest finite, infinity, NaN. */
+static void test_half_readers(void **state)
+{
+    (void)state;
+    assert_true(ef_f16_to_float(0x3C00) == 1.0f);
+    assert_true(ef_f16_to_float(0xC000) == -2.0f);
+    assert_true(ef_f16_to_float(0x0001) == ldexpf(1.0f, -24));
+    assert_true(ef_f16_to_float(0x7BFF) == 65504.0f);
+    assert_true(isinf(ef_f16_to_float(0x7C00)));
+    assert_true(isnan(ef_f16_to_float(0x7E00)));
+    assert_true(ef_bf16_to_float(0x3F80) == 1.0f);
+    assert_true(ef_bf16_to_float(0xC040) == -3.0f);
+    assert_true(isinf(ef_bf16_to_float(0xFF80)) &&
+                ef_bf16_to_float(0xFF80) < 0);
+    assert_true(isnan(ef_bf16_to_float(0x7FC0)));
+}
+
 static void test_batch_round_trip(void **state)
 {
     (void)state;
@@ -509,6 +527,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_names_and_sizes),
+        cmocka_unit_test(test_half_readers),
         cmocka_unit_test(test_batch_round_trip),
         cmocka_unit_test(test_cast_every_pair),
         cmocka_unit_test(test_cast_values),

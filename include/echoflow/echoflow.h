@@ -155,6 +155,11 @@ EF_API size_t ef_dtype_size(ef_dtype dtype);
 /* "u8", "i32", "i64", "f32", "bool", "i8", "i16", "u16", "f16", "bf16",
  * "f64"; "?" for an unknown dtype. */
 EF_API const char *ef_dtype_name(ef_dtype dtype);
+/* The value of an f16 (IEEE binary16) or bf16 (bfloat16) element, whose
+ * 16 bits are `bits`, as a float: exact (both fit a float); NaN stays
+ * NaN. */
+EF_API float ef_f16_to_float(uint16_t bits);
+EF_API float ef_bf16_to_float(uint16_t bits);
 
 /* A read-only view of one field. `data` points into a buffer that lives at
  * least as long as the sample it came from. */

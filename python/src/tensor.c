@@ -9,7 +9,6 @@
 #include <dlpack/dlpack.h>
 #include <stdlib.h>
 
-#include "half.h"
 
 typedef struct {
     PyObject_HEAD
@@ -302,10 +301,10 @@ static PyObject *one_value(tensor *self, const char *what)
     case EF_U16:
         return PyLong_FromLong(*(const uint16_t *)self->data);
     case EF_F16:
-        return PyFloat_FromDouble(ef__f16_to_f32(*(const uint16_t *)self->data));
+        return PyFloat_FromDouble(ef_f16_to_float(*(const uint16_t *)self->data));
     case EF_BF16:
         return PyFloat_FromDouble(
-            ef__bf16_to_f32(*(const uint16_t *)self->data));
+            ef_bf16_to_float(*(const uint16_t *)self->data));
     case EF_F64:
         return PyFloat_FromDouble(*(const double *)self->data);
     default:
