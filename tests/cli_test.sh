@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Tests of the `echoflow` command.
 # Usage: cli_test.sh PATH/TO/echoflow FASHION_MNIST_DIR
 set -u

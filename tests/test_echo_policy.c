@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Echo policies: the priorities from fed-back values (echo_policy.c), the
  * feedback path through the public API (and whether a pipeline wants
  * it), batch members, and checkpoints of a pipeline whose echo has a

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* echo: data echoing.
  *
  * Fixed factor F: each item from upstream is emitted F times (fractional F:

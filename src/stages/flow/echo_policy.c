@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* echo_policy: priorities over the echo pool from fed-back values.
  *
  * Priorities live in a Fenwick (binary indexed) tree over the slots, so

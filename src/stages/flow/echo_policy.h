@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* echo_policy: which pooled item the echo stage repeats next, chosen by
  * values the consumer feeds back (ef_pipeline_feedback), such as each
  * example's training loss.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* map: runs a transform (a user callback or a built-in) on `threads`
  * threads.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tfexample: parses the tf.train.Example in each sample's record field (a
  * u8 [N], as `tfrecord` gives it) into fields named after its features:
  *

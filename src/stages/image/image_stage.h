@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* What the image map stages (random_crop, flip, resize,
  * random_resized_crop, normalize, to_chw, cast) share: their `field` and
  * `threads` options, finding and checking the image field of one example, and

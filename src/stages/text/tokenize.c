@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tokenize: text to token ids, for language models (before pack_tokens).
  * The field `field` (UTF-8 text, u8 [n]) of each sample is encoded with
  * the tokenizer in `model` into the i32 [m] field `out`, which takes the
