@@ -60,19 +60,19 @@ static int echo_create(ef__stage *s, const ef__opts *o, ef__err *err)
     st->max = (int)ef__opt_int(o, "max");
     st->shuffle = (size_t)ef__opt_int(o, "shuffle");
     st->pool_cap = (size_t)ef__opt_int(o, "pool");
-    ef__policy_kind kind;
+    const ef__policy_def *policy_def;
     const char *policy = ef__opt_string(o, "policy");
-    if (ef__policy_parse(policy, &kind) != 0)
+    if (ef__policy_parse(policy, &policy_def) != 0)
         return ef__err_set(err, EF_ESPEC,
                            "stage 'echo': option 'policy' is '%s', expected "
                            "%s",
                            policy, ef__policy_names());
-    if (kind == EF__POLICY_UNIFORM && ef__opt_given(o, "mix"))
+    if (!policy_def && ef__opt_given(o, "mix"))
         return ef__err_set(err, EF_ESPEC,
                            "stage 'echo': option 'mix' tempers a policy "
                            "toward uniform picks; with policy=uniform every "
                            "pick is uniform (drop it, or set a policy)");
-    if (st->mode == EF__ECHO_FIXED && kind == EF__POLICY_UNIFORM &&
+    if (st->mode == EF__ECHO_FIXED && !policy_def &&
         (ef__opt_given(o, "max") || ef__opt_given(o, "pool")))
         return ef__err_set(err, EF_ESPEC,
                            "stage 'echo': options 'max' and 'pool' apply to "
@@ -81,13 +81,12 @@ static int echo_create(ef__stage *s, const ef__opts *o, ef__err *err)
                            "factor=auto, or set a policy)",
                            st->factor);
     /* echoes due, spread by priority, need room above the factor */
-    if (st->mode == EF__ECHO_FIXED && kind != EF__POLICY_UNIFORM &&
-        !ef__opt_given(o, "max"))
+    if (st->mode == EF__ECHO_FIXED && policy_def && !ef__opt_given(o, "max"))
         st->max = (int)fmax(st->max, 2 * ceil(st->factor));
-    if (st->mode == EF__ECHO_AUTO || kind != EF__POLICY_UNIFORM) {
-        if (kind != EF__POLICY_UNIFORM)
-            st->policy = ef__policy_new(kind, st->pool_cap);
-        if (kind == EF__POLICY_UNIFORM || st->policy)
+    if (st->mode == EF__ECHO_AUTO || policy_def) {
+        if (policy_def)
+            st->policy = ef__policy_new(policy_def, st->pool_cap);
+        if (!policy_def || st->policy)
             st->pool = ef__echo_pool_new(st->pool_cap, st->max, st->policy,
                                          ef__opt_float(o, "mix"), st->headers,
                                          &s->ctx->budget);
@@ -538,8 +537,9 @@ static const ef__option_def echo_options[] = {
      "read ahead)",
      1, 1 << 20},
     {"policy", EF_OPT_STRING, "uniform",
-     "which pooled items to echo: uniform, or rank: by the rank of values "
-     "fed back with ef_pipeline_feedback (docs/echoing.md)",
+     "which pooled items to echo: " EF__POLICY_NAMES " (uniform: among the "
+     "least echoed; the others weigh values fed back with "
+     "ef_pipeline_feedback, docs/echoing.md)",
      0, 0},
     {"mix", EF_OPT_FLOAT, "0",
      "with a policy: the share of echoes picked as uniform does (among the "
