@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Builds the echoflow Python package against the echoflow C library.
 
 pyproject.toml holds the package's metadata; this file adds what

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Sweeps R = t_up / t_down and reports what echoing does at each:
 #   bench/auto_echo_sweep.sh [build/echoflow]
 # The upstream is `range | throttle:rate=20000` (one item every 50 us);

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* What one echoed item is made of, each part timed alone in a loop:
  *
  *   build/bench/bench_echo_parts [ITERATIONS] [REPEATS]

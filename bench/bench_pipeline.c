@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Throughput of the pipeline engine and the echo stage's cost per item.
  *
  *   build/bench/bench_pipeline [ITEMS] [REPEATS]

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Checkpoint sizes and times: for each pipeline, pulls K items, saves the
  * state, and restores it into a new pipeline; reports the state's size,
  * the save, the restore up to the first item, and, to compare, a cold

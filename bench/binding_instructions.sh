@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Instructions a batch: the C loop of `echoflow run` against
 # `echoflow.Pipeline` on the same Fashion-MNIST IDX spec (batches of 128),
 # counted by valgrind's callgrind, which the machine's load does not move.

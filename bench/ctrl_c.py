@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Ctrl-C in a training loop over a torch DataLoader, as it is and wrapped
 in echoflow.torch.echo(): how long from the signal to KeyboardInterrupt in
 the loop, and to the end of the process.

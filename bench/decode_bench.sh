@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Decode benchmark: JPEG decode + random_resized_crop(224) + flip +
 # normalize (+ CHW layout and batches of 32), images/s, echoflow against
 # torchvision's transforms in a PyTorch DataLoader, measured in one run on

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A fixed echo factor with nothing threaded before it: the share of a
 training loop's time spent waiting for batches, with the echo stage's own
 read-ahead, against a prefetch written in front of it.

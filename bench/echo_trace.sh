@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Automatic echoing following R while it changes: a picture for
 # docs/echoing.md, drawn from `echoflow run --stats-every` alone.
 #

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # The engine's figures before and after a change, side by side in one
 # sitting: bench_pipeline of two builds, alternating, ROUNDS rounds each
 # (each round a median of 5 runs), then text_throughput.py against each

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Many small files over HTTP: items/s of the `files` source reading a list
 # of URLs from tests/http_server.py, which waits LATENCY seconds before
 # answering each request (a distant server), for each count of readers:

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """What echoflow.torch.Loader's hand-out copy costs: batches/s of a bare
 Loader iteration (no training step) with the copy of shared fields and
 without it (Loader._copy_shared = False), for batch echoing (echo after

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Data-parallel training under mpirun on this machine: examples/s of
 # `echoflow train` for the MLP and the CNN with 1 and 2 processes, and the
 # time each step spends in collectives (MPI_Allreduce of the gradients and

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Makes the decode benchmark's images: JPEGs of about 500x375 at quality
 90, cut from the photographs Debian ships with scikit-image (package
 python3-skimage), written both as files (for the PyTorch DataLoader) and

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Python binding benchmark, in one run: (1) what iterating a batched
 # pipeline from Python costs against the C loop of `echoflow run --json`,
 # through echoflow.Pipeline and through echoflow.torch.Loader (torch tensors

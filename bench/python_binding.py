@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The Python binding benchmark, part 1: what iterating a batched pipeline
 from Python costs against the C loop of `echoflow run --json SPEC`, and
 where that cost goes. Prints markdown tables on stdout, progress on stderr.

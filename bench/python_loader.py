@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The Python binding benchmark, part 2: one PyTorch training loop fed by
 PyTorch's DataLoader and by echoflow.torch.Loader, images/s of training.
 Prints a markdown table on stdout, progress on stderr.

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # The preprocessing service on this machine: W = 1, 2, 3 `echoflow serve`
 # workers, each limited to RATE items/s (--throttle, a per-item cost that
 # takes no CPU, so that on a small machine adding workers adds capacity,

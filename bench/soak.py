@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The soak test's driver (bench/soak.sh starts it with the server running).
 
 Reads Fashion-MNIST, packed into WebDataset shards, over HTTP from

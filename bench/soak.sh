@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Soak test: Fashion-MNIST packed into 12 WebDataset shards, served by
 # tests/http_server.py with random faults (503s, connections cut and
 # stalled mid-body, again and again), read for DURATION by one Python

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """Tokens per second from JSON lines to batches of token blocks: echoflow's
 `jsonl | tokenize | pack_tokens | batch` against the same work in Python
 (json, python3-sentencepiece, numpy packing), both on the same cores and

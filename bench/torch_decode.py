@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The decode benchmark's PyTorch side: JPEG decode, RandomResizedCrop(224),
 horizontal flip, ToTensor and Normalize through torchvision, in a
 DataLoader with batch 32, for 0, 1 and 2 workers. Prints one line per

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """PyTorch reference for echoflow's C trainer (`echoflow train`).
 
 The same models, initialisation, loss and optimiser as echoflow's reference

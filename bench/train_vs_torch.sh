@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # echoflow's C reference trainer against PyTorch on the same CPU cores, both
 # measured in one run of this script.
 #
@@ -42,7 +43,7 @@ bin=
 for a in "$@"; do
   case $a in
     --quick) quick=1 ;;
-    -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '3,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     -*) echo "train_vs_torch.sh: unknown option $a" >&2; exit 2 ;;
     *) bin=$a ;;
   esac

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The argument parser (see args.h). */
 #include "args.h"
 

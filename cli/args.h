@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* One argument parser for every subcommand: a table of options drives the
  * parsing, the checks, the error messages and the --help text. */
 #ifndef EF_CLI_ARGS_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The echoflow command's subcommands and what they share. */
 #ifndef EF_CLI_H
 #define EF_CLI_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* One JSON writer for every report the command prints: `run --json`,
  * `--stats-every` lines and `train --json`. */
 #ifndef EF_CLI_JSON_H

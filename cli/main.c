@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The `echoflow` command: list stages, and hand the other subcommands
  * their arguments. Uses the public API only. */
 #include <errno.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The monitor thread (see monitor.h). */
 #include "monitor.h"
 

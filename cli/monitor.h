@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Watching a running pipeline from a thread of its own: a progress line
  * on a terminal, and the stats as JSON lines every so often. Both read
  * the stats only, which the API allows from any thread. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* `echoflow pack`: runs a pipeline and writes its samples as WebDataset
  * shards, so that a data set on disk (IDX, CIFAR, ...) can be served over
  * HTTP and read back with the tar source. Uses the public API only. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Creating a subcommand's pipeline (see cli.h). */
 #include <stdio.h>
 #include <string.h>

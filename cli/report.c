@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Reports of `echoflow run` (see report.h). */
 #include "report.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Printing a run: a table for people, JSON for programs. */
 #ifndef EF_CLI_REPORT_H
 #define EF_CLI_REPORT_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* `echoflow run`: runs a pipeline, optionally emulating a training step
  * per item, and reports where the time went. Uses the public API only. */
 #include <errno.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* `echoflow serve`: a worker of the preprocessing service, started by
  * mpirun beside the trainers (docs/distributed.md). Uses the public API
  * only. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* `echoflow tokens`: runs a pipeline of documents and writes their token
  * ids into one nanoGPT-style token file (raw uint16 or uint32, eos after
  * each document when asked), what nanoGPT's prepare.py does, for the

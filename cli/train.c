@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* `echoflow train`: the reference trainer behind an echoflow pipeline.
  * Uses the public API and train/ only. */
 #include <assert.h>

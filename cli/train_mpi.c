@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The trainer's collectives over MPI (see train_mpi.h), among the
  * trainers of the job: the library joins it (ef_service_join), which
  * sets `echoflow serve` workers, if any, apart. Only the main thread

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* `echoflow train` under mpirun: the trainer's collectives (eft_comm) over
  * MPI. Built when CMake finds MPI (EF_HAVE_MPI). */
 #ifndef EF_TRAIN_MPI_H

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Time to accuracy of a stock torchvision pipeline, as it is and wrapped
 in one line of echoflow.torch.echo().
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Data-parallel training with PyTorch DistributedDataParallel, each rank
 reading its own part of Fashion-MNIST through an echoflow pipeline with data
 echoing.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A PyTorch trainer whose input is decoded on other processes: `echoflow
 serve` workers in the same mpirun job, with automatic echoing on the
 trainer filling in while they fall behind.

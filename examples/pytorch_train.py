@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Time to accuracy with and without data echoing, for a PyTorch CNN that
 reads Fashion-MNIST over HTTP through echoflow.
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """What the examples share: Fashion-MNIST packed into WebDataset shards by
 the `echoflow` command, and nginx serving them on loopback.
 

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """Reproduces the experiments of Choi et al. (2019), "Faster Neural Network
 Training with Data Echoing", with `echoflow train --json`.
 

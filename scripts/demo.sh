@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # The main job: installs what is missing, builds and installs echoflow (the
 # command, the library and the Python package), and measures what
 # data echoing does to time-to-accuracy when the input is the bottleneck.

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Installs the Debian packages echoflow needs to build, test and run its
 # demo; with --bench, also what only the benchmarks need (photographs to
 # decode, an optimised BLAS for PyTorch, gnuplot).

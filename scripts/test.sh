@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Builds echoflow three ways and runs the whole test suite in each: the
 # developer build (warnings are errors), ASan+UBSan, and TSan.
 set -euo pipefail

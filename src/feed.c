@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Producer threads feeding a stage's queue (see feed.h). The queue
  * does the locking; the fields here are the consumer thread's, except
  * what cancel() touches, which is only the queue. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* A feed: producer threads that fill a bounded queue for a stage, and the
  * consumer's side of it. Every asynchronous stage uses one: prefetch and
  * automatic echo as a pump (one thread pulling the upstream,

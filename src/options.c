@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Typed stage options: parsing "key=value,..." against a stage's schema.
  * Out-of-range and malformed values are errors naming the stage, the option
  * and what is allowed; nothing is clamped. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* A pipeline: the chain of stages, building from specs, pulling, stopping,
  * statistics.
  *

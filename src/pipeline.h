@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The pipeline's struct, shared by pipeline.c (building, pulling,
  * statistics) and pipeline_state.c (checkpoints). */
 #ifndef EF_PIPELINE_H

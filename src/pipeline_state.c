@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Saving and restoring a pipeline's position (state.h has the format).
  *
  * Saving pauses the stages' threads from the last stage to the first, so

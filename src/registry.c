@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The stage registry: every stage by name, for the spec parser, the C
  * builder and `echoflow stages`. */
 #include <string.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Splitting a text spec into stages; options are parsed by options.c. */
 #include "spec.h"
 

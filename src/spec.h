@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The text spec: "NAME[:OPT[,OPT...]] | NAME ...". */
 #ifndef EF_SPEC_H
 #define EF_SPEC_H

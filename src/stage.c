@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Helpers shared by every stage: timed pulls, resets, keyed RNG, creation,
  * cancellable sleeps. */
 #include <assert.h>

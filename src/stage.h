@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The stage interface: a small vtable, typed options, and the helpers every
  * stage uses to pull from its upstream and keep its statistics.
  *

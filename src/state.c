@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The bytes of a saved state (see state.h). */
 #include "state.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Pipeline checkpoints: the bytes of a saved state and the identities of
  * the items it names.
  *

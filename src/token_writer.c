@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Writing token files (see ef_token_writer in the public header): raw
  * little-endian uint16 or uint32 ids, no header, what nanoGPT's
  * prepare.py writes with numpy and the tokens source reads. Used by

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The threads=auto tuner (see tune.h).
  *
  * The rule. Over each window, for every auto stage i: cost_i, the time

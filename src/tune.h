@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The tuner of threads=auto map stages: shares the cores among them by
  * what each costs per item the consumer takes. It runs on the consumer's
  * thread, inside ef_pipeline_next, at most every EF__TUNE_PERIOD_NS. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Writing samples as WebDataset tar shards (see ef_shard_writer in the
  * public header): the inverse of the tar source plus decode, used by
  * `echoflow pack` to serve a data set over HTTP. */

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Tests of the `echoflow` command.
 # Usage: cli_test.sh PATH/TO/echoflow FASHION_MNIST_DIR
 set -u
@@ -590,7 +591,7 @@ train_feedback_tests() {
         fail "train --holdout: rc $rc (expected 2), $(cat "$TMP/train_hold_bad.err")"
     run train_hold_bad train --spec "$spec | echo:factor=2,policy=reducible" \
         --test-spec "$test_spec" --max-fresh 128
-    [ "$rc" -eq 2 ] && grep -q "expected uniform or rank" "$TMP/train_hold_bad.err" ||
+    [ "$rc" -eq 2 ] && grep -q "expected uniform, rank" "$TMP/train_hold_bad.err" ||
         fail "policy=reducible: rc $rc (expected 2), $(cat "$TMP/train_hold_bad.err")"
 
     # a policy feeds back every example trained on

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Installs the library (component lib) from a build tree into a scratch
 # prefix, then builds and runs tests/consumer against it with
 # find_package(echoflow).

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # src/core/ includes nothing of ours above it (docs/design.md, "Layers"):
 # every #include in a file under src/core/ names a header of src/core/,
 # the public header (include/echoflow/), or a system header. Fails naming

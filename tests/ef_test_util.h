@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Small helpers shared by the test programs. Everything is static inline so
  * that a test which uses only some of them still compiles warning-free.
  * Include after <cmocka.h>. Their prefix is tu_ ("test utility"): eft_

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # The shared library exports the public API and nothing else: every
 # function echoflow.h declares, and no internal ef__ symbol.
 # usage: exports_test.sh LIBECHOFLOW_SO ECHOFLOW_H

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # `echoflow pack "files:root=DIR" OUT`: an ImageFolder tree becomes
 # WebDataset shards, each file a member KEY.EXT (lowercase extension) with
 # its bytes unchanged and the label as KEY.cls, in torchvision's order;

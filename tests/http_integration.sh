@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Integration test over real HTTP: packs Fashion-MNIST into WebDataset
 # shards with `echoflow pack`, serves them from nginx on loopback, reads
 # them back with the tar source and decode, and checks every image and

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """A small HTTP/1.1 file server for echoflow's tests, with faults on demand.
 
 Serves the files under --root (GET and HEAD; directories and paths outside

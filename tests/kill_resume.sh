@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # Sourced by resume_test.sh and http_integration.sh: an `echoflow train
 # --checkpoint` run killed with SIGKILL at ten moments and resumed with
 # --resume each time, until it completes, must end exactly as the

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # kill_rank LAUNCHER RANK [SIGNAL]: sends SIGNAL (default 9) to rank
 # RANK of the mpirun job that LAUNCHER (mpirun, or a command such as
 # `timeout` whose child is mpirun, started in the background) runs, once

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # `echoflow train` under mpirun, two processes on this machine:
 # - one pass over Fashion-MNIST: the processes' fresh examples add up to
 #   the data set exactly, 30,000 each, with --check-sync checking after

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # The programs on top of the library keep to what docs/design.md ("Layers")
 # gives them: train/ and cli/ include their own headers, each other's
 # (cli/ runs the trainer), the public header and src/common/, nothing else

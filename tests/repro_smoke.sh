@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Test of experiments/reproduce.py and its package, experiments/repro/:
 # runs its one-cell smoke experiment (a real `echoflow train` run of the
 # MLP to a low target) into a temporary directory, checks the CSV row,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Runs a pipeline whole, or up to a checkpoint, or on from one, printing
  * one line per item: its identity and a hash of its fields. The HTTP
  * integration test compares the lines of a run cut by a checkpoint with

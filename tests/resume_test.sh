@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # `echoflow train --checkpoint`: a run killed with SIGKILL at random
 # moments and resumed with --resume each time, until it completes, ends
 # exactly as the uninterrupted run: the same steps, fresh examples,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Checks that a pipeline reading packed shards back (tar source, decode)
  * gives exactly the samples of an IDX data set: every image and label
  * byte-exact, each once, none missing. Used by the HTTP integration test.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* A worker's end-of-epoch mark for an epoch no reader opened is refused,
  * naming the rank and the epoch, instead of sizing the trainer's table of
  * marks by it (epoch 1e8 would take 800 MB).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* A worker that claims more than its credit, or stops halfway through a
  * message, is caught by the trainer instead of holding its receiving
  * thread (and every worker behind it) for good.

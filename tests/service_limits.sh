@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # The preprocessing service's limits, each in an mpirun job of `echoflow
 # run` as the trainer and `echoflow serve` workers:
 # - liveness: a worker stopped (SIGSTOP) fails the trainer's reading

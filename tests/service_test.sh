@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # The preprocessing service: trainers and `echoflow serve` workers in one
 # mpirun job, on Fashion-MNIST packed into 6 WebDataset shards.
 # - exactly once: a Python trainer reads 2 epochs from 3 workers, and each

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A trainer for tests/service_test.sh that records what the service sent
 it: run under mpirun beside `echoflow serve` workers,
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Helpers of the checkpoint tests (test_state.c, test_state_sources.c):
  * what a consumer saw, pulling, saving, comparing. Include after
  * ef_test_util.h. */

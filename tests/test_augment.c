@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* random_crop and flip: pixel-exact results, keyed randomness (echoed
  * copies get their own), and clear errors on the wrong input. */
 #include <setjmp.h>

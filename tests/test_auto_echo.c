@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* echo:factor=auto, tested without timing: a C source that has items ready
  * only when the test releases them, so every decision of the policy is
  * known in advance. */

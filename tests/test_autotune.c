@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* threads=auto and prefetch:depth=auto: the output does not depend on
  * what the tuner chooses, the choices stay within their bounds, the
  * slower stage gets the threads, and a starved prefetch deepens within

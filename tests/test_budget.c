@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The memory budget: queues wait for room and stay under it, a sample or
  * a buffer that cannot fit is a clear error, and gzip bombs stop early. */
 #include <stdarg.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Service chunks (src/service/chunk.c): samples written into a header
  * and a payload's blocks, moved here as MPI would move them (each block
  * copied to its offset of one buffer), and read back: identities, names,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Core API: status codes, versions, dtypes, buffers, samples, and
  * allocation-failure injection through the whole pipeline. */
 #include <stdarg.h>

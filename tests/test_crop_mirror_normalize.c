@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* crop_mirror_normalize: bit-equal to the separate stages it fuses
  * (random_resized_crop or resize, flip, normalize, to_chw) for many
  * windows, both flips, u8 and f32, one and three channels, odd sizes,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The decode_crop stage: with dct_scale=0 it gives what `decode |
  * random_resized_crop` gives, bit for bit (labels and other fields too),
  * for JPEGs of many sizes, gray and colour, and PNGs; with dct_scale on,

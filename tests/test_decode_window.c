@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Decoding a window of an image (ef__image_decode_window): unscaled, the
  * window equals a full decode cropped, bit for bit, for every JPEG layout
  * (4:2:0, 4:2:2, 4:4:4, 4:4:0, gray, CMYK, progressive, restart markers),

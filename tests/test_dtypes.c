@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Every dtype through the library: names and sizes, a source's fields
  * batched and read back byte for byte, cast between every pair (and its
  * refusals, which name the field and both dtypes), and the shard writer's

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The echo stage: copy counts and numbering, consecutive copies, the
  * shuffle buffer, fractional factors, payload sharing, batch echoing,
  * statistics, seeds and epochs; the free list echoed headers come from. */

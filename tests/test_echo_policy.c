@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Echo policies: the priorities from fed-back values (echo_policy.c), the
  * feedback path through the public API (and whether a pipeline wants
  * it), batch members, and checkpoints of a pipeline whose echo has a
@@ -24,7 +25,7 @@ static ef_sample_id id_of(int64_t index)
 }
 
 /* A policy over `n` slots holding items 0..n-1. */
-static ef__policy *filled(ef__policy_kind kind, size_t n)
+static ef__policy *filled(const ef__policy_def *kind, size_t n)
 {
     ef__policy *p = ef__policy_new(kind, n);
     assert_non_null(p);
@@ -78,7 +79,7 @@ static double rank_weight(size_t k, size_t m)
 static void test_rank_picks_by_rank(void **state)
 {
     (void)state;
-    ef__policy *p = filled(EF__POLICY_RANK, 4);
+    ef__policy *p = filled(&ef__policy_rank, 4);
     feed(p, (double[]){1, 2, 3, 4}, 4);
     long c[4];
     pick_counts(p, 4, c);
@@ -103,7 +104,7 @@ static void test_rank_waits_for_an_eighth(void **state)
     /* 16 slots: ranks are assigned again once more than 16 / 8 values
      * came in since the last ranking, not on every value */
     enum { N = 16 };
-    ef__policy *p = filled(EF__POLICY_RANK, N);
+    ef__policy *p = filled(&ef__policy_rank, N);
     double v[N];
     for (size_t i = 0; i < N; i++)
         v[i] = (double)i;
@@ -127,11 +128,11 @@ static void test_rank_follows_order_not_size(void **state)
     (void)state;
     /* the same order, very different sizes: the same picks */
     long a[3], b[3];
-    ef__policy *p = filled(EF__POLICY_RANK, 3);
+    ef__policy *p = filled(&ef__policy_rank, 3);
     feed(p, (double[]){0.5, 0.1, 0.2}, 3);
     pick_counts(p, 3, a);
     ef__policy_free(p);
-    p = filled(EF__POLICY_RANK, 3);
+    p = filled(&ef__policy_rank, 3);
     feed(p, (double[]){1000, 0.01, 7}, 3);
     pick_counts(p, 3, b);
     ef__policy_free(p);
@@ -144,7 +145,7 @@ static void test_rank_follows_order_not_size(void **state)
 static void test_missing_values_get_the_mean(void **state)
 {
     (void)state;
-    ef__policy *p = ef__policy_new(EF__POLICY_RANK, 3);
+    ef__policy *p = ef__policy_new(&ef__policy_rank, 3);
     assert_non_null(p);
     ef__policy_enter(p, 0, id_of(0));
     ef__policy_enter(p, 1, id_of(1));
@@ -162,7 +163,7 @@ static void test_missing_values_get_the_mean(void **state)
 static void test_stale_values_are_ignored(void **state)
 {
     (void)state;
-    ef__policy *p = filled(EF__POLICY_RANK, 2);
+    ef__policy *p = filled(&ef__policy_rank, 2);
     feed(p, (double[]){1, 2}, 2);
     /* an item never pooled, and one of another epoch */
     ef_sample_id other[2] = {id_of(7), {.index = 0, .epoch = 1}};
@@ -188,7 +189,7 @@ static void test_stale_values_are_ignored(void **state)
 static void test_retired_items_are_not_picked(void **state)
 {
     (void)state;
-    ef__policy *p = filled(EF__POLICY_RANK, 3);
+    ef__policy *p = filled(&ef__policy_rank, 3);
     feed(p, (double[]){10, 1, 2}, 3);
     ef__policy_retire(p, 0);
     /* item 0 ranks first but is used up; items 2 and 1 weigh 0.1, 0.01 */
@@ -209,7 +210,7 @@ static void test_many_slots_and_changes(void **state)
     /* a pool turning over many times: the hash table and the rebuilt
      * sums stay right */
     enum { N = 1000 };
-    ef__policy *p = ef__policy_new(EF__POLICY_RANK, N);
+    ef__policy *p = ef__policy_new(&ef__policy_rank, N);
     assert_non_null(p);
     uint32_t rng = 99;
     for (int64_t k = 0; k < 50 * N; k++) {
@@ -498,10 +499,10 @@ static void test_bad_policy_options(void **state)
     static const struct {
         const char *spec, *needle;
     } cases[] = {
-        {"range:n=5 | echo:factor=2,policy=hardest", "expected uniform or rank"},
+        {"range:n=5 | echo:factor=2,policy=hardest", "expected uniform, rank"},
         /* retired after the experiments of docs/RESULTS.md */
-        {"range:n=5 | echo:factor=2,policy=loss", "expected uniform or rank"},
-        {"range:n=5 | echo:factor=2,policy=reducible", "uniform or rank"},
+        {"range:n=5 | echo:factor=2,policy=loss", "expected uniform, rank"},
+        {"range:n=5 | echo:factor=2,policy=reducible", "uniform, rank"},
         {"range:n=5 | echo:factor=2,mix=0.5", "option 'mix'"},
         {"range:n=5 | echo:factor=2,policy=rank,mix=1.5", "mix"},
         {"range:n=5 | echo:factor=2,pool=10", "set a policy"},
@@ -563,6 +564,42 @@ static void test_policy_resume(void **state)
     check_policy_resume("range:n=1500 | echo:factor=3,policy=rank,pool=300");
     check_policy_resume("range:n=1500 | echo:factor=2,policy=rank,"
                         "mix=0.3,pool=100 | batch:7");
+}
+
+/* Every registered policy, by name from a spec: it parses, keeps a fixed
+ * factor's budget of echoes drawn from the pool, takes the values fed
+ * back, and resumes exactly. */
+static void test_every_policy_runs(void **state)
+{
+    (void)state;
+    enum { N = 600 };
+    assert_non_null(ef__policy_at(0));
+    tu_seen *seen = malloc(4 * N * sizeof *seen);
+    assert_non_null(seen);
+    for (int i = 0; ef__policy_at(i); i++) {
+        const char *name = ef__policy_at(i)->name;
+        const ef__policy_def *def;
+        assert_int_equal(ef__policy_parse(name, &def), 0);
+        assert_ptr_equal(def, ef__policy_at(i));
+        if (!strstr(ef__policy_names(), name))
+            fail_msg("'%s' is not among the names '%s'", name,
+                     ef__policy_names());
+        char spec[160];
+        snprintf(spec, sizeof spec,
+                 "range:n=%d | echo:factor=3,policy=%s,pool=100", N, name);
+        ef_pipeline *p = tu_pipeline(spec, 5);
+        assert_int_equal(pull_feeding(p, seen, 4 * N), 3 * N);
+        ef_stage_stats st = tu_stage(p, "echo");
+        if (!(tu_extra(&st, "feedback_matched") > 0))
+            fail_msg("%s: no value fed back was taken", spec);
+        ef_pipeline_destroy(p);
+        snprintf(spec, sizeof spec,
+                 "range:n=%d | echo:factor=2.5,policy=%s,pool=100,"
+                 "shuffle=20",
+                 N, name);
+        check_policy_resume(spec);
+    }
+    free(seen);
 }
 
 /* ef_pipeline_wants_feedback: the first echo stage with a policy other
@@ -628,6 +665,7 @@ int main(void)
         cmocka_unit_test(test_wants_feedback),
         cmocka_unit_test(test_bad_policy_options),
         cmocka_unit_test(test_policy_resume),
+        cmocka_unit_test(test_every_policy_runs),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The echo stage's R estimate (echo_rates.c), driven through counters the
  * test sets, so every figure is known: the only clock read is the window's
  * own, which the test reads back from the ring. */

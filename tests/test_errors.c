@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Failures and their messages: map callbacks that fail, IDX files that are
  * truncated, mismatched, malformed or missing, and bad pipeline specs. */
 #include <stdarg.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The idx source on the real Fashion-MNIST files (gzip), checked byte for
  * byte against an independent decompression by gzip(1). */
 #include <stdarg.h>

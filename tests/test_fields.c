@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Fields that are not tensors of one shape: ragged batches (keys,
  * captions, variable-length lists), select and drop, and samples with
  * many fields. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The `files` source: an ImageFolder tree listed in torchvision's order
  * (nested directories sorted by whole path, mixed-case extensions, other
  * files left out, linked directories followed), its fields, empty

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Container formats and their sources: brace-expanded path lists, tar
  * (WebDataset grouping, pax and GNU long names, errors and on_error=skip,
  * shard order, cycle, parts), TFRecord (CRC-32C, framing, errors, gzip)

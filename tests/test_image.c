@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Images: the JPEG and PNG codecs (round trips, and errors on truncated,
  * corrupt, oversized and foreign input), and the image stages (decode,
  * resize, random_resized_crop, normalize, to_chw, cast): hand-computed

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The image formats beyond JPEG and PNG (src/codec/bmp.c, pnm.c, webp.c,
  * tiff.c, gif.c): known pixels of hand-made files, every truncation of a
  * small file of each format an error naming the format and the input,

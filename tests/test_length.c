@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* ef_pipeline_length: each stage's rule for the items a run yields, the
  * counts checked against what the pipeline then delivers, and the
  * unknown cases with the stage and reason their messages give. */

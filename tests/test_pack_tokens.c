@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* pack_tokens: documents' token ids cut into blocks of inputs and
  * next-token targets, checked against a stream built here; eos, the
  * dropped tail, errors, on_error=skip, and checkpoints (a run saved after

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Items cross threads in runs (core/run_length.h): whatever the run
  * lengths and thread counts, a pipeline emits the same items in the same
  * order; checkpoints taken with runs in flight resume exactly; the memory

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The shuffle stage (permutations, bounded buffer, epochs, seeds) and the
  * determinism of a whole pipeline whatever the map thread count. */
 #include <stdarg.h>

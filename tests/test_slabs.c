@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Batch slabs: an image stage right before `batch` writes each output into
  * its slot of the batch's buffer, and batch makes the batched field a view
  * of it (no copy). The batches must hold the very bytes the copying path

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The other stages: range, batch, take, repeat, prefetch, map (built-ins,
  * callbacks, names bound for a spec, ordered and unordered), throttle, and
  * pipeline statistics. */

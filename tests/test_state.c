@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Checkpoints: a pipeline saved after k items and restored into a new one
  * delivers exactly what the uninterrupted run delivers after item k,
  * identity and bytes; bad states give clear errors and change nothing. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Checkpoints of the file sources: tar (one to several readers, gzip
  * shards, parts, on_error=skip), tfrecord and cifar pipelines saved after
  * k items and restored into a new one deliver exactly what the

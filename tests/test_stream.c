@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Byte streams (src/io/stream.c, src/io/http.c): files, memory, gzip and
  * zstd on the fly, opening part way (a seek, a Range request, or inflating and
  * dropping), the truncation messages of read_full and skip, and HTTP against

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Destroying pipelines in every state: before the first next, mid-stream
  * with full queues and blocked threads, while a thread sleeps in throttle,
  * after the end, after an error. Nothing may hang or leak, and samples

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tf.train.Example: the wire-format reader (src/codec/tfexample.c) on
  * records built by hand here, byte by byte, and the `tfexample` stage
  * after `tfrecord`: fields, defaults, errors naming the file, record and

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* What the header promises other threads while a pipeline runs: reading
  * its stats (pipeline, every stage, the loss counts and messages) and
  * stopping it. Run under TSan, a data race here fails the build. */

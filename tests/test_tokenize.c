@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tokenize: text to token ids. The BPE against a small rank file written
  * here, whose ids are worked out by hand (tiktoken's rules: GPT-2's
  * split, the whole piece when it is a token, else the lowest-ranked pair

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The tokens source and the token writer: nanoGPT-style token files
  * written with ef_token_writer and read back as blocks of inputs and
  * next-token targets, sequential and random, resumed, sharded; the

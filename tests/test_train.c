@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The reference trainer: finite-difference gradient checks for every layer
  * and both whole models, SGD's update rule, and a short run on
  * Fashion-MNIST that must lower the test loss. */

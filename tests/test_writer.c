@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The shard writer (ef_shard_writer, behind `echoflow pack`): patterns,
  * what each kind of field becomes, shard boundaries, and errors. Shards are
  * read back through the tar source, so a round trip checks both ends. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Checkpoints of a training run (see checkpoint.h for the format). */
 #include "checkpoint.h"
 

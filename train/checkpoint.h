@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Checkpoints of a training run: the model's weights and momentum, the
  * loop's counters and the training pipeline's state in one file, so that
  * a run killed at any moment resumes from its last checkpoint and ends

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Data-parallel training steps (see distributed.h). */
 #include "distributed.h"
 

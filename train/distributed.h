@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Data-parallel training over an eft_comm (trainer.h): every process trains
  * a replica of the model on its own part of the data, and each step uses
  * the gradient of the mean loss over all the processes' examples, so the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Layer forward and backward passes (see layers.h). The heavy work is three
  * GEMMs per dense or conv layer, done by BLAS. */
 #include "layers.h"

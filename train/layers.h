@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Layers of the reference trainer: dense, 2-D convolution (im2col + GEMM),
  * ReLU, 2x2 max-pooling, softmax cross-entropy. Activations are NHWC floats,
  * batch first; every layer keeps what its backward pass needs. */

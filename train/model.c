@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Models, data-parallel backpropagation and SGD (see model.h).
  *
  * Lock rules: `mu` guards generation, pending and stop. A job is published

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The reference trainer's models and optimiser.
  *
  * mlp: 784-256-256-10 with ReLU. cnn: conv5x5x32 - pool - conv5x5x64 - pool

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The training loop (see trainer.h). */
 #include "trainer.h"
 

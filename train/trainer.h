@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The training loop: pulls batches from an echoflow pipeline, trains a
  * model, evaluates on a held-out set every so many fresh examples, and
  * stops at a target accuracy or a budget of fresh examples. Uses the

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The reproduction of Choi et al. (2019), "Faster Neural Network Training
 with Data Echoing", on the reference trainer (`echoflow train --json`).
 

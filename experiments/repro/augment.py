@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Echoing and augmentation (the paper's Figure 5): the CNN with random
 crop and flip, echoing before augmentation, after it, and batch echoing."""
 from .cells import ECHO_SHUFFLE, cell, example_echo, seeds

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Batch size at e = 4 (the paper's Figure 6): the MLP at batch 32, 128 and
 512, without echo, with example echoing and with batch echoing."""
 from .cells import ECHO_SHUFFLE, cell, example_echo, quick_mlp, seeds

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A cell is one `echoflow train` run with its settings; running one gives
 its CSV row."""
 import datetime

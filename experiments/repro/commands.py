@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The three commands: run the cells not yet in the CSVs, plot, report."""
 import concurrent.futures
 import os

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """COMMENTARY.md: the comparison with the paper, written by a person after
 reading the tables, beside the CSVs, one '## NAME' section per experiment.
 It is text about the figures, so it lives with them. A section that cannot

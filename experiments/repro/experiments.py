@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The experiments, in the order they run and appear in RESULTS.md. Each
 module has NAME, TITLE, PAPER (what of the paper it compares with),
 cells(quick), report(rows, run_cmd) -> lines, and may have plot(rows,

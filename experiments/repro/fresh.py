@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Fresh examples to target (the paper's Figures 3 and 4): the MLP without
 echo, with example echoing (copies shuffled or consecutive) and with batch
 echoing, over echo factors and a grid of learning rates."""

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Language modelling (the paper's Transformer on LM1B and Common Crawl,
 small): a 2-layer causal Transformer trained on WordNet's glosses, fed by
 echoflow.torch.Loader from a token file, without echo, with example

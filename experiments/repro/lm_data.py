@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The language model's corpus: WordNet's glosses (Debian's wordnet-base,
 /usr/share/wordnet/data.{noun,verb,adj,adv}), one document per synset,
 "lemma1, lemma2: gloss", split into training and validation by document,

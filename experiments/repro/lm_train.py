@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """One language-model cell: a small causal Transformer trained on a token
 file through echoflow.torch.Loader, until the validation loss reaches a
 target or the fresh tokens reach a cap; prints one JSON object, as

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Time to target over a rate-limited network (the paper's 3.25x
 headline): the MLP reading WebDataset shards from nginx at 1/R of the
 trainer's rate, without echo, at fixed echo factors and with automatic

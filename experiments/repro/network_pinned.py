@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Time to target over a rate-limited network with the upstream and the
 trainer on separate cores (CNN with random crop and flip): nginx pinned to
 CPU 0, the trainer to CPU 1, no echo against automatic echoing, uniform

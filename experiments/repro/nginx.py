@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The network experiment's upstream: Fashion-MNIST packed into shards
 once, the trainer's rate when data is free measured once, and the shards
 served by nginx on loopback at a rate set from it."""

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Choosing what to echo (MLP): instead of echoing every fresh item
 exactly e times (uniform, the paper's echoing), the echo stage spends the
 same budget (e - 1 echoes per fresh item on average) on a pool of the most

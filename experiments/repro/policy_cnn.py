@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Choosing what to echo on the CNN with random crop and flip, echoing
 before augmentation: uniform echoing against the MLP's best policy
 (policy.BEST_POLICY), at the augment experiment's settings."""

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """How results become RESULTS.md and pictures: Markdown tables and
 sections, and gnuplot."""
 import math

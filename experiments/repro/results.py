@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The CSVs: one per experiment, one row per finished cell (its settings,
 the trainer's results and the context of the run), and the summaries the
 reports and plots make of them."""

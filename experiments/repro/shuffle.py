@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Echo shuffle buffer at e = 4 (the paper's Figure 7): the MLP with the
 echoed copies shuffled over 0, 1000 or 10000 items."""
 from .batch import by_setting

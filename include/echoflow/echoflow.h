@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * echoflow: input pipelines for neural-network training, built around data
  * echoing. This is the only public header.

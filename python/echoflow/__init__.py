@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """echoflow: training input pipelines built around data echoing.
 
     import echoflow

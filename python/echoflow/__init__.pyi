@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 from typing import (Any, Callable, Dict, Iterable, Iterator, List, Mapping,
                     Optional, Sequence, Tuple, Union)
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """echoflow for PyTorch: a Loader that yields torch tensors sharing the
 pipeline's memory, sharded over torch.distributed ranks and DataLoader
 workers.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The exception classes: echoflow.Error, and one subclass per error status
  * of the library, so a caller can catch a data error apart from a bad
  * spec. Every one carries the library's message (file, offset, what was

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Ctrl-C while the main thread waits in ef_pipeline_next().
  *
  * The wait runs with the GIL released, in C, where Python's own SIGINT

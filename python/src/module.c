@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* echoflow._echoflow: the extension module. Its types and exceptions are
  * re-exported by the echoflow package (python/echoflow/__init__.py). */
 #include "pyef.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* echoflow._Pipeline: the C half of echoflow.Pipeline (python/echoflow/
  * __init__.py binds its Python maps to their names with bind_map(), then
  * hands the whole spec to parse(), which the library reads). Iterating

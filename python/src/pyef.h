@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The echoflow Python extension (echoflow._echoflow): what its files share.
  * It is written on the public header alone, like any other user of the

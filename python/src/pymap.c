@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Python callables as map stages. The pipeline's map threads call
  * pyef_map_call(), which takes the GIL, hands the callable the input as an
  * echoflow.Sample, and builds the output sample from the mapping it

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Python iterables as the first stage: echoflow.Pipeline(spec, source=...).
  *
  * A Python thread (echoflow._feed_loop) iterates the user's iterable, a

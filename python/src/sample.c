@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* echoflow.Sample: what iterating a pipeline yields, a dict of field name to
  * Tensor that also carries the sample's identity (echoflow.Identity: source
  * index, epoch, echo copy, and for a batch its count of fresh examples),

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* echoflow.Tensor: one field of a sample, read-only, exported without a copy
  * through the buffer protocol (PEP 3118) and DLPack 0.6. A Tensor holds a
  * reference on the field's ef_buffer, and so does every export of it (a

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* echoflow.write_tokens: a pipeline's documents into a token file (raw
  * uint16 or uint32 ids), through ef_token_writer; what nanoGPT's
  * prepare.py does with numpy, for the tokens source to read. */

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Fixtures of the Python tests. They run against the build tree:
 PYTHONPATH=build/python and ECHOFLOW_CLI=build/echoflow (ctest sets both;
 by hand: `cd build && ctest -R python -V`)."""

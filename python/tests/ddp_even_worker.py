@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """One rank of the 2-process gloo job of test_ddp_even_steps.py.
 
     ddp_even_worker.py RANK WORLD_SIZE INIT_FILE OUT_JSON SCENARIOS_JSON

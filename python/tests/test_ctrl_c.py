@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Ctrl-C in a loop over echoflow.torch.echo(DataLoader): the loop gets
 KeyboardInterrupt at once and the process ends about when the DataLoader's
 alone would. bench/ctrl_c.py measures both kinds side by side (and exactly,

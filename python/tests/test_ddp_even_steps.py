@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """even_steps: every rank of a DistributedDataParallel job takes the same
 number of steps per epoch, also with echo:factor=auto.
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Every dtype, text field and batch structure a PyTorch user hands over:
 through a Python source, a Loader and echo(DataLoader), with values and
 dtypes exact, and each refusal naming the field and the dtype."""

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """examples/dataloader_echo.py: a stock torchvision ImageFolder pipeline
 (PIL, transforms, two DataLoader workers) behind a slow file system,
 trained to a target accuracy as it is and wrapped in echoflow.torch.echo().

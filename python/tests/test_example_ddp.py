@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """examples/pytorch_ddp.py: two DistributedDataParallel ranks reading
 Fashion-MNIST through echoflow with echoing.
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The preprocessing service from Python: examples/pytorch_service.py, a
 PyTorch trainer reading Fashion-MNIST that `echoflow serve` workers decode
 on other ranks of one mpirun job (one epoch must hold the 60,000 examples

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """examples/pytorch_train.py: a CNN trained to a target accuracy without
 and with data echoing, behind a throttled HTTP upstream.
 

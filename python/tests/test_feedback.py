@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Sample.members and Pipeline.feedback(): a batch's identities, and
 per-example values (losses) given back to the echo stages for echo
 policies (echo:policy=...)."""

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Fields that are not tensors of one shape, as a PyTorch user meets them:
 WebDataset keys and captions of different lengths, select and drop, and
 maps that hand such fields on."""

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The `files` source against torchvision: an ImageFolder tree of real
 Fashion-MNIST images (PNG and JPEG, nested folders, upper-case
 extensions, other files beside them) is listed in exactly the order and

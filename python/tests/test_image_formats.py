@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """decode against PIL for the formats torchvision's ImageFolder opens
 beyond JPEG and PNG (BMP, WebP, TIFF, PPM, PGM) and GIF's first frame:
 files written by PIL (or by hand, for variants PIL does not write) decode

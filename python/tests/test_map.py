@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Python callables as map stages: Pipeline(spec, maps={"name": fn})."""
 import subprocess
 import sys

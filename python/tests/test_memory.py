@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The memory budget bounds what a pipeline holds: each source, and
 tokenize, on hostile sizes (huge files, records, lines, words; many
 readers; endless HTTP bodies) under a small budget, each in a child

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """echoflow.Pipeline and echoflow.Tensor: zero copy, lifetime, dtypes,
 stats, errors, threads and Ctrl-C."""
 import gc

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Python iterables as the first stage (Pipeline(spec, source=...)) and
 echoflow.torch.echo() over a DataLoader."""
 import os

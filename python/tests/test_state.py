@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Checkpoints from Python: Pipeline.state_dict() / load_state_dict() and
 the torch Loader's. A state taken after k items and loaded into a new
 pipeline (or Loader) gives exactly what the uninterrupted run gives after

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The text sources, `jsonl` and `text`: documents equal to what Python's
 json module and str.splitlines read, plain, gzip and zstd, local and over
 HTTP (connections cut too); shards; blank lines counted; bad lines named

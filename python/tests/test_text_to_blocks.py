@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Text to batches of token blocks, end to end: WordNet's glosses as JSON
 Lines (zstd) served over HTTP (connections cut too), `jsonl | tokenize |
 pack_tokens | batch` against the same blocks made in Python (json,

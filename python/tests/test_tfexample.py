@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """tfrecord | tfexample: tf.train.Example records written by protobuf
 itself (Debian's python3-protobuf), read back through echoflow.Pipeline and
 echoflow.torch.Loader exactly, and decoded end to end.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The tokenize stage against the reference tokenizers, document by
 document, on a real corpus: WordNet's glosses (Debian's wordnet-base)
 and a few texts that test the edges (accents, CJK, emoji, contractions,

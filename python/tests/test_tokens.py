@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Token files for language models: echoflow.write_tokens writes what
 nanoGPT's prepare.py writes with numpy (raw uint16/uint32 ids), and the
 tokens source reads such files back as blocks of inputs and next-token

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """echoflow.torch.Loader: torch tensors without a copy, sharding by rank and
 by DataLoader worker, epochs."""
 import os

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """echoflow.torch.Loader's hand-out rules: tensors that may be written in
 place without reaching an echoed copy, DataLoader's batch_size refused for
 batches, more DataLoader workers than the data has parts, as_tuple and

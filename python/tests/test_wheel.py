@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The package installs the Python way: pyproject.toml and setup.py build a
 wheel against the C library, and the wheel installs into a fresh virtual
 environment and runs a pipeline there, away from the source tree.

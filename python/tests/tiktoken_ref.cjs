@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // js-tiktoken as the reference of the tokenize stage's BPE (test_tokenize.py).
 //   node tiktoken_ref.cjs NODE_MODULES ranks OUT
 //     writes GPT-2's ranks as a tiktoken rank file: "BASE64 RANK" lines

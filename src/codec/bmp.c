@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* BMP, read here (the format is a header and rows of pixels): Windows
  * headers of 40 to 124 bytes and the OS/2 one of 12, palettes of 1, 4 and
  * 8 bits, and 16, 24 and 32-bit pixels, plain or with bit-field masks,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* CIFAR-10 binary records (see cifar.h). */
 #include "codec/cifar.h"
 

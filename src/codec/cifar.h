@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The CIFAR-10 binary format: records of 3073 bytes, a label byte (0 to 9)
  * then a 32x32 colour image as three planes (red, green, blue), each row
  * by row. No header: a file is records back to back. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* GIF through giflib: the first frame only, as PIL's Image.open() gives
  * it. The canvas is the logical screen (grown to hold the frame if it
  * reaches past it), filled with the frame's transparent index, or index

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* IDX parsing (see idx.h). */
 #include "codec/idx.h"
 

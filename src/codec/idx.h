@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The IDX format of MNIST and Fashion-MNIST: a big-endian header (two zero
  * bytes, a type code, the number of dimensions, then each dimension as a
  * u32) followed by the data, big-endian, row-major. */

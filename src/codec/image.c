@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Image decoding's front door: picks the decoder by magic bytes (never by
  * file name: datasets hold PNGs named .jpg). The decoders' shared checks
  * and helpers are in pixels.c, below them all. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Still images: JPEG (libjpeg-turbo's TurboJPEG API; windows through its
  * libjpeg API), PNG (libspng), WebP (libwebp), TIFF (libtiff), GIF's first
  * frame (giflib), and BMP and Netpbm (PBM, PGM, PPM: read here), decoded

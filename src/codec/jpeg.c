@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* JPEG through libjpeg-turbo's TurboJPEG API.
  *
  * libjpeg treats a truncated or damaged stream as a warning and fills the

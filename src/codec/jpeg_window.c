@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* A window of a JPEG, decoded through libjpeg's own API: columns cropped
  * (jpeg_crop_scanline), rows above the window skipped (jpeg_skip_scanlines,
  * which still entropy-decodes them), and decoding stopped after the

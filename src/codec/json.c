@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* JSON Lines: one key's string value (see json.h). A recursive descent
  * over the line's bytes; nothing is allocated. */
 #include "codec/json.h"

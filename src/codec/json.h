@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* JSON Lines: the string value of one key of an object (RFC 8259), as the
  * jsonl source reads a document's text from each line.
  *

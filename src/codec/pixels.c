@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* What the image codecs share (see pixels.h). */
 #include "codec/pixels.h"
 

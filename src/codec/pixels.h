@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* What the image codecs share: the size limits every header is checked
  * against, the decoded buffer's allocation, and conversions between
  * layouts. The dependency runs one way: image.c dispatches to the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* PNG through libspng: decoding to 8-bit gray or RGB, and encoding 8-bit
  * gray or RGB (what `echoflow pack` writes). libspng allocates through our
  * hook, so the allocation-failure tests reach inside it too. */

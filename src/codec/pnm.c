@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Netpbm images, read here: PBM (P1, P4), PGM (P2, P5) and PPM (P3, P6),
  * plain (ASCII) and binary, with '#' comments in the header. Samples of
  * any maxval up to 65535 (two bytes, big-endian, above 255) are scaled to

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Streaming tar reading (see tar.h).
  *
  * Header layout (POSIX.1-1988 ustar; offsets in the 512-byte block):

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Streaming tar reading: member after member, front to back, over a byte
  * stream (file, gzip, HTTP), never seeking.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The ustar writer (see tar_write.h; the header layout is described at
  * the top of tar.c). */
 #include "codec/tar_write.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* A small ustar writer (for `echoflow pack` and for tests): regular files
  * only, one header block per member, reproducible (mode 0644, owner 0,
  * time 0). */

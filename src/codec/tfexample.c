@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tf.train.Example reading (see tfexample.h).
  *
  * One pass over the Example's framing finds the last map entry of each

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tf.train.Example records: a hand-written reader of the protobuf wire
  * format for the few messages an Example is made of (no libprotobuf):
  *

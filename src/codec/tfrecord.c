@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* TFRecord reading (see tfrecord.h). */
 #include "codec/tfrecord.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* TFRecord framing: each record is
  *     u64 length (little-endian)
  *     u32 masked CRC-32C of the 8 length bytes

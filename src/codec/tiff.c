@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* TIFF through libtiff: the first image of the file. 8-bit gray and RGB
  * in strips (any compression libtiff has: none, LZW, deflate, PackBits
  * ...) are read row by row and keep their samples exactly, extra samples

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* WebDataset grouping (see wds.h). */
 #include "codec/wds.h"
 

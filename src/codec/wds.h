@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* WebDataset grouping: consecutive tar members with the same key form one
  * sample. The key is the member's path up to the first dot of its last
  * component, the field name the rest after that dot, lowercased:

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* WebP through libwebp: lossy and lossless still images, decoded to RGB
  * (alpha dropped, as PIL's convert("RGB") drops it). Animated WebPs need
  * libwebp's demuxer and are refused by name. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* CRC-32C, table-driven, eight bytes per step ("slicing-by-8"): table[0]
  * is the classic byte-at-a-time table for the reflected Castagnoli
  * polynomial 0x82F63B78; table[k][b] is the CRC of byte b followed by k

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* CRC-32C (Castagnoli), the checksum of TFRecord framing, and the "masked"
  * form TFRecord stores so that a CRC of data that itself holds CRCs does
  * not degenerate. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The 16-bit floats of the public API (echoflow.h), for callers that read
  * f16 and bf16 fields: the Python extension among them. */
 #include "common/half.h"

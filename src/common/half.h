@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The two 16-bit float formats, to and from float: IEEE binary16 (f16) and
  * bfloat16 (bf16, the top half of a float32). Rounding to 16 bits is to
  * nearest, ties to even, as numpy and torch round; NaN stays NaN. Inline,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Allocation wrappers with a failure hook for tests (see alloc.h). */
 #include "core/alloc.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Allocation through one hook, so tests can fail the N-th allocation and
  * check that the error comes back cleanly with nothing leaked. */
 #ifndef EF_CORE_ALLOC_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The memory budget (see budget.h). */
 #include "core/budget.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The memory budget: a pipeline-wide limit on the payload bytes its
  * buffers hold (read-ahead queues, shuffle buffers, echo pools).
  *

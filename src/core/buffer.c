@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Reference-counted byte buffers. An owned buffer stores its bytes right
  * after the header (one allocation); a wrapped one points at memory owned
  * elsewhere and calls the owner's release function on the last reference.

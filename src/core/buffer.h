@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Buffer internals: references taken and dropped several at a time, and
  * the reuse of large buffers (buffer.c). */
 #ifndef EF_CORE_BUFFER_H

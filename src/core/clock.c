@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Monotonic clocks: CLOCK_MONOTONIC, the cheaper per-item timer (see
  * clock.h for what it promises), and the one place that knows a second is
  * 1e9 ns. */

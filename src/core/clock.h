@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Monotonic time in nanoseconds: a precise clock for deadlines and time
  * lines, a cheaper one for timing every item, and the conversions. */
 #ifndef EF_CORE_CLOCK_H

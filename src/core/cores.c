@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The cores this process may use (see cores.h). */
 #define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT */
 #include "core/cores.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* How many cores this process may run on. */
 #ifndef EF_CORE_CORES_H
 #define EF_CORE_CORES_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Detailed error messages (see err.h). */
 #include "core/err.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Detailed error messages that travel with a status code.
  *
  * Every internal call that can fail takes an ef__err *: the callee fills it

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The interned field names (names.h): an open-addressing hash set of
  * pointers under one lock. Lookups take the lock too: adding a field is
  * far from the hottest path (one per field a source or transform makes),

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Field names, interned: each distinct name is stored once for the life
  * of the process, so a sample's fields hold a pointer, not a copy, and
  * cloning a sample copies no name whatever its length. */

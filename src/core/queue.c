@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The bounded queue (see queue.h).
  *
  * Lock rules: `mu` guards every field of the queue but the atomics `out`

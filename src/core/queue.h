@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The bounded queue every asynchronous stage uses.
  *
  * A ring of items guarded by one mutex, with two condition variables

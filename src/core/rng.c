@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Counter-based generator: a 64-bit mixing function (the finaliser of
  * SplitMix64) applied to the key and a counter. Stateless apart from the
  * counter, so any decision can be recomputed from its key. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Counter-based random numbers.
  *
  * A generator is a key and a counter, nothing shared: the key hashes

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* How many items a thread takes and hands over at once (a run), from what
  * the items it moved before cost.
  *

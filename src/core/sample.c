@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Samples: named tensor fields viewing reference-counted buffers. */
 #include "core/sample.h"
 

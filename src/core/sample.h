@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Sample internals: an array of fields, each a view into a
  * reference-counted buffer. The first EF__INLINE_FIELDS live in the
  * header, so the common sample is one allocation (or none, from a pool);

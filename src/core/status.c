@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Status codes: texts and names from the one X-macro list in the header. */
 #include "echoflow/echoflow.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* HTTP(S) byte streams through libcurl (see stream_backend.h).
  *
  * Pull design: each stream owns one easy handle on a private multi handle,

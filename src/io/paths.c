@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Path lists with brace expansion (see paths.h).
  *
  * A word is parsed on the fly, never into a tree: a sequence is literal

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Lists of paths or URLs for sources that read many files: the text is
  * split at white space and each word is brace-expanded the way shells and
  * WebDataset write shard lists:

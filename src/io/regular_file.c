@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Opening a local regular file (regular_file.h). */
 #include "io/regular_file.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Opening a local file that must be a regular one: a model, a list of
  * files. A FIFO's open would wait for a writer for good and a device
  * (/dev/zero) never ends, so anything else is refused before a byte is

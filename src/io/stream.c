@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Byte streams (see stream.h): a raw backend (file, memory or HTTP) with
  * optional gzip or zstd inflation, the offset, cancellation and
  * statistics. */

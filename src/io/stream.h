@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Byte streams read front to back in pieces: local files, memory, and
  * http:// or https:// URLs (libcurl), with gzip or zstd inflated on the
  * fly. Parsers of container formats (tar, TFRecord) and of lines of text

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* What a source of raw bytes provides to stream.c, which adds gzip,
  * offsets, cancellation and statistics on top. */
 #ifndef EF_IO_STREAM_BACKEND_H

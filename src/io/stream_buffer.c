@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Untrusted-length reads into buffers (see stream_buffer.h). */
 #include "io/stream_buffer.h"
 

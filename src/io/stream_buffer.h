@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Reading a length-prefixed piece of a stream (a tar member, a TFRecord
  * record) into a buffer of its own, without trusting the length: a header
  * can claim a gigabyte in a file of a few hundred bytes. */

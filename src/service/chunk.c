@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Chunk headers (see chunk.h). The layout, native byte order:
  *   u32 magic, u32 zero, i64 items, u64 payload bytes
  *   per sample: i64 index, i64 epoch, i32 echo_copy, i32 fresh,

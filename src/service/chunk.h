@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* A chunk: the samples of one service message (docs/design.md,
  * "Preprocessing service"). A worker sends a chunk as two MPI messages:
  * the header, which describes every sample and field, and the payload,

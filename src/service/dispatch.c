@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The dispatcher: hands out the splits of each epoch to the workers as
  * they ask (dynamic sharding), so a slow worker takes fewer. It runs on
  * a thread of the first worker.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Whether a launcher started this process: in every build, with MPI or
  * without (session.c, none.c). */
 #include <stdlib.h>

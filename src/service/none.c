@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The service's calls in a build without MPI: each says what to install
  * (the `service` source says so too). */
 #include <stdio.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The trainer's receiving side: one thread per process takes the
  * workers' messages and hands their samples to the reader attached now
  * (the `service` source of the pipeline reading), and gives the workers

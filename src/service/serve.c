@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* A worker (ef_service_serve): asks the dispatcher for splits, runs the
  * spec on each, and sends its samples in chunks to the trainers that
  * have room.

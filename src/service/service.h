@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The preprocessing service inside the library: the process's place in
  * the MPI job (session.c), the dispatcher (dispatch.c), a worker's loop
  * (serve.c) and the trainer's receiving side, which the `service` source

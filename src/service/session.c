@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* This process's place in the service's MPI job: joining (MPI started,
  * roles and settings compared, communicators made) and leaving. */
 #include <pthread.h>

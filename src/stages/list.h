@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Every stage of the registry, once: EF_STAGE(folder, name) for the stage
  * `name` defined as ef__stage_<name> in src/stages/<folder>/<name>.c.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Byte-level BPE from tiktoken rank files (bpe.h): the rank file's
  * parser and hash map, tiktoken's pairwise merge, and the GPT-2 split
  * (PCRE2, when the build has it). */

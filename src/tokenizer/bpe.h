@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Byte-level BPE as tiktoken does it, from a tiktoken rank file.
  *
  * The file: one token a line, "BASE64 RANK", the token's bytes in

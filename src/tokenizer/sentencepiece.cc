@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // SentencePiece behind sentencepiece.h's C interface. No C++ exception
 // leaves this file: each entry point catches them all (std::bad_alloc
 // becomes EF__SPM_NOMEM, anything else EF__SPM_FAILED with its text).

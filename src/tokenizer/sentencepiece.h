@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* SentencePiece models through libsentencepiece (C++), behind a C
  * interface: sentencepiece.cc catches every C++ exception at this
  * boundary. Built only when the library is found (EF_HAVE_SENTENCEPIECE).

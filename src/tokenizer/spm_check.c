@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* SentencePiece model checks (spm_check.h). The layouts are those of
  * sentencepiece's normalizer.cc (the charsmap blob) and darts-clone's
  * darts.h (the trie's units), which this file reads but does not use. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Checks of a SentencePiece model's bytes that libsentencepiece does not
  * make: its normalizers' precompiled_charsmap, a double-array trie that
  * the library walks without bounds checks, so a corrupt one crashes the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Tokenizers (tokenizer.h): reading the model file, telling its kind
  * from its first bytes, and handing each text to the kind's encoder. */
 #include <errno.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Tokenizers: text (UTF-8 bytes) to token ids, for the tokenize stage.
  *
  * Two kinds, each behind an optional dependency: SentencePiece models

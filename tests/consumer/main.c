@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Runs a small pipeline through the installed library and checks that the
  * header and the library agree on the version. */
 #include <stdio.h>

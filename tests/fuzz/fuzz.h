@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* What every fuzz target shares: the entry point it defines, and the way
  * it checks an invariant. libFuzzer calls the entry point with each input;
  * replay.c calls it with each file of a corpus, so a corpus also runs as an

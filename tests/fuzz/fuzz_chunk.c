@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Fuzz target for service chunk headers (src/service/chunk.c): what a
  * trainer reads from a worker's message.
  *

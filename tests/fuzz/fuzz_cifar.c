@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Fuzz target for CIFAR-10 records (src/codec/cifar.c).
  *
  * Each input is a whole file. The size check must accept exactly the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Fuzz target for the list files of the `files` source
  * (ef__files_parse_list in src/stages/sources/files_list.c).
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Fuzz target for the IDX parser (src/codec/idx.c).
  *
  * Each input is a whole file. On failure the status and the message are

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Fuzz target for the image formats beyond JPEG and PNG: WebP (libwebp),
  * TIFF (libtiff), GIF (giflib), BMP and Netpbm (src/codec/bmp.c, pnm.c),
  * each through ef__image_decode as the decode stage calls it.

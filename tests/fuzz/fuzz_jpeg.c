@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Fuzz target for JPEG decoding (src/codec/jpeg.c through
  * ef__image_decode) and encoding.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Fuzz target for decoding a window of a JPEG (src/codec/jpeg_window.c
  * through ef__image_decode_window), as decode_crop does.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Fuzz target for the JSON Lines reader (src/codec/json.c).
  *
  * Each input is one line, read for the key "text" and for the key "a"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Fuzz target for path lists with brace expansion (src/io/paths.c).
  *
  * Each input is a list as a user would write it in a `urls` or `files`

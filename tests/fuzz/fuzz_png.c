@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Fuzz target for PNG decoding (src/codec/png.c through ef__image_decode)
  * and encoding.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Fuzz target for text specs: ef_pipeline_parse (src/spec.c, src/options.c,
  * each stage's create) and, when that is cheap, a few pulls.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Fuzz target for the checks of SentencePiece models
  * (src/tokenizer/spm_check.c).
  *

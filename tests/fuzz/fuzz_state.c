@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Fuzz target for pipeline checkpoints: ef_pipeline_restore_state
  * (src/state.c, src/pipeline_state.c and the stages' restore and fetch
  * hooks), then a few pulls.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Fuzz target for byte streams (src/io/stream.c): the sniffing, plain,
  * gzip and zstd reading that every file source reads through.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Fuzz target for the tar reader (src/codec/tar.c) and WebDataset grouping
  * (src/codec/wds.c).
  *

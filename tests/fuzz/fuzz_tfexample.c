@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Fuzz target for the tf.train.Example reader (src/codec/tfexample.c).
  *
  * Each input is one serialized Example, read for a fixed set of feature

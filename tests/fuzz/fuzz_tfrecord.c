@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Fuzz target for TFRecord framing (src/codec/tfrecord.c) and CRC-32C
  * (src/common/crc32c.c).
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Fuzz target for tiktoken rank files and the BPE encoder
  * (src/tokenizer/bpe.c).
  *

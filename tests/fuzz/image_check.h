@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Invariants of ef__image_decode shared by fuzz_png.c and fuzz_jpeg.c:
  * a failure is a known status with a message naming the input; a success
  * is a buffer of exactly H*W*C bytes within the documented limits, every

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """Writes the hand-made seeds of corpus/png, corpus/jpeg, corpus/image
 (WebP, TIFF, GIF, BMP, Netpbm) and corpus/jpeg_window (run from any directory; existing seeds are
 overwritten, inputs the fuzzer added are kept; name the kinds to write

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Writes the hand-made seeds of corpus/idx, corpus/spec, corpus/tar,
 corpus/tfrecord, corpus/tfexample, corpus/cifar, corpus/paths, corpus/jsonl,
 corpus/tiktoken, corpus/spm_model and corpus/chunk (run from any directory;

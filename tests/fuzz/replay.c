@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Replays a corpus through a fuzz target without libFuzzer: every regular
  * file of each directory argument (in name order), or each file argument,
  * is read into a buffer of exactly its size and handed to

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* batch: stacks `size` samples into one whose fields have a leading batch
  * dimension. Every sample of a batch must have the same fields and
  * dtypes; a mismatch is an error naming the sample and the field. A field

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* echo: data echoing.
  *
  * Fixed factor F: each item from upstream is emitted F times (fractional F:
@@ -34,17 +35,9 @@
 #include "core/alloc.h"
 #include "core/clock.h"
 #include "core/sample.h"
-#include "feed.h"
 #include "stage.h"
 #include "state.h"
-#include "stages/flow/echo_policy.h"
-#include "stages/flow/echo_pool.h"
-#include "stages/flow/echo_rates.h"
-#include "stages/flow/shuffle_buffer.h"
-
-/* The most items the pump of factor=auto reads ahead when the downstream
- * asks in bursts (pump_take); a larger pool= reads that far ahead anyway. */
-#define PUMP_MAX 1024
+#include "stages/flow/echo_stage.h"
 
 /* A fixed factor starts reading ahead on a thread of its own once its
  * first READ_AHEAD_AFTER fresh items took READ_AHEAD_NS or more each to
@@ -54,77 +47,32 @@
 #define READ_AHEAD_AFTER 16
 #define READ_AHEAD_NS 20000
 
-/* A fixed factor uses `held` and the fields below it; auto, the pool. */
-typedef enum { ECHO_FIXED, ECHO_AUTO } echo_mode;
-
-typedef struct {
-    echo_mode mode;
-    double factor; /* fixed */
-    int max;       /* auto: copies per item at most */
-    size_t shuffle;
-    /* fixed factor */
-    ef_sample *held; /* the fresh item whose copies are still due; it
-                        holds copies_left - 1 buffer references per field
-                        beyond its own, taken ahead for the copies */
-    int copies_left; /* copies of `held` still to emit */
-    int next_copy;   /* echo_copy number of the next copy */
-    /* where the upstream cannot be polled, a thread reading it ahead:
-     * factor=auto's from open, a fixed factor's once the upstream proved
-     * slow (take_fixed); read by cancel from any thread */
-    ef__feed *_Atomic pump;
-    int pump_considered; /* a fixed factor: take_fixed has decided */
-    /* auto */
-    /* the pump's read-ahead: starts at `pool` and deepens like prefetch's
-     * depth=auto (pump_take) */
-    size_t pump_depth;
-    int ran_ahead;               /* the pump's queue was full since the
-                                    stage last found it empty */
-    uint64_t taken_bytes, taken; /* handed out by the pump, for the bound */
-    size_t pool_cap;             /* the pool's slots */
-    ef__echo_pool *pool;         /* auto, or a policy: the items echoed from */
-    /* a policy: NULL for uniform. Fixed factor: echoes due, and drawn
-     * from the pool, as each fresh item adds factor - 1 */
-    ef__policy *policy;
-    double owed;
-    _Atomic uint64_t fed, stale; /* values fed back: matched, not held */
-    /* both */
-    ef__sample_pool *headers; /* where our copies' headers come from */
-    ef__shufbuf buf;
-    ef__rng rng;  /* shuffle draws, keyed per epoch */
-    int restored; /* rng came from a state: open leaves it */
-    ef__rates rates;
-    int passing; /* 0: no item out this pass yet, 1: one, 2: more */
-    int factor_warned; /* watch_factor warned */
-    _Atomic uint64_t fresh, echoed; /* items emitted: new, and copies */
-    const _Atomic uint64_t *up_ns, *up_items; /* where t_up is measured */
-} echo_state;
-
 static int echo_create(ef__stage *s, const ef__opts *o, ef__err *err)
 {
-    echo_state *st = ef__stage_new_state(s, sizeof *st, err);
+    ef__echo_state *st = ef__stage_new_state(s, sizeof *st, err);
     if (!st)
         return EF_ENOMEM;
     st->headers = ef__sample_pool_new();
     if (!st->headers)
         return ef__err_set(err, EF_ENOMEM, "echo: out of memory");
     st->factor = ef__opt_factor(o, "factor");
-    st->mode = st->factor == 0 ? ECHO_AUTO : ECHO_FIXED;
+    st->mode = st->factor == 0 ? EF__ECHO_AUTO : EF__ECHO_FIXED;
     st->max = (int)ef__opt_int(o, "max");
     st->shuffle = (size_t)ef__opt_int(o, "shuffle");
     st->pool_cap = (size_t)ef__opt_int(o, "pool");
-    ef__policy_kind kind;
+    const ef__policy_def *policy_def;
     const char *policy = ef__opt_string(o, "policy");
-    if (ef__policy_parse(policy, &kind) != 0)
+    if (ef__policy_parse(policy, &policy_def) != 0)
         return ef__err_set(err, EF_ESPEC,
                            "stage 'echo': option 'policy' is '%s', expected "
                            "%s",
                            policy, ef__policy_names());
-    if (kind == EF__POLICY_UNIFORM && ef__opt_given(o, "mix"))
+    if (!policy_def && ef__opt_given(o, "mix"))
         return ef__err_set(err, EF_ESPEC,
                            "stage 'echo': option 'mix' tempers a policy "
                            "toward uniform picks; with policy=uniform every "
                            "pick is uniform (drop it, or set a policy)");
-    if (st->mode == ECHO_FIXED && kind == EF__POLICY_UNIFORM &&
+    if (st->mode == EF__ECHO_FIXED && !policy_def &&
         (ef__opt_given(o, "max") || ef__opt_given(o, "pool")))
         return ef__err_set(err, EF_ESPEC,
                            "stage 'echo': options 'max' and 'pool' apply to "
@@ -133,13 +81,12 @@ static int echo_create(ef__stage *s, const ef__opts *o, ef__err *err)
                            "factor=auto, or set a policy)",
                            st->factor);
     /* echoes due, spread by priority, need room above the factor */
-    if (st->mode == ECHO_FIXED && kind != EF__POLICY_UNIFORM &&
-        !ef__opt_given(o, "max"))
+    if (st->mode == EF__ECHO_FIXED && policy_def && !ef__opt_given(o, "max"))
         st->max = (int)fmax(st->max, 2 * ceil(st->factor));
-    if (st->mode == ECHO_AUTO || kind != EF__POLICY_UNIFORM) {
-        if (kind != EF__POLICY_UNIFORM)
-            st->policy = ef__policy_new(kind, st->pool_cap);
-        if (kind == EF__POLICY_UNIFORM || st->policy)
+    if (st->mode == EF__ECHO_AUTO || policy_def) {
+        if (policy_def)
+            st->policy = ef__policy_new(policy_def, st->pool_cap);
+        if (!policy_def || st->policy)
             st->pool = ef__echo_pool_new(st->pool_cap, st->max, st->policy,
                                          ef__opt_float(o, "mix"), st->headers,
                                          &s->ctx->budget);
@@ -156,38 +103,9 @@ static int echo_create(ef__stage *s, const ef__opts *o, ef__err *err)
     return EF_OK;
 }
 
-/* Starts the pump: a thread of the stage's own that reads the upstream
- * ahead into a queue of `pool` items at first (pump_take deepens it). */
-static int start_pump(ef__stage *s, echo_state *st, ef__err *err)
-{
-    ef__feed *f = ef__calloc(1, sizeof *f);
-    if (!f)
-        return ef__err_set(err, EF_ENOMEM, "echo: out of memory");
-    size_t cap = st->pool_cap > PUMP_MAX ? st->pool_cap : PUMP_MAX;
-    int rc = ef__feed_init(f, s, cap, 1, ef__feed_pump, f, err);
-    if (rc == EF_OK) {
-        st->pump_depth = st->pool_cap;
-        ef__queue_set_limit(&f->q, st->pump_depth);
-        atomic_store(&s->depth_now, (int)st->pump_depth);
-    }
-    if (rc == EF_OK)
-        rc = ef__feed_start(f, err);
-    if (rc != EF_OK) {
-        ef__feed_destroy(f);
-        ef__free(f);
-        return rc;
-    }
-    /* a stop from another thread that did not see the feed set the flag
-     * before looking: seen here (both sides sequentially consistent) */
-    atomic_store(&st->pump, f);
-    if (atomic_load(&s->ctx->cancelled))
-        ef__feed_cancel(f);
-    return EF_OK;
-}
-
 static int echo_open(ef__stage *s, ef__err *err)
 {
-    echo_state *st = s->state;
+    ef__echo_state *st = s->state;
     /* keyed at open: the seed may be set after the stage was added */
     if (!st->restored)
         ef__rng_init(&st->rng, s->ctx->seed, (uint64_t)s->index, -1, 0, 0);
@@ -206,18 +124,18 @@ static int echo_open(ef__stage *s, ef__err *err)
         ef__shufbuf_watch(&st->buf, s, label,
                           "use a smaller shuffle=, or a faster upstream");
     }
-    if (st->mode == ECHO_AUTO && !s->up->def->poll)
-        return start_pump(s, st, err);
+    if (st->mode == EF__ECHO_AUTO && !s->up->def->poll)
+        return ef__echo_start_pump(s, st, err);
     return EF_OK;
 }
 
 /* ---- fixed factor --------------------------------------------------- */
 
-static int take_fixed(ef__stage *s, echo_state *st, ef_sample **out,
+static int take_fixed(ef__stage *s, ef__echo_state *st, ef_sample **out,
                       ef__err *err);
 
 /* How many times to emit `smp` in all (>= 1). */
-static int copies_for(const ef__stage *s, const echo_state *st,
+static int copies_for(const ef__stage *s, const ef__echo_state *st,
                       const ef_sample *smp)
 {
     double whole = floor(st->factor);
@@ -235,7 +153,7 @@ static int copies_for(const ef__stage *s, const echo_state *st,
  * counts its examples that were fresh when it was built; its echoes bring
  * none, so that the sum of `fresh` over a pass counts the fresh examples
  * once whatever the echo placement (docs/python.md). */
-static void mark_copy(ef_sample *copy, int k)
+void ef__echo_mark_copy(ef_sample *copy, int k)
 {
     assert(k > 0);
     copy->id.echo_copy = k;
@@ -246,7 +164,7 @@ static void mark_copy(ef_sample *copy, int k)
 static int fixed_next(void *arg, ef_sample **out, ef__err *err)
 {
     ef__stage *s = arg;
-    echo_state *st = s->state;
+    ef__echo_state *st = s->state;
     if (st->copies_left == 0) {
         ef_sample *fresh;
         int rc = take_fixed(s, st, &fresh, err);
@@ -283,7 +201,7 @@ static int fixed_next(void *arg, ef_sample **out, ef__err *err)
             return ef__err_set(err, EF_ENOMEM, "echo: out of memory");
         }
     }
-    mark_copy(copy, st->next_copy++);
+    ef__echo_mark_copy(copy, st->next_copy++);
     ef__stat_add(&st->echoed, 1);
     *out = copy;
     return EF_OK;
@@ -291,65 +209,11 @@ static int fixed_next(void *arg, ef_sample **out, ef__err *err)
 
 /* ---- automatic ------------------------------------------------------ */
 
-/* The pump's queue was found empty after it had run ahead: a deeper one.
- * Doubles up to PUMP_MAX, or what a quarter of the memory budget holds at
- * the bytes per item taken so far; never below `pool`. */
-static void pump_deepen(ef__stage *s, echo_state *st)
-{
-    uint64_t bound = PUMP_MAX, budget = s->ctx->budget.limit;
-    if (budget && st->taken && st->taken_bytes) {
-        uint64_t per_item = st->taken_bytes / st->taken;
-        uint64_t fits = budget / 4 / (per_item ? per_item : 1);
-        bound = fits < bound ? fits : bound;
-    }
-    if (bound < st->pool_cap)
-        bound = st->pool_cap;
-    size_t want =
-        2 * st->pump_depth < bound ? 2 * st->pump_depth : (size_t)bound;
-    if (want == st->pump_depth)
-        return;
-    st->pump_depth = want;
-    ef__queue_set_limit(&st->pump->q, want);
-    atomic_store(&s->depth_now, (int)want);
-}
-
-/* A take from the pump that watches its queue. A queue that filled since
- * the stage last found it empty says the upstream ran ahead of the
- * downstream meanwhile: finding it empty now is a burst of requests (a
- * `batch` downstream asks for its whole batch at once) longer than the
- * read-ahead, not a slow upstream. Then the stage waits for the fresh
- * item, which the upstream is about to give, rather than echo, and
- * deepens the queue so the next burst fits (prefetch's depth=auto rule).
- * An upstream slower than the downstream never fills the queue, so it is
- * echoed as before. */
-static int pump_take(ef__stage *s, echo_state *st, int block, ef_sample **out,
-                     ef__err *err)
-{
-    ef__feed *f = st->pump;
-    int rc = ef__feed_take(f, out, 0, err);
-    if (rc == EF_AGAIN) {
-        if (st->ran_ahead) {
-            st->ran_ahead = 0;
-            pump_deepen(s, st);
-            block = 1;
-        }
-        if (block)
-            rc = ef__feed_take(f, out, 1, err);
-    } else if (rc == EF_OK && atomic_load(&f->q.queued) + 1 >= st->pump_depth) {
-        st->ran_ahead = 1; /* it held pump_depth items before this take */
-    }
-    if (rc == EF_OK && *out) {
-        st->taken_bytes += ef__sample_bytes(*out);
-        st->taken++;
-    }
-    return rc;
-}
-
-static int take_fresh(ef__stage *s, echo_state *st, int block, ef_sample **out,
-                      ef__err *err)
+static int take_fresh(ef__stage *s, ef__echo_state *st, int block,
+                      ef_sample **out, ef__err *err)
 {
     if (st->pump)
-        return pump_take(s, st, block, out, err);
+        return ef__echo_pump_take(s, st, block, out, err);
     return block ? ef__stage_pull(s, out, err) : ef__stage_poll(s, out, err);
 }
 
@@ -358,7 +222,7 @@ static int take_fresh(ef__stage *s, echo_state *st, int block, ef_sample **out,
  * work, echoes or not; so once the upstream proved slow (READ_AHEAD_NS)
  * the stage reads it ahead, as factor=auto always does. The order of
  * items is the same either way: the pump reads them in order. */
-static int take_fixed(ef__stage *s, echo_state *st, ef_sample **out,
+static int take_fixed(ef__stage *s, ef__echo_state *st, ef_sample **out,
                       ef__err *err)
 {
     if (!st->pump_considered && !s->up->def->poll) {
@@ -366,7 +230,7 @@ static int take_fixed(ef__stage *s, echo_state *st, ef_sample **out,
         if (n >= READ_AHEAD_AFTER) {
             st->pump_considered = 1;
             int rc = ef__stat_get(&s->wait_up_ns) >= READ_AHEAD_NS * n
-                         ? start_pump(s, st, err)
+                         ? ef__echo_start_pump(s, st, err)
                          : EF_OK;
             if (rc != EF_OK)
                 return rc;
@@ -376,20 +240,20 @@ static int take_fixed(ef__stage *s, echo_state *st, ef_sample **out,
 }
 
 /* A new header for pooled item smp's latest use, its uses-th. */
-static int emit_copy(echo_state *st, const ef_sample *smp, int uses,
+static int emit_copy(ef__echo_state *st, const ef_sample *smp, int uses,
                      ef_sample **out, ef__err *err)
 {
     ef_sample *copy = ef__sample_pool_clone(st->headers, smp);
     if (!copy)
         return ef__err_set(err, EF_ENOMEM, "echo: out of memory");
-    mark_copy(copy, uses - 1);
+    ef__echo_mark_copy(copy, uses - 1);
     ef__stat_add(&st->echoed, 1);
     *out = copy;
     return EF_OK;
 }
 
 /* Pools the fresh item and hands it on. */
-static int emit_fresh(echo_state *st, ef_sample *fresh, ef_sample **out,
+static int emit_fresh(ef__echo_state *st, ef_sample *fresh, ef_sample **out,
                       ef__err *err)
 {
     int rc;
@@ -408,7 +272,7 @@ static int emit_fresh(echo_state *st, ef_sample *fresh, ef_sample **out,
  * downstream waits for the whole fill whatever the stage does, so
  * echoing then would only fill the buffer with copies (up to max - 1 per
  * fresh item) ahead of a downstream that is not asking yet. */
-static int spreader_filling(const echo_state *st)
+static int spreader_filling(const ef__echo_state *st)
 {
     return st->shuffle && st->passing == 0;
 }
@@ -416,7 +280,7 @@ static int spreader_filling(const echo_state *st)
 static int auto_next(void *arg, ef_sample **out, ef__err *err)
 {
     ef__stage *s = arg;
-    echo_state *st = s->state;
+    ef__echo_state *st = s->state;
     ef_sample *fresh;
     int rc = take_fresh(s, st, spreader_filling(st), &fresh, err);
     if (rc == EF_AGAIN) {
@@ -441,7 +305,7 @@ static int auto_next(void *arg, ef_sample **out, ef__err *err)
 static int echoes_due_next(void *arg, ef_sample **out, ef__err *err)
 {
     ef__stage *s = arg;
-    echo_state *st = s->state;
+    ef__echo_state *st = s->state;
     if (st->owed >= 1) {
         const ef_sample *smp;
         int uses;
@@ -469,10 +333,10 @@ static int echoes_due_next(void *arg, ef_sample **out, ef__err *err)
  * upstream idles while each item is repeated more than the trainer needs.
  * Warned once per stage, when a reading has just filled R's window (the
  * CLI's report notes the same at the end of a run). */
-static void watch_factor(ef__stage *s, echo_state *st)
+static void watch_factor(ef__stage *s, ef__echo_state *st)
 {
     ef__rates *r = &st->rates;
-    if (st->factor_warned || st->mode != ECHO_FIXED || st->factor <= 1 ||
+    if (st->factor_warned || st->mode != EF__ECHO_FIXED || st->factor <= 1 ||
         r->countdown != r->every || r->nsnaps < EF__RATE_SNAPSHOTS)
         return;
     ef__rate_estimate e;
@@ -491,10 +355,10 @@ static void watch_factor(ef__stage *s, echo_state *st)
 
 static int echo_next(ef__stage *s, ef_sample **out, ef__err *err)
 {
-    echo_state *st = s->state;
-    ef__producer produce = st->mode == ECHO_AUTO ? auto_next
-                           : st->policy          ? echoes_due_next
-                                                 : fixed_next;
+    ef__echo_state *st = s->state;
+    ef__producer produce = st->mode == EF__ECHO_AUTO ? auto_next
+                           : st->policy              ? echoes_due_next
+                                                     : fixed_next;
     /* R's window starts after a pass's first item: the start-up before it
      * (the upstream's own shuffle buffer filling inside its first next,
      * then ours) costs its time once, and would read as a slow upstream
@@ -513,7 +377,7 @@ static int echo_next(ef__stage *s, ef_sample **out, ef__err *err)
 }
 
 /* Drops the held item and the copies still due of it. */
-static void drop_held(echo_state *st)
+static void drop_held(ef__echo_state *st)
 {
     if (st->held && st->copies_left > 1) /* references owed to copies */
         ef__sample_refs_drop(st->held, (unsigned)(st->copies_left - 1));
@@ -524,7 +388,7 @@ static void drop_held(echo_state *st)
 
 static int echo_reset(ef__stage *s, int64_t epoch, ef__err *err)
 {
-    echo_state *st = s->state;
+    ef__echo_state *st = s->state;
     drop_held(st); /* a pass that ended mid-copies: they belong to it */
     if (st->shuffle)
         ef__shufbuf_reset(&st->buf);
@@ -541,7 +405,7 @@ static int echo_reset(ef__stage *s, int64_t epoch, ef__err *err)
 
 static void echo_cancel(ef__stage *s)
 {
-    echo_state *st = s->state;
+    ef__echo_state *st = s->state;
     ef__feed *f = atomic_load(&st->pump);
     if (f)
         ef__feed_cancel(f);
@@ -549,7 +413,7 @@ static void echo_cancel(ef__stage *s)
 
 static void echo_destroy(ef__stage *s)
 {
-    echo_state *st = s->state;
+    ef__echo_state *st = s->state;
     if (!st)
         return;
     if (st->pump) {
@@ -568,156 +432,15 @@ static void echo_destroy(ef__stage *s)
     ef__free(st);
 }
 
-/* ---- checkpoints ---------------------------------------------------- */
-
-static void echo_pause(ef__stage *s)
-{
-    echo_state *st = s->state;
-    if (st->pump)
-        ef__feed_pause(st->pump);
-}
-
-static void echo_resume(ef__stage *s)
-{
-    echo_state *st = s->state;
-    if (st->pump)
-        ef__feed_resume(st->pump);
-}
-
-/* Fixed: the copies still due of the held item. Auto or a policy: the
- * pool, oldest first, with each item's uses (and values fed back), the
- * draws made (and the echoes due). All: the copy spreading buffer. The
- * pump's queue is the replay list. */
-static int echo_save(ef__stage *s, ef__state_out *o, ef__err *err)
-{
-    echo_state *st = s->state;
-    if (!st->pool) {
-        ef__put_i64(o, st->copies_left);
-        ef__put_i64(o, st->next_copy);
-        if (st->copies_left > 0) {
-            ef__ident d = ef__ident_of(st->held);
-            ef__put_ident(o, &d);
-            ef__ident_clear(&d);
-        }
-    } else {
-        ef__echo_pool_save(st->pool, o);
-        if (st->policy && st->mode == ECHO_FIXED) {
-            uint64_t owed;
-            memcpy(&owed, &st->owed, sizeof owed);
-            ef__put_u64(o, owed);
-        }
-    }
-    if (st->shuffle) {
-        ef__put_u64(o, st->rng.counter);
-        ef__shufbuf_save(&st->buf, o);
-    }
-    return st->pump ? ef__feed_save(st->pump, o, err) : EF_OK;
-}
-
-/* The upstream's item of identity d, as the fresh item it was. */
-static int fetch_fresh(ef__stage *s, const ef__ident *d, ef_sample **out,
-                       ef__err *err)
-{
-    ef__ident fresh = *d;
-    fresh.id.echo_copy = 0;
-    int rc = ef__stage_fetch(s->up, &fresh, out, err);
-    if (rc == EF_OK && !*out)
-        rc = ef__err_set(err, EF_EFORMAT,
-                         "echo: item %lld (epoch %lld) of the state could "
-                         "not be read again",
-                         (long long)d->id.index, (long long)d->id.epoch);
-    return rc;
-}
-
-/* Our output of identity d: the fresh item, numbered as that copy. */
-static int echo_fetch(ef__stage *s, const ef__ident *d, ef_sample **out,
-                      ef__err *err)
-{
-    int rc = fetch_fresh(s, d, out, err);
-    if (rc == EF_OK && d->id.echo_copy > 0)
-        mark_copy(*out, d->id.echo_copy);
-    return rc;
-}
-
-static int restore_fixed(ef__stage *s, echo_state *st, ef__state_in *in,
-                         ef__err *err)
-{
-    int64_t left, next;
-    ef__get_i64(in, "copies still due", &left);
-    int rc = ef__get_i64(in, "the next copy's number", &next);
-    if (rc == EF_OK && (left < 0 || left > ceil(st->factor) || next < 0 ||
-                        next > ceil(st->factor)))
-        return ef__state_bad(in,
-                             "%lld copies due from copy %lld, expected at "
-                             "most the factor %g",
-                             (long long)left, (long long)next, st->factor);
-    if (rc != EF_OK || left == 0)
-        return rc;
-    ef__ident d;
-    if ((rc = ef__get_ident(in, "the item being echoed", &d)) != EF_OK)
-        return rc;
-    rc = fetch_fresh(s, &d, &st->held, err);
-    ef__ident_clear(&d);
-    if (rc != EF_OK)
-        return rc;
-    if (left > 1) /* the references of the copies before the last */
-        ef__sample_refs_add(st->held, (unsigned)(left - 1));
-    st->copies_left = (int)left;
-    st->next_copy = (int)next;
-    return EF_OK;
-}
-
-/* fetch_fresh as the pool restores its items: arg is the stage. */
-static int fetch_pooled(void *arg, const ef__ident *d, ef_sample **out,
-                        ef__err *err)
-{
-    return fetch_fresh(arg, d, out, err);
-}
-
-static int restore_pool(ef__stage *s, echo_state *st, ef__state_in *in,
-                        ef__err *err)
-{
-    int rc = ef__echo_pool_restore(st->pool, in, fetch_pooled, s, err);
-    if (rc == EF_OK && st->policy && st->mode == ECHO_FIXED) {
-        uint64_t bits;
-        rc = ef__get_u64(in, "the echoes due", &bits);
-        memcpy(&st->owed, &bits, sizeof bits);
-        if (rc == EF_OK && !(st->owed >= 0 && st->owed < st->factor))
-            return ef__state_bad(in,
-                                 "%g echoes due, expected 0 to the "
-                                 "factor %g",
-                                 st->owed, st->factor);
-    }
-    return rc;
-}
-
-static int echo_restore(ef__stage *s, ef__state_in *in, ef__err *err)
-{
-    echo_state *st = s->state;
-    int rc =
-        st->pool ? restore_pool(s, st, in, err) : restore_fixed(s, st, in, err);
-    if (rc == EF_OK && st->shuffle) {
-        ef__rng_init(&st->rng, s->ctx->seed, (uint64_t)s->index, -1, s->epoch,
-                     0);
-        st->restored = 1;
-        rc = ef__get_u64(in, "the generator's counter", &st->rng.counter);
-        if (rc == EF_OK)
-            rc = ef__shufbuf_restore(&st->buf, in, s, err);
-        if (rc == EF_OK && st->buf.n > 0)
-            st->passing = 1; /* filled before the save */
-    }
-    return rc;
-}
-
 static void echo_stats(const ef__stage *s, ef_stage_stats *out)
 {
-    echo_state *st = s->state;
+    ef__echo_state *st = s->state;
     double fresh = (double)ef__stat_get(&st->fresh);
     double echoed = (double)ef__stat_get(&st->echoed);
     double factor = fresh > 0 ? (fresh + echoed) / fresh : 0;
-    ef__stats_extra(out, "auto", st->mode == ECHO_AUTO);
-    ef__stats_extra(out, st->mode == ECHO_AUTO ? "max" : "factor",
-                    st->mode == ECHO_AUTO ? st->max : st->factor);
+    ef__stats_extra(out, "auto", st->mode == EF__ECHO_AUTO);
+    ef__stats_extra(out, st->mode == EF__ECHO_AUTO ? "max" : "factor",
+                    st->mode == EF__ECHO_AUTO ? st->max : st->factor);
     ef__stats_extra(out, "fresh", fresh);
     ef__stats_extra(out, "echoed", echoed);
     ef__stats_extra(out, "effective_factor", factor);
@@ -750,7 +473,7 @@ static void echo_stats(const ef__stage *s, ef_stage_stats *out)
 static void echo_feedback(ef__stage *s, const ef_sample_id *ids,
                           const double *values, size_t n)
 {
-    echo_state *st = s->state;
+    ef__echo_state *st = s->state;
     if (!st->policy)
         return;
     size_t matched = ef__policy_feedback(st->policy, ids, values, n);
@@ -760,7 +483,7 @@ static void echo_feedback(ef__stage *s, const ef_sample_id *ids,
 
 static const char *echo_listens(const ef__stage *s)
 {
-    const echo_state *st = s->state;
+    const ef__echo_state *st = s->state;
     return st->policy ? ef__opt_string(&s->opts, "policy") : NULL;
 }
 
@@ -768,12 +491,12 @@ static const char *echo_listens(const ef__stage *s)
  * decides the copies item by item as it runs. */
 static int echo_length(ef__stage *s, int64_t up, int64_t *n, ef__err *err)
 {
-    const echo_state *st = s->state;
+    const ef__echo_state *st = s->state;
     if (up == EF__LENGTH_ENDLESS) {
         *n = up;
         return EF_OK;
     }
-    if (st->mode == ECHO_AUTO)
+    if (st->mode == EF__ECHO_AUTO)
         return ef__err_set(err, EF_EUNSUPPORTED,
                            "echo: factor=auto decides the number of copies "
                            "at run time");
@@ -814,8 +537,9 @@ static const ef__option_def echo_options[] = {
      "read ahead)",
      1, 1 << 20},
     {"policy", EF_OPT_STRING, "uniform",
-     "which pooled items to echo: uniform, or rank: by the rank of values "
-     "fed back with ef_pipeline_feedback (docs/echoing.md)",
+     "which pooled items to echo: " EF__POLICY_NAMES " (uniform: among the "
+     "least echoed; the others weigh values fed back with "
+     "ef_pipeline_feedback, docs/echoing.md)",
      0, 0},
     {"mix", EF_OPT_FLOAT, "0",
      "with a policy: the share of echoes picked as uniform does (among the "
@@ -835,11 +559,11 @@ const ef__stage_def ef__stage_echo = {
     .cancel = echo_cancel,
     .destroy = echo_destroy,
     .stats = echo_stats,
-    .pause = echo_pause,
-    .resume = echo_resume,
-    .save = echo_save,
-    .restore = echo_restore,
-    .fetch = echo_fetch,
+    .pause = ef__echo_pause,
+    .resume = ef__echo_resume,
+    .save = ef__echo_save,
+    .restore = ef__echo_restore,
+    .fetch = ef__echo_fetch,
     .feedback = echo_feedback,
     .listens = echo_listens,
     .length = echo_length,

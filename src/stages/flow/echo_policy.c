@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* echo_policy: priorities over the echo pool from fed-back values.
  *
  * Priorities live in a Fenwick (binary indexed) tree over the slots, so
@@ -17,9 +18,6 @@
 
 #include "core/alloc.h"
 
-/* rank: the most likely item is this many times as likely as the least
- * (the selection pressure of Loshchilov and Hutter, 2015) */
-#define RANK_PRESSURE 100.0
 /* priorities in the tree: units of 2^-24, at most 1e4 each, so that a
  * pool of 2^20 slots sums below 2^63 */
 #define UNITS 16777216.0
@@ -36,7 +34,7 @@ typedef struct {
 } slot_info;
 
 struct ef__policy {
-    ef__policy_kind kind;
+    const ef__policy_def *def;
     size_t n;
     slot_info *slots;
     uint64_t *weights; /* Fenwick tree of eligible slots' units, 1-based */
@@ -45,17 +43,28 @@ struct ef__policy {
     size_t mask;     /* table size - 1 */
     double known_sum; /* weights of used slots with a priority of their own */
     long known_n;
-    uint64_t rank_stale; /* values since ranks were last assigned */
+    uint64_t stale; /* values since the weights were last computed */
     pthread_mutex_t mu;
 };
 
-static const char *const names[] = {"uniform", "rank"};
+#define EF__POLICY_REF(name) &ef__policy_##name,
+static const ef__policy_def *const registered[] = {
+    EF__ECHO_POLICIES(EF__POLICY_REF) NULL};
 
-int ef__policy_parse(const char *name, ef__policy_kind *out)
+const ef__policy_def *ef__policy_at(int i)
 {
-    for (size_t i = 0; i < sizeof names / sizeof *names; i++)
-        if (strcmp(name, names[i]) == 0) {
-            *out = (ef__policy_kind)i;
+    int n = (int)(sizeof registered / sizeof *registered) - 1;
+    return i >= 0 && i < n ? registered[i] : NULL;
+}
+
+int ef__policy_parse(const char *name, const ef__policy_def **out)
+{
+    *out = NULL;
+    if (strcmp(name, "uniform") == 0)
+        return 0;
+    for (int i = 0; ef__policy_at(i); i++)
+        if (strcmp(name, ef__policy_at(i)->name) == 0) {
+            *out = ef__policy_at(i);
             return 0;
         }
     return -1;
@@ -63,7 +72,7 @@ int ef__policy_parse(const char *name, ef__policy_kind *out)
 
 const char *ef__policy_names(void)
 {
-    return "uniform or rank";
+    return EF__POLICY_NAMES;
 }
 
 /* ---- trees ---------------------------------------------------------- */
@@ -153,40 +162,34 @@ static void set_eligible(ef__policy *p, size_t i, int on)
     tree_add(p->weights, p->n, i, on ? s->units : -s->units);
 }
 
-typedef struct {
-    double value;
-    size_t slot;
-} ranked;
-
-static int by_value_desc(const void *a, const void *b)
+/* The policy's weights again for the items with a value, and the mean
+ * for those without, in O(n) plus the policy's own cost: weights follow
+ * every value (a rank changes with every other), so they are computed
+ * again once an eighth of the pool's worth of values came in. */
+static void reweigh(ef__policy *p)
 {
-    double x = ((const ranked *)a)->value, y = ((const ranked *)b)->value;
-    return (x < y) - (x > y);
-}
-
-/* rank: the item of the k-th largest value among the m with one gets
- * RANK_PRESSURE^(-k / (m - 1)). Ranks change with every value, so they
- * are assigned again once an eighth of the pool's worth of values came
- * in, in O(n log n). */
-static void rerank(ef__policy *p)
-{
-    ranked *order = ef__malloc(p->n * sizeof *order);
-    if (!order)
-        return; /* the old ranks stay: a priority a little out of date */
+    double *values = ef__malloc(2 * p->n * sizeof *values);
+    size_t *slot = ef__malloc(p->n * sizeof *slot);
     size_t m = 0;
-    for (size_t i = 0; i < p->n; i++)
-        if (p->slots[i].used && p->slots[i].valued)
-            order[m++] = (ranked){p->slots[i].value, i};
-    qsort(order, m, sizeof *order, by_value_desc);
+    if (values && slot)
+        for (size_t i = 0; i < p->n; i++)
+            if (p->slots[i].used && p->slots[i].valued) {
+                values[m] = p->slots[i].value;
+                slot[m++] = i;
+            }
+    double *weights = values ? values + p->n : NULL;
+    if (!values || !slot || (m > 0 && p->def->weigh(values, m, weights))) {
+        ef__free(values); /* out of memory: the old weights stay, a */
+        ef__free(slot);   /* little out of date */
+        return;
+    }
     p->known_sum = 0;
     p->known_n = (long)m;
     for (size_t k = 0; k < m; k++) {
-        double w = m > 1 ? pow(RANK_PRESSURE, -(double)k / (double)(m - 1))
-                         : 1.0;
-        slot_info *s = &p->slots[order[k].slot];
-        s->weight = w;
-        s->units = units_of(w);
-        p->known_sum += w;
+        slot_info *s = &p->slots[slot[k]];
+        s->weight = weights[k];
+        s->units = units_of(weights[k]);
+        p->known_sum += weights[k];
     }
     double mean = unknown_weight(p);
     for (size_t i = 0; i < p->n; i++)
@@ -194,9 +197,10 @@ static void rerank(ef__policy *p)
             p->slots[i].weight = mean;
             p->slots[i].units = units_of(mean);
         }
-    ef__free(order);
+    ef__free(values);
+    ef__free(slot);
     rebuild(p);
-    p->rank_stale = 0;
+    p->stale = 0;
 }
 
 /* ---- identities ------------------------------------------------------ */
@@ -246,13 +250,13 @@ static void table_delete(ef__policy *p, size_t j)
 
 /* ---- the interface --------------------------------------------------- */
 
-ef__policy *ef__policy_new(ef__policy_kind kind, size_t slots)
+ef__policy *ef__policy_new(const ef__policy_def *def, size_t slots)
 {
-    assert(kind == EF__POLICY_RANK);
+    assert(def && def->weigh);
     ef__policy *p = ef__calloc(1, sizeof *p);
     if (!p)
         return NULL;
-    p->kind = kind;
+    p->def = def;
     p->n = slots;
     size_t cap = 16;
     while (cap < 2 * slots)
@@ -317,7 +321,7 @@ int ef__policy_enter(ef__policy *p, size_t i, ef_sample_id id)
             ;
     p->table[j] = (uint32_t)(i + 1);
     set_eligible(p, i, 1);
-    p->rank_stale++;
+    p->stale++;
     pthread_mutex_unlock(&p->mu);
     return 0;
 }
@@ -339,8 +343,8 @@ void ef__policy_retire(ef__policy *p, size_t i)
 int ef__policy_pick(ef__policy *p, double v, size_t *out)
 {
     pthread_mutex_lock(&p->mu);
-    if (p->rank_stale >= p->n / 8 + 1)
-        rerank(p);
+    if (p->stale >= p->n / 8 + 1)
+        reweigh(p);
     /* every eligible slot weighs at least one unit */
     uint64_t total = tree_total(p->weights, p->n);
     int rc = -1;
@@ -365,7 +369,7 @@ static void record(ef__policy *p, size_t i, double x)
     count_known(p, s, -1);
     s->value = x;
     s->valued = 1;
-    p->rank_stale++;
+    p->stale++;
     count_known(p, s, +1);
 }
 
@@ -438,7 +442,7 @@ void ef__policy_save(ef__policy *p, ef__state_out *o)
     pthread_mutex_lock(&p->mu);
     ef__put_u64(o, bits_of(p->known_sum));
     ef__put_i64(o, p->known_n);
-    ef__put_u64(o, p->rank_stale);
+    ef__put_u64(o, p->stale);
     pthread_mutex_unlock(&p->mu);
 }
 
@@ -461,7 +465,7 @@ int ef__policy_restore(ef__policy *p, ef__state_in *in)
     pthread_mutex_lock(&p->mu);
     p->known_sum = double_of(sum);
     p->known_n = known;
-    p->rank_stale = stale;
+    p->stale = stale;
     pthread_mutex_unlock(&p->mu);
     return EF_OK;
 }

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* echo_policy: which pooled item the echo stage repeats next, chosen by
  * values the consumer feeds back (ef_pipeline_feedback), such as each
  * example's training loss.
@@ -13,23 +14,43 @@
 #include <stddef.h>
 
 #include "echoflow/echoflow.h"
+#include "stages/flow/echo_policies.h"
 #include "state.h"
 
-typedef enum {
-    EF__POLICY_UNIFORM, /* no priorities: the stage's own scheme */
-    EF__POLICY_RANK,    /* by the value's rank in the pool */
-} ef__policy_kind;
+/* A policy: how the values fed back weigh the pooled items that have one.
+ * The machinery here keeps the values, asks the policy for weights again
+ * once an eighth of the pool's worth of values came in, gives an item
+ * without a value the mean weight, and draws in proportion to weight.
+ * A policy is a file echo_policy_NAME.c defining ef__policy_NAME, and a
+ * line in echo_policies.h. */
+typedef struct {
+    const char *name;
+    /* weights[k] of the item whose value is values[k], for the m items of
+     * the pool with a value (m >= 1), each in (0, 1e4]; -1 when out of
+     * memory (the weights stay as they were) */
+    int (*weigh)(const double *values, size_t m, double *weights);
+} ef__policy_def;
 
-/* The kind called `name`; -1 for an unknown name. */
-int ef__policy_parse(const char *name, ef__policy_kind *out);
-/* The names, for messages: "uniform or rank". */
+#define EF__POLICY_DECLARE(name) extern const ef__policy_def ef__policy_##name;
+EF__ECHO_POLICIES(EF__POLICY_DECLARE)
+
+/* The names a spec may give, as a string literal: "uniform, rank" */
+#define EF__POLICY_NAME(name) ", " #name
+#define EF__POLICY_NAMES "uniform" EF__ECHO_POLICIES(EF__POLICY_NAME)
+
+/* The policy called `name` into *out, NULL for "uniform" (no priorities:
+ * the echo stage's own scheme); -1 for an unknown name. */
+int ef__policy_parse(const char *name, const ef__policy_def **out);
+/* The names, for messages: "uniform, rank". */
 const char *ef__policy_names(void);
+/* Registered policy i (0 <= i), or NULL past the last. */
+const ef__policy_def *ef__policy_at(int i);
 
 typedef struct ef__policy ef__policy;
 
-/* A policy of `kind` (not uniform, which needs none) over `slots` pool
- * slots; NULL when out of memory. */
-ef__policy *ef__policy_new(ef__policy_kind kind, size_t slots);
+/* A policy `def` (not uniform, which needs none) over `slots` pool slots;
+ * NULL when out of memory. */
+ef__policy *ef__policy_new(const ef__policy_def *def, size_t slots);
 void ef__policy_free(ef__policy *p);
 
 /* Slot `slot` now holds the fresh item `id` (echo_copy ignored), eligible

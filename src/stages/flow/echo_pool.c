@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* echo_pool: the echo stage's pool of recent fresh items, its use lists
  * and picks, and their checkpoints (echo_pool.h). */
 #include "stages/flow/echo_pool.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* echo_pool: the recent fresh items the echo stage draws its echoes from
  * (factor=auto, or a policy with any factor), and which one it echoes next.
  *

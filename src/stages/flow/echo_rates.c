@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Moving-window R estimate (see echo_rates.h). */
 #include "stages/flow/echo_rates.h"
 

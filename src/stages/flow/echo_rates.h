@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The echo stage's estimate of R = t_up / t_down over a moving window.
  *
  * t_up is the time the upstream takes to produce one item: the time spent

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* select and drop (field_list.h). The output is a clone of the input
  * less some fields: no payload is copied, and a ragged field stays
  * ragged. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* What `select` and `drop` share: their list of field names, and the
  * sample that keeps or loses those fields. */
 #ifndef EF_STAGES_FLOW_FIELD_LIST_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* map: runs a transform (a user callback or a built-in) on `threads`
  * threads.
  *
@@ -911,13 +912,6 @@ const ef__stage_def ef__stage_map = {
     .info = {"map", "apply a transform on worker threads",
              EF__OPTIONS(map_options)},
     .create = map_create,
-    .open = ef__map_open,
-    .next = ef__map_next,
-    .reset = ef__map_reset,
-    .cancel = ef__map_cancel,
     .destroy = ef__map_destroy,
-    .pause = ef__map_pause,
-    .resume = ef__map_resume,
-    .save = ef__map_save,
-    .fetch = ef__map_fetch,
+    EF__MAP_STAGE_OPS,
 };

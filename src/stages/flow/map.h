@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The parallel map machinery, shared by `map` and by the stages that are a
  * map with options of their own (random_crop, flip). */
 #ifndef EF_STAGES_FLOW_MAP_H
@@ -79,5 +80,12 @@ void ef__map_resume(ef__stage *s);
 int ef__map_save(ef__stage *s, ef__state_out *o, ef__err *err);
 int ef__map_fetch(ef__stage *s, const struct ef__ident *d, ef_sample **out,
                   ef__err *err);
+
+/* The stage def entries a stage built on the map machinery shares with
+ * every other: its own are create, destroy, and any stats or length. */
+#define EF__MAP_STAGE_OPS                                                      \
+    .open = ef__map_open, .next = ef__map_next, .reset = ef__map_reset,        \
+    .cancel = ef__map_cancel, .pause = ef__map_pause,                          \
+    .resume = ef__map_resume, .save = ef__map_save, .fetch = ef__map_fetch
 
 #endif

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* prefetch: runs the upstream on a thread of its own, up to `depth` items
  * ahead of the consumer.
  *

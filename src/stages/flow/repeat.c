@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* repeat: passes over the upstream `count` times (forever without a count).
  * Each pass resets the upstream with a new epoch number, so sources stamp
  * it into samples and shuffles draw a new order. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* select: keep only the listed fields (each one required), sharing the payloads (field_list.h). */
 #include "stage.h"
 #include "stages/flow/field_list.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* shuffle: a seeded shuffle buffer; a new order every epoch. */
 #include <stdio.h>
 

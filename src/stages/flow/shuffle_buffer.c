@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Shuffle buffer (see shuffle_buffer.h). */
 #include "stages/flow/shuffle_buffer.h"
 

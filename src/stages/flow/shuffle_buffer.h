@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* A shuffle buffer: filled from a producer, emptied at random positions.
  * Used by the shuffle stage and by the echo stage's copy spreading. Its
  * samples are charged to the pipeline's memory budget; a buffer whose

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The table of open batch slabs (slabs.h). */
 #include <string.h>
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Batch slabs: one buffer per batch that an ordered map stage feeding
  * `batch` writes its outputs into, so that the batch is a view of it
  * instead of a copy of its parts (batch.c).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* take: the first `count` items, then the end (the upstream is not pulled
  * further). */
 #include "core/alloc.h"

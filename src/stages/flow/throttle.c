@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* throttle: at most `rate` items per second, by sleeping (never spinning).
  * Emulates a slow upstream (disk, network) in experiments.
  *

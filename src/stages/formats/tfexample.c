@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tfexample: parses the tf.train.Example in each sample's record field (a
  * u8 [N], as `tfrecord` gives it) into fields named after its features:
  *
@@ -553,13 +554,6 @@ const ef__stage_def ef__stage_tfexample = {
              "as u8 views of the record, int64 as i64, float as f32)",
              EF__OPTIONS(tfexample_options)},
     .create = tfexample_create,
-    .open = ef__map_open,
-    .next = ef__map_next,
-    .reset = ef__map_reset,
-    .cancel = ef__map_cancel,
     .destroy = tfexample_destroy,
-    .pause = ef__map_pause,
-    .resume = ef__map_resume,
-    .save = ef__map_save,
-    .fetch = ef__map_fetch,
+    EF__MAP_STAGE_OPS,
 };

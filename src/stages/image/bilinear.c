@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Bilinear resampling (see bilinear.h). The source coordinates and
  * weights of every output column and row are computed once per image, and
  * each source row's horizontal pass once: an output row is then one

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Bilinear resampling with half-pixel centres, as PyTorch's
  * interpolate(mode="bilinear", align_corners=False, antialias=False) and
  * torchvision's resize without antialiasing: output pixel o samples input

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* cast: an example's image to another dtype (floats round to nearest),
  * refusing a value the target cannot hold rather than clamping it. */
 #include <float.h>

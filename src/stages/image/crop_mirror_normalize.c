@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* crop_mirror_normalize: the training augmentation of an image model in
  * one pass over the output, reading each source pixel where it lies:
  * a crop (torchvision's RandomResizedCrop window, or the whole image),

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The window of a random resized crop, drawn as torchvision's
  * RandomResizedCrop.get_params draws it (see crop_window.h). */
 #include <math.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The window of torchvision's RandomResizedCrop, drawn from a stage's
  * keyed generator: shared by random_resized_crop and the stages that crop
  * the same way while doing more (decoding, normalizing). */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* decode: turns the encoded fields of a WebDataset-style sample (u8 [N]
  * fields named by file extension) into tensors. The one field named in
  * `fields` (by default the extensions of every format torchvision's

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* decode_crop: decode and random_resized_crop in one stage, decoding only
  * the crop's window of a JPEG (ef__image_decode_window), and optionally
  * the rest of a training augmentation in the same pass: a horizontal flip

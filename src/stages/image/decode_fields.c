@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The fields of the decoding stages (see decode_fields.h): which field is
  * the image, the class label's text, and the output sample. */
 #include <stdio.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* What the decoding stages (decode, decode_crop) share: their options
  * `channels`, `as` and `fields`, finding the encoded image and the `cls`
  * label in a WebDataset-style sample, and the output sample, with the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* flip: a horizontal flip of an example's image with probability p, drawn
  * from the sample's keyed generator (echo copy included). u8 or f32,
  * [H,W] or [H,W,C]; an unflipped example shares its payload. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Helpers shared by the image map stages (see image_stage.h). */
 #include <stdio.h>
 #include <string.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* What the image map stages (random_crop, flip, resize,
  * random_resized_crop, normalize, to_chw, cast) share: their `field` and
  * `threads` options, finding and checking the image field of one example, and
@@ -73,9 +74,7 @@ void ef__image_stage_destroy(ef__stage *s);
         "field", EF_OPT_STRING, "image", "the image field", 0, 0               \
     }
 #define EF__IMAGE_STAGE_OPS                                                    \
-    .feeds_batch = ef__map_feeds_batch, .open = ef__map_open,                  \
-    .next = ef__map_next, .reset = ef__map_reset, .cancel = ef__map_cancel,    \
-    .destroy = ef__image_stage_destroy, .pause = ef__map_pause,                \
-    .resume = ef__map_resume, .save = ef__map_save, .fetch = ef__map_fetch
+    EF__MAP_STAGE_OPS, .feeds_batch = ef__map_feeds_batch,                     \
+    .destroy = ef__image_stage_destroy
 
 #endif

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* normalize: an example's image to f32, (x * scale - mean) / std with one
  * mean and std per channel (or one for all); scale is 1/255 for u8. The
  * lists and their arithmetic are shared with crop_mirror_normalize

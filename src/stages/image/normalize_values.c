@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Mean and std lists of the normalizing stages (see normalize_values.h). */
 #include <assert.h>
 #include <errno.h>

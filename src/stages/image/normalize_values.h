@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The per-channel mean and std of the stages that normalize (normalize,
  * crop_mirror_normalize): their options, parsing them, checking them
  * against an image's channels, and the multiply-add they come to. One

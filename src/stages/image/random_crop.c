@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* random_crop: pads an example's image with zeros, then crops it back to
  * its size at a random offset (CIFAR style). u8 or f32, [H,W] or [H,W,C].
  * The offset is keyed by the sample's identity, echo copy included: an

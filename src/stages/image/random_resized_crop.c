@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* random_resized_crop: ImageNet-style training crops, as torchvision's
  * RandomResizedCrop: a crop of random area and aspect ratio, resampled
  * bilinearly to a square. u8 or f32, [H,W] or [H,W,C]. The crop is drawn

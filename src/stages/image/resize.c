@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* resize: an example's image resampled bilinearly (bilinear.h) to a fixed
  * size. u8 or f32, [H,W] or [H,W,C]. */
 #include "codec/image.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* to_chw: an example's image from [H,W,C] to [C,H,W], the layout PyTorch
  * models take ([H,W] to [1,H,W], sharing the payload), any dtype. */
 #include <string.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Checkpoints of the file sources (see checkpoint.h). */
 #include "stages/sources/checkpoint.h"
 

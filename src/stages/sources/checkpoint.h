@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Checkpoints of the sources that read a list of files or URLs through
  * streams (tar, tfrecord): what their saved records share.
  *

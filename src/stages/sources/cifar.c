@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* cifar: CIFAR-10 binary files as a source. Fields `image` (u8 [32,32,3],
  * height, width, channel) and `label` (i64 scalar).
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* files: a folder, a list or a glob of single files as a source, one
  * sample per file, so that a plain folder of images trains without being
  * packed into shards first.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The entries of the `files` source (see files_list.h): the container,
  * extensions, list files and glob patterns. The folder walk is in
  * files_walk.c. */

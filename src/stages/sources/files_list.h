@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The entries of the `files` source: which files it reads, each with the
  * name of its field, its WebDataset-style key and its label, built once
  * when the stage is created from one of three descriptions:

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* ImageFolder trees for the `files` source: the entries torchvision's
  * datasets.ImageFolder(root) lists, in its order, with its labels.
  *

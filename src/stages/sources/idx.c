@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* idx: MNIST-style IDX files as a source. Images and labels are read at
  * open (gzip or not, through a stream), checked against each other, and every sample's
  * fields are views into those two buffers: no per-sample copy.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* jsonl: JSON Lines files as a source, one document per line (see
  * lines.h): each line is a JSON object, and the string value of its key
  * `key` (default "text"), escapes decoded to UTF-8, becomes the u8 field

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The line sources, text and jsonl (see lines.h): files read through
  * streams into a buffer that grows to the longest line, cut at '\n'. */
 #include "stages/sources/lines.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The sources that read text files line by line, `text` and `jsonl`: one
  * sample per line with one u8 1-D field (`field`, default "text") holding
  * the document's text. What the two share lives here: the files (paths or

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* range: a synthetic source of N samples, for tests and benchmarks.
  * Field `index` (i64 scalar) and, with bytes=B, field `data` (u8 [B]) whose
  * byte j is (index + j) mod 256. With shard=I/N, only the indices i with

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* service: the samples `echoflow serve` workers send, in a job started by
  * mpirun with trainers and workers (docs/distributed.md). The workers
  * run the upstream; this source hands their samples to the stages that

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* source: a C callback as the first stage (ef_pipeline_add_source). The
  * callback may report EF_AGAIN when polled, which makes this a source that
  * automatic echoing can poll without a thread in between. Its one option,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tar: WebDataset shards as a source.
  *
  * `urls` lists the shards (paths or http(s) URLs, brace-expanded, see

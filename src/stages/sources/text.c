@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* text: plain-text files as a source, one document per line (see
  * lines.h): a u8 field `field` (default "text") holding the line without
  * its end ("\n" or "\r\n"). Blank lines are passed over and counted. */

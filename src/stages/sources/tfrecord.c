@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tfrecord: TFRecord files as a source, one sample per record with one u8
  * 1-D field (`field`, default "record") holding the record's bytes.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tokens: nanoGPT-style token files as a source: raw little-endian uint16
  * (or uint32) token ids, no header, as numpy's tofile() writes them
  * (nanoGPT's prepare.py, `echoflow tokens`). Each sample is a block of

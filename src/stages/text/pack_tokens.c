@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* pack_tokens: language-model training samples from documents of token
  * ids, as nanoGPT cuts its token files. The documents' ids (an i32 [n]
  * field, `field`), each followed by `eos` when one is given, run together

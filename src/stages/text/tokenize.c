@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tokenize: text to token ids, for language models (before pack_tokens).
  * The field `field` (UTF-8 text, u8 [n]) of each sample is encoded with
  * the tokenizer in `model` into the i32 [m] field `out`, which takes the
@@ -378,14 +379,7 @@ const ef__stage_def ef__stage_tokenize = {
              "tiktoken rank file",
              EF__OPTIONS(tokenize_options)},
     .create = tokenize_create,
-    .open = ef__map_open,
-    .next = ef__map_next,
-    .reset = ef__map_reset,
-    .cancel = ef__map_cancel,
     .destroy = tokenize_destroy,
     .stats = tokenize_stats,
-    .pause = ef__map_pause,
-    .resume = ef__map_resume,
-    .save = ef__map_save,
-    .fetch = ef__map_fetch,
+    EF__MAP_STAGE_OPS,
 };
