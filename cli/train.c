@@ -336,74 +336,80 @@ static void report_ranks_text(const eft_comm *c, const eft_result *r,
     }
 }
 
-/* `all`: every process's figures, under mpirun; NULL otherwise. */
-static void report(const train_opts *o, const ef_pipeline *p,
-                   const eft_result *r, const double *all, int json)
-{
+/* What the report says beyond the trainer's result: the pipeline's and its
+ * echo stage's figures, and the values fed back over every process. */
+typedef struct {
     ef_pipeline_stats ps;
-    ef_stage_stats st;
-    ef_pipeline_stats_get(p, &ps);
-    int has_echo = echo_stage(p, &st) >= 0;
-    /* every process feeds its own pipeline: the run's count is the sum */
-    double fed = (double)r->feedback_values;
-    for (int i = 1; all && i < o->cfg.comm->size; i++)
-        fed += all[i * F_COUNT + F_FEEDBACK];
-    if (json) {
-        json_writer w;
-        json_init(&w, stdout);
-        json_begin_object(&w, NULL);
-        json_string(&w, "model", eft_arch_name(o->cfg.arch));
-        json_bool(&w, "reached", r->reached);
-        json_number(&w, "target_acc", o->cfg.target_acc);
-        json_number(&w, "fresh_to_target", (double)r->fresh_to_target);
-        json_number(&w, "steps_to_target", (double)r->steps_to_target);
-        json_number(&w, "time_to_target_s", r->time_to_target_s);
-        json_bool(&w, "diverged", r->diverged_at_step != 0);
-        json_number(&w, "eval_time_s", r->final.eval_s);
-        json_number(&w, "train_time_s", r->final.train_s);
-        json_number(&w, "fresh", (double)r->final.fresh);
-        json_number(&w, "steps", (double)r->final.steps);
-        json_number(&w, "examples", (double)r->final.examples);
-        /* a diverged run has a NaN loss: null, which JSON can hold */
-        json_number(&w, "final_accuracy", r->final.accuracy);
-        json_number(&w, "final_loss", r->final.loss);
-        json_number(&w, "train_examples_per_s", r->train_examples_per_s);
-        json_number(&w, "consumer_wait_fraction", ps.consumer_wait_fraction);
-        char hex[17];
-        snprintf(hex, sizeof hex, "%016llx", (unsigned long long)r->samples_hash);
-        json_string(&w, "samples_hash", hex);
-        snprintf(hex, sizeof hex, "%016llx", (unsigned long long)r->weights_hash);
-        json_string(&w, "weights_hash", hex);
-        if (o->cfg.checkpoint) {
-            if (r->resumed)
-                json_number(&w, "resumed_at_step", (double)r->resumed_at_step);
-            else
-                json_null(&w, "resumed_at_step");
-            json_number(&w, "checkpoints", (double)r->checkpoints);
-            json_number(&w, "checkpoint_time_s", r->checkpoint_s);
-            json_number(&w, "resume_time_s", r->resume_s);
-        }
-        json_uint(&w, "seed", o->cfg.seed);
-        json_number(&w, "lr", o->cfg.lr);
-        json_number(&w, "batch", o->cfg.batch);
-        json_string(&w, "echo_policy", o->policy);
-        json_number(&w, "feedback_values", fed);
-        if (!has_echo) {
-            json_null(&w, "echo");
-        } else {
-            json_begin_object(&w, "echo");
-            for (int k = 0; k < st.nextra; k++)
-                json_number(&w, st.extra[k].key, st.extra[k].value);
-            json_end(&w);
-        }
-        if (all)
-            report_ranks_json(&w, o->cfg.comm, r, all, has_echo);
+    ef_stage_stats st; /* the echo stage's, when has_echo */
+    int has_echo;
+    double fed;
+} run_figures;
+
+/* The checkpoint figures of a run that checkpoints, as JSON. */
+static void report_checkpoints_json(json_writer *w, const eft_result *r)
+{
+    if (r->resumed)
+        json_number(w, "resumed_at_step", (double)r->resumed_at_step);
+    else
+        json_null(w, "resumed_at_step");
+    json_number(w, "checkpoints", (double)r->checkpoints);
+    json_number(w, "checkpoint_time_s", r->checkpoint_s);
+    json_number(w, "resume_time_s", r->resume_s);
+}
+
+/* The report as one JSON object on stdout. */
+static void report_json(const train_opts *o, const eft_result *r,
+                        const double *all, const run_figures *g)
+{
+    json_writer w;
+    json_init(&w, stdout);
+    json_begin_object(&w, NULL);
+    json_string(&w, "model", eft_arch_name(o->cfg.arch));
+    json_bool(&w, "reached", r->reached);
+    json_number(&w, "target_acc", o->cfg.target_acc);
+    json_number(&w, "fresh_to_target", (double)r->fresh_to_target);
+    json_number(&w, "steps_to_target", (double)r->steps_to_target);
+    json_number(&w, "time_to_target_s", r->time_to_target_s);
+    json_bool(&w, "diverged", r->diverged_at_step != 0);
+    json_number(&w, "eval_time_s", r->final.eval_s);
+    json_number(&w, "train_time_s", r->final.train_s);
+    json_number(&w, "fresh", (double)r->final.fresh);
+    json_number(&w, "steps", (double)r->final.steps);
+    json_number(&w, "examples", (double)r->final.examples);
+    /* a diverged run has a NaN loss: null, which JSON can hold */
+    json_number(&w, "final_accuracy", r->final.accuracy);
+    json_number(&w, "final_loss", r->final.loss);
+    json_number(&w, "train_examples_per_s", r->train_examples_per_s);
+    json_number(&w, "consumer_wait_fraction", g->ps.consumer_wait_fraction);
+    char hex[17];
+    snprintf(hex, sizeof hex, "%016llx", (unsigned long long)r->samples_hash);
+    json_string(&w, "samples_hash", hex);
+    snprintf(hex, sizeof hex, "%016llx", (unsigned long long)r->weights_hash);
+    json_string(&w, "weights_hash", hex);
+    if (o->cfg.checkpoint)
+        report_checkpoints_json(&w, r);
+    json_uint(&w, "seed", o->cfg.seed);
+    json_number(&w, "lr", o->cfg.lr);
+    json_number(&w, "batch", o->cfg.batch);
+    json_string(&w, "echo_policy", o->policy);
+    json_number(&w, "feedback_values", g->fed);
+    if (!g->has_echo) {
+        json_null(&w, "echo");
+    } else {
+        json_begin_object(&w, "echo");
+        for (int k = 0; k < g->st.nextra; k++)
+            json_number(&w, g->st.extra[k].key, g->st.extra[k].value);
         json_end(&w);
-        putchar('\n');
-        return;
     }
-    printf("model %s, batch %d, lr %g, seed %llu\n", eft_arch_name(o->cfg.arch),
-           o->cfg.batch, o->cfg.lr, (unsigned long long)o->cfg.seed);
+    if (all)
+        report_ranks_json(&w, o->cfg.comm, r, all, g->has_echo);
+    json_end(&w);
+    putchar('\n');
+}
+
+/* Whether and when the run reached its target, or why not. */
+static void report_target_text(const train_opts *o, const eft_result *r)
+{
     if (o->cfg.target_acc > 0 && r->reached)
         printf("reached %.2f%% test accuracy after %ld fresh examples, %ld "
                "steps, %.2f s of training\n",
@@ -416,6 +422,15 @@ static void report(const train_opts *o, const ef_pipeline *p,
     else if (o->cfg.target_acc > 0)
         printf("did not reach %.2f%% within %ld fresh examples\n",
                100 * o->cfg.target_acc, o->cfg.max_fresh);
+}
+
+/* The report as lines of text on stdout. */
+static void report_text(const train_opts *o, const eft_result *r,
+                        const double *all, const run_figures *g)
+{
+    printf("model %s, batch %d, lr %g, seed %llu\n", eft_arch_name(o->cfg.arch),
+           o->cfg.batch, o->cfg.lr, (unsigned long long)o->cfg.seed);
+    report_target_text(o, r);
     printf("final test accuracy %.4f, loss %.4f\n", r->final.accuracy,
            r->final.loss);
     printf("trained on %ld examples (%ld fresh) in %.2f s: %.0f examples/s; "
@@ -423,28 +438,42 @@ static void report(const train_opts *o, const ef_pipeline *p,
            r->final.examples, r->final.fresh, r->final.train_s,
            r->train_examples_per_s, r->final.eval_s);
     printf("the trainer waited for data %.1f%% of the time\n",
-           100 * ps.consumer_wait_fraction);
+           100 * g->ps.consumer_wait_fraction);
     if (r->resumed)
         printf("resumed from a checkpoint at step %ld\n", r->resumed_at_step);
     if (o->cfg.checkpoint)
         printf("%ld checkpoints written in %.2f s\n", r->checkpoints,
                r->checkpoint_s);
     if (o->cfg.feedback)
-        printf("echo policy %s: %.0f values fed back\n", o->policy, fed);
+        printf("echo policy %s: %.0f values fed back\n", o->policy, g->fed);
     printf("samples hash %016llx, weights hash %016llx\n",
            (unsigned long long)r->samples_hash,
            (unsigned long long)r->weights_hash);
-    if (has_echo) {
-        double v;
+    if (g->has_echo) {
         printf("echo:");
-        for (int k = 0; k < st.nextra; k++) {
-            v = st.extra[k].value;
-            printf(" %s=%.4g", st.extra[k].key, v);
-        }
+        for (int k = 0; k < g->st.nextra; k++)
+            printf(" %s=%.4g", g->st.extra[k].key, g->st.extra[k].value);
         printf("\n");
     }
     if (all)
         report_ranks_text(o->cfg.comm, r, all);
+}
+
+/* `all`: every process's figures, under mpirun; NULL otherwise. */
+static void report(const train_opts *o, const ef_pipeline *p,
+                   const eft_result *r, const double *all, int json)
+{
+    run_figures g;
+    ef_pipeline_stats_get(p, &g.ps);
+    g.has_echo = echo_stage(p, &g.st) >= 0;
+    /* every process feeds its own pipeline: the run's count is the sum */
+    g.fed = (double)r->feedback_values;
+    for (int i = 1; all && i < o->cfg.comm->size; i++)
+        g.fed += all[i * F_COUNT + F_FEEDBACK];
+    if (json)
+        report_json(o, r, all, &g);
+    else
+        report_text(o, r, all, &g);
 }
 
 /* The checkpoint options: 0 when they make sense, -1 after a message. */

@@ -163,110 +163,125 @@ static char *copy_value(const char *v, size_t len)
     return s;
 }
 
+/* The option a key=value token names (`eq` at its '='), and the value's
+ * text as [*val, *val + *vlen). */
+static int keyed_option(const ef__stage_def *def, const char *tok, size_t tlen,
+                        const char *eq, int *idx, const char **val,
+                        size_t *vlen, ef__err *err)
+{
+    const char *name = def->info.name;
+    size_t klen = (size_t)(eq - tok);
+    const char *key = tok;
+    ef__trim(&key, &klen);
+    if (klen == 0)
+        return ef__err_set(err, EF_ESPEC,
+                           "stage '%s': option '%.*s' has no name", name,
+                           (int)tlen, tok);
+    *idx = find_def(def, key, klen);
+    if (*idx < 0) {
+        char opts[256];
+        list_options(def, opts, sizeof opts);
+        return ef__err_set(err, EF_ESPEC,
+                           "stage '%s': unknown option '%.*s' (options: %s)",
+                           name, (int)klen, key, opts);
+    }
+    *val = eq + 1;
+    *vlen = tlen - (size_t)(*val - tok);
+    ef__trim(val, vlen);
+    return EF_OK;
+}
+
+/* A bare value is the first option's, and only when given first; `last`
+ * is the option given last (-1 for none) and given[] their values. */
+static int bare_option(const ef__stage_def *def, const char *tok, size_t tlen,
+                       int last, char *const *given, ef__err *err)
+{
+    const char *name = def->info.name;
+    if (last >= 0) /* a list with commas, not quoted? */
+        return ef__err_set(err, EF_ESPEC,
+                           "stage '%s': '%.*s' needs a name (key=value); "
+                           "only the first option may be given bare. "
+                           "If it is part of the list before it, quote "
+                           "the list: %s=\"%s,%.*s\"",
+                           name, (int)tlen, tok, def->info.options[last].name,
+                           given[last], (int)tlen, tok);
+    if (def->info.noptions == 0)
+        return ef__err_set(err, EF_ESPEC,
+                           "stage '%s': '%.*s' needs a name (key=value); "
+                           "only the first option may be given bare",
+                           name, (int)tlen, tok);
+    return EF_OK;
+}
+
+/* One option of the text, key=value or bare: its value's copy goes to
+ * given[] and its bit to o->given; *last becomes its index. */
+static int take_option(ef__opts *o, const ef__stage_def *def, const char *tok,
+                       size_t tlen, char **given, int *last, ef__err *err)
+{
+    const char *name = def->info.name;
+    ef__trim(&tok, &tlen);
+    if (tlen == 0)
+        return ef__err_set(err, EF_ESPEC, "stage '%s': empty option", name);
+    const char *eq = memchr(tok, '=', tlen);
+    int idx = 0;
+    const char *val = tok;
+    size_t vlen = tlen;
+    int rc = eq ? keyed_option(def, tok, tlen, eq, &idx, &val, &vlen, err)
+                : bare_option(def, tok, tlen, *last, given, err);
+    if (rc != EF_OK)
+        return rc;
+    if (given[idx])
+        return ef__err_set(err, EF_ESPEC, "stage '%s': option '%s' given twice",
+                           name, def->info.options[idx].name);
+    given[idx] = copy_value(val, vlen);
+    o->given |= 1u << idx;
+    *last = idx;
+    return given[idx] ? EF_OK : ef__err_set(err, EF_ENOMEM, "out of memory");
+}
+
+/* Every option's value, from its text in given[] or else its default,
+ * converted into o->values; the texts stay in given[]. */
+static int convert_all(ef__opts *o, const ef__stage_def *def, char **given,
+                       ef__err *err)
+{
+    int rc = EF_OK;
+    for (int i = 0; i < o->n && rc == EF_OK; i++) {
+        const ef__option_def *od = &def->info.options[i];
+        if (!given[i]) {
+            if (!od->default_value)
+                return ef__err_set(err, EF_ESPEC,
+                                   "stage '%s': option '%s' is required (%s)",
+                                   def->info.name, od->name, od->help);
+            given[i] = ef__strdup(od->default_value);
+            if (!given[i])
+                return ef__err_set(err, EF_ENOMEM, "out of memory");
+            if (!given[i][0]) /* no default: leave the value zero */
+                continue;
+        }
+        rc = convert(def, od, given[i], &o->values[i], err);
+    }
+    return rc;
+}
+
 int ef__opts_parse(ef__opts *o, const ef__stage_def *def, const char *text,
                    size_t len, ef__err *err)
 {
-    const char *name = def->info.name;
     char *given[EF__MAX_OPTIONS] = {0};
     int rc = EF_OK;
     memset(o, 0, sizeof *o);
     o->n = def->info.noptions;
     o->defs = def->info.options;
 
-    const char *p = text, *end = text + len;
+    const char *p = text;
     const char *tok;
     size_t tlen;
     int last = -1; /* the option given last */
     ef__trim(&p, &len);
-    end = p + len;
-    while (len && rc == EF_OK && next_token(&p, end, &tok, &tlen)) {
-        ef__trim(&tok, &tlen);
-        const char *eq = memchr(tok, '=', tlen);
-        int idx;
-        const char *val;
-        size_t vlen;
-        if (tlen == 0) {
-            rc = ef__err_set(err, EF_ESPEC, "stage '%s': empty option", name);
-            break;
-        }
-        if (eq) {
-            size_t klen = (size_t)(eq - tok);
-            const char *key = tok;
-            ef__trim(&key, &klen);
-            idx = find_def(def, key, klen);
-            if (klen == 0) {
-                rc = ef__err_set(err, EF_ESPEC,
-                                 "stage '%s': option '%.*s' has no name", name,
-                                 (int)tlen, tok);
-                break;
-            }
-            if (idx < 0) {
-                char opts[256];
-                list_options(def, opts, sizeof opts);
-                rc = ef__err_set(err, EF_ESPEC,
-                                 "stage '%s': unknown option '%.*s' (options: "
-                                 "%s)",
-                                 name, (int)klen, key, opts);
-                break;
-            }
-            val = eq + 1;
-            vlen = tlen - (size_t)(val - tok);
-            ef__trim(&val, &vlen);
-        } else {
-            if (last >= 0) { /* a list with commas, not quoted? */
-                rc = ef__err_set(err, EF_ESPEC,
-                                 "stage '%s': '%.*s' needs a name (key=value); "
-                                 "only the first option may be given bare. "
-                                 "If it is part of the list before it, quote "
-                                 "the list: %s=\"%s,%.*s\"",
-                                 name, (int)tlen, tok,
-                                 def->info.options[last].name, given[last],
-                                 (int)tlen, tok);
-                break;
-            }
-            if (def->info.noptions == 0) {
-                rc = ef__err_set(err, EF_ESPEC,
-                                 "stage '%s': '%.*s' needs a name (key=value); "
-                                 "only the first option may be given bare",
-                                 name, (int)tlen, tok);
-                break;
-            }
-            idx = 0;
-            val = tok;
-            vlen = tlen;
-        }
-        if (given[idx]) {
-            rc = ef__err_set(err, EF_ESPEC,
-                             "stage '%s': option '%s' given twice", name,
-                             def->info.options[idx].name);
-            break;
-        }
-        given[idx] = copy_value(val, vlen);
-        o->given |= 1u << idx;
-        if (!given[idx])
-            rc = ef__err_set(err, EF_ENOMEM, "out of memory");
-        last = idx;
-    }
-
-    for (int i = 0; i < o->n && rc == EF_OK; i++) {
-        const ef__option_def *od = &def->info.options[i];
-        if (!given[i]) {
-            if (!od->default_value) {
-                rc = ef__err_set(err, EF_ESPEC,
-                                 "stage '%s': option '%s' is required (%s)",
-                                 name, od->name, od->help);
-                break;
-            }
-            given[i] = ef__strdup(od->default_value);
-            if (!given[i]) {
-                rc = ef__err_set(err, EF_ENOMEM, "out of memory");
-                break;
-            }
-            if (!given[i][0]) /* no default: leave the value zero */
-                continue;
-        }
-        rc = convert(def, od, given[i], &o->values[i], err);
-    }
+    const char *end = p + len;
+    while (len && rc == EF_OK && next_token(&p, end, &tok, &tlen))
+        rc = take_option(o, def, tok, tlen, given, &last, err);
+    if (rc == EF_OK)
+        rc = convert_all(o, def, given, err);
     for (int i = 0; i < EF__MAX_OPTIONS; i++)
         o->strings[i] = given[i];
     if (rc != EF_OK)

@@ -86,6 +86,15 @@ ef_status ef_pipeline_set_seed(ef_pipeline *p, uint64_t seed)
     return rc;
 }
 
+uint64_t ef_epoch_seed(uint64_t seed, uint64_t epoch, uint64_t part)
+{
+    /* odd constants far apart (the golden ratio's and another Weyl
+     * increment), so that no small (epoch, part) pair lands on another's
+     * seed */
+    return seed + epoch * UINT64_C(0x9E3779B97F4A7C15) +
+           part * UINT64_C(0xD1B54A32D192ED03);
+}
+
 ef_status ef_pipeline_set_on_error(ef_pipeline *p, ef_on_error policy)
 {
     if (!p || (policy != EF_ON_ERROR_FAIL && policy != EF_ON_ERROR_SKIP))

@@ -56,6 +56,17 @@ static int parse_stage(const char *text, size_t len, int position,
     return fn(arg, &st, err);
 }
 
+const char *ef_spec_stage(const char *spec, const char **begin, size_t *len)
+{
+    const char *p = spec;
+    for (int quoted = 0; *p && (*p != '|' || quoted); p++)
+        quoted ^= *p == '"';
+    *begin = spec;
+    *len = (size_t)(p - spec);
+    ef__trim(begin, len);
+    return *p ? p + 1 : NULL;
+}
+
 int ef__spec_parse(const char *spec,
                    int (*fn)(void *arg, const ef__spec_stage *st, ef__err *err),
                    void *arg, ef__err *err)
@@ -67,20 +78,14 @@ int ef__spec_parse(const char *spec,
         return ef__err_set(err, EF_ESPEC,
                            "unbalanced '\"' in the spec: quotes come in pairs "
                            "around a value");
-    const char *start = spec;
-    int quoted = 0, position = 1;
-    for (const char *p = spec;; p++) {
-        if (*p == '"')
-            quoted = !quoted;
-        if ((*p == '|' && !quoted) || *p == '\0') {
-            int rc = parse_stage(start, (size_t)(p - start), position++, fn,
-                                 arg, err);
-            if (rc != EF_OK)
-                return rc;
-            if (*p == '\0')
-                break;
-            start = p + 1;
-        }
+    int position = 1;
+    for (const char *rest = spec; rest;) {
+        const char *text;
+        size_t len;
+        rest = ef_spec_stage(rest, &text, &len);
+        int rc = parse_stage(text, len, position++, fn, arg, err);
+        if (rc != EF_OK)
+            return rc;
     }
     return EF_OK;
 }

@@ -7,8 +7,8 @@
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
-#include <unistd.h>
 
+#include "common/atomic_file.h"
 #include "core/alloc.h"
 #include "core/err.h"
 #include "core/sample.h"
@@ -17,8 +17,7 @@
 #define CHUNK 8192
 
 struct ef_token_writer {
-    char *path, *tmp;
-    FILE *f; /* open on tmp until finish(), or NULL */
+    ef__atomic_file file; /* .f open on .tmp until finish(), or NULL */
     size_t dsize;
     int64_t max_id;
     int64_t tokens, documents;
@@ -26,6 +25,14 @@ struct ef_token_writer {
     unsigned char chunk[CHUNK * 4];
     ef__err err;
 };
+
+/* The file's failure as the writer's error. */
+static int atomic_failure(ef_token_writer *w)
+{
+    char msg[sizeof w->err.msg];
+    ef__atomic_describe(&w->file, msg, sizeof msg);
+    return ef__err_set(&w->err, EF_EIO, "%s", msg);
+}
 
 ef_status ef_token_writer_create(ef_token_writer **out, const char *path,
                                  const char *dtype)
@@ -49,20 +56,12 @@ ef_status ef_token_writer_create(ef_token_writer **out, const char *path,
                            path, dtype);
     }
     w->max_id = w->dsize == 2 ? 65535 : INT32_MAX;
-    size_t cap = strlen(path) + 40;
-    w->path = ef__strdup(path);
-    w->tmp = ef__malloc(cap);
-    if (!w->path || !w->tmp) {
+    if (ef__atomic_open(&w->file, path, NULL) != 0) {
         w->failed = 1;
-        return ef__err_set(&w->err, EF_ENOMEM, "token file %s: out of memory",
-                           path);
-    }
-    snprintf(w->tmp, cap, "%s.tmp.%ld", path, (long)getpid());
-    w->f = fopen(w->tmp, "wb");
-    if (!w->f) {
-        w->failed = 1;
-        return ef__err_set(&w->err, EF_EIO, "%s: cannot create: %s", w->tmp,
-                           strerror(errno));
+        if (w->file.failed == EF__ATOMIC_NOMEM)
+            return ef__err_set(&w->err, EF_ENOMEM,
+                               "token file %s: out of memory", path);
+        return atomic_failure(w);
     }
     return EF_OK;
 }
@@ -77,9 +76,9 @@ static int usable(ef_token_writer *w)
 {
     if (w->failed)
         return w->err.status < 0 ? w->err.status : EF_EIO;
-    if (!w->f)
+    if (!w->file.f)
         return ef__err_set(&w->err, EF_ESTATE,
-                           "token file %s: already finished", w->path);
+                           "token file %s: already finished", w->file.path);
     return EF_OK;
 }
 
@@ -102,10 +101,10 @@ static int put(ef_token_writer *w, const void *src, int dtype, size_t n)
                 p[3] = (unsigned char)(v >> 24);
             }
         }
-        if (fwrite(w->chunk, w->dsize, k, w->f) != k) {
+        if (fwrite(w->chunk, w->dsize, k, w->file.f) != k) {
             w->failed = 1;
-            return ef__err_set(&w->err, EF_EIO, "%s: cannot write: %s", w->tmp,
-                               strerror(errno));
+            return ef__err_set(&w->err, EF_EIO, "%s: cannot write: %s",
+                               w->file.tmp, strerror(errno));
         }
         at += k;
     }
@@ -142,7 +141,7 @@ ef_status ef_token_writer_add_ids(ef_token_writer *w, const int32_t *ids,
         return ef__err_set(&w->err, EF_EINVAL,
                            "token file %s: id %" PRId64 " (position %" PRId64
                            " of %zu) does not fit %s (0 to %" PRId64 ")",
-                           w->path, v, at, n, dtype_name(w), w->max_id);
+                           w->file.path, v, at, n, dtype_name(w), w->max_id);
     return put(w, ids, EF_I32, n);
 }
 
@@ -157,14 +156,14 @@ static int check_field(ef_token_writer *w, const ef_sample *s,
         return ef__err_set(&w->err, EF_ESHAPE,
                            "token file %s: sample %" PRId64 " (epoch %" PRId64
                            ") has no field '%s', expected token ids [n] there",
-                           w->path, s->id.index, s->id.epoch, field);
+                           w->file.path, s->id.index, s->id.epoch, field);
     char shape[96];
     ef__shape_format(shape, sizeof shape, x->ndim, x->shape);
     return ef__err_set(&w->err, EF_ESHAPE,
                        "token file %s: field '%s' of sample %" PRId64
                        " (epoch %" PRId64 ") is %s %s, expected integer "
                        "token ids [n] (i32, i64 or u8)",
-                       w->path, field, s->id.index, s->id.epoch,
+                       w->file.path, field, s->id.index, s->id.epoch,
                        ef_dtype_name(x->dtype), shape);
 }
 
@@ -190,13 +189,13 @@ ef_status ef_token_writer_add(ef_token_writer *w, const ef_sample *s,
                            "): field '%s' holds id %" PRId64
                            " at position %" PRId64
                            ", which does not fit %s (0 to %" PRId64 ")",
-                           w->path, s->id.index, s->id.epoch, field, v, at,
+                           w->file.path, s->id.index, s->id.epoch, field, v, at,
                            dtype_name(w), w->max_id);
     if (eos > w->max_id)
         return ef__err_set(&w->err, EF_EINVAL,
                            "token file %s: eos %" PRId64 " does not fit %s (0 "
                            "to %" PRId64 ")",
-                           w->path, eos, dtype_name(w), w->max_id);
+                           w->file.path, eos, dtype_name(w), w->max_id);
     rc = put(w, ids, x->dtype, n);
     if (rc == EF_OK && eos >= 0) {
         int32_t e = (int32_t)eos;
@@ -213,19 +212,11 @@ ef_status ef_token_writer_finish(ef_token_writer *w)
     int rc = usable(w);
     if (rc != EF_OK)
         return rc;
-    rc = fclose(w->f) == 0
-             ? EF_OK
-             : ef__err_set(&w->err, EF_EIO, "%s: cannot write: %s", w->tmp,
-                           strerror(errno));
-    w->f = NULL;
-    if (rc == EF_OK && rename(w->tmp, w->path) != 0)
-        rc = ef__err_set(&w->err, EF_EIO, "cannot rename %s to %s: %s", w->tmp,
-                         w->path, strerror(errno));
-    if (rc != EF_OK) {
-        remove(w->tmp);
+    if (ef__atomic_commit(&w->file) != 0) {
         w->failed = 1;
+        return atomic_failure(w);
     }
-    return rc;
+    return EF_OK;
 }
 
 int64_t ef_token_writer_tokens(const ef_token_writer *w)
@@ -247,11 +238,6 @@ void ef_token_writer_destroy(ef_token_writer *w)
 {
     if (!w)
         return;
-    if (w->f) {
-        fclose(w->f);
-        remove(w->tmp);
-    }
-    ef__free(w->path);
-    ef__free(w->tmp);
+    ef__atomic_abort(&w->file);
     ef__free(w);
 }

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "codec/image.h"
+#include "common/atomic_file.h"
 #include "codec/tar_write.h"
 #include "core/alloc.h"
 #include "core/sample.h"
@@ -17,8 +18,7 @@ struct ef_shard_writer {
     char *prefix, *suffix; /* the pattern around its conversion */
     int width, zero_pad;   /* of the shard number */
     int64_t per_shard;
-    FILE *f;           /* the shard being written, or NULL */
-    char *tmp, *final; /* its temporary and final names */
+    ef__atomic_file shard; /* the shard being written: .f NULL when none */
     int64_t shards, samples, in_shard;
     ef__err err;
 };
@@ -105,51 +105,53 @@ ef_status ef_shard_writer_create(ef_shard_writer **out, const char *pattern,
     return parse_pattern(w, pattern);
 }
 
-static char *shard_name(const ef_shard_writer *w, int64_t shard,
-                        const char *extra)
+static char *shard_name(const ef_shard_writer *w, int64_t shard)
 {
-    size_t cap = strlen(w->prefix) + strlen(w->suffix) + strlen(extra) + 32;
+    size_t cap = strlen(w->prefix) + strlen(w->suffix) + 32;
     char *name = ef__malloc(cap);
-    if (name) {
+    if (name)
         ef_shard_writer_name(w, shard, name, cap);
-        strcat(name, extra);
-    }
     return name;
+}
+
+/* The shard file's failure as the writer's error. */
+static int atomic_failure(ef_shard_writer *w)
+{
+    char msg[sizeof w->err.msg];
+    ef__atomic_describe(&w->shard, msg, sizeof msg);
+    return ef__err_set(&w->err,
+                       w->shard.failed == EF__ATOMIC_NOMEM ? EF_ENOMEM : EF_EIO,
+                       "%s", msg);
 }
 
 /* Ends the open shard: the end blocks, then the rename to its name. */
 static int close_shard(ef_shard_writer *w)
 {
-    if (!w->f)
+    ef__atomic_file *a = &w->shard;
+    if (!a->f)
         return EF_OK;
-    int rc = ef__tar_write_end(w->f, &w->err);
+    int rc = ef__tar_write_end(a->f, &w->err);
     if (rc != EF_OK)
-        ef__err_prefix(&w->err, w->tmp);
-    if (fclose(w->f) != 0 && rc == EF_OK)
-        rc = ef__err_set(&w->err, EF_EIO, "%s: cannot write: %s", w->tmp,
-                         strerror(errno));
-    w->f = NULL;
-    if (rc == EF_OK && rename(w->tmp, w->final) != 0)
-        rc = ef__err_set(&w->err, EF_EIO, "cannot rename %s to %s: %s", w->tmp,
-                         w->final, strerror(errno));
-    if (rc != EF_OK)
-        remove(w->tmp);
-    ef__free(w->tmp);
-    ef__free(w->final);
-    w->tmp = w->final = NULL;
+        ef__err_prefix(&w->err, a->tmp);
+    if (rc == EF_OK && ef__atomic_commit(a) != 0)
+        rc = atomic_failure(w);
+    ef__atomic_abort(a);
     return rc;
 }
 
 static int open_shard(ef_shard_writer *w)
 {
-    w->final = shard_name(w, w->shards, "");
-    w->tmp = shard_name(w, w->shards, ".partial");
-    if (!w->final || !w->tmp)
+    ef__atomic_file *a = &w->shard;
+    char *final = shard_name(w, w->shards);
+    if (!final)
         return ef__err_set(&w->err, EF_ENOMEM, "out of memory");
-    w->f = fopen(w->tmp, "wb");
-    if (!w->f)
-        return ef__err_set(&w->err, EF_EIO, "%s: cannot create: %s", w->tmp,
-                           strerror(errno));
+    int rc = ef__atomic_open(a, final, ".partial");
+    ef__free(final);
+    if (rc != 0) {
+        rc = atomic_failure(w);
+        ef__atomic_abort(a);
+        return rc;
+    }
     w->shards++;
     w->in_shard = 0;
     return EF_OK;
@@ -238,9 +240,9 @@ static int is_image(const ef__field *f)
 static int put_member(ef_shard_writer *w, const char *name, const void *data,
                       size_t size)
 {
-    int rc = ef__tar_write_member(w->f, name, data, size, &w->err);
+    int rc = ef__tar_write_member(w->shard.f, name, data, size, &w->err);
     if (rc != EF_OK)
-        ef__err_prefix(&w->err, w->tmp);
+        ef__err_prefix(&w->err, w->shard.tmp);
     return rc;
 }
 
@@ -333,9 +335,9 @@ ef_status ef_shard_writer_add(ef_shard_writer *w, const ef_sample *s)
     if (w->err.status < 0)
         return w->err.status;
     int rc = EF_OK;
-    if (w->f && w->in_shard == w->per_shard)
+    if (w->shard.f && w->in_shard == w->per_shard)
         rc = close_shard(w);
-    if (rc == EF_OK && !w->f)
+    if (rc == EF_OK && !w->shard.f)
         rc = open_shard(w);
     char key[256];
     if (rc == EF_OK)
@@ -381,12 +383,7 @@ void ef_shard_writer_destroy(ef_shard_writer *w)
 {
     if (!w)
         return;
-    if (w->f) {
-        fclose(w->f);
-        remove(w->tmp);
-    }
-    ef__free(w->tmp);
-    ef__free(w->final);
+    ef__atomic_abort(&w->shard);
     ef__free(w->prefix);
     ef__free(w->suffix);
     ef__free(w);

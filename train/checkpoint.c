@@ -13,7 +13,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "crc32c.h" /* the library's own, src/common/ */
+#include "atomic_file.h" /* the library's own, src/common/ */
+#include "crc32c.h"
 
 #define MAGIC "EFTCKPT" /* and its terminating zero: 8 bytes */
 #define VERSION 1
@@ -284,40 +285,6 @@ static void encode(wbuf *b, const eft_run_id *id, eft_model *m,
     put_le(b, ef__crc32c(0, b->p, b->len), 4);
 }
 
-/* Writes all n bytes to fd. */
-static int write_all(int fd, const unsigned char *p, size_t n)
-{
-    while (n > 0) {
-        ssize_t w = write(fd, p, n);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0)
-            return -1;
-        p += w;
-        n -= (size_t)w;
-    }
-    return 0;
-}
-
-/* fsync of the folder that holds path, so that the rename is on disk. */
-static int sync_folder(const char *path)
-{
-    char dir[4096];
-    const char *slash = strrchr(path, '/');
-    if (!slash)
-        snprintf(dir, sizeof dir, ".");
-    else if (slash == path)
-        snprintf(dir, sizeof dir, "/");
-    else
-        snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
-    int fd = open(dir, O_RDONLY | O_DIRECTORY);
-    if (fd < 0)
-        return -1;
-    int rc = fsync(fd);
-    close(fd);
-    return rc;
-}
-
 /* ---- one run per path ------------------------------------------ */
 
 static int lock_path(char *buf, size_t cap, const char *path)
@@ -369,6 +336,27 @@ void eft_checkpoint_unlock(const char *path, int fd)
     close(fd);
 }
 
+/* The message of a failed commit of the checkpoint file. */
+static void commit_failure(const ef__atomic_file *a, char *err, size_t len)
+{
+    const char *why = strerror(a->error);
+    switch (a->failed) {
+    case EF__ATOMIC_RENAME:
+        fail(err, len, "%s: cannot rename %s over it: %s", a->path, a->tmp,
+             why);
+        break;
+    case EF__ATOMIC_SYNC_FOLDER:
+        fail(err, len, "%s: cannot fsync its folder: %s", a->path, why);
+        break;
+    default:
+        fail(err, len, "%s: cannot %s: %s", a->tmp,
+             a->failed == EF__ATOMIC_FSYNC   ? "fsync"
+             : a->failed == EF__ATOMIC_CLOSE ? "close"
+                                             : "write",
+             why);
+    }
+}
+
 int eft_checkpoint_save(const char *path, const eft_run_id *id, eft_model *m,
                         const eft_run_state *st, const void *pipe,
                         size_t pipe_n, char *err, size_t len)
@@ -391,36 +379,25 @@ int eft_checkpoint_save(const char *path, const eft_run_id *id, eft_model *m,
     encode(&b, id, m, st, pipe, pipe_n);
     if (!b.p)
         return fail(err, len, "%s: checkpoint: out of memory", path);
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd < 0) {
+    ef__atomic_file a;
+    if (ef__atomic_open(&a, path, NULL) != 0) {
         free(b.p);
-        return fail(err, len, "%s: cannot create: %s", tmp, strerror(errno));
+        fail(err, len, "%s: cannot create: %s", a.tmp ? a.tmp : tmp,
+             strerror(a.error));
+        ef__atomic_abort(&a);
+        return -1;
     }
-    int rc = write_all(fd, b.p, b.len);
-    const char *step = "write";
-    if (rc == 0 && (rc = fsync(fd)) != 0)
-        step = "fsync";
-    int saved = errno;
-    if (close(fd) != 0 && rc == 0) {
+    int rc = 0;
+    if (fwrite(b.p, 1, b.len, a.f) != b.len) {
         rc = -1;
-        step = "close";
-        saved = errno;
+        fail(err, len, "%s: cannot write: %s", a.tmp, strerror(errno));
+    } else if (ef__atomic_commit(&a) != 0) {
+        rc = -1;
+        commit_failure(&a, err, len);
     }
     free(b.p);
-    if (rc != 0) {
-        unlink(tmp);
-        return fail(err, len, "%s: cannot %s: %s", tmp, step, strerror(saved));
-    }
-    if (rename(tmp, path) != 0) {
-        saved = errno;
-        unlink(tmp);
-        return fail(err, len, "%s: cannot rename %s over it: %s", path, tmp,
-                    strerror(saved));
-    }
-    if (sync_folder(path) != 0)
-        return fail(err, len, "%s: cannot fsync its folder: %s", path,
-                    strerror(errno));
-    return 0;
+    ef__atomic_abort(&a);
+    return rc;
 }
 
 /* ---- reading ----------------------------------------------------------- */

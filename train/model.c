@@ -14,6 +14,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "atomic_file.h" /* the library's own, src/common/ */
+
 /* ---- building ------------------------------------------------------ */
 
 static eft_layer *push(eft_model *m, eft_layer_kind kind)
@@ -473,32 +475,35 @@ static int put(FILE *f, const void *p, size_t n)
 
 int eft_model_save(eft_model *m, const char *path, char *err, size_t len)
 {
-    char tmp[4096];
-    if (snprintf(tmp, sizeof tmp, "%s.partial", path) >= (int)sizeof tmp) {
+    if (strlen(path) + sizeof ".partial" > 4096) {
         snprintf(err, len, "--save-model: path too long");
         return -1;
     }
-    FILE *f = fopen(tmp, "wb");
-    if (!f) {
-        snprintf(err, len, "%s: cannot create: %s", tmp, strerror(errno));
+    ef__atomic_file a;
+    if (ef__atomic_open(&a, path, ".partial") != 0) {
+        snprintf(err, len, "%s: cannot create: %s", a.tmp ? a.tmp : path,
+                 strerror(a.error));
+        ef__atomic_abort(&a);
         return -1;
     }
     /* the machines this builds for are little-endian, as the format */
     uint32_t head[3] = {1, (uint32_t)m->arch,
                         (uint32_t)eft_model_param_count(m)};
-    int rc = put(f, "EFTMODEL", 8) | put(f, head, sizeof head);
+    int rc = put(a.f, "EFTMODEL", 8) | put(a.f, head, sizeof head);
     for (int i = 0; rc == 0 && i < eft_model_param_count(m); i++) {
         float *v, *g;
         size_t n;
         eft_model_param(m, i, &v, &g, &n);
         uint64_t count = n;
-        rc = put(f, &count, sizeof count) | put(f, v, n * sizeof *v);
+        rc = put(a.f, &count, sizeof count) | put(a.f, v, n * sizeof *v);
     }
-    if (fclose(f) != 0)
+    int e = errno;
+    if (rc == 0 && ef__atomic_commit(&a) != 0) {
         rc = -1;
-    if (rc == 0 && rename(tmp, path) == 0)
-        return 0;
-    snprintf(err, len, "%s: cannot write: %s", path, strerror(errno));
-    remove(tmp);
-    return -1;
+        e = a.error;
+    }
+    if (rc != 0)
+        snprintf(err, len, "%s: cannot write: %s", path, strerror(e));
+    ef__atomic_abort(&a);
+    return rc;
 }

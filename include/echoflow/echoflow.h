@@ -302,6 +302,13 @@ EF_API void ef_pipeline_destroy(ef_pipeline *p);
 /* Seed for every random decision (default 0). Before the first next(). */
 EF_API ef_status ef_pipeline_set_seed(ef_pipeline *p, uint64_t seed);
 
+/* The seed for the pipeline that reads part `part` (a rank, a worker) of
+ * the data in epoch `epoch` of a run seeded `seed`: `seed` itself for epoch
+ * 0 of part 0, another for every other pair, so that each epoch and each
+ * part shuffles in an order of its own, the same on every run. Arithmetic
+ * modulo 2^64; the Python package's echoflow.epoch_seed is this function. */
+EF_API uint64_t ef_epoch_seed(uint64_t seed, uint64_t epoch, uint64_t part);
+
 /* The source reads only part `index` of `count` (0 <= index < count), as
  * its option shard=index/count would: N processes that each read their
  * own part read the data once between them. Before the source is added;
@@ -316,6 +323,17 @@ EF_API ef_status ef_pipeline_set_shard(ef_pipeline *p, int64_t index, int64_t co
  * built-in so named. On error nothing is appended and ef_pipeline_error()
  * names the stage and option. */
 EF_API ef_status ef_pipeline_parse(ef_pipeline *p, const char *spec);
+/* One stage of a text spec, for programs that show or edit specs (to build
+ * a pipeline, hand ef_pipeline_parse() the whole spec): the text from
+ * `spec` up to the first '|' that is not inside double quotes, or up to the
+ * end, without white space around it, as [*begin, *begin + *len) inside
+ * `spec`. Returns where the next stage starts (just past that '|'), or
+ * NULL when this stage is the last. Allocates nothing: *begin points into
+ * the caller's `spec`. An empty spec is one empty stage; so is the text
+ * between two '|' in a row. Walk a spec with
+ *     for (const char *s = spec; s;) { s = ef_spec_stage(s, &b, &n); ... } */
+EF_API const char *ef_spec_stage(const char *spec, const char **begin,
+                                 size_t *len);
 /* Appends one stage by name with options "key=value,..." (may be NULL). */
 EF_API ef_status ef_pipeline_add(ef_pipeline *p, const char *stage, const char *options);
 /* A source written in C. With block = 1 it stores the next sample in *out

@@ -38,6 +38,8 @@ from ._echoflow import (
     UnsupportedError,
     _Pipeline,
     __version__,
+    _epoch_seed,
+    _split_spec,
     stages,
     write_tokens,
 )
@@ -50,34 +52,21 @@ __all__ = [
 ]
 
 
-def _split_unquoted(text, sep):
-    """`text` split at each `sep` that is not inside double quotes, each
-    part stripped."""
-    parts, start, quoted = [], 0, False
-    for i, c in enumerate(text):
-        if c == '"':
-            quoted = not quoted
-        elif c == sep and not quoted:
-            parts.append(text[start:i].strip())
-            start = i + 1
-    parts.append(text[start:].strip())
-    return parts
-
-
 def split_spec(spec):
     """The stages of a spec as texts: `spec` split at each '|' that is not
     inside double quotes, each part stripped. A helper for programs that
-    show or edit specs; Pipeline hands the library the whole spec."""
-    return _split_unquoted(spec, "|")
+    show or edit specs; Pipeline hands the library the whole spec. The
+    library's own split (ef_spec_stage)."""
+    return _split_spec(spec)
 
 
 def epoch_seed(seed, epoch, part=0):
     """The seed of the pipeline that reads part `part` of the data in epoch
     `epoch` of a run seeded `seed`: `seed` itself for epoch 0 of part 0,
     another for every other pair, so that epochs and parts (ranks, workers)
-    each shuffle in an order of their own."""
-    return (seed + epoch * 0x9E3779B97F4A7C15
-            + part * 0xD1B54A32D192ED03) % 2**64
+    each shuffle in an order of their own. The library's own formula
+    (ef_epoch_seed), which the preprocessing service uses too."""
+    return _epoch_seed(seed, epoch, part)
 
 
 def _as_field(name, value):

@@ -46,7 +46,58 @@ static PyObject *mod_stages(PyObject *module, PyObject *unused)
     return list;
 }
 
+static PyObject *mod_epoch_seed(PyObject *module, PyObject *args)
+{
+    (void)module;
+    PyObject *seed, *epoch, *part;
+    if (!PyArg_ParseTuple(args, "OOO:epoch_seed", &seed, &epoch, &part))
+        return NULL;
+    /* any int, taken modulo 2^64 as the C function computes */
+    unsigned long long v[3];
+    PyObject *in[3] = {seed, epoch, part};
+    for (int i = 0; i < 3; i++) {
+        PyObject *n = PyNumber_Index(in[i]);
+        if (!n)
+            return NULL;
+        v[i] = PyLong_AsUnsignedLongLongMask(n);
+        Py_DECREF(n);
+        if (v[i] == (unsigned long long)-1 && PyErr_Occurred())
+            return NULL;
+    }
+    return PyLong_FromUnsignedLongLong(ef_epoch_seed(v[0], v[1], v[2]));
+}
+
+static PyObject *mod_split_spec(PyObject *module, PyObject *arg)
+{
+    (void)module;
+    Py_ssize_t size;
+    const char *spec = PyUnicode_AsUTF8AndSize(arg, &size);
+    if (!spec)
+        return NULL;
+    if ((size_t)size != strlen(spec)) {
+        PyErr_SetString(PyExc_ValueError, "split_spec: the spec holds a NUL");
+        return NULL;
+    }
+    PyObject *parts = PyList_New(0);
+    for (const char *rest = spec; parts && rest;) {
+        const char *text;
+        size_t len;
+        rest = ef_spec_stage(rest, &text, &len);
+        PyObject *part = PyUnicode_FromStringAndSize(text, (Py_ssize_t)len);
+        if (!part || PyList_Append(parts, part) != 0)
+            Py_CLEAR(parts);
+        Py_XDECREF(part);
+    }
+    return parts;
+}
+
 static PyMethodDef module_methods[] = {
+    {"_epoch_seed", mod_epoch_seed, METH_VARARGS,
+     "_epoch_seed(seed, epoch, part) -> int: ef_epoch_seed(); see "
+     "echoflow.epoch_seed."},
+    {"_split_spec", mod_split_spec, METH_O,
+     "_split_spec(spec) -> list of str: the stages of a spec by "
+     "ef_spec_stage(); see echoflow.split_spec."},
     {"stages", mod_stages, METH_NOARGS,
      "stages() -> list of dicts: every stage, its help and its options "
      "(name, type, default, help, min, max), as `echoflow stages` lists "

@@ -615,3 +615,38 @@ def test_a_fixed_echo_reads_a_slow_upstream_ahead_by_itself():
     with echoflow.Pipeline("range:n=100 | echo:factor=4 | batch:8") as p:
         assert sum(1 for _ in p) == 50
         assert p.stats()["stages"][1]["reads_ahead"] == 0
+
+
+def _split_in_python(spec):
+    """split_spec as the package wrote it before the library gave it."""
+    parts, start, quoted = [], 0, False
+    for i, c in enumerate(spec):
+        if c == '"':
+            quoted = not quoted
+        elif c == "|" and not quoted:
+            parts.append(spec[start:i].strip())
+            start = i + 1
+    parts.append(spec[start:].strip())
+    return parts
+
+
+def test_split_spec_is_the_library_split():
+    for spec in ['idx:a | echo:2 |batch:128', 'a:x="1|2" | b', "", "  one ",
+                 "a||b|", 'a:x="1|2 | b', "tokenize:x=\"é|ü\" | batch:2"]:
+        assert echoflow.split_spec(spec) == _split_in_python(spec), spec
+    with pytest.raises(TypeError):
+        echoflow.split_spec(b"a | b")
+    with pytest.raises(ValueError, match="NUL"):
+        echoflow.split_spec("a\0 | b")
+
+
+def test_epoch_seed_is_the_library_formula():
+    def formula(seed, epoch, part=0):
+        return (seed + epoch * 0x9E3779B97F4A7C15
+                + part * 0xD1B54A32D192ED03) % 2**64
+    for args in [(5, 0), (5, 1), (0, 0, 1), (2**64 - 1, 3, 2), (7, 2, 5),
+                 (-1, 1, 1), (2**70 + 3, 2**65, 1)]:
+        assert echoflow.epoch_seed(*args) == formula(*args), args
+    assert echoflow.epoch_seed(numpy.int64(5), 1) == formula(5, 1)
+    with pytest.raises(TypeError):
+        echoflow.epoch_seed(1.5, 0)

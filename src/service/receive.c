@@ -614,6 +614,89 @@ static void *receive_main(void *arg)
     return NULL;
 }
 
+/* A new reader with a queue of `depth` items; NULL when out of memory. */
+static ef__service_reader *new_reader(size_t depth)
+{
+    ef__service_reader *r = ef__calloc(1, sizeof *r);
+    if (r && ef__queue_init(&r->q, depth) != EF_OK) {
+        ef__free(r);
+        r = NULL;
+    }
+    return r;
+}
+
+/* Undoes an attach that failed after new_reader(): `r` stops being the
+ * process's reader if it became it, and goes. Accepts NULL. */
+static void drop_reader(ef__service_reader *r)
+{
+    if (!r)
+        return;
+    pthread_mutex_lock(&rx.mu);
+    if (rx.reader == r)
+        rx.reader = NULL;
+    pthread_mutex_unlock(&rx.mu);
+    ef__queue_destroy(&r->q);
+    ef__free(r);
+}
+
+/* Why this process cannot attach a reader now, or EF_OK. Under rx.mu. */
+static int attach_refusal(ef__err *err)
+{
+    if (rx.shut)
+        return ef__err_set(err, EF_ESTATE,
+                           "service: this process has left the job");
+    if (rx.reader)
+        return ef__err_set(err, EF_ESTATE,
+                           "service: another pipeline of this process reads "
+                           "the service now; one reads it at a time");
+    if (rx.endless_closed)
+        return ef__err_set(err, EF_ESTATE,
+                           "service: a reader of every epoch (epochs=0) was "
+                           "closed; this process cannot read the service "
+                           "again");
+    if (rx.failure.status)
+        return ef__err_set(err, rx.failure.status, "%s", rx.failure.msg);
+    return EF_OK;
+}
+
+/* The first attach of the process: the room of a message, the credits,
+ * and the receiving thread. Under rx.mu. */
+static int start_receiving(const ef__service_job *job, const ef__budget *budget,
+                           int credits, ef__err *err)
+{
+    int rc = EF_OK;
+    /* the room of one message: a share of the budget; one sample
+     * alone may take the whole budget */
+    uint64_t limit = budget ? budget->limit : 0;
+    int64_t room = ROOM_DEFAULT;
+    if (limit)
+        room =
+            (int64_t)(limit / 2 / (uint64_t)job->nworkers / (uint64_t)credits);
+    rx.room_bytes = room < ROOM_MIN   ? ROOM_MIN
+                    : room > ROOM_MAX ? ROOM_MAX
+                                      : room;
+    rx.single_bytes = (int64_t)(limit && limit < EF__CHUNK_MAX_PAYLOAD
+                                    ? limit
+                                    : EF__CHUNK_MAX_PAYLOAD);
+    if (rx.single_bytes < rx.room_bytes)
+        rx.single_bytes = rx.room_bytes;
+    rx.credits = credits;
+    rx.owed = ef__calloc((size_t)job->nworkers, sizeof *rx.owed);
+    rx.granted = ef__calloc((size_t)job->nworkers, sizeof *rx.granted);
+    rx.heard = ef__calloc((size_t)job->nworkers, sizeof *rx.heard);
+    if (!rx.owed || !rx.granted || !rx.heard)
+        rc = ef__err_set(err, EF_ENOMEM, "service: out of memory");
+    for (int w = 0; rc == EF_OK && w < job->nworkers; w++) {
+        rx.owed[w] = credits;
+        rx.heard[w] = ef__now_ns(); /* each owes word from now */
+    }
+    if (rc == EF_OK && pthread_create(&rx.thread, NULL, receive_main, NULL))
+        rc = ef__err_set(err, EF_ENOMEM,
+                         "service: cannot start the receiving thread");
+    rx.running = rc == EF_OK;
+    return rc;
+}
+
 int ef__service_attach(int endless, ef__budget *budget, int credits,
                        double liveness_s, ef__service_reader **out,
                        int64_t *epoch, ef__err *err)
@@ -629,9 +712,6 @@ int ef__service_attach(int endless, ef__budget *budget, int credits,
                            "start workers after a ':' in the mpirun command "
                            "(mpirun -np 1 TRAINER : -np 2 echoflow serve "
                            "SPEC)");
-    ef__service_reader *r = ef__calloc(1, sizeof *r);
-    if (!r)
-        return ef__err_set(err, EF_ENOMEM, "service: out of memory");
     pthread_mutex_lock(&rx.mu);
     /* room for every sample the credits let the workers send (those of
      * the first reader: credits are given once per process), and the
@@ -639,61 +719,13 @@ int ef__service_attach(int endless, ef__budget *budget, int credits,
     int given = rx.running ? rx.credits : credits;
     size_t depth = (size_t)job->nworkers * (size_t)given * ROOM_ITEMS +
                    4 * (size_t)job->nworkers + 64;
-    int rc = ef__queue_init(&r->q, depth) == EF_OK
-                 ? EF_OK
-                 : ef__err_set(err, EF_ENOMEM, "service: out of memory");
-    if (rc != EF_OK) {
-        pthread_mutex_unlock(&rx.mu);
-        ef__free(r);
-        return rc;
-    }
-    if (rc == EF_OK && rx.shut)
-        rc = ef__err_set(err, EF_ESTATE,
-                         "service: this process has left the job");
-    else if (rc == EF_OK && rx.reader)
-        rc = ef__err_set(err, EF_ESTATE,
-                         "service: another pipeline of this process reads "
-                         "the service now; one reads it at a time");
-    else if (rc == EF_OK && rx.endless_closed)
-        rc = ef__err_set(err, EF_ESTATE,
-                         "service: a reader of every epoch (epochs=0) was "
-                         "closed; this process cannot read the service "
-                         "again");
-    else if (rc == EF_OK && rx.failure.status)
-        rc = ef__err_set(err, rx.failure.status, "%s", rx.failure.msg);
+    ef__service_reader *r = new_reader(depth);
+    int rc = r ? attach_refusal(err)
+               : ef__err_set(err, EF_ENOMEM, "service: out of memory");
     if (rc == EF_OK) /* every reader's own, from now */
         rx.liveness_ns = (uint64_t)(liveness_s * 1e9);
-    if (rc == EF_OK && !rx.running) {
-        /* the room of one message: a share of the budget; one sample
-         * alone may take the whole budget */
-        uint64_t limit = budget ? budget->limit : 0;
-        int64_t room = ROOM_DEFAULT;
-        if (limit)
-            room = (int64_t)(limit / 2 / (uint64_t)job->nworkers /
-                             (uint64_t)credits);
-        rx.room_bytes = room < ROOM_MIN   ? ROOM_MIN
-                        : room > ROOM_MAX ? ROOM_MAX
-                                          : room;
-        rx.single_bytes = (int64_t)(limit && limit < EF__CHUNK_MAX_PAYLOAD
-                                        ? limit
-                                        : EF__CHUNK_MAX_PAYLOAD);
-        if (rx.single_bytes < rx.room_bytes)
-            rx.single_bytes = rx.room_bytes;
-        rx.credits = credits;
-        rx.owed = ef__calloc((size_t)job->nworkers, sizeof *rx.owed);
-        rx.granted = ef__calloc((size_t)job->nworkers, sizeof *rx.granted);
-        rx.heard = ef__calloc((size_t)job->nworkers, sizeof *rx.heard);
-        if (!rx.owed || !rx.granted || !rx.heard)
-            rc = ef__err_set(err, EF_ENOMEM, "service: out of memory");
-        for (int w = 0; rc == EF_OK && w < job->nworkers; w++) {
-            rx.owed[w] = credits;
-            rx.heard[w] = ef__now_ns(); /* each owes word from now */
-        }
-        if (rc == EF_OK && pthread_create(&rx.thread, NULL, receive_main, NULL))
-            rc = ef__err_set(err, EF_ENOMEM,
-                             "service: cannot start the receiving thread");
-        rx.running = rc == EF_OK;
-    }
+    if (rc == EF_OK && !rx.running)
+        rc = start_receiving(job, budget, credits, err);
     if (rc == EF_OK) {
         r->epoch = rx.next_epoch;
         r->endless = endless;
@@ -702,17 +734,13 @@ int ef__service_attach(int endless, ef__budget *budget, int credits,
         rx.reader = r;
     }
     pthread_mutex_unlock(&rx.mu);
-    int64_t open[2] = {r->epoch, endless};
-    if (rc == EF_OK)
+    if (rc == EF_OK) {
+        int64_t open[2] = {r->epoch, endless};
         rc = ef__service_send(job->dispatch, job->dispatcher, EF__TAG_OPEN,
                               open, 2, err);
+    }
     if (rc != EF_OK) {
-        pthread_mutex_lock(&rx.mu);
-        if (rx.reader == r)
-            rx.reader = NULL;
-        pthread_mutex_unlock(&rx.mu);
-        ef__queue_destroy(&r->q);
-        ef__free(r);
+        drop_reader(r);
         return rc;
     }
     *out = r;

@@ -459,10 +459,9 @@ static int open_split(worker *w)
 {
     const ef_serve_config *c = w->c;
     /* each split and epoch shuffles in an order of its own, the same on
-     * every run (as echoflow.epoch_seed in Python) */
-    uint64_t seed = c->seed +
-                    (uint64_t)w->epoch * UINT64_C(0x9E3779B97F4A7C15) +
-                    (uint64_t)w->split * UINT64_C(0xD1B54A32D192ED03);
+     * every run */
+    uint64_t seed =
+        ef_epoch_seed(c->seed, (uint64_t)w->epoch, (uint64_t)w->split);
     ef_pipeline *p = NULL;
     int rc = ef_pipeline_create(&p);
     if (rc == EF_OK)
