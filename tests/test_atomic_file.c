@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The atomic-file helper (src/common/atomic_file.h): a committed file
  * appears whole under its name and nothing else stays beside it; every
  * failure says which step failed and leaves no temporary file behind. */

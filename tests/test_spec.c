@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The public helpers for programs around pipelines: ef_spec_stage, the
  * split of a text spec that ef_pipeline_parse uses itself, and
  * ef_epoch_seed, the seed of an epoch and part that the service and the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* See atomic_file.h. */
 #include "atomic_file.h"
 

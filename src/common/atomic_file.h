@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* A file written whole or not at all: the content goes to a temporary file
  * beside the target, and commit makes it the target in one rename, after
  * an fsync, then fsyncs the folder so that the rename itself is on disk.
