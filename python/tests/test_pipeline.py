@@ -606,15 +606,13 @@ def test_a_tensor_of_one_element_is_a_number():
 
 def test_a_fixed_echo_reads_a_slow_upstream_ahead_by_itself():
     # nothing threaded before echo:4: the stage starts reading ahead once
-    # the upstream proves slow, and its statistics say so
+    # the upstream proves slow, and its statistics say so (whether a cheap
+    # upstream does depends on the machine's speed: not asserted)
     spec = "range:n=100 | throttle:rate=5000 | echo:factor=4 | batch:8"
     with echoflow.Pipeline(spec) as p:
         assert sum(1 for _ in p) == 50
         echo = p.stats()["stages"][2]
     assert (echo["name"], echo["reads_ahead"]) == ("echo", 1)
-    with echoflow.Pipeline("range:n=100 | echo:factor=4 | batch:8") as p:
-        assert sum(1 for _ in p) == 50
-        assert p.stats()["stages"][1]["reads_ahead"] == 0
 
 
 def _split_in_python(spec):
