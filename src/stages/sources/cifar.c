@@ -19,8 +19,9 @@
  * as lost), a partial record at the end and a record with a bad label
  * (its number stays taken) are skipped.
  *
- * Checkpoints: the state saves the next record's number; fetch() makes a
- * record again from the files' buffers (read at the restore, once). */
+ * An indexed source (indexed.h): the kit keeps the cursor, saves it in
+ * checkpoints, and makes a record again from the files' buffers for a
+ * fetch (read at the restore, once). */
 #include <stdio.h>
 #include <string.h>
 
@@ -28,9 +29,9 @@
 #include "core/alloc.h"
 #include "core/buffer.h"
 #include "io/stream.h"
-#include "stage.h"
 #include "io/paths.h"
-#include "state.h"
+#include "stage.h"
+#include "stages/sources/indexed.h"
 
 typedef struct {
     ef_buffer *images; /* n x 3072 bytes, HWC; NULL for an unread file */
@@ -39,32 +40,10 @@ typedef struct {
 } cifar_file;
 
 typedef struct {
+    ef__indexed ix; /* first: the kit's */
     ef__paths paths;
     cifar_file *files;
-    int64_t total; /* records in all files */
-    ef__shard shard;
-    int loaded;   /* the files were read (at open, or at a restore) */
-    int64_t next; /* the next record of this pass */
-    size_t cur;   /* the file holding `next` (records only grow in a pass) */
 } cifar_state;
-
-static int cifar_create(ef__stage *s, const ef__opts *o, ef__err *err)
-{
-    cifar_state *st = ef__stage_new_state(s, sizeof *st, err);
-    if (!st)
-        return EF_ENOMEM;
-    int rc = ef__shard_parse(s, o, &st->shard, err);
-    if (rc == EF_OK)
-        rc = ef__paths_expand(ef__opt_string(o, "files"),
-                              "cifar: option 'files'", &st->paths, err);
-    if (rc != EF_OK)
-        return rc;
-    st->files = ef__calloc(st->paths.n, sizeof *st->files);
-    if (!st->files)
-        return ef__err_set(err, EF_ENOMEM, "cifar: out of memory");
-    st->next = st->shard.i;
-    return EF_OK;
-}
 
 /* Records read from the stream at a time (3 MB). */
 #define CHUNK_RECORDS 1024
@@ -201,50 +180,88 @@ static int load(ef__stage *s, cifar_state *st, size_t f, ef__err *err)
     return EF_OK;
 }
 
-/* Reads the files, once: at open, or at a restore. */
-static int cifar_open(ef__stage *s, ef__err *err)
+/* Drops what the files held: a failed load keeps nothing. */
+static void unload(cifar_state *st)
+{
+    for (size_t f = 0; f < st->paths.n; f++) {
+        ef_buffer_release(st->files[f].images);
+        ef_buffer_release(st->files[f].labels);
+        memset(&st->files[f], 0, sizeof st->files[f]);
+    }
+}
+
+/* Reads the files: the kit's load, once. */
+static int cifar_load(ef__stage *s, int64_t *records, ef__err *err)
 {
     cifar_state *st = s->state;
-    if (st->loaded)
-        return EF_OK;
-    st->loaded = 1; /* a failure fails the pipeline: no second try */
-    for (size_t f = 0; f < st->paths.n; f++) {
-        int rc = load(s, st, f, err);
-        if (rc != EF_OK)
-            return rc;
-        st->files[f].base = st->total;
-        st->total += st->files[f].n;
+    int64_t total = 0;
+    int rc = EF_OK;
+    for (size_t f = 0; f < st->paths.n && rc == EF_OK; f++) {
+        rc = load(s, st, f, err);
+        st->files[f].base = total;
+        total += st->files[f].n;
     }
-    if (st->shard.i >= st->total)
-        return ef__err_set(err, EF_EFORMAT,
-                           "cifar: part %lld of shard=%lld/%lld gets no "
-                           "record: the files hold %lld",
-                           (long long)st->shard.i, (long long)st->shard.i,
-                           (long long)st->shard.n, (long long)st->total);
-    return EF_OK;
+    if (rc == EF_OK && st->ix.shard.i >= total)
+        rc = ef__err_set(err, EF_EFORMAT,
+                         "cifar: part %lld of shard=%lld/%lld gets no "
+                         "record: the files hold %lld",
+                         (long long)st->ix.shard.i, (long long)st->ix.shard.i,
+                         (long long)st->ix.shard.n, (long long)total);
+    if (rc != EF_OK)
+        unload(st);
+    *records = total;
+    return rc;
 }
 
-/* Whether record `local` of cf has a label in range: one that is not was
- * counted as skipped when the file was read, and is never emitted. */
-static int good(const cifar_file *cf, int64_t local)
+/* The file holding record r: the last whose base is at most r. */
+static const cifar_file *file_of(const cifar_state *st, int64_t r, size_t *f)
 {
-    const int64_t *labels = ef_buffer_data(cf->labels);
-    return labels[local] >= 0 && labels[local] < EF__CIFAR_CLASSES;
+    size_t lo = 0, hi = st->paths.n - 1;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo + 1) / 2;
+        if (st->files[mid].base <= r)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    *f = lo;
+    return &st->files[lo];
 }
 
-/* Record r (record `local` of cf) of pass `epoch`: views into the file's
- * buffers. */
-static int make(const cifar_file *cf, int64_t r, int64_t local, int64_t epoch,
-                ef_sample **out, ef__err *err)
+/* Whether record r has a label in range: one that is not was counted as
+ * skipped when its file was read, and is never emitted. */
+static int check(const ef__stage *s, int64_t r, ef__err *err)
+{
+    const cifar_state *st = s->state;
+    size_t f;
+    const cifar_file *cf = file_of(st, r, &f);
+    const int64_t *labels = ef_buffer_data(cf->labels);
+    int64_t label = labels[r - cf->base];
+    if (label >= 0 && label < EF__CIFAR_CLASSES)
+        return EF_OK;
+    return ef__err_set(err, EF_EFORMAT,
+                       "cifar: the state names record %lld (record %lld "
+                       "of %s), whose label is out of range: a record "
+                       "never emitted (the file changed?)",
+                       (long long)r, (long long)(r - cf->base),
+                       st->paths.names[f]);
+}
+
+/* Record r of pass `epoch`: views into its file's buffers. */
+static int make(const ef__stage *s, int64_t r, int64_t epoch, ef_sample **out,
+                ef__err *err)
 {
     static const int64_t shape[3] = {EF__CIFAR_SIDE, EF__CIFAR_SIDE, 3};
+    size_t f;
+    const cifar_file *cf = file_of(s->state, r, &f);
+    size_t local = (size_t)(r - cf->base);
     ef_sample *smp = ef_sample_new((ef_sample_id){.index = r, .epoch = epoch});
     int rc = smp ? ef_sample_add(smp, "image", EF_U8, 3, shape, cf->images,
-                                 (size_t)local * EF__CIFAR_IMAGE)
+                                 local * EF__CIFAR_IMAGE)
                  : EF_ENOMEM;
     if (rc == EF_OK)
         rc = ef_sample_add(smp, "label", EF_I64, 0, NULL, cf->labels,
-                           (size_t)local * sizeof(int64_t));
+                           local * sizeof(int64_t));
     if (rc != EF_OK) {
         ef_sample_free(smp);
         return ef__err_set(err, rc, "cifar: cannot build sample %lld: %s",
@@ -254,102 +271,40 @@ static int make(const cifar_file *cf, int64_t r, int64_t local, int64_t epoch,
     return EF_OK;
 }
 
-static int cifar_next(ef__stage *s, ef_sample **out, ef__err *err)
+static void cifar_stats(const ef__stage *s, ef_stage_stats *out)
 {
-    cifar_state *st = s->state;
-    while (st->next < st->total) {
-        int64_t r = st->next;
-        st->next += st->shard.n;
-        while (r >= st->files[st->cur].base + st->files[st->cur].n)
-            st->cur++;
-        const cifar_file *cf = &st->files[st->cur];
-        if (good(cf, r - cf->base))
-            return make(cf, r, r - cf->base, s->epoch, out, err);
-    }
-    return EF_END;
+    const cifar_state *st = s->state;
+    ef__stats_extra(out, "files", (double)st->paths.n);
 }
 
-static int cifar_reset(ef__stage *s, int64_t epoch, ef__err *err)
-{
-    (void)epoch;
-    (void)err;
-    cifar_state *st = s->state;
-    st->next = st->shard.i;
-    st->cur = 0;
-    return EF_OK;
-}
+static const ef__indexed_ops cifar_ops = {
+    .load = cifar_load, .make = make, .check = check, .stats = cifar_stats};
 
-static int cifar_save(ef__stage *s, ef__state_out *o, ef__err *err)
+static int cifar_create(ef__stage *s, const ef__opts *o, ef__err *err)
 {
-    (void)err;
-    ef__put_i64(o, ((cifar_state *)s->state)->next);
-    return EF_OK;
-}
-
-/* The record count is known once the files are read: checked then. */
-static int cifar_restore(ef__stage *s, ef__state_in *in, ef__err *err)
-{
-    cifar_state *st = s->state;
-    int rc = cifar_open(s, err);
+    cifar_state *st = ef__stage_new_state(s, sizeof *st, err);
+    if (!st)
+        return EF_ENOMEM;
+    int rc = ef__indexed_init(s, o, &cifar_ops, err);
     if (rc == EF_OK)
-        rc = ef__cursor_restore(in, &st->shard, st->total, &st->next);
-    st->cur = 0; /* next() finds the file holding `next` from there */
-    return rc;
-}
-
-static int cifar_fetch(ef__stage *s, const ef__ident *d, ef_sample **out,
-                       ef__err *err)
-{
-    cifar_state *st = s->state;
-    int64_t r = d->id.index;
-    int rc = cifar_open(s, err);
-    if (rc == EF_OK)
-        rc = ef__index_check(s, &st->shard, r, st->total, err);
+        rc = ef__paths_expand(ef__opt_string(o, "files"),
+                              "cifar: option 'files'", &st->paths, err);
     if (rc != EF_OK)
         return rc;
-    size_t f = 0;
-    while (r >= st->files[f].base + st->files[f].n)
-        f++;
-    const cifar_file *cf = &st->files[f];
-    if (!good(cf, r - cf->base))
-        return ef__err_set(err, EF_EFORMAT,
-                           "cifar: the state names record %lld (record %lld "
-                           "of %s), whose label is out of range: a record "
-                           "never emitted (the file changed?)",
-                           (long long)r, (long long)(r - cf->base),
-                           st->paths.names[f]);
-    return make(cf, r, r - cf->base, d->id.epoch, out, err);
+    st->files = ef__calloc(st->paths.n, sizeof *st->files);
+    if (!st->files)
+        return ef__err_set(err, EF_ENOMEM, "cifar: out of memory");
+    return EF_OK;
 }
 
 static void cifar_destroy(ef__stage *s)
 {
     cifar_state *st = s->state;
-    for (size_t f = 0; st->files && f < st->paths.n; f++) {
-        ef_buffer_release(st->files[f].images);
-        ef_buffer_release(st->files[f].labels);
-    }
+    if (st->files)
+        unload(st);
     ef__free(st->files);
     ef__paths_free(&st->paths);
     ef__free(st);
-}
-
-static void cifar_stats(const ef__stage *s, ef_stage_stats *out)
-{
-    const cifar_state *st = s->state;
-    ef__stats_extra(out, "records", (double)st->total);
-    ef__stats_extra(out, "files", (double)st->paths.n);
-}
-
-/* The files' records in this part: known once they are read, which
- * this does before open (once: open then uses them). */
-static int cifar_length(ef__stage *s, int64_t up, int64_t *n, ef__err *err)
-{
-    (void)up;
-    const cifar_state *st = s->state;
-    int rc = cifar_open(s, err);
-    if (rc == EF_OK)
-        *n = ef__shard_count(&st->shard, st->total);
-    return rc;
 }
 
 static const ef__option_def cifar_options[] = {
@@ -367,15 +322,7 @@ static const ef__option_def cifar_options[] = {
 const ef__stage_def ef__stage_cifar = {
     .info = {"cifar", "CIFAR-10 binary files (fields image HWC u8, label)",
              EF__OPTIONS(cifar_options)},
-    .is_source = 1,
+    EF__INDEXED_STAGE_OPS,
     .create = cifar_create,
-    .open = cifar_open,
-    .next = cifar_next,
-    .reset = cifar_reset,
     .destroy = cifar_destroy,
-    .stats = cifar_stats,
-    .save = cifar_save,
-    .restore = cifar_restore,
-    .fetch = cifar_fetch,
-    .length = cifar_length,
 };

@@ -5,7 +5,9 @@
  * first= and count= read the records [first, first + count) only (a
  * held-out split of one file); identities keep the file's record index,
  * so checkpoints and fetch name the same record whatever the range.
- * shard=I/N keeps the range's r-th record when r % N == I. */
+ * shard=I/N keeps the range's r-th record when r % N == I. An indexed
+ * source (indexed.h): the kit does the cursor, range, shard, checkpoints
+ * and fetch. */
 #include <stdio.h>
 #include <string.h>
 
@@ -14,26 +16,14 @@
 #include "core/buffer.h"
 #include "io/stream.h"
 #include "stage.h"
-#include "state.h"
+#include "stages/sources/indexed.h"
 
 typedef struct {
+    ef__indexed ix;    /* first: the kit's */
     ef_buffer *images; /* the whole images file, host byte order */
     ef_buffer *labels; /* i64 per record, or NULL without labels */
     ef__idx_header h;
-    ef__shard shard;
-    int64_t first, count; /* the range read, once the files are */
-    int64_t next; /* next record of this pass, counted from first */
 } idx_state;
-
-static int idx_create(ef__stage *s, const ef__opts *o, ef__err *err)
-{
-    idx_state *st = ef__stage_new_state(s, sizeof *st, err);
-    if (!st)
-        return EF_ENOMEM;
-    int rc = ef__shard_parse(s, o, &st->shard, err);
-    st->next = st->shard.i;
-    return rc;
-}
 
 /* The first allocation for a file's contents. The header's announcement
  * is believed only as the bytes arrive: a short file that claims
@@ -202,37 +192,10 @@ static int load_labels(idx_state *st, const char *path,
     return rc;
 }
 
-/* first= and count= against the file's `records`: the range into
- * *first_out and *count_out, or an error naming the option, the file and
- * its record count. Only with the header read is the count known. */
-static int set_range(ef__stage *s, int64_t records, const char *path,
-                     int64_t *first_out, int64_t *count_out, ef__err *err)
-{
-    int64_t first = ef__opt_int(&s->opts, "first");
-    int has_count = ef__opt_given(&s->opts, "count");
-    int64_t count = has_count ? ef__opt_int(&s->opts, "count") : 0;
-    if (first > records || (!has_count && first == records))
-        return ef__err_set(err, EF_ESPEC,
-                           "idx: first=%lld is past the end of %s, which "
-                           "holds %lld records",
-                           (long long)first, path, (long long)records);
-    if (has_count && count > records - first)
-        return ef__err_set(err, EF_ESPEC,
-                           "idx: first=%lld,count=%lld runs past the end of "
-                           "%s, which holds %lld records",
-                           (long long)first, (long long)count, path,
-                           (long long)records);
-    *first_out = first;
-    *count_out = has_count ? count : records - first;
-    return EF_OK;
-}
-
-/* Reads the files, once: at open, or at a restore's first fetch. */
-static int idx_open(ef__stage *s, ef__err *err)
+/* Reads the files: the kit's load, once. */
+static int idx_load(ef__stage *s, int64_t *records, ef__err *err)
 {
     idx_state *st = s->state;
-    if (st->images)
-        return EF_OK;
     const char *images = ef__opt_string(&s->opts, "images");
     const char *labels = ef__opt_string(&s->opts, "labels");
     int rc = read_idx(images, &s->ctx->budget, &st->images, &st->h, err);
@@ -240,20 +203,39 @@ static int idx_open(ef__stage *s, ef__err *err)
         ef__idx_to_host(ef_buffer_data(st->images), &st->h);
     if (rc == EF_OK && labels[0])
         rc = load_labels(st, labels, &s->ctx->budget, err);
-    if (rc == EF_OK)
-        rc = set_range(s, st->h.dims[0], images, &st->first, &st->count, err);
-    if (rc != EF_OK) { /* not half open: a retry reads the files again */
+    if (rc != EF_OK) { /* not half read: a retry reads the files again */
         ef_buffer_release(st->images);
         ef_buffer_release(st->labels);
         st->images = st->labels = NULL;
+        return rc;
     }
+    *records = st->h.dims[0];
+    return EF_OK;
+}
+
+/* The record count from the images file's header alone: a few bytes,
+ * for a length before open. */
+static int idx_peek(ef__stage *s, int64_t *records, ef__err *err)
+{
+    const char *path = ef__opt_string(&s->opts, "images");
+    unsigned char head[4 + 4 * EF__IDX_MAX_DIMS];
+    ef__idx_header h;
+    ef__stream *in;
+    int rc = ef__stream_open(&in, path, NULL, err);
+    if (rc == EF_OK) {
+        rc = read_header(in, path, head, &h, err);
+        ef__stream_close(in);
+    }
+    if (rc == EF_OK)
+        *records = h.dims[0];
     return rc;
 }
 
 /* Record i of pass `epoch`: views into the files' buffers. */
-static int make(const idx_state *st, int64_t i, int64_t epoch,
-                ef_sample **out, ef__err *err)
+static int make(const ef__stage *s, int64_t i, int64_t epoch, ef_sample **out,
+                ef__err *err)
 {
+    const idx_state *st = s->state;
     ef_sample *smp = ef_sample_new((ef_sample_id){.index = i, .epoch = epoch});
     int rc =
         smp ? ef_sample_add(smp, "image", st->h.dtype, st->h.ndim - 1,
@@ -272,58 +254,15 @@ static int make(const idx_state *st, int64_t i, int64_t epoch,
     return EF_OK;
 }
 
-static int idx_next(ef__stage *s, ef_sample **out, ef__err *err)
-{
-    idx_state *st = s->state;
-    if (st->next >= st->count)
-        return EF_END;
-    int rc = make(st, st->first + st->next, s->epoch, out, err);
-    if (rc == EF_OK)
-        st->next += st->shard.n;
-    return rc;
-}
+static const ef__indexed_ops idx_ops = {
+    .load = idx_load, .make = make, .peek = idx_peek, .ranged = "images"};
 
-static int idx_fetch(ef__stage *s, const ef__ident *d, ef_sample **out,
-                     ef__err *err)
+static int idx_create(ef__stage *s, const ef__opts *o, ef__err *err)
 {
-    idx_state *st = s->state;
-    int rc = idx_open(s, err);
-    int64_t i = d->id.index;
-    if (rc == EF_OK && (i < st->first || i - st->first >= st->count))
-        rc = ef__err_set(err, EF_EFORMAT,
-                         "idx: the state names record %lld, outside the "
-                         "records [%lld, %lld) this source reads",
-                         (long long)i, (long long)st->first,
-                         (long long)(st->first + st->count));
-    if (rc == EF_OK)
-        rc = ef__index_check(s, &st->shard, i - st->first, st->count, err);
-    return rc == EF_OK ? make(st, i, d->id.epoch, out, err) : rc;
-}
-
-static int idx_save(ef__stage *s, ef__state_out *o, ef__err *err)
-{
-    (void)err;
-    ef__put_i64(o, ((idx_state *)s->state)->next);
-    return EF_OK;
-}
-
-/* The record count is known once the files are read: checked then. */
-static int idx_restore(ef__stage *s, ef__state_in *in, ef__err *err)
-{
-    idx_state *st = s->state;
-    int rc = idx_open(s, err);
-    return rc == EF_OK
-               ? ef__cursor_restore(in, &st->shard, st->count, &st->next)
-               : rc;
-}
-
-static int idx_reset(ef__stage *s, int64_t epoch, ef__err *err)
-{
-    (void)epoch;
-    (void)err;
-    idx_state *st = s->state;
-    st->next = st->shard.i;
-    return EF_OK;
+    idx_state *st = ef__stage_new_state(s, sizeof *st, err);
+    if (!st)
+        return EF_ENOMEM;
+    return ef__indexed_init(s, o, &idx_ops, err);
 }
 
 static void idx_destroy(ef__stage *s)
@@ -336,61 +275,18 @@ static void idx_destroy(ef__stage *s)
     ef__free(st);
 }
 
-static void idx_stats(const ef__stage *s, ef_stage_stats *out)
-{
-    const idx_state *st = s->state;
-    /* the records this source reads: the range's */
-    ef__stats_extra(out, "records", st->images ? (double)st->count : 0);
-}
-
-/* The range's records in this part. Before open, from the images
- * file's header alone: a few bytes, read again at open. */
-static int idx_length(ef__stage *s, int64_t up, int64_t *n, ef__err *err)
-{
-    (void)up;
-    const idx_state *st = s->state;
-    int64_t first, count = st->count;
-    int rc = EF_OK;
-    if (!st->images) {
-        const char *path = ef__opt_string(&s->opts, "images");
-        unsigned char head[4 + 4 * EF__IDX_MAX_DIMS];
-        ef__idx_header h;
-        ef__stream *in;
-        rc = ef__stream_open(&in, path, NULL, err);
-        if (rc == EF_OK) {
-            rc = read_header(in, path, head, &h, err);
-            ef__stream_close(in);
-        }
-        if (rc == EF_OK)
-            rc = set_range(s, h.dims[0], path, &first, &count, err);
-    }
-    if (rc == EF_OK)
-        *n = ef__shard_count(&st->shard, count);
-    return rc;
-}
-
 static const ef__option_def idx_options[] = {
     {"images", EF_OPT_STRING, NULL, "IDX images file (gzip or raw)", 0, 0},
     {"labels", EF_OPT_STRING, "", "IDX labels file, paired with the images", 0,
      0},
-    {"first", EF_OPT_INT, "0", "first record read (0-based)", 0, 9.2e18},
-    {"count", EF_OPT_INT, "",
-     "records read from first on (none: to the end)", 1, 9.2e18},
+    EF__INDEXED_RANGE_OPTIONS,
     EF__SHARD_OPTION,
 };
 
 const ef__stage_def ef__stage_idx = {
     .info = {"idx", "MNIST/Fashion-MNIST IDX files (fields image, label)",
              EF__OPTIONS(idx_options)},
-    .is_source = 1,
+    EF__INDEXED_STAGE_OPS,
     .create = idx_create,
-    .open = idx_open,
-    .next = idx_next,
-    .reset = idx_reset,
     .destroy = idx_destroy,
-    .stats = idx_stats,
-    .save = idx_save,
-    .restore = idx_restore,
-    .fetch = idx_fetch,
-    .length = idx_length,
 };

@@ -2,33 +2,29 @@
 /* range: a synthetic source of N samples, for tests and benchmarks.
  * Field `index` (i64 scalar) and, with bytes=B, field `data` (u8 [B]) whose
  * byte j is (index + j) mod 256. With shard=I/N, only the indices i with
- * i % N == I. */
+ * i % N == I. An indexed source (indexed.h). */
 #include "core/alloc.h"
 #include "stage.h"
-#include "state.h"
+#include "stages/sources/indexed.h"
 
 typedef struct {
+    ef__indexed ix; /* first: the kit's */
     int64_t n, bytes;
-    ef__shard shard;
-    int64_t next; /* next index to emit in this pass */
 } range_state;
 
-static int range_create(ef__stage *s, const ef__opts *o, ef__err *err)
+/* Nothing to read: the count is the option's. */
+static int load(ef__stage *s, int64_t *records, ef__err *err)
 {
-    range_state *st = ef__stage_new_state(s, sizeof *st, err);
-    if (!st)
-        return EF_ENOMEM;
-    st->n = ef__opt_int(o, "n");
-    st->bytes = ef__opt_int(o, "bytes");
-    int rc = ef__shard_parse(s, o, &st->shard, err);
-    st->next = st->shard.i;
-    return rc;
+    (void)err;
+    *records = ((const range_state *)s->state)->n;
+    return EF_OK;
 }
 
 /* Sample `index` of pass `epoch`. */
-static int make(const range_state *st, int64_t index, int64_t epoch,
+static int make(const ef__stage *s, int64_t index, int64_t epoch,
                 ef_sample **out, ef__err *err)
 {
+    const range_state *st = s->state;
     ef_sample *smp =
         ef_sample_new((ef_sample_id){.index = index, .epoch = epoch});
     int64_t *value = NULL;
@@ -52,55 +48,16 @@ static int make(const range_state *st, int64_t index, int64_t epoch,
     return EF_OK;
 }
 
-static int range_next(ef__stage *s, ef_sample **out, ef__err *err)
-{
-    range_state *st = s->state;
-    if (st->next >= st->n)
-        return EF_END;
-    int rc = make(st, st->next, s->epoch, out, err);
-    if (rc == EF_OK)
-        st->next += st->shard.n;
-    return rc;
-}
+static const ef__indexed_ops range_ops = {.load = load, .make = make};
 
-static int range_fetch(ef__stage *s, const ef__ident *d, ef_sample **out,
-                       ef__err *err)
+static int range_create(ef__stage *s, const ef__opts *o, ef__err *err)
 {
-    range_state *st = s->state;
-    int rc = ef__index_check(s, &st->shard, d->id.index, st->n, err);
-    return rc == EF_OK ? make(st, d->id.index, d->id.epoch, out, err) : rc;
-}
-
-static int range_save(ef__stage *s, ef__state_out *o, ef__err *err)
-{
-    (void)err;
-    ef__put_i64(o, ((range_state *)s->state)->next);
-    return EF_OK;
-}
-
-static int range_restore(ef__stage *s, ef__state_in *in, ef__err *err)
-{
-    (void)err;
-    range_state *st = s->state;
-    return ef__cursor_restore(in, &st->shard, st->n, &st->next);
-}
-
-static int range_reset(ef__stage *s, int64_t epoch, ef__err *err)
-{
-    (void)epoch;
-    (void)err;
-    range_state *st = s->state;
-    st->next = st->shard.i;
-    return EF_OK;
-}
-
-static int range_length(ef__stage *s, int64_t up, int64_t *n, ef__err *err)
-{
-    (void)up;
-    (void)err;
-    const range_state *st = s->state;
-    *n = ef__shard_count(&st->shard, st->n);
-    return EF_OK;
+    range_state *st = ef__stage_new_state(s, sizeof *st, err);
+    if (!st)
+        return EF_ENOMEM;
+    st->n = ef__opt_int(o, "n");
+    st->bytes = ef__opt_int(o, "bytes");
+    return ef__indexed_init(s, o, &range_ops, err);
 }
 
 static void range_destroy(ef__stage *s)
@@ -118,13 +75,7 @@ static const ef__option_def range_options[] = {
 const ef__stage_def ef__stage_range = {
     .info = {"range", "synthetic source: samples 0..n-1 (fields index, data)",
              EF__OPTIONS(range_options)},
-    .is_source = 1,
+    EF__INDEXED_STAGE_OPS,
     .create = range_create,
-    .next = range_next,
-    .reset = range_reset,
     .destroy = range_destroy,
-    .save = range_save,
-    .restore = range_restore,
-    .fetch = range_fetch,
-    .length = range_length,
 };
