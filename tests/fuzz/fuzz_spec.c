@@ -197,7 +197,8 @@ static double describe(stage_info *si, const ef__opts *o, double up_bytes)
     /* sources of many files expand their list when created (and are never
      * pulled: they read files or URLs) */
     const char *list = strcmp(n, "tar") == 0 ? "urls"
-                       : strcmp(n, "tfrecord") == 0 || strcmp(n, "cifar") == 0
+                       : strcmp(n, "tfrecord") == 0 || strcmp(n, "cifar") == 0 ||
+                               strcmp(n, "npy") == 0
                            ? "files"
                            : NULL;
     size_t count = 0, bytes = 0;

@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """Writes the hand-made seeds of corpus/idx, corpus/spec, corpus/tar,
 corpus/tfrecord, corpus/tfexample, corpus/cifar, corpus/paths, corpus/jsonl,
-corpus/tiktoken, corpus/spm_model and corpus/chunk (run from any directory;
+corpus/tiktoken, corpus/spm_model, corpus/chunk and corpus/npy (run from any directory;
 existing seeds are overwritten, inputs the fuzzer added are kept). Seeds
 are named seed-*; fuzzer finds keep libFuzzer's hash names, crash
 reproducers are named crash-*."""
@@ -610,6 +610,61 @@ def chunk_seeds():
     }
 
 
+def npy(descr, shape, payload=None, version=1, fortran=False, dict_text=None,
+        esize=None):
+    """An NPY file as numpy.save writes it (header padded to 64 bytes)."""
+    text = dict_text or "{'descr': '%s', 'fortran_order': %s, 'shape': %s, }" % (
+        descr, fortran, "(%s)" % "".join("%d, " % d for d in shape).rstrip(" ")
+        if len(shape) != 1 else "(%d,)" % shape[0])
+    pre = 10 if version == 1 else 12
+    pad = -(pre + len(text) + 1) % 64
+    text = (text + " " * pad + "\n").encode()
+    head = b"\x93NUMPY" + bytes([version, 0]) + (
+        struct.pack("<H", len(text)) if version == 1 else struct.pack("<I", len(text)))
+    if payload is None:
+        n = esize or int(descr[2:])
+        for d in shape:
+            n *= d
+        payload = bytes((i * 7) & 0xFF for i in range(n))
+    return head + text + payload
+
+
+def npy_seeds():
+    s = {}
+    for code in ("b1", "u1", "i1", "i2", "u2", "i4", "i8", "f2", "f4", "f8"):
+        order = "|" if code[1] == "1" else "<"
+        s[code + "-3x2"] = npy(order + code, (3, 2))
+    s["f4-rows-scalars"] = npy("<f4", (5,))
+    s["u1-2x2x2x2"] = npy("|u1", (2, 2, 2, 2))
+    s["zero-rows"] = npy("<f4", (0, 3))
+    s["zero-inner"] = npy("<f4", (4, 0))
+    s["v2"] = npy("<i2", (2, 3), version=2)
+    s["v3"] = npy("<i2", (2, 3), version=3)
+    s["big-endian"] = npy(">f4", (2,))
+    s["fortran"] = npy("<i4", (2, 2), fortran=True)
+    s["structured"] = npy("", (1,), dict_text="{'descr': [('a', '<i4')], "
+                          "'fortran_order': False, 'shape': (1,), }", esize=4)
+    s["negative"] = npy("", (1,), dict_text="{'descr': '<i4', 'fortran_order': "
+                        "False, 'shape': (-1,), }", payload=b"")
+    s["huge"] = npy("", (1,), dict_text="{'descr': '<f8', 'fortran_order': "
+                    "False, 'shape': (4611686018427387904, 2), }", payload=b"")
+    s["0-d"] = npy("", (), dict_text="{'descr': '<f8', 'fortran_order': "
+                   "False, 'shape': (), }", payload=b"\0" * 8)
+    s["long-ints"] = npy("", (2,), dict_text="{'descr': '<i2', 'fortran_order': "
+                         "False, 'shape': (2L,), }", payload=b"\1\0\2\0")
+    s["missing-key"] = npy("", (1,), dict_text="{'descr': '<i4', 'shape': (1,)}",
+                           payload=b"\0" * 4)
+    s["not-a-dict"] = npy("", (1,), dict_text="['<i4', False, (1,)]",
+                          payload=b"\0" * 4)
+    s["short-data"] = npy("<f4", (4, 4))[:-3]
+    s["long-data"] = npy("<f4", (4, 4)) + b"\0"
+    s["bad-magic"] = b"\x93NUMPZ" + npy("|u1", (2,))[6:]
+    s["version-9"] = npy("|u1", (2,))[:6] + b"\x09\x00" + npy("|u1", (2,))[8:]
+    s["header-past-end"] = npy("|u1", (2,))[:8] + struct.pack("<H", 60000)
+    s["truncated"] = b"\x93NUMPY\x01"
+    return s
+
+
 def main():
     for name, data in idx_seeds().items():
         with open(os.path.join(HERE, "corpus", "idx", "seed-" + name), "wb") as f:
@@ -624,7 +679,7 @@ def main():
                           ("jsonl", {k: v.encode() for k, v in JSONL.items()}),
                           ("tiktoken", tiktoken_seeds()),
                           ("spm_model", spm_model_seeds()),
-                          ("chunk", chunk_seeds())):
+                          ("chunk", chunk_seeds()), ("npy", npy_seeds())):
         os.makedirs(os.path.join(HERE, "corpus", target), exist_ok=True)
         for name, data in seeds.items():
             with open(os.path.join(HERE, "corpus", target, "seed-" + name), "wb") as f:
