@@ -52,6 +52,7 @@ def data(tmp_path_factory):
     (d / "lines.txt").write_text("".join(
         "she walked %d\n" % i for i in range(4)))
     numpy.arange(64, dtype=numpy.uint16).tofile(d / "tokens.bin")
+    numpy.save(d / "rows.npy", images[..., 0])  # 6 rows of 5x4
     return d
 
 
@@ -88,6 +89,7 @@ RUNS = {
     "tar": lambda d: "tar:urls=%s" % (d / "shard.tar"),
     "tfrecord": lambda d: "tfrecord:files=%s" % (d / "examples.tfrecord"),
     "cifar": lambda d: "cifar:files=%s" % (d / "cifar.bin"),
+    "npy": lambda d: "npy:files=%s" % (d / "rows.npy"),
     "files": lambda d: "files:root=%s" % (d / "folder"),
     "tfexample": lambda d: ("tfrecord:files=%s | tfexample:features=label"
                             % (d / "examples.tfrecord")),
