@@ -28,9 +28,9 @@
 #include "core/alloc.h"
 #include "core/buffer.h"
 #include "io/stream.h"
-#include "stage.h"
+#include "pipeline/stage.h"
 #include "io/paths.h"
-#include "state.h"
+#include "pipeline/state.h"
 
 typedef struct {
     ef_buffer *images; /* n x 3072 bytes, HWC; NULL for an unread file */

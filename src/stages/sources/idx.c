@@ -13,8 +13,8 @@
 #include "core/alloc.h"
 #include "core/buffer.h"
 #include "io/stream.h"
-#include "stage.h"
-#include "state.h"
+#include "pipeline/stage.h"
+#include "pipeline/state.h"
 
 typedef struct {
     ef_buffer *images; /* the whole images file, host byte order */

@@ -4,8 +4,8 @@
  * byte j is (index + j) mod 256. With shard=I/N, only the indices i with
  * i % N == I. */
 #include "core/alloc.h"
-#include "stage.h"
-#include "state.h"
+#include "pipeline/stage.h"
+#include "pipeline/state.h"
 
 typedef struct {
     int64_t n, bytes;
