@@ -17,7 +17,7 @@
 #include "core/alloc.h"
 #include "ef_test_util.h"
 #include "service/chunk.h"
-#include "stage.h"
+#include "pipeline/stage.h"
 
 #define FROM "rank 3 (a worker)"
 

@@ -11,7 +11,7 @@
 
 #include "ef_test_util.h"
 #include "state_test_util.h"
-#include "state.h"
+#include "pipeline/state.h"
 
 static ef_pipeline *seeded(const char *spec, const void *arg)
 {

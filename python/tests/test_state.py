@@ -160,7 +160,7 @@ def crc32c(data):
 
 
 def sealed(payload):
-    """A state of `payload` with a header made right (src/state.h)."""
+    """A state of `payload` with a header made right (src/pipeline/state.h)."""
     return (b"EFST" + struct.pack("<IQI", 1, len(payload), crc32c(payload))
             + payload)
 

@@ -10,7 +10,7 @@
 
 #include "core/alloc.h"
 #include "service/service.h"
-#include "stage.h"
+#include "pipeline/stage.h"
 
 static ef__service_job job;
 static pid_t joined_pid; /* the process that joined: a fork's child is not */

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Fuzz target for text specs: ef_pipeline_parse (src/spec.c, src/options.c,
+/* Fuzz target for text specs: ef_pipeline_parse (src/pipeline/spec.c, src/pipeline/options.c,
  * each stage's create) and, when that is cheap, a few pulls.
  *
  * The input is up to two specs separated by a NUL byte: the first is parsed
@@ -24,8 +24,8 @@
 #include "core/err.h"
 #include "echoflow/echoflow.h"
 #include "fuzz.h"
-#include "spec.h"
-#include "stage.h"
+#include "pipeline/spec.h"
+#include "pipeline/stage.h"
 #include "io/paths.h"
 
 /* EF_FUZZ_VERBOSE=1 in the environment: one line per parse and per run of

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Fuzz target for pipeline checkpoints: ef_pipeline_restore_state
- * (src/state.c, src/pipeline_state.c and the stages' restore and fetch
+ * (src/pipeline/state.c, src/pipeline/pipeline_state.c and the stages' restore and fetch
  * hooks), then a few pulls.
  *
  * Byte 0 of an input picks one of the fixed pipelines below (its value
@@ -30,7 +30,7 @@
 #include "core/err.h"
 #include "echoflow/echoflow.h"
 #include "fuzz.h"
-#include "state.h"
+#include "pipeline/state.h"
 
 #define SEED 7
 

@@ -19,8 +19,8 @@
 
 #include "core/alloc.h"
 #include "core/sample.h"
-#include "stage.h"
-#include "state.h"
+#include "pipeline/stage.h"
+#include "pipeline/state.h"
 
 typedef struct {
     const ef__budget *budget; /* the pipeline's */

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* drop: remove the listed fields (absent ones ignored), sharing the payloads (field_list.h). */
-#include "stage.h"
+#include "pipeline/stage.h"
 #include "stages/flow/field_list.h"
 
 static int drop_next(ef__stage *s, ef_sample **out, ef__err *err)

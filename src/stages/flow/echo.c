@@ -35,8 +35,8 @@
 #include "core/alloc.h"
 #include "core/clock.h"
 #include "core/sample.h"
-#include "stage.h"
-#include "state.h"
+#include "pipeline/stage.h"
+#include "pipeline/state.h"
 #include "stages/flow/echo_stage.h"
 
 /* A fixed factor starts reading ahead on a thread of its own once its

@@ -4,7 +4,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "state.h"
+#include "pipeline/state.h"
 #include "stages/flow/echo_stage.h"
 
 void ef__echo_pause(ef__stage *s)

@@ -15,7 +15,7 @@
 
 #include "echoflow/echoflow.h"
 #include "stages/flow/echo_policies.h"
-#include "state.h"
+#include "pipeline/state.h"
 
 /* A policy: how the values fed back weigh the pooled items that have one.
  * The machinery here keeps the values, asks the policy for weights again

@@ -10,7 +10,7 @@
 
 #include "core/alloc.h"
 #include "core/rng.h"
-#include "stage.h"
+#include "pipeline/stage.h"
 
 typedef struct {
     ef_sample *sample; /* a header of our own, sharing the payload */

@@ -17,7 +17,7 @@
 #include "core/err.h"
 #include "core/sample.h"
 #include "stages/flow/echo_policy.h"
-#include "state.h"
+#include "pipeline/state.h"
 
 struct ef__stage;
 

@@ -21,7 +21,7 @@
 #include <pthread.h>
 #include <stdint.h>
 
-#include "stage.h"
+#include "pipeline/stage.h"
 
 #define EF__RATE_SNAPSHOTS 8
 

@@ -8,8 +8,8 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
-#include "feed.h"
-#include "stage.h"
+#include "pipeline/feed.h"
+#include "pipeline/stage.h"
 #include "stages/flow/echo_policy.h"
 #include "stages/flow/echo_pool.h"
 #include "stages/flow/echo_rates.h"

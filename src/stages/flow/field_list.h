@@ -4,7 +4,7 @@
 #ifndef EF_STAGES_FLOW_FIELD_LIST_H
 #define EF_STAGES_FLOW_FIELD_LIST_H
 
-#include "stage.h"
+#include "pipeline/stage.h"
 
 typedef struct {
     char **names;

@@ -44,11 +44,11 @@
 #include "core/cores.h"
 #include "core/run_length.h"
 #include "core/sample.h"
-#include "feed.h"
-#include "stage.h"
+#include "pipeline/feed.h"
+#include "pipeline/stage.h"
 #include "stages/flow/map.h"
 #include "stages/flow/slabs.h"
-#include "state.h"
+#include "pipeline/state.h"
 
 struct ef_map_ctx {
     void *user;

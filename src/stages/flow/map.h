@@ -6,7 +6,7 @@
 
 #include "core/queue.h"
 #include "core/run_length.h"
-#include "stage.h"
+#include "pipeline/stage.h"
 
 #define EF__MAP_MAX_THREADS 256
 

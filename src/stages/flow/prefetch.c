@@ -13,8 +13,8 @@
  * The consumer's thread does all of it; the queue is allocated at
  * AUTO_MAX items (a few dozen bytes each) and only its limit moves. */
 #include "core/alloc.h"
-#include "feed.h"
-#include "stage.h"
+#include "pipeline/feed.h"
+#include "pipeline/stage.h"
 
 #define AUTO_START 2
 #define AUTO_MAX 1024

@@ -3,8 +3,8 @@
  * Each pass resets the upstream with a new epoch number, so sources stamp
  * it into samples and shuffles draw a new order. */
 #include "core/alloc.h"
-#include "stage.h"
-#include "state.h"
+#include "pipeline/stage.h"
+#include "pipeline/state.h"
 
 typedef struct {
     int64_t count; /* 0: forever */

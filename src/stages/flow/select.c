@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* select: keep only the listed fields (each one required), sharing the payloads (field_list.h). */
-#include "stage.h"
+#include "pipeline/stage.h"
 #include "stages/flow/field_list.h"
 
 static int select_next(ef__stage *s, ef_sample **out, ef__err *err)

@@ -3,8 +3,8 @@
 #include <stdio.h>
 
 #include "core/alloc.h"
-#include "stage.h"
-#include "state.h"
+#include "pipeline/stage.h"
+#include "pipeline/state.h"
 #include "stages/flow/shuffle_buffer.h"
 
 typedef struct {

@@ -6,8 +6,8 @@
 
 #include "core/alloc.h"
 #include "core/clock.h"
-#include "stage.h"
-#include "state.h"
+#include "pipeline/stage.h"
+#include "pipeline/state.h"
 
 /* A fill from empty that is on course to take longer than this warns.
  * The downstream gets nothing until the fill ends, and the next pass

@@ -2,8 +2,8 @@
 /* take: the first `count` items, then the end (the upstream is not pulled
  * further). */
 #include "core/alloc.h"
-#include "stage.h"
-#include "state.h"
+#include "pipeline/stage.h"
+#include "pipeline/state.h"
 
 typedef struct {
     int64_t count, taken;

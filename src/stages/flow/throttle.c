@@ -11,7 +11,7 @@
  * banked. A stream behind by more than CATCH_UP restarts from now. */
 #include "core/alloc.h"
 #include "core/clock.h"
-#include "stage.h"
+#include "pipeline/stage.h"
 
 #define CATCH_UP_NS 2e6
 

@@ -8,7 +8,7 @@
 #include <stdint.h>
 
 #include "echoflow/echoflow.h"
-#include "stage.h"
+#include "pipeline/stage.h"
 
 /* The crop's area (a fraction of the image) and aspect ratio (width /
  * height) ranges. */

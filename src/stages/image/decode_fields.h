@@ -12,7 +12,7 @@
 
 #include "codec/image.h"
 #include "core/sample.h"
-#include "stage.h"
+#include "pipeline/stage.h"
 #include "stages/flow/map.h"
 
 #define EF__DECODE_MAX_FIELDS 16

@@ -9,7 +9,7 @@
 #define EF_STAGES_IMAGE_IMAGE_STAGE_H
 
 #include "core/sample.h"
-#include "stage.h"
+#include "pipeline/stage.h"
 #include "stages/flow/map.h"
 
 /* Bit masks of the dtypes a stage accepts. */

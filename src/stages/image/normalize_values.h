@@ -7,7 +7,7 @@
 #ifndef EF_STAGES_IMAGE_NORMALIZE_VALUES_H
 #define EF_STAGES_IMAGE_NORMALIZE_VALUES_H
 
-#include "stage.h"
+#include "pipeline/stage.h"
 
 #define EF__NORM_MAX_CHANNELS 16 /* values in a mean or std list */
 

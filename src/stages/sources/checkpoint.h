@@ -17,7 +17,7 @@
 
 #include "io/paths.h"
 #include "io/stream.h"
-#include "state.h"
+#include "pipeline/state.h"
 
 /* ---- the file list ------------------------------------------------ */
 

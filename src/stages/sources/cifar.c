@@ -30,7 +30,7 @@
 #include "core/buffer.h"
 #include "io/stream.h"
 #include "io/paths.h"
-#include "stage.h"
+#include "pipeline/stage.h"
 #include "stages/sources/indexed.h"
 
 typedef struct {

@@ -47,13 +47,13 @@
 #include "core/buffer.h"
 #include "core/clock.h"
 #include "core/sample.h"
-#include "feed.h"
+#include "pipeline/feed.h"
 #include "io/paths.h"
 #include "io/stream.h"
-#include "stage.h"
+#include "pipeline/stage.h"
 #include "stages/sources/checkpoint.h"
 #include "stages/sources/files_list.h"
-#include "state.h"
+#include "pipeline/state.h"
 
 typedef struct files_state files_state;
 

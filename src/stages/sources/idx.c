@@ -15,7 +15,7 @@
 #include "core/alloc.h"
 #include "core/buffer.h"
 #include "io/stream.h"
-#include "stage.h"
+#include "pipeline/stage.h"
 #include "stages/sources/indexed.h"
 
 typedef struct {

@@ -3,7 +3,7 @@
  * checkpoints, fetch and length, written once. */
 #include "stages/sources/indexed.h"
 
-#include "state.h"
+#include "pipeline/state.h"
 
 int ef__indexed_init(ef__stage *s, const ef__opts *o,
                      const ef__indexed_ops *ops, ef__err *err)

@@ -20,7 +20,7 @@
 
 #include <stdint.h>
 
-#include "stage.h"
+#include "pipeline/stage.h"
 
 typedef struct {
     /* Reads the input and gives its record count. Called once it

@@ -11,7 +11,7 @@
 #include "core/clock.h"
 #include "io/paths.h"
 #include "stages/sources/checkpoint.h"
-#include "state.h"
+#include "pipeline/state.h"
 
 #define FILE_SHIFT 32
 #define FIRST_CAP ((size_t)1 << 16)

@@ -31,7 +31,7 @@
 #ifndef EF_STAGES_SOURCES_LINES_H
 #define EF_STAGES_SOURCES_LINES_H
 
-#include "stage.h"
+#include "pipeline/stage.h"
 
 /* The options both stages have: files, compression, field, the stream's
  * and the shard. */

@@ -22,7 +22,7 @@
 #include "io/paths.h"
 #include "io/regular_file.h"
 #include "io/stream.h"
-#include "stage.h"
+#include "pipeline/stage.h"
 #include "stages/sources/indexed.h"
 
 typedef struct {

@@ -4,7 +4,7 @@
  * byte j is (index + j) mod 256. With shard=I/N, only the indices i with
  * i % N == I. An indexed source (indexed.h). */
 #include "core/alloc.h"
-#include "stage.h"
+#include "pipeline/stage.h"
 #include "stages/sources/indexed.h"
 
 typedef struct {

@@ -7,7 +7,7 @@
  * epoch without end) from the first sample asked for. It can be polled,
  * so echo:factor=auto echoes while the workers fall behind. */
 #include "core/alloc.h"
-#include "stage.h"
+#include "pipeline/stage.h"
 
 #ifdef EF_HAVE_MPI
 #include "service/service.h"

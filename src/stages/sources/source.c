@@ -5,7 +5,7 @@
  * length=N, is the caller's word on the samples per pass (a Python
  * iterable's len()), for ef_pipeline_length only: the callback's EF_END
  * still ends the pass. */
-#include "stage.h"
+#include "pipeline/stage.h"
 
 static int callback_error(ef__stage *s, int rc, ef__err *err)
 {

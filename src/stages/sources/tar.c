@@ -67,13 +67,13 @@
 #include "codec/tar.h"
 #include "core/alloc.h"
 #include "core/clock.h"
-#include "feed.h"
+#include "pipeline/feed.h"
 #include "io/stream.h"
-#include "stage.h"
+#include "pipeline/stage.h"
 #include "io/paths.h"
 #include "codec/wds.h"
 #include "stages/sources/checkpoint.h"
-#include "state.h"
+#include "pipeline/state.h"
 
 #define POSITION_MASK (((int64_t)1 << EF__WDS_SHARD_SHIFT) - 1)
 

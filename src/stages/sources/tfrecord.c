@@ -26,10 +26,10 @@
 #include "codec/tfrecord.h"
 #include "core/alloc.h"
 #include "core/clock.h"
-#include "stage.h"
+#include "pipeline/stage.h"
 #include "io/paths.h"
 #include "stages/sources/checkpoint.h"
-#include "state.h"
+#include "pipeline/state.h"
 
 #define FILE_SHIFT 32
 

@@ -39,9 +39,9 @@
 #include "core/alloc.h"
 #include "core/clock.h"
 #include "io/paths.h"
-#include "stage.h"
+#include "pipeline/stage.h"
 #include "stages/sources/checkpoint.h"
-#include "state.h"
+#include "pipeline/state.h"
 
 typedef struct {
     ef__paths files;

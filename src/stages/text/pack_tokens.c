@@ -34,8 +34,8 @@
 
 #include "core/alloc.h"
 #include "core/sample.h"
-#include "stage.h"
-#include "state.h"
+#include "pipeline/stage.h"
+#include "pipeline/state.h"
 
 /* A document held: its token ids (bytes, maybe unaligned: only copied
  * with memcpy) and its length in the stream, the ids and the eos. */

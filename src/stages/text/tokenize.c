@@ -29,7 +29,7 @@
 #include "core/budget.h"
 #include "core/buffer.h"
 #include "core/sample.h"
-#include "stage.h"
+#include "pipeline/stage.h"
 #include "stages/flow/map.h"
 #include "tokenizer/tokenizer.h"
 

@@ -4,8 +4,8 @@
 #ifndef EF_PIPELINE_H
 #define EF_PIPELINE_H
 
-#include "stage.h"
-#include "tune.h"
+#include "pipeline/stage.h"
+#include "pipeline/tune.h"
 
 #define MAX_STAGES 64
 

@@ -12,8 +12,8 @@
 #include <string.h>
 
 #include "core/alloc.h"
-#include "pipeline.h"
-#include "state.h"
+#include "pipeline/pipeline.h"
+#include "pipeline/state.h"
 
 #define OPTS_TEXT 1024
 

@@ -5,7 +5,7 @@
 #ifndef EF_TUNE_H
 #define EF_TUNE_H
 
-#include "stage.h"
+#include "pipeline/stage.h"
 
 #define EF__TUNE_PERIOD_NS 50000000ull /* 50 ms */
 

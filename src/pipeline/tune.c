@@ -19,7 +19,7 @@
  *
  * Only `allowed` changes; the map stage keeps its order, so a choice
  * never changes what comes out. */
-#include "tune.h"
+#include "pipeline/tune.h"
 
 #include <math.h>
 

@@ -25,7 +25,7 @@
 #define EF_FEED_H
 
 #include "core/queue.h"
-#include "stage.h"
+#include "pipeline/stage.h"
 
 typedef struct {
     ef__stage *owner; /* names messages; its budget, flags and counters */

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* The bytes of a saved state (see state.h). */
-#include "state.h"
+#include "pipeline/state.h"
 
 #include <stdarg.h>
 #include <stdio.h>

@@ -23,7 +23,7 @@
 
 #include "core/err.h"
 #include "core/sample.h"
-#include "stage.h"
+#include "pipeline/stage.h"
 
 #define EF__STATE_MAGIC "EFST"
 #define EF__STATE_VERSION 1

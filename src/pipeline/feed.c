@@ -2,14 +2,14 @@
 /* Producer threads feeding a stage's queue (see feed.h). The queue
  * does the locking; the fields here are the consumer thread's, except
  * what cancel() touches, which is only the queue. */
-#include "feed.h"
+#include "pipeline/feed.h"
 
 #include <string.h>
 
 #include "core/alloc.h"
 #include "core/clock.h"
 #include "core/run_length.h"
-#include "state.h"
+#include "pipeline/state.h"
 
 int ef__feed_init(ef__feed *p, ef__stage *owner, size_t depth, int nthreads,
                   void *(*main)(void *), void *arg, ef__err *err)

@@ -11,8 +11,8 @@
 #include <strings.h>
 
 #include "core/alloc.h"
-#include "spec.h"
-#include "stage.h"
+#include "pipeline/spec.h"
+#include "pipeline/stage.h"
 
 static int find_def(const ef__stage_def *def, const char *key, size_t len)
 {

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Splitting a text spec into stages; options are parsed by options.c. */
-#include "spec.h"
+#include "pipeline/spec.h"
 
 #include <ctype.h>
 #include <string.h>

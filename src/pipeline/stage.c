@@ -10,8 +10,8 @@
 
 #include "core/alloc.h"
 #include "core/clock.h"
-#include "stage.h"
-#include "state.h"
+#include "pipeline/stage.h"
+#include "pipeline/state.h"
 
 /* After a restore: the next item the stage had taken from its upstream,
  * made again; EF_AGAIN when none is left. */

@@ -3,7 +3,7 @@
  * builder and `echoflow stages`. */
 #include <string.h>
 
-#include "stage.h"
+#include "pipeline/stage.h"
 
 static const ef__stage_def *const registry[] = {
 #define EF_STAGE(folder, name) &ef__stage_##name,

@@ -12,8 +12,8 @@
 
 #include "core/alloc.h"
 #include "core/clock.h"
-#include "pipeline.h"
-#include "spec.h"
+#include "pipeline/pipeline.h"
+#include "pipeline/spec.h"
 
 ef_status ef_pipeline_create(ef_pipeline **out)
 {
