@@ -568,6 +568,53 @@ static void test_tfrecord_changed(void **state)
     free(st);
 }
 
+/* A record that the file, cut short, no longer holds. */
+static void test_tfrecord_cut(void **state)
+{
+    (void)state;
+    write_records(tu_at("cut.tfrecord"), 0, 0); /* 4 of 793 bytes */
+    char spec[2048];
+    snprintf(spec, sizeof spec, "tfrecord:files=%s | shuffle:buffer=3",
+             tu_at("cut.tfrecord"));
+    size_t size;
+    void *st = state_after(spec, 1, NULL, &size);
+    /* the first two records: the state holds record 2, at their end */
+    unsigned char two[2 * 793];
+    FILE *f = fopen(tu_at("cut.tfrecord"), "rb");
+    assert_non_null(f);
+    assert_int_equal(fread(two, 1, sizeof two, f), sizeof two);
+    fclose(f);
+    tu_write_file(tu_at("cut.tfrecord"), two, sizeof two);
+    expect_refused(spec, NULL, st, size, EF_EFORMAT,
+                   "tfrecord: file 0, record 2", "no record at offset 1586",
+                   "the file changed", NULL);
+    free(st);
+}
+
+/* ---- text ---------------------------------------------------------- */
+
+/* A line no longer where the state says: each was made longer. */
+static void test_text_changed(void **state)
+{
+    (void)state;
+    static const char before[] = "a0\na1\na2\na3\na4\na5\n";
+    static const char after[] = "bb0\nbb1\nbb2\nbb3\nbb4\nbb5\n";
+    tu_write_file(tu_at("changing.txt"), before, sizeof before - 1);
+    char spec[2048];
+    snprintf(spec, sizeof spec, "text:files=%s | shuffle:buffer=3",
+             tu_at("changing.txt"));
+    size_t size;
+    void *st = state_after(spec, 2, NULL, &size);
+    tu_write_file(tu_at("changing.txt"), after, sizeof after - 1);
+    char where[1024];
+    snprintf(where, sizeof where, "text: file 0 (%s), line ",
+             tu_at("changing.txt"));
+    expect_refused(spec, NULL, st, size, EF_EFORMAT, where,
+                   "is not the 3 bytes the state says", "the file changed",
+                   NULL);
+    free(st);
+}
+
 /* ---- cifar --------------------------------------------------------- */
 
 static void test_cifar(void **state)
@@ -609,6 +656,8 @@ int main(void)
         cmocka_unit_test(test_tar_skip),
         cmocka_unit_test(test_tfrecord),
         cmocka_unit_test(test_tfrecord_changed),
+        cmocka_unit_test(test_tfrecord_cut),
+        cmocka_unit_test(test_text_changed),
         cmocka_unit_test(test_cifar),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -9,7 +9,7 @@
 
 static int jsonl_create(ef__stage *s, const ef__opts *o, ef__err *err)
 {
-    return ef__lines_create(s, o, "jsonl", ef__opt_string(o, "key"), err);
+    return ef__lines_create(s, o, ef__opt_string(o, "key"), err);
 }
 
 static const ef__option_def jsonl_options[] = {
@@ -23,16 +23,6 @@ const ef__stage_def ef__stage_jsonl = {
              "JSON Lines files, one document per line (gzip, zstd, "
              "URLs)",
              EF__OPTIONS(jsonl_options)},
-    .is_source = 1,
     .create = jsonl_create,
-    .next = ef__lines_next,
-    .reset = ef__lines_reset,
-    .destroy = ef__lines_destroy,
-    .stats = ef__lines_stats,
-    .save = ef__lines_save,
-    .restore = ef__lines_restore,
-    .fetch = ef__lines_fetch,
-    .length = ef__lines_length,
-    .part_name = ef__lines_part_name,
-    .index_in_part = 1,
+    EF__RECORD_FILE_STAGE,
 };

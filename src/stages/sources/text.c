@@ -6,7 +6,7 @@
 
 static int text_create(ef__stage *s, const ef__opts *o, ef__err *err)
 {
-    return ef__lines_create(s, o, "text", NULL, err);
+    return ef__lines_create(s, o, NULL, err);
 }
 
 static const ef__option_def text_options[] = {EF__LINES_OPTIONS};
@@ -14,16 +14,6 @@ static const ef__option_def text_options[] = {EF__LINES_OPTIONS};
 const ef__stage_def ef__stage_text = {
     .info = {"text", "text files, one document per line (gzip, zstd, URLs)",
              EF__OPTIONS(text_options)},
-    .is_source = 1,
     .create = text_create,
-    .next = ef__lines_next,
-    .reset = ef__lines_reset,
-    .destroy = ef__lines_destroy,
-    .stats = ef__lines_stats,
-    .save = ef__lines_save,
-    .restore = ef__lines_restore,
-    .fetch = ef__lines_fetch,
-    .length = ef__lines_length,
-    .part_name = ef__lines_part_name,
-    .index_in_part = 1,
+    EF__RECORD_FILE_STAGE,
 };
