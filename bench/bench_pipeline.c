@@ -13,7 +13,9 @@
  * wrong both ways, against run=auto: cheap items handed over one at a
  * time (run=1), and slow items (WORK_US of work each, the callback
  * `work`) in long runs (run=64), where the first item waits for its whole
- * run. */
+ * run. And the same for inline (map.c): tiny items kept on the workers
+ * (inline=never), slow ones all on the consumer's thread (inline=always).
+ */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -130,7 +132,7 @@ int main(int argc, char **argv)
                 "usage: bench_pipeline [ITEMS >= 1000] [REPEATS 1..64]\n");
         return 2;
     }
-    enum { NSPECS = 6, NRUNS = 4 };
+    enum { NSPECS = 6, NRUNS = 7 };
     char specs[NSPECS][256], runs[NRUNS][256];
     snprintf(specs[0], sizeof specs[0], "range:n=%ld | batch:128", items);
     snprintf(specs[1], sizeof specs[1], "range:n=%ld | echo:1 | batch:128",
@@ -155,6 +157,17 @@ int main(int argc, char **argv)
         snprintf(runs[2 + k], sizeof runs[2 + k],
                  "range:n=%ld | map:fn=work,threads=2,run=%s | batch:8", slow,
                  k ? "64" : "auto");
+    /* the way a map runs, wrong both ways: tiny items on the workers
+     * (against the rows above, where auto runs them inline), slow items
+     * on the consumer alone (against work with run=auto, on workers) */
+    for (int t = 1; t <= 2; t++)
+        snprintf(runs[3 + t], sizeof runs[3 + t],
+                 "range:n=%ld | map:fn=noop,threads=%d,inline=never | "
+                 "batch:128 | prefetch",
+                 items, t);
+    snprintf(runs[6], sizeof runs[6],
+             "range:n=%ld | map:fn=work,threads=2,inline=always | batch:8",
+             slow);
     printf("echoflow %s, %ld items out per run, median of %d runs\n\n",
            ef_version_string(), items, repeats);
     printf("%-62s %14s %12s %14s\n", "pipeline", "items/s", "ns/item",
@@ -169,7 +182,8 @@ int main(int argc, char **argv)
         else
             printf("%14s\n", "-");
     }
-    printf("\nrun lengths wrong both ways (work: %d us of CPU per item)\n\n",
+    printf("\nrun lengths and inline wrong both ways (work: %d us of CPU per "
+           "item)\n\n",
            WORK_US);
     printf("%-62s %14s %12s %14s\n", "pipeline", "items/s", "ns/item",
            "first batch ms");

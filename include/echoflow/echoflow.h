@@ -25,7 +25,9 @@
  *   them, and their tensors' memory lives as long as some reference to it
  *   (a sample, an ef_buffer_retain), even after the pipeline is gone.
  * - A map callback runs on the map's worker threads, several at once
- *   when threads > 1; it must not pull (next) from its own pipeline.
+ *   when threads > 1, or inline on the thread that pulls the map's
+ *   output (option inline); it must not pull (next) from its own
+ *   pipeline.
  */
 #ifndef ECHOFLOW_H
 #define ECHOFLOW_H
@@ -556,7 +558,8 @@ typedef struct {
     int nextra;         /* stage-specific figures (echo: fresh, echoed ...) */
     ef_stat_extra extra[EF_MAX_STAT_EXTRAS];
     int threads; /* map stages: workers allowed to take input now (with
-                    threads=auto, what the tuner chose); 0 for others */
+                    threads=auto, what the tuner chose; 0 while the map
+                    runs inline); 0 for others */
     int depth;   /* prefetch: the queue's depth now (with depth=auto, what
                     it has grown to); 0 for others */
     /* new fields go here, at the end (see ef_pipeline_stats_get) */

@@ -363,10 +363,11 @@ static int changes_output(const char *name)
 {
     /* queue: the samples a tar reader buffers; readers: the files
      * source's threads; run: the items a map worker hands over at once;
+     * inline: whether a map runs its items on the consumer's thread;
      * max_entries: a walk that ends lists the same files whatever it is */
     static const char *const speed_only[] = {"threads", "depth",      "tries",
                                              "timeout", "queue",      "readers",
-                                             "run",     "max_entries"};
+                                             "run",     "max_entries", "inline"};
     for (size_t i = 0; i < sizeof speed_only / sizeof speed_only[0]; i++)
         if (strcmp(name, speed_only[i]) == 0)
             return 0;

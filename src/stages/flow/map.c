@@ -15,6 +15,15 @@
  * slots in order (`emit`), item by item, without the lock inside a slot.
  * Unordered mode hands runs over through a queue as they finish.
  *
+ * Inline (ordered mode): items so cheap that handing them to another
+ * core costs more than their work gain nothing from the workers. While
+ * `inline_on` the workers park, and once none holds a run and the ring
+ * is empty the consumer pulls and transforms each item itself, numbered
+ * as the workers would have, so the output is the same. With inline=auto and run=auto, items the workers find
+ * cheap (CHEAP_NS, pull and transform) are timed both ways on the
+ * consumer (core/inline_choice.h) and the faster way stays until the
+ * next comparison; inline=always runs inline from the start.
+ *
  * Lock rules: `in_mu` serialises pulls from the upstream and guards
  * `submit`; `mu` guards the ring, `emit`, `stopped` and `active`. A worker
  * may take `mu` while holding `in_mu` (and wait there for room in the
@@ -42,6 +51,7 @@
 #include "core/alloc.h"
 #include "core/clock.h"
 #include "core/cores.h"
+#include "core/inline_choice.h"
 #include "core/run_length.h"
 #include "core/sample.h"
 #include "pipeline/feed.h"
@@ -52,6 +62,11 @@
 
 struct ef_map_ctx {
     void *user;
+    /* the item's generator, keyed by the stage and id, made when the
+     * transform first draws (most draw nothing) */
+    const ef__stage *stage;
+    ef_sample_id id;
+    int rng_made;
     ef__rng rng;
     ef__err *err;
     ef__slabs *slabs; /* NULL: no slots (unordered, or not before batch) */
@@ -61,9 +76,17 @@ struct ef_map_ctx {
     size_t index;     /* the item's place in its run */
 };
 
+/* Items whose pull and transform take less than this on the workers are
+ * worth timing inline; slower ones (a decode) never are: a window of
+ * them inline would run at one thread's pace for a while. */
+#define CHEAP_NS 4000
+/* The workers' items measured before that choice. */
+#define CHEAP_PROBE 4096
+
 /* A run: items pulled in order and, once transformed, their results. */
 typedef struct {
     size_t n;   /* items[0..n): the last may be END or an error */
+    uint64_t pull_ns; /* spent in the upstream pulling them */
     size_t cap; /* room in items and inputs */
     ef__item *items;
     /* ordered mode, for checkpoints: the identities of the inputs pulled
@@ -91,7 +114,8 @@ typedef struct {
     size_t cap;
     run *own; /* unordered mode: each worker's run, by id */
     uint64_t submit, emit;
-    uint64_t items_pulled; /* under in_mu: item numbers for slabs */
+    uint64_t items_pulled; /* under in_mu (or inline, the consumer's):
+                              item numbers for slabs */
     atomic_int input_done;
     atomic_int halt; /* stopped, as seen by a worker inside a run */
     int stopped, active;
@@ -110,7 +134,23 @@ typedef struct {
     ef__auto_threads at;
     pthread_cond_t park;
     atomic_int next_id;
+    /* inline (see the top): the option, whether on; the workers' measure
+     * of their items (cheap: worth comparing; probe_done once decided);
+     * the consumer's comparison, the items it took, and its kernel
+     * scratch */
+    int inline_mode;
+    atomic_int inline_on;
+    _Atomic uint64_t probe_ns, probe_items;
+    atomic_int probe_done, cheap;
+    ef__inline_choice choice;
+    uint64_t taken;
+    atomic_int working; /* workers past may_work, not yet back */
+    void *inline_scratch;
+    int inline_scratch_made;
 } map_state;
+
+/* The option `inline`. */
+enum { INLINE_AUTO, INLINE_ALWAYS, INLINE_NEVER };
 
 /* Frees what a slot holds from item `from` on, and the identities of its
  * inputs; the slot is empty again. */
@@ -177,14 +217,23 @@ void *ef_map_ctx_user(const ef_map_ctx *ctx)
     return ctx->user;
 }
 
+static ef__rng *ctx_rng(ef_map_ctx *ctx)
+{
+    if (!ctx->rng_made) {
+        ef__stage_rng(ctx->stage, &ctx->rng, ctx->id);
+        ctx->rng_made = 1;
+    }
+    return &ctx->rng;
+}
+
 uint64_t ef_map_ctx_random(ef_map_ctx *ctx)
 {
-    return ef__rng_u64(&ctx->rng);
+    return ef__rng_u64(ctx_rng(ctx));
 }
 
 double ef_map_ctx_uniform(ef_map_ctx *ctx)
 {
-    return ef__rng_uniform(&ctx->rng);
+    return ef__rng_uniform(ctx_rng(ctx));
 }
 
 ef_status ef_map_ctx_fail(ef_map_ctx *ctx, int status, const char *fmt, ...)
@@ -237,8 +286,9 @@ static uint64_t transform(ef__stage *s, map_state *st, ef_sample *in,
                           st->slabs.n && seq != UINT64_MAX ? &st->slabs : NULL,
                       .seq = seq,
                       .scratch = scratch,
-                      .index = index};
-    ef__stage_rng(s, &ctx.rng, in->id);
+                      .index = index,
+                      .stage = s,
+                      .id = in->id};
     ef_sample *out = NULL;
     int rc = st->fn(in, &out, &ctx);
     if (rc == EF_OK && !out)
@@ -278,16 +328,14 @@ static uint64_t transform(ef__stage *s, map_state *st, ef_sample *in,
 
 /* ---- workers ------------------------------------------------------ */
 
-/* Marks the input finished (END, an error, or a failed transform) and,
- * with threads=auto, wakes the parked workers so that they end too. */
+/* Marks the input finished (END, an error, or a failed transform) and
+ * wakes the parked workers (threads=auto, inline) so that they end too. */
 static void end_input(map_state *st)
 {
     atomic_store(&st->input_done, 1);
-    if (st->is_auto) {
-        pthread_mutex_lock(&st->mu);
-        pthread_cond_broadcast(&st->park);
-        pthread_mutex_unlock(&st->mu);
-    }
+    pthread_mutex_lock(&st->mu);
+    pthread_cond_broadcast(&st->park);
+    pthread_mutex_unlock(&st->mu);
 }
 
 /* threads=auto: waits while worker `id` is not among the allowed ones.
@@ -309,7 +357,8 @@ static int may_take(map_state *st, int id)
 static void wake_parked(ef__stage *s)
 {
     map_state *st = s->state;
-    atomic_store(&s->threads_now, atomic_load(&st->at.allowed));
+    if (!atomic_load(&st->inline_on)) /* 0 while inline */
+        atomic_store(&s->threads_now, atomic_load(&st->at.allowed));
     pthread_mutex_lock(&st->mu);
     pthread_cond_broadcast(&st->park);
     pthread_mutex_unlock(&st->mu);
@@ -373,6 +422,7 @@ static int take_run(ef__stage *s, map_state *st, size_t want, uint64_t *seq,
     r->first = st->items_pulled;
     r->pulled = 0;
     ef__err err;
+    uint64_t pulled_at = ef__stat_get(&s->wait_up_ns);
     while (r->n < want) {
         ef__item *it = &r->items[r->n++];
         memset(it, 0, sizeof *it);
@@ -392,6 +442,7 @@ static int take_run(ef__stage *s, map_state *st, size_t want, uint64_t *seq,
             break;
     }
     st->items_pulled += r->n;
+    r->pull_ns = ef__stat_get(&s->wait_up_ns) - pulled_at;
     pthread_mutex_unlock(&st->in_mu);
     *rp = r;
     return go;
@@ -470,6 +521,130 @@ static size_t run_bytes(const ef__stage *s, const map_state *st)
     return s->ctx->budget.limit && share < most ? (size_t)share : most;
 }
 
+/* ---- inline --------------------------------------------------------- */
+
+/* Whether the workers measure their items for the comparison. */
+static int probing(const map_state *st)
+{
+    return st->inline_mode == INLINE_AUTO && st->ordered && st->run == 0 &&
+           !atomic_load_explicit(&st->probe_done, memory_order_relaxed);
+}
+
+/* A worker's run of n items cost ns to pull and transform: once the
+ * workers measured CHEAP_PROBE items, cheap ones are worth comparing. */
+static void note_probe(map_state *st, size_t n, uint64_t ns)
+{
+    uint64_t items = atomic_fetch_add(&st->probe_items, n) + n;
+    uint64_t spent = atomic_fetch_add(&st->probe_ns, ns) + ns;
+    if (items >= CHEAP_PROBE && !atomic_exchange(&st->probe_done, 1))
+        atomic_store(&st->cheap, spent < items * CHEAP_NS);
+}
+
+/* A consumer waiting for its slot learns that a worker is back: the
+ * stage may now run inline (see take_ordered). */
+static void worker_back(map_state *st)
+{
+    atomic_fetch_sub(&st->working, 1);
+    if (!atomic_load(&st->inline_on))
+        return;
+    pthread_mutex_lock(&st->mu);
+    if (st->emit_waiting)
+        pthread_cond_signal(&st->can_emit);
+    pthread_mutex_unlock(&st->mu);
+}
+
+/* Enters `working` to take a run, or waits while the stage runs inline.
+ * With the consumer's store of inline_on and its load of `working` (both
+ * sequentially consistent), a worker either counts before the consumer
+ * looks or sees inline_on: none takes input while the consumer runs
+ * inline. Returns 0 when the worker should stop. */
+static int may_work(map_state *st)
+{
+    for (;;) {
+        atomic_fetch_add(&st->working, 1);
+        if (!atomic_load(&st->inline_on))
+            return 1;
+        worker_back(st);
+        pthread_mutex_lock(&st->mu);
+        while (atomic_load(&st->inline_on) && !st->stopped &&
+               !atomic_load(&st->input_done))
+            pthread_cond_wait(&st->park, &st->mu);
+        int go = !st->stopped && !atomic_load(&st->input_done);
+        pthread_mutex_unlock(&st->mu);
+        if (!go)
+            return 0;
+    }
+}
+
+/* Runs inline (on) or on the workers; threads_now says which. */
+static void set_inline(ef__stage *s, map_state *st, int on)
+{
+    if (atomic_load(&st->inline_on) == on)
+        return;
+    atomic_store(&s->threads_now,
+                 on            ? 0
+                 : st->is_auto ? atomic_load(&st->at.allowed)
+                               : st->nthreads);
+    pthread_mutex_lock(&st->mu);
+    atomic_store(&st->inline_on, on);
+    pthread_cond_broadcast(&st->park);
+    pthread_mutex_unlock(&st->mu);
+}
+
+/* The consumer took an item: every 256 items, the comparison of both ways
+ * (core/inline_choice.h) may change the way. */
+static void choose_inline(ef__stage *s, map_state *st)
+{
+    if (st->taken++ == 0) { /* the workers measured CHEAP_PROBE items */
+        ef__inline_choice_init(&st->choice, ef__timer_ns(), 1);
+        return;
+    }
+    if ((st->taken & 255) != 0)
+        return;
+    int way = ef__inline_choice_note(&st->choice, 256, ef__timer_ns());
+    if (way >= 0)
+        set_inline(s, st, way);
+}
+
+/* Inline: the consumer pulls and transforms the next item itself. Only
+ * when no worker is out (may_work) and no run is in the ring (the ring's
+ * slot `emit` is empty), so it is the next item of the pass, and the
+ * ring and its counters are the consumer's alone until it lets the
+ * workers in again. */
+static int may_run_inline(const map_state *st)
+{
+    return atomic_load_explicit(&st->inline_on, memory_order_relaxed) &&
+           atomic_load(&st->working) == 0 && st->submit == st->emit;
+}
+
+static int next_inline(ef__stage *s, map_state *st, ef__item *item,
+                       ef__err *err)
+{
+    if (atomic_load_explicit(&st->halt, memory_order_relaxed))
+        return ef__stage_stopped(s, err);
+    memset(item, 0, sizeof *item);
+    ef_sample *in;
+    int rc = ef__stage_pull(s, &in, err);
+    if (rc != EF_OK) {
+        end_input(st);
+        item->status = rc;
+        if (rc < 0)
+            item->msg = ef__strdup(err->msg);
+        return EF_OK;
+    }
+    if (!st->inline_scratch_made && st->kernel.scratch_new) {
+        st->inline_scratch = st->kernel.scratch_new(st->user);
+        st->inline_scratch_made = 1;
+    }
+    ef__item one = {.status = EF_OK, .sample = in};
+    if (st->inline_scratch && st->kernel.run_begin)
+        st->kernel.run_begin(st->user, st->inline_scratch, &one, 1);
+    transform(s, st, in, st->items_pulled++, st->inline_scratch, 0, item);
+    if (item->status != EF_OK)
+        end_input(st);
+    return EF_OK;
+}
+
 static void *worker_main(void *arg)
 {
     ef__stage *s = arg;
@@ -486,7 +661,7 @@ static void *worker_main(void *arg)
         uint64_t seq = 0;
         run *r;
         if (atomic_load_explicit(&st->halt, memory_order_relaxed) ||
-            (st->is_auto && !may_take(st, id)))
+            (st->is_auto && !may_take(st, id)) || !may_work(st))
             break;
         uint64_t t0 = ef__timer_ns();
         size_t want = ef__run_length_next(&rl);
@@ -494,8 +669,10 @@ static void *worker_main(void *arg)
                         otherwise fill the memory */
             want = st->run < ef__run_length_fit(&rl) ? st->run
                                                      : ef__run_length_fit(&rl);
-        if (!take_run(s, st, want, &seq, &r, own))
+        if (!take_run(s, st, want, &seq, &r, own)) {
+            worker_back(st);
             break;
+        }
         /* threads=auto: the transform's time is what the tuner shares
          * the cores by */
         uint64_t t1 = ef__timer_ns();
@@ -505,12 +682,16 @@ static void *worker_main(void *arg)
             atomic_fetch_add_explicit(&st->at.busy_ns, ef__elapsed_ns(t1, t2),
                                       memory_order_relaxed);
         ef__run_length_note(&rl, r->n, ef__elapsed_ns(t0, t2), bytes);
+        if (probing(st))
+            note_probe(st, r->n, r->pull_ns + ef__elapsed_ns(t1, t2));
         int last = r->n > 0 && r->items[r->n - 1].status != EF_OK;
+        int go = 1;
         if (st->ordered)
             deliver(st, seq);
-        else if (!deliver_unordered(st, r))
-            break;
-        if (last)
+        else
+            go = deliver_unordered(st, r);
+        worker_back(st);
+        if (!go || last)
             break;
     }
     if (scratch && st->kernel.scratch_free)
@@ -625,9 +806,37 @@ static void free_runs(map_state *st)
     st->own = NULL;
 }
 
+/* The option `inline` into *mode. */
+static int parse_inline(const ef__stage *s, int ordered, int *mode,
+                        ef__err *err)
+{
+    static const char *const ways[] = {"auto", "always", "never"};
+    const char *v = ef__opt_string(&s->opts, "inline");
+    *mode = -1;
+    for (int i = 0; i < 3; i++)
+        if (strcmp(v, ways[i]) == 0)
+            *mode = i;
+    if (*mode < 0)
+        return ef__err_set(err, EF_ESPEC,
+                           "stage '%s': option 'inline' must be auto, always "
+                           "or never, not '%s'",
+                           s->def->info.name, v);
+    if (*mode == INLINE_ALWAYS && !ordered)
+        return ef__err_set(err, EF_ESPEC,
+                           "stage '%s': inline=always runs items in their "
+                           "order on the consumer's thread, which "
+                           "ordered=false does not ask for",
+                           s->def->info.name);
+    return EF_OK;
+}
+
 int ef__map_setup(ef__stage *s, ef_map_fn fn, void *user, int threads,
                   int ordered, ef__err *err)
 {
+    int mode;
+    int rc = parse_inline(s, ordered, &mode, err);
+    if (rc != EF_OK)
+        return rc;
     map_state *st = ef__stage_new_state(s, sizeof *st, err);
     if (!st)
         return EF_ENOMEM;
@@ -650,7 +859,12 @@ int ef__map_setup(ef__stage *s, ef_map_fn fn, void *user, int threads,
     st->cap = (size_t)st->nthreads * 16;
     /* the ordered ring is bounded by its count of runs, and each run by
      * its bytes (run_bytes); the queue is charged to the budget */
-    int rc = alloc_runs(st) ? ef__feed_init(&st->feed, s, st->cap, threads,
+    st->inline_mode = mode;
+    if (mode == INLINE_ALWAYS) {
+        atomic_init(&st->inline_on, 1);
+        atomic_store(&s->threads_now, 0);
+    }
+    rc = alloc_runs(st) ? ef__feed_init(&st->feed, s, st->cap, threads,
                                             worker_main, s, err)
                             : ef__err_set(err, EF_ENOMEM, "%s: out of memory",
                                           s->def->info.name);
@@ -695,18 +909,19 @@ int ef__map_open(ef__stage *s, ef__err *err)
     return started(st, ef__feed_start(&st->feed, err));
 }
 
-/* Ordered mode: waits until a worker put the run of slot `emit` there;
- * EF_ECANCELED when the stage was stopped. */
+/* Ordered mode: waits until a worker put the run of slot `emit` there
+ * (EF_OK), or the consumer may run inline (EF_AGAIN); EF_ECANCELED when
+ * the stage was stopped. */
 static int wait_slot(ef__stage *s, map_state *st, slot *sl, ef__err *err)
 {
     pthread_mutex_lock(&st->mu);
     st->emit_waiting = 1;
-    while (!sl->done && !st->stopped)
+    while (!sl->done && !st->stopped && !may_run_inline(st))
         pthread_cond_wait(&st->can_emit, &st->mu);
     st->emit_waiting = 0;
-    int stopped = st->stopped;
+    int stopped = st->stopped, done = sl->done;
     pthread_mutex_unlock(&st->mu);
-    return stopped ? ef__stage_stopped(s, err) : EF_OK;
+    return stopped ? ef__stage_stopped(s, err) : done ? EF_OK : EF_AGAIN;
 }
 
 /* Ordered mode: the consumer is through slot `emit`; its workers may use
@@ -732,7 +947,11 @@ static int take_ordered(ef__stage *s, map_state *st, ef__item *item,
     for (;;) {
         slot *sl = &st->ring[st->emit % st->cap];
         if (sl->pos == 0) {
+            if (may_run_inline(st))
+                return next_inline(s, st, item, err);
             int rc = wait_slot(s, st, sl, err);
+            if (rc == EF_AGAIN)
+                continue;
             if (rc != EF_OK)
                 return rc;
         }
@@ -769,6 +988,8 @@ int ef__map_next(ef__stage *s, ef_sample **out, ef__err *err)
             return ef__feed_finish(&st->feed, &item, err);
     } while (!item.sample);
     *out = item.sample;
+    if (atomic_load_explicit(&st->cheap, memory_order_relaxed))
+        choose_inline(s, st);
     return EF_OK;
 }
 
@@ -780,6 +1001,7 @@ int ef__map_reset(ef__stage *s, int64_t epoch, ef__err *err)
      * them, then drop what they had done. */
     ef__map_cancel(s);
     ef__feed_stop(&st->feed);
+    assert(atomic_load(&st->working) == 0); /* every worker came back */
     /* the new pass numbers its items, and batch its batches, from 0 */
     ef__slabs_clear(&st->slabs);
     for (size_t i = 0; i < st->cap; i++)
@@ -817,6 +1039,8 @@ void ef__map_destroy(ef__stage *s)
     map_state *st = s->state;
     ef__map_cancel(s);
     ef__feed_destroy(&st->feed);
+    if (st->inline_scratch && st->kernel.scratch_free)
+        st->kernel.scratch_free(st->user, st->inline_scratch);
     free_runs(st);
     ef__slabs_destroy(&st->slabs);
     pthread_mutex_destroy(&st->in_mu);

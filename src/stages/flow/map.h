@@ -11,7 +11,8 @@
 #define EF__MAP_MAX_THREADS 256
 
 /* The options every map stage has: `threads` and `run`, counts or auto
- * (see map.c, the pipeline's tuner, tune.c, and core/run_length.h). */
+ * (see map.c, the pipeline's tuner, tune.c, and core/run_length.h), and
+ * `inline` (map.c, core/inline_choice.h). */
 #define EF__MAP_THREADS_ROW                                                    \
     {                                                                          \
         "threads", EF_OPT_INT_AUTO, "1",                                       \
@@ -27,7 +28,15 @@
             "at a time when they are slow",                                    \
             1, EF__RUN_MAX                                                     \
     }
-#define EF__MAP_OPTIONS EF__MAP_THREADS_ROW, EF__MAP_RUN_ROW
+#define EF__MAP_INLINE_ROW                                                     \
+    {                                                                          \
+        "inline", EF_OPT_STRING, "auto",                                       \
+            "run the transform on the consumer's thread instead of the "       \
+            "workers: auto (with run=auto, when that is timed faster, as for " \
+            "items cheaper than a hand-off between cores), always, or never",  \
+            0, 0                                                               \
+    }
+#define EF__MAP_OPTIONS EF__MAP_THREADS_ROW, EF__MAP_RUN_ROW, EF__MAP_INLINE_ROW
 
 /* Sets s->state up to run `fn` on `threads` threads (0: auto, one per
  * usable core, as many taking input as the tuner allows). `user` is
