@@ -32,6 +32,7 @@
 #define EF_STAGES_SOURCES_LINES_H
 
 #include "pipeline/stage.h"
+#include "stages/sources/stream_options.h"
 
 /* The options both stages have: files, compression, field, the stream's
  * and the shard. */

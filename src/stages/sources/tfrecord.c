@@ -27,6 +27,7 @@
 #include "core/alloc.h"
 #include "core/clock.h"
 #include "pipeline/stage.h"
+#include "stages/sources/stream_options.h"
 #include "io/paths.h"
 #include "stages/sources/checkpoint.h"
 #include "pipeline/state.h"
