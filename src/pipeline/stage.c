@@ -324,14 +324,6 @@ void ef__warn(ef__ctx *ctx, const char *fmt, ...)
     pthread_mutex_unlock(&ctx->skip_mu);
 }
 
-void ef__stream_opts_from(const ef__opts *o, ef__stream_opts *out)
-{
-    ef__stream_opts_init(out);
-    out->tries = (int)ef__opt_int(o, "tries");
-    out->timeout_s = ef__opt_float(o, "timeout");
-    out->max_inflate = (int)ef__opt_int(o, "max_inflate");
-}
-
 void ef__stats_extra(ef_stage_stats *st, const char *key, double value)
 {
     /* a stage with more figures needs a larger EF_MAX_STAT_EXTRAS (an ABI

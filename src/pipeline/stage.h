@@ -19,7 +19,6 @@
 #include "core/err.h"
 #include "core/rng.h"
 #include "echoflow/echoflow.h"
-#include "io/stream.h"
 
 /* ---- options ---------------------------------------------------- */
 
@@ -378,25 +377,6 @@ void ef__shard_shuffle(const ef__stage *s, int64_t epoch, int64_t *order,
         "shard", EF_OPT_STRING, "0/1",                                         \
             "I/N: read only part I of N (0 <= I < N), for N processes", 0, 0   \
     }
-
-/* The options of sources that read files or URLs through streams
- * (io/stream.h): HTTP retries and timeout, and the gzip bomb guard. */
-#define EF__STREAM_OPTIONS                                                     \
-    {"tries", EF_OPT_INT, "5", "HTTP attempts per file before giving up", 1,  \
-     100},                                                                     \
-        {"max_inflate", EF_OPT_INT, "200",                                     \
-         "gzip: most bytes inflated per compressed byte, past the first 64 "   \
-         "MiB (0: no limit)",                                                  \
-         0, 1 << 20},                                                          \
-    {                                                                          \
-        "timeout", EF_OPT_FLOAT, "30",                                         \
-            "HTTP: seconds an attempt may go without a byte, wait for its "    \
-            "headers, or get under 1 KiB/s of body",                           \
-            0.001, 86400                                                       \
-    }
-
-/* Stream options from a source's EF__STREAM_OPTIONS; the rest default. */
-void ef__stream_opts_from(const ef__opts *o, ef__stream_opts *out);
 
 /* ---- creation ---------------------------------------------------- */
 

@@ -898,3 +898,13 @@ int ef__service_receive_shutdown(void)
     pthread_mutex_unlock(&rx.mu);
     return silent;
 }
+
+static const ef__service_link trainer_side = {
+    .join_trainer = ef__service_join_trainer,
+    .attach = ef__service_attach,
+    .take = ef__service_take,
+    .cancel = ef__service_cancel,
+    .detach = ef__service_detach,
+    .figures = ef__service_figures_get,
+};
+const ef__service_link *const ef__service = &trainer_side;

@@ -13,6 +13,7 @@
 #include "core/budget.h"
 #include "core/err.h"
 #include "echoflow/echoflow.h"
+#include "pipeline/service_link.h"
 
 /* Message tags. On the dispatch communicator, requests to the
  * dispatcher and its one kind of answer: */
@@ -69,9 +70,8 @@ typedef struct {
 
 /* The job after a successful join; NULL before. */
 const ef__service_job *ef__service_job_get(void);
-/* Joins as a trainer with no settings of its own, once (the `service`
- * source's join). */
-int ef__service_join_trainer(ef__err *err);
+/* The link's join_trainer (pipeline/service_link.h). */
+int ef__service_join_trainer(ef__service_place *place, ef__err *err);
 /* The place of `rank` among the trainers (role EF_SERVICE_TRAINER) or
  * the workers, or -1 when it has another role or is no rank of the job. */
 int ef__service_index(const ef__service_job *job, int role, int rank);
@@ -95,32 +95,15 @@ int ef__dispatcher_start(int64_t splits, uint64_t seed, ef__dispatcher **out,
 /* Waits for it to end: every worker said DONE, every trainer left. */
 void ef__dispatcher_join(ef__dispatcher *d);
 
-/* The trainer's receiving side (receive.c): one reader at a time per
- * process reads an epoch (or every epoch) of the service. */
-typedef struct ef__service_reader ef__service_reader;
-/* Attaches a reader for the next epoch (endless: for every epoch from
- * it); *epoch is its number. The messages received for it are charged
- * to `budget` (its pipeline's, which must outlive the reader; its limit
- * also sizes the workers' room, 0: none) until their samples are taken;
- * `credits` is the messages per worker; a worker not heard from for
- * `liveness_s` seconds fails the reading. */
+/* The trainer's receiving side (receive.c): the link's members, which
+ * pipeline/service_link.h describes. */
 int ef__service_attach(int endless, ef__budget *budget, int credits,
                        double liveness_s, ef__service_reader **out,
                        int64_t *epoch, ef__err *err);
-/* The next sample: EF_OK, EF_END after the epoch's last, EF_AGAIN when
- * !block and none is ready, or an error (a worker's, with its rank). */
 int ef__service_take(ef__service_reader *r, int block, ef_sample **out,
                      ef__err *err);
-/* Wakes a take() waiting; later takes fail as stopped. Never blocks. */
 void ef__service_cancel(ef__service_reader *r);
-/* Detaches: what was not read of an unfinished epoch is dropped, and
- * the workers stop making it. */
 void ef__service_detach(ef__service_reader *r);
-/* Figures for the source's stats. */
-typedef struct {
-    uint64_t messages, bytes, items;
-    double recv_s; /* inside MPI receives */
-} ef__service_figures;
 void ef__service_figures_get(const ef__service_reader *r,
                              ef__service_figures *out);
 /* Stops the receiving thread and says goodbye to the workers (leave).

@@ -340,7 +340,7 @@ ef_status ef_service_join(const ef_service_hello *hello, ef_service_info *info,
     return rc;
 }
 
-int ef__service_join_trainer(ef__err *err)
+int ef__service_join_trainer(ef__service_place *place, ef__err *err)
 {
     ef_service_hello h = {.size = sizeof h, .role = EF_SERVICE_TRAINER};
     char msg[EF__ERR_MAX];
@@ -350,6 +350,9 @@ int ef__service_join_trainer(ef__err *err)
                            msg[0] ? msg
                                   : "service: the job's processes differ "
                                     "(another rank says how)");
+    place->ntrainers = job.ntrainers;
+    place->nworkers = job.nworkers;
+    place->role_rank = job.role_rank;
     return EF_OK;
 }
 

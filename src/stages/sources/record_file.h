@@ -37,6 +37,7 @@
 
 #include "pipeline/stage.h"
 #include "stages/sources/checkpoint.h"
+#include "stages/sources/stream_options.h"
 
 /* The options of every record-file source: files (`files_what`: "paths",
  * "TFRecord paths"), compression, field (its default and help), the

@@ -7,20 +7,24 @@
  * epoch without end) from the first sample asked for. It can be polled,
  * so echo:factor=auto echoes while the workers fall behind. */
 #include "core/alloc.h"
+#include "pipeline/service_link.h"
 #include "pipeline/stage.h"
-
-#ifdef EF_HAVE_MPI
-#include "service/service.h"
 
 typedef struct {
     int endless, credits;
-    double liveness; /* seconds */
+    double liveness;         /* seconds */
+    ef__service_place place; /* once joined */
     ef__service_reader *r;
     int64_t epoch; /* the service's epoch this pass reads */
 } service_state;
 
 static int service_create(ef__stage *s, const ef__opts *o, ef__err *err)
 {
+    if (!ef__service)
+        return ef__err_set(err, EF_EUNSUPPORTED,
+                           "service: echoflow was built without MPI; install "
+                           "it (apt-get install libopenmpi-dev openmpi-bin) "
+                           "and build again");
     service_state *st = ef__stage_new_state(s, sizeof *st, err);
     if (!st)
         return EF_ENOMEM;
@@ -30,20 +34,20 @@ static int service_create(ef__stage *s, const ef__opts *o, ef__err *err)
     ef__shard sh;
     int rc = ef__shard_parse(s, o, &sh, err);
     if (rc == EF_OK)
-        rc = ef__service_join_trainer(err);
-    const ef__service_job *job = ef__service_job_get();
+        rc = ef__service->join_trainer(&st->place, err);
+    const ef__service_place *place = &st->place;
     /* the service gives each trainer a part of its own already: a part
      * asked for is one trainer's (echoflow train's shard=RANK/N) */
     if (rc == EF_OK && sh.n > 1 &&
-        (sh.n != job->ntrainers || sh.i != job->role_rank))
+        (sh.n != place->ntrainers || sh.i != place->role_rank))
         rc = ef__err_set(err, EF_ESPEC,
                          "service: asked for part %lld of %lld, but the "
                          "service hands each of its %d trainers a part of "
                          "its own (this one is trainer %d); leave shard "
                          "out",
-                         (long long)sh.i, (long long)sh.n, job->ntrainers,
-                         job->role_rank);
-    if (rc == EF_OK && job->nworkers == 0)
+                         (long long)sh.i, (long long)sh.n, place->ntrainers,
+                         place->role_rank);
+    if (rc == EF_OK && place->nworkers == 0)
         rc = ef__err_set(err, EF_ESPEC,
                          "service: no `echoflow serve` rank in this job; "
                          "start workers after a ':' in the mpirun command "
@@ -55,8 +59,8 @@ static int service_create(ef__stage *s, const ef__opts *o, ef__err *err)
 static int service_open(ef__stage *s, ef__err *err)
 {
     service_state *st = s->state;
-    return ef__service_attach(st->endless, &s->ctx->budget, st->credits,
-                              st->liveness, &st->r, &st->epoch, err);
+    return ef__service->attach(st->endless, &s->ctx->budget, st->credits,
+                               st->liveness, &st->r, &st->epoch, err);
 }
 
 static int service_take(ef__stage *s, int block, ef_sample **out, ef__err *err)
@@ -64,7 +68,7 @@ static int service_take(ef__stage *s, int block, ef_sample **out, ef__err *err)
     service_state *st = s->state;
     if (!st->r)
         return ef__err_set(err, EF_ESTATE, "service: not open");
-    return ef__service_take(st->r, block, out, err);
+    return ef__service->take(st->r, block, out, err);
 }
 
 static int service_next(ef__stage *s, ef_sample **out, ef__err *err)
@@ -83,7 +87,7 @@ static int service_reset(ef__stage *s, int64_t epoch, ef__err *err)
     (void)epoch;
     service_state *st = s->state;
     if (st->r)
-        ef__service_detach(st->r);
+        ef__service->detach(st->r);
     st->r = NULL;
     return service_open(s, err);
 }
@@ -92,53 +96,34 @@ static void service_cancel(ef__stage *s)
 {
     service_state *st = s->state;
     if (st && st->r)
-        ef__service_cancel(st->r);
+        ef__service->cancel(st->r);
 }
 
 static void service_destroy(ef__stage *s)
 {
     service_state *st = s->state;
     if (st && st->r)
-        ef__service_detach(st->r);
+        ef__service->detach(st->r);
     ef__free(st);
 }
 
 static void service_stats(const ef__stage *s, ef_stage_stats *out)
 {
     const service_state *st = s->state;
-    const ef__service_job *job = ef__service_job_get();
-    if (!st || !job)
+    if (!st)
         return;
-    ef__stats_extra(out, "workers", job->nworkers);
+    ef__stats_extra(out, "workers", st->place.nworkers);
     ef__stats_extra(out, "epoch", (double)st->epoch);
     if (!st->r)
         return;
     ef__service_figures f;
-    ef__service_figures_get(st->r, &f);
+    ef__service->figures(st->r, &f);
     ef__stats_extra(out, "messages", (double)f.messages);
     ef__stats_extra(out, "received_MB", (double)f.bytes / 1e6);
     ef__stats_extra(out, "receive_s", f.recv_s);
     ef__stats_extra(out, "receive_us_per_message",
                     f.messages ? 1e6 * f.recv_s / (double)f.messages : 0);
 }
-#else
-static int service_create(ef__stage *s, const ef__opts *o, ef__err *err)
-{
-    (void)s;
-    (void)o;
-    return ef__err_set(err, EF_EUNSUPPORTED,
-                       "service: echoflow was built without MPI; install "
-                       "it (apt-get install libopenmpi-dev openmpi-bin) "
-                       "and build again");
-}
-
-static int service_next(ef__stage *s, ef_sample **out, ef__err *err)
-{
-    (void)s;
-    (void)out;
-    return ef__err_set(err, EF_EUNSUPPORTED, "service: built without MPI");
-}
-#endif
 
 /* Samples come from other ranks as they are ready: no position here
  * would make them again. */
@@ -184,14 +169,12 @@ const ef__stage_def ef__stage_service = {
     .is_source = 1,
     .create = service_create,
     .next = service_next,
-#ifdef EF_HAVE_MPI
     .open = service_open,
     .poll = service_poll,
     .reset = service_reset,
     .cancel = service_cancel,
     .destroy = service_destroy,
     .stats = service_stats,
-#endif
     .save = service_save,
     .length = service_length,
 };

@@ -70,6 +70,7 @@
 #include "pipeline/feed.h"
 #include "io/stream.h"
 #include "pipeline/stage.h"
+#include "stages/sources/stream_options.h"
 #include "io/paths.h"
 #include "codec/wds.h"
 #include "stages/sources/checkpoint.h"

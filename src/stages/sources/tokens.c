@@ -40,6 +40,7 @@
 #include "core/clock.h"
 #include "io/paths.h"
 #include "pipeline/stage.h"
+#include "stages/sources/stream_options.h"
 #include "stages/sources/checkpoint.h"
 #include "pipeline/state.h"
 

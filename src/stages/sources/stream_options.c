@@ -1,0 +1,11 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Stream options from a source's options (see stream_options.h). */
+#include "stages/sources/stream_options.h"
+
+void ef__stream_opts_from(const ef__opts *o, ef__stream_opts *out)
+{
+    ef__stream_opts_init(out);
+    out->tries = (int)ef__opt_int(o, "tries");
+    out->timeout_s = ef__opt_float(o, "timeout");
+    out->max_inflate = (int)ef__opt_int(o, "max_inflate");
+}
