@@ -27,11 +27,9 @@ declare -A allowed=(
     [stages]=""
     [stages/flow]="core pipeline"
     [stages/sources]="core common io codec pipeline"
-    # stages/flow here: the map machinery (map.h, slabs.h), which every
-    # transform uses; it moves into pipeline/ and these entries go
-    [stages/formats]="core codec pipeline stages/flow"
-    [stages/image]="core common codec pipeline stages/flow"
-    [stages/text]="core tokenizer pipeline stages/flow"
+    [stages/formats]="core codec pipeline"
+    [stages/image]="core common codec pipeline"
+    [stages/text]="core tokenizer pipeline"
     # the service builds pipelines; the `service` source reaches it
     # through pipeline/service_link.h, never the other way
     [service]="core pipeline"

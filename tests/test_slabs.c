@@ -13,7 +13,7 @@
 #include <cmocka.h>
 
 #include "ef_test_util.h"
-#include "stages/flow/slabs.h"
+#include "pipeline/slabs.h"
 
 /* ---- the source: item i is an [H,W,C] u8 image and an i32 label ---- */
 

@@ -160,7 +160,7 @@ typedef struct {
     void (*link)(ef__stage *s);
     /* Told by link(), before open: this stage's consumer is a batch of n,
      * so an ordered map stage may write its outputs into the batch's
-     * buffers (stages/flow/slabs.h). Optional. */
+     * buffers (pipeline/slabs.h). Optional. */
     void (*feeds_batch)(ef__stage *s, int64_t n);
     /* Starts threads. The upstream is already open. Optional. */
     int (*open)(ef__stage *s, ef__err *err);

@@ -12,7 +12,7 @@
  *
  * A field whose parts already lie one after another in one buffer that
  * nothing else holds (an image stage right before writes them into the
- * batch's slab: stages/flow/slabs.h) becomes a view of that buffer; any
+ * batch's slab: pipeline/slabs.h) becomes a view of that buffer; any
  * other field is copied. */
 #include <stdio.h>
 #include <string.h>
@@ -314,7 +314,7 @@ static int batch_next(ef__stage *s, ef_sample **out, ef__err *err)
 }
 
 /* An image stage right before may write its outputs into the batch's
- * slots (stages/flow/slabs.h). */
+ * slots (pipeline/slabs.h). */
 static void batch_link(ef__stage *s)
 {
     if (s->up->def->feeds_batch)

@@ -37,7 +37,7 @@
 #include "codec/tfexample.h"
 #include "core/alloc.h"
 #include "core/sample.h"
-#include "stages/flow/map.h"
+#include "pipeline/map.h"
 
 enum { LEN_ONE = -2, LEN_VAR = -1 };
 

@@ -13,7 +13,7 @@
 #include "codec/image.h"
 #include "core/sample.h"
 #include "pipeline/stage.h"
-#include "stages/flow/map.h"
+#include "pipeline/map.h"
 
 #define EF__DECODE_MAX_FIELDS 16
 

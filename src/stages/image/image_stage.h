@@ -10,7 +10,7 @@
 
 #include "core/sample.h"
 #include "pipeline/stage.h"
-#include "stages/flow/map.h"
+#include "pipeline/map.h"
 
 /* Bit masks of the dtypes a stage accepts. */
 #define EF__DTYPE_BIT(d) (1u << (d))

@@ -30,7 +30,7 @@
 #include "core/buffer.h"
 #include "core/sample.h"
 #include "pipeline/stage.h"
-#include "stages/flow/map.h"
+#include "pipeline/map.h"
 #include "tokenizer/tokenizer.h"
 
 typedef struct {

@@ -21,8 +21,8 @@
  *
  * Thread-safe: `mu` guards the table; it is a leaf lock (nothing else is
  * taken under it). */
-#ifndef EF_STAGES_FLOW_SLABS_H
-#define EF_STAGES_FLOW_SLABS_H
+#ifndef EF_PIPELINE_SLABS_H
+#define EF_PIPELINE_SLABS_H
 
 #include <pthread.h>
 #include <stddef.h>

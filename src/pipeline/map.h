@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* The parallel map machinery, shared by `map` and by the stages that are a
  * map with options of their own (random_crop, flip). */
-#ifndef EF_STAGES_FLOW_MAP_H
-#define EF_STAGES_FLOW_MAP_H
+#ifndef EF_PIPELINE_MAP_H
+#define EF_PIPELINE_MAP_H
 
 #include "core/queue.h"
 #include "core/run_length.h"

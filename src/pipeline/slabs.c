@@ -3,7 +3,7 @@
 #include <string.h>
 
 #include "core/alloc.h"
-#include "stages/flow/slabs.h"
+#include "pipeline/slabs.h"
 
 void ef__slabs_init(ef__slabs *t)
 {
