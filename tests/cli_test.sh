@@ -164,7 +164,8 @@ EOF
 fi
 
 # threads=auto and depth=auto: the chosen values in the JSON and the table
-run auto_json run --json "range:n=20000 | map:fn=to_f32,threads=auto | map:fn=noop,threads=2 | prefetch:depth=auto"
+# (on the workers: a map running inline reads 0 threads, checked below)
+run auto_json run --json "range:n=20000 | map:fn=to_f32,threads=auto,inline=never | map:fn=noop,threads=2,inline=never | prefetch:depth=auto"
 if [ "$rc" -ne 0 ]; then
     fail "run with auto options exited $rc: $(cat "$TMP/auto_json.err")"
 else
@@ -180,6 +181,16 @@ need(2 <= d <= 1024, "depth=auto reads %r" % d)
 need(stage("range")["threads"] == 0 and stage("range")["depth"] == 0, "range has threads or depth")
 EOF
     check_json auto_json "$TMP/auto.py"
+fi
+run inline_json run --json "range:n=2000 | map:fn=noop,threads=2,inline=always"
+if [ "$rc" -ne 0 ]; then
+    fail "run with inline=always exited $rc: $(cat "$TMP/inline_json.err")"
+else
+    cat "$TMP/common.py" - >"$TMP/inline.py" <<'EOF'
+need(doc["items"] == 2000, "items = %r" % doc["items"])
+need(stage("map")["threads"] == 0, "inline map reads %r threads" % stage("map")["threads"])
+EOF
+    check_json inline_json "$TMP/inline.py"
 fi
 run auto_text run "range:n=1000 | map:fn=noop,threads=auto | prefetch:depth=auto"
 if [ "$rc" -eq 0 ] && grep -qE "^map .* threads=[0-9]+" "$TMP/auto_text.out" &&
