@@ -176,8 +176,9 @@ static void test_threads_in_stats(void **state)
     (void)state;
     int cores = ef__usable_cores();
     ef_pipeline *p = tu_pipeline("range:n=3000 | repeat:count=2", 1);
-    add_map(p, mixing_map, "threads=auto");
-    add_map(p, fast_map, "threads=3");
+    /* on the workers: a map running its cheap items inline reads 0 */
+    add_map(p, mixing_map, "threads=auto,inline=never");
+    add_map(p, fast_map, "threads=3,inline=never");
     tu_parse(p, "prefetch:depth=5");
     long got = 0;
     ef_sample *s;
