@@ -132,7 +132,7 @@ int main(int argc, char **argv)
                 "usage: bench_pipeline [ITEMS >= 1000] [REPEATS 1..64]\n");
         return 2;
     }
-    enum { NSPECS = 6, NRUNS = 7 };
+    enum { NSPECS = 7, NRUNS = 7 };
     char specs[NSPECS][256], runs[NRUNS][256];
     snprintf(specs[0], sizeof specs[0], "range:n=%ld | batch:128", items);
     snprintf(specs[1], sizeof specs[1], "range:n=%ld | echo:1 | batch:128",
@@ -145,6 +145,9 @@ int main(int argc, char **argv)
         snprintf(specs[3 + t], sizeof specs[3 + t],
                  "range:n=%ld | map:fn=noop,threads=%d | batch:128 | prefetch",
                  items, t);
+    /* the map without the batches' hand-off to another thread */
+    snprintf(specs[6], sizeof specs[6],
+             "range:n=%ld | map:fn=noop,threads=2 | batch:128", items);
     /* tiny items one at a time, against auto */
     for (int k = 0; k < 2; k++)
         snprintf(runs[k], sizeof runs[k],
