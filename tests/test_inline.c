@@ -16,49 +16,12 @@
 #include "core/inline_choice.h"
 #include "ef_test_util.h"
 #include "state_test_util.h"
-
-/* The item's keyed draw, as a field: its output depends on the item,
- * never on the thread that made it. */
-static int draw(const ef_sample *in, ef_sample **out, ef_map_ctx *ctx)
-{
-    ef_sample *o = ef_sample_clone(in);
-    int64_t *v;
-    if (!o ||
-        ef_sample_add_new(o, "draw", EF_I64, 0, NULL, (void **)&v) != EF_OK) {
-        ef_sample_free(o);
-        return ef_map_ctx_fail(ctx, EF_ENOMEM, "out of memory");
-    }
-    *v = (int64_t)(ef_map_ctx_random(ctx) >> 1);
-    *out = o;
-    return EF_OK;
-}
+#include "draw_test_util.h"
 
 static ef_pipeline *with_draw(const char *spec, const void *arg)
 {
     (void)arg;
-    ef_pipeline *p = NULL;
-    assert_int_equal(ef_pipeline_create(&p), EF_OK);
-    assert_int_equal(ef_pipeline_set_seed(p, 5), EF_OK);
-    assert_int_equal(ef_pipeline_bind_map(p, "draw", draw, NULL), EF_OK);
-    tu_parse(p, spec);
-    return p;
-}
-
-/* A hash of every item's identity and bytes, in order; the count. */
-static uint64_t run_hash(const char *spec, long *count)
-{
-    ef_pipeline *p = with_draw(spec, NULL);
-    uint64_t h = 1469598103934665603u;
-    long n = 0;
-    ef_sample *s;
-    while ((s = tu_next_or_end(p, spec)) != NULL) {
-        h = (h ^ tu_hash_sample(s)) * 1099511628211u;
-        ef_sample_free(s);
-        n++;
-    }
-    ef_pipeline_destroy(p);
-    *count = n;
-    return h;
+    return tu_with_draw(spec, 5);
 }
 
 /* inline=always, never or auto (which times both ways on these cheap
@@ -69,27 +32,10 @@ static void test_same_output_either_way(void **state)
     (void)state;
     static const char *const ways[] = {"never", "always", "auto"};
     static const char *const threads[] = {"1", "2", "auto"};
-    char spec[320];
-    long n0 = 0;
-    uint64_t h0 = 0;
-    for (size_t w = 0; w < 3; w++)
-        for (size_t t = 0; t < 3; t++) {
-            snprintf(spec, sizeof spec,
-                     "range:n=60000,bytes=3 | shuffle:64 | "
-                     "map:fn=draw,threads=%s,inline=%s | "
-                     "map:fn=noop,threads=%s,inline=%s | batch:7",
-                     threads[t], ways[w], threads[2 - t], ways[2 - w]);
-            long n;
-            uint64_t h = run_hash(spec, &n);
-            if (w == 0 && t == 0) {
-                h0 = h;
-                n0 = n;
-                assert_int_equal(n0, 60000 / 7 + 1);
-            } else if (h != h0 || n != n0) {
-                fail_msg("%s: %ld items, hash %llx; expected %ld, %llx", spec,
-                         n, (unsigned long long)h, n0, (unsigned long long)h0);
-            }
-        }
+    tu_expect_same_passes("range:n=60000,bytes=3 | shuffle:64 | "
+                          "map:fn=draw,threads=%s,inline=%s | "
+                          "map:fn=noop,threads=%s,inline=%s | batch:7",
+                          ways, threads, 60000 / 7 + 1, 5);
 }
 
 /* A state saved inline, mid-run, resumes exactly, inline or on workers:
@@ -137,31 +83,13 @@ static void test_threads_stat(void **state)
 static void test_budget_inline(void **state)
 {
     (void)state;
-    ef_pipeline *p = NULL;
-    assert_int_equal(ef_pipeline_create(&p), EF_OK);
-    const uint64_t budget = (uint64_t)1 << 19, item = (1 << 16) + 8;
-    assert_int_equal(ef_pipeline_set_memory_budget(p, budget), EF_OK);
-    tu_parse(p, "range:n=2000,bytes=65536 | map:fn=noop,threads=2,"
-                "inline=always | prefetch:depth=auto | map:fn=noop,"
-                "threads=2,inline=always | prefetch:64");
-    assert_int_equal(tu_drain(p), 2000);
-    ef_pipeline_stats ps;
-    assert_int_equal(ef_pipeline_stats_get(p, &ps), EF_OK);
-    assert_true(ps.peak_bytes_held > 0);
-    if (ps.peak_bytes_held > budget + 2 * item)
-        fail_msg("held %llu bytes at once, over the budget of %llu",
-                 (unsigned long long)ps.peak_bytes_held,
-                 (unsigned long long)budget);
-    ef_pipeline_destroy(p);
-}
-
-static int slow(const ef_sample *in, ef_sample **out, ef_map_ctx *ctx)
-{
-    (void)ctx;
-    struct timespec ts = {0, 20 * 1000 * 1000};
-    nanosleep(&ts, NULL);
-    *out = ef_sample_clone(in);
-    return *out ? EF_OK : EF_ENOMEM;
+    /* two queues, each one item over when empty (test_runs.c) */
+    const uint64_t item = (1 << 16) + 8;
+    tu_expect_within_budget("range:n=2000,bytes=65536 | map:fn=noop,"
+                            "threads=2,inline=always | prefetch:depth=auto | "
+                            "map:fn=noop,threads=2,inline=always | "
+                            "prefetch:64",
+                            (uint64_t)1 << 19, 2 * item, 2000);
 }
 
 static void *stop_later(void *arg)
@@ -179,7 +107,7 @@ static void test_stop_inline(void **state)
     (void)state;
     ef_pipeline *p = NULL;
     assert_int_equal(ef_pipeline_create(&p), EF_OK);
-    assert_int_equal(ef_pipeline_bind_map(p, "slow", slow, NULL), EF_OK);
+    assert_int_equal(ef_pipeline_bind_map(p, "slow", tu_slow, NULL), EF_OK);
     tu_parse(p, "range:n=100000 | map:fn=slow,threads=2,inline=always | "
                 "batch:1000");
     pthread_t t;

@@ -16,76 +16,19 @@
 #include "core/run_length.h"
 #include "ef_test_util.h"
 #include "state_test_util.h"
+#include "draw_test_util.h"
 
-/* A transform that draws from the item's keyed generator: its output
- * depends on the item, never on the thread or run that made it. */
-static int draw(const ef_sample *in, ef_sample **out, ef_map_ctx *ctx)
-{
-    ef_sample *o = ef_sample_clone(in);
-    int64_t *v;
-    if (!o ||
-        ef_sample_add_new(o, "draw", EF_I64, 0, NULL, (void **)&v) != EF_OK) {
-        ef_sample_free(o);
-        return ef_map_ctx_fail(ctx, EF_ENOMEM, "out of memory");
-    }
-    *v = (int64_t)(ef_map_ctx_random(ctx) >> 1);
-    *out = o;
-    return EF_OK;
-}
-
-static ef_pipeline *with_draw(const char *spec, uint64_t seed)
-{
-    ef_pipeline *p = NULL;
-    assert_int_equal(ef_pipeline_create(&p), EF_OK);
-    assert_int_equal(ef_pipeline_set_seed(p, seed), EF_OK);
-    assert_int_equal(ef_pipeline_bind_map(p, "draw", draw, NULL), EF_OK);
-    tu_parse(p, spec);
-    return p;
-}
-
-/* A hash of every item's identity and bytes, in order, and the count. */
-static uint64_t run_hash(const char *spec, long *count)
-{
-    ef_pipeline *p = with_draw(spec, 11);
-    uint64_t h = 1469598103934665603u;
-    long n = 0;
-    ef_sample *s;
-    while ((s = tu_next_or_end(p, spec)) != NULL) {
-        h = (h ^ tu_hash_sample(s)) * 1099511628211u;
-        ef_sample_free(s);
-        n++;
-    }
-    ef_pipeline_destroy(p);
-    *count = n;
-    return h;
-}
 
 static void test_same_output_any_runs_and_threads(void **state)
 {
     (void)state;
     static const char *const runs[] = {"1", "7", "auto"};
     static const char *const threads[] = {"1", "2", "3"};
-    char spec[256];
-    long n0 = 0;
-    uint64_t h0 = 0;
-    for (size_t r = 0; r < 3; r++)
-        for (size_t t = 0; t < 3; t++) {
-            snprintf(spec, sizeof spec,
-                     "range:n=5000,bytes=3 | shuffle:64 | "
-                     "map:fn=draw,threads=%s,run=%s | prefetch:depth=auto | "
-                     "map:fn=noop,threads=%s,run=%s | batch:9",
-                     threads[t], runs[r], threads[2 - t], runs[2 - r]);
-            long n;
-            uint64_t h = run_hash(spec, &n);
-            if (r == 0 && t == 0) {
-                h0 = h;
-                n0 = n;
-                assert_int_equal(n0, 5000 / 9 + 1);
-            } else if (h != h0 || n != n0) {
-                fail_msg("%s: %ld items, hash %llx; expected %ld, %llx", spec,
-                         n, (unsigned long long)h, n0, (unsigned long long)h0);
-            }
-        }
+    tu_expect_same_passes("range:n=5000,bytes=3 | shuffle:64 | "
+                          "map:fn=draw,threads=%s,run=%s | "
+                          "prefetch:depth=auto | "
+                          "map:fn=noop,threads=%s,run=%s | batch:9",
+                          runs, threads, 5000 / 9 + 1, 11);
 }
 
 /* Unordered mode hands runs over as they finish: every item once. */
@@ -113,7 +56,7 @@ static void test_unordered_runs_every_item_once(void **state)
 static ef_pipeline *seeded_draw(const char *spec, const void *arg)
 {
     (void)arg;
-    return with_draw(spec, 7);
+    return tu_with_draw(spec, 7);
 }
 
 /* A state saved while workers hold runs, and the consumer is inside one,
@@ -146,41 +89,14 @@ static void test_checkpoint_mid_run(void **state)
 static void test_budget_with_runs(void **state)
 {
     (void)state;
-    ef_pipeline *p = NULL;
-    assert_int_equal(ef_pipeline_create(&p), EF_OK);
-    /* an item: 64 KiB of data and its i64 index */
-    const uint64_t budget = (uint64_t)1 << 19, item = (1 << 16) + 8;
-    assert_int_equal(ef_pipeline_set_memory_budget(p, budget), EF_OK);
-    tu_parse(p, "range:n=2000,bytes=65536 | map:fn=noop,threads=2 | "
-                "prefetch:depth=auto | map:fn=noop,threads=2,"
-                "ordered=false | prefetch:64");
-    assert_int_equal(tu_drain(p), 2000);
-    ef_pipeline_stats ps;
-    assert_int_equal(ef_pipeline_stats_get(p, &ps), EF_OK);
-    assert_true(ps.peak_bytes_held > 0);
-    /* each of the three queues, when empty (its consumer's cache too),
-     * takes one item over the budget (budget.h) */
-    if (ps.peak_bytes_held > budget + 3 * item)
-        fail_msg("held %llu bytes at once, over the budget of %llu",
-                 (unsigned long long)ps.peak_bytes_held,
-                 (unsigned long long)budget);
-    ef_pipeline_destroy(p);
-}
-
-static int slow(const ef_sample *in, ef_sample **out, ef_map_ctx *ctx)
-{
-    (void)ctx;
-    struct timespec ts = {0, 20 * 1000 * 1000};
-    nanosleep(&ts, NULL);
-    *out = ef_sample_clone(in);
-    return *out ? EF_OK : EF_ENOMEM;
-}
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+    /* an item: 64 KiB of data and its i64 index; each of the three
+     * queues, when empty (its consumer's cache too), takes one item over
+     * the budget (budget.h) */
+    const uint64_t item = (1 << 16) + 8;
+    tu_expect_within_budget("range:n=2000,bytes=65536 | map:fn=noop,"
+                            "threads=2 | prefetch:depth=auto | map:fn=noop,"
+                            "threads=2,ordered=false | prefetch:64",
+                            (uint64_t)1 << 19, 3 * item, 2000);
 }
 
 /* A stop is not kept waiting by a worker inside a long run of slow
@@ -190,15 +106,15 @@ static void test_stop_inside_a_run(void **state)
     (void)state;
     ef_pipeline *p = NULL;
     assert_int_equal(ef_pipeline_create(&p), EF_OK);
-    assert_int_equal(ef_pipeline_bind_map(p, "slow", slow, NULL), EF_OK);
+    assert_int_equal(ef_pipeline_bind_map(p, "slow", tu_slow, NULL), EF_OK);
     tu_parse(p, "range:n=100000 | map:fn=slow,threads=2,run=50");
     ef_sample *s = tu_next(p); /* a worker is inside its second run now */
     ef_sample_free(s);
-    double t0 = now_s();
+    double t0 = tu_now_s();
     ef_pipeline_stop(p);
     ef_pipeline_destroy(p);
     /* a run is 50 x 20 ms: without the cut this took about a second */
-    double took = now_s() - t0;
+    double took = tu_now_s() - t0;
     if (took > 0.3)
         fail_msg("the stop took %.3f s", took);
 }
