@@ -3,7 +3,9 @@
 PYTHONPATH=build/python and ECHOFLOW_CLI=build/echoflow (ctest sets both;
 by hand: `cd build && ctest -R python -V`)."""
 import os
+import subprocess
 import sys
+import time
 
 import pytest
 
@@ -30,3 +32,22 @@ def fmnist_shards(tmp_path_factory):
 @pytest.fixture(scope="session")
 def examples_dir():
     return os.path.join(ROOT, "examples")
+
+
+def start_http_server(root, *extra):
+    """Serves `root` with tests/http_server.py (options `extra`) on a free
+    port: (the process, the port), once the server says its port."""
+    port_file = os.path.join(root, ".port")
+    if os.path.exists(port_file):  # an earlier server's
+        os.remove(port_file)
+    proc = subprocess.Popen(
+        [sys.executable, os.path.join(ROOT, "tests", "http_server.py"),
+         "--root", root, "--port-file", port_file, "--quiet", *extra])
+    deadline = time.time() + 20
+    while not os.path.exists(port_file):
+        if time.time() > deadline or proc.poll() is not None:
+            proc.kill()
+            pytest.fail("tests/http_server.py did not start")
+        time.sleep(0.05)
+    with open(port_file) as f:
+        return proc, int(f.read())

@@ -9,9 +9,6 @@ and a URL that is not there fails naming it."""
 import gzip
 import os
 import socket
-import subprocess
-import sys
-import time
 import urllib.parse
 
 import numpy
@@ -22,8 +19,8 @@ torchvision = pytest.importorskip("torchvision")
 
 import echoflow  # noqa: E402
 import echoflow.torch  # noqa: E402
+from conftest import start_http_server  # noqa: E402
 
-ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 FMNIST = "/usr/share/datasets/fashion-mnist"
 CLASSES = ["T-shirt", "Trouser", "Pullover", "Dress", "Coat", "Sandal",
            "Shirt", "Sneaker", "Bag", "Ankle boot"]
@@ -122,23 +119,8 @@ def test_loader_images_match_torchvision(folder):
                 assert numpy.abs(mine.astype(int) - theirs).max() <= 8
 
 
-def _free_port_server(root, *extra):
-    port_file = os.path.join(root, ".port")
-    proc = subprocess.Popen(
-        [sys.executable, os.path.join(ROOT, "tests", "http_server.py"),
-         "--root", root, "--port-file", port_file, "--quiet", *extra])
-    deadline = time.time() + 20
-    while not os.path.exists(port_file):
-        if time.time() > deadline or proc.poll() is not None:
-            proc.kill()
-            pytest.fail("tests/http_server.py did not start")
-        time.sleep(0.05)
-    with open(port_file) as f:
-        return proc, int(f.read())
-
-
 def test_http_list(folder, tmp_path):
-    proc, port = _free_port_server(folder)
+    proc, port = start_http_server(folder)
     try:
         samples = torchvision.datasets.ImageFolder(folder).samples
         lines = ["# served by tests/http_server.py"]

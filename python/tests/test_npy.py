@@ -2,16 +2,12 @@
 """The npy source against numpy itself: arrays written with numpy.save,
 read back row by row, equal numpy's rows exactly (dtype, shape and bytes),
 from local files (mapped) and over HTTP (tests/http_server.py)."""
-import os
-import subprocess
-import sys
-import time
 
 import numpy
 import pytest
 
 import echoflow
-from conftest import ROOT
+from conftest import start_http_server
 
 ARRAYS = {
     "bool": numpy.array([[True, False], [False, True], [True, True]]),
@@ -88,21 +84,6 @@ def test_refusals_name_the_file(tmp_path):
         rows("npy:files=%s" % (tmp_path / "u32.npy"))
 
 
-def _server(root):
-    port_file = os.path.join(root, ".port")
-    proc = subprocess.Popen(
-        [sys.executable, os.path.join(ROOT, "tests", "http_server.py"),
-         "--root", root, "--port-file", port_file, "--quiet"])
-    deadline = time.time() + 20
-    while not os.path.exists(port_file):
-        if time.time() > deadline or proc.poll() is not None:
-            proc.kill()
-            pytest.fail("tests/http_server.py did not start")
-        time.sleep(0.05)
-    with open(port_file) as f:
-        return proc, int(f.read())
-
-
 def test_over_http(tmp_path):
     """A URL is read whole: the same rows as the local file's; a file cut
     short on the server is refused, naming the URL."""
@@ -112,7 +93,7 @@ def test_over_http(tmp_path):
         whole = f.read()
     with open(tmp_path / "cut.npy", "wb") as f:
         f.write(whole[:-8])
-    proc, port = _server(str(tmp_path))
+    proc, port = start_http_server(str(tmp_path))
     try:
         url = "http://127.0.0.1:%d/" % port
         expect_rows(rows("npy:files=%sa.npy,shard=1/2" % url), list(a[1::2]))

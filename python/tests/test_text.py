@@ -14,7 +14,7 @@ import numpy
 import pytest
 
 import echoflow
-from test_tokens import _server
+from conftest import start_http_server
 
 WORDNET = "/usr/share/wordnet"
 
@@ -238,7 +238,7 @@ def test_over_http(wordnet, tmp_path, extra):
     docs, path = wordnet
     shutil.copy(path, tmp_path / "w.jsonl")
     zstd(str(tmp_path / "w.jsonl"))
-    proc, port = _server(str(tmp_path), *extra)
+    proc, port = start_http_server(str(tmp_path), *extra)
     try:
         url = "http://127.0.0.1:%d/w.jsonl" % port
         assert texts("jsonl:files=%s" % url) == docs

@@ -13,7 +13,7 @@ import pytest
 
 import echoflow
 from test_text import wordnet_docs, write_jsonl, zstd
-from test_tokens import _server
+from conftest import start_http_server
 
 spm = pytest.importorskip("sentencepiece")
 
@@ -61,7 +61,7 @@ def chain(url, model, tail=""):
 def test_jsonl_over_http_to_batches_of_blocks(corpus, extra):
     d, docs, model = corpus
     want_x, want_y = reference_batches(docs, model)
-    proc, port = _server(str(d), *extra)
+    proc, port = start_http_server(str(d), *extra)
     try:
         url = "http://127.0.0.1:%d/docs.jsonl.zst" % port
         with echoflow.Pipeline(chain(url, model)) as p:

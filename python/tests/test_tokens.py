@@ -5,14 +5,12 @@ tokens source reads such files back as blocks of inputs and next-token
 targets, as nanoGPT's get_batch slices them."""
 import os
 import pathlib
-import subprocess
-import sys
-import time
 
 import numpy
 import pytest
 
 import echoflow
+from conftest import start_http_server
 
 
 def blocks(spec, seed=0):
@@ -106,25 +104,6 @@ def test_stubs_name_it():
     assert "write_tokens" in echoflow.__all__
 
 
-def _server(root, *extra):
-    root_dir = os.path.dirname(os.path.dirname(os.path.dirname(
-        os.path.abspath(__file__))))
-    port_file = os.path.join(root, ".port")
-    if os.path.exists(port_file):  # an earlier server's
-        os.remove(port_file)
-    proc = subprocess.Popen(
-        [sys.executable, os.path.join(root_dir, "tests", "http_server.py"),
-         "--root", root, "--port-file", port_file, "--quiet", *extra])
-    deadline = time.time() + 20
-    while not os.path.exists(port_file):
-        if time.time() > deadline or proc.poll() is not None:
-            proc.kill()
-            pytest.fail("tests/http_server.py did not start")
-        time.sleep(0.05)
-    with open(port_file) as f:
-        return proc, int(f.read())
-
-
 @pytest.mark.parametrize("extra", [(), ("--cut-every", "256")])
 def test_over_http(tmp_path, extra):
     """Blocks read with Range requests equal the local file's, through
@@ -133,7 +112,7 @@ def test_over_http(tmp_path, extra):
     n = 3500 if extra else 20000
     data = (numpy.arange(n) * 31 % 60000).astype(numpy.uint16)
     data.tofile(tmp_path / "t.bin")
-    proc, port = _server(str(tmp_path), *extra)
+    proc, port = start_http_server(str(tmp_path), *extra)
     try:
         url = "http://127.0.0.1:%d/t.bin" % port
         for order in ("sequential", "random"):
