@@ -78,14 +78,19 @@ static int before_upstream(ef__stage *s, ef_sample **out, ef__err *err)
     return s->ended ? EF_END : EF_AGAIN;
 }
 
-int ef__stage_pull(ef__stage *s, ef_sample **out, ef__err *err)
+/* The next item from upstream: its next() (blocking) or poll(). Time
+ * counts as waiting on the upstream unless a poll found nothing. */
+static inline int take_upstream(ef__stage *s, int poll, ef_sample **out,
+                                ef__err *err)
 {
     int rc = before_upstream(s, out, err);
     if (rc != EF_AGAIN)
         return rc;
     uint64_t t0 = ef__timer_ns();
-    rc = s->up->def->next(s->up, out, err);
-    ef__stat_add(&s->wait_up_ns, ef__elapsed_ns(t0, ef__timer_ns()));
+    rc = poll ? s->up->def->poll(s->up, out, err)
+              : s->up->def->next(s->up, out, err);
+    if (rc == EF_OK || !poll)
+        ef__stat_add(&s->wait_up_ns, ef__elapsed_ns(t0, ef__timer_ns()));
     if (rc == EF_OK) {
         ef__stat_add(&s->items_in, 1);
         ef__stat_add(&s->up->items_out, 1);
@@ -96,22 +101,14 @@ int ef__stage_pull(ef__stage *s, ef_sample **out, ef__err *err)
     return rc;
 }
 
+int ef__stage_pull(ef__stage *s, ef_sample **out, ef__err *err)
+{
+    return take_upstream(s, 0, out, err);
+}
+
 int ef__stage_poll(ef__stage *s, ef_sample **out, ef__err *err)
 {
-    int rc = before_upstream(s, out, err);
-    if (rc != EF_AGAIN)
-        return rc;
-    uint64_t t0 = ef__timer_ns();
-    rc = s->up->def->poll(s->up, out, err);
-    if (rc == EF_OK) {
-        ef__stat_add(&s->wait_up_ns, ef__elapsed_ns(t0, ef__timer_ns()));
-        ef__stat_add(&s->items_in, 1);
-        ef__stat_add(&s->up->items_out, 1);
-        rc = ef__stage_check_size(s->up, out, err);
-    } else if (rc == EF_END) {
-        s->ended = 1;
-    }
-    return rc;
+    return take_upstream(s, 1, out, err);
 }
 
 int ef__stage_reset(ef__stage *s, int64_t epoch, ef__err *err)
