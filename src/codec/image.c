@@ -6,21 +6,14 @@
 
 #include "codec/image.h"
 
-typedef int (*decode_fn)(const unsigned char *data, size_t size,
-                         int channels, const char *what, ef_buffer **out,
-                         int64_t shape[3], ef__err *err);
-typedef int (*probe_fn)(const unsigned char *data, size_t size,
-                        const char *what, int64_t *h, int64_t *w, int *c,
-                        ef__err *err);
-
 /* A format: its magic bytes ('?' matches any byte) and its codec, NULL
  * in a build without its library, which `package` brings. */
 typedef struct {
     const char *name;
     const char *magic;
     size_t len;
-    decode_fn decode;
-    probe_fn probe;
+    ef__image_decoder *decode;
+    ef__image_prober *probe;
     const char *library, *package;
 } format;
 
@@ -139,39 +132,46 @@ static int check_channels(int channels, const char *what, ef__err *err)
     return EF_OK;
 }
 
+/* The format of `size` bytes at p, for decoding to `channels`: EF_OK
+ * with *f, or the error that says why there is none (bad channels, not an
+ * image, or a format this build cannot read). */
+static int find_format(const unsigned char *p, size_t size, int channels,
+                       const char *what, int decoding, const format **f,
+                       ef__err *err)
+{
+    int rc = check_channels(channels, what, err);
+    if (rc != EF_OK)
+        return rc;
+    *f = sniff(p, size);
+    if (!*f)
+        return not_an_image(p, size, what, err);
+    if (decoding ? !(*f)->decode : !(*f)->probe)
+        return missing(what, *f, err);
+    return EF_OK;
+}
+
 int ef__image_decode(const void *data, size_t size, int channels,
                      const char *what, ef_buffer **out, int64_t shape[3],
                      ef__err *err)
 {
-    const unsigned char *p = data;
+    const format *f;
     *out = NULL;
-    int rc = check_channels(channels, what, err);
-    if (rc != EF_OK)
-        return rc;
-    const format *f = sniff(p, size);
-    if (!f)
-        return not_an_image(p, size, what, err);
-    if (!f->decode)
-        return missing(what, f, err);
-    return f->decode(p, size, channels, what, out, shape, err);
+    int rc = find_format(data, size, channels, what, 1, &f, err);
+    return rc == EF_OK ? f->decode(data, size, channels, what, out, shape, err)
+                       : rc;
 }
 
 int ef__image_probe(const void *data, size_t size, int channels,
                     const char *what, int64_t shape[3], int *jpeg,
                     ef__err *err)
 {
-    const unsigned char *p = data;
-    int rc = check_channels(channels, what, err);
+    const format *f = NULL;
+    int rc = find_format(data, size, channels, what, 0, &f, err);
+    *jpeg = f == &formats[0];
     if (rc != EF_OK)
         return rc;
-    const format *f = sniff(p, size);
-    *jpeg = f == &formats[0];
-    if (!f)
-        return not_an_image(p, size, what, err);
-    if (!f->probe)
-        return missing(what, f, err);
     int stored = 3;
-    rc = f->probe(p, size, what, &shape[0], &shape[1], &stored, err);
+    rc = f->probe(data, size, what, &shape[0], &shape[1], &stored, err);
     shape[2] = channels ? channels : stored;
     return rc;
 }

@@ -74,51 +74,25 @@ int ef__jpeg_encode(const unsigned char *pixels, int64_t h, int64_t w, int c,
 
 /* ---- the per-format codecs, for image.c ------------------------- */
 
-/* The per-format decoders behind ef__image_decode (magic already
- * checked, channels already validated), in builds with their library. */
-int ef__jpeg_decode(const unsigned char *data, size_t size, int channels,
-                    const char *what, ef_buffer **out, int64_t shape[3],
-                    ef__err *err);
-int ef__png_decode(const unsigned char *data, size_t size, int channels,
-                   const char *what, ef_buffer **out, int64_t shape[3],
-                   ef__err *err);
+/* A per-format decoder behind ef__image_decode (magic already checked,
+ * channels already validated). */
+typedef int ef__image_decoder(const unsigned char *data, size_t size,
+                              int channels, const char *what, ef_buffer **out,
+                              int64_t shape[3], ef__err *err);
+/* A per-format probe behind ef__image_probe: the image's height and
+ * width, and its channels as stored (1 gray, else 3), with its decoder's
+ * checks of the header. */
+typedef int ef__image_prober(const unsigned char *data, size_t size,
+                             const char *what, int64_t *h, int64_t *w, int *c,
+                             ef__err *err);
 
-/* WebP (libwebp), TIFF (libtiff) and GIF (giflib) in builds with their
- * library; BMP and Netpbm always. */
-int ef__webp_decode(const unsigned char *data, size_t size, int channels,
-                    const char *what, ef_buffer **out, int64_t shape[3],
-                    ef__err *err);
-int ef__tiff_decode(const unsigned char *data, size_t size, int channels,
-                    const char *what, ef_buffer **out, int64_t shape[3],
-                    ef__err *err);
-int ef__gif_decode(const unsigned char *data, size_t size, int channels,
-                   const char *what, ef_buffer **out, int64_t shape[3],
-                   ef__err *err);
-int ef__bmp_decode(const unsigned char *data, size_t size, int channels,
-                   const char *what, ef_buffer **out, int64_t shape[3],
-                   ef__err *err);
-int ef__pnm_decode(const unsigned char *data, size_t size, int channels,
-                   const char *what, ef_buffer **out, int64_t shape[3],
-                   ef__err *err);
+/* JPEG (TurboJPEG), PNG (libspng), WebP (libwebp), TIFF (libtiff) and
+ * GIF (giflib) in builds with their library; BMP and Netpbm always. */
+ef__image_decoder ef__jpeg_decode, ef__png_decode, ef__webp_decode,
+    ef__tiff_decode, ef__gif_decode, ef__bmp_decode, ef__pnm_decode;
+ef__image_prober ef__jpeg_probe, ef__png_probe, ef__webp_probe, ef__tiff_probe,
+    ef__gif_probe, ef__bmp_probe, ef__pnm_probe;
 
-/* A JPEG's height and width, and its channels as stored (1 gray, else
- * 3), with ef__jpeg_decode's checks of the header. */
-int ef__jpeg_probe(const unsigned char *data, size_t size, const char *what,
-                   int64_t *h, int64_t *w, int *c, ef__err *err);
-/* The same for a PNG, with ef__png_decode's checks. */
-int ef__png_probe(const unsigned char *data, size_t size, const char *what,
-                  int64_t *h, int64_t *w, int *c, ef__err *err);
-/* The same for the other formats, each with its decoder's checks. */
-int ef__webp_probe(const unsigned char *data, size_t size, const char *what,
-                   int64_t *h, int64_t *w, int *c, ef__err *err);
-int ef__tiff_probe(const unsigned char *data, size_t size, const char *what,
-                   int64_t *h, int64_t *w, int *c, ef__err *err);
-int ef__gif_probe(const unsigned char *data, size_t size, const char *what,
-                  int64_t *h, int64_t *w, int *c, ef__err *err);
-int ef__bmp_probe(const unsigned char *data, size_t size, const char *what,
-                  int64_t *h, int64_t *w, int *c, ef__err *err);
-int ef__pnm_probe(const unsigned char *data, size_t size, const char *what,
-                  int64_t *h, int64_t *w, int *c, ef__err *err);
 /* In builds with libjpeg and TurboJPEG. */
 int ef__jpeg_decode_window(const unsigned char *data, size_t size, int channels,
                            ef__window_fn choose, void *user, int64_t out_h,
