@@ -880,10 +880,37 @@ static void test_alloc_failure_pipeline(void **state)
     assert_int_equal(alloc_run(0), 1);
 }
 
+/* ef__grow doubles, starts at `first`, and leaves the array and its
+ * count as they were when it cannot grow. */
+static void test_grow(void **state)
+{
+    (void)state;
+    size_t cap = 0;
+    int *v = ef__grow(NULL, &cap, 4, sizeof *v);
+    assert_non_null(v);
+    assert_int_equal(cap, 4);
+    for (int i = 0; i < 4; i++)
+        v[i] = i;
+    int *w = ef__grow(v, &cap, 4, sizeof *w);
+    assert_non_null(w);
+    assert_int_equal(cap, 8);
+    assert_int_equal(w[3], 3);
+    size_t huge = SIZE_MAX / 2;
+    assert_null(ef__grow(w, &huge, 4, sizeof *w));
+    assert_int_equal(huge, SIZE_MAX / 2);
+    ef__alloc_fail_after(1);
+    assert_null(ef__grow(w, &cap, 4, sizeof *w));
+    ef__alloc_fail_after(0);
+    assert_int_equal(cap, 8);
+    assert_int_equal(w[3], 3);
+    ef__free(w);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_status_names_and_texts),
+        cmocka_unit_test(test_grow),
         cmocka_unit_test(test_status_unknown_code),
         cmocka_unit_test(test_version),
         cmocka_unit_test(test_dtypes),

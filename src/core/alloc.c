@@ -3,6 +3,7 @@
 #include "core/alloc.h"
 
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -52,4 +53,15 @@ char *ef__strdup(const char *s)
     if (d)
         memcpy(d, s, n);
     return d;
+}
+
+void *ef__grow(void *p, size_t *cap, size_t first, size_t size)
+{
+    if (*cap > SIZE_MAX / 2 / size || first > SIZE_MAX / size)
+        return NULL;
+    size_t n = *cap ? 2 * *cap : first;
+    void *q = ef__realloc(p, n * size);
+    if (q)
+        *cap = n;
+    return q;
 }

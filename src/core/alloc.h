@@ -11,6 +11,11 @@ void *ef__calloc(size_t n, size_t size);
 void *ef__realloc(void *p, size_t size);
 void ef__free(void *p);
 char *ef__strdup(const char *s);
+/* Room for more elements of `size` bytes in the array `p` that holds
+ * *cap of them: twice as many, or `first` when it holds none. Returns
+ * the moved array and sets *cap, or NULL (p and *cap untouched) when out
+ * of memory or past SIZE_MAX bytes. */
+void *ef__grow(void *p, size_t *cap, size_t first, size_t size);
 
 /* Test hook: the `n`-th allocation from now on (1 = the next) and every one
  * after it fail; 0 turns failing off. Not thread-safe against concurrent

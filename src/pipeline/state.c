@@ -14,12 +14,10 @@
 int ef__idents_add(ef__idents *l, const ef__ident *d)
 {
     if (l->n == l->cap) {
-        size_t cap = l->cap ? 2 * l->cap : 16;
-        ef__ident *items = ef__realloc(l->items, cap * sizeof *items);
+        ef__ident *items = ef__grow(l->items, &l->cap, 16, sizeof *items);
         if (!items)
             return EF_ENOMEM;
         l->items = items;
-        l->cap = cap;
     }
     l->items[l->n] = *d;
     if (d->members)

@@ -412,12 +412,10 @@ static int reserve_held(worker *w, chunk *c)
 {
     if (c->nheld < c->cap)
         return EF_OK;
-    size_t n = c->cap ? 2 * c->cap : 64;
-    ef_sample **v = ef__realloc(c->held, n * sizeof *v);
+    ef_sample **v = ef__grow(c->held, &c->cap, 64, sizeof *v);
     if (!v)
         return ef__err_set(&w->err, EF_ENOMEM, "service: out of memory");
     c->held = v;
-    c->cap = n;
     return EF_OK;
 }
 

@@ -83,12 +83,10 @@ static int list_reserve(ef__echo_pool *p, int u)
     use_list *l = &p->by_uses[u];
     if (u >= p->max || l->n < l->cap)
         return 0;
-    size_t cap = l->cap ? 2 * l->cap : 8;
-    size_t *items = ef__realloc(l->items, cap * sizeof *items);
+    size_t *items = ef__grow(l->items, &l->cap, 8, sizeof *items);
     if (!items)
         return -1;
     l->items = items;
-    l->cap = cap;
     return 0;
 }
 

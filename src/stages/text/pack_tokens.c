@@ -202,12 +202,10 @@ static int hold_room(pack_state *st)
     }
     if (st->n < st->cap)
         return EF_OK;
-    size_t cap = st->cap ? 2 * st->cap : 16;
-    held_doc *h = ef__realloc(st->held, cap * sizeof *h);
+    held_doc *h = ef__grow(st->held, &st->cap, 16, sizeof *h);
     if (!h)
         return EF_ENOMEM;
     st->held = h;
-    st->cap = cap;
     return EF_OK;
 }
 
