@@ -16,8 +16,8 @@
 
 #include "core/alloc.h"
 #include "ef_test_util.h"
-#include "service/chunk.h"
 #include "pipeline/stage.h"
+#include "service/chunk.h"
 
 #define FROM "rank 3 (a worker)"
 

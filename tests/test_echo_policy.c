@@ -14,8 +14,8 @@
 #include <cmocka.h>
 
 #include "ef_test_util.h"
-#include "state_test_util.h"
 #include "stages/flow/echo_policy.h"
+#include "state_test_util.h"
 
 #define DRAWS 100000
 

@@ -14,8 +14,8 @@
 
 #include "codec/image.h"
 #include "core/alloc.h"
-#include "stages/image/bilinear.h"
 #include "ef_test_util.h"
+#include "stages/image/bilinear.h"
 
 /* ---- fixtures ------------------------------------------------------ */
 

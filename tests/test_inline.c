@@ -14,9 +14,9 @@
 #include <time.h>
 
 #include "core/inline_choice.h"
+#include "draw_test_util.h"
 #include "ef_test_util.h"
 #include "state_test_util.h"
-#include "draw_test_util.h"
 
 static ef_pipeline *with_draw(const char *spec, const void *arg)
 {

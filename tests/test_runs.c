@@ -14,9 +14,9 @@
 #include <time.h>
 
 #include "core/run_length.h"
+#include "draw_test_util.h"
 #include "ef_test_util.h"
 #include "state_test_util.h"
-#include "draw_test_util.h"
 
 
 static void test_same_output_any_runs_and_threads(void **state)

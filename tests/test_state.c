@@ -10,8 +10,8 @@
 #include <cmocka.h>
 
 #include "ef_test_util.h"
-#include "state_test_util.h"
 #include "pipeline/state.h"
+#include "state_test_util.h"
 
 static ef_pipeline *seeded(const char *spec, const void *arg)
 {

@@ -16,8 +16,8 @@
 
 #include <cmocka.h>
 
-#include "ef_test_util.h"
 #include "core/alloc.h"
+#include "ef_test_util.h"
 #include "state_test_util.h"
 #include "tokenizer/bpe.h"
 #include "tokenizer/spm_check.h"

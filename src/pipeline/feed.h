@@ -21,8 +21,8 @@
  * cancel() may come from any thread and never blocks; everything else on
  * the consumer side (take, finish, stop, rewind, restart) is the
  * consumer's thread's. */
-#ifndef EF_FEED_H
-#define EF_FEED_H
+#ifndef EF_PIPELINE_FEED_H
+#define EF_PIPELINE_FEED_H
 
 #include "core/queue.h"
 #include "pipeline/stage.h"

@@ -56,9 +56,9 @@
 #include "core/run_length.h"
 #include "core/sample.h"
 #include "pipeline/feed.h"
-#include "pipeline/stage.h"
 #include "pipeline/map.h"
 #include "pipeline/slabs.h"
+#include "pipeline/stage.h"
 #include "pipeline/state.h"
 
 struct ef_map_ctx {

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* The pipeline's struct, shared by pipeline.c (building, pulling,
  * statistics) and pipeline_state.c (checkpoints). */
-#ifndef EF_PIPELINE_H
-#define EF_PIPELINE_H
+#ifndef EF_PIPELINE_PIPELINE_H
+#define EF_PIPELINE_PIPELINE_H
 
 #include "pipeline/stage.h"
 #include "pipeline/tune.h"

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* The text spec: "NAME[:OPT[,OPT...]] | NAME ...". */
-#ifndef EF_SPEC_H
-#define EF_SPEC_H
+#ifndef EF_PIPELINE_SPEC_H
+#define EF_PIPELINE_SPEC_H
 
 #include <stddef.h>
 

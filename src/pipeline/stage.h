@@ -8,8 +8,8 @@
  * joins them. Statistics counters are read with relaxed atomics from
  * any thread; most have a single writer (ef__stat_add), and those marked
  * "several writers" are updated with atomic adds. */
-#ifndef EF_STAGE_H
-#define EF_STAGE_H
+#ifndef EF_PIPELINE_STAGE_H
+#define EF_PIPELINE_STAGE_H
 
 #include <pthread.h>
 #include <stdatomic.h>

@@ -15,8 +15,8 @@
  *            string name, string options, varint epoch, varint ended,
  *            bytes (the stage's own record), idents (its replay list).
  * Strings and byte runs are a varint length and the bytes. */
-#ifndef EF_STATE_H
-#define EF_STATE_H
+#ifndef EF_PIPELINE_STATE_H
+#define EF_PIPELINE_STATE_H
 
 #include <stddef.h>
 #include <stdint.h>

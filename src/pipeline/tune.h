@@ -2,8 +2,8 @@
 /* The tuner of threads=auto map stages: shares the cores among them by
  * what each costs per item the consumer takes. It runs on the consumer's
  * thread, inside ef_pipeline_next, at most every EF__TUNE_PERIOD_NS. */
-#ifndef EF_TUNE_H
-#define EF_TUNE_H
+#ifndef EF_PIPELINE_TUNE_H
+#define EF_PIPELINE_TUNE_H
 
 #include "pipeline/stage.h"
 

@@ -9,8 +9,8 @@
 #include <unistd.h>
 
 #include "core/alloc.h"
-#include "service/service.h"
 #include "pipeline/stage.h"
+#include "service/service.h"
 
 static ef__service_job job;
 static pid_t joined_pid; /* the process that joined: a fork's child is not */

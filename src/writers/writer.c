@@ -9,8 +9,8 @@
 #include <string.h>
 
 #include "codec/image.h"
-#include "common/atomic_file.h"
 #include "codec/tar_write.h"
+#include "common/atomic_file.h"
 #include "core/alloc.h"
 #include "core/sample.h"
 

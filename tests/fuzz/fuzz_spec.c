@@ -24,9 +24,9 @@
 #include "core/err.h"
 #include "echoflow/echoflow.h"
 #include "fuzz.h"
+#include "io/paths.h"
 #include "pipeline/spec.h"
 #include "pipeline/stage.h"
-#include "io/paths.h"
 
 /* EF_FUZZ_VERBOSE=1 in the environment: one line per parse and per run of
  * pulls, on stderr (to see what a corpus exercises) */

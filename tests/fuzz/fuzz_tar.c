@@ -17,9 +17,9 @@
 #include <string.h>
 
 #include "codec/tar.h"
+#include "codec/wds.h"
 #include "core/sample.h"
 #include "fuzz.h"
-#include "codec/wds.h"
 
 #define NAME "fuzz.tar"
 #define MAX_SEEN 256

@@ -4,8 +4,8 @@
  * src/stages/flow/echo_policy_NAME.c. The declarations, the names the
  * spec takes and the build's list of policy files follow from it
  * (echo_policy.h, CMakeLists.txt). */
-#ifndef EF_ECHO_POLICIES_H
-#define EF_ECHO_POLICIES_H
+#ifndef EF_STAGES_FLOW_ECHO_POLICIES_H
+#define EF_STAGES_FLOW_ECHO_POLICIES_H
 
 /* clang-format off: one policy a line */
 #define EF__ECHO_POLICIES(X) \

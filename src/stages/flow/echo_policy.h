@@ -8,14 +8,14 @@
  * that a pick in proportion to priority costs O(log slots). Feedback
  * arrives from the consumer's thread while the stage picks from its own:
  * one mutex guards everything here. */
-#ifndef EF_ECHO_POLICY_H
-#define EF_ECHO_POLICY_H
+#ifndef EF_STAGES_FLOW_ECHO_POLICY_H
+#define EF_STAGES_FLOW_ECHO_POLICY_H
 
 #include <stddef.h>
 
 #include "echoflow/echoflow.h"
-#include "stages/flow/echo_policies.h"
 #include "pipeline/state.h"
+#include "stages/flow/echo_policies.h"
 
 /* A policy: how the values fed back weigh the pooled items that have one.
  * The machinery here keeps the values, asks the policy for weights again

@@ -16,8 +16,8 @@
 #include "core/budget.h"
 #include "core/err.h"
 #include "core/sample.h"
-#include "stages/flow/echo_policy.h"
 #include "pipeline/state.h"
+#include "stages/flow/echo_policy.h"
 
 struct ef__stage;
 

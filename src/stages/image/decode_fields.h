@@ -12,8 +12,8 @@
 
 #include "codec/image.h"
 #include "core/sample.h"
-#include "pipeline/stage.h"
 #include "pipeline/map.h"
+#include "pipeline/stage.h"
 
 #define EF__DECODE_MAX_FIELDS 16
 

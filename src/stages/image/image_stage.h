@@ -9,8 +9,8 @@
 #define EF_STAGES_IMAGE_IMAGE_STAGE_H
 
 #include "core/sample.h"
-#include "pipeline/stage.h"
 #include "pipeline/map.h"
+#include "pipeline/stage.h"
 
 /* Bit masks of the dtypes a stage accepts. */
 #define EF__DTYPE_BIT(d) (1u << (d))

@@ -28,8 +28,8 @@
 #include "codec/cifar.h"
 #include "core/alloc.h"
 #include "core/buffer.h"
-#include "io/stream.h"
 #include "io/paths.h"
+#include "io/stream.h"
 #include "pipeline/stage.h"
 #include "stages/sources/indexed.h"
 

@@ -29,8 +29,8 @@
 #include "core/budget.h"
 #include "core/buffer.h"
 #include "core/sample.h"
-#include "pipeline/stage.h"
 #include "pipeline/map.h"
+#include "pipeline/stage.h"
 #include "tokenizer/tokenizer.h"
 
 typedef struct {
