@@ -11,135 +11,54 @@
  * tar source gives them. Its identity is the file's index in the whole
  * list, and its origin that index and the bytes [0, size).
  *
- * Order: the kept files (shard=I/N: those f with f % N == I) in list
- * order, or with shuffle=true in an order shuffled per pass by a
- * generator keyed by (seed, stage, epoch). `readers` threads read ahead:
- * reader r reads the pass's files r, r + R, r + 2R ... into a queue of
- * `queue` samples of its own, and the consumer takes from each reader in
- * turn, so the stream depends on the seed alone while R files (R HTTP
- * requests) are in flight. poll() never blocks, so echo:factor=auto can
- * follow.
- *
- * Memory: a reader charges the budget for a file before it reads it (its
- * size, or for a body of unknown length each step of its growth), and
- * the charge goes with the sample into its queue. It waits for room
- * first, unless the consumer's next file is its own (no wait could end
- * then), so the readers together hold the budget and one file at most. A
- * file over the whole budget, or a body that grows past it, fails.
- *
- * Errors name the file and the reason; under on_error=skip a file that
- * cannot be read is dropped and counted as skipped (its reader hands over
- * an item without a sample, so the turns stay in step).
- *
- * Checkpoints: the state is the pass position of the next sample the
- * consumer takes; what the readers read ahead is read again. fetch()
- * reads a file whole again and checks its size against the origin.
- *
- * Lock rules: each reader is a feed (feed.h) of one thread whose queue
- * has its own lock; nothing else is shared but `stop` (an atomic) and
- * what create() built, which is read-only afterwards. Readers start in
- * open() and reset(), end after their last file, on an error, or when
- * their queue is closed; reset() and destroy() join them. */
+ * A format of the reader-pool kit (reader_pool.h): the files are read in
+ * list order, or shuffled per pass with shuffle=true, by `readers`
+ * threads (R HTTP requests in flight), taken from each in turn. A reader
+ * charges the budget for a file before it reads it (its size, or for a
+ * body of unknown length each step of its growth); a file over the whole
+ * budget, or a body that grows past it, fails. Under on_error=skip a file
+ * that cannot be read is dropped and counted as skipped. The state is the
+ * pass position of the next sample; fetch() reads a file whole again and
+ * checks its size against the origin. */
 #include <stdio.h>
 #include <string.h>
 
 #include "core/alloc.h"
 #include "core/buffer.h"
-#include "core/clock.h"
 #include "core/sample.h"
-#include "pipeline/feed.h"
 #include "io/paths.h"
 #include "io/stream.h"
-#include "pipeline/stage.h"
-#include "stages/sources/checkpoint.h"
 #include "stages/sources/files_list.h"
-#include "pipeline/state.h"
-
-typedef struct files_state files_state;
+#include "stages/sources/reader_pool.h"
+#include "stages/sources/stream_options.h"
 
 typedef struct {
-    files_state *st;
-    ef__feed feed;
-    size_t next; /* its next index in the pass order */
-    /* statistics, written by the reader thread only */
-    _Atomic uint64_t bytes, read_ns, retries, files;
-} reader;
-
-struct files_state {
-    ef__stage *s;
+    ef__reader_pool pool; /* its names: a view of the entries' urls */
     ef__file_list list;
-    ef__paths names; /* a view of the entries' urls, for checkpoints */
     /* every entry's __url__ and __key__ bytes (the list's sealed text,
      * at its entries' offsets), and label, in one buffer each, which
      * samples view: no allocation per sample for them */
     ef_buffer *text, *labels;
-    ef__shard part;
-    int64_t *kept, *order; /* this part's files, and this pass's order */
-    size_t nkept;
-    int shuffle, nreaders;
-    size_t depth;
-    ef__stream_opts sopts;
-    int64_t epoch;   /* this pass, as the readers see it */
-    atomic_int stop; /* readers stop reading (cancel, or reset) */
-    /* `pos` for the readers: a reader waits for room in the budget only
-     * while the consumer does not wait for its file (read_all) */
-    atomic_size_t turn;
-    reader *readers;
-    /* consumer side */
-    size_t pos;     /* pass index of the next sample to hand out */
-    int restored;   /* the next start goes from `pos` */
-    reader *failed; /* the one that handed over an error, if any */
-};
+} files_state;
 
 /* ---- one file --------------------------------------------------------- */
 
-/* What a reader holds of the budget while it reads file k of the pass,
- * and how it waits for room (ef__budget_reserve): only while the
- * consumer does not wait for file k. */
-typedef struct {
-    files_state *st;
-    size_t k;
-    uint64_t held; /* bytes charged to the budget */
-} holding;
-
-/* Whether the consumer's next file is h's: then h's reader goes on. */
-static int is_next(const void *arg)
-{
-    const holding *h = arg;
-    return atomic_load(&h->st->turn) == h->k;
-}
-
-/* Charges n more bytes for h's file, waiting for room (h NULL: a fetch,
- * which charges nothing: its caller holds the sample). EF_OK, or
- * EF_ECANCELED when the readers stop. */
-static int hold_more(holding *h, uint64_t n)
-{
-    if (!h)
-        return EF_OK;
-    int rc = ef__budget_reserve(&h->st->s->ctx->budget, n, is_next, h,
-                                &h->st->stop, NULL);
-    if (rc == EF_OK)
-        h->held += n;
-    return rc;
-}
-
 /* Reads all of stream s into *out: one allocation when the size is
  * known (a local file), a growing one otherwise (HTTP), which grows to
- * the budget at most. What it allocates is charged to h's holding
- * first, so that the readers together hold no more than the budget (but
- * for the file the consumer waits for), and on failure is still held
- * there for the caller to give back. */
-static int read_all(const files_state *st, ef__stream *s, holding *h,
+ * the budget at most. What it allocates is charged to reader r first (r
+ * NULL: a fetch, which charges nothing), and on failure is still held
+ * there for the driver to give back. */
+static int read_all(const files_state *st, ef__stream *s, ef__pool_reader *r,
                     ef_buffer **out, ef__err *err)
 {
-    const ef__budget *budget = &st->s->ctx->budget;
+    const ef__budget *budget = &st->pool.s->ctx->budget;
     int64_t size = ef__stream_size(s);
     *out = NULL;
     if (size >= 0) {
         if (!ef__budget_fits(budget, (uint64_t)size))
             return ef__budget_check(budget, (uint64_t)size, ef__stream_name(s),
                                     err);
-        int rc = hold_more(h, (uint64_t)size);
+        int rc = ef__reader_pool_hold(r, (uint64_t)size);
         if (rc != EF_OK)
             return rc;
         ef_buffer *b = ef_buffer_new((size_t)size);
@@ -177,7 +96,7 @@ static int read_all(const files_state *st, ef__stream *s, holding *h,
             size_t c = cap ? cap * 2 : (size_t)64 << 10;
             if (budget->limit && c > budget->limit)
                 c = (size_t)budget->limit;
-            int rc = c > cap ? hold_more(h, c - cap)
+            int rc = c > cap ? ef__reader_pool_hold(r, c - cap)
                              : ef__budget_check(budget, (uint64_t)cap + 1,
                                                 ef__stream_name(s), err);
             unsigned char *more = rc == EF_OK ? ef__realloc(data, c) : NULL;
@@ -244,121 +163,44 @@ static int build(const files_state *st, int64_t f, int64_t epoch, ef_buffer *b,
     return EF_OK;
 }
 
-/* Reads file f whole into a sample; errors name it. `r` (may be NULL)
- * counts the reading; `h` (may be NULL) is charged what it holds (see
- * read_all), which the caller gives back or hands on, failure or not. */
+/* Reads file f whole into a sample; errors name it. Reader `r` (NULL
+ * for a fetch) counts the reading and is charged what it holds (see
+ * read_all). */
 static int read_file(const files_state *st, int64_t f, int64_t epoch,
-                     const atomic_int *cancelled, reader *r, holding *h,
+                     const atomic_int *cancelled, ef__pool_reader *r,
                      ef_sample **out, ef__err *err)
 {
-    ef__stream_opts o = st->sopts;
+    ef__stream_opts o = st->pool.sopts;
     o.cancelled = cancelled;
     ef__stream *s = NULL;
     ef_buffer *b = NULL;
     *out = NULL;
     int rc = ef__stream_open(&s, ef__file_url(&st->list, (size_t)f), &o, err);
     if (rc == EF_OK)
-        rc = read_all(st, s, h, &b, err);
+        rc = read_all(st, s, r, &b, err);
     if (s && r) {
-        ef__stream_stats ss;
-        ef__stream_get_stats(s, &ss);
-        ef__stat_add(&r->bytes, ss.raw_bytes);
-        ef__stat_add(&r->read_ns, ef__s_to_ns(ss.read_s));
-        ef__stat_add(&r->retries, ss.retries);
-        ef__stat_add(&r->files, 1);
+        ef__stream_stats none = {0, 0, 0};
+        ef__reader_pool_count(r, s, &none);
+        ef__stat_add(&r->parts, 1);
     }
     ef__stream_close(s);
     if (rc == EF_OK)
         return build(st, f, epoch, b, out, err);
-    if (err->msg[0] == '\0' || err->status != rc)
-        ef__err_set(err, rc, "%s: %s", ef__file_url(&st->list, (size_t)f),
-                    ef_strerror(rc));
-    char where[48];
-    snprintf(where, sizeof where, "files: file %lld", (long long)f);
-    ef__err_prefix(err, where);
+    ef__reader_pool_name_failure(&st->pool, err, rc, f);
     return rc;
 }
 
-/* ---- readers ----------------------------------------------------------- */
-
-static void *reader_main(void *arg)
+/* The format's read_part: file f whole, handed over with its charge. */
+static int read_part(ef__pool_reader *r, int64_t f, uint64_t offset,
+                     int64_t position, ef__part_stop *stop, ef__err *err)
 {
-    reader *r = arg;
-    files_state *st = r->st;
-    for (size_t k = r->next; k < st->nkept; k += (size_t)st->nreaders) {
-        if (atomic_load(&st->stop))
-            return NULL;
-        ef__err err;
-        ef__err_clear(&err);
-        ef_sample *smp;
-        holding h = {st, k, 0};
-        int rc = read_file(st, st->order[k], st->epoch, &st->stop, r, &h,
-                           &smp, &err);
-        ef__item item = {.status = EF_OK, .sample = smp};
-        if (rc == EF_OK) { /* the queue takes the charge over */
-            item.charged = h.held;
-            if (ef__feed_push_charged(&r->feed, &item) != EF_OK)
-                return NULL;
-            continue;
-        }
-        ef__budget_release(&st->s->ctx->budget, h.held);
-        if (rc == EF_ECANCELED || atomic_load(&st->stop))
-            return NULL;
-        if (!ef__stage_skip(st->s, &err)) {
-            item = (ef__item){.status = rc, .msg = ef__strdup(err.msg)};
-            ef__feed_push(&r->feed, &item);
-            return NULL;
-        }
-        /* skipped: an item without a sample keeps the turns */
-        if (ef__feed_push(&r->feed, &item) != EF_OK)
-            return NULL;
-    }
-    return NULL;
-}
-
-/* The pass order: the kept files, shuffled by a generator keyed by the
- * seed, this stage and the epoch when asked. */
-static void make_order(files_state *st, int64_t epoch)
-{
-    memcpy(st->order, st->kept, st->nkept * sizeof *st->order);
-    if (st->shuffle)
-        ef__shard_shuffle(st->s, epoch, st->order, st->nkept);
-}
-
-static void stop_readers(files_state *st)
-{
-    atomic_store(&st->stop, 1);
-    for (int i = 0; i < st->nreaders; i++)
-        ef__feed_cancel(&st->readers[i].feed);
-    for (int i = 0; i < st->nreaders; i++)
-        ef__feed_stop(&st->readers[i].feed);
-}
-
-/* Starts pass `epoch` from its start, or after a restore from `pos`:
- * reader i's first file is the first index >= pos that is i modulo R. */
-static int start_readers(files_state *st, int64_t epoch, ef__err *err)
-{
-    st->epoch = epoch;
-    make_order(st, epoch);
-    atomic_store(&st->stop, 0);
-    if (!st->restored)
-        st->pos = 0;
-    st->restored = 0;
-    atomic_store(&st->turn, st->pos);
-    st->failed = NULL;
-    size_t nr = (size_t)st->nreaders;
-    for (int i = 0; i < st->nreaders; i++) {
-        reader *r = &st->readers[i];
-        size_t base = st->pos - st->pos % nr;
-        r->next = base + (size_t)i < st->pos ? base + nr + (size_t)i
-                                             : base + (size_t)i;
-        int rc = ef__feed_rewind(&r->feed, err);
-        if (rc == EF_OK)
-            rc = ef__feed_start(&r->feed, err);
-        if (rc != EF_OK)
-            return rc;
-    }
-    return EF_OK;
+    (void)offset; /* a file is read whole: 0 */
+    (void)position;
+    (void)stop;
+    files_state *st = (files_state *)r->pool;
+    ef_sample *smp;
+    int rc = read_file(st, f, r->pool->epoch, &r->pool->stop, r, &smp, err);
+    return rc == EF_OK ? ef__reader_pool_push(r, smp, r->held) : rc;
 }
 
 /* ---- the stage ----------------------------------------------------------- */
@@ -405,155 +247,58 @@ static int make_buffers(files_state *st, ef__err *err)
     size_t n = st->list.n;
     st->text = ef__file_list_seal(&st->list);
     st->labels = ef_buffer_new(n * sizeof(int64_t));
-    st->names.names = ef__malloc(n * sizeof *st->names.names);
-    if (!st->text || !st->labels || !st->names.names)
+    ef__paths *names = &st->pool.names;
+    names->names = ef__malloc(n * sizeof *names->names);
+    if (!st->text || !st->labels || !names->names)
         return ef__err_set(err, EF_ENOMEM, "files: out of memory");
-    st->names.n = n;
+    names->n = n;
     int64_t *lab = ef_buffer_data(st->labels);
     for (size_t i = 0; i < n; i++) {
         lab[i] = st->list.v[i].label;
-        st->names.names[i] = st->list.text + st->list.v[i].url;
+        names->names[i] = st->list.text + st->list.v[i].url;
     }
     return EF_OK;
 }
+
+/* The pool's list hook: the files, and how they are opened. */
+static int list_files(ef__reader_pool *p, const ef__opts *o, ef__err *err)
+{
+    files_state *st = (files_state *)p;
+    /* no max_inflate, as nothing is inflated (a file.gz is its bytes) */
+    ef__stream_opts_http(o, &p->sopts);
+    p->sopts.compression = 0;
+    /* a FIFO listed or found in the tree would block its reader for good,
+     * and close() with it */
+    p->sopts.regular_only = 1;
+    int rc = make_list(st, o, err);
+    return rc == EF_OK ? make_buffers(st, err) : rc;
+}
+
+static void files_destroy(ef__reader_pool *p)
+{
+    files_state *st = (files_state *)p;
+    ef_buffer_release(st->text);
+    ef_buffer_release(st->labels);
+    ef__free(p->names.names); /* a view: the entries own the urls */
+    ef__file_list_free(&st->list);
+}
+
+static const ef__reader_format files_format = {
+    .unit = "file",
+    .units = "files",
+    .shuffle_opt = "shuffle",
+    .readers_opt = "readers",
+    .count_words = "there are",
+    .one_per_part = 1,
+    .list = list_files,
+    .read_part = read_part,
+    .destroy = files_destroy,
+};
 
 static int files_create(ef__stage *s, const ef__opts *o, ef__err *err)
 {
-    files_state *st = ef__stage_new_state(s, sizeof *st, err);
-    if (!st)
-        return EF_ENOMEM;
-    st->s = s;
-    st->shuffle = ef__opt_bool(o, "shuffle");
-    st->nreaders = (int)ef__opt_int(o, "readers");
-    st->depth = (size_t)ef__opt_int(o, "queue");
-    /* not ef__stream_opts_from: no max_inflate, as nothing is inflated
-     * (a file.gz is its bytes) */
-    ef__stream_opts_init(&st->sopts);
-    st->sopts.tries = (int)ef__opt_int(o, "tries");
-    st->sopts.timeout_s = ef__opt_float(o, "timeout");
-    st->sopts.compression = 0;
-    /* a FIFO listed or found in the tree would block its reader for good,
-     * and close() with it */
-    st->sopts.regular_only = 1;
-    st->sopts.cancelled = &st->stop;
-    int rc = ef__shard_parse(s, o, &st->part, err);
-    if (rc == EF_OK)
-        rc = make_list(st, o, err);
-    if (rc == EF_OK)
-        rc = make_buffers(st, err);
-    if (rc != EF_OK)
-        return rc;
-    size_t n = st->list.n;
-    if ((size_t)st->part.i >= n)
-        return ef__err_set(err, EF_ESPEC,
-                           "files: part %lld of shard=%lld/%lld gets no "
-                           "file: there are %zu file%s",
-                           (long long)st->part.i, (long long)st->part.i,
-                           (long long)st->part.n, n, n == 1 ? "" : "s");
-    st->nkept = (size_t)ef__shard_count(&st->part, (int64_t)n);
-    if ((size_t)st->nreaders > st->nkept) /* the rest would have nothing */
-        st->nreaders = (int)st->nkept;
-    st->kept = ef__malloc(st->nkept * sizeof *st->kept);
-    st->order = ef__malloc(st->nkept * sizeof *st->order);
-    st->readers = ef__calloc((size_t)st->nreaders, sizeof *st->readers);
-    if (!st->kept || !st->order || !st->readers)
-        return ef__err_set(err, EF_ENOMEM, "files: out of memory");
-    for (size_t k = 0; k < st->nkept; k++)
-        st->kept[k] = st->part.i + (int64_t)k * st->part.n;
-    for (int i = 0; i < st->nreaders && rc == EF_OK; i++) {
-        reader *r = &st->readers[i];
-        r->st = st;
-        rc = ef__feed_init(&r->feed, s, st->depth, 1, reader_main, r, err);
-    }
-    return rc;
-}
-
-static int files_open(ef__stage *s, ef__err *err)
-{
-    return start_readers(s->state, s->epoch, err);
-}
-
-static int take(ef__stage *s, ef_sample **out, int block, ef__err *err)
-{
-    files_state *st = s->state;
-    *out = NULL;
-    if (st->failed)
-        return ef__feed_final(&st->failed->feed, err);
-    while (st->pos < st->nkept) {
-        reader *r = &st->readers[st->pos % (size_t)st->nreaders];
-        int rc = ef__feed_take(&r->feed, out, block, err);
-        if (rc == EF_AGAIN)
-            return rc;
-        if (rc != EF_OK) {
-            if (rc != EF_ECANCELED)
-                st->failed = r;
-            return rc;
-        }
-        st->pos++;
-        /* a reader waiting for room may be the next one's */
-        atomic_store(&st->turn, st->pos);
-        ef__budget_notify(&s->ctx->budget);
-        if (*out)
-            return EF_OK;
-        /* a file skipped under on_error=skip: go on with the next */
-    }
-    return EF_END;
-}
-
-static int files_next(ef__stage *s, ef_sample **out, ef__err *err)
-{
-    return take(s, out, 1, err);
-}
-
-static int files_poll(ef__stage *s, ef_sample **out, ef__err *err)
-{
-    return take(s, out, 0, err);
-}
-
-static int files_reset(ef__stage *s, int64_t epoch, ef__err *err)
-{
-    files_state *st = s->state;
-    stop_readers(st);
-    return start_readers(st, epoch, err);
-}
-
-static void files_cancel(ef__stage *s)
-{
-    files_state *st = s->state;
-    atomic_store(&st->stop, 1);
-    for (int i = 0; i < st->nreaders; i++)
-        ef__feed_cancel(&st->readers[i].feed);
-}
-
-/* ---- checkpoints ------------------------------------------------------- */
-
-/* The record: the file list and part, then the pass position of the
- * next sample to hand out. */
-static int files_save(ef__stage *s, ef__state_out *o, ef__err *err)
-{
-    (void)err;
-    files_state *st = s->state;
-    ef__files_save(&st->names, o);
-    ef__part_save(&st->part, o);
-    ef__put_u64(o, st->pos);
-    return EF_OK;
-}
-
-static int files_restore(ef__stage *s, ef__state_in *in, ef__err *err)
-{
-    (void)err;
-    files_state *st = s->state;
-    uint64_t pos;
-    int rc = ef__files_restore(&st->names, "file", in);
-    if (rc == EF_OK)
-        rc = ef__part_restore(&st->part, in);
-    if (rc == EF_OK)
-        rc = ef__get_count(in, "the position in the pass", st->nkept, &pos);
-    if (rc != EF_OK)
-        return rc;
-    st->pos = (size_t)pos;
-    st->restored = 1;
-    return EF_OK;
+    return ef__reader_pool_create(s, o, &files_format, sizeof(files_state),
+                                  err);
 }
 
 /* File d->part read again whole, on a stream of its own: any thread, any
@@ -564,19 +309,19 @@ static int files_fetch(ef__stage *s, const ef__ident *d, ef_sample **out,
     files_state *st = s->state;
     *out = NULL;
     int64_t f = d->part;
-    if (f < 0 || (size_t)f >= st->list.n || f % st->part.n != st->part.i ||
-        d->id.index != f || d->offset != 0)
+    if (!ef__reader_pool_keeps(&st->pool, f) || d->id.index != f ||
+        d->offset != 0)
         return ef__err_set(err, EF_EFORMAT,
                            "files: the state names file %lld (sample %lld, "
                            "bytes %lld-%lld): expected a file of part %lld "
                            "of %lld of the %zu files, from byte 0",
                            (long long)f, (long long)d->id.index,
                            (long long)d->offset, (long long)d->end,
-                           (long long)st->part.i, (long long)st->part.n,
-                           st->list.n);
+                           (long long)st->pool.part.i,
+                           (long long)st->pool.part.n, st->list.n);
     ef_sample *smp;
-    int rc = read_file(st, f, d->id.epoch, &s->ctx->cancelled, NULL, NULL,
-                       &smp, err);
+    int rc =
+        read_file(st, f, d->id.epoch, &s->ctx->cancelled, NULL, &smp, err);
     if (rc != EF_OK) {
         ef__fetch_failed(err, rc, "file");
         return rc;
@@ -592,53 +337,6 @@ static int files_fetch(ef__stage *s, const ef__ident *d, ef_sample **out,
                            got, (long long)d->end);
     }
     *out = smp;
-    return EF_OK;
-}
-
-static void files_destroy(ef__stage *s)
-{
-    files_state *st = s->state;
-    if (st->readers) {
-        stop_readers(st);
-        for (int i = 0; i < st->nreaders; i++)
-            ef__feed_destroy(&st->readers[i].feed);
-    }
-    ef_buffer_release(st->text);
-    ef_buffer_release(st->labels);
-    ef__free(st->names.names); /* a view: the entries own the urls */
-    ef__file_list_free(&st->list);
-    ef__free(st->kept);
-    ef__free(st->order);
-    ef__free(st->readers);
-    ef__free(st);
-}
-
-static void files_stats(const ef__stage *s, ef_stage_stats *out)
-{
-    const files_state *st = s->state;
-    uint64_t files = 0, bytes = 0, ns = 0, retries = 0;
-    for (int i = 0; i < st->nreaders; i++) {
-        const reader *r = &st->readers[i];
-        files += ef__stat_get(&r->files);
-        bytes += ef__stat_get(&r->bytes);
-        ns += ef__stat_get(&r->read_ns);
-        retries += ef__stat_get(&r->retries);
-    }
-    ef__stats_extra(out, "files", (double)files);
-    ef__stats_extra(out, "bytes", (double)bytes);
-    /* summed over the readers' time inside reads, so per reader */
-    ef__stats_extra(out, "MB/s",
-                    ns ? (double)bytes / 1e6 / ef__ns_to_s(ns) : 0);
-    ef__stats_extra(out, "retries", (double)retries);
-}
-
-/* The number of files is known once they are listed. */
-static int files_length(ef__stage *s, int64_t up, int64_t *n, ef__err *err)
-{
-    (void)up;
-    (void)err;
-    const files_state *st = s->state;
-    *n = (int64_t)st->nkept;
     return EF_OK;
 }
 
@@ -675,31 +373,13 @@ static const ef__option_def files_options[] = {
     EF__SHARD_OPTION,
 };
 
-/* A sample's file: its origin.part is the file's index in the list. */
-static const char *files_part_name(const ef__stage *s, int64_t part)
-{
-    const files_state *st = s->state;
-    return part >= 0 && (size_t)part < st->names.n ? st->names.names[part]
-                                                   : NULL;
-}
-
 const ef__stage_def ef__stage_files = {
     .info = {"files",
              "single files (an ImageFolder tree, a list, a glob): bytes as "
              "a field named by the extension, label, __key__, __url__",
              EF__OPTIONS(files_options)},
-    .is_source = 1,
     .create = files_create,
-    .open = files_open,
-    .next = files_next,
-    .poll = files_poll,
-    .reset = files_reset,
-    .cancel = files_cancel,
-    .destroy = files_destroy,
-    .stats = files_stats,
-    .save = files_save,
-    .restore = files_restore,
+    EF__READER_POOL_STAGE,
     .fetch = files_fetch,
-    .length = files_length,
-    .part_name = files_part_name,
+    .length = ef__reader_pool_length,
 };

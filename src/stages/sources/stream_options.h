@@ -26,5 +26,8 @@
 
 /* Stream options from a source's EF__STREAM_OPTIONS; the rest default. */
 void ef__stream_opts_from(const ef__opts *o, ef__stream_opts *out);
+/* The same from a source that declares only `tries` and `timeout` (it
+ * inflates nothing); the rest default. */
+void ef__stream_opts_http(const ef__opts *o, ef__stream_opts *out);
 
 #endif
