@@ -198,6 +198,26 @@ static void test_files_shards_range(void **state)
     ef_pipeline_destroy(p);
 }
 
+/* A message about a row names the file that holds it: b.npy for row 3,
+ * its row 0, whichever of the files came first. */
+static void test_part_names(void **state)
+{
+    (void)state;
+    write_npy(tu_at("a.npy"), "<i4", "(3,)", 12);
+    write_npy(tu_at("b.npy"), "<i4", "(4,)", 16);
+    char spec[512], want[600];
+    snprintf(spec, sizeof spec,
+             "npy:files=\"%s %s\",first=3 | select:fields=absent",
+             tu_at("a.npy"), tu_at("b.npy"));
+    ef_pipeline *p = tu_pipeline(spec, 0);
+    ef_sample *s = NULL;
+    assert_int_equal(ef_pipeline_next(p, &s), EF_ESHAPE);
+    snprintf(want, sizeof want, "item 3 (epoch 0), file '%s'", tu_at("b.npy"));
+    if (!strstr(ef_pipeline_error(p), want))
+        fail_msg("\"%s\" does not say \"%s\"", ef_pipeline_error(p), want);
+    ef_pipeline_destroy(p);
+}
+
 static ef_pipeline *make(const char *spec, const void *arg)
 {
     (void)arg;
@@ -330,6 +350,7 @@ int main(void)
         cmocka_unit_test(test_every_dtype),
         cmocka_unit_test(test_shapes),
         cmocka_unit_test(test_files_shards_range),
+        cmocka_unit_test(test_part_names),
         cmocka_unit_test(test_checkpoint),
         cmocka_unit_test(test_hostile_headers),
         cmocka_unit_test(test_not_a_file),

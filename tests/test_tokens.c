@@ -352,6 +352,59 @@ static void test_skip(void **state)
     ef_pipeline_destroy(p);
 }
 
+/* A message about a block names its file: block 1 is the second file's
+ * first, as the first file holds one block. */
+static void test_part_names(void **state)
+{
+    (void)state;
+    write_iota("p1.bin", "uint16", 21);
+    const char *second = write_iota("p2.bin", "uint16", 100);
+    char spec[700], want[600];
+    snprintf(spec, sizeof spec,
+             "tokens:files=\"%s/p{1..2}.bin\",block=20,shard=1/2 | "
+             "select:fields=absent",
+             tu_dir());
+    ef_pipeline *p = tu_pipeline(spec, 0);
+    ef_sample *s = NULL;
+    assert_int_equal(ef_pipeline_next(p, &s), EF_ESHAPE);
+    snprintf(want, sizeof want, "item 1 (epoch 0), file '%s'", second);
+    if (!strstr(ef_pipeline_error(p), want))
+        fail_msg("\"%s\" does not say \"%s\"", ef_pipeline_error(p), want);
+    ef_pipeline_destroy(p);
+}
+
+/* Blocks held by a shuffle are read again by identity, and checked: two
+ * files that swapped sizes hold as many tokens, but blocks start
+ * elsewhere. */
+static void test_fetch_checks_origin(void **state)
+{
+    (void)state;
+    write_iota("w1.bin", "uint16", 1000);
+    write_iota("w2.bin", "uint16", 2000);
+    char spec[700];
+    snprintf(spec, sizeof spec,
+             "tokens:files=\"%s/w{1..2}.bin\",block=10,order=random | "
+             "shuffle:buffer=8",
+             tu_dir());
+    ef_pipeline *p = tu_pipeline(spec, 3);
+    ef_sample *s = tu_next(p);
+    ef_sample_free(s);
+    size_t size;
+    void *st = tu_save(p, &size);
+    ef_pipeline_destroy(p);
+    write_iota("w1.bin", "uint16", 2000);
+    write_iota("w2.bin", "uint16", 1000);
+    p = tu_pipeline(spec, 3);
+    int rc = ef_pipeline_restore_state(p, st, size);
+    if (rc == EF_OK)
+        rc = ef_pipeline_next(p, &s);
+    if (rc != EF_EFORMAT || !strstr(ef_pipeline_error(p), "the files or the "
+                                                           "seed changed"))
+        fail_msg("%s: %s", ef_status_name(rc), ef_pipeline_error(p));
+    ef_pipeline_destroy(p);
+    free(st);
+}
+
 static ef_pipeline *seeded(const char *spec, const void *arg)
 {
     (void)arg;
@@ -533,6 +586,8 @@ int main(void)
         cmocka_unit_test(test_bad_files),
         cmocka_unit_test(test_truncated_while_read),
         cmocka_unit_test(test_skip),
+        cmocka_unit_test(test_part_names),
+        cmocka_unit_test(test_fetch_checks_origin),
         cmocka_unit_test(test_resume),
         cmocka_unit_test(test_writer_round_trip),
         cmocka_unit_test(test_writer_errors),

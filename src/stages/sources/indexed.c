@@ -44,9 +44,8 @@ static int set_range(const ef__stage *s, int64_t records, int64_t *first_out,
     return EF_OK;
 }
 
-/* Loads the input (once) and sets the range: at open, or at a fetch,
- * restore or length that comes first. */
-static int get_ready(ef__stage *s, ef__err *err)
+/* At open, or at a fetch, restore or length that comes first. */
+int ef__indexed_ready(ef__stage *s, ef__err *err)
 {
     ef__indexed *ix = s->state;
     if (ix->ready)
@@ -64,13 +63,21 @@ static int get_ready(ef__stage *s, ef__err *err)
 
 int ef__indexed_open(ef__stage *s, ef__err *err)
 {
-    return get_ready(s, err);
+    return ef__indexed_ready(s, err);
+}
+
+/* Record i for next(): through make_next where the source has one. */
+static int make_next(ef__stage *s, int64_t i, ef_sample **out, ef__err *err)
+{
+    const ef__indexed_ops *ops = ((const ef__indexed *)s->state)->ops;
+    return ops->make_next ? ops->make_next(s, i, s->epoch, out, err)
+                          : ops->make(s, i, s->epoch, out, err);
 }
 
 int ef__indexed_next(ef__stage *s, ef_sample **out, ef__err *err)
 {
     ef__indexed *ix = s->state;
-    int rc = get_ready(s, err);
+    int rc = ef__indexed_ready(s, err);
     while (rc == EF_OK && ix->next < ix->count) {
         int64_t i = ix->first + ix->next;
         if (ix->ops->check && ix->ops->check(s, i, err) != EF_OK) {
@@ -78,10 +85,13 @@ int ef__indexed_next(ef__stage *s, ef_sample **out, ef__err *err)
             ix->next += ix->shard.n;
             continue;
         }
-        rc = ix->ops->make(s, i, s->epoch, out, err);
+        rc = make_next(s, i, out, err);
+        if (rc != EF_OK && !ef__stage_skip(s, err))
+            return rc;
+        ix->next += ix->shard.n;
         if (rc == EF_OK)
-            ix->next += ix->shard.n;
-        return rc;
+            return EF_OK;
+        rc = EF_OK; /* a bad record under on_error=skip: dropped, counted */
     }
     return rc == EF_OK ? EF_END : rc;
 }
@@ -95,10 +105,15 @@ int ef__indexed_reset(ef__stage *s, int64_t epoch, ef__err *err)
     return EF_OK;
 }
 
+/* The record: what identifies the input, where the source says, then
+ * the cursor. */
 int ef__indexed_save(ef__stage *s, ef__state_out *o, ef__err *err)
 {
     (void)err;
-    ef__put_i64(o, ((const ef__indexed *)s->state)->next);
+    const ef__indexed *ix = s->state;
+    if (ix->ops->save)
+        ix->ops->save(s, o);
+    ef__put_i64(o, ix->next);
     return EF_OK;
 }
 
@@ -106,7 +121,9 @@ int ef__indexed_save(ef__stage *s, ef__state_out *o, ef__err *err)
 int ef__indexed_restore(ef__stage *s, ef__state_in *in, ef__err *err)
 {
     ef__indexed *ix = s->state;
-    int rc = get_ready(s, err);
+    int rc = ix->ops->restore ? ix->ops->restore(s, in, err) : EF_OK;
+    if (rc == EF_OK)
+        rc = ef__indexed_ready(s, err);
     return rc == EF_OK
                ? ef__cursor_restore(in, &ix->shard, ix->count, &ix->next)
                : rc;
@@ -117,8 +134,11 @@ int ef__indexed_fetch(ef__stage *s, const ef__ident *d, ef_sample **out,
 {
     const ef__indexed *ix = s->state;
     int64_t i = d->id.index;
-    int rc = get_ready(s, err);
-    if (rc == EF_OK && (i < ix->first || i - ix->first >= ix->count))
+    int rc = ef__indexed_ready(s, err);
+    /* in terms of the range where the source takes one; else the part's
+     * check below says it */
+    if (rc == EF_OK && ix->ops->ranged &&
+        (i < ix->first || i - ix->first >= ix->count))
         rc = ef__err_set(err, EF_EFORMAT,
                          "%s: the state names record %lld, outside the "
                          "records [%lld, %lld) this source reads",
@@ -128,6 +148,8 @@ int ef__indexed_fetch(ef__stage *s, const ef__ident *d, ef_sample **out,
         rc = ef__index_check(s, &ix->shard, i - ix->first, ix->count, err);
     if (rc == EF_OK && ix->ops->check)
         rc = ix->ops->check(s, i, err);
+    if (rc == EF_OK && ix->ops->check_origin)
+        rc = ix->ops->check_origin(s, d, err);
     return rc == EF_OK ? ix->ops->make(s, i, d->id.epoch, out, err) : rc;
 }
 
@@ -144,7 +166,7 @@ int ef__indexed_length(ef__stage *s, int64_t up, int64_t *n, ef__err *err)
         if (rc == EF_OK)
             rc = set_range(s, records, &first, &count, err);
     } else {
-        rc = get_ready(s, err);
+        rc = ef__indexed_ready(s, err);
         count = ix->count;
     }
     if (rc == EF_OK)
@@ -159,4 +181,10 @@ void ef__indexed_stats(const ef__stage *s, ef_stage_stats *out)
     ef__stats_extra(out, "records", ix->ready ? (double)ix->count : 0);
     if (ix->ops->stats)
         ix->ops->stats(s, out);
+}
+
+const char *ef__indexed_part_name(const ef__stage *s, int64_t part)
+{
+    const ef__indexed *ix = s->state;
+    return ix->ops->part_name ? ix->ops->part_name(s, part) : NULL;
 }

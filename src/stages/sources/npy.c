@@ -10,7 +10,8 @@
  * its announced size checked against the budget first. codec/npy.c
  * refuses big-endian data and Fortran order; data longer or shorter than
  * announced is refused. An indexed source (indexed.h): first=, count=,
- * shard=, checkpoints and fetch are the kit's. */
+ * shard=, checkpoints and fetch are the kit's; a sample's origin.part is
+ * its file, which messages about it name. */
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
@@ -19,6 +20,7 @@
 
 #include "codec/npy.h"
 #include "core/alloc.h"
+#include "core/sample.h"
 #include "io/paths.h"
 #include "io/regular_file.h"
 #include "io/stream.h"
@@ -194,8 +196,16 @@ static int make(const ef__stage *s, int64_t r, int64_t epoch, ef_sample **out,
         return ef__err_set(err, rc, "npy: cannot build sample %lld: %s",
                            (long long)r, ef_strerror(rc));
     }
+    smp->origin.part = (int64_t)f; /* the file, for messages */
     *out = smp;
     return EF_OK;
+}
+
+static const char *npy_part_name(const ef__stage *s, int64_t part)
+{
+    const npy_state *st = s->state;
+    return part >= 0 && (size_t)part < st->paths.n ? st->paths.names[part]
+                                                   : NULL;
 }
 
 static void npy_stats(const ef__stage *s, ef_stage_stats *out)
@@ -203,8 +213,11 @@ static void npy_stats(const ef__stage *s, ef_stage_stats *out)
     ef__stats_extra(out, "files", (double)((npy_state *)s->state)->paths.n);
 }
 
-static const ef__indexed_ops npy_ops = {
-    .load = npy_load, .make = make, .stats = npy_stats, .ranged = "files"};
+static const ef__indexed_ops npy_ops = {.load = npy_load,
+                                        .make = make,
+                                        .stats = npy_stats,
+                                        .part_name = npy_part_name,
+                                        .ranged = "files"};
 
 static int npy_create(ef__stage *s, const ef__opts *o, ef__err *err)
 {

@@ -25,12 +25,13 @@
  * are taken once, at open (stat, or a one-byte Range request), and
  * checked again against each read.
  *
- * Checkpoints: the file list's checksum, the part, the total size and the
- * cursor; fetch() makes block k of a pass again from its identity alone
- * (and checks its origin: file and byte offset). */
+ * An indexed source (indexed.h): block k of a pass is record k, the
+ * cursor, shard=, fetch and length are the kit's. Checkpoints hold the
+ * file list's checksum, the part and the total size before the cursor;
+ * fetch() makes block k of a pass again from its identity alone (and
+ * checks its origin: file and byte offset). */
 #include <errno.h>
 #include <fcntl.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -40,28 +41,24 @@
 #include "core/clock.h"
 #include "io/paths.h"
 #include "pipeline/stage.h"
-#include "stages/sources/stream_options.h"
-#include "stages/sources/checkpoint.h"
 #include "pipeline/state.h"
+#include "stages/sources/checkpoint.h"
+#include "stages/sources/indexed.h"
+#include "stages/sources/stream_options.h"
 
 typedef struct {
+    ef__indexed ix; /* first: the kit's; a record is a block */
     ef__paths files;
-    ef__shard part;
     ef__stream_opts sopts;
     int64_t block;
     size_t dsize; /* bytes per token in the files: 2 or 4 */
     int random;
     uint64_t seed; /* the option's */
-    /* sizes, taken once (size_mu) by open, restore, fetch or length */
-    pthread_mutex_t size_mu;
-    atomic_int sized;
-    int64_t *ntok;  /* tokens of each file */
-    int64_t *cum;   /* blocks (sequential) or windows (random) before file
-                       f; cum[n] all of them */
-    int64_t total;  /* tokens of all the files */
-    int64_t blocks; /* blocks per pass */
-    /* the pass (pulling thread) */
-    int64_t next;
+    /* taken by the kit's load */
+    int64_t *cum;  /* blocks (sequential) or windows (random) before file
+                      f; cum[n] all of them */
+    int64_t total; /* tokens of all the files */
+    /* the pulling thread's (make_next) */
     int fd;                 /* the local file next() reads, or -1 */
     int64_t fd_file;        /* its number */
     unsigned char *scratch; /* (block + 1) * dsize bytes, for next() */
@@ -77,50 +74,6 @@ static const char *dtype_name(size_t dsize)
 static int is_url(const char *name)
 {
     return !strncmp(name, "http://", 7) || !strncmp(name, "https://", 8);
-}
-
-static int tokens_create(ef__stage *s, const ef__opts *o, ef__err *err)
-{
-    tokens_state *st = ef__stage_new_state(s, sizeof *st, err);
-    if (!st)
-        return EF_ENOMEM;
-    st->fd = -1;
-    if (pthread_mutex_init(&st->size_mu, NULL) != 0) {
-        ef__free(st);
-        s->state = NULL;
-        return ef__err_set(err, EF_ENOMEM, "tokens: cannot make a mutex");
-    }
-    st->block = ef__opt_int(o, "block");
-    st->seed = (uint64_t)ef__opt_int(o, "seed");
-    ef__stream_opts_from(o, &st->sopts);
-    st->sopts.compression = 0; /* token files are raw: Range requests fit */
-    st->sopts.cancelled = &s->ctx->cancelled;
-    int u16, seq;
-    int rc =
-        ef__opt_choice(o, "tokens", "dtype", "uint16", "uint32", &u16, err);
-    if (rc == EF_OK)
-        rc = ef__opt_choice(o, "tokens", "order", "sequential", "random", &seq,
-                            err);
-    if (rc == EF_OK)
-        rc = ef__shard_parse(s, o, &st->part, err);
-    if (rc == EF_OK)
-        rc = ef__paths_expand(ef__opt_string(o, "files"),
-                              "tokens: option 'files'", &st->files, err);
-    if (rc != EF_OK)
-        return rc;
-    if (st->files.n == 0)
-        return ef__err_set(err, EF_ESPEC,
-                           "tokens: option 'files' lists no "
-                           "file");
-    st->dsize = u16 ? 2 : 4;
-    st->random = !seq;
-    st->next = st->part.i;
-    st->scratch = ef__malloc((size_t)(st->block + 1) * st->dsize);
-    st->ntok = ef__calloc(st->files.n, sizeof *st->ntok);
-    st->cum = ef__calloc(st->files.n + 1, sizeof *st->cum);
-    if (!st->scratch || !st->ntok || !st->cum)
-        return ef__err_set(err, EF_ENOMEM, "tokens: out of memory");
-    return EF_OK;
 }
 
 /* The size in bytes of file or URL `name`. */
@@ -161,9 +114,11 @@ static int size_of(const tokens_state *st, const char *name, int64_t *size,
     return EF_OK;
 }
 
-/* Takes every file's size, checks it and counts the blocks. */
-static int take_sizes(tokens_state *st, ef__err *err)
+/* Takes every file's size, checks it and counts the blocks: the kit's
+ * load. */
+static int tokens_load(ef__stage *s, int64_t *blocks, ef__err *err)
 {
+    tokens_state *st = s->state;
     size_t n = st->files.n;
     int64_t need = st->block + 1;
     st->total = 0;
@@ -188,36 +143,14 @@ static int take_sizes(tokens_state *st, ef__err *err)
                                "block needs",
                                name, (long long)t, dtype_name(st->dsize),
                                (long long)size, (long long)need);
-        st->ntok[f] = t;
         st->total += t;
         /* sequential: blocks at 0, block, ... with block + 1 tokens;
          * random: windows at 0 to t - block - 1 */
         st->cum[f + 1] =
             st->cum[f] + (st->random ? t - st->block : (t - 1) / st->block);
     }
-    st->blocks = st->random ? st->total / st->block : st->cum[n];
+    *blocks = st->random ? st->total / st->block : st->cum[n];
     return EF_OK;
-}
-
-/* The sizes, once, from any thread. */
-static int ensure_sized(tokens_state *st, ef__err *err)
-{
-    if (atomic_load(&st->sized))
-        return EF_OK;
-    pthread_mutex_lock(&st->size_mu);
-    int rc = EF_OK;
-    if (!atomic_load(&st->sized)) {
-        rc = take_sizes(st, err);
-        if (rc == EF_OK)
-            atomic_store(&st->sized, 1);
-    }
-    pthread_mutex_unlock(&st->size_mu);
-    return rc;
-}
-
-static int tokens_open(ef__stage *s, ef__err *err)
-{
-    return ensure_sized(s->state, err);
 }
 
 /* The file of position `at` among cum[0..n]: the last f with cum[f] <=
@@ -333,10 +266,11 @@ static int widen(const tokens_state *st, const unsigned char *raw, int32_t *dst,
 
 /* Block k of pass `epoch`, read through `fd` (open on file *fd_file, or
  * -1; updated) into scratch. */
-static int make(ef__stage *s, tokens_state *st, int64_t k, int64_t epoch,
-                int *fd, int64_t *fd_file, unsigned char *scratch,
-                ef_sample **out, ef__err *err)
+static int read_block(const ef__stage *s, int64_t k, int64_t epoch, int *fd,
+                      int64_t *fd_file, unsigned char *scratch, ef_sample **out,
+                      ef__err *err)
 {
+    tokens_state *st = s->state;
     size_t f;
     int64_t t;
     locate(s, st, k, epoch, &f, &t);
@@ -388,40 +322,60 @@ static int make(ef__stage *s, tokens_state *st, int64_t k, int64_t epoch,
     return EF_OK;
 }
 
-static int tokens_next(ef__stage *s, ef_sample **out, ef__err *err)
+/* next(): through the file and buffer the pulling thread keeps. */
+static int make_next(ef__stage *s, int64_t k, int64_t epoch, ef_sample **out,
+                     ef__err *err)
 {
     tokens_state *st = s->state;
-    while (st->next < st->blocks) {
-        int64_t k = st->next;
-        st->next += st->part.n;
-        int rc = make(s, st, k, s->epoch, &st->fd, &st->fd_file, st->scratch,
-                      out, err);
-        if (rc == EF_OK || !ef__stage_skip(s, err))
-            return rc;
-    }
-    return EF_END;
+    return read_block(s, k, epoch, &st->fd, &st->fd_file, st->scratch, out,
+                      err);
 }
 
-static int tokens_reset(ef__stage *s, int64_t epoch, ef__err *err)
+/* fetch(): any thread, any time, on a file descriptor and a buffer of
+ * its own. */
+static int make(const ef__stage *s, int64_t k, int64_t epoch, ef_sample **out,
+                ef__err *err)
 {
-    (void)epoch;
-    (void)err;
-    tokens_state *st = s->state;
-    st->next = st->part.i;
-    return EF_OK;
+    const tokens_state *st = s->state;
+    unsigned char *scratch = ef__malloc((size_t)(st->block + 1) * st->dsize);
+    if (!scratch)
+        return ef__err_set(err, EF_ENOMEM, "tokens: out of memory");
+    int fd = -1;
+    int64_t fd_file = -1;
+    int rc = read_block(s, k, epoch, &fd, &fd_file, scratch, out, err);
+    if (fd >= 0)
+        close(fd);
+    ef__free(scratch);
+    return rc;
 }
 
-/* The record: the file list and part, the tokens of all the files (a
- * file that changed size moves every block after it), the cursor. */
-static int tokens_save(ef__stage *s, ef__state_out *o, ef__err *err)
+/* A fetched block starts where its identity says: the same file and
+ * byte offset. */
+static int check_origin(const ef__stage *s, const ef__ident *d, ef__err *err)
 {
-    (void)err;
-    tokens_state *st = s->state;
+    const tokens_state *st = s->state;
+    size_t f;
+    int64_t t;
+    locate(s, st, d->id.index, d->id.epoch, &f, &t);
+    if (d->part == (int64_t)f && d->offset == t * (int64_t)st->dsize)
+        return EF_OK;
+    return ef__err_set(err, EF_EFORMAT,
+                       "tokens: the state names block %lld at byte %lld "
+                       "of file %lld, but it starts at byte %lld of file "
+                       "%zu now: the files or the seed changed",
+                       (long long)d->id.index, (long long)d->offset,
+                       (long long)d->part, (long long)(t * (int64_t)st->dsize),
+                       f);
+}
+
+/* Before the cursor: the file list and part, the tokens of all the files
+ * (a file that changed size moves every block after it). */
+static void tokens_save(const ef__stage *s, ef__state_out *o)
+{
+    const tokens_state *st = s->state;
     ef__files_save(&st->files, o);
-    ef__part_save(&st->part, o);
-    ef__put_i64(o, atomic_load(&st->sized) ? st->total : -1);
-    ef__put_i64(o, st->next);
-    return EF_OK;
+    ef__part_save(&st->ix.shard, o);
+    ef__put_i64(o, st->ix.loaded ? st->total : -1);
 }
 
 static int tokens_restore(ef__stage *s, ef__state_in *in, ef__err *err)
@@ -430,54 +384,83 @@ static int tokens_restore(ef__stage *s, ef__state_in *in, ef__err *err)
     int64_t total;
     int rc = ef__files_restore(&st->files, "file", in);
     if (rc == EF_OK)
-        rc = ef__part_restore(&st->part, in);
+        rc = ef__part_restore(&st->ix.shard, in);
     if (rc == EF_OK)
         rc = ef__get_i64(in, "the tokens of the files", &total);
     if (rc == EF_OK)
-        rc = ensure_sized(st, err);
-    if (rc != EF_OK)
-        return rc;
-    if (total >= 0 && total != st->total)
-        return ef__state_bad(in,
-                             "the files held %lld tokens, they hold %lld now: "
-                             "they changed since the state was saved",
-                             (long long)total, (long long)st->total);
-    return ef__cursor_restore(in, &st->part, st->blocks, &st->next);
+        rc = ef__indexed_ready(s, err);
+    if (rc == EF_OK && total >= 0 && total != st->total)
+        rc = ef__state_bad(in,
+                           "the files held %lld tokens, they hold %lld now: "
+                           "they changed since the state was saved",
+                           (long long)total, (long long)st->total);
+    return rc;
 }
 
-/* Block d made again from its number and pass, on a file descriptor and
- * a buffer of its own: any thread, any time. */
-static int tokens_fetch(ef__stage *s, const ef__ident *d, ef_sample **out,
-                        ef__err *err)
+static void tokens_stats(const ef__stage *s, ef_stage_stats *out)
 {
-    tokens_state *st = s->state;
-    int rc = ensure_sized(st, err);
+    const tokens_state *st = s->state;
+    ef__stats_extra(out, "tokens_in_files",
+                    st->ix.loaded ? (double)st->total : 0);
+    ef__stats_extra(out, "blocks_per_pass",
+                    st->ix.loaded ? (double)st->ix.records : 0);
+    double bytes = (double)ef__stat_get(&st->bytes),
+           read_s = ef__ns_to_s(ef__stat_get(&st->read_ns));
+    ef__stats_extra(out, "bytes", bytes);
+    ef__stats_extra(out, "MB/s", read_s > 0 ? bytes / 1e6 / read_s : 0);
+}
+
+static const char *tokens_part_name(const ef__stage *s, int64_t part)
+{
+    const tokens_state *st = s->state;
+    return part >= 0 && (size_t)part < st->files.n ? st->files.names[part]
+                                                   : NULL;
+}
+
+static const ef__indexed_ops tokens_ops = {.load = tokens_load,
+                                           .make = make,
+                                           .make_next = make_next,
+                                           .check_origin = check_origin,
+                                           .save = tokens_save,
+                                           .restore = tokens_restore,
+                                           .stats = tokens_stats,
+                                           .part_name = tokens_part_name};
+
+static int tokens_create(ef__stage *s, const ef__opts *o, ef__err *err)
+{
+    tokens_state *st = ef__stage_new_state(s, sizeof *st, err);
+    if (!st)
+        return EF_ENOMEM;
+    st->fd = -1;
+    st->block = ef__opt_int(o, "block");
+    st->seed = (uint64_t)ef__opt_int(o, "seed");
+    ef__stream_opts_from(o, &st->sopts);
+    st->sopts.compression = 0; /* token files are raw: Range requests fit */
+    st->sopts.cancelled = &s->ctx->cancelled;
+    int u16, seq;
+    int rc =
+        ef__opt_choice(o, "tokens", "dtype", "uint16", "uint32", &u16, err);
     if (rc == EF_OK)
-        rc = ef__index_check(s, &st->part, d->id.index, st->blocks, err);
+        rc = ef__opt_choice(o, "tokens", "order", "sequential", "random", &seq,
+                            err);
+    if (rc == EF_OK)
+        rc = ef__indexed_init(s, o, &tokens_ops, err);
+    if (rc == EF_OK)
+        rc = ef__paths_expand(ef__opt_string(o, "files"),
+                              "tokens: option 'files'", &st->files, err);
     if (rc != EF_OK)
         return rc;
-    size_t f;
-    int64_t t;
-    locate(s, st, d->id.index, d->id.epoch, &f, &t);
-    if (d->part != (int64_t)f || d->offset != t * (int64_t)st->dsize)
-        return ef__err_set(err, EF_EFORMAT,
-                           "tokens: the state names block %lld at byte %lld "
-                           "of file %lld, but it starts at byte %lld of file "
-                           "%zu now: the files or the seed changed",
-                           (long long)d->id.index, (long long)d->offset,
-                           (long long)d->part,
-                           (long long)(t * (int64_t)st->dsize), f);
-    unsigned char *scratch = ef__malloc((size_t)(st->block + 1) * st->dsize);
-    if (!scratch)
+    if (st->files.n == 0)
+        return ef__err_set(err, EF_ESPEC,
+                           "tokens: option 'files' lists no "
+                           "file");
+    st->dsize = u16 ? 2 : 4;
+    st->random = !seq;
+    st->scratch = ef__malloc((size_t)(st->block + 1) * st->dsize);
+    st->cum = ef__calloc(st->files.n + 1, sizeof *st->cum);
+    if (!st->scratch || !st->cum)
         return ef__err_set(err, EF_ENOMEM, "tokens: out of memory");
-    int fd = -1;
-    int64_t fd_file = -1;
-    rc =
-        make(s, st, d->id.index, d->id.epoch, &fd, &fd_file, scratch, out, err);
-    if (fd >= 0)
-        close(fd);
-    ef__free(scratch);
-    return rc;
+    return EF_OK;
 }
 
 static void tokens_destroy(ef__stage *s)
@@ -488,42 +471,9 @@ static void tokens_destroy(ef__stage *s)
     if (st->fd >= 0)
         close(st->fd);
     ef__paths_free(&st->files);
-    ef__free(st->ntok);
     ef__free(st->cum);
     ef__free(st->scratch);
-    pthread_mutex_destroy(&st->size_mu);
     ef__free(st);
-}
-
-static void tokens_stats(const ef__stage *s, ef_stage_stats *out)
-{
-    const tokens_state *st = s->state;
-    ef__stats_extra(out, "tokens_in_files",
-                    atomic_load(&st->sized) ? (double)st->total : 0);
-    ef__stats_extra(out, "blocks_per_pass",
-                    atomic_load(&st->sized) ? (double)st->blocks : 0);
-    double bytes = (double)ef__stat_get(&st->bytes),
-           read_s = ef__ns_to_s(ef__stat_get(&st->read_ns));
-    ef__stats_extra(out, "bytes", bytes);
-    ef__stats_extra(out, "MB/s", read_s > 0 ? bytes / 1e6 / read_s : 0);
-}
-
-/* This part's blocks of a pass, from the files' sizes. */
-static int tokens_length(ef__stage *s, int64_t up, int64_t *n, ef__err *err)
-{
-    (void)up;
-    tokens_state *st = s->state;
-    int rc = ensure_sized(st, err);
-    if (rc == EF_OK)
-        *n = ef__shard_count(&st->part, st->blocks);
-    return rc;
-}
-
-static const char *tokens_part_name(const ef__stage *s, int64_t part)
-{
-    const tokens_state *st = s->state;
-    return part >= 0 && (size_t)part < st->files.n ? st->files.names[part]
-                                                   : NULL;
 }
 
 static const ef__option_def tokens_options[] = {
@@ -552,16 +502,7 @@ const ef__stage_def ef__stage_tokens = {
              "nanoGPT token files (uint16/uint32) as blocks of inputs and "
              "next-token targets, i32 [block]",
              EF__OPTIONS(tokens_options)},
-    .is_source = 1,
+    EF__INDEXED_STAGE_OPS,
     .create = tokens_create,
-    .open = tokens_open,
-    .next = tokens_next,
-    .reset = tokens_reset,
     .destroy = tokens_destroy,
-    .stats = tokens_stats,
-    .save = tokens_save,
-    .restore = tokens_restore,
-    .fetch = tokens_fetch,
-    .length = tokens_length,
-    .part_name = tokens_part_name,
 };
