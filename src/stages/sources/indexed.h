@@ -82,10 +82,9 @@ void ef__indexed_stats(const ef__stage *s, ef_stage_stats *out);
 /* The options of a source with `ranged` set: a held-out split of one
  * input, records [first, first + count). */
 #define EF__INDEXED_RANGE_OPTIONS                                              \
-    {"first", EF_OPT_INT, "0", "first record read (0-based)", 0, 9.2e18},      \
-    {                                                                          \
-        "count", EF_OPT_INT, "",                                               \
-            "records read from first on (none: to the end)", 1, 9.2e18         \
-    }
+    EF__OPT("first", EF_OPT_INT, "0", "first record read (0-based)", 0,        \
+            9.2e18),                                                           \
+        EF__OPT("count", EF_OPT_INT, "",                                       \
+                "records read from first on (none: to the end)", 1, 9.2e18)
 
 #endif
