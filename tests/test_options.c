@@ -1,5 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Option rows: the public descriptions the registry copies out of them. */
+/* Option rows: the public descriptions the registry copies out of them,
+ * and the flags that stay inside the library (speed-only options left
+ * out of the options a checkpoint compares). */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -7,6 +9,7 @@
 #include <cmocka.h>
 
 #include <pthread.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "echoflow/echoflow.h"
@@ -72,11 +75,135 @@ static void test_public_copies_are_static(void **state)
     assert_null(ef_stage_registry_get(n));
 }
 
+/* Whether "name=" starts a field of the comma-separated text. */
+static int has_field(const char *text, const char *name)
+{
+    size_t len = strlen(name);
+    for (const char *p = text; (p = strstr(p, name)) != NULL; p++)
+        if ((p == text || p[-1] == ',') && p[len] == '=')
+            return 1;
+    return 0;
+}
+
+/* The options `text` gives stage `stage`, formatted for a checkpoint. */
+static void formatted(const char *stage, const char *text, char *buf,
+                      size_t cap)
+{
+    const ef__stage_def *def = ef__stage_find(stage);
+    assert_non_null(def);
+    ef__opts o;
+    ef__err err = {0};
+    if (ef__opts_parse(&o, def, text, strlen(text), &err) != EF_OK)
+        fail_msg("%s: %s", stage, err.msg);
+    ef__opts_format(&o, buf, cap);
+    ef__opts_free(&o);
+}
+
+/* A flagged option of a stage is left out, an unflagged one of the same
+ * stage kept: the rows of EF__MAP_OPTIONS and a stage's own. */
+static void test_format_skips_speed_only_options(void **state)
+{
+    (void)state;
+    char buf[1024];
+    formatted("map", "fn=noop,threads=3,run=4,inline=never,ordered=false", buf,
+              sizeof buf);
+    assert_string_equal(buf, "fn=noop,ordered=false");
+
+    formatted("tar", "urls=a.tar,cycle=2,queue=3,tries=2,max_inflate=7", buf,
+              sizeof buf);
+    assert_true(has_field(buf, "cycle"));
+    assert_true(has_field(buf, "max_inflate"));
+    assert_false(has_field(buf, "queue"));
+    assert_false(has_field(buf, "tries"));
+    assert_false(has_field(buf, "timeout"));
+
+    /* and so two specs differing only there read alike */
+    char a[1024], b[1024];
+    ef__err err = {0};
+    assert_int_equal(
+        ef__spec_canonical("range:n=8 | prefetch:depth=2", a, sizeof a, &err),
+        EF_OK);
+    assert_int_equal(ef__spec_canonical("range:n=8 | prefetch:depth=auto", b,
+                                        sizeof b, &err),
+                     EF_OK);
+    assert_string_equal(a, b);
+}
+
+/* Every stage's formatted options are exactly its unflagged ones. */
+static void test_format_follows_the_flag_on_every_stage(void **state)
+{
+    (void)state;
+    int flagged = 0;
+    for (int i = 0; i < ef_stage_registry_count(); i++) {
+        const ef__stage_def *def =
+            ef__stage_find(ef_stage_registry_get(i)->name);
+        ef__opts o = {.n = def->info.noptions, .defs = def->info.options};
+        char buf[4096];
+        ef__opts_format(&o, buf, sizeof buf);
+        for (int k = 0; k < o.n; k++) {
+            const ef__option_def *d = &o.defs[k];
+            int speed = (d->flags & EF__SPEED_ONLY) != 0;
+            flagged += speed;
+            if (has_field(buf, d->name) == speed)
+                fail_msg("%s: option %s is %sflagged speed-only, yet %s in "
+                         "'%s'",
+                         def->info.name, d->name, speed ? "" : "not ",
+                         speed ? "is" : "is not", buf);
+        }
+    }
+    assert_true(flagged > 0);
+}
+
+/* The options that change only how fast a stage runs carry the flag
+ * wherever their rows are: in a stage's own table or a shared macro. */
+static void test_speed_settings_are_flagged(void **state)
+{
+    (void)state;
+    static const char *const rows[][2] = {
+        {"map", "threads"},       {"map", "run"},
+        {"map", "inline"},        {"decode", "threads"},
+        {"tokenize", "threads"},  {"prefetch", "depth"},
+        {"tar", "queue"},         {"tar", "tries"},
+        {"tar", "timeout"},       {"jsonl", "tries"},
+        {"files", "readers"},     {"files", "queue"},
+        {"files", "tries"},       {"files", "timeout"},
+        {"files", "max_entries"}, {"tfrecord", "timeout"}};
+    static const char *const output[][2] = {
+        {"map", "ordered"},     {"tar", "ordered"},   {"tar", "cycle"},
+        {"tar", "max_inflate"}, {"files", "shuffle"}, {"echo", "factor"}};
+    for (size_t r = 0; r < sizeof rows / sizeof rows[0]; r++) {
+        const ef__stage_def *def = ef__stage_find(rows[r][0]);
+        assert_non_null(def);
+        int found = 0;
+        for (int k = 0; k < def->info.noptions; k++)
+            if (!strcmp(def->info.options[k].name, rows[r][1])) {
+                found = 1;
+                if (!(def->info.options[k].flags & EF__SPEED_ONLY))
+                    fail_msg("%s: %s is not flagged speed-only", rows[r][0],
+                             rows[r][1]);
+            }
+        if (!found)
+            fail_msg("%s: no option %s", rows[r][0], rows[r][1]);
+    }
+    for (size_t r = 0; r < sizeof output / sizeof output[0]; r++) {
+        const ef__stage_def *def = ef__stage_find(output[r][0]);
+        assert_non_null(def);
+        for (int k = 0; k < def->info.noptions; k++)
+            if (!strcmp(def->info.options[k].name, output[r][1]) &&
+                def->info.options[k].flags)
+                fail_msg("%s: %s changes the output, yet is flagged",
+                         output[r][0], output[r][1]);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_public_copies_made_once_under_threads),
         cmocka_unit_test(test_public_copies_are_static),
+        cmocka_unit_test(test_format_skips_speed_only_options),
+        cmocka_unit_test(test_format_follows_the_flag_on_every_stage),
+        cmocka_unit_test(test_speed_settings_are_flagged),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -31,8 +31,16 @@ typedef struct {
     const char *default_value; /* NULL: required; "" for none */
     const char *help;
     double min, max; /* inclusive bounds for int, float and factor */
-    unsigned flags;  /* none defined yet */
+    unsigned flags;  /* the option flags below, ORed */
 } ef__option_def;
+
+/* Option flags, one bit each; the registry never shows them. */
+enum {
+    /* The option changes how fast the stage runs, never what it emits
+     * (threads, queue depths, retries): ef__opts_format leaves it out,
+     * so a state saved under one value restores under another. */
+    EF__SPEED_ONLY = 1u << 0,
+};
 
 /* A row of an option table: EF__OPT(name, type, default, help, min, max)
  * as in ef_option_info, then optionally the option's flags, ORed
@@ -411,7 +419,7 @@ int ef__opts_parse(ef__opts *o, const ef__stage_def *def, const char *text,
 void ef__opts_free(ef__opts *o);
 /* The options that shape the stage's output as "name=value,...", every
  * one spelled out (defaults too), for comparing a saved state with the
- * pipeline; thread counts and other speed settings are left out. */
+ * pipeline; options flagged EF__SPEED_ONLY are left out. */
 void ef__opts_format(const ef__opts *o, char *buf, size_t cap);
 /* `spec` as its stages' names and ef__opts_format texts joined by " | "
  * into buf (cap bytes): two specs that give the same samples (spacing,

@@ -939,7 +939,7 @@ static const ef__option_def tar_options[] = {
         "take samples round robin (deterministic); false: whichever is ready",
         0, 0),
     EF__OPT("queue", EF_OPT_INT, "16", "samples buffered per reader thread", 1,
-            1 << 16),
+            1 << 16, EF__SPEED_ONLY),
     EF__STREAM_OPTIONS,
     EF__SHARD_OPTION,
 };
