@@ -14,28 +14,22 @@
  * (see map.c, the pipeline's tuner, tune.c, and core/run_length.h), and
  * `inline` (map.c, core/inline_choice.h). */
 #define EF__MAP_THREADS_ROW                                                    \
-    {                                                                          \
-        "threads", EF_OPT_INT_AUTO, "1",                                       \
+    EF__OPT("threads", EF_OPT_INT_AUTO, "1",                                   \
             "worker threads, or auto: one per core, of which the pipeline "    \
             "lets the slowest stages use the most",                            \
-            1, EF__MAP_MAX_THREADS                                             \
-    }
+            1, EF__MAP_MAX_THREADS, EF__SPEED_ONLY)
 #define EF__MAP_RUN_ROW                                                        \
-    {                                                                          \
-        "run", EF_OPT_INT_AUTO, "auto",                                        \
+    EF__OPT("run", EF_OPT_INT_AUTO, "auto",                                    \
             "items a worker takes and hands over at once (at most, within a "  \
             "share of the memory budget), or auto: from what items cost, one " \
             "at a time when they are slow",                                    \
-            1, EF__RUN_MAX                                                     \
-    }
+            1, EF__RUN_MAX, EF__SPEED_ONLY)
 #define EF__MAP_INLINE_ROW                                                     \
-    {                                                                          \
-        "inline", EF_OPT_STRING, "auto",                                       \
+    EF__OPT("inline", EF_OPT_STRING, "auto",                                   \
             "run the transform on the consumer's thread instead of the "       \
             "workers: auto (with run=auto, when that is timed faster, as for " \
             "items cheaper than a hand-off between cores), always, or never",  \
-            0, 0                                                               \
-    }
+            0, 0, EF__SPEED_ONLY)
 #define EF__MAP_OPTIONS EF__MAP_THREADS_ROW, EF__MAP_RUN_ROW, EF__MAP_INLINE_ROW
 
 /* Sets s->state up to run `fn` on `threads` threads (0: auto, one per

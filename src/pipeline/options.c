@@ -357,21 +357,12 @@ const char *ef_opt_type_name(ef_opt_type type)
     return "?";
 }
 
-/* Options that change how fast a stage runs, never what it emits: a
- * state saved with one value restores under another. */
-static int changes_output(const char *name)
+/* Whether an option shapes what a stage emits: those flagged
+ * EF__SPEED_ONLY on their rows do not, and a state saved with one value
+ * of them restores under another. */
+static int changes_output(const ef__option_def *d)
 {
-    /* queue: the samples a tar reader buffers; readers: the files
-     * source's threads; run: the items a map worker hands over at once;
-     * inline: whether a map runs its items on the consumer's thread;
-     * max_entries: a walk that ends lists the same files whatever it is */
-    static const char *const speed_only[] = {"threads", "depth",      "tries",
-                                             "timeout", "queue",      "readers",
-                                             "run",     "max_entries", "inline"};
-    for (size_t i = 0; i < sizeof speed_only / sizeof speed_only[0]; i++)
-        if (strcmp(name, speed_only[i]) == 0)
-            return 0;
-    return 1;
+    return !(d->flags & EF__SPEED_ONLY);
 }
 
 void ef__opts_format(const ef__opts *o, char *buf, size_t cap)
@@ -380,7 +371,7 @@ void ef__opts_format(const ef__opts *o, char *buf, size_t cap)
     buf[0] = '\0';
     for (int i = 0; i < o->n && used < cap; i++) {
         const ef__option_def *d = &o->defs[i];
-        if (!changes_output(d->name))
+        if (!changes_output(d))
             continue;
         const char *sep = used ? "," : "";
         const ef__opt_value *v = &o->values[i];

@@ -22,7 +22,32 @@
 
 /* ---- options ---------------------------------------------------- */
 
-typedef ef_option_info ef__option_def;
+/* One option of a stage's schema: the fields of ef_option_info, which
+ * the registry copies out for users (registry.c), and flags that stay
+ * inside the library. Tables write one EF__OPT row per option. */
+typedef struct {
+    const char *name;
+    ef_opt_type type;
+    const char *default_value; /* NULL: required; "" for none */
+    const char *help;
+    double min, max; /* inclusive bounds for int, float and factor */
+    unsigned flags;  /* the option flags below, ORed */
+} ef__option_def;
+
+/* Option flags, one bit each; the registry never shows them. */
+enum {
+    /* The option changes how fast the stage runs, never what it emits
+     * (threads, queue depths, retries): ef__opts_format leaves it out,
+     * so a state saved under one value restores under another. */
+    EF__SPEED_ONLY = 1u << 0,
+};
+
+/* A row of an option table: EF__OPT(name, type, default, help, min, max)
+ * as in ef_option_info, then optionally the option's flags, ORed
+ * together. (The second macro gives flags 0 when none are written.) */
+#define EF__OPT(...) EF__OPT_ROW(__VA_ARGS__, 0u, 0)
+#define EF__OPT_ROW(name, type, dflt, help, min, max, flags, ...)             \
+    {(name), (type), (dflt), (help), (min), (max), (flags)}
 
 typedef union {
     int64_t i;
@@ -33,7 +58,7 @@ typedef union {
 
 #define EF__MAX_OPTIONS 16
 
-/* An option table's row count and the table, for ef_stage_info, checked
+/* An option table's row count and the table, for ef__stage_info, checked
  * at compile time against EF__MAX_OPTIONS (a struct may hold a static
  * assertion, and sizeof makes it an expression). */
 #define EF__OPTIONS(table)                                                     \
@@ -149,8 +174,17 @@ typedef struct {
     double cost;           /* ns of transform per consumer item (smoothed) */
 } ef__auto_threads;
 
+/* A stage's name, help and option schema: ef_stage_info over the
+ * library's own option rows (the registry hands out public copies). */
 typedef struct {
-    ef_stage_info info; /* name, help, option schema */
+    const char *name;
+    const char *help;
+    int noptions;
+    const ef__option_def *options;
+} ef__stage_info;
+
+typedef struct {
+    ef__stage_info info; /* name, help, option schema */
     int is_source;      /* takes no upstream */
     /* Checks cross-option rules and allocates s->state. Options were
      * already type- and range-checked. */
@@ -373,10 +407,8 @@ void ef__shard_shuffle(const ef__stage *s, int64_t epoch, int64_t *order,
 
 /* The option every source declares; its default reads everything. */
 #define EF__SHARD_OPTION                                                       \
-    {                                                                          \
-        "shard", EF_OPT_STRING, "0/1",                                         \
-            "I/N: read only part I of N (0 <= I < N), for N processes", 0, 0   \
-    }
+    EF__OPT("shard", EF_OPT_STRING, "0/1",                                     \
+            "I/N: read only part I of N (0 <= I < N), for N processes", 0, 0)
 
 /* ---- creation ---------------------------------------------------- */
 
@@ -387,7 +419,7 @@ int ef__opts_parse(ef__opts *o, const ef__stage_def *def, const char *text,
 void ef__opts_free(ef__opts *o);
 /* The options that shape the stage's output as "name=value,...", every
  * one spelled out (defaults too), for comparing a saved state with the
- * pipeline; thread counts and other speed settings are left out. */
+ * pipeline; options flagged EF__SPEED_ONLY are left out. */
 void ef__opts_format(const ef__opts *o, char *buf, size_t cap);
 /* `spec` as its stages' names and ef__opts_format texts joined by " | "
  * into buf (cap bytes): two specs that give the same samples (spacing,

@@ -405,13 +405,13 @@ static int batch_length(ef__stage *s, int64_t up, int64_t *n, ef__err *err)
 }
 
 static const ef__option_def batch_options[] = {
-    {"size", EF_OPT_INT, NULL, "samples per batch", 1, 1 << 24},
-    {"drop_remainder", EF_OPT_BOOL, "false",
-     "drop a last batch smaller than size", 0, 0},
-    {"ragged", EF_OPT_STRING, "list",
-     "fields whose examples differ in their first dimension: list (one "
-     "after another, with their lengths) or error",
-     0, 0},
+    EF__OPT("size", EF_OPT_INT, NULL, "samples per batch", 1, 1 << 24),
+    EF__OPT("drop_remainder", EF_OPT_BOOL, "false",
+            "drop a last batch smaller than size", 0, 0),
+    EF__OPT("ragged", EF_OPT_STRING, "list",
+            "fields whose examples differ in their first dimension: list (one "
+            "after another, with their lengths) or error",
+            0, 0),
 };
 
 const ef__stage_def ef__stage_batch = {

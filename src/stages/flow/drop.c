@@ -15,8 +15,8 @@ static int drop_fetch(ef__stage *s, const struct ef__ident *d,
 }
 
 static const ef__option_def drop_options[] = {
-    {"fields", EF_OPT_STRING, NULL,
-     "comma-separated field names (quoted: fields=\"a,b\")", 0, 0},
+    EF__OPT("fields", EF_OPT_STRING, NULL,
+            "comma-separated field names (quoted: fields=\"a,b\")", 0, 0),
 };
 
 const ef__stage_def ef__stage_drop = {

@@ -525,29 +525,32 @@ static int echo_length(ef__stage *s, int64_t up, int64_t *n, ef__err *err)
 }
 
 static const ef__option_def echo_options[] = {
-    {"factor", EF_OPT_FACTOR, "2",
-     "times each item is emitted (>= 1; fractional: stochastic rounding), or "
-     "auto: echo only when the downstream would wait",
-     1, 1e6},
-    {"shuffle", EF_OPT_INT, "0",
-     "buffer that spreads copies apart (0: copies consecutive)", 0, 1 << 26},
-    {"max", EF_OPT_INT, "8",
-     "auto or a policy: most times one item is emitted in all (a fixed "
-     "factor with a policy: at least twice the factor)",
-     1, 65536},
-    {"pool", EF_OPT_INT, "64",
-     "auto or a policy: recent fresh items kept for echoing (auto: and "
-     "read ahead)",
-     1, 1 << 20},
-    {"policy", EF_OPT_STRING, "uniform",
-     "which pooled items to echo: " EF__POLICY_NAMES " (uniform: among the "
-     "least echoed; the others weigh values fed back with "
-     "ef_pipeline_feedback, docs/echoing.md)",
-     0, 0},
-    {"mix", EF_OPT_FLOAT, "0",
-     "with a policy: the share of echoes picked as uniform does (among the "
-     "least echoed) instead",
-     0, 1},
+    EF__OPT("factor", EF_OPT_FACTOR, "2",
+            "times each item is emitted (>= 1; fractional: stochastic "
+            "rounding), or auto: echo only when the downstream would wait",
+            1, 1e6),
+    EF__OPT("shuffle", EF_OPT_INT, "0",
+            "buffer that spreads copies apart (0: copies consecutive)", 0,
+            1 << 26),
+    EF__OPT("max", EF_OPT_INT, "8",
+            "auto or a policy: most times one item is emitted in all (a fixed "
+            "factor with a policy: at least twice the factor)",
+            1, 65536),
+    EF__OPT("pool", EF_OPT_INT, "64",
+            "auto or a policy: recent fresh items kept for echoing (auto: and "
+            "read ahead)",
+            1, 1 << 20),
+    EF__OPT(
+        "policy", EF_OPT_STRING, "uniform",
+        "which pooled items to echo: " EF__POLICY_NAMES " (uniform: among the "
+        "least echoed; the others weigh values fed back with "
+        "ef_pipeline_feedback, docs/echoing.md)",
+        0, 0),
+    EF__OPT(
+        "mix", EF_OPT_FLOAT, "0",
+        "with a policy: the share of echoes picked as uniform does (among the "
+        "least echoed) instead",
+        0, 1),
 };
 
 const ef__stage_def ef__stage_echo = {

@@ -100,13 +100,13 @@ static int map_create(ef__stage *s, const ef__opts *o, ef__err *err)
 }
 
 static const ef__option_def map_options[] = {
-    {"fn", EF_OPT_STRING, "",
-     "built-in transform (noop, to_f32), or a name bound to a callback "
-     "(ef_pipeline_bind_map)",
-     0, 0},
+    EF__OPT("fn", EF_OPT_STRING, "",
+            "built-in transform (noop, to_f32), or a name bound to a callback "
+            "(ef_pipeline_bind_map)",
+            0, 0),
     EF__MAP_OPTIONS,
-    {"ordered", EF_OPT_BOOL, "true",
-     "keep the upstream's order (deterministic)", 0, 0},
+    EF__OPT("ordered", EF_OPT_BOOL, "true",
+            "keep the upstream's order (deterministic)", 0, 0),
 };
 
 const ef__stage_def ef__stage_map = {

@@ -152,10 +152,11 @@ static void prefetch_stats(const ef__stage *s, ef_stage_stats *out)
 }
 
 static const ef__option_def prefetch_options[] = {
-    {"depth", EF_OPT_INT_AUTO, "2",
-     "items buffered ahead of the consumer, or auto: from 2, doubling when "
-     "the consumer finds the queue empty, within 1/4 of the memory budget",
-     1, 1 << 20},
+    EF__OPT(
+        "depth", EF_OPT_INT_AUTO, "2",
+        "items buffered ahead of the consumer, or auto: from 2, doubling when "
+        "the consumer finds the queue empty, within 1/4 of the memory budget",
+        1, 1 << 20, EF__SPEED_ONLY),
 };
 
 const ef__stage_def ef__stage_prefetch = {

@@ -101,8 +101,8 @@ static void repeat_destroy(ef__stage *s)
 }
 
 static const ef__option_def repeat_options[] = {
-    {"count", EF_OPT_INT, "", "passes over the data (none: forever)", 1,
-     9.2e18},
+    EF__OPT("count", EF_OPT_INT, "", "passes over the data (none: forever)", 1,
+            9.2e18),
 };
 
 const ef__stage_def ef__stage_repeat = {

@@ -95,8 +95,8 @@ static void shuffle_destroy(ef__stage *s)
 }
 
 static const ef__option_def shuffle_options[] = {
-    {"buffer", EF_OPT_INT, NULL, "items held in the shuffle buffer", 1,
-     1 << 26},
+    EF__OPT("buffer", EF_OPT_INT, NULL, "items held in the shuffle buffer", 1,
+            1 << 26),
 };
 
 const ef__stage_def ef__stage_shuffle = {

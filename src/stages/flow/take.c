@@ -67,7 +67,7 @@ static void take_destroy(ef__stage *s)
 }
 
 static const ef__option_def take_options[] = {
-    {"count", EF_OPT_INT, NULL, "items to pass", 0, 9.2e18},
+    EF__OPT("count", EF_OPT_INT, NULL, "items to pass", 0, 9.2e18),
 };
 
 const ef__stage_def ef__stage_take = {

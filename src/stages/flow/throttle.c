@@ -59,7 +59,7 @@ static void throttle_destroy(ef__stage *s)
 }
 
 static const ef__option_def throttle_options[] = {
-    {"rate", EF_OPT_FLOAT, NULL, "items per second at most", 1e-6, 1e12},
+    EF__OPT("rate", EF_OPT_FLOAT, NULL, "items per second at most", 1e-6, 1e12),
 };
 
 const ef__stage_def ef__stage_throttle = {

@@ -538,13 +538,13 @@ static void tfexample_destroy(ef__stage *s)
 }
 
 static const ef__option_def tfexample_options[] = {
-    {"features", EF_OPT_STRING, NULL,
-     "quoted list of NAME[:KIND[:LEN]][=DEFAULT][ as OUT]; KIND bytes, int64 "
-     "or float; LEN omitted (one value: a string or a scalar), N (shape [N]) "
-     "or var",
-     0, 0},
-    {"field", EF_OPT_STRING, "record", "the u8 field holding the Example", 0,
-     0},
+    EF__OPT("features", EF_OPT_STRING, NULL,
+            "quoted list of NAME[:KIND[:LEN]][=DEFAULT][ as OUT]; KIND bytes, "
+            "int64 or float; LEN omitted (one value: a string or a scalar), "
+            "N (shape [N]) or var",
+            0, 0),
+    EF__OPT("field", EF_OPT_STRING, "record",
+            "the u8 field holding the Example", 0, 0),
     EF__MAP_OPTIONS,
 };
 

@@ -298,8 +298,10 @@ static int cast_create(ef__stage *s, const ef__opts *o, ef__err *err)
 }
 
 static const ef__option_def cast_options[] = {
-    {"dtype", EF_OPT_STRING, NULL, "target dtype: u8, i32, i64, f32, bool, i8, i16, u16, "
-     "f16, bf16 or f64", 0, 0},
+    EF__OPT("dtype", EF_OPT_STRING, NULL,
+            "target dtype: u8, i32, i64, f32, bool, i8, i16, u16, "
+            "f16, bf16 or f64",
+            0, 0),
     EF__IMAGE_FIELD_OPTION,
     EF__MAP_OPTIONS,
 };

@@ -30,14 +30,14 @@ int ef__rrc_ranges_parse(const ef__opts *o, const char *stage,
 /* The option rows of the ranges, in every such stage's table. */
 /* clang-format off */
 #define EF__RRC_RANGE_OPTIONS                                                  \
-    {"scale_min", EF_OPT_FLOAT, "0.08", "smallest crop area, as a fraction",  \
-     0, 1},                                                                    \
-    {"scale_max", EF_OPT_FLOAT, "1", "largest crop area, as a fraction",      \
-     0, 1},                                                                    \
-    {"ratio_min", EF_OPT_FLOAT, "0.75",                                        \
-     "smallest aspect ratio (width/height)", 0.001, 1000},                     \
-    {"ratio_max", EF_OPT_FLOAT, "1.3333333", "largest aspect ratio (4/3)",     \
-     0.001, 1000}
+    EF__OPT("scale_min", EF_OPT_FLOAT, "0.08",                                 \
+            "smallest crop area, as a fraction", 0, 1),                        \
+    EF__OPT("scale_max", EF_OPT_FLOAT, "1",                                    \
+            "largest crop area, as a fraction", 0, 1),                         \
+    EF__OPT("ratio_min", EF_OPT_FLOAT, "0.75",                                 \
+            "smallest aspect ratio (width/height)", 0.001, 1000),              \
+    EF__OPT("ratio_max", EF_OPT_FLOAT, "1.3333333",                            \
+            "largest aspect ratio (4/3)", 0.001, 1000)
 /* clang-format on */
 
 #endif

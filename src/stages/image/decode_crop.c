@@ -175,21 +175,24 @@ static int decode_crop_create(ef__stage *s, const ef__opts *o, ef__err *err)
 
 static const ef__option_def decode_crop_options[] = {
     EF__DECODE_FIELD_OPTIONS,
-    {"size", EF_OPT_INT, "224", "output side (a square)", 1,
-     EF__IMAGE_MAX_SIDE},
+    EF__OPT("size", EF_OPT_INT, "224", "output side (a square)", 1,
+            EF__IMAGE_MAX_SIDE),
     EF__RRC_RANGE_OPTIONS,
-    {"dct_scale", EF_OPT_BOOL, "true",
-     "shrink a JPEG window at least twice the output size by 2, 4 or 8 in "
-     "the IDCT (0: output equals decode | random_resized_crop)",
-     0, 0},
-    {"mirror", EF_OPT_FLOAT, "0", "probability of a horizontal flip", 0, 1},
-    {"mean", EF_OPT_STRING, "0",
-     "given (or std): normalize to f32, (x/255 - mean) / std; one value, or "
-     "one per channel",
-     0, 0},
+    EF__OPT(
+        "dct_scale", EF_OPT_BOOL, "true",
+        "shrink a JPEG window at least twice the output size by 2, 4 or 8 in "
+        "the IDCT (0: output equals decode | random_resized_crop)",
+        0, 0),
+    EF__OPT("mirror", EF_OPT_FLOAT, "0", "probability of a horizontal flip", 0,
+            1),
+    EF__OPT(
+        "mean", EF_OPT_STRING, "0",
+        "given (or std): normalize to f32, (x/255 - mean) / std; one value, or "
+        "one per channel",
+        0, 0),
     EF__NORM_STD_OPTION,
-    {"layout", EF_OPT_STRING, "chw",
-     "of the normalized output: chw ([C,H,W], as to_chw) or hwc", 0, 0},
+    EF__OPT("layout", EF_OPT_STRING, "chw",
+            "of the normalized output: chw ([C,H,W], as to_chw) or hwc", 0, 0),
     EF__MAP_OPTIONS,
 };
 

@@ -71,13 +71,14 @@ int ef__decode_output(const ef_sample *in, const ef__decode_fields *p,
 /* The option rows of ef__decode_fields. */
 /* clang-format off */
 #define EF__DECODE_FIELD_OPTIONS                                               \
-    {"channels", EF_OPT_INT, "0",                                              \
-     "0: as stored (1 gray, 3 colour), 1: gray, 3: RGB; alpha is dropped",     \
-     0, 3},                                                                    \
-    {"as", EF_OPT_STRING, "image", "name of the decoded image field", 0, 0},   \
-    {"fields", EF_OPT_STRING, EF__IMAGE_EXTENSIONS,                            \
-     "fields that may hold the image (quoted list; gif too when named); one " \
-     "per sample", 0, 0}
+    EF__OPT("channels", EF_OPT_INT, "0",                                       \
+            "0: as stored (1 gray, 3 colour), 1: gray, 3: RGB; alpha is "      \
+            "dropped", 0, 3),                                                  \
+    EF__OPT("as", EF_OPT_STRING, "image",                                      \
+            "name of the decoded image field", 0, 0),                          \
+    EF__OPT("fields", EF_OPT_STRING, EF__IMAGE_EXTENSIONS,                     \
+            "fields that may hold the image (quoted list; gif too when "       \
+            "named); one per sample", 0, 0)
 /* clang-format on */
 
 #endif

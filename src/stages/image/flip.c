@@ -46,7 +46,7 @@ static int flip_create(ef__stage *s, const ef__opts *o, ef__err *err)
 }
 
 static const ef__option_def flip_options[] = {
-    {"p", EF_OPT_FLOAT, "0.5", "probability of a horizontal flip", 0, 1},
+    EF__OPT("p", EF_OPT_FLOAT, "0.5", "probability of a horizontal flip", 0, 1),
     EF__IMAGE_FIELD_OPTION,
     EF__MAP_OPTIONS,
 };

@@ -70,9 +70,7 @@ void ef__image_stage_destroy(ef__stage *s);
 
 /* The option rows and vtable entries every image stage has. */
 #define EF__IMAGE_FIELD_OPTION                                                 \
-    {                                                                          \
-        "field", EF_OPT_STRING, "image", "the image field", 0, 0               \
-    }
+    EF__OPT("field", EF_OPT_STRING, "image", "the image field", 0, 0)
 #define EF__IMAGE_STAGE_OPS                                                    \
     EF__MAP_STAGE_OPS, .feeds_batch = ef__map_feeds_batch,                     \
     .destroy = ef__image_stage_destroy

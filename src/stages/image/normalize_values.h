@@ -42,13 +42,10 @@ void ef__norm_coeffs(const ef__norm_values *v, int64_t c, ef_dtype dtype,
 
 /* The option rows, in every normalizing stage's table. */
 #define EF__NORM_MEAN_OPTION                                                   \
-    {                                                                          \
-        "mean", EF_OPT_STRING, "0",                                            \
-            "one value, or one per channel: \"0.485,0.456,0.406\"", 0, 0       \
-    }
+    EF__OPT("mean", EF_OPT_STRING, "0",                                        \
+            "one value, or one per channel: \"0.485,0.456,0.406\"", 0, 0)
 #define EF__NORM_STD_OPTION                                                    \
-    {                                                                          \
-        "std", EF_OPT_STRING, "1", "one value > 0, or one per channel", 0, 0   \
-    }
+    EF__OPT("std", EF_OPT_STRING, "1", "one value > 0, or one per channel", 0, \
+            0)
 
 #endif

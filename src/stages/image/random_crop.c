@@ -64,8 +64,8 @@ static int random_crop_create(ef__stage *s, const ef__opts *o, ef__err *err)
 }
 
 static const ef__option_def random_crop_options[] = {
-    {"pad", EF_OPT_INT, "4", "zero padding on each side before cropping", 0,
-     1 << 16},
+    EF__OPT("pad", EF_OPT_INT, "4", "zero padding on each side before cropping",
+            0, 1 << 16),
     EF__IMAGE_FIELD_OPTION,
     EF__MAP_OPTIONS,
 };

@@ -46,8 +46,8 @@ static int random_resized_crop_create(ef__stage *s, const ef__opts *o,
 }
 
 static const ef__option_def random_resized_crop_options[] = {
-    {"size", EF_OPT_INT, "224", "output side (a square)", 1,
-     EF__IMAGE_MAX_SIDE},
+    EF__OPT("size", EF_OPT_INT, "224", "output side (a square)", 1,
+            EF__IMAGE_MAX_SIDE),
     EF__RRC_RANGE_OPTIONS,
     EF__IMAGE_FIELD_OPTION,
     EF__MAP_OPTIONS,

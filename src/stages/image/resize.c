@@ -48,12 +48,13 @@ static int resize_create(ef__stage *s, const ef__opts *o, ef__err *err)
 }
 
 static const ef__option_def resize_options[] = {
-    {"size", EF_OPT_INT, "0",
-     "output side of a square (0: give height and width)", 0,
-     EF__IMAGE_MAX_SIDE},
-    {"height", EF_OPT_INT, "0", "output height (0: size)", 0,
-     EF__IMAGE_MAX_SIDE},
-    {"width", EF_OPT_INT, "0", "output width (0: size)", 0, EF__IMAGE_MAX_SIDE},
+    EF__OPT("size", EF_OPT_INT, "0",
+            "output side of a square (0: give height and width)", 0,
+            EF__IMAGE_MAX_SIDE),
+    EF__OPT("height", EF_OPT_INT, "0", "output height (0: size)", 0,
+            EF__IMAGE_MAX_SIDE),
+    EF__OPT("width", EF_OPT_INT, "0", "output width (0: size)", 0,
+            EF__IMAGE_MAX_SIDE),
     EF__IMAGE_FIELD_OPTION,
     EF__MAP_OPTIONS,
 };

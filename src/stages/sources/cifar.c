@@ -308,14 +308,14 @@ static void cifar_destroy(ef__stage *s)
 }
 
 static const ef__option_def cifar_options[] = {
-    {"files", EF_OPT_STRING, NULL,
-     "CIFAR-10 binary files (gzip or raw), space-separated, with {1..5} "
-     "expansion",
-     0, 0},
-    {"max_records", EF_OPT_INT, "1000000",
-     "most records read from one file; more is an error (CIFAR-10 files "
-     "hold 10000)",
-     1, 1e9},
+    EF__OPT("files", EF_OPT_STRING, NULL,
+            "CIFAR-10 binary files (gzip or raw), space-separated, with {1..5} "
+            "expansion",
+            0, 0),
+    EF__OPT("max_records", EF_OPT_INT, "1000000",
+            "most records read from one file; more is an error (CIFAR-10 files "
+            "hold 10000)",
+            1, 1e9),
     EF__SHARD_OPTION,
 };
 

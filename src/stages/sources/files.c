@@ -341,35 +341,40 @@ static int files_fetch(ef__stage *s, const ef__ident *d, ef_sample **out,
 }
 
 static const ef__option_def files_options[] = {
-    {"root", EF_OPT_STRING, "",
-     "ImageFolder directory: ROOT/CLASS/.../FILE, label = class index in "
-     "sorted order (torchvision's order)",
-     0, 0},
-    {"list", EF_OPT_STRING, "",
-     "list file: lines 'path', 'path label' or 'path,label'; paths or "
-     "http(s) URLs, relative to the list's directory; '#' comments",
-     0, 0},
-    {"glob", EF_OPT_STRING, "",
-     "glob(3) pattern, matches in byte order, no labels", 0, 0},
-    {"extensions", EF_OPT_STRING, EF__FILES_IMG_EXTENSIONS,
-     "root: extensions kept, case-insensitive", 0, 0},
-    {"allow_empty", EF_OPT_BOOL, "false",
-     "root: a class folder without a file is no error", 0, 0},
-    {"max_entries", EF_OPT_INT, "20000000",
-     "root: files and folders walked at most (links can reach a folder "
-     "by many paths); list: entries read at most",
-     1, 1e12},
-    {"shuffle", EF_OPT_BOOL, "false",
-     "read the files in a seeded order, new each epoch", 0, 0},
-    {"readers", EF_OPT_INT, "8",
-     "threads reading files ahead (HTTP requests in flight)", 1, 256},
-    {"queue", EF_OPT_INT, "4", "files read ahead per reader", 1, 1 << 16},
-    {"tries", EF_OPT_INT, "5", "HTTP attempts per file before giving up", 1,
-     100},
-    {"timeout", EF_OPT_FLOAT, "30",
-     "HTTP: seconds an attempt may go without a byte, wait for its headers, "
-     "or get under 1 KiB/s of body",
-     0.001, 86400},
+    EF__OPT(
+        "root", EF_OPT_STRING, "",
+        "ImageFolder directory: ROOT/CLASS/.../FILE, label = class index in "
+        "sorted order (torchvision's order)",
+        0, 0),
+    EF__OPT("list", EF_OPT_STRING, "",
+            "list file: lines 'path', 'path label' or 'path,label'; paths or "
+            "http(s) URLs, relative to the list's directory; '#' comments",
+            0, 0),
+    EF__OPT("glob", EF_OPT_STRING, "",
+            "glob(3) pattern, matches in byte order, no labels", 0, 0),
+    EF__OPT("extensions", EF_OPT_STRING, EF__FILES_IMG_EXTENSIONS,
+            "root: extensions kept, case-insensitive", 0, 0),
+    EF__OPT("allow_empty", EF_OPT_BOOL, "false",
+            "root: a class folder without a file is no error", 0, 0),
+    /* a guard: a walk that ends lists the same files whatever it is */
+    EF__OPT("max_entries", EF_OPT_INT, "20000000",
+            "root: files and folders walked at most (links can reach a folder "
+            "by many paths); list: entries read at most",
+            1, 1e12, EF__SPEED_ONLY),
+    EF__OPT("shuffle", EF_OPT_BOOL, "false",
+            "read the files in a seeded order, new each epoch", 0, 0),
+    EF__OPT("readers", EF_OPT_INT, "8",
+            "threads reading files ahead (HTTP requests in flight)", 1, 256,
+            EF__SPEED_ONLY),
+    EF__OPT("queue", EF_OPT_INT, "4", "files read ahead per reader", 1,
+            1 << 16, EF__SPEED_ONLY),
+    EF__OPT("tries", EF_OPT_INT, "5", "HTTP attempts per file before giving up",
+            1, 100, EF__SPEED_ONLY),
+    EF__OPT(
+        "timeout", EF_OPT_FLOAT, "30",
+        "HTTP: seconds an attempt may go without a byte, wait for its headers, "
+        "or get under 1 KiB/s of body",
+        0.001, 86400, EF__SPEED_ONLY),
     EF__SHARD_OPTION,
 };
 

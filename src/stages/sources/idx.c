@@ -276,9 +276,10 @@ static void idx_destroy(ef__stage *s)
 }
 
 static const ef__option_def idx_options[] = {
-    {"images", EF_OPT_STRING, NULL, "IDX images file (gzip or raw)", 0, 0},
-    {"labels", EF_OPT_STRING, "", "IDX labels file, paired with the images", 0,
-     0},
+    EF__OPT("images", EF_OPT_STRING, NULL, "IDX images file (gzip or raw)", 0,
+            0),
+    EF__OPT("labels", EF_OPT_STRING, "",
+            "IDX labels file, paired with the images", 0, 0),
     EF__INDEXED_RANGE_OPTIONS,
     EF__SHARD_OPTION,
 };

@@ -113,10 +113,9 @@ const char *ef__indexed_part_name(const ef__stage *s, int64_t part);
 /* The options of a source with `ranged` set: a held-out split of one
  * input, records [first, first + count). */
 #define EF__INDEXED_RANGE_OPTIONS                                              \
-    {"first", EF_OPT_INT, "0", "first record read (0-based)", 0, 9.2e18},      \
-    {                                                                          \
-        "count", EF_OPT_INT, "",                                               \
-            "records read from first on (none: to the end)", 1, 9.2e18         \
-    }
+    EF__OPT("first", EF_OPT_INT, "0", "first record read (0-based)", 0,        \
+            9.2e18),                                                           \
+        EF__OPT("count", EF_OPT_INT, "",                                       \
+                "records read from first on (none: to the end)", 1, 9.2e18)
 
 #endif

@@ -13,8 +13,8 @@ static int jsonl_create(ef__stage *s, const ef__opts *o, ef__err *err)
 }
 
 static const ef__option_def jsonl_options[] = {
-    {"key", EF_OPT_STRING, "text",
-     "the key of each line's object whose string is the document", 0, 0},
+    EF__OPT("key", EF_OPT_STRING, "text",
+            "the key of each line's object whose string is the document", 0, 0),
     EF__LINES_OPTIONS,
 };
 

@@ -245,11 +245,13 @@ static void npy_destroy(ef__stage *s)
 }
 
 static const ef__option_def npy_options[] = {
-    {"files", EF_OPT_STRING, NULL,
-     "NPY files or http(s) URLs, space-separated, with {1..5} expansion; "
-     "their rows in order",
-     0, 0},
-    {"field", EF_OPT_STRING, "data", "name of the field holding a row", 0, 0},
+    EF__OPT(
+        "files", EF_OPT_STRING, NULL,
+        "NPY files or http(s) URLs, space-separated, with {1..5} expansion; "
+        "their rows in order",
+        0, 0),
+    EF__OPT("field", EF_OPT_STRING, "data", "name of the field holding a row",
+            0, 0),
     EF__INDEXED_RANGE_OPTIONS,
     EF__SHARD_OPTION,
 };

@@ -66,9 +66,9 @@ static void range_destroy(ef__stage *s)
 }
 
 static const ef__option_def range_options[] = {
-    {"n", EF_OPT_INT, NULL, "number of samples", 0, 9.2e18},
-    {"bytes", EF_OPT_INT, "0", "size of the u8 'data' field (0: none)", 0,
-     1 << 30},
+    EF__OPT("n", EF_OPT_INT, NULL, "number of samples", 0, 9.2e18),
+    EF__OPT("bytes", EF_OPT_INT, "0", "size of the u8 'data' field (0: none)",
+            0, 1 << 30),
     EF__SHARD_OPTION,
 };
 

@@ -43,20 +43,15 @@
  * "TFRecord paths"), compression, field (its default and help), the
  * stream's and the shard. */
 #define EF__RECORD_FILE_OPTIONS(files_what, field_default, field_help)         \
-    {"files",                                                                  \
-     EF_OPT_STRING,                                                            \
-     NULL,                                                                     \
-     files_what " or http(s) URLs, space-separated, with {a,b} and "           \
-                "{00..99} expansion",                                          \
-     0,                                                                        \
-     0},                                                                       \
-        {"compression",                                                        \
-         EF_OPT_STRING,                                                        \
-         "auto",                                                               \
-         "auto (gzip or zstd when the data says so), none, gzip or zstd",      \
-         0,                                                                    \
-         0},                                                                   \
-        {"field", EF_OPT_STRING, field_default, field_help, 0, 0},             \
+    EF__OPT("files", EF_OPT_STRING, NULL,                                      \
+            files_what " or http(s) URLs, space-separated, with {a,b} and "    \
+                       "{00..99} expansion",                                   \
+            0, 0),                                                             \
+        EF__OPT(                                                               \
+            "compression", EF_OPT_STRING, "auto",                              \
+            "auto (gzip or zstd when the data says so), none, gzip or zstd",   \
+            0, 0),                                                             \
+        EF__OPT("field", EF_OPT_STRING, field_default, field_help, 0, 0),      \
         EF__STREAM_OPTIONS, EF__SHARD_OPTION
 
 typedef struct ef__record_file ef__record_file;

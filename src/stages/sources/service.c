@@ -147,17 +147,19 @@ static int service_length(ef__stage *s, int64_t up, int64_t *n, ef__err *err)
 }
 
 static const ef__option_def service_options[] = {
-    {"epochs", EF_OPT_INT, "1",
-     "epochs of the service one pass reads: 1, or 0 for every epoch "
-     "without end",
-     0, 1},
-    {"credits", EF_OPT_INT, "4",
-     "messages each worker may have on their way to this process", 1, 64},
+    EF__OPT("epochs", EF_OPT_INT, "1",
+            "epochs of the service one pass reads: 1, or 0 for every epoch "
+            "without end",
+            0, 1),
+    EF__OPT("credits", EF_OPT_INT, "4",
+            "messages each worker may have on their way to this process", 1,
+            64),
     /* at least 1 s: a worker says it lives every EF__HEARTBEAT_MS */
-    {"liveness", EF_OPT_FLOAT, "60",
-     "seconds a worker may go without a word (each says it lives 4 times "
-     "a second) before reading fails naming it",
-     1, 86400},
+    EF__OPT(
+        "liveness", EF_OPT_FLOAT, "60",
+        "seconds a worker may go without a word (each says it lives 4 times "
+        "a second) before reading fails naming it",
+        1, 86400),
     EF__SHARD_OPTION,
 };
 

@@ -90,9 +90,9 @@ static int source_length(ef__stage *s, int64_t up, int64_t *n, ef__err *err)
 }
 
 static const ef__option_def source_options[] = {
-    {"length", EF_OPT_INT, "",
-     "samples the callback gives per pass, when known (none: unknown)", 0,
-     9.2e18},
+    EF__OPT("length", EF_OPT_INT, "",
+            "samples the callback gives per pass, when known (none: unknown)",
+            0, 9.2e18),
 };
 
 const ef__stage_def ef__stage_source = {

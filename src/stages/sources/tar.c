@@ -327,18 +327,20 @@ static int tar_create(ef__stage *s, const ef__opts *o, ef__err *err)
 }
 
 static const ef__option_def tar_options[] = {
-    {"urls", EF_OPT_STRING, NULL,
-     "shard paths or http(s) URLs, space-separated, with {a,b} and "
-     "{000..099} expansion",
-     0, 0},
-    {"shuffle_shards", EF_OPT_BOOL, "true",
-     "read the shards in a seeded order, new each epoch", 0, 0},
-    {"cycle", EF_OPT_INT, "1", "shards read at once, one thread each", 1, 256},
-    {"ordered", EF_OPT_BOOL, "true",
-     "take samples round robin (deterministic); false: whichever is ready", 0,
-     0},
-    {"queue", EF_OPT_INT, "16", "samples buffered per reader thread", 1,
-     1 << 16},
+    EF__OPT("urls", EF_OPT_STRING, NULL,
+            "shard paths or http(s) URLs, space-separated, with {a,b} and "
+            "{000..099} expansion",
+            0, 0),
+    EF__OPT("shuffle_shards", EF_OPT_BOOL, "true",
+            "read the shards in a seeded order, new each epoch", 0, 0),
+    EF__OPT("cycle", EF_OPT_INT, "1", "shards read at once, one thread each", 1,
+            256),
+    EF__OPT(
+        "ordered", EF_OPT_BOOL, "true",
+        "take samples round robin (deterministic); false: whichever is ready",
+        0, 0),
+    EF__OPT("queue", EF_OPT_INT, "16", "samples buffered per reader thread", 1,
+            1 << 16, EF__SPEED_ONLY),
     EF__STREAM_OPTIONS,
     EF__SHARD_OPTION,
 };

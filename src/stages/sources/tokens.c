@@ -477,22 +477,24 @@ static void tokens_destroy(ef__stage *s)
 }
 
 static const ef__option_def tokens_options[] = {
-    {"files", EF_OPT_STRING, NULL,
-     "token files (raw little-endian ids, no header): paths or http(s) "
-     "URLs, space-separated, with {a,b} and {00..99} expansion; each is "
-     "cut into blocks on its own",
-     0, 0},
-    {"block", EF_OPT_INT, NULL,
-     "tokens per sample: inputs and targets are i32 [block]", 1, 1 << 26},
-    {"dtype", EF_OPT_STRING, "uint16",
-     "the files' token type: uint16 or uint32", 0, 0},
-    {"order", EF_OPT_STRING, "sequential",
-     "sequential (blocks at 0, block, 2 block ... of each file) or random "
-     "(total/block blocks a pass at uniform offsets, keyed by the seeds "
-     "and the pass)",
-     0, 0},
-    {"seed", EF_OPT_INT, "0", "order=random: mixed into the pipeline's seed", 0,
-     9.2e18},
+    EF__OPT("files", EF_OPT_STRING, NULL,
+            "token files (raw little-endian ids, no header): paths or http(s) "
+            "URLs, space-separated, with {a,b} and {00..99} expansion; each is "
+            "cut into blocks on its own",
+            0, 0),
+    EF__OPT("block", EF_OPT_INT, NULL,
+            "tokens per sample: inputs and targets are i32 [block]", 1,
+            1 << 26),
+    EF__OPT("dtype", EF_OPT_STRING, "uint16",
+            "the files' token type: uint16 or uint32", 0, 0),
+    EF__OPT(
+        "order", EF_OPT_STRING, "sequential",
+        "sequential (blocks at 0, block, 2 block ... of each file) or random "
+        "(total/block blocks a pass at uniform offsets, keyed by the seeds "
+        "and the pass)",
+        0, 0),
+    EF__OPT("seed", EF_OPT_INT, "0",
+            "order=random: mixed into the pipeline's seed", 0, 9.2e18),
     EF__STREAM_OPTIONS,
     EF__SHARD_OPTION,
 };

@@ -417,12 +417,14 @@ static int pack_length(ef__stage *s, int64_t up, int64_t *n, ef__err *err)
 }
 
 static const ef__option_def pack_options[] = {
-    {"block", EF_OPT_INT, NULL,
-     "tokens per sample: inputs and targets are i32 [block]", 1, 1 << 26},
-    {"eos", EF_OPT_INT, "",
-     "token id appended after each document (none: nothing)", 0, 2147483647},
-    {"field", EF_OPT_STRING, "tokens",
-     "the documents' i32 [n] field of token ids", 0, 0},
+    EF__OPT("block", EF_OPT_INT, NULL,
+            "tokens per sample: inputs and targets are i32 [block]", 1,
+            1 << 26),
+    EF__OPT("eos", EF_OPT_INT, "",
+            "token id appended after each document (none: nothing)", 0,
+            2147483647),
+    EF__OPT("field", EF_OPT_STRING, "tokens",
+            "the documents' i32 [n] field of token ids", 0, 0),
 };
 
 const ef__stage_def ef__stage_pack_tokens = {

@@ -358,18 +358,18 @@ static void tokenize_stats(const ef__stage *s, ef_stage_stats *out)
 }
 
 static const ef__option_def tokenize_options[] = {
-    {"model", EF_OPT_STRING, "",
-     "the tokenizer: a SentencePiece model or a tiktoken rank file "
-     "(required)",
-     0, 0},
-    {"kind", EF_OPT_STRING, "auto",
-     "auto (from the file), sentencepiece or tiktoken (byte-level BPE, "
-     "GPT-2's split)",
-     0, 0},
-    {"field", EF_OPT_STRING, "text", "the UTF-8 text, u8 [n]", 0, 0},
-    {"out", EF_OPT_STRING, "tokens", "the token ids, i32 [m]", 0, 0},
-    {"text", EF_OPT_STRING, "drop",
-     "drop: the ids take the text's place; keep: the text stays", 0, 0},
+    EF__OPT("model", EF_OPT_STRING, "",
+            "the tokenizer: a SentencePiece model or a tiktoken rank file "
+            "(required)",
+            0, 0),
+    EF__OPT("kind", EF_OPT_STRING, "auto",
+            "auto (from the file), sentencepiece or tiktoken (byte-level BPE, "
+            "GPT-2's split)",
+            0, 0),
+    EF__OPT("field", EF_OPT_STRING, "text", "the UTF-8 text, u8 [n]", 0, 0),
+    EF__OPT("out", EF_OPT_STRING, "tokens", "the token ids, i32 [m]", 0, 0),
+    EF__OPT("text", EF_OPT_STRING, "drop",
+            "drop: the ids take the text's place; keep: the text stays", 0, 0),
     EF__MAP_OPTIONS,
 };
 
