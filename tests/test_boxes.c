@@ -101,6 +101,33 @@ static void map_all_keeps_order(void **state)
     assert_int_equal(ef__box_map_all(&m, 0, in, 0, out, keep), 0);
 }
 
+static void iou_with_a_window(void **state)
+{
+    (void)state;
+    const int64_t win[4] = {0, 0, 10, 10}; /* x 0..10, y 0..10 */
+    assert_float_equal(ef__box_window_iou((float[]){0, 0, 10, 10}, win), 1,
+                       1e-12);
+    /* half inside: 50 / (100 + 100 - 50) */
+    assert_float_equal(ef__box_window_iou((float[]){5, 0, 15, 10}, win),
+                       50.0 / 150, 1e-12);
+    assert_float_equal(ef__box_window_iou((float[]){20, 0, 30, 10}, win), 0,
+                       1e-12);
+    /* a box of no area has none */
+    assert_float_equal(ef__box_window_iou((float[]){5, 5, 5, 5}, win), 0,
+                       1e-12);
+}
+
+/* no box stays in an output without pixels */
+static void empty_output_keeps_nothing(void **state)
+{
+    (void)state;
+    float out[4];
+    const int64_t win[4] = {0, 0, 0, 7};
+    ef__box_map m = ef__box_map_window(win, 0, 7, 1);
+    assert_false(ef__box_map_one(&m, 0, (float[]){0, 0, 0, 0}, out));
+    assert_false(ef__box_map_one(&m, 0.5, (float[]){1, 0, 3, 0}, out));
+}
+
 /* ---- stages ---------------------------------------------------------- */
 
 /* What the source yields: an 8 x 10 u8 image, white inside box 0 and
@@ -362,6 +389,8 @@ int main(void)
         cmocka_unit_test(clipped_and_centre_rule),
         cmocka_unit_test(visible_share_rule),
         cmocka_unit_test(map_all_keeps_order),
+        cmocka_unit_test(iou_with_a_window),
+        cmocka_unit_test(empty_output_keeps_nothing),
         cmocka_unit_test(flip_and_random_crop_move_boxes),
         cmocka_unit_test(resize_scales_boxes),
         cmocka_unit_test(without_boxes_nothing_moves),

@@ -10,7 +10,7 @@ import numpy
 import pytest
 import torch
 from PIL import Image
-from torchvision.ops import box_area, clip_boxes_to_image
+from torchvision.ops import box_area, box_iou, clip_boxes_to_image
 
 import echoflow
 
@@ -247,3 +247,72 @@ def test_without_boxes_nothing_changes():
 def test_errors_name_stage_and_field(spec, message):
     with pytest.raises(echoflow.Error, match=message):
         run(spec, samples(n=2, nbox=2))
+
+
+def crop_origin(s):
+    """ssd_crop copies pixels: the ramp's first value is the window's
+    origin, the image's shape its size."""
+    img = s["image"]
+    y0, x0 = int(img[0, 0, 1] - 0.5), int(img[0, 0, 0] - 0.5)
+    return [y0, x0, img.shape[0], img.shape[1]], False
+
+
+@pytest.mark.parametrize("threshold", [0.0, 0.3, 0.7])
+def test_ssd_crop_keeps_the_minimum_iou(threshold):
+    items = samples(n=60, seed=3)
+    spec = ("ssd_crop:thresholds=%g,allow_no_crop=false,scale_min=0.3,"
+            "ratio_min=0.5,ratio_max=2" % threshold)
+    got = run(spec, items)
+    cropped = 0
+    for s in got:
+        src = items[int(s["index"])]
+        win, _ = crop_origin(s)
+        boxes, labels = expected(src["boxes"], src["labels"], win, win[2],
+                                 win[3], False)
+        numpy.testing.assert_allclose(s["boxes"], boxes, rtol=1e-5,
+                                      atol=1e-4)
+        numpy.testing.assert_array_equal(s["labels"], labels)
+        if win == [0, 0, H, W]:
+            continue  # every attempt failed, or a sample without boxes
+        cropped += 1
+        assert 0.5 <= win[3] / win[2] <= 2
+        assert win[2] >= round(0.3 * H) and win[3] >= round(0.3 * W)
+        # one box that stays has the IoU with the window (torchvision's)
+        stays = numpy.isin(src["labels"], labels)
+        window = torch.tensor([[win[1], win[0], win[1] + win[3],
+                                win[0] + win[2]]], dtype=torch.float64)
+        iou = box_iou(torch.tensor(src["boxes"][stays], dtype=torch.float64),
+                      window)
+        assert len(iou) and float(iou.max()) >= threshold - 1e-9
+    assert cropped > 20
+
+
+def test_ssd_crop_is_keyed_and_can_leave_the_image_whole():
+    items = samples(n=30, seed=4)
+    a = run("ssd_crop", items)
+    b = run("ssd_crop", items)
+    wins = [crop_origin(s)[0] for s in a]
+    assert wins == [crop_origin(s)[0] for s in b]
+    assert [0, 0, H, W] in wins and len(set(map(tuple, wins))) > 10
+    got = run("ssd_crop:thresholds=\"\",allow_no_crop=true", items)
+    for s in got:
+        assert crop_origin(s)[0] == [0, 0, H, W]
+
+
+def test_empty_images_keep_no_box():
+    items = samples(n=6, seed=5, image=numpy.zeros((0, 7, 2), numpy.float32))
+    for spec in ("flip:p=1,boxes=boxes", "random_crop:pad=2,boxes=boxes",
+                 "ssd_crop"):
+        for s in run(spec, items):
+            assert s["boxes"].shape == (0, 4) and s["labels"].shape == (0,)
+
+
+@pytest.mark.parametrize("spec, message", [
+    ("ssd_crop:thresholds=\"0.5,2\"", "minimum IoUs between 0 and 1"),
+    ("ssd_crop:thresholds=\"\",allow_no_crop=false", "nothing to choose"),
+    ("ssd_crop:boxes=", "must name the boxes field"),
+    ("ssd_crop:scale_min=0.9,scale_max=0.5", "must not be reversed"),
+])
+def test_ssd_crop_options_are_checked(spec, message):
+    with pytest.raises(echoflow.SpecError, match=message):
+        run(spec, samples(n=1))

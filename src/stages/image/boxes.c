@@ -10,10 +10,11 @@
 ef__box_map ef__box_map_window(const int64_t win[4], int64_t out_h,
                                int64_t out_w, int mirror)
 {
+    /* an image without pixels has no scale; no box stays in it */
     return (ef__box_map){.x0 = (double)win[1],
                          .y0 = (double)win[0],
-                         .sx = (double)out_w / (double)win[3],
-                         .sy = (double)out_h / (double)win[2],
+                         .sx = win[3] ? (double)out_w / (double)win[3] : 1,
+                         .sy = win[2] ? (double)out_h / (double)win[2] : 1,
                          .out_w = (double)out_w,
                          .out_h = (double)out_h,
                          .mirror = mirror};
@@ -47,7 +48,9 @@ int ef__box_map_one(const ef__box_map *m, double min_visible,
     double cy1 = clamp(y1, m->out_h), cy2 = clamp(y2, m->out_h);
     double full = area(x1, y1, x2, y2);
     int keep;
-    if (min_visible > 0 && full > 0) {
+    if (!(m->out_w > 0 && m->out_h > 0)) {
+        keep = 0; /* nothing to be seen in */
+    } else if (min_visible > 0 && full > 0) {
         keep = area(cx1, cy1, cx2, cy2) >= min_visible * full;
     } else {
         /* the centre rule; written so that NaN is dropped */
@@ -72,6 +75,18 @@ int64_t ef__box_map_all(const ef__box_map *m, double min_visible,
         kept += keep[i];
     }
     return kept;
+}
+
+double ef__box_window_iou(const float box[4], const int64_t win[4])
+{
+    double wx1 = (double)win[1], wy1 = (double)win[0];
+    double wx2 = wx1 + (double)win[3], wy2 = wy1 + (double)win[2];
+    double ix1 = box[0] > wx1 ? box[0] : wx1, iy1 = box[1] > wy1 ? box[1] : wy1;
+    double ix2 = box[2] < wx2 ? box[2] : wx2, iy2 = box[3] < wy2 ? box[3] : wy2;
+    double inter = area(ix1, iy1, ix2, iy2);
+    double uni = area(box[0], box[1], box[2], box[3]) +
+                 (double)win[2] * (double)win[3] - inter;
+    return inter / uni;
 }
 
 /* Copies option `name` (a field name, may be empty) into dst. */
@@ -179,6 +194,20 @@ static int find_labels(const ef_sample *s, const ef__box_opts *b,
                                (long long)n);
     }
     return i;
+}
+
+int ef__boxes_read(const ef_sample *in, const ef__box_opts *b,
+                   const char *stage, const float **boxes, int64_t *n,
+                   ef_map_ctx *ctx)
+{
+    int i = find_boxes(in, b, stage, ctx);
+    if (i < 0)
+        return i;
+    const ef__field *f = &in->fields[i];
+    *boxes = (const float *)((const unsigned char *)ef_buffer_data(f->buf) +
+                             f->offset);
+    *n = f->shape[0];
+    return EF_OK;
 }
 
 /* Points field f at `nrows` rows of the new buffer nb (taking its

@@ -46,7 +46,8 @@ typedef struct {
 
 /* Maps box `in` (x1, y1, x2, y2) through m into `out`, clipped to the
  * output. Returns 1 when the box stays by the rule of min_visible
- * (ef__box_opts), 0 when it is dropped (out is then unspecified). */
+ * (ef__box_opts), 0 when it is dropped (out is then unspecified); no box
+ * stays in an output without pixels. */
 int ef__box_map_one(const ef__box_map *m, double min_visible,
                     const float in[4], float out[4]);
 
@@ -57,11 +58,21 @@ int64_t ef__box_map_all(const ef__box_map *m, double min_visible,
                         const float *in, int64_t n, float *out,
                         unsigned char *keep);
 
+/* Intersection over union of box (x1, y1, x2, y2) and the window
+ * {y0, x0, height, width} (at least a pixel), in the same pixels. */
+double ef__box_window_iou(const float box[4], const int64_t win[4]);
+
 /* Options boxes, labels, box_keep and box_min_visible of `stage` (its
  * name, for messages) into b: EF_ESPEC for a name too long or a rule
  * that contradicts itself. */
 int ef__box_opts_parse(const ef__opts *o, const char *stage, ef__box_opts *b,
                        ef__err *err);
+
+/* The boxes of `in` named by b, checked as ef__boxes_follow checks them:
+ * *boxes (borrowed from in) and their count *n. */
+int ef__boxes_read(const ef_sample *in, const ef__box_opts *b,
+                   const char *stage, const float **boxes, int64_t *n,
+                   ef_map_ctx *ctx);
 
 /* Moves the boxes of `*out` (a sample the caller is building, whose
  * other fields are those of the stage's input) through m, and drops the
