@@ -316,3 +316,77 @@ def test_empty_images_keep_no_box():
 def test_ssd_crop_options_are_checked(spec, message):
     with pytest.raises(echoflow.SpecError, match=message):
         run(spec, samples(n=1))
+
+
+def test_pad_boxes_gives_dense_batches():
+    items = samples(n=12, seed=6)
+    spec = ("ssd_crop | resize:size=32,boxes=boxes | pad_boxes:n=12 "
+            "| batch:size=4")
+    with echoflow.Pipeline(spec, source=items, seed=5) as p:
+        batches = [{k: numpy.asarray(b[k]) for k in
+                    ("boxes", "labels", "boxes_mask", "index")} for b in p]
+    plain = run("ssd_crop | resize:size=32,boxes=boxes", items)
+    assert len(batches) == 3
+    for b in batches:
+        assert b["boxes"].shape == (4, 12, 4)
+        assert b["labels"].shape == (4, 12)
+        assert b["boxes_mask"].shape == (4, 12)
+        assert b["boxes_mask"].dtype == numpy.bool_
+        for row, i in enumerate(b["index"]):
+            want = plain[int(i)]
+            k = len(want["boxes"])
+            assert b["boxes_mask"][row].tolist() == [True] * k + [False] * (
+                12 - k)
+            numpy.testing.assert_array_equal(b["boxes"][row, :k],
+                                             want["boxes"])
+            assert not b["boxes"][row, k:].any()
+            numpy.testing.assert_array_equal(b["labels"][row, :k],
+                                             want["labels"])
+            assert (b["labels"][row, k:] == -1).all()
+
+
+def detections(k, labels):
+    return [{"image": numpy.zeros((4, 4), numpy.uint8),
+             "boxes": numpy.arange(4 * k, dtype=numpy.float32).reshape(k, 4),
+             "labels": labels}]
+
+
+def test_pad_boxes_overflow_is_refused_or_dropped_and_counted():
+    items = detections(5, numpy.arange(5, dtype=numpy.int64))
+    with pytest.raises(echoflow.ShapeError,
+                       match="5 boxes in field 'boxes', more than n=3"):
+        run("pad_boxes:n=3", items)
+    with echoflow.Pipeline("pad_boxes:n=3,overflow=drop", source=items) as p:
+        (s,) = list(p)
+        stats = p.stats()["stages"][1]
+    assert numpy.asarray(s["boxes"]).tolist() == \
+        items[0]["boxes"][:3].tolist()
+    assert numpy.asarray(s["labels"]).tolist() == [0, 1, 2]
+    assert numpy.asarray(s["boxes_mask"]).all()
+    assert stats["boxes_dropped"] == 2
+
+
+@pytest.mark.parametrize("dtype", [numpy.int32, numpy.float32])
+def test_pad_boxes_pads_labels_in_their_dtype(dtype):
+    items = detections(0, numpy.zeros(0, dtype))
+    with echoflow.Pipeline("pad_boxes:n=2,pad_label=7", source=items) as p:
+        (s,) = list(p)
+    labels = numpy.asarray(s["labels"])
+    assert labels.dtype == dtype and labels.tolist() == [7, 7]
+    assert numpy.asarray(s["boxes"]).shape == (2, 4)
+    assert not numpy.asarray(s["boxes_mask"]).any()
+
+
+@pytest.mark.parametrize("spec, items, error, message", [
+    ("pad_boxes", detections(1, numpy.zeros(1, numpy.int64)),
+     echoflow.SpecError, "give n"),
+    ("pad_boxes:n=2", detections(1, numpy.zeros(1, numpy.uint8)),
+     echoflow.ShapeError, "labels field 'labels' is u8 \\[1\\]; expected i64"),
+    ("pad_boxes:n=2,mask=image", detections(1, numpy.zeros(1, numpy.int64)),
+     echoflow.ShapeError, "has a field 'image' already"),
+    ("pad_boxes:n=2,boxes=bbox", detections(1, numpy.zeros(1, numpy.int64)),
+     echoflow.ShapeError, "stage 'pad_boxes': no boxes field 'bbox'"),
+])
+def test_pad_boxes_errors(spec, items, error, message):
+    with pytest.raises(error, match=message):
+        run(spec, items)

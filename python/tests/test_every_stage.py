@@ -87,6 +87,7 @@ RUNS = {
     "cast": lambda d: images(d) + " | cast:dtype=f32",
     "crop_mirror_normalize": lambda d: images(d) + " | crop_mirror_normalize",
     "ssd_crop": lambda d: "ssd_crop",  # on DETECTION below
+    "pad_boxes": lambda d: "pad_boxes:n=3",  # on DETECTION below
     "tar": lambda d: "tar:urls=%s" % (d / "shard.tar"),
     "tfrecord": lambda d: "tfrecord:files=%s" % (d / "examples.tfrecord"),
     "cifar": lambda d: "cifar:files=%s" % (d / "cifar.bin"),
@@ -109,7 +110,8 @@ RUNS = {
 # stage -> a Python source for a stage whose input no source here gives:
 # images with boxes and labels
 DETECTION = {
-    "ssd_crop": lambda: [
+    "ssd_crop": lambda: DETECTION["pad_boxes"](),
+    "pad_boxes": lambda: [
         {"image": numpy.zeros((20, 30, 3), numpy.uint8),
          "boxes": numpy.array([[2, 3, 12, 15], [20, 5, 29, 19]],
                               numpy.float32),
