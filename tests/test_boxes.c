@@ -148,8 +148,8 @@ static int boxes_source(void *user, int64_t epoch, int block, ef_sample **out)
     (void)block;
     if (src->next >= src->n)
         return EF_END;
-    ef_sample *s = ef_sample_new((ef_sample_id){.index = src->next++,
-                                                .epoch = epoch});
+    ef_sample *s =
+        ef_sample_new((ef_sample_id){.index = src->next++, .epoch = epoch});
     int64_t ishape[2] = {8, 10}, bshape[2] = {src->nbox, 4};
     int64_t lshape[1] = {src->label_rows};
     unsigned char *img;
@@ -178,8 +178,8 @@ static box_source source;
 
 static ef_pipeline *box_pipeline(const char *stages, int nbox)
 {
-    source = (box_source){.n = 40, .nbox = nbox, .box_dtype = EF_F32,
-                          .label_rows = nbox};
+    source = (box_source){
+        .n = 40, .nbox = nbox, .box_dtype = EF_F32, .label_rows = nbox};
     ef_pipeline *p;
     assert_int_equal(ef_pipeline_create(&p), EF_OK);
     assert_int_equal(ef_pipeline_set_seed(p, 7), EF_OK);
@@ -240,7 +240,8 @@ static void check_follows(const char *spec, int *moved)
         }
         /* dropped only when its centre left */
         if (!found && seen) {
-            float cx = (white[0] + white[2]) / 2, cy = (white[1] + white[3]) / 2;
+            float cx = (white[0] + white[2]) / 2,
+                  cy = (white[1] + white[3]) / 2;
             assert_true(cx <= 0.5f || cy <= 0.5f || cx >= 9.5f || cy >= 7.5f);
         }
         ef_sample_free(s);
@@ -295,11 +296,11 @@ static void without_boxes_nothing_moves(void **state)
 static void all_boxes_cropped_out(void **state)
 {
     (void)state;
-    ef_pipeline *p = box_pipeline(
-        "random_resized_crop:size=4,scale_min=0.01,scale_max=0.01,"
-        "ratio_min=1,ratio_max=1,boxes=boxes,box_keep=visible,"
-        "box_min_visible=1",
-        3);
+    ef_pipeline *p =
+        box_pipeline("random_resized_crop:size=4,scale_min=0.01,scale_max=0.01,"
+                     "ratio_min=1,ratio_max=1,boxes=boxes,box_keep=visible,"
+                     "box_min_visible=1",
+                     3);
     int empty = 0;
     ef_sample *s;
     while ((s = tu_next_or_end(p, "rrc")) != NULL) {
@@ -319,8 +320,8 @@ static void all_boxes_cropped_out(void **state)
 static void no_boxes(void **state)
 {
     (void)state;
-    ef_pipeline *p = box_pipeline(
-        "crop_mirror_normalize:size=4,boxes=boxes,mirror=1", 0);
+    ef_pipeline *p =
+        box_pipeline("crop_mirror_normalize:size=4,boxes=boxes,mirror=1", 0);
     ef_sample *s = tu_next(p);
     assert_int_equal(tu_field(s, "boxes").shape[0], 0);
     assert_int_equal(tu_field(s, "labels").shape[0], 0);
@@ -350,9 +351,8 @@ static void wrong_fields_are_named(void **state)
     (void)state;
     expect_error("flip:boxes=bbox", EF_F32, 2, EF_ESHAPE, "'flip'", "'bbox'",
                  "image, boxes, labels", NULL);
-    expect_error("resize:size=4,boxes=boxes", EF_I64, 2, EF_ESHAPE,
-                 "'resize'", "'boxes'", "i64 [2,4]", "expected f32 [n,4]",
-                 NULL);
+    expect_error("resize:size=4,boxes=boxes", EF_I64, 2, EF_ESHAPE, "'resize'",
+                 "'boxes'", "i64 [2,4]", "expected f32 [n,4]", NULL);
     expect_error("random_crop:boxes=boxes", EF_F32, 3, EF_ESHAPE,
                  "'random_crop'", "labels field 'labels'", "[3]",
                  "one row per box", NULL);

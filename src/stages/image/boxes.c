@@ -32,8 +32,8 @@ static double area(double x1, double y1, double x2, double y2)
     return w > 0 && h > 0 ? w * h : 0;
 }
 
-int ef__box_map_one(const ef__box_map *m, double min_visible,
-                    const float in[4], float out[4])
+int ef__box_map_one(const ef__box_map *m, double min_visible, const float in[4],
+                    float out[4])
 {
     double x1 = ((double)in[0] - m->x0) * m->sx;
     double x2 = ((double)in[2] - m->x0) * m->sx;
@@ -257,21 +257,23 @@ static int follow(const ef__box_opts *b, const char *stage,
     if (!nb || !keep) {
         ef_buffer_release(nb);
         ef__free(keep);
-        return ef_map_ctx_fail(ctx, EF_ENOMEM, "stage '%s': out of memory for "
-                               "%lld boxes", stage, (long long)n);
+        return ef_map_ctx_fail(ctx, EF_ENOMEM,
+                               "stage '%s': out of memory for "
+                               "%lld boxes",
+                               stage, (long long)n);
     }
     ef__field *f = &s->fields[bi];
     const float *src =
         (const float *)((const unsigned char *)ef_buffer_data(f->buf) +
                         f->offset);
-    int64_t kept = ef__box_map_all(m, b->min_visible, src, n,
-                                   ef_buffer_data(nb), keep);
+    int64_t kept =
+        ef__box_map_all(m, b->min_visible, src, n, ef_buffer_data(nb), keep);
     replace_rows(f, nb, kept, 4 * sizeof(float));
     int rc = EF_OK;
     if (li >= 0 && kept < n && drop_label_rows(&s->fields[li], keep, kept))
         rc = ef_map_ctx_fail(ctx, EF_ENOMEM,
-                             "stage '%s': out of memory for %lld labels",
-                             stage, (long long)kept);
+                             "stage '%s': out of memory for %lld labels", stage,
+                             (long long)kept);
     ef__free(keep);
     return rc;
 }

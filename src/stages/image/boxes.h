@@ -48,8 +48,8 @@ typedef struct {
  * output. Returns 1 when the box stays by the rule of min_visible
  * (ef__box_opts), 0 when it is dropped (out is then unspecified); no box
  * stays in an output without pixels. */
-int ef__box_map_one(const ef__box_map *m, double min_visible,
-                    const float in[4], float out[4]);
+int ef__box_map_one(const ef__box_map *m, double min_visible, const float in[4],
+                    float out[4]);
 
 /* ef__box_map_one over n boxes of `in`, writing the kept ones in order
  * to the front of `out` (room for n) and keep[i] = whether box i stayed.

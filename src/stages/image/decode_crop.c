@@ -129,6 +129,8 @@ static int follow_boxes(const decode_crop_params *p, const ef__decode_plan *plan
                         const chosen *c, int mirror, ef_sample **out,
                         ef_map_ctx *ctx)
 {
+    if (!p->box.boxes[0])
+        return EF_OK;
     int64_t scale_to = p->dct_scale ? p->size : 0, covered[4];
     ef__image_window_covered(plan->data, plan->size, c->win, c->h, c->w,
                              scale_to, scale_to, covered);

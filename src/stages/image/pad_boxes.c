@@ -54,8 +54,8 @@ static int find_labels(const ef_sample *s, const pad_params *p, int64_t k,
 
 /* Field i of s replaced by n rows: its first k rows, then rows of `pad`
  * (row_bytes each); a fixed shape from now on, never ragged. */
-static int pad_rows(ef_sample *s, int i, int64_t k, int64_t n,
-                    size_t row_bytes, const void *pad)
+static int pad_rows(ef_sample *s, int i, int64_t k, int64_t n, size_t row_bytes,
+                    const void *pad)
 {
     ef__field *f = &s->fields[i];
     ef_buffer *nb = ef_buffer_new((size_t)n * row_bytes);
@@ -92,8 +92,8 @@ static void pad_label(const pad_params *p, ef_dtype dtype, unsigned char *pad)
 static int pad_sample(pad_params *p, ef_sample *s, int64_t k, ef_map_ctx *ctx)
 {
     int bi = ef__sample_find(s, p->box.boxes);
-    int li = p->box.labels[0] ? find_labels(s, p, s->fields[bi].shape[0], ctx)
-                              : -1;
+    int li =
+        p->box.labels[0] ? find_labels(s, p, s->fields[bi].shape[0], ctx) : -1;
     if (p->box.labels[0] && li < 0)
         return li;
     static const float zero_box[4];
@@ -197,14 +197,16 @@ static const ef__option_def pad_boxes_options[] = {
      "field of boxes (f32 [k,4], x1 y1 x2 y2 in pixels)", 0, 0},
     {"labels", EF_OPT_STRING, "labels",
      "field of one label per box (i64, i32 or f32), padded with pad_label "
-     "(empty: none)", 0, 0},
+     "(empty: none)",
+     0, 0},
     {"pad_label", EF_OPT_INT, "-1", "label of the padding rows", INT32_MIN,
      INT32_MAX},
     {"mask", EF_OPT_STRING, "boxes_mask",
      "new bool [n] field: which rows are boxes", 0, 0},
     {"overflow", EF_OPT_STRING, "error",
      "more than n boxes: error (naming the sample) or drop (keep the first "
-     "n, counted)", 0, 0},
+     "n, counted)",
+     0, 0},
     EF__MAP_OPTIONS,
 };
 

@@ -70,8 +70,7 @@ static int window_passes(const ssd_params *p, const float *boxes, int64_t n,
 /* The window {y0, x0, height, width} of an h x w image; the whole image
  * for "no crop" and when every attempt failed. */
 static void choose_window(const ssd_params *p, const float *boxes, int64_t n,
-                          int64_t h, int64_t w, ef_map_ctx *ctx,
-                          int64_t win[4])
+                          int64_t h, int64_t w, ef_map_ctx *ctx, int64_t win[4])
 {
     int choices = p->nthresholds + (p->allow_no_crop ? 1 : 0);
     int64_t pick = below(ctx, choices);
@@ -149,8 +148,8 @@ static int parse_thresholds(const char *text, ssd_params *p, ef__err *err)
         double t = strtod(s, &end);
         while (*end == ' ')
             end++;
-        if (end == s || errno || !(t >= 0 && t <= 1) ||
-            (*end && *end != ',') || p->nthresholds == MAX_THRESHOLDS)
+        if (end == s || errno || !(t >= 0 && t <= 1) || (*end && *end != ',') ||
+            p->nthresholds == MAX_THRESHOLDS)
             return ef__err_set(err, EF_ESPEC,
                                "stage 'ssd_crop': option 'thresholds' "
                                "expects a quoted list of up to %d minimum "
