@@ -242,7 +242,9 @@ static void check_follows(const char *spec, int *moved)
         if (!found && seen) {
             float cx = (white[0] + white[2]) / 2,
                   cy = (white[1] + white[3]) / 2;
-            assert_true(cx <= 0.5f || cy <= 0.5f || cx >= 9.5f || cy >= 7.5f);
+            assert_true(cx <= 0.5f || cy <= 0.5f ||
+                        cx >= (float)img.shape[1] - 0.5f ||
+                        cy >= (float)img.shape[0] - 0.5f);
         }
         ef_sample_free(s);
     }
@@ -360,6 +362,58 @@ static void wrong_fields_are_named(void **state)
                  "no labels field 'cls'", NULL);
 }
 
+/* ssd_crop: the pixels and boxes of one window, inside the output */
+static void ssd_crop_crops_boxes_with_pixels(void **state)
+{
+    (void)state;
+    int moved = 0;
+    check_follows("ssd_crop:thresholds=0.1,allow_no_crop=false", &moved);
+    assert_true(moved > 0);
+    ef_pipeline *p = box_pipeline("ssd_crop:thresholds=0.5", 3);
+    ef_sample *s;
+    int cropped = 0;
+    while ((s = tu_next_or_end(p, "ssd_crop")) != NULL) {
+        ef_tensor img = tu_field(s, "image"), b = tu_field(s, "boxes");
+        const float *boxes = b.data;
+        for (int64_t i = 0; i < 4 * b.shape[0]; i++)
+            assert_true(boxes[i] >= 0 &&
+                        boxes[i] <= (float)img.shape[i % 2 ? 0 : 1]);
+        cropped += img.shape[0] != 8 || img.shape[1] != 10;
+        ef_sample_free(s);
+    }
+    assert_true(cropped > 0);
+    ef_pipeline_destroy(p);
+}
+
+/* pad_boxes, then batch: dense [B,n,4], labels padded, a mask */
+static void pad_boxes_batches_densely(void **state)
+{
+    (void)state;
+    ef_pipeline *p = box_pipeline("pad_boxes:n=5 | batch:size=4", 3);
+    ef_sample *s = tu_next(p);
+    ef_tensor b = tu_field(s, "boxes"), l = tu_field(s, "labels");
+    ef_tensor m = tu_field(s, "boxes_mask");
+    assert_int_equal(b.ndim, 3);
+    assert_int_equal(b.shape[0], 4);
+    assert_int_equal(b.shape[1], 5);
+    assert_int_equal(l.shape[1], 5);
+    assert_int_equal(m.dtype, EF_BOOL);
+    const unsigned char *mask = m.data;
+    const int64_t *labels = l.data;
+    const float *boxes = b.data;
+    for (int k = 0; k < 5; k++) {
+        assert_int_equal(mask[5 + k], k < 3);
+        assert_int_equal(labels[5 + k], k < 3 ? 100 + k : -1);
+    }
+    assert_memory_equal(boxes + 20, source_boxes, sizeof source_boxes);
+    for (int k = 12; k < 20; k++)
+        assert_true(boxes[20 + k] == 0);
+    ef_sample_free(s);
+    ef_pipeline_destroy(p);
+    expect_error("pad_boxes:n=1", EF_F32, 2, EF_ESHAPE,
+                 "2 boxes in field 'boxes', more than n=1", NULL);
+}
+
 static void expect_spec_error(const char *spec, const char *needle)
 {
     ef_pipeline *p;
@@ -398,6 +452,8 @@ int main(void)
         cmocka_unit_test(no_boxes),
         cmocka_unit_test(wrong_fields_are_named),
         cmocka_unit_test(contradicting_rules_are_refused),
+        cmocka_unit_test(ssd_crop_crops_boxes_with_pixels),
+        cmocka_unit_test(pad_boxes_batches_densely),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
