@@ -288,6 +288,19 @@ static void scaled_windows(void **state)
         assert_true(llabs(in[3] - win[3] / f) <= 1);
         assert_true(in[0] >= 0 && in[0] + in[2] <= shape[0]);
         assert_true(in[1] >= 0 && in[1] + in[3] <= shape[1]);
+        /* the full-size pixels the window's scaled ones cover: on the
+         * grid of f, as many as decoded, within half a scaled pixel */
+        int64_t cov[4];
+        ef__image_window_covered(jpg, n, win, h, w, cases[i].out,
+                                 cases[i].out, cov);
+        for (int k = 0; k < 4; k++)
+            assert_int_equal(cov[k] % f, 0);
+        assert_int_equal(cov[2], in[2] * f);
+        assert_int_equal(cov[3], in[3] * f);
+        assert_true(llabs(cov[0] - win[0]) <= f / 2);
+        assert_true(llabs(cov[1] - win[1]) <= f / 2);
+        assert_true(llabs(cov[0] + cov[2] - win[0] - win[2]) <= f / 2);
+        assert_true(llabs(cov[1] + cov[3] - win[1] - win[3]) <= f / 2);
         /* mean difference from f x f averages of the full decode */
         const unsigned char *a = ef_buffer_data(whole), *d = ef_buffer_data(b);
         double diff = 0;
@@ -459,6 +472,10 @@ static void png_window(void **state)
                      EF_OK);
     assert_memory_equal(in, win, sizeof win);
     assert_true(shape[0] == 20 && shape[1] == 30 && shape[2] == 3);
+    int64_t cov[4];
+    ef__image_window_covered(ef_buffer_data(png), ef_buffer_size(png), win,
+                             20, 30, 5, 5, cov);
+    assert_memory_equal(cov, win, sizeof win);
     ef_buffer_release(b);
     ef_buffer_release(png);
     /* neither format: said before any window is chosen */

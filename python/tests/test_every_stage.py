@@ -86,6 +86,8 @@ RUNS = {
     "to_chw": lambda d: images(d) + " | to_chw",
     "cast": lambda d: images(d) + " | cast:dtype=f32",
     "crop_mirror_normalize": lambda d: images(d) + " | crop_mirror_normalize",
+    "ssd_crop": lambda d: "ssd_crop",  # on DETECTION below
+    "pad_boxes": lambda d: "pad_boxes:n=3",  # on DETECTION below
     "tar": lambda d: "tar:urls=%s" % (d / "shard.tar"),
     "tfrecord": lambda d: "tfrecord:files=%s" % (d / "examples.tfrecord"),
     "cifar": lambda d: "cifar:files=%s" % (d / "cifar.bin"),
@@ -105,6 +107,18 @@ RUNS = {
 }
 
 
+# stage -> a Python source for a stage whose input no source here gives:
+# images with boxes and labels
+DETECTION = {
+    "ssd_crop": lambda: DETECTION["pad_boxes"](),
+    "pad_boxes": lambda: [
+        {"image": numpy.zeros((20, 30, 3), numpy.uint8),
+         "boxes": numpy.array([[2, 3, 12, 15], [20, 5, 29, 19]],
+                              numpy.float32),
+         "labels": numpy.array([1, 2], numpy.int64)}] * 4,
+}
+
+
 def test_every_registered_stage_has_a_run():
     registered = {s["name"] for s in echoflow.stages()}
     assert registered - set(RUNS) == set(), (
@@ -116,7 +130,8 @@ def test_every_registered_stage_has_a_run():
                                          if callable(v)))
 def test_stage_runs_with_its_defaults(stage, data):
     spec = RUNS[stage](data)
-    with echoflow.Pipeline(spec, seed=3) as p:
+    source = DETECTION[stage]() if stage in DETECTION else None
+    with echoflow.Pipeline(spec, seed=3, source=source) as p:
         got = list(p)
         stats = p.stats()
     assert got, spec

@@ -204,3 +204,18 @@ int ef__image_decode_window(const void *data, size_t size, int channels,
     }
     return rc;
 }
+
+void ef__image_window_covered(const void *data, size_t size,
+                              const int64_t win[4], int64_t h, int64_t w,
+                              int64_t out_h, int64_t out_w, int64_t covered[4])
+{
+#if defined(EF_HAVE_JPEG) && defined(EF_HAVE_TURBOJPEG)
+    if (sniff(data, size) == &formats[0]) {
+        ef__jpeg_window_covered(win, h, w, out_h, out_w, covered);
+        return;
+    }
+#else
+    (void)data, (void)size, (void)h, (void)w, (void)out_h, (void)out_w;
+#endif
+    memcpy(covered, win, 4 * sizeof *win);
+}

@@ -65,6 +65,15 @@ int ef__image_decode_window(const void *data, size_t size, int channels,
                             int64_t out_w, const char *what, ef_buffer **out,
                             int64_t shape[3], int64_t inside[4], ef__err *err);
 
+/* The full-size pixels {y0, x0, height, width} whose decoded pixels
+ * ef__image_decode_window returns as the window `win` of the h x w image
+ * `data` when asked for out_h x out_w: win itself, unless the IDCT
+ * scaled it by f, when its edges are rounded to multiples of f (a scaled
+ * pixel covers f x f full-size ones; at the image's far edge, in part). */
+void ef__image_window_covered(const void *data, size_t size,
+                              const int64_t win[4], int64_t h, int64_t w,
+                              int64_t out_h, int64_t out_w, int64_t covered[4]);
+
 /* Encodes u8 pixels [h,w,c] (c = 1 gray or 3 RGB) as a PNG / a JPEG of
  * the given quality (1 to 100), into a new buffer the caller owns. */
 int ef__png_encode(const unsigned char *pixels, int64_t h, int64_t w, int c,
@@ -94,6 +103,8 @@ ef__image_prober ef__jpeg_probe, ef__png_probe, ef__webp_probe, ef__tiff_probe,
     ef__gif_probe, ef__bmp_probe, ef__pnm_probe;
 
 /* In builds with libjpeg and TurboJPEG. */
+void ef__jpeg_window_covered(const int64_t win[4], int64_t h, int64_t w,
+                             int64_t out_h, int64_t out_w, int64_t covered[4]);
 int ef__jpeg_decode_window(const unsigned char *data, size_t size, int channels,
                            ef__window_fn choose, void *user, int64_t out_h,
                            int64_t out_w, const char *what, ef_buffer **out,

@@ -105,6 +105,21 @@ static int64_t div_round(int64_t a, int f)
     return (2 * a + f) / (2 * f);
 }
 
+/* The window in the image scaled by 1/f, oh x ow: {y0, x0, height,
+ * width}, its edges rounded to the nearest scaled pixel and cut at the
+ * scaled image's edge. */
+static void scaled_window(const int64_t win[4], int f, int64_t oh, int64_t ow,
+                          int64_t sw[4])
+{
+    int64_t y0 = div_round(win[0], f), x0 = div_round(win[1], f);
+    int64_t y1 = div_round(win[0] + win[2], f);
+    int64_t x1 = div_round(win[1] + win[3], f);
+    sw[0] = y0;
+    sw[1] = x0;
+    sw[2] = (y1 < oh ? y1 : oh) - y0;
+    sw[3] = (x1 < ow ? x1 : ow) - x0;
+}
+
 /* How far beyond the window, in (scaled) pixels, columns must be decoded
  * for the window's pixels to be those of a full decode. libjpeg treats
  * the edges of a cropped region as the image's edges in two places:
@@ -202,14 +217,20 @@ static int run(job *j, const unsigned char *data, size_t size, int channels,
     if (rc != EF_OK)
         return rc;
     jpeg_abort_decompress(d); /* the rows below are not needed */
-    int64_t iy0 = div_round(win[0], f), ix0 = div_round(win[1], f);
-    int64_t iy1 = div_round(win[0] + win[2], f);
-    int64_t ix1 = div_round(win[1] + win[3], f);
-    inside[0] = iy0 - y0;
-    inside[1] = ix0 - x0;
-    inside[2] = (iy1 < oh ? iy1 : oh) - iy0;
-    inside[3] = (ix1 < ow ? ix1 : ow) - ix0;
+    scaled_window(win, f, oh, ow, inside);
+    inside[0] -= y0;
+    inside[1] -= x0;
     return EF_OK;
+}
+
+void ef__jpeg_window_covered(const int64_t win[4], int64_t h, int64_t w,
+                             int64_t out_h, int64_t out_w, int64_t covered[4])
+{
+    int f = scale_factor(win, out_h, out_w);
+    /* libjpeg's scaled size: jdiv_round_up(size, f) */
+    scaled_window(win, f, (h + f - 1) / f, (w + f - 1) / f, covered);
+    for (int i = 0; i < 4; i++)
+        covered[i] *= f;
 }
 
 int ef__jpeg_decode_window(const unsigned char *data, size_t size, int channels,

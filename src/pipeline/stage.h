@@ -56,7 +56,8 @@ typedef union {
     const char *s; /* points into the stage's option storage */
 } ef__opt_value;
 
-#define EF__MAX_OPTIONS 16
+/* at most 32: ef__opts.given holds a bit per option */
+#define EF__MAX_OPTIONS 24
 
 /* An option table's row count and the table, for ef__stage_info, checked
  * at compile time against EF__MAX_OPTIONS (a struct may hold a static

@@ -16,12 +16,16 @@
  * the window as ef__rrc_window draws it (crop=random_resized; none for
  * crop=none), then one uniform u, flipping when u < mirror. The stream
  * differs from the separate stages', whose draws are keyed by their own
- * positions in the pipeline. */
+ * positions in the pipeline.
+ *
+ * With `boxes`, the boxes go through the same window, scale and flip
+ * (boxes.h). */
 #include <string.h>
 
 #include "codec/image.h"
 #include "core/alloc.h"
 #include "stages/image/bilinear.h"
+#include "stages/image/boxes.h"
 #include "stages/image/crop_window.h"
 #include "stages/image/image_stage.h"
 #include "stages/image/normalize_values.h"
@@ -34,6 +38,7 @@ typedef struct {
     double mirror; /* probability of a flip */
     int chw;       /* layout=chw */
     ef__norm_values v;
+    ef__box_opts box;
 } cmn_params;
 
 static int crop_mirror_normalize_fn(const ef_sample *in, ef_sample **out,
@@ -80,7 +85,8 @@ static int crop_mirror_normalize_fn(const ef_sample *in, ef_sample **out,
         *out = NULL;
         return ef_map_ctx_fail(ctx, EF_ENOMEM, "out of memory");
     }
-    return EF_OK;
+    ef__box_map m = ef__box_map_window(crop, s, s, mirror);
+    return ef__boxes_follow(&p->box, "crop_mirror_normalize", &m, out, ctx);
 }
 
 static int crop_mirror_normalize_create(ef__stage *s, const ef__opts *o,
@@ -99,6 +105,8 @@ static int crop_mirror_normalize_create(ef__stage *s, const ef__opts *o,
         rc = ef__rrc_ranges_parse(o, name, &p->ranges, err);
     if (rc == EF_OK)
         rc = ef__norm_parse(o, name, &p->v, err);
+    if (rc == EF_OK)
+        rc = ef__box_opts_parse(o, name, &p->box, err);
     if (rc != EF_OK) {
         ef__free(p);
         return rc;
@@ -122,6 +130,7 @@ static const ef__option_def crop_mirror_normalize_options[] = {
     EF__OPT("layout", EF_OPT_STRING, "chw", "chw ([C,H,W], as to_chw) or hwc",
             0, 0),
     EF__IMAGE_FIELD_OPTION,
+    EF__BOX_OPTIONS,
     EF__MAP_OPTIONS,
 };
 

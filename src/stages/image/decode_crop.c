@@ -19,6 +19,10 @@
  * Draws, from the sample's keyed generator: the window (ef__rrc_window),
  * then, when mirror > 0, one uniform u, flipping when u < mirror.
  *
+ * With `boxes`, the boxes of the image go through the same window, scale
+ * and flip (boxes.h): the window that the decoded pixels cover, which
+ * the IDCT's scaling rounds to its grid (ef__image_window_covered).
+ *
  * Before `batch`, the output is written straight into its slot of the
  * batch's buffer (map.h). */
 #include <string.h>
@@ -26,6 +30,7 @@
 #include "codec/image.h"
 #include "core/alloc.h"
 #include "stages/image/bilinear.h"
+#include "stages/image/boxes.h"
 #include "stages/image/crop_window.h"
 #include "stages/image/decode_fields.h"
 #include "stages/image/image_stage.h"
@@ -40,6 +45,7 @@ typedef struct {
     int normalize; /* mean or std given: f32 output */
     int chw;       /* its layout */
     ef__norm_values v;
+    ef__box_opts box;
 } decode_crop_params;
 
 /* Pixel order reversed in each of the h rows of w pixels of c bytes. */
@@ -100,13 +106,36 @@ static int finish(const decode_crop_params *p, const ef_buffer *px,
     return EF_OK;
 }
 
+/* The window chosen, and the image's full size, for the boxes. */
+typedef struct {
+    ef_map_ctx *ctx;
+    int64_t h, w, win[4];
+} chosen;
+
 /* ef__window_fn: random_resized_crop's window of an h x w image, drawn
- * from the sample's keyed generator (user: the map context). */
+ * from the sample's keyed generator (user: a `chosen`, which keeps it). */
 static void choose_window(int64_t h, int64_t w, void *user, int64_t win[4])
 {
-    ef_map_ctx *ctx = user;
-    const decode_crop_params *p = ef_map_ctx_user(ctx);
-    ef__rrc_window(&p->ranges, h, w, ctx, win);
+    chosen *c = user;
+    const decode_crop_params *p = ef_map_ctx_user(c->ctx);
+    ef__rrc_window(&p->ranges, h, w, c->ctx, win);
+    c->h = h;
+    c->w = w;
+    memcpy(c->win, win, sizeof c->win);
+}
+
+/* The boxes of `out` through the window the decoded pixels cover. */
+static int follow_boxes(const decode_crop_params *p, const ef__decode_plan *plan,
+                        const chosen *c, int mirror, ef_sample **out,
+                        ef_map_ctx *ctx)
+{
+    if (!p->box.boxes[0])
+        return EF_OK;
+    int64_t scale_to = p->dct_scale ? p->size : 0, covered[4];
+    ef__image_window_covered(plan->data, plan->size, c->win, c->h, c->w,
+                             scale_to, scale_to, covered);
+    ef__box_map m = ef__box_map_window(covered, p->size, p->size, mirror);
+    return ef__boxes_follow(&p->box, "decode_crop", &m, out, ctx);
 }
 
 static int decode_crop_fn(const ef_sample *in, ef_sample **out, ef_map_ctx *ctx)
@@ -121,8 +150,9 @@ static int decode_crop_fn(const ef_sample *in, ef_sample **out, ef_map_ctx *ctx)
     int64_t shape[3], inside[4];
     int64_t scale_to = p->dct_scale ? p->size : 0;
     ef_buffer *px;
+    chosen c = {.ctx = ctx};
     rc = ef__image_decode_window(plan.data, plan.size, p->fields.channels,
-                                 choose_window, ctx, scale_to, scale_to,
+                                 choose_window, &c, scale_to, scale_to,
                                  plan.what, &px, shape, inside, &err);
     if (rc != EF_OK)
         return ef_map_ctx_fail(ctx, rc, "%s", err.msg);
@@ -138,7 +168,9 @@ static int decode_crop_fn(const ef_sample *in, ef_sample **out, ef_map_ctx *ctx)
         return rc;
     rc = ef__decode_output(in, &p->fields, &plan, &img, out, ctx);
     ef_buffer_release(img.buf); /* the sample holds its own reference */
-    return rc;
+    if (rc != EF_OK)
+        return rc;
+    return follow_boxes(p, &plan, &c, mirror, out, ctx);
 }
 
 static int decode_crop_create(ef__stage *s, const ef__opts *o, ef__err *err)
@@ -163,6 +195,8 @@ static int decode_crop_create(ef__stage *s, const ef__opts *o, ef__err *err)
         rc = ef__norm_parse(o, name, &p->v, err);
     if (rc == EF_OK)
         rc = ef__decode_fields_parse(o, name, &p->fields, err);
+    if (rc == EF_OK)
+        rc = ef__box_opts_parse(o, name, &p->box, err);
     p->fields.budget = &s->ctx->budget;
     p->fields.windowed = 1;
     if (rc == EF_OK)
@@ -193,6 +227,7 @@ static const ef__option_def decode_crop_options[] = {
     EF__NORM_STD_OPTION,
     EF__OPT("layout", EF_OPT_STRING, "chw",
             "of the normalized output: chw ([C,H,W], as to_chw) or hwc", 0, 0),
+    EF__BOX_OPTIONS,
     EF__MAP_OPTIONS,
 };
 

@@ -3,15 +3,18 @@
  * its size at a random offset (CIFAR style). u8 or f32, [H,W] or [H,W,C].
  * The offset is keyed by the sample's identity, echo copy included: an
  * echoed copy gets a crop of its own, which is what makes echoing before
- * augmentation worth more than echoing after it. */
+ * augmentation worth more than echoing after it. With `boxes`, the boxes
+ * shift with the pixels (boxes.h). */
 #include <string.h>
 
 #include "core/alloc.h"
+#include "stages/image/boxes.h"
 #include "stages/image/image_stage.h"
 
 typedef struct {
     char field[EF_MAX_NAME]; /* first: see image_stage.h */
     int pad;
+    ef__box_opts box;
 } random_crop_params;
 
 static int random_crop_fn(const ef_sample *in, ef_sample **out, ef_map_ctx *ctx)
@@ -51,7 +54,10 @@ static int random_crop_fn(const ef_sample *in, ef_sample **out, ef_map_ctx *ctx)
                (size_t)(x1 - x0) * px);
         memset(row + (size_t)x1 * px, 0, (size_t)(w - x1) * px);
     }
-    return EF_OK;
+    /* the window the loop above copies: rows oy.., columns ox.. */
+    int64_t win[4] = {oy, ox, h, w};
+    ef__box_map m = ef__box_map_window(win, h, w, 0);
+    return ef__boxes_follow(&ap->box, "random_crop", &m, out, ctx);
 }
 
 static int random_crop_create(ef__stage *s, const ef__opts *o, ef__err *err)
@@ -60,6 +66,11 @@ static int random_crop_create(ef__stage *s, const ef__opts *o, ef__err *err)
     if (!ap)
         return ef__err_set(err, EF_ENOMEM, "random_crop: out of memory");
     ap->pad = (int)ef__opt_int(o, "pad");
+    int rc = ef__box_opts_parse(o, "random_crop", &ap->box, err);
+    if (rc != EF_OK) {
+        ef__free(ap);
+        return rc;
+    }
     return ef__image_stage_setup(s, o, random_crop_fn, ap, err);
 }
 
@@ -67,6 +78,7 @@ static const ef__option_def random_crop_options[] = {
     EF__OPT("pad", EF_OPT_INT, "4", "zero padding on each side before cropping",
             0, 1 << 16),
     EF__IMAGE_FIELD_OPTION,
+    EF__BOX_OPTIONS,
     EF__MAP_OPTIONS,
 };
 
