@@ -137,9 +137,8 @@ int ef__box_opts_parse(const ef__opts *o, const char *stage, ef__box_opts *b,
     return EF_OK;
 }
 
-/* Field `name` of s, or an error naming what the sample has. */
-static int find_field(const ef_sample *s, const char *stage, const char *what,
-                      const char *name, ef_map_ctx *ctx)
+int ef__boxes_field(const ef_sample *s, const char *stage, const char *what,
+                    const char *name, ef_map_ctx *ctx)
 {
     int i = ef__sample_find(s, name);
     if (i < 0) {
@@ -157,7 +156,7 @@ static int find_field(const ef_sample *s, const char *stage, const char *what,
 static int find_boxes(const ef_sample *s, const ef__box_opts *b,
                       const char *stage, ef_map_ctx *ctx)
 {
-    int i = find_field(s, stage, "boxes", b->boxes, ctx);
+    int i = ef__boxes_field(s, stage, "boxes", b->boxes, ctx);
     if (i < 0)
         return i;
     const ef__field *f = &s->fields[i];
@@ -178,7 +177,7 @@ static int find_boxes(const ef_sample *s, const ef__box_opts *b,
 static int find_labels(const ef_sample *s, const ef__box_opts *b,
                        const char *stage, int64_t n, ef_map_ctx *ctx)
 {
-    int i = find_field(s, stage, "labels", b->labels, ctx);
+    int i = ef__boxes_field(s, stage, "labels", b->labels, ctx);
     if (i < 0)
         return i;
     const ef__field *f = &s->fields[i];

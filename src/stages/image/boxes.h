@@ -68,6 +68,11 @@ double ef__box_window_iou(const float box[4], const int64_t win[4]);
 int ef__box_opts_parse(const ef__opts *o, const char *stage, ef__box_opts *b,
                        ef__err *err);
 
+/* The index of field `name` of s (`what`: "boxes" or "labels", for the
+ * message), or the error that names the fields the sample has. */
+int ef__boxes_field(const ef_sample *s, const char *stage, const char *what,
+                    const char *name, ef_map_ctx *ctx);
+
 /* The boxes of `in` named by b, checked as ef__boxes_follow checks them:
  * *boxes (borrowed from in) and their count *n. */
 int ef__boxes_read(const ef_sample *in, const ef__box_opts *b,

@@ -28,15 +28,9 @@ typedef struct {
 static int find_labels(const ef_sample *s, const pad_params *p, int64_t k,
                        ef_map_ctx *ctx)
 {
-    int i = ef__sample_find(s, p->box.labels);
-    if (i < 0) {
-        char names[EF__FIELD_NAMES_MAX];
-        ef__image_field_names(s, names, sizeof names);
-        return ef_map_ctx_fail(ctx, EF_ESHAPE,
-                               "stage 'pad_boxes': no labels field '%s' (the "
-                               "sample has %s)",
-                               p->box.labels, names);
-    }
+    int i = ef__boxes_field(s, "pad_boxes", "labels", p->box.labels, ctx);
+    if (i < 0)
+        return i;
     const ef__field *f = &s->fields[i];
     if (f->ndim != 1 || f->shape[0] != k || f->lengths ||
         (f->dtype != EF_I64 && f->dtype != EF_I32 && f->dtype != EF_F32)) {
