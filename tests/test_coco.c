@@ -536,6 +536,32 @@ static void test_spec_errors(void **state)
     ef_pipeline_destroy(p);
 }
 
+/* An annotations file over the memory budget is refused, naming it;
+ * one within it is read. */
+static void test_budget(void **state)
+{
+    (void)state;
+    write_coco(good_anns);
+    ef_pipeline *p = NULL;
+    char spec[1024];
+    snprintf(spec, sizeof spec, "coco:annotations=%s,root=%s",
+             tu_at("instances.json"), tu_dir());
+    assert_int_equal(ef_pipeline_create(&p), EF_OK);
+    assert_int_equal(ef_pipeline_set_memory_budget(p, 512), EF_OK);
+    tu_parse(p, spec);
+    ef_sample *s = NULL;
+    assert_int_equal(ef_pipeline_next(p, &s), EF_ENOMEM);
+    assert_non_null(strstr(ef_pipeline_error(p), "instances.json"));
+    assert_non_null(strstr(ef_pipeline_error(p), "budget"));
+    ef_pipeline_destroy(p);
+    assert_int_equal(ef_pipeline_create(&p), EF_OK);
+    assert_int_equal(ef_pipeline_set_memory_budget(p, 8192), EF_OK);
+    tu_parse(p, spec);
+    s = tu_next(p);
+    ef_sample_free(s);
+    ef_pipeline_destroy(p);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -548,6 +574,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_bad_images, setup, teardown),
         cmocka_unit_test_setup_teardown(test_boxes_option, setup, teardown),
         cmocka_unit_test_setup_teardown(test_spec_errors, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_budget, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

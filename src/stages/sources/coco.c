@@ -62,7 +62,8 @@ typedef struct {
 /* ---- reading the annotations ------------------------------------------ */
 
 /* Reads all of `location` into *text (the caller's to free), *n bytes,
- * inflating gzip. */
+ * inflating gzip: in one allocation where its size is known, else growing
+ * to the memory budget at most (more is EF_ENOMEM naming it). */
 static int read_whole(const char *location, const ef__stream_opts *o,
                       const ef__budget *budget, char **text, size_t *n,
                       ef__err *err)
@@ -79,8 +80,10 @@ static int read_whole(const char *location, const ef__stream_opts *o,
             size_t c = cap                           ? cap * 2
                        : size >= 0 && size < 1 << 30 ? (size_t)size + 1
                                                      : (size_t)1 << 20;
+            if (budget->limit && c > budget->limit)
+                c = (size_t)budget->limit; /* grown to the budget at most */
             char *more = NULL;
-            rc = ef__budget_check(budget, c, location, err);
+            rc = ef__budget_check(budget, c > cap ? c : cap + 1, location, err);
             if (rc == EF_OK && !(more = ef__realloc(data, c)))
                 rc = ef__err_set(err, EF_ENOMEM, "coco: %s: out of memory",
                                  location);
