@@ -16,6 +16,7 @@
 #include "codec/json_reader.h"
 #include "core/buffer.h"
 #include "ef_test_util.h"
+#include "state_test_util.h"
 
 /* ---- the JSON reader ---------------------------------------------------- */
 
@@ -536,6 +537,29 @@ static void test_spec_errors(void **state)
     ef_pipeline_destroy(p);
 }
 
+static ef_pipeline *make(const char *spec, const void *arg)
+{
+    (void)arg;
+    return tu_pipeline(spec, 7);
+}
+
+/* Saved mid-pass and restored: the same rest, boxes included, with the
+ * cursor alone and with a shuffle's buffer made again by identity. */
+static void test_checkpoint(void **state)
+{
+    (void)state;
+    write_coco(good_anns);
+    char spec[1024];
+    snprintf(spec, sizeof spec,
+             "coco:annotations=%s,root=%s,shard=0/1 | repeat:3",
+             tu_at("instances.json"), tu_dir());
+    tu_check_resume(make, NULL, spec, spec, NULL, 4, 64);
+    snprintf(spec, sizeof spec,
+             "coco:annotations=%s,root=%s | shuffle:2 | repeat:2",
+             tu_at("instances.json"), tu_dir());
+    tu_check_resume(make, NULL, spec, spec, NULL, 5, 64);
+}
+
 /* An annotations file over the memory budget is refused, naming it;
  * one within it is read. */
 static void test_budget(void **state)
@@ -575,6 +599,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_boxes_option, setup, teardown),
         cmocka_unit_test_setup_teardown(test_spec_errors, setup, teardown),
         cmocka_unit_test_setup_teardown(test_budget, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_checkpoint, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
