@@ -444,7 +444,9 @@ static int64_t find(const id_index *v, size_t n, int64_t id)
 static int build_indexes(parser *p, ef__err *err)
 {
     ef__coco *c = p->c;
-    qsort(c->categories, c->ncategories, sizeof *c->categories, category_by_id);
+    if (c->ncategories > 1) /* none: no array to sort */
+        qsort(c->categories, c->ncategories, sizeof *c->categories,
+              category_by_id);
     for (size_t k = 1; k < c->ncategories; k++)
         if (c->categories[k].id == c->categories[k - 1].id)
             return ef__err_set(err, EF_EFORMAT,
