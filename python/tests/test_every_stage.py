@@ -53,6 +53,12 @@ def data(tmp_path_factory):
         "she walked %d\n" % i for i in range(4)))
     numpy.arange(64, dtype=numpy.uint16).tofile(d / "tokens.bin")
     numpy.save(d / "rows.npy", images[..., 0])  # 6 rows of 5x4
+    (d / "coco.json").write_text(json.dumps({  # COCO boxes on the folder's
+        "images": [{"id": i, "file_name": "c%d/%d.png" % (i % 2, i),
+                    "width": 4, "height": 5} for i in range(6)],
+        "annotations": [{"id": 1, "image_id": 2, "bbox": [1, 1, 2, 3],
+                         "category_id": 7, "iscrowd": 0}],
+        "categories": [{"id": 7, "name": "seven"}]}))
     return d
 
 
@@ -103,6 +109,8 @@ RUNS = {
     "tokens": lambda d: "tokens:files=%s,block=8" % (d / "tokens.bin"),
     "text": lambda d: "text:files=%s" % (d / "lines.txt"),
     "jsonl": lambda d: "jsonl:files=%s" % (d / "docs.jsonl"),
+    "coco": lambda d: "coco:annotations=%s,root=%s" % (d / "coco.json",
+                                                       d / "folder"),
     "service": "tests/service_test.sh",
 }
 

@@ -9,6 +9,7 @@ reproducers are named crash-*."""
 import base64
 import gzip
 import io
+import json
 import os
 import struct
 import tarfile
@@ -571,6 +572,40 @@ JSONL = {
 }
 
 
+# ---- coco: whole COCO instances files -------------------------------
+
+def coco_seeds():
+    """COCO annotations (src/codec/coco.c), good and broken."""
+    doc = {
+        "info": {"year": 2017}, "licenses": [],
+        "images": [{"id": 1, "file_name": "a/1.jpg", "width": 20, "height": 10},
+                   {"id": 2, "file_name": "2.png", "width": 8, "height": 8}],
+        "annotations": [
+            {"segmentation": [[1, 2, 3, 4.5, 5, 6]], "area": 6.0, "iscrowd": 0,
+             "image_id": 1, "bbox": [1, 2, 3.5, 4], "category_id": 3, "id": 1},
+            {"segmentation": {"counts": [1, 2], "size": [10, 20]}, "iscrowd": 1,
+             "image_id": 2, "bbox": [0, 0, 8, 8], "category_id": 1, "id": 2}],
+        "categories": [{"id": 3, "name": "dog", "supercategory": "animal"},
+                       {"id": 1, "name": "caf\u00e9"}],
+    }
+    good = json.dumps(doc)
+    s = {"good": good.encode(),
+         "pretty": json.dumps(doc, indent=2).encode(),
+         "cut": good[:len(good) // 2].encode(),
+         "no-images": b'{"annotations": []}',
+         "empty-images": b'{"images": []}',
+         "dup-key": good.replace('"bbox": [1, 2, 3.5, 4]',
+                                 '"bbox": [1, 2, 3.5, 4], "bbox": [1]').encode(),
+         "bad-image-ref": good.replace('"image_id": 2', '"image_id": 9').encode(),
+         "bbox-3": good.replace("[1, 2, 3.5, 4]", "[1, 2, 3.5]").encode(),
+         "huge": good.replace('"id": 1,', '"id": 1e999,').encode(),
+         "deep": ('{"images": [], "x": ' + "[" * 70 + "]" * 70 + "}").encode(),
+         "escapes": b'{"images": [{"id": 1, "file_name": "\\ud83d\\ude00.png\\n", '
+                    b'"width": 1, "height": 1}]}',
+         "bad-escape": b'{"images": [{"id": 1, "file_name": "\\x.png"}]}'}
+    return s
+
+
 def chunk_field(name, dtype, shape, offset, nbytes, ragged=()):
     """One field of a service chunk header (src/service/chunk.c)."""
     out = struct.pack("<H", len(name)) + name + struct.pack("<BB", dtype, len(shape))
@@ -679,7 +714,8 @@ def main():
                           ("jsonl", {k: v.encode() for k, v in JSONL.items()}),
                           ("tiktoken", tiktoken_seeds()),
                           ("spm_model", spm_model_seeds()),
-                          ("chunk", chunk_seeds()), ("npy", npy_seeds())):
+                          ("chunk", chunk_seeds()), ("npy", npy_seeds()),
+                          ("coco", coco_seeds())):
         os.makedirs(os.path.join(HERE, "corpus", target), exist_ok=True)
         for name, data in seeds.items():
             with open(os.path.join(HERE, "corpus", target, "seed-" + name), "wb") as f:
