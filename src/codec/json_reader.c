@@ -438,20 +438,32 @@ static int fail_what(ef__json_reader *j, size_t at, const char *what,
     return fail(j, at, err, msg);
 }
 
-int ef__json_number(ef__json_reader *j, const char *what, double *out,
-                    ef__err *err)
+/* The number at the reader's place, as NUL-ended text in buf (which
+ * holds NUMBER_MAX bytes); *start its offset, *integral whether it has
+ * neither fraction nor exponent. Anything else is refused as not
+ * `wanted` ("a number", "an integer"). */
+static int read_number(ef__json_reader *j, const char *what,
+                       const char *wanted, char *buf, size_t *start,
+                       int *integral, ef__err *err)
 {
     ef__json_kind kind;
     int rc = ef__json_peek(j, &kind, err);
     if (rc == EF_OK && kind != EF__JSON_NUMBER)
-        return expected(j, what, "a number", err);
+        return expected(j, what, wanted, err);
+    if (rc == EF_OK)
+        rc = scan_number(j, start, integral, err);
+    if (rc == EF_OK)
+        rc = number_text(j, *start, what, buf, err);
+    return rc;
+}
+
+int ef__json_number(ef__json_reader *j, const char *what, double *out,
+                    ef__err *err)
+{
     size_t start;
     int integral;
     char buf[NUMBER_MAX];
-    if (rc == EF_OK)
-        rc = scan_number(j, &start, &integral, err);
-    if (rc == EF_OK)
-        rc = number_text(j, start, what, buf, err);
+    int rc = read_number(j, what, "a number", buf, &start, &integral, err);
     if (rc != EF_OK)
         return rc;
     double v = strtod(buf, NULL);
@@ -465,17 +477,10 @@ int ef__json_number(ef__json_reader *j, const char *what, double *out,
 int ef__json_int(ef__json_reader *j, const char *what, int64_t *out,
                  ef__err *err)
 {
-    ef__json_kind kind;
-    int rc = ef__json_peek(j, &kind, err);
-    if (rc == EF_OK && kind != EF__JSON_NUMBER)
-        return expected(j, what, "an integer", err);
     size_t start;
     int integral;
     char buf[NUMBER_MAX];
-    if (rc == EF_OK)
-        rc = scan_number(j, &start, &integral, err);
-    if (rc == EF_OK)
-        rc = number_text(j, start, what, buf, err);
+    int rc = read_number(j, what, "an integer", buf, &start, &integral, err);
     if (rc != EF_OK)
         return rc;
     if (integral) {
