@@ -27,6 +27,13 @@ typedef struct {
     size_t n;
 } ef__paths;
 
+/* Name i of the list, or NULL when it has none: a sample's part, for
+ * messages. */
+static inline const char *ef__paths_at(const ef__paths *p, int64_t i)
+{
+    return i >= 0 && (size_t)i < p->n ? p->names[i] : NULL;
+}
+
 /* Checks the syntax and the caps and counts the names without building
  * them: *n names taking *bytes bytes, NULs included (`bytes` may be NULL).
  * `what` names the list in messages ("tar: option 'urls'"). */

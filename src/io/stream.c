@@ -140,7 +140,7 @@ void ef__stream_opts_init(ef__stream_opts *o)
         .compression = -1, .tries = 5, .timeout_s = 30, .backoff_s = 0.1};
 }
 
-static int is_url(const char *s)
+int ef__is_url(const char *s)
 {
     return strncmp(s, "http://", 7) == 0 || strncmp(s, "https://", 8) == 0;
 }
@@ -287,7 +287,7 @@ int ef__stream_open_range(ef__stream **out, const char *location,
         o = &def;
     }
     int rc, seeked = 0;
-    if (is_url(location)) {
+    if (ef__is_url(location)) {
         /* only data known to be plain is asked for from the offset on */
         seeked = offset > 0 && o->compression == 0;
         void *impl;

@@ -67,6 +67,10 @@ typedef struct {
  * inflation limit. */
 void ef__stream_opts_init(ef__stream_opts *o);
 
+/* Whether `location` is an http(s) URL, which ef__stream_open fetches,
+ * rather than a path. */
+int ef__is_url(const char *location);
+
 /* Opens a path or an http(s) URL. `o` may be NULL for the defaults. The
  * caller owns *out (ef__stream_close). Errors name the location. */
 int ef__stream_open(ef__stream **out, const char *location,

@@ -683,6 +683,5 @@ int ef__reader_pool_length(ef__stage *s, int64_t up, int64_t *n,
 const char *ef__reader_pool_part_name(const ef__stage *s, int64_t part)
 {
     const ef__reader_pool *p = s->state;
-    return part >= 0 && (size_t)part < p->names.n ? p->names.names[part]
-                                                  : NULL;
+    return ef__paths_at(&p->names, part);
 }

@@ -382,6 +382,5 @@ int ef__record_file_length(ef__stage *s, int64_t up, int64_t *n, ef__err *err)
 const char *ef__record_file_part_name(const ef__stage *s, int64_t part)
 {
     const ef__record_file *rf = s->state;
-    return part >= 0 && (size_t)part < rf->files.n ? rf->files.names[part]
-                                                   : NULL;
+    return ef__paths_at(&rf->files, part);
 }

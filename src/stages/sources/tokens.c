@@ -71,16 +71,11 @@ static const char *dtype_name(size_t dsize)
     return dsize == 2 ? "uint16" : "uint32";
 }
 
-static int is_url(const char *name)
-{
-    return !strncmp(name, "http://", 7) || !strncmp(name, "https://", 8);
-}
-
 /* The size in bytes of file or URL `name`. */
 static int size_of(const tokens_state *st, const char *name, int64_t *size,
                    ef__err *err)
 {
-    if (!is_url(name)) {
+    if (!ef__is_url(name)) {
         struct stat sb;
         if (stat(name, &sb) != 0)
             return ef__err_set(err, EF_EIO, "tokens: %s: %s", name,
@@ -279,7 +274,7 @@ static int read_block(const ef__stage *s, int64_t k, int64_t epoch, int *fd,
     size_t n = (size_t)(st->block + 1) * st->dsize;
     uint64_t t0 = ef__timer_ns();
     int rc;
-    if (is_url(name)) {
+    if (ef__is_url(name)) {
         rc = read_url(st, name, off, n, scratch, err);
     } else {
         if (*fd >= 0 && *fd_file != (int64_t)f) {
@@ -413,8 +408,7 @@ static void tokens_stats(const ef__stage *s, ef_stage_stats *out)
 static const char *tokens_part_name(const ef__stage *s, int64_t part)
 {
     const tokens_state *st = s->state;
-    return part >= 0 && (size_t)part < st->files.n ? st->files.names[part]
-                                                   : NULL;
+    return ef__paths_at(&st->files, part);
 }
 
 static const ef__indexed_ops tokens_ops = {.load = tokens_load,
