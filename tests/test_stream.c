@@ -39,6 +39,7 @@
 
 #include "echoflow/echoflow.h"
 #include "ef_test_util.h"
+#include "io/regular_file.h"
 #include "io/stream.h"
 
 #define BIG_SIZE 5000011u   /* "5 MB", odd so no piece size divides it */
@@ -1531,6 +1532,35 @@ static void test_http_unsupported(void **state)
 
 #define COUNT(a) (sizeof(a) / sizeof((a)[0]))
 
+/* ef__map_regular: a file's bytes as a borrowed buffer, an empty file as
+ * an empty buffer, and anything but a regular file refused by name. */
+static void test_map_regular(void **state)
+{
+    (void)state;
+    ef__err err = {0};
+    ef_buffer *b = NULL;
+    tu_write_file(tu_at("mapped.bin"), "0123456789", 10);
+    assert_int_equal(ef__map_regular(tu_at("mapped.bin"), "a test file", &b,
+                                     &err),
+                     EF_OK);
+    assert_int_equal(ef_buffer_size(b), 10);
+    assert_memory_equal(ef_buffer_data(b), "0123456789", 10);
+    assert_true(ef_buffer_is_borrowed(b));
+    ef_buffer_release(b);
+    tu_write_file(tu_at("empty.bin"), "", 0);
+    assert_int_equal(
+        ef__map_regular(tu_at("empty.bin"), "a test file", &b, &err), EF_OK);
+    assert_int_equal(ef_buffer_size(b), 0);
+    ef_buffer_release(b);
+    assert_int_equal(ef__map_regular(tu_at("."), "a test file", &b, &err),
+                     EF_EIO);
+    assert_null(b);
+    assert_non_null(strstr(err.msg, "not a regular file"));
+    assert_int_equal(
+        ef__map_regular(tu_at("no/such.bin"), "a test file", &b, &err), EF_EIO);
+    assert_non_null(strstr(err.msg, "cannot open a test file"));
+}
+
 int main(void)
 {
     /* the test server is local: never send its requests to a proxy */
@@ -1538,6 +1568,7 @@ int main(void)
     setenv("NO_PROXY", "127.0.0.1,localhost", 1);
     static const struct CMUnitTest own[] = {
         cmocka_unit_test(test_file_plain),
+        cmocka_unit_test(test_map_regular),
         cmocka_unit_test(test_memory),
         cmocka_unit_test(test_missing_file),
         cmocka_unit_test(test_read_full_and_skip),

@@ -1,12 +1,15 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Opening a local regular file (regular_file.h). */
+/* Opening and mapping a local regular file (regular_file.h). */
 #include "io/regular_file.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#include "core/alloc.h"
 
 int ef__open_regular(const char *path, const char *what, int *fd,
                      uint64_t *size, ef__err *err)
@@ -37,4 +40,49 @@ int ef__open_regular(const char *path, const char *what, int *fd,
     }
     *size = (uint64_t)sb.st_size;
     return EF_OK;
+}
+
+typedef struct {
+    void *addr;
+    size_t len;
+} mapping;
+
+static void unmap(void *user)
+{
+    munmap(((mapping *)user)->addr, ((mapping *)user)->len);
+    ef__free(user);
+}
+
+int ef__map_regular(const char *path, const char *what, ef_buffer **out,
+                    ef__err *err)
+{
+    int fd;
+    uint64_t size;
+    *out = NULL;
+    int rc = ef__open_regular(path, what, &fd, &size, err);
+    if (rc != EF_OK)
+        return rc;
+    void *addr = size > 0 && size <= SIZE_MAX
+                     ? mmap(NULL, (size_t)size, PROT_READ, MAP_PRIVATE, fd, 0)
+                     : MAP_FAILED;
+    int mmap_errno = errno;
+    close(fd);
+    if (size == 0) /* mmap refuses a length of 0 */
+        *out = ef_buffer_new(0);
+    else if (addr == MAP_FAILED)
+        return ef__err_set(err, EF_EIO, "%s: cannot map %s of %llu bytes: %s",
+                           path, what, (unsigned long long)size,
+                           strerror(mmap_errno));
+    mapping *m = size > 0 ? ef__malloc(sizeof *m) : NULL;
+    if (m) {
+        *m = (mapping){addr, (size_t)size};
+        if (!(*out = ef_buffer_wrap(addr, (size_t)size, unmap, m)))
+            ef__free(m);
+    }
+    if (*out)
+        return EF_OK;
+    if (size > 0)
+        munmap(addr, (size_t)size);
+    return ef__err_set(err, EF_ENOMEM, "%s: out of memory mapping %s", path,
+                       what);
 }

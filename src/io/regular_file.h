@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "core/err.h"
+#include "echoflow/echoflow.h"
 
 /* Opens `path` for reading into *fd (the caller's to close) with its
  * size then in *size, when it names a regular file. EF_EIO naming the
@@ -16,5 +17,13 @@
  * opened or is not a regular file. */
 int ef__open_regular(const char *path, const char *what, int *fd,
                      uint64_t *size, ef__err *err);
+
+/* Maps the regular file `path` whole and read-only into *out, a borrowed
+ * buffer (the caller's reference) unmapped when its last reference goes;
+ * an empty file gives an empty buffer. The file must not shrink while it
+ * is mapped: a read past its new end ends the process (SIGBUS). Errors
+ * as ef__open_regular's, or naming the path when it cannot be mapped. */
+int ef__map_regular(const char *path, const char *what, ef_buffer **out,
+                    ef__err *err);
 
 #endif

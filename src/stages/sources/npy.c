@@ -12,11 +12,8 @@
  * announced is refused. An indexed source (indexed.h): first=, count=,
  * shard=, checkpoints and fetch are the kit's; a sample's origin.part is
  * its file, which messages about it name. */
-#include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <unistd.h>
 
 #include "codec/npy.h"
 #include "core/alloc.h"
@@ -39,48 +36,24 @@ typedef struct {
     npy_file *files;
 } npy_state;
 
-typedef struct {
-    void *addr;
-    size_t len;
-} mapping;
-
-static void unmap(void *user)
-{
-    munmap(((mapping *)user)->addr, ((mapping *)user)->len);
-    ef__free(user);
-}
-
 /* Maps a local file whole, header and size checked. */
 static int map_file(const char *path, npy_file *nf, ef__err *err)
 {
-    int fd;
-    uint64_t size;
-    int rc = ef__open_regular(path, "an NPY file", &fd, &size, err);
+    int rc = ef__map_regular(path, "an NPY file", &nf->data, err);
     if (rc != EF_OK)
         return rc;
-    void *addr = size >= EF__NPY_PREAMBLE && size <= SIZE_MAX
-                     ? mmap(NULL, (size_t)size, PROT_READ, MAP_PRIVATE, fd, 0)
-                     : MAP_FAILED;
-    close(fd);
+    const unsigned char *data = ef_buffer_data(nf->data);
+    size_t size = ef_buffer_size(nf->data);
     if (size < EF__NPY_PREAMBLE) /* the preamble's "truncated" */
-        rc = ef__npy_preamble(NULL, (size_t)size, path, NULL, err);
-    else if (addr == MAP_FAILED)
-        rc = ef__err_set(err, EF_EIO, "npy: %s: cannot map its %llu bytes",
-                         path, (unsigned long long)size);
+        rc = ef__npy_preamble(NULL, size, path, NULL, err);
     if (rc == EF_OK)
-        rc = ef__npy_parse(addr, (size_t)size, path, &nf->h, err);
+        rc = ef__npy_parse(data, size, path, &nf->h, err);
     if (rc == EF_OK)
         rc = ef__npy_check_size(&nf->h, size, path, err);
-    mapping *m = rc == EF_OK ? ef__malloc(sizeof *m) : NULL;
-    if (m) {
-        *m = (mapping){addr, (size_t)size};
-        if (!(nf->data = ef_buffer_wrap(addr, (size_t)size, unmap, m)))
-            ef__free(m);
+    if (rc != EF_OK) {
+        ef_buffer_release(nf->data);
+        nf->data = NULL;
     }
-    if (rc == EF_OK && !nf->data)
-        rc = ef__err_set(err, EF_ENOMEM, "npy: %s: out of memory", path);
-    if (rc != EF_OK && addr != MAP_FAILED)
-        munmap(addr, (size_t)size);
     return rc;
 }
 
@@ -161,8 +134,7 @@ static int npy_load(ef__stage *s, int64_t *records, ef__err *err)
     for (size_t f = 0; f < st->paths.n && rc == EF_OK; f++) {
         const char *path = st->paths.names[f];
         npy_file *nf = &st->files[f];
-        int url = !strncmp(path, "http://", 7) || !strncmp(path, "https://", 8);
-        rc = url ? read_url(path, &s->ctx->budget, nf, err)
+        rc = ef__is_url(path) ? read_url(path, &s->ctx->budget, nf, err)
                  : map_file(path, nf, err);
         if (rc == EF_OK)
             rc = same_rows(st, f, err);
@@ -204,8 +176,7 @@ static int make(const ef__stage *s, int64_t r, int64_t epoch, ef_sample **out,
 static const char *npy_part_name(const ef__stage *s, int64_t part)
 {
     const npy_state *st = s->state;
-    return part >= 0 && (size_t)part < st->paths.n ? st->paths.names[part]
-                                                   : NULL;
+    return ef__paths_at(&st->paths, part);
 }
 
 static void npy_stats(const ef__stage *s, ef_stage_stats *out)
