@@ -89,24 +89,29 @@ int ef__boxes_read(const ef_sample *in, const ef__box_opts *b,
 int ef__boxes_follow(const ef__box_opts *b, const char *stage,
                      const ef__box_map *m, ef_sample **out, ef_map_ctx *ctx);
 
-/* The option rows, in every such stage's table. */
-#define EF__BOX_OPTIONS                                                        \
-    EF__OPT(                                                                   \
-        "boxes", EF_OPT_STRING, "",                                            \
-        "field of boxes (f32 [n,4], x1 y1 x2 y2 in pixels) that follow the "   \
-        "pixels; empty: none",                                                 \
-        0, 0),                                                                 \
-        EF__OPT("labels", EF_OPT_STRING, "labels",                             \
-                "field whose rows are dropped with the boxes (empty: none)",   \
+/* The rows of the box options after the `boxes` row, which differs:
+ * optional where the stage moves boxes beside its pixels, named by
+ * default where boxes are the stage's point (ssd_crop). */
+#define EF__BOX_RULE_OPTIONS                                                   \
+    EF__OPT("labels", EF_OPT_STRING, "labels",                                 \
+            "field whose rows are dropped with the boxes (empty: none)", 0,    \
+            0),                                                                \
+        EF__OPT("box_keep", EF_OPT_STRING, "center",                           \
+                "which boxes stay: center (centre inside the output) or "      \
+                "visible (box_min_visible of the area)",                       \
                 0, 0),                                                         \
-        EF__OPT(                                                               \
-            "box_keep", EF_OPT_STRING, "center",                               \
-            "which boxes stay: center (centre inside the output) or visible "  \
-            "(box_min_visible of the area)",                                   \
+        EF__OPT("box_min_visible", EF_OPT_FLOAT, "0.5",                        \
+                "box_keep=visible: least share of a box's area that must "     \
+                "stay",                                                        \
+                0, 1)
+
+/* The option rows, in the table of every stage whose boxes are
+ * optional. */
+#define EF__BOX_OPTIONS                                                        \
+    EF__OPT("boxes", EF_OPT_STRING, "",                                        \
+            "field of boxes (f32 [n,4], x1 y1 x2 y2 in pixels) that follow "   \
+            "the pixels; empty: none",                                         \
             0, 0),                                                             \
-        EF__OPT(                                                               \
-            "box_min_visible", EF_OPT_FLOAT, "0.5",                            \
-            "box_keep=visible: least share of a box's area that must stay", 0, \
-            1)
+        EF__BOX_RULE_OPTIONS
 
 #endif

@@ -224,15 +224,7 @@ static const ef__option_def ssd_crop_options[] = {
             1, 1000000),
     EF__OPT("boxes", EF_OPT_STRING, "boxes",
             "field of boxes (f32 [n,4], x1 y1 x2 y2 in pixels)", 0, 0),
-    EF__OPT("labels", EF_OPT_STRING, "labels",
-            "field whose rows are dropped with the boxes (empty: none)", 0, 0),
-    EF__OPT("box_keep", EF_OPT_STRING, "center",
-            "which boxes stay: center (centre inside the window) or visible "
-            "(box_min_visible of the area)",
-            0, 0),
-    EF__OPT("box_min_visible", EF_OPT_FLOAT, "0.5",
-            "box_keep=visible: least share of a box's area that must stay", 0,
-            1),
+    EF__BOX_RULE_OPTIONS,
     EF__IMAGE_FIELD_OPTION,
     EF__MAP_OPTIONS,
 };
