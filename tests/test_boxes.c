@@ -117,6 +117,25 @@ static void iou_with_a_window(void **state)
                        1e-12);
 }
 
+/* DALI's "overlap": the share of the box's own area in the window */
+static void overlap_with_a_window(void **state)
+{
+    (void)state;
+    const int64_t win[4] = {0, 0, 10, 10}; /* x 0..10, y 0..10 */
+    assert_float_equal(ef__box_window_overlap((float[]){2, 2, 4, 4}, win), 1,
+                       1e-12);
+    /* half the box inside; its IoU would be 50 / 150 */
+    assert_float_equal(ef__box_window_overlap((float[]){5, 0, 15, 10}, win),
+                       0.5, 1e-12);
+    /* a box larger than the window: the window's share of it */
+    assert_float_equal(ef__box_window_overlap((float[]){0, 0, 20, 20}, win),
+                       0.25, 1e-12);
+    assert_float_equal(ef__box_window_overlap((float[]){20, 0, 30, 10}, win), 0,
+                       1e-12);
+    assert_float_equal(ef__box_window_overlap((float[]){5, 5, 5, 5}, win), 0,
+                       1e-12);
+}
+
 /* no box stays in an output without pixels */
 static void empty_output_keeps_nothing(void **state)
 {
@@ -231,6 +250,21 @@ static int white_box(const ef_tensor *t, float box[4])
                 box[3] = fmaxf(box[3], (float)(y + 1));
             }
     return any;
+}
+
+/* A pipeline of `stages` over a source of 3 boxes of its own, src, for
+ * a test that runs pipelines side by side. */
+static ef_pipeline *own_pipeline(const char *stages, box_source *src)
+{
+    *src = (box_source){
+        .n = 40, .nbox = 3, .box_dtype = EF_F32, .label_rows = 3};
+    ef_pipeline *p;
+    assert_int_equal(ef_pipeline_create(&p), EF_OK);
+    assert_int_equal(ef_pipeline_set_seed(p, 7), EF_OK);
+    assert_int_equal(ef_pipeline_add_source(p, boxes_source, src, NULL),
+                     EF_OK);
+    tu_parse(p, stages);
+    return p;
 }
 
 /* A pipeline of `stages` over the source with per-box fields. */
@@ -588,6 +622,80 @@ static void ssd_crop_crops_boxes_with_pixels(void **state)
     ef_pipeline_destroy(p);
 }
 
+/* threshold_type=overlap with a threshold of 1: every window that was
+ * cropped holds one of the boxes whole, which comes out at its size */
+static void ssd_crop_overlap_threshold(void **state)
+{
+    (void)state;
+    ef_pipeline *p = box_pipeline("ssd_crop:thresholds=1,threshold_type=overlap,"
+                                  "allow_no_crop=false,scale_min=0.3",
+                                  3);
+    ef_sample *s;
+    int cropped = 0;
+    while ((s = tu_next_or_end(p, "overlap")) != NULL) {
+        ef_tensor img = tu_field(s, "image"), b = tu_field(s, "boxes");
+        const float *boxes = b.data;
+        const int64_t *labels = tu_field(s, "labels").data;
+        int whole = 0;
+        for (int64_t i = 0; i < b.shape[0]; i++) {
+            const float *src = source_boxes[labels[i] - 100];
+            whole |= boxes[4 * i + 2] - boxes[4 * i] == src[2] - src[0] &&
+                     boxes[4 * i + 3] - boxes[4 * i + 1] == src[3] - src[1];
+        }
+        if (img.shape[0] != 8 || img.shape[1] != 10) {
+            cropped++;
+            assert_true(whole);
+        }
+        ef_sample_free(s);
+    }
+    assert_true(cropped > 0);
+    ef_pipeline_destroy(p);
+    expect_spec_error("range:3 | ssd_crop:threshold_type=area",
+                      "option 'threshold_type' must be iou or overlap");
+}
+
+/* bbox_prune_threshold=F is box_keep=visible,box_min_visible=F: the same
+ * windows and boxes; written beside either, or at 0, it is refused */
+static void ssd_crop_prune_threshold_is_the_visible_rule(void **state)
+{
+    (void)state;
+    box_source src[3];
+    ef_pipeline *a = own_pipeline("ssd_crop:bbox_prune_threshold=0.6", &src[0]);
+    ef_pipeline *b =
+        own_pipeline("ssd_crop:box_keep=visible,box_min_visible=0.6", &src[1]);
+    ef_pipeline *c = own_pipeline("ssd_crop", &src[2]);
+    ef_sample *sa, *sb, *sc;
+    int differs = 0;
+    while ((sa = tu_next_or_end(a, "prune")) != NULL) {
+        sb = tu_next(b);
+        sc = tu_next(c);
+        ef_tensor ba = tu_field(sa, "boxes"), bb = tu_field(sb, "boxes");
+        ef_tensor bc = tu_field(sc, "boxes");
+        assert_int_equal(ba.shape[0], bb.shape[0]);
+        assert_memory_equal(ba.data, bb.data, (size_t)ba.shape[0] * 16);
+        assert_memory_equal(tu_field(sa, "labels").data,
+                            tu_field(sb, "labels").data,
+                            (size_t)ba.shape[0] * 8);
+        differs |= ba.shape[0] != bc.shape[0] ||
+                   memcmp(ba.data, bc.data, (size_t)ba.shape[0] * 16) != 0;
+        ef_sample_free(sa);
+        ef_sample_free(sb);
+        ef_sample_free(sc);
+    }
+    assert_true(differs); /* not the centre rule */
+    ef_pipeline_destroy(a);
+    ef_pipeline_destroy(b);
+    ef_pipeline_destroy(c);
+    expect_spec_error("range:3 | ssd_crop:bbox_prune_threshold=0.5,"
+                      "box_min_visible=0.5",
+                      "give one or the other");
+    expect_spec_error("range:3 | ssd_crop:bbox_prune_threshold=0.5,"
+                      "box_keep=center",
+                      "give one or the other");
+    expect_spec_error("range:3 | ssd_crop:bbox_prune_threshold=0",
+                      "must be above 0");
+}
+
 /* pad_boxes, then batch: dense [B,n,4], labels padded, a mask */
 static void pad_boxes_batches_densely(void **state)
 {
@@ -648,10 +756,13 @@ int main(void)
         cmocka_unit_test(contradicting_rules_are_refused),
         cmocka_unit_test(ssd_crop_crops_boxes_with_pixels),
         cmocka_unit_test(pad_boxes_batches_densely),
+        cmocka_unit_test(overlap_with_a_window),
         cmocka_unit_test(per_box_fields_follow_every_stage),
         cmocka_unit_test(absent_per_box_fields_are_skipped),
         cmocka_unit_test(pad_boxes_pads_per_box_fields),
         cmocka_unit_test(per_box_field_errors_are_named),
+        cmocka_unit_test(ssd_crop_overlap_threshold),
+        cmocka_unit_test(ssd_crop_prune_threshold_is_the_visible_rule),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

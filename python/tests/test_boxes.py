@@ -540,3 +540,71 @@ def test_pad_boxes_pads_per_box_fields():
     (s,) = run("pad_boxes:n=3,overflow=drop" + BOTH, items)
     numpy.testing.assert_array_equal(s["iscrowd"], items[0]["iscrowd"][:3])
     numpy.testing.assert_array_equal(s["kp"], items[0]["kp"][:3])
+
+
+def overlap(boxes, win):
+    """The share of each box's area inside window {y0, x0, h, w}; 0 for a
+    box of no area (torchvision's clip and areas)."""
+    b = torch.tensor(boxes, dtype=torch.float64)
+    y0, x0, h, w = win
+    moved = b - torch.tensor([x0, y0, x0, y0], dtype=torch.float64)
+    inside = box_area(clip_boxes_to_image(moved, (h, w)))
+    full = box_area(b)
+    return torch.where(full > 0, inside / full.clamp(min=1e-300),
+                       torch.zeros_like(full)).numpy()
+
+
+@pytest.mark.parametrize("threshold", [0.5, 1.0])
+def test_ssd_crop_overlap_threshold(threshold):
+    items = samples(n=60, seed=3)
+    got = run("ssd_crop:thresholds=%g,threshold_type=overlap,"
+              "allow_no_crop=false,attempts=200" % threshold, items)
+    cropped = below_iou = 0
+    for s in got:
+        src = items[int(s["index"])]
+        win, _ = crop_origin(s)
+        boxes, labels = expected(src["boxes"], src["labels"], win, win[2],
+                                 win[3], False)
+        numpy.testing.assert_allclose(s["boxes"], boxes, rtol=1e-5,
+                                      atol=1e-4)
+        numpy.testing.assert_array_equal(s["labels"], labels)
+        if win == [0, 0, H, W]:
+            continue
+        cropped += 1
+        # one box that stays has that share of its area in the window
+        stays = numpy.isin(src["labels"], labels)
+        share = overlap(src["boxes"][stays], win)
+        assert len(share) and share.max() >= threshold - 1e-6
+        window = torch.tensor([[win[1], win[0], win[1] + win[3],
+                                win[0] + win[2]]], dtype=torch.float64)
+        iou = box_iou(torch.tensor(src["boxes"][stays], dtype=torch.float64),
+                      window)
+        below_iou += float(iou.max()) < threshold
+    assert cropped > 20
+    assert below_iou > 0  # not the IoU rule
+
+
+def test_ssd_crop_prune_threshold_is_the_visible_rule():
+    items = with_fields(samples(n=60, seed=3))
+    kinds = check("ssd_crop:bbox_prune_threshold=0.6" + BOTH, items, None,
+                  0.6, window=crop_origin, follow=PER_BOX)
+    assert len(kinds) > 10
+    a = run("ssd_crop:bbox_prune_threshold=0.6", items)
+    b = run("ssd_crop:box_keep=visible,box_min_visible=0.6", items)
+    for x, y in zip(a, b):
+        numpy.testing.assert_array_equal(x["boxes"], y["boxes"])
+        numpy.testing.assert_array_equal(x["labels"], y["labels"])
+
+
+@pytest.mark.parametrize("spec, message", [
+    ("ssd_crop:bbox_prune_threshold=0.5,box_min_visible=0.5",
+     "give one or the other"),
+    ("ssd_crop:bbox_prune_threshold=0.5,box_keep=center",
+     "give one or the other"),
+    ("ssd_crop:bbox_prune_threshold=0", "must be above 0"),
+    ("ssd_crop:threshold_type=area",
+     "option 'threshold_type' must be iou or overlap, got 'area'"),
+])
+def test_ssd_crop_dali_options_are_checked(spec, message):
+    with pytest.raises(echoflow.SpecError, match=message):
+        run(spec, samples(n=1))

@@ -89,6 +89,16 @@ double ef__box_window_iou(const float box[4], const int64_t win[4])
     return inter / uni;
 }
 
+double ef__box_window_overlap(const float box[4], const int64_t win[4])
+{
+    double wx1 = (double)win[1], wy1 = (double)win[0];
+    double wx2 = wx1 + (double)win[3], wy2 = wy1 + (double)win[2];
+    double ix1 = box[0] > wx1 ? box[0] : wx1, iy1 = box[1] > wy1 ? box[1] : wy1;
+    double ix2 = box[2] < wx2 ? box[2] : wx2, iy2 = box[3] < wy2 ? box[3] : wy2;
+    double full = area(box[0], box[1], box[2], box[3]);
+    return full > 0 ? area(ix1, iy1, ix2, iy2) / full : 0;
+}
+
 /* Copies option `name` (a field name, may be empty) into dst. */
 static int field_option(const ef__opts *o, const char *stage, const char *name,
                         char dst[EF_MAX_NAME], ef__err *err)

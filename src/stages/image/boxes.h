@@ -72,6 +72,11 @@ int64_t ef__box_map_all(const ef__box_map *m, double min_visible,
  * {y0, x0, height, width} (at least a pixel), in the same pixels. */
 double ef__box_window_iou(const float box[4], const int64_t win[4]);
 
+/* The share of box (x1, y1, x2, y2) that lies in the window {y0, x0,
+ * height, width}: the intersection over the box's own area (DALI's
+ * "overlap"); 0 for a box of no area. */
+double ef__box_window_overlap(const float box[4], const int64_t win[4]);
+
 /* Options boxes, labels, box_fields, box_keep and box_min_visible of
  * `stage` (its name, for messages) into b: EF_ESPEC for a name too long,
  * a bad list or a rule that contradicts itself. */
