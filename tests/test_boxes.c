@@ -256,13 +256,12 @@ static int white_box(const ef_tensor *t, float box[4])
  * a test that runs pipelines side by side. */
 static ef_pipeline *own_pipeline(const char *stages, box_source *src)
 {
-    *src = (box_source){
-        .n = 40, .nbox = 3, .box_dtype = EF_F32, .label_rows = 3};
+    *src =
+        (box_source){.n = 40, .nbox = 3, .box_dtype = EF_F32, .label_rows = 3};
     ef_pipeline *p;
     assert_int_equal(ef_pipeline_create(&p), EF_OK);
     assert_int_equal(ef_pipeline_set_seed(p, 7), EF_OK);
-    assert_int_equal(ef_pipeline_add_source(p, boxes_source, src, NULL),
-                     EF_OK);
+    assert_int_equal(ef_pipeline_add_source(p, boxes_source, src, NULL), EF_OK);
     tu_parse(p, stages);
     return p;
 }
@@ -479,9 +478,8 @@ static void absent_per_box_fields_are_skipped(void **state)
 static void pad_boxes_pads_per_box_fields(void **state)
 {
     (void)state;
-    ef_pipeline *p =
-        fields_pipeline("pad_boxes:n=5,box_fields=\"iscrowd,kp\" | batch:size=2",
-                        3);
+    ef_pipeline *p = fields_pipeline(
+        "pad_boxes:n=5,box_fields=\"iscrowd,kp\" | batch:size=2", 3);
     ef_sample *s = tu_next(p);
     ef_tensor c = tu_field(s, "iscrowd"), kp = tu_field(s, "kp");
     assert_int_equal(c.ndim, 2);
@@ -536,11 +534,10 @@ static void expect_error(const char *spec, ef_dtype dtype, int label_rows,
 {
     va_list ap;
     va_start(ap, status);
-    expect_error_from((box_source){.n = 4,
-                                   .nbox = 2,
-                                   .box_dtype = dtype,
-                                   .label_rows = label_rows},
-                      spec, status, ap);
+    expect_error_from(
+        (box_source){
+            .n = 4, .nbox = 2, .box_dtype = dtype, .label_rows = label_rows},
+        spec, status, ap);
     va_end(ap);
 }
 
@@ -573,8 +570,7 @@ static void per_box_field_errors_are_named(void **state)
                         "per-box field 'kp' is f32 [1,3]", "[2] or [2,...]",
                         NULL);
     expect_fields_error("pad_boxes:n=4,box_fields=kp", 3, EF_ESHAPE,
-                        "'pad_boxes'", "per-box field 'kp' is f32 [3,3]",
-                        NULL);
+                        "'pad_boxes'", "per-box field 'kp' is f32 [3,3]", NULL);
     expect_spec_error("range:3 | flip:boxes=b,box_fields=\"a,,c\"",
                       "option 'box_fields' has an empty name");
     expect_spec_error("range:3 | resize:size=3,boxes=b,box_fields=\"a,b\"",
@@ -627,9 +623,10 @@ static void ssd_crop_crops_boxes_with_pixels(void **state)
 static void ssd_crop_overlap_threshold(void **state)
 {
     (void)state;
-    ef_pipeline *p = box_pipeline("ssd_crop:thresholds=1,threshold_type=overlap,"
-                                  "allow_no_crop=false,scale_min=0.3",
-                                  3);
+    ef_pipeline *p =
+        box_pipeline("ssd_crop:thresholds=1,threshold_type=overlap,"
+                     "allow_no_crop=false,scale_min=0.3",
+                     3);
     ef_sample *s;
     int cropped = 0;
     while ((s = tu_next_or_end(p, "overlap")) != NULL) {
@@ -724,7 +721,6 @@ static void pad_boxes_batches_densely(void **state)
     expect_error("pad_boxes:n=1", EF_F32, 2, EF_ESHAPE,
                  "2 boxes in field 'boxes', more than n=1", NULL);
 }
-
 
 static void contradicting_rules_are_refused(void **state)
 {

@@ -156,8 +156,8 @@ static int add_field(const char *stage, const char *text, const char *p,
     return EF_OK;
 }
 
-int ef__box_fields_parse(const ef__opts *o, const char *stage,
-                         ef__box_opts *b, ef__err *err)
+int ef__box_fields_parse(const ef__opts *o, const char *stage, ef__box_opts *b,
+                         ef__err *err)
 {
     const char *text = ef__opt_string(o, "box_fields");
     b->nfields = 0;
@@ -287,8 +287,9 @@ int ef__box_fields_find(const ef_sample *s, const ef__box_opts *b,
 {
     for (int j = 0; j < b->nfields; j++) {
         idx[j] = ef__sample_find(s, b->fields[j]);
-        int rc = idx[j] < 0 ? EF_OK
-                            : check_rows(s, idx[j], b, stage, "per-box", n, ctx);
+        int rc = idx[j] < 0
+                     ? EF_OK
+                     : check_rows(s, idx[j], b, stage, "per-box", n, ctx);
         if (rc < 0)
             return rc;
     }
@@ -350,8 +351,7 @@ static int drop_rows(ef__field *f, const unsigned char *keep, int64_t kept)
 /* Drops the rows of the labels (field li, or none when -1) and of the
  * per-box fields found (idx) whose keep[] is clear. */
 static int drop_rows_of(ef_sample *s, int li, const ef__box_opts *b,
-                        const int *idx, const unsigned char *keep,
-                        int64_t kept)
+                        const int *idx, const unsigned char *keep, int64_t kept)
 {
     int rc = li >= 0 ? drop_rows(&s->fields[li], keep, kept) : EF_OK;
     for (int j = 0; rc == EF_OK && j < b->nfields; j++)

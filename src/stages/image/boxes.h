@@ -88,8 +88,8 @@ int ef__box_opts_parse(const ef__opts *o, const char *stage, ef__box_opts *b,
  * quoted in a spec) of at most EF__BOX_FIELDS_MAX names, each once; ""
  * for none. The labels field may be listed (its rows go once); the boxes
  * field may not. */
-int ef__box_fields_parse(const ef__opts *o, const char *stage,
-                         ef__box_opts *b, ef__err *err);
+int ef__box_fields_parse(const ef__opts *o, const char *stage, ef__box_opts *b,
+                         ef__err *err);
 
 /* The index of field `name` of s (`what`: "boxes" or "labels", for the
  * message), or the error that names the fields the sample has. */
