@@ -98,13 +98,42 @@ def expected(boxes, labels, win, out_h, out_w, mirror, min_visible=0.0):
     return clipped.numpy()[keep].astype(numpy.float32), labels[keep]
 
 
+PER_BOX = ("iscrowd", "kp")
+
+
+def with_fields(items, seed=9):
+    """items given per-box fields: iscrowd (i64 [n], as COCO's) and kp
+    (f32 [n,3], a field of rows)."""
+    rng = numpy.random.default_rng(seed)
+    for s in items:
+        n = len(s["boxes"])
+        s["iscrowd"] = rng.integers(0, 2, n).astype(numpy.int64)
+        s["kp"] = rng.standard_normal((n, 3)).astype(numpy.float32)
+    return items
+
+
 def run(spec, items):
+    keys = ("image", "boxes", "labels", "index") + PER_BOX
     with echoflow.Pipeline(spec, source=items, seed=5) as p:
-        return [{k: numpy.asarray(s[k]) for k in ("image", "boxes", "labels",
-                                                   "index")} for s in p]
+        return [{k: numpy.asarray(s[k]) for k in keys if k in s} for s in p]
 
 
-def check(spec, items, out_size, min_visible=0.0, window=None):
+def check_fields(got, src, labels, follow):
+    """The per-box fields of `got`: those in `follow` keep the rows of the
+    boxes that stayed (whose labels, computed here, are `labels`), the
+    others are as they came."""
+    rows = numpy.isin(src["labels"], labels)
+    for k in PER_BOX:
+        if k in src:
+            want = src[k][rows] if k in follow else src[k]
+            assert got[k].dtype == src[k].dtype
+            numpy.testing.assert_array_equal(got[k], want)
+
+
+def check(spec, items, out_size, min_visible=0.0, window=None, follow=()):
+    """Runs spec over items and checks each sample's boxes and labels
+    (and per-box fields `follow`) against those computed here; out_size
+    None: the window's own size."""
     got = run(spec, items)
     assert len(got) == len(items)
     kinds = set()
@@ -115,13 +144,14 @@ def check(spec, items, out_size, min_visible=0.0, window=None):
         else:
             win, mirror = window(s)
         kinds.add((tuple(win), mirror))
-        boxes, labels = expected(src["boxes"], src["labels"], win,
-                                 out_size[0], out_size[1], mirror,
-                                 min_visible)
+        out_h, out_w = out_size or win[2:]
+        boxes, labels = expected(src["boxes"], src["labels"], win, out_h,
+                                 out_w, mirror, min_visible)
         assert s["boxes"].dtype == numpy.float32
         assert s["boxes"].shape == (len(labels), 4)
         numpy.testing.assert_allclose(s["boxes"], boxes, rtol=1e-5, atol=1e-4)
         numpy.testing.assert_array_equal(s["labels"], labels)
+        check_fields(s, src, labels, follow)
     return kinds
 
 
@@ -161,16 +191,18 @@ def test_resize():
     assert kinds == {((0, 0, H, W), False)}
 
 
-def test_random_crop():
-    def shift(s):
-        # output pixel (y, x) is input (y + oy, x + ox), 0 outside
-        img = s["image"]
-        ys, xs = numpy.nonzero(img[..., 0])
-        y, x = ys[0], xs[0]
-        oy = int(round(img[y, x, 1] - 0.5 - y))
-        ox = int(round(img[y, x, 0] - 0.5 - x))
-        return [oy, ox, H, W], False
+def shift(s):
+    """random_crop's window: output pixel (y, x) is input (y + oy,
+    x + ox), 0 outside."""
+    img = s["image"]
+    ys, xs = numpy.nonzero(img[..., 0])
+    y, x = ys[0], xs[0]
+    oy = int(round(img[y, x, 1] - 0.5 - y))
+    ox = int(round(img[y, x, 0] - 0.5 - x))
+    return [oy, ox, H, W], False
 
+
+def test_random_crop():
     kinds = check("random_crop:pad=20,boxes=boxes", samples(), (H, W),
                   window=shift)
     assert len(kinds) > 10
@@ -182,41 +214,48 @@ def png(img):
     return numpy.frombuffer(buf.getvalue(), numpy.uint8)
 
 
-def test_decode_crop():
-    # u8 coordinates: x in red, y in green; the window read back by least
-    # squares over the middle of a row and a column
+def encoded(items):
+    """items with a PNG of u8 coordinates (x in red, y in green) in place
+    of the image, for decode_crop."""
     y, x = numpy.mgrid[0:H, 0:W]
     img = numpy.stack([x, y, numpy.zeros_like(x)], -1).astype(numpy.uint8)
-    items = samples()
     for s in items:
         s["png"] = png(img)
         del s["image"]
+    return items
 
-    def fit(v, n):
-        # the integer window (origin, extent) of the n pixels of this axis
-        # whose bilinear values, o + (u + 0.5) * e / S - 0.5 clamped to the
-        # window, round to v: the one that misses least
-        s_len = len(v)
-        u = numpy.arange(s_len) + 0.5
-        o, e = numpy.mgrid[0:n, 1:n + 1]
-        ok = o + e <= n
-        o, e = o[ok][:, None], e[ok][:, None]
-        at = numpy.clip(o + u * e / s_len - 0.5, o, o + e - 1)
-        miss = numpy.abs(at - v).max(axis=1)
-        best = numpy.argmin(miss)
-        assert miss[best] <= 0.5 + 1e-3, miss[best]
-        return int(o[best, 0]), int(e[best, 0])
 
-    def window(s):
-        out = s["image"].astype(numpy.float64)
-        row, col = out[out.shape[0] // 2, :, 0], out[:, out.shape[1] // 2, 1]
-        mirror = row[-1] < row[0]
-        x0, cw = fit(row[::-1] if mirror else row, W)
-        y0, ch = fit(col, H)
-        return [y0, x0, ch, cw], bool(mirror)
+def fit(v, n):
+    """The integer window (origin, extent) of the n pixels of an axis
+    whose bilinear values, o + (u + 0.5) * e / S - 0.5 clamped to the
+    window, round to v: the one that misses least."""
+    s_len = len(v)
+    u = numpy.arange(s_len) + 0.5
+    o, e = numpy.mgrid[0:n, 1:n + 1]
+    ok = o + e <= n
+    o, e = o[ok][:, None], e[ok][:, None]
+    at = numpy.clip(o + u * e / s_len - 0.5, o, o + e - 1)
+    miss = numpy.abs(at - v).max(axis=1)
+    best = numpy.argmin(miss)
+    assert miss[best] <= 0.5 + 1e-3, miss[best]
+    return int(o[best, 0]), int(e[best, 0])
 
+
+def decoded_window(s):
+    """decode_crop's window, read back by least squares over the middle
+    of a row and a column of the coordinates."""
+    out = s["image"].astype(numpy.float64)
+    row, col = out[out.shape[0] // 2, :, 0], out[:, out.shape[1] // 2, 1]
+    mirror = row[-1] < row[0]
+    x0, cw = fit(row[::-1] if mirror else row, W)
+    y0, ch = fit(col, H)
+    return [y0, x0, ch, cw], bool(mirror)
+
+
+def test_decode_crop():
     kinds = check("decode_crop:size=48,scale_min=0.3,mirror=0.5,"
-                  "boxes=boxes", items, (48, 48), window=window)
+                  "boxes=boxes", encoded(samples()), (48, 48),
+                  window=decoded_window)
     assert {m for _, m in kinds} == {False, True}
 
 
@@ -390,3 +429,182 @@ def test_pad_boxes_pads_labels_in_their_dtype(dtype):
 def test_pad_boxes_errors(spec, items, error, message):
     with pytest.raises(error, match=message):
         run(spec, items)
+
+
+BOTH = ',box_fields="iscrowd,kp"'
+
+
+@pytest.mark.parametrize("nbox", [None, 0])
+def test_per_box_fields_follow_every_stage(nbox):
+    # random boxes (some samples with none), or none at all
+    items = with_fields(samples(nbox=nbox))
+    follow = PER_BOX
+    check("flip:boxes=boxes" + BOTH, items, (H, W), follow=follow)
+    check("resize:height=45,width=100,boxes=boxes" + BOTH, items, (45, 100),
+          follow=follow)
+    check("random_crop:pad=20,boxes=boxes" + BOTH, items, (H, W),
+          window=shift, follow=follow)
+    check("random_resized_crop:size=24,scale_min=0.05,scale_max=0.5,"
+          "boxes=boxes,box_min_visible=0.4" + BOTH, items, (24, 24), 0.4,
+          follow=follow)
+    check("crop_mirror_normalize:size=30,layout=hwc,mean=0,std=1,"
+          "boxes=boxes" + BOTH, items, (30, 30), follow=follow)
+    check("ssd_crop:allow_no_crop=false" + BOTH, items, None,
+          window=crop_origin, follow=follow)
+    check("decode_crop:size=48,scale_min=0.1,scale_max=0.5,mirror=0.5,"
+          "boxes=boxes" + BOTH, encoded(with_fields(samples(nbox=nbox))),
+          (48, 48), window=decoded_window, follow=follow)
+
+
+def test_iscrowd_follows_by_default():
+    # what the coco source gives with crowd=keep, with no option written
+    items = with_fields(samples())
+    got = run("random_resized_crop:size=24,scale_min=0.05,scale_max=0.5,"
+              "boxes=boxes", items)
+    dropped = 0
+    for s in got:
+        src = items[int(s["index"])]
+        dropped += len(s["labels"]) < len(src["labels"])
+        check_fields(s, src, s["labels"], ("iscrowd",))
+    assert dropped > 10
+
+
+def test_per_box_fields_when_every_box_leaves():
+    items = with_fields(samples(nbox=0) + samples(n=20, seed=1, nbox=3))
+    for i, s in enumerate(items):
+        s["index"] = i
+    got = run("random_resized_crop:size=8,scale_min=0.001,scale_max=0.001,"
+              "boxes=boxes,box_keep=visible,box_min_visible=1" + BOTH, items)
+    emptied = 0
+    for s in got:
+        n = len(s["boxes"])
+        assert s["iscrowd"].shape == (n,) and s["kp"].shape == (n, 3)
+        check_fields(s, items[int(s["index"])], s["labels"], PER_BOX)
+        emptied += n == 0 and int(s["index"]) >= 40
+    assert emptied > 0
+
+
+def test_absent_per_box_fields_are_skipped():
+    items = samples(n=10)
+    for s in run("random_crop:pad=20,boxes=boxes,"
+                 'box_fields="area,track_id"', items):
+        assert "area" not in s and "track_id" not in s
+
+
+@pytest.mark.parametrize("spec, field, rows, message", [
+    ("flip:boxes=boxes", "iscrowd", 3,
+     r"stage 'flip': per-box field 'iscrowd' is i64 \[3\]; expected one row "
+     r"per box, \[2\] or \[2,...\], as boxes field 'boxes' has 2"),
+    ("ssd_crop:allow_no_crop=true" + BOTH, "kp", 1,
+     r"item 0 .*stage 'ssd_crop': per-box field 'kp' is f32 \[1,3\]"),
+    ("pad_boxes:n=4" + BOTH, "kp", 0,
+     r"stage 'pad_boxes': per-box field 'kp' is f32 \[0,3\]"),
+])
+def test_per_box_field_of_other_rows_is_refused(spec, field, rows, message):
+    items = with_fields(detections(2, numpy.arange(2, dtype=numpy.int64)))
+    items[0][field] = items[0][field][:1].repeat(rows, axis=0)
+    with pytest.raises(echoflow.ShapeError, match=message):
+        run(spec, items)
+
+
+@pytest.mark.parametrize("spec, message", [
+    ('flip:boxes=boxes,box_fields="a,,b"', "'box_fields' has an empty name"),
+    ('resize:size=4,boxes=boxes,box_fields="kp,boxes"',
+     "names the boxes field"),
+    ('pad_boxes:n=2,box_fields="kp,kp"', "names a field twice"),
+])
+def test_box_fields_list_is_checked(spec, message):
+    with pytest.raises(echoflow.SpecError, match=message):
+        run(spec, samples(n=1))
+
+
+def test_pad_boxes_pads_per_box_fields():
+    items = with_fields(samples(n=8, seed=7))
+    spec = "pad_boxes:n=12" + BOTH + " | batch:size=4"
+    with echoflow.Pipeline(spec, source=items, seed=5) as p:
+        batches = [{k: numpy.asarray(b[k]) for k in
+                    ("iscrowd", "kp", "boxes_mask", "index")} for b in p]
+    assert len(batches) == 2
+    for b in batches:
+        assert b["iscrowd"].shape == (4, 12) and b["kp"].shape == (4, 12, 3)
+        for row, i in enumerate(b["index"]):
+            src = items[int(i)]
+            k = len(src["boxes"])
+            numpy.testing.assert_array_equal(b["iscrowd"][row, :k],
+                                             src["iscrowd"])
+            numpy.testing.assert_array_equal(b["kp"][row, :k], src["kp"])
+            assert not b["iscrowd"][row, k:].any()
+            assert not b["kp"][row, k:].any()
+    # overflow=drop keeps the rows of the boxes it keeps
+    items = with_fields(detections(5, numpy.arange(5, dtype=numpy.int64)))
+    (s,) = run("pad_boxes:n=3,overflow=drop" + BOTH, items)
+    numpy.testing.assert_array_equal(s["iscrowd"], items[0]["iscrowd"][:3])
+    numpy.testing.assert_array_equal(s["kp"], items[0]["kp"][:3])
+
+
+def overlap(boxes, win):
+    """The share of each box's area inside window {y0, x0, h, w}; 0 for a
+    box of no area (torchvision's clip and areas)."""
+    b = torch.tensor(boxes, dtype=torch.float64)
+    y0, x0, h, w = win
+    moved = b - torch.tensor([x0, y0, x0, y0], dtype=torch.float64)
+    inside = box_area(clip_boxes_to_image(moved, (h, w)))
+    full = box_area(b)
+    return torch.where(full > 0, inside / full.clamp(min=1e-300),
+                       torch.zeros_like(full)).numpy()
+
+
+@pytest.mark.parametrize("threshold", [0.5, 1.0])
+def test_ssd_crop_overlap_threshold(threshold):
+    items = samples(n=60, seed=3)
+    got = run("ssd_crop:thresholds=%g,threshold_type=overlap,"
+              "allow_no_crop=false,attempts=200" % threshold, items)
+    cropped = below_iou = 0
+    for s in got:
+        src = items[int(s["index"])]
+        win, _ = crop_origin(s)
+        boxes, labels = expected(src["boxes"], src["labels"], win, win[2],
+                                 win[3], False)
+        numpy.testing.assert_allclose(s["boxes"], boxes, rtol=1e-5,
+                                      atol=1e-4)
+        numpy.testing.assert_array_equal(s["labels"], labels)
+        if win == [0, 0, H, W]:
+            continue
+        cropped += 1
+        # one box that stays has that share of its area in the window
+        stays = numpy.isin(src["labels"], labels)
+        share = overlap(src["boxes"][stays], win)
+        assert len(share) and share.max() >= threshold - 1e-6
+        window = torch.tensor([[win[1], win[0], win[1] + win[3],
+                                win[0] + win[2]]], dtype=torch.float64)
+        iou = box_iou(torch.tensor(src["boxes"][stays], dtype=torch.float64),
+                      window)
+        below_iou += float(iou.max()) < threshold
+    assert cropped > 20
+    assert below_iou > 0  # not the IoU rule
+
+
+def test_ssd_crop_prune_threshold_is_the_visible_rule():
+    items = with_fields(samples(n=60, seed=3))
+    kinds = check("ssd_crop:bbox_prune_threshold=0.6" + BOTH, items, None,
+                  0.6, window=crop_origin, follow=PER_BOX)
+    assert len(kinds) > 10
+    a = run("ssd_crop:bbox_prune_threshold=0.6", items)
+    b = run("ssd_crop:box_keep=visible,box_min_visible=0.6", items)
+    for x, y in zip(a, b):
+        numpy.testing.assert_array_equal(x["boxes"], y["boxes"])
+        numpy.testing.assert_array_equal(x["labels"], y["labels"])
+
+
+@pytest.mark.parametrize("spec, message", [
+    ("ssd_crop:bbox_prune_threshold=0.5,box_min_visible=0.5",
+     "give one or the other"),
+    ("ssd_crop:bbox_prune_threshold=0.5,box_keep=center",
+     "give one or the other"),
+    ("ssd_crop:bbox_prune_threshold=0", "must be above 0"),
+    ("ssd_crop:threshold_type=area",
+     "option 'threshold_type' must be iou or overlap, got 'area'"),
+])
+def test_ssd_crop_dali_options_are_checked(spec, message):
+    with pytest.raises(echoflow.SpecError, match=message):
+        run(spec, samples(n=1))

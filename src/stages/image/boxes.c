@@ -89,6 +89,16 @@ double ef__box_window_iou(const float box[4], const int64_t win[4])
     return inter / uni;
 }
 
+double ef__box_window_overlap(const float box[4], const int64_t win[4])
+{
+    double wx1 = (double)win[1], wy1 = (double)win[0];
+    double wx2 = wx1 + (double)win[3], wy2 = wy1 + (double)win[2];
+    double ix1 = box[0] > wx1 ? box[0] : wx1, iy1 = box[1] > wy1 ? box[1] : wy1;
+    double ix2 = box[2] < wx2 ? box[2] : wx2, iy2 = box[3] < wy2 ? box[3] : wy2;
+    double full = area(box[0], box[1], box[2], box[3]);
+    return full > 0 ? area(ix1, iy1, ix2, iy2) / full : 0;
+}
+
 /* Copies option `name` (a field name, may be empty) into dst. */
 static int field_option(const ef__opts *o, const char *stage, const char *name,
                         char dst[EF_MAX_NAME], ef__err *err)
@@ -103,6 +113,70 @@ static int field_option(const ef__opts *o, const char *stage, const char *name,
     return EF_OK;
 }
 
+static int bad_fields(const char *stage, const char *text, const char *why,
+                      ef__err *err)
+{
+    return ef__err_set(err, EF_ESPEC,
+                       "stage '%s': option 'box_fields' %s in '%s'; expected "
+                       "up to %d comma-separated field names of 1 to %d "
+                       "bytes, each once, none the boxes field (quote the "
+                       "list in a spec: box_fields=\"iscrowd,area\")",
+                       stage, why, text, EF__BOX_FIELDS_MAX, EF_MAX_NAME - 1);
+}
+
+/* Whether b->fields holds `name` already. */
+static int listed(const ef__box_opts *b, const char *name)
+{
+    for (int j = 0; j < b->nfields; j++)
+        if (strcmp(name, b->fields[j]) == 0)
+            return 1;
+    return 0;
+}
+
+/* Adds the name of n bytes at p to b->fields. */
+static int add_field(const char *stage, const char *text, const char *p,
+                     size_t n, ef__box_opts *b, ef__err *err)
+{
+    if (n == 0)
+        return bad_fields(stage, text, "has an empty name", err);
+    if (n >= EF_MAX_NAME)
+        return bad_fields(stage, text, "has a name too long", err);
+    char name[EF_MAX_NAME];
+    memcpy(name, p, n);
+    name[n] = '\0';
+    if (strcmp(name, b->boxes) == 0)
+        return bad_fields(stage, text, "names the boxes field", err);
+    if (strcmp(name, b->labels) == 0)
+        return EF_OK; /* its rows go with the boxes already, once */
+    if (listed(b, name))
+        return bad_fields(stage, text, "names a field twice", err);
+    if (b->nfields == EF__BOX_FIELDS_MAX)
+        return bad_fields(stage, text, "has too many names", err);
+    strcpy(b->fields[b->nfields++], name);
+    return EF_OK;
+}
+
+int ef__box_fields_parse(const ef__opts *o, const char *stage, ef__box_opts *b,
+                         ef__err *err)
+{
+    const char *text = ef__opt_string(o, "box_fields");
+    b->nfields = 0;
+    if (!*text)
+        return EF_OK;
+    for (const char *p = text;;) {
+        size_t n = strcspn(p, ",");
+        const char *end = p + n;
+        while (n && *p == ' ')
+            p++, n--;
+        while (n && p[n - 1] == ' ')
+            n--;
+        int rc = add_field(stage, text, p, n, b, err);
+        if (rc != EF_OK || !*end)
+            return rc;
+        p = end + 1;
+    }
+}
+
 int ef__box_opts_parse(const ef__opts *o, const char *stage, ef__box_opts *b,
                        ef__err *err)
 {
@@ -111,6 +185,8 @@ int ef__box_opts_parse(const ef__opts *o, const char *stage, ef__box_opts *b,
     int rc = field_option(o, stage, "boxes", b->boxes, err);
     if (rc == EF_OK)
         rc = field_option(o, stage, "labels", b->labels, err);
+    if (rc == EF_OK)
+        rc = ef__box_fields_parse(o, stage, b, err);
     if (rc == EF_OK)
         rc = ef__opt_choice(o, stage, "box_keep", "center", "visible", &center,
                             err);
@@ -173,26 +249,59 @@ static int find_boxes(const ef_sample *s, const ef__box_opts *b,
     return i;
 }
 
+/* Field i of s (`what`: "labels" or "per-box", for the message),
+ * checked: n rows of a fixed size. Returns i or the error. */
+static int check_rows(const ef_sample *s, int i, const ef__box_opts *b,
+                      const char *stage, const char *what, int64_t n,
+                      ef_map_ctx *ctx)
+{
+    const ef__field *f = &s->fields[i];
+    /* a text's rows are bytes, not one per box */
+    int text = f->variable >= EF__TEXT;
+    if (f->ndim < 1 || f->shape[0] != n || f->lengths || text) {
+        char shape[128];
+        ef__shape_format(shape, sizeof shape, f->ndim, f->shape);
+        return ef_map_ctx_fail(ctx, EF_ESHAPE,
+                               "stage '%s': %s field '%s' is %s %s%s%s; "
+                               "expected one row per box, [%lld] or "
+                               "[%lld,...], as boxes field '%s' has %lld",
+                               stage, what, f->name, ef_dtype_name(f->dtype),
+                               shape, f->lengths ? " (ragged, a batch)" : "",
+                               text ? " (a text)" : "", (long long)n,
+                               (long long)n, b->boxes, (long long)n);
+    }
+    return i;
+}
+
 /* The labels field of s, checked: n rows. */
 static int find_labels(const ef_sample *s, const ef__box_opts *b,
                        const char *stage, int64_t n, ef_map_ctx *ctx)
 {
     int i = ef__boxes_field(s, stage, "labels", b->labels, ctx);
-    if (i < 0)
-        return i;
-    const ef__field *f = &s->fields[i];
-    if (f->ndim < 1 || f->shape[0] != n || f->lengths) {
-        char shape[128];
-        ef__shape_format(shape, sizeof shape, f->ndim, f->shape);
-        return ef_map_ctx_fail(ctx, EF_ESHAPE,
-                               "stage '%s': labels field '%s' is %s %s; "
-                               "expected one row per box, [%lld] or "
-                               "[%lld,...], as boxes field '%s' has %lld",
-                               stage, b->labels, ef_dtype_name(f->dtype), shape,
-                               (long long)n, (long long)n, b->boxes,
-                               (long long)n);
+    return i < 0 ? i : check_rows(s, i, b, stage, "labels", n, ctx);
+}
+
+int ef__box_fields_find(const ef_sample *s, const ef__box_opts *b,
+                        const char *stage, int64_t n,
+                        int idx[EF__BOX_FIELDS_MAX], ef_map_ctx *ctx)
+{
+    for (int j = 0; j < b->nfields; j++) {
+        idx[j] = ef__sample_find(s, b->fields[j]);
+        int rc = idx[j] < 0
+                     ? EF_OK
+                     : check_rows(s, idx[j], b, stage, "per-box", n, ctx);
+        if (rc < 0)
+            return rc;
     }
-    return i;
+    return EF_OK;
+}
+
+size_t ef__box_row_bytes(const ef__field *f)
+{
+    size_t row = ef_dtype_size(f->dtype);
+    for (int d = 1; d < f->ndim; d++)
+        row *= (size_t)f->shape[d];
+    return row;
 }
 
 int ef__boxes_read(const ef_sample *in, const ef__box_opts *b,
@@ -221,12 +330,11 @@ static void replace_rows(ef__field *f, ef_buffer *nb, int64_t nrows,
     f->shape[0] = nrows;
 }
 
-/* The labels' rows whose keep[] is set, into a new buffer. */
-static int drop_label_rows(ef__field *f, const unsigned char *keep,
-                           int64_t kept)
+/* The rows of f whose keep[] is set, into a new buffer. */
+static int drop_rows(ef__field *f, const unsigned char *keep, int64_t kept)
 {
     int64_t n = f->shape[0];
-    size_t row = n ? f->nbytes / (size_t)n : 0;
+    size_t row = ef__box_row_bytes(f);
     ef_buffer *nb = ef_buffer_new((size_t)kept * row);
     if (!nb)
         return EF_ENOMEM;
@@ -240,6 +348,18 @@ static int drop_label_rows(ef__field *f, const unsigned char *keep,
     return EF_OK;
 }
 
+/* Drops the rows of the labels (field li, or none when -1) and of the
+ * per-box fields found (idx) whose keep[] is clear. */
+static int drop_rows_of(ef_sample *s, int li, const ef__box_opts *b,
+                        const int *idx, const unsigned char *keep, int64_t kept)
+{
+    int rc = li >= 0 ? drop_rows(&s->fields[li], keep, kept) : EF_OK;
+    for (int j = 0; rc == EF_OK && j < b->nfields; j++)
+        if (idx[j] >= 0)
+            rc = drop_rows(&s->fields[idx[j]], keep, kept);
+    return rc;
+}
+
 /* ef__boxes_follow, leaving *out to the caller on failure. */
 static int follow(const ef__box_opts *b, const char *stage,
                   const ef__box_map *m, ef_sample *s, ef_map_ctx *ctx)
@@ -251,6 +371,10 @@ static int follow(const ef__box_opts *b, const char *stage,
     int li = b->labels[0] ? find_labels(s, b, stage, n, ctx) : -1;
     if (b->labels[0] && li < 0)
         return li;
+    int idx[EF__BOX_FIELDS_MAX];
+    int rc = ef__box_fields_find(s, b, stage, n, idx, ctx);
+    if (rc != EF_OK)
+        return rc;
     ef_buffer *nb = ef_buffer_new((size_t)n * 4 * sizeof(float));
     unsigned char *keep = ef__malloc(n ? (size_t)n : 1);
     if (!nb || !keep) {
@@ -268,13 +392,15 @@ static int follow(const ef__box_opts *b, const char *stage,
     int64_t kept =
         ef__box_map_all(m, b->min_visible, src, n, ef_buffer_data(nb), keep);
     replace_rows(f, nb, kept, 4 * sizeof(float));
-    int rc = EF_OK;
-    if (li >= 0 && kept < n && drop_label_rows(&s->fields[li], keep, kept))
-        rc = ef_map_ctx_fail(ctx, EF_ENOMEM,
-                             "stage '%s': out of memory for %lld labels", stage,
-                             (long long)kept);
+    if (kept < n)
+        rc = drop_rows_of(s, li, b, idx, keep, kept);
     ef__free(keep);
-    return rc;
+    if (rc != EF_OK)
+        return ef_map_ctx_fail(ctx, rc,
+                               "stage '%s': out of memory for the rows of "
+                               "%lld boxes",
+                               stage, (long long)kept);
+    return EF_OK;
 }
 
 int ef__boxes_follow(const ef__box_opts *b, const char *stage,

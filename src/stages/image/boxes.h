@@ -11,12 +11,15 @@
  * (bilinear.h's half-pixel centres) maps edge coordinate X to
  * (X - x0) * out / in exactly; a flip of an output w wide maps X to
  * w - X. The labels are any field whose first dimension is n; they lose
- * the rows of the dropped boxes. */
+ * the rows of the dropped boxes, and so do the other per-box fields
+ * (box_fields: iscrowd, areas, track ids, [n,k] keypoints ...), so that
+ * row i of each still describes box i. */
 #ifndef EF_STAGES_IMAGE_BOXES_H
 #define EF_STAGES_IMAGE_BOXES_H
 
 #include <stdint.h>
 
+#include "core/sample.h"
 #include "echoflow/echoflow.h"
 #include "pipeline/stage.h"
 
@@ -34,10 +37,17 @@ typedef struct {
 ef__box_map ef__box_map_window(const int64_t win[4], int64_t out_h,
                                int64_t out_w, int mirror);
 
+/* Most per-box fields a stage carries beside the labels. */
+#define EF__BOX_FIELDS_MAX 16
+
 /* Which boxes a stage carries and when a box stays (options below). */
 typedef struct {
     char boxes[EF_MAX_NAME];  /* "": the stage moves no boxes */
     char labels[EF_MAX_NAME]; /* "": no labels to drop rows of */
+    /* the other per-box fields: their rows go with the boxes' as the
+     * labels' do, but a sample may lack them */
+    char fields[EF__BOX_FIELDS_MAX][EF_MAX_NAME];
+    int nfields;
     /* 0: keep a box whose centre lies in the output (edges included);
      * else keep a box when at least this share of its area stays (a box
      * of no area: when its centre stays) */
@@ -62,11 +72,24 @@ int64_t ef__box_map_all(const ef__box_map *m, double min_visible,
  * {y0, x0, height, width} (at least a pixel), in the same pixels. */
 double ef__box_window_iou(const float box[4], const int64_t win[4]);
 
-/* Options boxes, labels, box_keep and box_min_visible of `stage` (its
- * name, for messages) into b: EF_ESPEC for a name too long or a rule
- * that contradicts itself. */
+/* The share of box (x1, y1, x2, y2) that lies in the window {y0, x0,
+ * height, width}: the intersection over the box's own area (DALI's
+ * "overlap"); 0 for a box of no area. */
+double ef__box_window_overlap(const float box[4], const int64_t win[4]);
+
+/* Options boxes, labels, box_fields, box_keep and box_min_visible of
+ * `stage` (its name, for messages) into b: EF_ESPEC for a name too long,
+ * a bad list or a rule that contradicts itself. */
 int ef__box_opts_parse(const ef__opts *o, const char *stage, ef__box_opts *b,
                        ef__err *err);
+
+/* Option box_fields of `stage` into b->fields, for a stage that parsed
+ * b->boxes and b->labels itself: a comma-separated list ("iscrowd,area",
+ * quoted in a spec) of at most EF__BOX_FIELDS_MAX names, each once; ""
+ * for none. The labels field may be listed (its rows go once); the boxes
+ * field may not. */
+int ef__box_fields_parse(const ef__opts *o, const char *stage, ef__box_opts *b,
+                         ef__err *err);
 
 /* The index of field `name` of s (`what`: "boxes" or "labels", for the
  * message), or the error that names the fields the sample has. */
@@ -79,15 +102,35 @@ int ef__boxes_read(const ef_sample *in, const ef__box_opts *b,
                    const char *stage, const float **boxes, int64_t *n,
                    ef_map_ctx *ctx);
 
+/* The per-box fields of s that b lists (b->fields) and s has: idx[j] is
+ * the index in s of b->fields[j], or -1 when s lacks it. Each one found
+ * must have n rows (the boxes' count): [n] or [n,...], not ragged, not a
+ * text; else EF_ESHAPE naming `stage`, the field, its shape and what was
+ * expected. */
+int ef__box_fields_find(const ef_sample *s, const ef__box_opts *b,
+                        const char *stage, int64_t n,
+                        int idx[EF__BOX_FIELDS_MAX], ef_map_ctx *ctx);
+
+/* Bytes of one row (the first dimension's step) of field f. */
+size_t ef__box_row_bytes(const ef__field *f);
+
 /* Moves the boxes of `*out` (a sample the caller is building, whose
  * other fields are those of the stage's input) through m, and drops the
- * labels' rows of the boxes that left: both fields get new buffers (the
- * labels keep theirs when every box stayed). Nothing to do when b names
- * no boxes. On failure (a missing field, a wrong dtype or shape: EF_ESHAPE
- * naming `stage`, the field and what was expected; EF_ENOMEM) *out is
- * freed and set to NULL. */
+ * rows of the boxes that left from the labels and the per-box fields
+ * (ef__box_fields_find): each gets a new buffer (the others keep theirs
+ * when every box stayed). Nothing to do when b names no boxes. On
+ * failure (a missing boxes or labels field, a wrong dtype or shape:
+ * EF_ESHAPE naming `stage`, the field and what was expected; EF_ENOMEM)
+ * *out is freed and set to NULL. */
 int ef__boxes_follow(const ef__box_opts *b, const char *stage,
                      const ef__box_map *m, ef_sample **out, ef_map_ctx *ctx);
+
+/* The row of the per-box fields, shared with pad_boxes. */
+#define EF__BOX_FIELDS_OPTION                                                  \
+    EF__OPT("box_fields", EF_OPT_STRING, "iscrowd",                            \
+            "other fields of one row per box (\"a,b\"), whose rows go with "   \
+            "the boxes; those a sample lacks are skipped",                     \
+            0, 0)
 
 /* The rows of the box options after the `boxes` row, which differs:
  * optional where the stage moves boxes beside its pixels, named by
@@ -96,6 +139,7 @@ int ef__boxes_follow(const ef__box_opts *b, const char *stage,
     EF__OPT("labels", EF_OPT_STRING, "labels",                                 \
             "field whose rows are dropped with the boxes (empty: none)", 0,    \
             0),                                                                \
+        EF__BOX_FIELDS_OPTION,                                                 \
         EF__OPT("box_keep", EF_OPT_STRING, "center",                           \
                 "which boxes stay: center (centre inside the output) or "      \
                 "visible (box_min_visible of the area)",                       \

@@ -1,11 +1,12 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* pad_boxes: a sample's boxes (f32 [k,4], boxes.h) padded with zeros to
  * a fixed [n,4], its labels ([k] of i64, i32 or f32) to [n] with
- * `pad_label`, and a bool [n] mask field saying which rows are boxes, so
- * that `batch` stacks them densely ([B,n,4]) for a trainer that wants
- * tensors rather than lists. A sample with more than n boxes is an error
- * naming it (overflow=error), or keeps its first n (overflow=drop),
- * counted in the stage's stats as `boxes_dropped`. */
+ * `pad_label`, its other per-box fields (box_fields, [k,...] of any
+ * dtype) to [n,...] with zeros, and a bool [n] mask field saying which
+ * rows are boxes, so that `batch` stacks them densely ([B,n,4]) for a
+ * trainer that wants tensors rather than lists. A sample with more than n
+ * boxes is an error naming it (overflow=error), or keeps its first n
+ * (overflow=drop), counted in the stage's stats as `boxes_dropped`. */
 #include <stdatomic.h>
 #include <string.h>
 
@@ -15,7 +16,7 @@
 #include "stages/image/image_stage.h"
 
 typedef struct {
-    ef__box_opts box; /* boxes and labels; no keep rule here */
+    ef__box_opts box; /* boxes, labels, box_fields; no keep rule here */
     char mask[EF_MAX_NAME];
     int64_t n;
     int64_t pad_label;
@@ -47,7 +48,8 @@ static int find_labels(const ef_sample *s, const pad_params *p, int64_t k,
 }
 
 /* Field i of s replaced by n rows: its first k rows, then rows of `pad`
- * (row_bytes each); a fixed shape from now on, never ragged. */
+ * (row_bytes each), or of zeros when pad is NULL; a fixed shape from now
+ * on, never ragged. */
 static int pad_rows(ef_sample *s, int i, int64_t k, int64_t n, size_t row_bytes,
                     const void *pad)
 {
@@ -58,7 +60,9 @@ static int pad_rows(ef_sample *s, int i, int64_t k, int64_t n, size_t row_bytes,
     unsigned char *dst = ef_buffer_data(nb);
     memcpy(dst, (const unsigned char *)ef_buffer_data(f->buf) + f->offset,
            (size_t)k * row_bytes);
-    for (int64_t r = k; r < n; r++)
+    if (!pad)
+        memset(dst + (size_t)k * row_bytes, 0, (size_t)(n - k) * row_bytes);
+    for (int64_t r = k; pad && r < n; r++)
         memcpy(dst + (size_t)r * row_bytes, pad, row_bytes);
     ef_buffer_release(f->buf);
     f->buf = nb;
@@ -82,22 +86,41 @@ static void pad_label(const pad_params *p, ef_dtype dtype, unsigned char *pad)
         memcpy(pad, &f32, 4);
 }
 
-/* Pads s (the caller's clone) in place: boxes, labels, mask. */
+/* The per-box fields found (idx) padded with zeros to n rows. */
+static int pad_fields(const pad_params *p, ef_sample *s, const int *idx,
+                      int64_t k)
+{
+    int rc = EF_OK;
+    for (int j = 0; rc == EF_OK && j < p->box.nfields; j++)
+        if (idx[j] >= 0)
+            rc = pad_rows(s, idx[j], k, p->n,
+                          ef__box_row_bytes(&s->fields[idx[j]]), NULL);
+    return rc;
+}
+
+/* Pads s (the caller's clone) in place: boxes, labels, per-box fields,
+ * mask. */
 static int pad_sample(pad_params *p, ef_sample *s, int64_t k, ef_map_ctx *ctx)
 {
     int bi = ef__sample_find(s, p->box.boxes);
-    int li =
-        p->box.labels[0] ? find_labels(s, p, s->fields[bi].shape[0], ctx) : -1;
+    int64_t rows = s->fields[bi].shape[0];
+    int li = p->box.labels[0] ? find_labels(s, p, rows, ctx) : -1;
     if (p->box.labels[0] && li < 0)
         return li;
+    int idx[EF__BOX_FIELDS_MAX];
+    int rc = ef__box_fields_find(s, &p->box, "pad_boxes", rows, idx, ctx);
+    if (rc != EF_OK)
+        return rc;
     static const float zero_box[4];
     unsigned char pad[8];
     unsigned char *mask; /* EF_BOOL: one byte, 0 or 1 */
-    int rc = pad_rows(s, bi, k, p->n, sizeof zero_box, zero_box);
+    rc = pad_rows(s, bi, k, p->n, sizeof zero_box, zero_box);
     if (rc == EF_OK && li >= 0) {
         pad_label(p, s->fields[li].dtype, pad);
         rc = pad_rows(s, li, k, p->n, ef_dtype_size(s->fields[li].dtype), pad);
     }
+    if (rc == EF_OK)
+        rc = pad_fields(p, s, idx, k);
     if (rc == EF_OK)
         rc = ef_sample_add_new(s, p->mask, EF_BOOL, 1, &p->n, (void **)&mask);
     if (rc == EF_EINVAL)
@@ -170,6 +193,8 @@ static int pad_boxes_create(ef__stage *s, const ef__opts *o, ef__err *err)
     if (rc == EF_OK)
         rc = name_option(o, "labels", 1, p->box.labels, err);
     if (rc == EF_OK)
+        rc = ef__box_fields_parse(o, "pad_boxes", &p->box, err);
+    if (rc == EF_OK)
         rc = name_option(o, "mask", 0, p->mask, err);
     if (rc == EF_OK)
         rc = ef__opt_choice(o, "pad_boxes", "overflow", "drop", "error",
@@ -197,6 +222,7 @@ static const ef__option_def pad_boxes_options[] = {
         0, 0),
     EF__OPT("pad_label", EF_OPT_INT, "-1", "label of the padding rows",
             INT32_MIN, INT32_MAX),
+    EF__BOX_FIELDS_OPTION,
     EF__OPT("mask", EF_OPT_STRING, "boxes_mask",
             "new bool [n] field: which rows are boxes", 0, 0),
     EF__OPT(
@@ -215,8 +241,8 @@ static void pad_boxes_stats(const ef__stage *s, ef_stage_stats *out)
 
 const ef__stage_def ef__stage_pad_boxes = {
     .info = {"pad_boxes",
-             "boxes and labels padded to n rows with a mask, for dense "
-             "batches",
+             "boxes, labels and per-box fields padded to n rows with a "
+             "mask, for dense batches",
              EF__OPTIONS(pad_boxes_options)},
     .create = pad_boxes_create,
     EF__MAP_STAGE_OPS,

@@ -1,19 +1,24 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* ssd_crop: the object detector's random crop (SSD; DALI's
  * RandomBBoxCrop, torchvision's RandomIoUCrop): a window that keeps at
- * least a minimum IoU with one of the sample's boxes, the boxes moved
- * into it, clipped, and dropped with their labels when they leave it
- * (boxes.h). The pixels are copied, not resampled: a `resize` with the
- * same boxes usually follows. Any dtype, [H,W] or [H,W,C].
+ * least a minimum IoU (or, threshold_type=overlap, a minimum share of the
+ * box's area) with one of the sample's boxes, the boxes moved into it,
+ * clipped, and dropped with their labels and per-box fields when they
+ * leave it (boxes.h). The pixels are copied, not resampled: a `resize`
+ * with the same boxes usually follows. Any dtype, [H,W] or [H,W,C].
  *
  * Draws, from the sample's keyed generator (echo copy included): one
  * uniform u choosing among the thresholds (and "no crop", when allowed),
  * then per attempt four: the width's and height's shares of the image,
  * and the window's left and top. An attempt fails when the window's
  * aspect ratio is outside the range, when no box stays in it (by the
- * keep rule), or when none of those that stay has the chosen IoU with
- * it. After `attempts` failures the image stays whole, as with "no
- * crop". */
+ * keep rule), or when none of those that stay has the chosen IoU (or
+ * overlap) with it. After `attempts` failures the image stays whole, as
+ * with "no crop".
+ *
+ * DALI's bbox_prune_threshold=F is the keep rule box_keep=visible,
+ * box_min_visible=F that every box stage has: it is taken as another
+ * name for it, never as a second rule. */
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
@@ -31,6 +36,7 @@ typedef struct {
     double thresholds[MAX_THRESHOLDS];
     int nthresholds;
     int allow_no_crop;
+    int overlap; /* threshold_type=overlap: share of the box, not IoU */
     double scale_min, scale_max, ratio_min, ratio_max;
     int attempts;
 } ssd_params;
@@ -52,7 +58,7 @@ static int64_t draw_side(ef_map_ctx *ctx, double lo, double hi, int64_t side)
 }
 
 /* Whether window win passes for the n boxes: one stays in it and the
- * largest IoU of those that stay is at least t. */
+ * largest IoU (or overlap) of those that stay is at least t. */
 static int window_passes(const ssd_params *p, const float *boxes, int64_t n,
                          const int64_t win[4], double t)
 {
@@ -61,7 +67,9 @@ static int window_passes(const ssd_params *p, const float *boxes, int64_t n,
         float moved[4];
         if (!ef__box_map_one(&m, p->box.min_visible, boxes + 4 * i, moved))
             continue;
-        if (ef__box_window_iou(boxes + 4 * i, win) >= t)
+        double metric = p->overlap ? ef__box_window_overlap(boxes + 4 * i, win)
+                                   : ef__box_window_iou(boxes + 4 * i, win);
+        if (metric >= t)
             return 1;
     }
     return 0;
@@ -166,6 +174,30 @@ static int parse_thresholds(const char *text, ssd_params *p, ef__err *err)
     return EF_OK;
 }
 
+/* DALI's bbox_prune_threshold=F into b: box_keep=visible,
+ * box_min_visible=F under its other name, so written beside either of
+ * those it would be a second rule. */
+static int prune_alias(const ef__opts *o, ef__box_opts *b, ef__err *err)
+{
+    if (!ef__opt_given(o, "bbox_prune_threshold"))
+        return EF_OK;
+    double f = ef__opt_float(o, "bbox_prune_threshold");
+    if (ef__opt_given(o, "box_keep") || ef__opt_given(o, "box_min_visible"))
+        return ef__err_set(err, EF_ESPEC,
+                           "stage 'ssd_crop': bbox_prune_threshold=%g is "
+                           "box_keep=visible,box_min_visible=%g under DALI's "
+                           "name; give one or the other, not both",
+                           f, f);
+    if (!(f > 0))
+        return ef__err_set(err, EF_ESPEC,
+                           "stage 'ssd_crop': option 'bbox_prune_threshold' "
+                           "must be above 0 (the least share of a box's area "
+                           "that stays; got %g)",
+                           f);
+    b->min_visible = f;
+    return EF_OK;
+}
+
 /* The ranges, each in order. */
 static int check_ranges(const ssd_params *p, ef__err *err)
 {
@@ -190,6 +222,13 @@ static int ssd_crop_create(ef__stage *s, const ef__opts *o, ef__err *err)
     p->ratio_max = ef__opt_float(o, "ratio_max");
     p->attempts = (int)ef__opt_int(o, "attempts");
     int rc = ef__box_opts_parse(o, "ssd_crop", &p->box, err);
+    if (rc == EF_OK)
+        rc = prune_alias(o, &p->box, err);
+    int iou = 1;
+    if (rc == EF_OK)
+        rc = ef__opt_choice(o, "ssd_crop", "threshold_type", "iou", "overlap",
+                            &iou, err);
+    p->overlap = !iou;
     if (rc == EF_OK && !p->box.boxes[0])
         rc = ef__err_set(err, EF_ESPEC,
                          "stage 'ssd_crop': option 'boxes' must name the "
@@ -207,7 +246,13 @@ static int ssd_crop_create(ef__stage *s, const ef__opts *o, ef__err *err)
 
 static const ef__option_def ssd_crop_options[] = {
     EF__OPT("thresholds", EF_OPT_STRING, "0,0.1,0.3,0.5,0.7,0.9",
-            "minimum IoUs with a box to choose from, one per sample", 0, 0),
+            "minimum IoUs (or overlaps) with a box to choose from, one per "
+            "sample",
+            0, 0),
+    EF__OPT("threshold_type", EF_OPT_STRING, "iou",
+            "what thresholds measure: iou (box and window) or overlap (share "
+            "of the box's area inside the window), as DALI's",
+            0, 0),
     EF__OPT("allow_no_crop", EF_OPT_BOOL, "true",
             "\"no crop\" is one more choice beside the thresholds", 0, 0),
     EF__OPT("scale_min", EF_OPT_FLOAT, "0.3",
@@ -225,14 +270,18 @@ static const ef__option_def ssd_crop_options[] = {
     EF__OPT("boxes", EF_OPT_STRING, "boxes",
             "field of boxes (f32 [n,4], x1 y1 x2 y2 in pixels)", 0, 0),
     EF__BOX_RULE_OPTIONS,
+    EF__OPT("bbox_prune_threshold", EF_OPT_FLOAT, "0",
+            "DALI's name for box_keep=visible,box_min_visible=F: a box stays "
+            "when at least this share of its area does",
+            0, 1),
     EF__IMAGE_FIELD_OPTION,
     EF__MAP_OPTIONS,
 };
 
 const ef__stage_def ef__stage_ssd_crop = {
     .info = {"ssd_crop",
-             "random crop keeping a minimum IoU with a box (SSD), boxes "
-             "and labels cropped with it",
+             "random crop keeping a minimum IoU with a box (SSD), boxes, "
+             "labels and per-box fields cropped with it",
              EF__OPTIONS(ssd_crop_options)},
     .create = ssd_crop_create,
     EF__IMAGE_STAGE_OPS,
