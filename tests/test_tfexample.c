@@ -527,6 +527,71 @@ static void test_stage_fields(void **state)
     ef_pipeline_destroy(p);
 }
 
+/* The TF Object Detection API's per-object lists: `var` features of n
+ * values, n = 0 included (an empty list given, or none), are 1-D fields
+ * of length n, and variable-length, so `batch` makes them lists even when
+ * a batch's lengths happen to agree. */
+static pb object_example(int nobj, int given)
+{
+    const float xmin[] = {0.125f, 0.5f};
+    const int64_t label[] = {3, 17};
+    pb fs = {0};
+    pb f = float_feature(xmin, (size_t)nobj, 1);
+    if (given)
+        pb_entry(&fs, "image/object/bbox/xmin", &f);
+    f = int64_feature(label, (size_t)nobj, 1);
+    if (given)
+        pb_entry(&fs, "image/object/class/label", &f);
+    return example_of(&fs);
+}
+
+static void test_stage_var_lists_are_variable(void **state)
+{
+    (void)state;
+    pb ex[4] = {object_example(2, 1), object_example(0, 1),
+                object_example(0, 0), object_example(2, 1)};
+    write_tfrecord(tu_at("objects.tfrecord"), ex, 4);
+    const char *features = "image/object/bbox/xmin:float:var,"
+                           "image/object/class/label:int64:var as labels";
+    ef_pipeline *p =
+        tfexample_pipeline(tu_at("objects.tfrecord"), features, "", 0);
+    static const int64_t n[4] = {2, 0, 0, 2};
+    for (int i = 0; i < 4; i++) {
+        ef_sample *s = tu_next(p);
+        ef_tensor x = tu_field(s, "image/object/bbox/xmin");
+        ef_tensor l = tu_field(s, "labels");
+        assert_true(x.dtype == EF_F32 && x.ndim == 1 && x.shape[0] == n[i]);
+        assert_true(l.dtype == EF_I64 && l.ndim == 1 && l.shape[0] == n[i]);
+        if (n[i])
+            assert_true(((const float *)x.data)[1] == 0.5f &&
+                        ((const int64_t *)l.data)[1] == 17);
+        ef_sample_free(s);
+    }
+    tu_expect_end(p);
+    ef_pipeline_destroy(p);
+    /* batches of lengths 2, 0 and 0, 2: lists; then 2, 2: a list too */
+    pb same[2] = {object_example(2, 1), object_example(2, 1)};
+    write_tfrecord(tu_at("same.tfrecord"), same, 2);
+    const char *files[2] = {tu_at("objects.tfrecord"), tu_at("same.tfrecord")};
+    for (int k = 0; k < 2; k++) {
+        p = tfexample_pipeline(files[k], features, " | batch:2", 0);
+        ef_sample *b;
+        for (int j = 0; (b = tu_next_or_end(p, files[k])) != NULL; j++) {
+            int64_t len[2];
+            for (int f = 0; f < 2; f++) {
+                const char *name = f ? "labels" : "image/object/bbox/xmin";
+                if (ef_sample_ragged_lengths(b, name, len, 2) != 2)
+                    fail_msg("batch %d of %s: field '%s' is not a list", j,
+                             files[k], name);
+                assert_int_equal(len[0], k ? 2 : n[2 * j]);
+                assert_int_equal(len[1], k ? 2 : n[2 * j + 1]);
+            }
+            ef_sample_free(b);
+        }
+        ef_pipeline_destroy(p);
+    }
+}
+
 /* Errors name the file, the record, its offset and the feature. */
 static void expect_error(ef_pipeline *p, int status, const char *a,
                          const char *b)
@@ -792,6 +857,7 @@ int main(void)
         cmocka_unit_test(test_codec_rejects_malformed),
         cmocka_unit_test(test_stage_fields),
         cmocka_unit_test(test_stage_errors),
+        cmocka_unit_test(test_stage_var_lists_are_variable),
         cmocka_unit_test(test_stage_name_taken),
         cmocka_unit_test(test_stage_malformed_and_skip),
         cmocka_unit_test(test_stage_spec_errors),

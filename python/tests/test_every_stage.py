@@ -112,6 +112,7 @@ RUNS = {
     "coco": lambda d: "coco:annotations=%s,root=%s" % (d / "coco.json",
                                                        d / "folder"),
     "service": "tests/service_test.sh",
+    "corner_boxes": lambda d: "corner_boxes",  # on DETECTION below
 }
 
 
@@ -123,6 +124,14 @@ DETECTION = {
         {"image": numpy.zeros((20, 30, 3), numpy.uint8),
          "boxes": numpy.array([[2, 3, 12, 15], [20, 5, 29, 19]],
                               numpy.float32),
+         "labels": numpy.array([1, 2], numpy.int64)}] * 4,
+    # the TF Object Detection API's lists, normalized, as tfexample reads
+    "corner_boxes": lambda: [
+        {"image": numpy.zeros((20, 30, 3), numpy.uint8),
+         "image/object/bbox/xmin": numpy.array([0.1, 0.5], numpy.float32),
+         "image/object/bbox/ymin": numpy.array([0.2, 0.0], numpy.float32),
+         "image/object/bbox/xmax": numpy.array([0.4, 1.0], numpy.float32),
+         "image/object/bbox/ymax": numpy.array([0.6, 0.9], numpy.float32),
          "labels": numpy.array([1, 2], numpy.int64)}] * 4,
 }
 

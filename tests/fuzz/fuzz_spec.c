@@ -177,8 +177,8 @@ static double describe(stage_info *si, const ef__opts *o, double up_bytes)
         return si->a * 16 * 64 + ALLOC_COST;
     }
     /* tfexample: a byte of the record becomes at most 8 (a varint to an
-     * i64) */
-    if (strcmp(n, "tfexample") == 0) {
+     * i64); corner_boxes: four f32 lists become one f32 [n,4], fewer */
+    if (strcmp(n, "tfexample") == 0 || strcmp(n, "corner_boxes") == 0) {
         si->k = K_MAP;
         si->a = opt_num(o, "threads", 1);
         si->bytes = up_bytes * 8;

@@ -14,7 +14,9 @@
  * record's kind, one value). LEN is omitted for one value (bytes: u8 [n],
  * the string; a number: a scalar, shape [], as TF's FixedLenFeature([])),
  * a count N for exactly N numbers (shape [N]), or var for however many the
- * record holds (shape [n]; a missing feature is empty). A feature of one
+ * record holds (shape [n]; a missing feature is empty), a variable-length
+ * field that `batch` makes a list, as the TF Object Detection API's
+ * per-object lists (image/object/bbox/xmin ...) want. A feature of one
  * value or N may have a DEFAULT used when it is missing: the text for
  * bytes, one number or N numbers separated by spaces. OUT renames the
  * field (default: NAME, '/' and all).
@@ -400,6 +402,10 @@ static int add_feature(ef_sample *o, const entry *e, const ef__tfx_feature *f,
             else
                 ((float *)dst)[i] = e->f32[k];
         }
+        /* a var list's length is the record's: batch makes it a list
+         * every time, not a [B, n] tensor when a batch's lengths agree */
+        if (rc == EF_OK && e->len == LEN_VAR)
+            rc = ef_sample_set_variable(o, e->out);
     }
     if (rc != EF_OK)
         return ef_map_ctx_fail(ctx, rc,
