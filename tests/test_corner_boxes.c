@@ -23,6 +23,7 @@ typedef struct {
     float c[4][MAXBOX];    /* their values */
     ef_dtype coord_dtype;  /* of all four (F32 unless a test says) */
     int64_t labels;        /* rows of `labels`; -1: no such field */
+    int64_t crowd;         /* rows of `image/object/is_crowd`; 0: none */
     int64_t img_h, img_w;  /* a u8 [h,w,3] `image`; 0: none */
     int64_t width, height; /* i64 scalars image/width, image/height; 0: none */
     int next;
@@ -74,6 +75,14 @@ static int source_fn(void *user, int64_t epoch, int block, ef_sample **out)
             EF_OK);
         for (int64_t i = 0; i < cs->labels; i++)
             l[i] = 100 + i;
+    }
+    if (cs->crowd) {
+        int64_t *c;
+        assert_int_equal(ef_sample_add_new(s, "image/object/is_crowd", EF_I64,
+                                           1, &cs->crowd, (void **)&c),
+                         EF_OK);
+        for (int64_t i = 0; i < cs->crowd; i++)
+            c[i] = 200 + i;
     }
     if (cs->width)
         add_i64(s, "image/width", cs->width);
@@ -241,6 +250,34 @@ static void clip_clips_and_drops(void **state)
     ef_pipeline_destroy(p);
 }
 
+static void expect_error(const char *stages, int status, ...);
+
+/* box_fields: the rows of other per-box fields go with the boxes that
+ * clip drops; one of another row count is refused, naming it. */
+static void per_box_fields_follow(void **state)
+{
+    (void)state;
+    static const float in[3][4] = {{0.5f, 0.5f, 0.5f, 0.6f},  /* empty */
+                                   {-0.1f, 0.2f, 0.3f, 1.5f}, /* clipped */
+                                   {0.4f, 0.1f, 0.2f, 0.3f}}; /* reversed */
+    boxes_of(3, in);
+    src.crowd = 3;
+    ef_pipeline *p = pipeline(
+        "corner_boxes:boxes=clip,box_fields=\"image/object/is_crowd\"");
+    ef_sample *s = tu_next(p);
+    assert_labels(s, 1, (const int64_t[]){101});
+    ef_tensor t = tu_field(s, "image/object/is_crowd");
+    assert_int_equal(t.ndim, 1);
+    assert_int_equal(t.shape[0], 1);
+    assert_int_equal(((const int64_t *)t.data)[0], 201);
+    ef_sample_free(s);
+    ef_pipeline_destroy(p);
+    src.crowd = 2;
+    expect_error("corner_boxes:box_fields=\"image/object/is_crowd\"",
+                 EF_ESHAPE, "per-box field 'image/object/is_crowd'", "[3]",
+                 NULL);
+}
+
 /* The first pull of `stages` over src fails with `status`, the message
  * holding each of the NULL-terminated words. */
 static void expect_error(const char *stages, int status, ...)
@@ -399,6 +436,7 @@ int main(void)
         cmocka_unit_test(pixels_with_size_fields),
         cmocka_unit_test(empty_and_batched),
         cmocka_unit_test(clip_clips_and_drops),
+        cmocka_unit_test(per_box_fields_follow),
         cmocka_unit_test(bad_values_are_refused),
         cmocka_unit_test(bad_fields_are_named),
         cmocka_unit_test(refused_samples_skip),

@@ -35,6 +35,7 @@
 
 #include "core/alloc.h"
 #include "core/sample.h"
+#include "stages/image/boxes.h"
 #include "stages/image/image_stage.h"
 
 /* Spec errors begin with the stage; a sample's errors get it, with the
@@ -51,6 +52,10 @@ typedef struct {
     char width[EF_MAX_NAME], height[EF_MAX_NAME];
     char labels[EF_MAX_NAME]; /* "": none */
     char out[EF_MAX_NAME];
+    /* the other per-box fields (box_fields), whose rows go with the
+     * boxes' as the labels' do; .boxes and .labels name out and labels
+     * for messages */
+    ef__box_opts per_box;
     int normalized, clip, drop;
     _Atomic uint64_t clipped, dropped;
 } corner_params;
@@ -240,12 +245,23 @@ static int keep_rows(ef__field *f, const unsigned char *keep, int64_t kept)
     return EF_OK;
 }
 
-/* The output: in's fields but the dropped coordinates (labels without
- * the rows of dropped boxes), then the boxes (taking the reference on
- * `boxes`). */
+/* Whether field i of the input has a row per box: the labels' (li) or
+ * one of the per-box fields' (idx[0..nidx)). */
+static int per_box(int i, int li, const int *idx, int nidx)
+{
+    for (int j = 0; j < nidx; j++)
+        if (idx[j] == i)
+            return 1;
+    return i == li;
+}
+
+/* The output: in's fields but the dropped coordinates (labels and the
+ * per-box fields idx[] without the rows of dropped boxes), then the
+ * boxes (taking the reference on `boxes`). */
 static int build(const corner_params *p, const ef_sample *in, const int ci[4],
-                 int li, ef_buffer *boxes, int64_t kept, int64_t n,
-                 const unsigned char *keep, ef_sample **out, ef_map_ctx *ctx)
+                 int li, const int *idx, ef_buffer *boxes, int64_t kept,
+                 int64_t n, const unsigned char *keep, ef_sample **out,
+                 ef_map_ctx *ctx)
 {
     ef_sample *o = ef_sample_new(in->id);
     int rc = o ? EF_OK : EF_ENOMEM;
@@ -253,7 +269,8 @@ static int build(const corner_params *p, const ef_sample *in, const int ci[4],
         if (dropped_coord(p, ci, i))
             continue;
         rc = ef__sample_add_field(o, &in->fields[i]);
-        if (rc == EF_OK && i == li && kept < n)
+        if (rc == EF_OK && kept < n &&
+            per_box(i, li, idx, p->per_box.nfields))
             rc = keep_rows(&o->fields[o->nfields - 1], keep, kept);
     }
     int64_t shape[2] = {kept, 4};
@@ -342,7 +359,10 @@ static int corner_boxes_fn(const ef_sample *in, ef_sample **out,
     int li = find_labels(in, p, n, ctx);
     if (p->labels[0] && li < 0)
         return li;
-    rc = image_size(in, p, &w, &h, ctx);
+    int idx[EF__BOX_FIELDS_MAX];
+    rc = ef__box_fields_find(in, &p->per_box, STAGE, n, idx, ctx);
+    if (rc == EF_OK)
+        rc = image_size(in, p, &w, &h, ctx);
     if (rc != EF_OK)
         return rc;
     ef_buffer *boxes = ef_buffer_new(n ? (size_t)n * 4 * sizeof(float) : 1);
@@ -362,7 +382,7 @@ static int corner_boxes_fn(const ef_sample *in, ef_sample **out,
         kept += k;
     }
     if (rc == EF_OK)
-        rc = build(p, in, ci, li, boxes, kept, n, keep, out, ctx);
+        rc = build(p, in, ci, li, idx, boxes, kept, n, keep, out, ctx);
     else
         ef_buffer_release(boxes);
     ef__free(keep);
@@ -428,6 +448,10 @@ static int corner_params_parse(const ef__opts *o, corner_params *p,
         rc = name_option(o, "labels", 1, p->labels, err);
     if (rc == EF_OK)
         rc = name_option(o, "out", 0, p->out, err);
+    memcpy(p->per_box.boxes, p->out, sizeof p->out);
+    memcpy(p->per_box.labels, p->labels, sizeof p->labels);
+    if (rc == EF_OK)
+        rc = ef__box_fields_parse(o, STAGE, &p->per_box, err);
     int refuse = 1;
     if (rc == EF_OK)
         rc = ef__opt_choice(o, "corner_boxes", "boxes", "refuse", "clip",
@@ -494,6 +518,11 @@ static const ef__option_def corner_boxes_options[] = {
     EF__OPT("labels", EF_OPT_STRING, "labels",
             "field of one row per box, checked and dropped with its box "
             "(empty: none)",
+            0, 0),
+    EF__OPT("box_fields", EF_OPT_STRING, "",
+            "other fields of one row per box (\"a,b\"), as "
+            "image/object/is_crowd, whose rows go with the boxes; those a "
+            "sample lacks are skipped",
             0, 0),
     EF__OPT("out", EF_OPT_STRING, "boxes",
             "new field of the boxes, f32 [n,4] x1 y1 x2 y2 in pixels", 0, 0),
