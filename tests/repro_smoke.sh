@@ -323,13 +323,23 @@ for v, r in rows.items():
     e = 1 if v == "none" else 2
     assert r["e"] == str(e) and r["seed"] == "0" and r["threads"] == "1"
     steps, fresh = int(r["steps"]), int(r["fresh"])
-    assert fresh == steps * 32 // e, (v, steps, fresh)
+    # the images trained on / e: a pass over the 1,000 canvases ends in a
+    # batch of 8, so a little less than steps x batch / e
+    assert steps * 32 // e - 3 * 24 // e <= fresh < steps * 32 // e, \
+        (v, steps, fresh)
     assert r["diverged"] == "0" and 0 <= float(r["best_map"]) <= 1, r
-    # the batches' identities count the fresh images the source read (the
-    # echo shuffle buffer hands out copies and originals mixed, so the
-    # batches taken hold about, not exactly, 1/e of fresh ones)
-    assert abs(int(r["fresh_counted"]) - fresh) <= 0.1 * fresh, \
-        (v, r["fresh_counted"], fresh)
+    # the batches' identities count the fresh images the source read:
+    # exactly without echo; with batch echo up to half a batch more (a
+    # batch taken without its copy counts whole); with example echo about
+    # as many (its shuffle buffer hands out copies and originals mixed, so
+    # the batches taken hold about 1/e fresh ones)
+    counted = int(r["fresh_counted"])
+    if v == "none":
+        assert counted == fresh, (v, counted, fresh)
+    elif v == "batch":
+        assert 0 <= counted - fresh <= 16, (v, counted, fresh)
+    else:
+        assert abs(counted - fresh) <= 0.1 * fresh, (v, counted, fresh)
     assert len(r["curve"].split(";")) >= 2, r["curve"]
 spec = {v: r["train_spec"].split(" | ") for v, r in rows.items()}
 stages = [s.split(":")[0] for s in spec["none"]]

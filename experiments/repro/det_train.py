@@ -35,8 +35,11 @@ loss is SSD's: cross-entropy over the positives and the hardest negatives
 (three per positive, by their loss), plus smooth L1 of the positives'
 offsets, over the number of positives.
 
-Fresh images are the images the source read for the steps taken:
-steps * batch / e, e the echo factor (1 without echo). Validation is
+Fresh images are the images the source read for the steps taken: the
+images trained on / e, e the echo factor (1 without echo); that is
+steps * batch / e when every batch is full, as when the training set is a
+multiple of the batch (20,000 = 625 x 32), and less when a pass ends in a
+short batch. Validation is
 mAP@0.5 (det_map.py) on --val-images images of the validation set, every
 --eval-every steps (and at step 0): per image the detections above score
 0.05, at most 200 before and MAX_DETS after non-maximum suppression per
@@ -335,9 +338,10 @@ def main():
            "steps_to_target": None, "time_to_target_s": None}
     eval_s = train_s = 0.0
     fresh_counted = 0  # fresh images by the batches' identities, to check e
+    seen = 0  # images trained on, echoes included
 
     def fresh_images():
-        return int(round(step * a.batch / e))
+        return int(round(seen / e))
 
     def check():
         nonlocal eval_s
@@ -360,6 +364,7 @@ def main():
         for item in loader:
             fresh_counted += item.identity.fresh
             image, boxes, labels, mask = item
+            seen += len(image)
             cls, loc = targets(anc_xy, anc, boxes, labels, mask)
             logits, off = model(to_input(image))
             loss = ssd_loss(logits, off, cls, loc)
@@ -384,10 +389,9 @@ def main():
     out.update(fresh=fresh_images(), steps=step, final_map=curve[-1][2],
                best_map=max(c[2] for c in curve),
                train_time_s=round(train_s, 3), eval_time_s=round(eval_s, 3),
-               images_per_s=round(step * a.batch / max(train_s, 1e-9), 1),
+               images_per_s=round(seen / max(train_s, 1e-9), 1),
                fresh_counted=fresh_counted,
-               echo_effective_factor=round(step * a.batch /
-                                           max(fresh_counted, 1), 4),
+               echo_effective_factor=round(seen / max(fresh_counted, 1), 4),
                epochs=epoch, train_spec=spec, curve=curve,
                params=sum(p.numel() for p in model.parameters()))
     print(json.dumps(out))
