@@ -341,34 +341,45 @@ def report(rows, run_cmd):
                                num(int(t["eval_every"]) * int(t["batch"]))),
               "", paper_order(meds),
               "", "![validation mAP@0.5 against fresh images, median "
-              "seed](img/detection_map_vs_fresh.png)"]
+              "seed](img/detection_map_vs_fresh.png)", "",
+              "![validation mAP@0.5 against steps, median "
+              "seed](img/detection_map_vs_steps.png)"]
     return lines
 
 
 def plot(rows, work, img):
-    plots = []
-    for i, (k, v) in enumerate(sorted(groups(rows, ["variant", "e"]).items(),
-                                      key=lambda kv: cond_key(kv[0]))):
-        # the median seed: the middle one by fresh images to target
-        med = sorted(v, key=lambda r: (crossing(r), int(r["seed"])))[
-            len(v) // 2]
-        path = os.path.join(work, "detection-%d.dat" % i)
-        with open(path, "w") as f:
-            for _, fresh, m in curve(med):
-                f.write("%g %g\n" % (fresh / 1000, m))
-        plots.append("'%s' using 1:2 with linespoints title '%s, seed %s'"
-                     % (path, label(*k), med["seed"]))
-    target = float(rows[0]["target_map"])
-    plots.append("%g with lines lc 'black' title 'target'" % target)
-    out = os.path.join(img, "detection_map_vs_fresh.png")
-    gnuplot("""set terminal png size 900,500
+    made = []
+    for x, xlabel, scale, name in [
+            ("fresh", "fresh images (thousands)", 1000,
+             "detection_map_vs_fresh.png"),
+            ("steps", "steps", 1, "detection_map_vs_steps.png")]:
+        plots = []
+        for i, (k, v) in enumerate(sorted(
+                groups(rows, ["variant", "e"]).items(),
+                key=lambda kv: cond_key(kv[0]))):
+            # the median seed: the middle one by fresh images to target
+            med = sorted(v, key=lambda r: (crossing(r), int(r["seed"])))[
+                len(v) // 2]
+            path = os.path.join(work, "detection-%s-%d.dat" % (x, i))
+            with open(path, "w") as f:
+                for step, fresh, m in curve(med):
+                    f.write("%g %g\n" % ((fresh if x == "fresh" else step)
+                                         / scale, m))
+            plots.append("'%s' using 1:2 with linespoints title '%s, seed "
+                         "%s'" % (path, label(*k), med["seed"]))
+        target = float(rows[0]["target_map"])
+        plots.append("%g with lines lc 'black' title 'target'" % target)
+        out = os.path.join(img, name)
+        gnuplot("""set terminal png size 900,500 noenhanced
 set output '%s'
 set title 'Single-shot detector on Fashion-MNIST canvases: validation mAP@0.5 (median seed)'
-set xlabel 'fresh images (thousands)'
+set xlabel '%s'
 set ylabel 'mAP@0.5'
 set yrange [%g:%g]
 set key bottom right
 set grid
 plot %s
-""" % (out, target - 0.3, target + 0.15, ", ".join(plots)))
-    return [out]
+""" % (out, xlabel, max(0.0, target - 0.3), min(1.0, target + 0.15),
+           ", ".join(plots)))
+        made.append(out)
+    return made
