@@ -296,7 +296,7 @@ def report(rows, run_cmd):
                     "-" if is_base else worth(n1, f[0], k[1]),
                     num(x[0]), "-" if is_base else ratio(x[0], x1),
                     num(s[0]),
-                    "%.3f" % (sorted(float(r["best_map"]) for r in v)
+                    "%.3f" % (sorted(float(r["final_map"]) for r in v)
                               [len(v) // 2])])
     lines = []
     section(lines, "Fresh images to validation mAP@0.5 %s" % t["target_map"],
@@ -328,9 +328,12 @@ def report(rows, run_cmd):
             table(["condition", "fresh images (median)", "per seed",
                    "reached", "echo / no echo", "an echo was worth",
                    "interpolated (median)", "echo / no echo, interpolated",
-                   "steps (median)", "best mAP (median)"], out))
-    lines += ["", "Fresh images are steps x batch / e, the images the "
-              "source read; echo / no echo is the median's ratio (below 1: "
+                   "steps (median)", "final mAP (median)"], out))
+    lines += ["", "Fresh images are the images trained on / e (steps x "
+              "batch / e when every batch is full), the "
+              "images the source read; final mAP is the last evaluation's, "
+              "the first at or above the target for a cell that reached "
+              "it; echo / no echo is the median's ratio (below 1: "
               "fewer fresh images than without echo); an echo was worth "
               "(N_1 / N_e - 1) / (e - 1) fresh images (1: as much as a "
               "fresh one, 0: nothing). mAP is evaluated every %s steps, "
