@@ -17,7 +17,8 @@ an interruption by running the same command).
 
 The work is done by the package beside this file (repro/). Python 3
 standard library only; the language-model experiment (lm) also needs
-torch, numpy and sentencepiece, loaded only when it runs.
+torch, numpy and sentencepiece, and the detection experiment (detection)
+torch, numpy and PIL, loaded only when they run.
 """
 import argparse
 import os

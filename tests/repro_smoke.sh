@@ -218,6 +218,149 @@ else
     echo "skip: lm (needs python3-torch, python3-sentencepiece, wordnet-base and build/python)"
 fi
 
+# the detection experiment's metric (experiments/repro/det_map.py, plain
+# Python) on a case worked by hand. Class 0 has three boxes: g1 (0,0,10,10)
+# and g2 (20,20,30,30) in image 1, g3 (0,0,10,10) in image 2; its
+# detections, best first:
+#   0.9 image 1 (0,0,10,10): IoU 1 with g1           TP  P 1/1  R 1/3
+#   0.8 image 2 (5,0,15,10): IoU 50/150 = 1/3 with g3 FP  P 1/2  R 1/3
+#   0.7 image 1 (20,20,30,32): IoU 100/120 with g2    TP  P 2/3  R 2/3
+#   0.6 image 1 (1,0,10,10): IoU 0.9 with g1, taken   FP  P 2/4  R 2/3
+# The monotone precision is 1 up to recall 1/3 and 2/3 up to 2/3, so
+# AP = 1/3 * 1 + 1/3 * 2/3 = 5/9. Class 1 has three boxes: (0,0,20,10) and
+# (30,30,40,40) in image 2, (50,50,60,60) in image 1; its detections:
+#   0.5  image 2 (0,0,10,10): IoU 100/200 = 0.5 exactly (a hit)
+#                                                    TP  P 1/1  R 1/3
+#   0.45 image 1 (0,0,10,10): no box near it          FP  P 1/2  R 1/3
+#   0.42 image 2 (30,30,40,40): IoU 1                 TP  P 2/3  R 2/3
+#   0.41 image 1 (50,50,60,61): IoU 100/110           TP  P 3/4  R 1
+# The monotone precision is 1 up to recall 1/3, then 3/4 (the 2/3 at
+# recall 2/3 is raised by the 3/4 after it), so AP = 1/3 + 2/3 * 3/4 = 5/6.
+# Class 2 has a box and no detection: AP 0. Class 3 has a detection and no
+# box: left out. mAP = (5/9 + 5/6 + 0) / 3 = 25/54.
+if "$PY" - "$(dirname "$REPRO")" >"$TMP/map.out" 2>&1 <<'PY'; then
+import sys
+sys.path.insert(0, sys.argv[1] + "/repro")
+import det_map
+gts = [(1, 0, (0, 0, 10, 10)), (1, 0, (20, 20, 30, 30)), (2, 0, (0, 0, 10, 10)),
+       (2, 1, (0, 0, 20, 10)), (2, 1, (30, 30, 40, 40)),
+       (1, 1, (50, 50, 60, 60)), (1, 2, (40, 40, 50, 50))]
+# (image, class, score, box), in no particular order
+dets = [(1, 0, 0.7, (20, 20, 30, 32)), (1, 0, 0.6, (1, 0, 10, 10)),
+        (2, 0, 0.8, (5, 0, 15, 10)), (1, 0, 0.9, (0, 0, 10, 10)),
+        (1, 1, 0.45, (0, 0, 10, 10)), (2, 1, 0.5, (0, 0, 10, 10)),
+        (1, 1, 0.41, (50, 50, 60, 61)), (2, 1, 0.42, (30, 30, 40, 40)),
+        (1, 3, 0.9, (0, 0, 10, 10))]
+m, aps = det_map.mean_ap(dets, gts)
+assert abs(aps[0] - 5 / 9) < 1e-12, aps
+assert abs(aps[1] - 5 / 6) < 1e-12, aps
+assert aps[2] == 0.0 and 3 not in aps, aps
+assert abs(m - 25 / 54) < 1e-12, m
+assert det_map.average_precision([], {1: [(0, 0, 1, 1)]}) == 0.0
+assert det_map.average_precision([(1, 0.5, (0, 0, 1, 1))], {}) is None
+assert abs(det_map.iou((0, 0, 10, 10), (5, 0, 15, 10)) - 1 / 3) < 1e-12
+PY
+    pass "detection: mAP@0.5 of a hand-worked case is 25/54"
+else
+    fail "detection mAP: $(cat "$TMP/map.out")"
+fi
+
+# the detection experiment end to end in quick mode (one seed, a small
+# data set, a low target): its data set read back through the coco
+# source, the four conditions' rows, the echo placements, the fresh
+# images each counted, and its section of the report
+if [ -n "${EF_SANITIZED:-}" ]; then
+    echo "skip: detection (under $EF_SANITIZED the Python package needs its runtimes preloaded; the developer build runs it)"
+elif "$PY" -c "import torch, numpy, PIL" 2>/dev/null &&
+        [ -r /usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz ] &&
+        [ -d "$BUILD/python/echoflow" ]; then
+    if PYTHONPATH="$BUILD/python" "$PY" - "$(dirname "$REPRO")" "$TMP/det" \
+            >"$TMP/detdata.out" 2>&1 <<'PY'; then
+import filecmp, json, os, sys
+sys.path.insert(0, sys.argv[1])
+from repro import det_data
+import echoflow, numpy
+a, b = (det_data.prepare(os.path.join(sys.argv[2], x), 12, 3)
+        for x in ("a", "b"))
+assert filecmp.cmp(a["train_json"], b["train_json"], shallow=False)
+for i in range(12):
+    name = "%06d.jpg" % i
+    assert filecmp.cmp(os.path.join(a["train_root"], name),
+                       os.path.join(b["train_root"], name), shallow=False)
+coco = json.load(open(a["train_json"]))
+assert [c["id"] for c in coco["categories"]] == list(range(1, 11))
+per_image = {}
+for ann in coco["annotations"]:
+    per_image[ann["image_id"]] = per_image.get(ann["image_id"], 0) + 1
+assert len(per_image) == 12 and max(per_image.values()) <= 4, per_image
+n = 0
+for s in echoflow.Pipeline("coco:annotations=%s,root=%s | decode"
+                           % (a["train_json"], a["train_root"])):
+    img = numpy.asarray(s["image"])[:, :, 0]
+    assert img.shape == (64, 64), img.shape
+    for x1, y1, x2, y2 in numpy.asarray(s["boxes"]).astype(int):
+        # the item is inside its box: its edge rows and columns are lit
+        # (JPEG keeps them above a few grey levels), the canvas is dark
+        # well away from every box
+        assert 0 <= x1 < x2 <= 64 and 0 <= y1 < y2 <= 64
+        assert img[y1:y2, x1:x2].max() > 64
+    n += 1
+assert n == 12, n
+assert det_data.tight_box(numpy.array([[0, 0, 0], [0, 5, 0]])) == (1, 1, 2, 2)
+assert det_data.tight_box(numpy.zeros((3, 3))) is None
+PY
+        pass "detection: the data set is the same on every build and reads back"
+    else
+        fail "detection data: $(cat "$TMP/detdata.out")"
+    fi
+    if "$PY" "$REPRO" run --quick --only detection --jobs 2 --build "$BUILD" \
+            --out "$TMP/detq" >"$TMP/detq.out" 2>"$TMP/detq.err" &&
+            "$PY" - "$TMP/detq/detection.csv" <<'PY' >"$TMP/detcsv.out" 2>&1 &&
+import csv, sys
+rows = {r["variant"]: r for r in csv.DictReader(open(sys.argv[1]))}
+assert sorted(rows) == ["after-augment", "batch", "before-augment", "none"], rows
+for v, r in rows.items():
+    e = 1 if v == "none" else 2
+    assert r["e"] == str(e) and r["seed"] == "0" and r["threads"] == "1"
+    steps, fresh = int(r["steps"]), int(r["fresh"])
+    # the images trained on / e: a pass over the 1,000 canvases ends in a
+    # batch of 8, so a little less than steps x batch / e
+    assert steps * 32 // e - 3 * 24 // e <= fresh < steps * 32 // e, \
+        (v, steps, fresh)
+    assert r["diverged"] == "0" and 0 <= float(r["best_map"]) <= 1, r
+    # the batches' identities count the fresh images the source read:
+    # exactly without echo; with batch echo up to half a batch more (a
+    # batch taken without its copy counts whole); with example echo about
+    # as many (its shuffle buffer hands out copies and originals mixed, so
+    # the batches taken hold about 1/e fresh ones)
+    counted = int(r["fresh_counted"])
+    if v == "none":
+        assert counted == fresh, (v, counted, fresh)
+    elif v == "batch":
+        assert 0 <= counted - fresh <= 16, (v, counted, fresh)
+    else:
+        assert abs(counted - fresh) <= 0.1 * fresh, (v, counted, fresh)
+    assert len(r["curve"].split(";")) >= 2, r["curve"]
+spec = {v: r["train_spec"].split(" | ") for v, r in rows.items()}
+stages = [s.split(":")[0] for s in spec["none"]]
+assert stages == ["coco", "shuffle", "decode", "ssd_crop", "resize", "flip",
+                  "pad_boxes", "batch"], stages
+echo = "echo:factor=2,shuffle=10000"
+assert spec["before-augment"].index(echo) == stages.index("ssd_crop")
+assert spec["after-augment"].index(echo) == stages.index("pad_boxes")
+assert spec["batch"][-1] == "echo:factor=2", spec["batch"]
+PY
+            "$PY" "$REPRO" report --results "$TMP/detq" >"$TMP/detrep.out" 2>&1 &&
+            grep -q "^## Object detection" "$TMP/detq/RESULTS.md" &&
+            grep -q "^| example echo before augmentation, e=2 |" "$TMP/detq/RESULTS.md"; then
+        pass "detection: quick run, four conditions, report section"
+    else
+        fail "detection quick run: $(cat "$TMP/detq.out" "$TMP/detq.err" "$TMP/detcsv.out" "$TMP/detrep.out" 2>/dev/null | grep -v PipelineWarning)"
+    fi
+else
+    echo "skip: detection (needs python3-torch, python3-numpy, python3-pil, dataset-fashion-mnist and build/python)"
+fi
+
 if [ "$failures" -ne 0 ]; then
     echo "$failures check(s) failed" >&2
     exit 1
