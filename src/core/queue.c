@@ -19,6 +19,7 @@
 
 #include "core/alloc.h"
 #include "core/clock.h"
+#include "core/run_length.h"
 
 void ef__item_clear(ef__item *item)
 {
@@ -30,10 +31,13 @@ void ef__item_clear(ef__item *item)
 
 int ef__queue_init(ef__queue *q, size_t capacity)
 {
-    q->ring = ef__calloc(capacity, sizeof *q->ring);
+    /* room for a whole run past the limit (see push_at_once) */
+    size_t ring = capacity < EF__RUN_MAX ? EF__RUN_MAX : capacity;
+    q->ring = ef__calloc(ring, sizeof *q->ring);
     if (!q->ring)
         return EF_ENOMEM;
-    q->cap = q->limit = capacity;
+    q->cap = ring;
+    q->limit = capacity;
     q->head = q->count = 0;
     q->closed = 0;
     atomic_init(&q->queued, 0);
@@ -168,11 +172,17 @@ static int charge_at_once(ef__queue *q, ef__item *items, size_t n)
 }
 
 /* Queues the first of items[0..n) that fit the queue's room and the
- * budget without waiting, under one lock; returns how many (0: none). */
+ * budget without waiting, under one lock; returns how many (0: none).
+ * An empty queue, the consumer's cache included, takes the whole run
+ * even past its limit: a consumer faster than its producer then sleeps
+ * and wakes once per run, where a limit shorter than the run would make
+ * the two take turns item by item. */
 static size_t push_at_once(ef__queue *q, ef__item *items, size_t n)
 {
     pthread_mutex_lock(&q->mu);
-    size_t k = q->closed ? 0 : room(q);
+    size_t k = q->closed                                  ? 0
+               : q->count + atomic_load(&q->out) == 0 ? q->cap
+                                                          : room(q);
     if (k > n)
         k = n;
     if (k > 0 && !charge_at_once(q, items, k))
