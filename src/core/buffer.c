@@ -192,10 +192,14 @@ void ef__buffer_release_n(ef_buffer *b, unsigned n)
 {
     if (!b || n == 0)
         return;
-    /* acq_rel: every write made through other references happens before
-     * the free (a release decrement plus an acquire fence would do, but
-     * the thread sanitizer does not model lone fences) */
-    if (atomic_fetch_sub_explicit(&b->refs, n, memory_order_acq_rel) != n)
+    /* Holding every reference, the caller is the only one who could
+     * take another: no other thread touches the count, and the free
+     * needs no atomic write (most buffers die with their one owner).
+     * Otherwise acq_rel: every write made through other references
+     * happens before the free (a release decrement plus an acquire fence
+     * would do, but the thread sanitizer does not model lone fences). */
+    if (atomic_load_explicit(&b->refs, memory_order_acquire) != n &&
+        atomic_fetch_sub_explicit(&b->refs, n, memory_order_acq_rel) != n)
         return;
     if (b->release)
         b->release(b->user);
