@@ -828,9 +828,27 @@ static void test_queue_takes_a_whole_run_when_empty(void **state)
 
 /* ---- allocation failure injection --------------------------------- */
 
-/* Samples made with allocations failing, each on a thread of its own: a
- * new thread has no spare sample headers, so the header must be
- * allocated (a thread that freed samples before reuses their headers). */
+/* Buffers and samples made with allocations failing, each on a thread of
+ * its own: a new thread has no spare sample headers or small buffers, so
+ * they must be allocated (a thread that freed some before reuses them). */
+static void *buffer_failing(void *arg)
+{
+    (void)arg;
+    ef__alloc_fail_after(1);
+    ef_buffer *b = ef_buffer_new(8);
+    ef__alloc_fail_after(0);
+    return b;
+}
+
+static void *add_new_failing(void *arg)
+{
+    int64_t shape[1] = {4};
+    ef__alloc_fail_after(1);
+    intptr_t rc = ef_sample_add_new(arg, "x", EF_U8, 1, shape, NULL);
+    ef__alloc_fail_after(0);
+    return (void *)rc;
+}
+
 static void *new_sample_failing(void *arg)
 {
     (void)arg;
@@ -861,9 +879,8 @@ static void *on_new_thread(void *(*fn)(void *), void *arg)
 static void test_alloc_hook_basic(void **state)
 {
     (void)state;
-    ef__alloc_fail_after(1);
-    ef_buffer *b = ef_buffer_new(8);
-    ef__alloc_fail_after(0);
+    ef_buffer *b = on_new_thread(buffer_failing, NULL);
+    ef_buffer_release(b);
     assert_null(b);
 
     ef_sample_id id = {.index = 0};
@@ -874,9 +891,7 @@ static void test_alloc_hook_basic(void **state)
     s = ef_sample_new(id);
     assert_non_null(s);
     int64_t shape[1] = {4};
-    ef__alloc_fail_after(1);
-    int rc = ef_sample_add_new(s, "x", EF_U8, 1, shape, NULL);
-    ef__alloc_fail_after(0);
+    int rc = (int)(intptr_t)on_new_thread(add_new_failing, s);
     assert_int_equal(rc, EF_ENOMEM);
     assert_int_equal(ef_sample_field_count(s), 0);
 
