@@ -782,47 +782,60 @@ static int queue_reaches(ef__queue *q, size_t n)
     return ef__queue_count(q) >= n;
 }
 
-/* An empty queue takes a whole run past its limit, so a fast consumer
- * wakes once per run; a queue holding items keeps to its limit. */
-static void test_queue_takes_a_whole_run_when_empty(void **state)
+/* Hands out items got[from..to) taken with pop_run. */
+static void hand_out(ef__queue *q, ef__item *got, size_t from, size_t to)
+{
+    for (size_t i = from; i < to; i++) {
+        ef__queue_handed(q, &got[i]);
+        ef__item_clear(&got[i]);
+    }
+}
+
+/* A queue at most half full takes a whole run past its limit, so a fast
+ * consumer wakes once per run; fuller, a run fills the room and waits
+ * until the queue is half empty, then goes in whole, not item by item. */
+static void test_queue_takes_whole_runs(void **state)
 {
     (void)state;
     ef__queue q;
-    assert_int_equal(ef__queue_init(&q, 2), EF_OK);
-    run_push five = {&q, 5, -1}, two = {&q, 2, -1};
+    assert_int_equal(ef__queue_init(&q, 4), EF_OK);
+    run_push six = {&q, 6, -1}, five = {&q, 5, -1};
     pthread_t t;
-    assert_int_equal(pthread_create(&t, NULL, push_samples, &five), 0);
-    int whole = queue_reaches(&q, 5);
+    assert_int_equal(pthread_create(&t, NULL, push_samples, &six), 0);
+    int whole = queue_reaches(&q, 6);
     if (!whole)
         ef__queue_close(&q); /* the run waited for room: end the push */
     pthread_join(t, NULL);
     assert_true(whole);
-    assert_int_equal(five.rc, EF_OK);
+    assert_int_equal(six.rc, EF_OK);
 
-    /* the consumer holds three of them: a new run waits for room */
+    /* the consumer holds all six: the next run waits */
     ef__item got[8];
     size_t n;
-    assert_int_equal(ef__queue_pop_run(&q, got, 3, &n, 1), EF_OK);
-    assert_int_equal(n, 3);
-    assert_int_equal(pthread_create(&t, NULL, push_samples, &two), 0);
-    nanosleep(&(struct timespec){0, 20000000}, NULL);
-    assert_int_equal(ef__queue_count(&q), 2);
-    for (size_t i = 0; i < n; i++) {
-        assert_int_equal(got[i].sample->id.index, (int64_t)i);
-        ef__queue_handed(&q, &got[i]);
-        ef__item_clear(&got[i]);
-    }
     assert_int_equal(ef__queue_pop_run(&q, got, 8, &n, 1), EF_OK);
-    assert_int_equal(n, 2);
-    for (size_t i = 0; i < n; i++) {
-        assert_int_equal(got[i].sample->id.index, (int64_t)(3 + i));
-        ef__queue_handed(&q, &got[i]);
-        ef__item_clear(&got[i]);
-    }
-    /* the queue and the cache are empty now: the run goes in whole */
-    assert_true(queue_reaches(&q, 2));
+    assert_int_equal(n, 6);
+    for (size_t i = 0; i < n; i++)
+        assert_int_equal(got[i].sample->id.index, (int64_t)i);
+    assert_int_equal(pthread_create(&t, NULL, push_samples, &five), 0);
+    /* three held, more than half of 4: the run fills the room, no more */
+    hand_out(&q, got, 0, 3);
+    assert_true(queue_reaches(&q, 1));
+    nanosleep(&(struct timespec){0, 20000000}, NULL);
+    assert_int_equal(ef__queue_count(&q), 1);
+    /* one held and one queued, half of 4: the rest goes in whole */
+    hand_out(&q, got, 3, 5);
+    whole = queue_reaches(&q, 5);
+    if (!whole)
+        ef__queue_close(&q);
     pthread_join(t, NULL);
-    assert_int_equal(two.rc, EF_OK);
+    assert_true(whole);
+    assert_int_equal(five.rc, EF_OK);
+    hand_out(&q, got, 5, 6);
+    assert_int_equal(ef__queue_pop_run(&q, got, 8, &n, 1), EF_OK);
+    assert_int_equal(n, 5);
+    for (size_t i = 0; i < n; i++)
+        assert_int_equal(got[i].sample->id.index, (int64_t)i);
+    hand_out(&q, got, 0, n);
     ef__queue_destroy(&q);
 }
 
@@ -1047,7 +1060,7 @@ int main(void)
         cmocka_unit_test(test_sample_pool_release_idle),
         cmocka_unit_test(test_sample_pool_threads),
         cmocka_unit_test(test_registry),
-        cmocka_unit_test(test_queue_takes_a_whole_run_when_empty),
+        cmocka_unit_test(test_queue_takes_whole_runs),
         cmocka_unit_test(test_alloc_hook_basic),
         cmocka_unit_test(test_alloc_failure_pipeline),
     };
