@@ -17,6 +17,7 @@
 #include "core/alloc.h"
 #include "core/buffer.h"
 #include "core/clock.h"
+#include "core/queue.h"
 #include "core/sample.h"
 #include "echoflow/echoflow.h"
 #include "ef_test_util.h"
@@ -749,36 +750,166 @@ static void test_registry(void **state)
     }
 }
 
+/* ---- the queue's runs ---------------------------------------------- */
+
+typedef struct {
+    ef__queue *q;
+    size_t n;
+    int rc;
+} run_push;
+
+/* Pushes a run of n samples into q. */
+static void *push_samples(void *arg)
+{
+    run_push *rp = arg;
+    ef__item items[8];
+    size_t queued;
+    for (size_t i = 0; i < rp->n; i++)
+        items[i] = (ef__item){.status = EF_OK,
+                              .sample = ef_sample_new(
+                                  (ef_sample_id){.index = (int64_t)i})};
+    rp->rc = ef__queue_push_run(rp->q, items, rp->n, &queued, NULL);
+    for (size_t i = queued; i < rp->n; i++)
+        ef__item_clear(&items[i]);
+    return NULL;
+}
+
+/* Waits up to 2 s for q to hold n items; whether it did. */
+static int queue_reaches(ef__queue *q, size_t n)
+{
+    for (int i = 0; i < 2000 && ef__queue_count(q) < n; i++)
+        nanosleep(&(struct timespec){0, 1000000}, NULL);
+    return ef__queue_count(q) >= n;
+}
+
+/* Hands out items got[from..to) taken with pop_run. */
+static void hand_out(ef__queue *q, ef__item *got, size_t from, size_t to)
+{
+    for (size_t i = from; i < to; i++) {
+        ef__queue_handed(q, &got[i]);
+        ef__item_clear(&got[i]);
+    }
+}
+
+/* A queue at most half full takes a whole run past its limit, so a fast
+ * consumer wakes once per run; fuller, a run fills the room and waits
+ * until the queue is half empty, then goes in whole, not item by item. */
+static void test_queue_takes_whole_runs(void **state)
+{
+    (void)state;
+    ef__queue q;
+    assert_int_equal(ef__queue_init(&q, 4), EF_OK);
+    run_push six = {&q, 6, -1}, five = {&q, 5, -1};
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, push_samples, &six), 0);
+    int whole = queue_reaches(&q, 6);
+    if (!whole)
+        ef__queue_close(&q); /* the run waited for room: end the push */
+    pthread_join(t, NULL);
+    assert_true(whole);
+    assert_int_equal(six.rc, EF_OK);
+
+    /* the consumer holds all six: the next run waits */
+    ef__item got[8];
+    size_t n;
+    assert_int_equal(ef__queue_pop_run(&q, got, 8, &n, 1), EF_OK);
+    assert_int_equal(n, 6);
+    for (size_t i = 0; i < n; i++)
+        assert_int_equal(got[i].sample->id.index, (int64_t)i);
+    assert_int_equal(pthread_create(&t, NULL, push_samples, &five), 0);
+    /* three held, more than half of 4: the run fills the room, no more */
+    hand_out(&q, got, 0, 3);
+    assert_true(queue_reaches(&q, 1));
+    nanosleep(&(struct timespec){0, 20000000}, NULL);
+    assert_int_equal(ef__queue_count(&q), 1);
+    /* one held and one queued, half of 4: the rest goes in whole */
+    hand_out(&q, got, 3, 5);
+    whole = queue_reaches(&q, 5);
+    if (!whole)
+        ef__queue_close(&q);
+    pthread_join(t, NULL);
+    assert_true(whole);
+    assert_int_equal(five.rc, EF_OK);
+    hand_out(&q, got, 5, 6);
+    assert_int_equal(ef__queue_pop_run(&q, got, 8, &n, 1), EF_OK);
+    assert_int_equal(n, 5);
+    for (size_t i = 0; i < n; i++)
+        assert_int_equal(got[i].sample->id.index, (int64_t)i);
+    hand_out(&q, got, 0, n);
+    ef__queue_destroy(&q);
+}
+
 /* ---- allocation failure injection --------------------------------- */
+
+/* Buffers and samples made with allocations failing, each on a thread of
+ * its own: a new thread has no spare sample headers or small buffers, so
+ * they must be allocated (a thread that freed some before reuses them). */
+static void *buffer_failing(void *arg)
+{
+    (void)arg;
+    ef__alloc_fail_after(1);
+    ef_buffer *b = ef_buffer_new(8);
+    ef__alloc_fail_after(0);
+    return b;
+}
+
+static void *add_new_failing(void *arg)
+{
+    int64_t shape[1] = {4};
+    ef__alloc_fail_after(1);
+    intptr_t rc = ef_sample_add_new(arg, "x", EF_U8, 1, shape, NULL);
+    ef__alloc_fail_after(0);
+    return (void *)rc;
+}
+
+static void *new_sample_failing(void *arg)
+{
+    (void)arg;
+    ef__alloc_fail_after(1);
+    ef_sample *s = ef_sample_new((ef_sample_id){.index = 0});
+    ef__alloc_fail_after(0);
+    return s;
+}
+
+static void *clone_failing(void *arg)
+{
+    ef__alloc_fail_after(1);
+    ef_sample *c = ef_sample_clone(arg);
+    ef__alloc_fail_after(0);
+    return c;
+}
+
+/* fn(arg) on a new thread; what it returned. */
+static void *on_new_thread(void *(*fn)(void *), void *arg)
+{
+    pthread_t t;
+    void *made = NULL;
+    assert_int_equal(pthread_create(&t, NULL, fn, arg), 0);
+    assert_int_equal(pthread_join(t, &made), 0);
+    return made;
+}
 
 static void test_alloc_hook_basic(void **state)
 {
     (void)state;
-    ef__alloc_fail_after(1);
-    ef_buffer *b = ef_buffer_new(8);
-    ef__alloc_fail_after(0);
+    ef_buffer *b = on_new_thread(buffer_failing, NULL);
+    ef_buffer_release(b);
     assert_null(b);
 
     ef_sample_id id = {.index = 0};
-    ef__alloc_fail_after(1);
-    ef_sample *s = ef_sample_new(id);
-    ef__alloc_fail_after(0);
+    ef_sample *s = on_new_thread(new_sample_failing, NULL);
     ef_sample_free(s); /* NULL expected, but never leak if not */
     assert_null(s);
 
     s = ef_sample_new(id);
     assert_non_null(s);
     int64_t shape[1] = {4};
-    ef__alloc_fail_after(1);
-    int rc = ef_sample_add_new(s, "x", EF_U8, 1, shape, NULL);
-    ef__alloc_fail_after(0);
+    int rc = (int)(intptr_t)on_new_thread(add_new_failing, s);
     assert_int_equal(rc, EF_ENOMEM);
     assert_int_equal(ef_sample_field_count(s), 0);
 
     assert_int_equal(ef_sample_add_new(s, "x", EF_U8, 1, shape, NULL), EF_OK);
-    ef__alloc_fail_after(1);
-    ef_sample *c = ef_sample_clone(s);
-    ef__alloc_fail_after(0);
+    ef_sample *c = on_new_thread(clone_failing, s);
     ef_sample_free(c);
     assert_null(c);
     ef_sample_free(s);
@@ -929,6 +1060,7 @@ int main(void)
         cmocka_unit_test(test_sample_pool_release_idle),
         cmocka_unit_test(test_sample_pool_threads),
         cmocka_unit_test(test_registry),
+        cmocka_unit_test(test_queue_takes_whole_runs),
         cmocka_unit_test(test_alloc_hook_basic),
         cmocka_unit_test(test_alloc_failure_pipeline),
     };

@@ -15,8 +15,18 @@
  * 4 KiB: `decode:threads=2` took 74 faults per image and ran slower on two
  * cores than one thread on one. Kept blocks serve a request of up to
  * their size and at least half of it, oldest dropped first; at most KEEP
- * blocks and KEEP_BYTES are held. Address sanitizer builds keep none, so
- * that a use after free stays visible. */
+ * blocks and KEEP_BYTES are held.
+ *
+ * Small owned buffers (a label, an index: a field per item of a cheap
+ * source) come from a free list of the calling thread's and go back to
+ * the list of the thread that frees them, up to SMALL_KEEP each: a batch
+ * frees its examples' fields together, more than malloc's per-thread
+ * cache holds, and malloc's slower bins then cost more than the item's
+ * work. Every small buffer has SMALL bytes of storage, so any of them
+ * serves any small request.
+ *
+ * Address sanitizer builds keep and list none, so that a use after free
+ * stays visible. */
 #include <pthread.h>
 #include <stdalign.h>
 #include <stdatomic.h>
@@ -46,6 +56,8 @@ struct ef_buffer {
 #ifndef KEEP
 #define KEEP 32
 #endif
+#define SMALL 32 /* bytes of storage of every small buffer */
+#define SMALL_KEEP (KEEP ? 512 : 0)
 #define KEEP_BYTES ((size_t)128 << 20)
 
 static pthread_mutex_t kept_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -119,6 +131,61 @@ static int keep(ef_buffer *b)
     return 1;
 }
 
+/* ---- each thread's small buffers ------------------------------------ */
+
+static _Thread_local ef_buffer *small_list; /* linked through ->user */
+static _Thread_local unsigned small_n;
+static pthread_key_t small_key;
+static pthread_once_t small_once = PTHREAD_ONCE_INIT;
+static int small_key_made;
+
+/* A thread ends: its list goes. */
+static void small_thread_ends(void *unused)
+{
+    (void)unused;
+    while (small_list) {
+        ef_buffer *b = small_list;
+        small_list = b->user;
+        ef__free(b);
+    }
+    small_n = 0;
+}
+
+static void make_small_key(void)
+{
+    small_key_made = pthread_key_create(&small_key, small_thread_ends) == 0;
+}
+
+/* A small buffer from the thread's list; NULL when it is empty. */
+static ef_buffer *small_take(void)
+{
+    ef_buffer *b = small_list;
+    if (b) {
+        small_list = b->user;
+        small_n--;
+    }
+    return b;
+}
+
+/* Puts a small buffer on the thread's list; 0 when the list is full or
+ * the thread cannot have one. */
+static int small_keep(ef_buffer *b)
+{
+    if (small_n >= SMALL_KEEP)
+        return 0;
+    if (small_n == 0 && !small_list) {
+        /* the key's value makes the thread's end call the destructor */
+        pthread_once(&small_once, make_small_key);
+        if (!small_key_made ||
+            pthread_setspecific(small_key, &small_list) != 0)
+            return 0;
+    }
+    b->user = small_list;
+    small_list = b;
+    small_n++;
+    return 1;
+}
+
 int ef__buffer_keep_max(void)
 {
     return KEEP;
@@ -129,7 +196,13 @@ ef_buffer *ef_buffer_new(size_t size)
     if (size > SIZE_MAX - sizeof(ef_buffer))
         return NULL;
     ef_buffer *b = size >= LARGE ? take_kept(size) : NULL;
-    if (!b) {
+    if (size <= SMALL && SMALL_KEEP) {
+        b = small_take();
+        if (!b && (b = ef__malloc(sizeof *b + SMALL)) != NULL)
+            b->cap = SMALL;
+        if (!b)
+            return NULL;
+    } else if (!b) {
         b = ef__malloc(sizeof *b + size);
         if (!b)
             return NULL;
@@ -192,14 +265,20 @@ void ef__buffer_release_n(ef_buffer *b, unsigned n)
 {
     if (!b || n == 0)
         return;
-    /* acq_rel: every write made through other references happens before
-     * the free (a release decrement plus an acquire fence would do, but
-     * the thread sanitizer does not model lone fences) */
-    if (atomic_fetch_sub_explicit(&b->refs, n, memory_order_acq_rel) != n)
+    /* Holding every reference, the caller is the only one who could
+     * take another: no other thread touches the count, and the free
+     * needs no atomic write (most buffers die with their one owner).
+     * Otherwise acq_rel: every write made through other references
+     * happens before the free (a release decrement plus an acquire fence
+     * would do, but the thread sanitizer does not model lone fences). */
+    if (atomic_load_explicit(&b->refs, memory_order_acquire) != n &&
+        atomic_fetch_sub_explicit(&b->refs, n, memory_order_acq_rel) != n)
         return;
     if (b->release)
         b->release(b->user);
     else if (b->cap >= LARGE && keep(b))
+        return;
+    else if (SMALL_KEEP && b->cap == SMALL && small_keep(b))
         return;
     ef__free(b);
 }

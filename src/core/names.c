@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* The interned field names (names.h): an open-addressing hash set of
- * pointers under one lock. Lookups take the lock too: adding a field is
- * far from the hottest path (one per field a source or transform makes),
- * and the table's growth moves every slot. */
+ * pointers under one lock. Lookups take the lock too (the table's growth
+ * moves every slot), but a small cache per thread answers most of them
+ * first: a cheap source adds a field per item, and a lock per field is
+ * a good part of such an item's cost. */
 #include "core/names.h"
 
 #include <pthread.h>
@@ -50,8 +51,17 @@ static int grow(void)
     return 0;
 }
 
+/* Each thread's names found lately, by hash: most fields a thread adds
+ * bear the few names its stages use, found here without the lock. The
+ * stored names never move or go, so a pointer kept here stays good. */
+#define RECENT 16
+static _Thread_local const char *recent[RECENT];
+
 const char *ef__name_intern(const char *name, size_t len)
 {
+    const char **seen = &recent[hash(name, len) & (RECENT - 1)];
+    if (*seen && strncmp(*seen, name, len) == 0 && (*seen)[len] == '\0')
+        return *seen;
     const char *got = NULL;
     pthread_mutex_lock(&names_mu);
     if (cap || grow() == 0) {
@@ -71,5 +81,7 @@ const char *ef__name_intern(const char *name, size_t len)
         }
     }
     pthread_mutex_unlock(&names_mu);
+    if (got)
+        *seen = got;
     return got;
 }

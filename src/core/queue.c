@@ -19,6 +19,7 @@
 
 #include "core/alloc.h"
 #include "core/clock.h"
+#include "core/run_length.h"
 
 void ef__item_clear(ef__item *item)
 {
@@ -30,10 +31,13 @@ void ef__item_clear(ef__item *item)
 
 int ef__queue_init(ef__queue *q, size_t capacity)
 {
-    q->ring = ef__calloc(capacity, sizeof *q->ring);
+    /* room for a whole run past the limit (see push_at_once) */
+    size_t ring = capacity + EF__RUN_MAX;
+    q->ring = ef__calloc(ring, sizeof *q->ring);
     if (!q->ring)
         return EF_ENOMEM;
-    q->cap = q->limit = capacity;
+    q->cap = ring;
+    q->limit = capacity;
     q->head = q->count = 0;
     q->closed = 0;
     atomic_init(&q->queued, 0);
@@ -167,14 +171,31 @@ static int charge_at_once(ef__queue *q, ef__item *items, size_t n)
     return 0;
 }
 
+/* Whether a run goes in whole: the queue, the consumer's cache included,
+ * is at most half full; the lock is held. */
+static int takes_a_run(const ef__queue *q)
+{
+    return q->count + atomic_load(&q->out) <= q->limit / 2;
+}
+
 /* Queues the first of items[0..n) that fit the queue's room and the
- * budget without waiting, under one lock; returns how many (0: none). */
-static size_t push_at_once(ef__queue *q, ef__item *items, size_t n)
+ * budget without waiting, under one lock; returns how many (0: none,
+ * and *full says whether for want of room in the queue).
+ *
+ * A queue at most half full takes the whole run, past its limit: a
+ * consumer faster than its producer then sleeps and wakes once per run,
+ * where a limit shorter than the run made the two take turns item by
+ * item, a wake-up each; and a slower consumer still has half a queue to
+ * take from while the run goes in. */
+static size_t push_at_once(ef__queue *q, ef__item *items, size_t n, int *full)
 {
     pthread_mutex_lock(&q->mu);
-    size_t k = q->closed ? 0 : room(q);
+    size_t k = q->closed         ? 0
+               : takes_a_run(q) ? q->cap - q->count
+                                : room(q);
     if (k > n)
         k = n;
+    *full = !q->closed && k == 0;
     if (k > 0 && !charge_at_once(q, items, k))
         k = 0;
     for (size_t i = 0; i < k; i++)
@@ -189,17 +210,45 @@ static size_t push_at_once(ef__queue *q, ef__item *items, size_t n)
     return k;
 }
 
+/* Waits until the queue takes a run again (takes_a_run), the time added
+ * to *waited_ns: a hand-out wakes the producer there (ef__queue_handed),
+ * so the rest of its run goes in at once, not item by item. EF_OK, or
+ * EF_ECANCELED when the queue was closed. */
+static int wait_for_a_run(ef__queue *q, uint64_t *waited_ns)
+{
+    pthread_mutex_lock(&q->mu);
+    uint64_t t0 = ef__now_ns();
+    atomic_fetch_add(&q->push_waiting, 1);
+    while (!takes_a_run(q) && !q->closed)
+        pthread_cond_wait(&q->not_full, &q->mu);
+    atomic_fetch_sub(&q->push_waiting, 1);
+    if (waited_ns)
+        *waited_ns += ef__now_ns() - t0;
+    int rc = q->closed ? EF_ECANCELED : EF_OK;
+    pthread_mutex_unlock(&q->mu);
+    return rc;
+}
+
 int ef__queue_push_run(ef__queue *q, ef__item *items, size_t n, size_t *queued,
                        uint64_t *waited_ns)
 {
     size_t done = 0;
     while (done < n) {
-        size_t k = push_at_once(q, items + done, n - done);
+        int full;
+        size_t k = push_at_once(q, items + done, n - done, &full);
         if (k > 0) {
             done += k;
             continue;
         }
-        /* no room now: one item the slow way, waiting as push does */
+        if (full) {
+            if (wait_for_a_run(q, waited_ns) != EF_OK) {
+                *queued = done;
+                return EF_ECANCELED;
+            }
+            continue;
+        }
+        /* closed, or no room in the budget now: one item the slow way,
+         * waiting as push does */
         int was_sample = items[done].status == EF_OK && items[done].sample;
         int rc = ef__queue_push(q, &items[done], waited_ns);
         if (rc != EF_OK) {
@@ -337,7 +386,7 @@ void ef__queue_reopen(ef__queue *q)
 void ef__queue_set_limit(ef__queue *q, size_t limit)
 {
     pthread_mutex_lock(&q->mu);
-    assert(limit >= 1 && limit <= q->cap);
+    assert(limit >= 1 && limit + EF__RUN_MAX <= q->cap);
     q->limit = limit;
     pthread_cond_broadcast(&q->not_full);
     pthread_mutex_unlock(&q->mu);

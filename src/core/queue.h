@@ -12,9 +12,14 @@
  * at once into a cache of its own, from which it hands items out without
  * the lock (ef__queue_pop_run, ef__queue_handed). Items in such a cache
  * still count against the queue's limit and the budget until handed out,
- * so the bounds are the same as with single items. A producer waiting
- * for room is woken once the queue and the cache together are down to
- * half the limit: one wake-up per half a queue, not per item.
+ * so the bounds are the same as with single items, but for one: a queue
+ * at most half full, cache included, takes a whole run past its limit (a
+ * run holds at most EF__RUN_MAX items and what its producer's byte bound
+ * allows), so that a consumer faster than its producer is woken once per
+ * run, not once per `limit` items. A producer waiting for room is woken
+ * once the queue and the cache together are down to half the limit, and
+ * then puts the rest of its run in at once: one wake-up per run, not per
+ * item.
  *
  * With a memory budget (ef__queue_set_budget), a push also waits for room
  * in the budget (see budget.h), and a sample larger than the whole budget
@@ -43,7 +48,8 @@ typedef struct {
     pthread_cond_t not_full;
     ef__item *ring;
     size_t cap, head, count;
-    size_t limit; /* a push waits while count + out >= limit (<= cap) */
+    size_t limit; /* a push waits while count + out >= limit; cap is
+                     limit + EF__RUN_MAX, for a whole run */
     int closed;
     /* items a consumer took with pop_run and has not handed out yet, and
      * pushes waiting for room: atomics, which the consumer's hand-out
@@ -79,8 +85,8 @@ int ef__queue_push(ef__queue *q, ef__item *item, uint64_t *waited_ns);
  * EF_ECANCELED the charge was given back and the caller keeps the item. */
 int ef__queue_push_charged(ef__queue *q, ef__item *item, uint64_t *waited_ns);
 /* Queues items[0..n) in order, as n pushes would, under one lock where
- * the run fits at once (the queue's room and the budget's, without
- * waiting). EF_OK: the queue owns them all (an item's status may have
+ * the run fits at once (the queue's room, or all of a queue at most half
+ * full, and the budget's room, without waiting); n <= EF__RUN_MAX. EF_OK: the queue owns them all (an item's status may have
  * become EF_ENOMEM, as with push; then the run was cut after it and the
  * later items freed). EF_ECANCELED: the queue owns items[0..*queued) and
  * the caller the rest. */

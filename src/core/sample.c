@@ -157,6 +157,8 @@ static void pool_return(ef_sample *s)
     }
 }
 
+static int own_pool_is(const ef__sample_pool *p);
+
 void ef_sample_free(ef_sample *s)
 {
     if (!s)
@@ -169,10 +171,15 @@ void ef_sample_free(ef_sample *s)
         ef_buffer_release(s->origin.members);
     if (s->fields != s->inline_fields)
         ef__free(s->fields);
-    if (s->pool)
+    if (s->pool && own_pool_is(s->pool)) {
+        /* back on its own thread: straight onto the spares, no CAS */
+        s->next_free = s->pool->spare;
+        s->pool->spare = s;
+    } else if (s->pool) {
         pool_return(s);
-    else
+    } else {
         ef__free(s);
+    }
 }
 
 /* Copies the header and its fields in use into c (samples are copied
@@ -311,6 +318,12 @@ static void make_pool_key(void)
     pool_key_made = pthread_key_create(&pool_key, pool_thread_ends) == 0;
 }
 
+/* Whether p is the calling thread's pool, whose spares are its own. */
+static int own_pool_is(const ef__sample_pool *p)
+{
+    return p == thread_pool;
+}
+
 /* The calling thread's pool, made on first use; NULL without one. */
 static ef__sample_pool *own_pool(void)
 {
@@ -408,9 +421,11 @@ static int room_for_one(ef_sample *s)
     return 0;
 }
 
-ef_status ef_sample_add(ef_sample *s, const char *name, ef_dtype dtype,
-                        int ndim, const int64_t *shape, ef_buffer *buf,
-                        size_t offset)
+/* ef_sample_add, but the field takes over the caller's reference to buf
+ * (none is taken on failure). */
+static ef_status add_adopting(ef_sample *s, const char *name, ef_dtype dtype,
+                              int ndim, const int64_t *shape, ef_buffer *buf,
+                              size_t offset)
 {
     if (!s || !name || !buf || !name[0] ||
         strnlen(name, EF_MAX_NAME) >= EF_MAX_NAME ||
@@ -442,10 +457,20 @@ ef_status ef_sample_add(ef_sample *s, const char *name, ef_dtype dtype,
     f->ndim = ndim;
     for (int i = 0; i < ndim; i++)
         f->shape[i] = shape[i];
-    f->buf = ef_buffer_retain(buf);
+    f->buf = buf;
     f->offset = offset;
     f->nbytes = nbytes;
     return EF_OK;
+}
+
+ef_status ef_sample_add(ef_sample *s, const char *name, ef_dtype dtype,
+                        int ndim, const int64_t *shape, ef_buffer *buf,
+                        size_t offset)
+{
+    int rc = add_adopting(s, name, dtype, ndim, shape, buf, offset);
+    if (rc == EF_OK)
+        ef_buffer_retain(buf);
+    return rc;
 }
 
 ef_status ef_sample_add_new(ef_sample *s, const char *name, ef_dtype dtype,
@@ -459,10 +484,11 @@ ef_status ef_sample_add_new(ef_sample *s, const char *name, ef_dtype dtype,
     ef_buffer *b = ef_buffer_new((size_t)count * ef_dtype_size(dtype));
     if (!b)
         return EF_ENOMEM;
-    int rc = ef_sample_add(s, name, dtype, ndim, shape, b, 0);
-    if (rc == EF_OK && data)
+    int rc = add_adopting(s, name, dtype, ndim, shape, b, 0);
+    if (rc != EF_OK)
+        ef_buffer_release(b);
+    else if (data)
         *data = ef_buffer_data(b);
-    ef_buffer_release(b);
     return rc;
 }
 

@@ -71,12 +71,13 @@ struct ef_sample {
     int nfields;
     int cap;          /* fields' room: EF__INLINE_FIELDS, or more on the heap */
     ef__field *fields; /* inline_fields, or an owned heap array */
-    ef__field inline_fields[EF__INLINE_FIELDS];
-    /* after the fields, so a clone's copy of the fields in use leaves them
-     * alone: the pool the header returns to when freed (NULL: malloc'd),
-     * and the link while it waits there */
+    /* the pool the header returns to when freed (NULL: malloc'd), and the
+     * link while it waits there; a copy leaves them alone. Before the
+     * inline fields, so that a one-field sample spans as few cache lines
+     * as it can: a shuffle buffer's picks touch them at random. */
     ef__sample_pool *pool;
     ef_sample *next_free;
+    ef__field inline_fields[EF__INLINE_FIELDS];
 };
 
 /* A free list of sample headers for one producer (the echo stage), so
