@@ -273,9 +273,8 @@ static void per_box_fields_follow(void **state)
     ef_sample_free(s);
     ef_pipeline_destroy(p);
     src.crowd = 2;
-    expect_error("corner_boxes:box_fields=\"image/object/is_crowd\"",
-                 EF_ESHAPE, "per-box field 'image/object/is_crowd'", "[3]",
-                 NULL);
+    expect_error("corner_boxes:box_fields=\"image/object/is_crowd\"", EF_ESHAPE,
+                 "per-box field 'image/object/is_crowd'", "[3]", NULL);
 }
 
 /* The first pull of `stages` over src fails with `status`, the message

@@ -100,15 +100,16 @@ double ef__box_window_overlap(const float box[4], const int64_t win[4])
 }
 
 /* Copies option `name` (a field name, may be empty) into dst. */
-static int field_option(const ef__opts *o, const char *stage, const char *name,
-                        char dst[EF_MAX_NAME], ef__err *err)
+int ef__box_field_option(const ef__opts *o, const char *stage, const char *name,
+                         int may_be_empty, char dst[EF_MAX_NAME], ef__err *err)
 {
     const char *v = ef__opt_string(o, name);
-    if (strlen(v) >= EF_MAX_NAME)
+    if ((!v[0] && !may_be_empty) || strlen(v) >= EF_MAX_NAME)
         return ef__err_set(err, EF_ESPEC,
-                           "stage '%s': option '%s' names a field of at most "
-                           "%d characters (got %zu)",
-                           stage, name, EF_MAX_NAME - 1, strlen(v));
+                           "stage '%s': option '%s' must name a field (1 to "
+                           "%d characters%s), not '%.*s'",
+                           stage, name, EF_MAX_NAME - 1,
+                           may_be_empty ? ", or empty for none" : "", 64, v);
     strcpy(dst, v);
     return EF_OK;
 }
@@ -182,9 +183,9 @@ int ef__box_opts_parse(const ef__opts *o, const char *stage, ef__box_opts *b,
 {
     memset(b, 0, sizeof *b);
     int center = 1;
-    int rc = field_option(o, stage, "boxes", b->boxes, err);
+    int rc = ef__box_field_option(o, stage, "boxes", 1, b->boxes, err);
     if (rc == EF_OK)
-        rc = field_option(o, stage, "labels", b->labels, err);
+        rc = ef__box_field_option(o, stage, "labels", 1, b->labels, err);
     if (rc == EF_OK)
         rc = ef__box_fields_parse(o, stage, b, err);
     if (rc == EF_OK)
@@ -330,8 +331,7 @@ static void replace_rows(ef__field *f, ef_buffer *nb, int64_t nrows,
     f->shape[0] = nrows;
 }
 
-/* The rows of f whose keep[] is set, into a new buffer. */
-static int drop_rows(ef__field *f, const unsigned char *keep, int64_t kept)
+int ef__box_drop_rows(ef__field *f, const unsigned char *keep, int64_t kept)
 {
     int64_t n = f->shape[0];
     size_t row = ef__box_row_bytes(f);
@@ -353,10 +353,10 @@ static int drop_rows(ef__field *f, const unsigned char *keep, int64_t kept)
 static int drop_rows_of(ef_sample *s, int li, const ef__box_opts *b,
                         const int *idx, const unsigned char *keep, int64_t kept)
 {
-    int rc = li >= 0 ? drop_rows(&s->fields[li], keep, kept) : EF_OK;
+    int rc = li >= 0 ? ef__box_drop_rows(&s->fields[li], keep, kept) : EF_OK;
     for (int j = 0; rc == EF_OK && j < b->nfields; j++)
         if (idx[j] >= 0)
-            rc = drop_rows(&s->fields[idx[j]], keep, kept);
+            rc = ef__box_drop_rows(&s->fields[idx[j]], keep, kept);
     return rc;
 }
 

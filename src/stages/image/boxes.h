@@ -91,6 +91,17 @@ int ef__box_opts_parse(const ef__opts *o, const char *stage, ef__box_opts *b,
 int ef__box_fields_parse(const ef__opts *o, const char *stage, ef__box_opts *b,
                          ef__err *err);
 
+/* Option `name` of `stage` (its name, for messages), a field name, into
+ * dst: EF_ESPEC naming the option when it is longer than EF_MAX_NAME - 1
+ * bytes, or empty unless `may_be_empty`. */
+int ef__box_field_option(const ef__opts *o, const char *stage, const char *name,
+                         int may_be_empty, char dst[EF_MAX_NAME], ef__err *err);
+
+/* Keeps the rows of f (its first dimension) whose keep[] is set, `kept`
+ * of them, in a new buffer of the field's own. EF_ENOMEM, f unchanged,
+ * when out of memory. */
+int ef__box_drop_rows(ef__field *f, const unsigned char *keep, int64_t kept);
+
 /* The index of field `name` of s (`what`: "boxes" or "labels", for the
  * message), or the error that names the fields the sample has. */
 int ef__boxes_field(const ef_sample *s, const char *stage, const char *what,

@@ -223,28 +223,6 @@ static int dropped_coord(const corner_params *p, const int ci[4], int i)
            (i == ci[XMIN] || i == ci[YMIN] || i == ci[XMAX] || i == ci[YMAX]);
 }
 
-/* Field f's rows whose keep[] is set (kept of them), into a new buffer. */
-static int keep_rows(ef__field *f, const unsigned char *keep, int64_t kept)
-{
-    int64_t n = f->shape[0];
-    size_t row = n ? f->nbytes / (size_t)n : 0;
-    ef_buffer *nb = ef_buffer_new(kept ? (size_t)kept * row : 1);
-    if (!nb)
-        return EF_ENOMEM;
-    const unsigned char *src =
-        (const unsigned char *)ef_buffer_data(f->buf) + f->offset;
-    unsigned char *dst = ef_buffer_data(nb);
-    for (int64_t i = 0, j = 0; i < n; i++)
-        if (keep[i])
-            memcpy(dst + (size_t)j++ * row, src + (size_t)i * row, row);
-    ef_buffer_release(f->buf);
-    f->buf = nb;
-    f->offset = 0;
-    f->nbytes = (size_t)kept * row;
-    f->shape[0] = kept;
-    return EF_OK;
-}
-
 /* Whether field i of the input has a row per box: the labels' (li) or
  * one of the per-box fields' (idx[0..nidx)). */
 static int per_box(int i, int li, const int *idx, int nidx)
@@ -269,9 +247,8 @@ static int build(const corner_params *p, const ef_sample *in, const int ci[4],
         if (dropped_coord(p, ci, i))
             continue;
         rc = ef__sample_add_field(o, &in->fields[i]);
-        if (rc == EF_OK && kept < n &&
-            per_box(i, li, idx, p->per_box.nfields))
-            rc = keep_rows(&o->fields[o->nfields - 1], keep, kept);
+        if (rc == EF_OK && kept < n && per_box(i, li, idx, p->per_box.nfields))
+            rc = ef__box_drop_rows(&o->fields[o->nfields - 1], keep, kept);
     }
     int64_t shape[2] = {kept, 4};
     int added = rc == EF_OK;
@@ -391,27 +368,13 @@ static int corner_boxes_fn(const ef_sample *in, ef_sample **out,
 
 /* ---- the stage ------------------------------------------------------- */
 
-/* Option `name` into dst: a field name, empty only when `may_be_empty`. */
-static int name_option(const ef__opts *o, const char *name, int may_be_empty,
-                       char dst[EF_MAX_NAME], ef__err *err)
-{
-    const char *v = ef__opt_string(o, name);
-    if ((!v[0] && !may_be_empty) || strlen(v) >= EF_MAX_NAME)
-        return ef__err_set(err, EF_ESPEC,
-                           STAGE ": option '%s' must name a field (1 to %d "
-                                 "characters)",
-                           name, EF_MAX_NAME - 1);
-    strcpy(dst, v);
-    return EF_OK;
-}
-
 /* Where the image's size comes from: `image`, or width= and height=
  * together (then image= may not be written too). */
 static int size_options(const ef__opts *o, corner_params *p, ef__err *err)
 {
-    int rc = name_option(o, "width", 1, p->width, err);
+    int rc = ef__box_field_option(o, STAGE, "width", 1, p->width, err);
     if (rc == EF_OK)
-        rc = name_option(o, "height", 1, p->height, err);
+        rc = ef__box_field_option(o, STAGE, "height", 1, p->height, err);
     if (rc != EF_OK)
         return rc;
     if (!p->width[0] != !p->height[0])
@@ -425,7 +388,9 @@ static int size_options(const ef__opts *o, corner_params *p, ef__err *err)
         return ef__err_set(err, EF_ESPEC,
                            STAGE ": the size comes from image= or from "
                                  "width= and height=, not both");
-    return p->width[0] ? EF_OK : name_option(o, "image", 0, p->image, err);
+    return p->width[0]
+               ? EF_OK
+               : ef__box_field_option(o, STAGE, "image", 0, p->image, err);
 }
 
 static int corner_params_parse(const ef__opts *o, corner_params *p,
@@ -433,7 +398,8 @@ static int corner_params_parse(const ef__opts *o, corner_params *p,
 {
     int rc = EF_OK;
     for (int k = 0; k < 4 && rc == EF_OK; k++)
-        rc = name_option(o, coord_option[k], 0, p->coord[k], err);
+        rc = ef__box_field_option(o, STAGE, coord_option[k], 0, p->coord[k],
+                                  err);
     for (int k = 0; k < 4 && rc == EF_OK; k++)
         for (int j = 0; j < k && rc == EF_OK; j++)
             if (!strcmp(p->coord[k], p->coord[j]))
@@ -445,9 +411,9 @@ static int corner_params_parse(const ef__opts *o, corner_params *p,
     if (rc == EF_OK)
         rc = size_options(o, p, err);
     if (rc == EF_OK)
-        rc = name_option(o, "labels", 1, p->labels, err);
+        rc = ef__box_field_option(o, STAGE, "labels", 1, p->labels, err);
     if (rc == EF_OK)
-        rc = name_option(o, "out", 0, p->out, err);
+        rc = ef__box_field_option(o, STAGE, "out", 0, p->out, err);
     memcpy(p->per_box.boxes, p->out, sizeof p->out);
     memcpy(p->per_box.labels, p->labels, sizeof p->labels);
     if (rc == EF_OK)

@@ -164,20 +164,6 @@ static int pad_boxes_fn(const ef_sample *in, ef_sample **out, ef_map_ctx *ctx)
     return rc;
 }
 
-/* Option `name` into dst: a field name, empty only when `may_be_empty`. */
-static int name_option(const ef__opts *o, const char *name, int may_be_empty,
-                       char dst[EF_MAX_NAME], ef__err *err)
-{
-    const char *v = ef__opt_string(o, name);
-    if ((!v[0] && !may_be_empty) || strlen(v) >= EF_MAX_NAME)
-        return ef__err_set(err, EF_ESPEC,
-                           "stage 'pad_boxes': option '%s' must name a field "
-                           "(1 to %d characters)",
-                           name, EF_MAX_NAME - 1);
-    strcpy(dst, v);
-    return EF_OK;
-}
-
 static int pad_boxes_create(ef__stage *s, const ef__opts *o, ef__err *err)
 {
     if (ef__opt_int(o, "n") < 1)
@@ -189,13 +175,15 @@ static int pad_boxes_create(ef__stage *s, const ef__opts *o, ef__err *err)
         return ef__err_set(err, EF_ENOMEM, "pad_boxes: out of memory");
     p->n = ef__opt_int(o, "n");
     p->pad_label = ef__opt_int(o, "pad_label");
-    int rc = name_option(o, "boxes", 0, p->box.boxes, err);
+    int rc =
+        ef__box_field_option(o, "pad_boxes", "boxes", 0, p->box.boxes, err);
     if (rc == EF_OK)
-        rc = name_option(o, "labels", 1, p->box.labels, err);
+        rc = ef__box_field_option(o, "pad_boxes", "labels", 1, p->box.labels,
+                                  err);
     if (rc == EF_OK)
         rc = ef__box_fields_parse(o, "pad_boxes", &p->box, err);
     if (rc == EF_OK)
-        rc = name_option(o, "mask", 0, p->mask, err);
+        rc = ef__box_field_option(o, "pad_boxes", "mask", 0, p->mask, err);
     if (rc == EF_OK)
         rc = ef__opt_choice(o, "pad_boxes", "overflow", "drop", "error",
                             &p->drop, err);
