@@ -281,6 +281,9 @@ static void malformed_json_is_named(void **state)
                  "key 'f': -1e+300 is beyond the range of f32", NULL);
     expect_error("{\"boxes\": [], \"boxes\": []}", EF_EFORMAT, NAMED,
                  "key 'boxes' given twice", NULL);
+    expect_error("{\"boxes\": [], \"__url__\": 1}", EF_EFORMAT, NAMED,
+                 "key '__url__': a name kept for the sample's key and URL",
+                 NULL);
     expect_error("{\"boxes\": [], \"\": 1}", EF_EFORMAT, NAMED,
                  "a key that is empty", NULL);
     expect_error("{\"boxes\": []} {}", EF_EFORMAT, NAMED, "byte 14",

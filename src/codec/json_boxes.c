@@ -308,6 +308,11 @@ static int scan_key(ef__json_reader *j, key *keys, size_t nk,
                     "a key that is empty or of %d bytes or more: expected a "
                     "field name",
                     EF_MAX_NAME);
+    if (!strcmp(k->name, "__key__") || !strcmp(k->name, "__url__"))
+        return fail(j, err,
+                    "key '%s': a name kept for the sample's key and URL, not "
+                    "a detection field",
+                    k->name);
     for (size_t i = 0; i < nk; i++)
         if (!strcmp(keys[i].name, k->name))
             return fail(j, err, "key '%s' given twice", k->name);

@@ -12,7 +12,8 @@
  * numbers, one per box, shape [n], or one number, a scalar. Their dtype is
  * i64 (a number with an integral value, within int64's range), or f32 for
  * the keys named in `floats`. f32 values must be finite and within f32's
- * range. A key may appear once; at most EF__JSON_BOXES_MAX_KEYS keys.
+ * range. A key may appear once, `__key__` and `__url__` not at all (the
+ * names of a sample's key and URL); at most EF__JSON_BOXES_MAX_KEYS keys.
  *
  * Written from a sample (ef__json_boxes_write) when it has a field `boxes`
  * of f32 [n, 4] (not a batch's ragged field): the JSON then holds boxes and
