@@ -146,7 +146,10 @@ int cmd_pack(int argc, char **argv)
         "PATTERN, a printf pattern for the shard number such as\n"
         "out/train-%06d.tar. Fields: a u8 image named image becomes\n"
         "KEY.png, an integer label becomes KEY.cls, u8 byte fields are\n"
-        "written as they are. For example\n"
+        "written as they are. A sample with boxes (f32 [n,4], as the coco\n"
+        "source gives them) also gets KEY.json holding boxes and every\n"
+        "i64 or f32 field that is a scalar or has one value per box\n"
+        "(labels, image_id...); json_boxes reads it back. For example\n"
         "  echoflow pack \"idx:images=train-images-idx3-ubyte.gz,"
         "labels=train-labels-idx1-ubyte.gz\" www/train-%06d.tar\n",
         opts, (int)(sizeof opts / sizeof opts[0])};

@@ -656,8 +656,14 @@ EF_API ef_status ef_shard_writer_create(ef_shard_writer **out, const char *patte
  * a u8 image [H,W] or [H,W,1|3] becomes EXT "png" (PNG-encoded) when
  * named `image` or `png`; an integer scalar becomes decimal text, with
  * EXT "cls" for `label` and its name otherwise; any other u8 [N] field is
- * written as is with its name as EXT; `__url__` is left out. Anything else
- * is EF_ESHAPE naming the field. A `__key__` must be a relative path such
+ * written as is with its name as EXT; `__url__` is left out. A sample with
+ * a field `boxes` of f32 [n,4] gets one member with EXT "json" instead of
+ * its boxes and of each i64 or f32 field that is a scalar or of shape [n]
+ * (labels, image_id...): one JSON object, {"boxes": [[x1, y1, x2, y2],
+ * ...], "labels": [...], "image_id": 42}, f32 values with 9 significant
+ * digits so that they read back bit for bit (the json_boxes stage; an f32
+ * NaN or infinity there is EF_EFORMAT, a field `json` beside boxes
+ * EF_ESHAPE). Anything else is EF_ESHAPE naming the field. A `__key__` must be a relative path such
  * as "dir/name", since tar unpacks members there: a leading '/', an empty,
  * '.' or '..' component, a control character or a '.' in the last
  * component is EF_ESHAPE naming the sample and the key. */

@@ -39,6 +39,13 @@ def data(tmp_path_factory):
                 info = tarfile.TarInfo("%06d.%s" % (i, ext))
                 info.size = len(payload)
                 tar.addfile(info, io.BytesIO(payload))
+    with tarfile.open(d / "boxes.tar", "w") as tar:  # as pack writes COCO
+        for i in range(3):
+            ann = json.dumps({"boxes": [[1.5, 1, 3, 4]] * i,
+                              "labels": [7] * i, "image_id": i}).encode()
+            info = tarfile.TarInfo("%06d.json" % i)
+            info.size = len(ann)
+            tar.addfile(info, io.BytesIO(ann))
     header = struct.pack(">IIII", 0x803, len(images), 5, 4)  # IDX, grey
     with gzip.open(d / "images.idx.gz", "wb") as f:
         f.write(header + images[..., 0].tobytes())
@@ -111,6 +118,7 @@ RUNS = {
     "jsonl": lambda d: "jsonl:files=%s" % (d / "docs.jsonl"),
     "coco": lambda d: "coco:annotations=%s,root=%s" % (d / "coco.json",
                                                        d / "folder"),
+    "json_boxes": lambda d: "tar:urls=%s | json_boxes" % (d / "boxes.tar"),
     "service": "tests/service_test.sh",
     "corner_boxes": lambda d: "corner_boxes",  # on DETECTION below
 }

@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Writing samples as WebDataset tar shards (see ef_shard_writer in the
- * public header): the inverse of the tar source plus decode, used by
- * `echoflow pack` to serve a data set over HTTP. */
+ * public header): the inverse of the tar source plus decode (and of
+ * json_boxes for a sample with boxes, whose fields go into one KEY.json,
+ * codec/json_boxes.h), used by `echoflow pack` to serve a data set over
+ * HTTP. */
 #include <ctype.h>
 #include <errno.h>
 #include <inttypes.h>
@@ -9,6 +11,7 @@
 #include <string.h>
 
 #include "codec/image.h"
+#include "codec/json_boxes.h"
 #include "codec/tar_write.h"
 #include "common/atomic_file.h"
 #include "core/alloc.h"
@@ -324,8 +327,46 @@ static int write_field(ef_shard_writer *w, const ef_sample *s,
                        "sample %" PRId64 ": field '%s' (%s %s) has no "
                        "WebDataset form: expected a u8 image [H,W] or "
                        "[H,W,1|3] named image, a scalar of an integer "
-                       "dtype or bool, or u8 bytes [N]",
+                       "dtype or bool, or u8 bytes [N] (or, beside boxes "
+                       "f32 [n,4], an i64 or f32 scalar or [n])",
                        s->id.index, f->name, ef_dtype_name(f->dtype), shape);
+}
+
+/* A sample with boxes (codec/json_boxes.h): its boxes and the fields
+ * that go with them as one member KEY.json. */
+static int write_boxes_json(ef_shard_writer *w, const ef_sample *s,
+                            const char *key)
+{
+    if (ef__sample_find(s, "json") >= 0)
+        return ef__err_set(&w->err, EF_ESHAPE,
+                           "sample %" PRId64 ": a field 'json' and boxes: the "
+                           "boxes' annotations are written as KEY.json (drop "
+                           "or rename the field)",
+                           s->id.index);
+    char *text;
+    size_t len;
+    int rc = ef__json_boxes_write(s, &text, &len, &w->err);
+    if (rc != EF_OK) {
+        char where[64];
+        snprintf(where, sizeof where, "sample %" PRId64, s->id.index);
+        return ef__err_prefix(&w->err, where);
+    }
+    char name[1024];
+    snprintf(name, sizeof name, "%s.json", key);
+    rc = put_member(w, name, text, len);
+    ef__free(text);
+    return rc;
+}
+
+/* Whether field i of s is written as a member of its own: not a name
+ * kept out of shards, nor held by the sample's KEY.json (boxes: the rows
+ * of field `boxes`, else -1). */
+static int own_member(const ef_sample *s, int i, int boxes)
+{
+    const ef__field *f = &s->fields[i];
+    if (!strcmp(f->name, "__key__") || !strcmp(f->name, "__url__"))
+        return 0;
+    return boxes < 0 || !ef__json_boxes_holds(f, s->fields[boxes].shape[0]);
 }
 
 ef_status ef_shard_writer_add(ef_shard_writer *w, const ef_sample *s)
@@ -342,10 +383,12 @@ ef_status ef_shard_writer_add(ef_shard_writer *w, const ef_sample *s)
     char key[256];
     if (rc == EF_OK)
         rc = sample_key(w, s, key, sizeof key);
+    int boxes = ef__json_boxes_find(s);
     for (int i = 0; i < s->nfields && rc == EF_OK; i++)
-        if (strcmp(s->fields[i].name, "__key__") &&
-            strcmp(s->fields[i].name, "__url__"))
+        if (own_member(s, i, boxes))
             rc = write_field(w, s, &s->fields[i], key);
+    if (rc == EF_OK && boxes >= 0)
+        rc = write_boxes_json(w, s, key);
     /* each message names its shard file where it arises (open_shard,
      * close_shard, put_member): adding it here again would repeat it */
     if (rc == EF_OK) {

@@ -2,7 +2,8 @@
 # SPDX-License-Identifier: Apache-2.0
 """Writes the hand-made seeds of corpus/idx, corpus/spec, corpus/tar,
 corpus/tfrecord, corpus/tfexample, corpus/cifar, corpus/paths, corpus/jsonl,
-corpus/tiktoken, corpus/spm_model, corpus/chunk and corpus/npy (run from any directory;
+corpus/tiktoken, corpus/spm_model, corpus/chunk, corpus/npy, corpus/coco
+and corpus/json_boxes (run from any directory;
 existing seeds are overwritten, inputs the fuzzer added are kept). Seeds
 are named seed-*; fuzzer finds keep libFuzzer's hash names, crash
 reproducers are named crash-*."""
@@ -606,6 +607,33 @@ def coco_seeds():
     return s
 
 
+# ---- json_boxes: one detection sample's JSON each ---------------------
+
+def json_boxes_seeds():
+    """Detection JSON (src/codec/json_boxes.c), as `echoflow pack` writes
+    it and broken; keys f and scores are read as f32."""
+    good = ('{"boxes": [[1.10000002, 2.29999995, 6.80000019, 5.5999999], '
+            '[0, 0, 3, 4]], "labels": [0, 1], "iscrowd": [0, 1], '
+            '"image_id": 102}')
+    s = {"good": good,
+         "empty": '{"boxes": [], "labels": [], "image_id": 7}',
+         "floats": '{"boxes": [[-0, 1e-45, 3.40282347e+38, 0.333333343]], '
+                   '"scores": [0.5], "f": -1.5e-10, "n": -9223372036854775808}',
+         "escaped-keys": '{"boxes": [], "a\\"b": 1, "\\u00e9\\n": [], '
+                         '"caf\u00e9": 2}',
+         "ragged": good.replace("[0, 0, 3, 4]", "[0, 0, 3]"),
+         "lengths": good.replace('"labels": [0, 1]', '"labels": [0]'),
+         "fraction": good.replace('"image_id": 102', '"image_id": 102.5'),
+         "f32-range": '{"boxes": [[0, 0, 1e39, 1]]}',
+         "string": good.replace("[0, 1]", '["0", 1]', 1),
+         "dup": good.replace('"image_id"', '"labels"'),
+         "trailing": good + " x",
+         "not-object": "[" + good + "]",
+         "deep": '{"boxes": [], "x": ' + "[" * 70 + "]" * 70 + "}",
+         "no-boxes": '{"labels": []}'}
+    return {k: v.encode() for k, v in s.items()}
+
+
 def chunk_field(name, dtype, shape, offset, nbytes, ragged=()):
     """One field of a service chunk header (src/service/chunk.c)."""
     out = struct.pack("<H", len(name)) + name + struct.pack("<BB", dtype, len(shape))
@@ -715,7 +743,8 @@ def main():
                           ("tiktoken", tiktoken_seeds()),
                           ("spm_model", spm_model_seeds()),
                           ("chunk", chunk_seeds()), ("npy", npy_seeds()),
-                          ("coco", coco_seeds())):
+                          ("coco", coco_seeds()),
+                          ("json_boxes", json_boxes_seeds())):
         os.makedirs(os.path.join(HERE, "corpus", target), exist_ok=True)
         for name, data in seeds.items():
             with open(os.path.join(HERE, "corpus", target, "seed-" + name), "wb") as f:
