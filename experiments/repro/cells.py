@@ -16,6 +16,37 @@ FIXED_LR = 0.03
 ECHO_SHUFFLE = 10000
 
 
+def run_torch_trainer(args, env, trainer, c, results, commit):
+    """Runs a PyTorch trainer process that prints one JSON object (lm's,
+    detection's): the cell's CSV row with the object's `results`, reached,
+    diverged and curve (step:fresh:value;...), the commit, wall time and
+    date; and the object. (None, None) on failure, stderr shown."""
+    t0 = time.monotonic()
+    p = subprocess.run(args, capture_output=True, text=True, env=env)
+    wall = time.monotonic() - t0
+    if p.returncode != 0:
+        print("FAILED (exit %d): %s\n%s" % (p.returncode, " ".join(args),
+                                           p.stderr.strip()),
+              file=sys.stderr)
+        return None, None
+    try:
+        r = json.loads(p.stdout)
+    except ValueError as e:
+        print("FAILED: %s printed no JSON object (%s): %r" %
+              (trainer, e, p.stdout[:200]), file=sys.stderr)
+        return None, None
+    row = dict(c)
+    for k in results:
+        row[k] = r.get(k)
+    row["reached"] = int(bool(r["reached"]))
+    row["diverged"] = int(bool(r["diverged"]))
+    row["curve"] = ";".join("%d:%d:%g" % tuple(x) for x in r["curve"])
+    row.update(commit=commit, wall_s=round(wall, 2),
+               date=datetime.datetime.now(datetime.timezone.utc)
+               .strftime("%Y-%m-%dT%H:%M:%SZ"))
+    return row, r
+
+
 def cell(experiment, variant, **kw):
     c = {"experiment": experiment, "variant": variant, "model": "mlp",
          "source": "preset", "echo": "", "echo_at": "", "e": 1,

@@ -29,17 +29,13 @@ project's 2 cores).
 
 Needs Debian's python3-torch, python3-numpy, python3-pil and
 dataset-fashion-mnist, and the Python package built (build/python)."""
-import datetime
-import json
 import math
 import os
-import subprocess
-import sys
 import threading
 import time
 
 from . import det_data
-from .cells import ECHO_SHUFFLE, example_echo
+from .cells import ECHO_SHUFFLE, example_echo, run_torch_trainer
 from .policy import ratio, worth
 from .render import gnuplot, section, table
 from .results import die, fmt, groups, num, reached_value, summary
@@ -176,36 +172,16 @@ def trainer_args(c, d):
 def run_cell(binary, c, env, commit):
     """Runs one cell; its CSV row, or None (stderr shown) on failure."""
     d = env.data(c)
-    args = trainer_args(c, d)
-    t0 = time.monotonic()
-    p = subprocess.run(args, capture_output=True, text=True, env=env.env())
-    wall = time.monotonic() - t0
-    if p.returncode != 0:
-        print("FAILED (exit %d): %s\n%s" % (p.returncode, " ".join(args),
-                                           p.stderr.strip()),
-              file=sys.stderr)
+    row, r = run_torch_trainer(trainer_args(c, d), env.env(), TRAINER, c,
+                               RESULTS, commit)
+    if row is None:
         return None
-    try:
-        r = json.loads(p.stdout)
-    except ValueError as e:
-        print("FAILED: %s printed no JSON object (%s): %r" %
-              (TRAINER, e, p.stdout[:200]), file=sys.stderr)
-        return None
-    row = dict(c)
-    for k in RESULTS:
-        row[k] = r.get(k)
-    row["reached"] = int(bool(r["reached"]))
-    row["diverged"] = int(bool(r["diverged"]))
-    row["curve"] = ";".join("%d:%d:%g" % tuple(x) for x in r["curve"])
     # the data live in the run's temporary directory: record the pipeline
     # with the paths relative to it
     row["train_spec"] = r["train_spec"].replace(
         os.path.dirname(d["train_json"]) + "/", "")
     row["objects_train"] = d["objects_train"]
     row["objects_val"] = d["objects_val"]
-    row.update(commit=commit, wall_s=round(wall, 2),
-               date=datetime.datetime.now(datetime.timezone.utc)
-               .strftime("%Y-%m-%dT%H:%M:%SZ"))
     return row
 
 

@@ -15,15 +15,12 @@ temporary directory, the same files on every run.
 
 Needs Debian's python3-torch, python3-numpy, python3-sentencepiece and
 wordnet-base, and the Python package built (build/python)."""
-import datetime
-import json
 import math
 import os
-import subprocess
 import sys
 import time
 
-from .cells import ECHO_SHUFFLE
+from .cells import ECHO_SHUFFLE, run_torch_trainer
 from .policy import ratio, worth
 from .render import gnuplot, section, table
 from .results import (die, ekey, fmt, groups, num, reached_value,
@@ -162,36 +159,16 @@ def trainer_args(c, env):
 
 def run_cell(binary, c, env, commit):
     """Runs one cell; its CSV row, or None (stderr shown) on failure."""
-    args = trainer_args(c, env)
-    t0 = time.monotonic()
-    p = subprocess.run(args, capture_output=True, text=True, env=env.env())
-    wall = time.monotonic() - t0
-    if p.returncode != 0:
-        print("FAILED (exit %d): %s\n%s" % (p.returncode, " ".join(args),
-                                           p.stderr.strip()),
-              file=sys.stderr)
+    row, r = run_torch_trainer(trainer_args(c, env), env.env(), TRAINER, c,
+                               RESULTS, commit)
+    if row is None:
         return None
-    try:
-        r = json.loads(p.stdout)
-    except ValueError as e:
-        print("FAILED: %s printed no JSON object (%s): %r" %
-              (TRAINER, e, p.stdout[:200]), file=sys.stderr)
-        return None
-    row = dict(c)
-    for k in RESULTS:
-        row[k] = r.get(k)
-    row["reached"] = int(bool(r["reached"]))
-    row["diverged"] = int(bool(r["diverged"]))
-    row["curve"] = ";".join("%d:%d:%g" % tuple(x) for x in r["curve"])
     # the data files live in the run's temporary directory: record the
     # pipeline with the file's name only
     row["train_spec"] = r["train_spec"].replace(
         os.path.dirname(env.data["train_bin"]) + "/", "")
     for k in ["docs_train", "docs_val", "tokens_train", "tokens_val"]:
         row[k] = env.data[k]
-    row.update(commit=commit, wall_s=round(wall, 2),
-               date=datetime.datetime.now(datetime.timezone.utc)
-               .strftime("%Y-%m-%dT%H:%M:%SZ"))
     return row
 
 
