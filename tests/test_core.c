@@ -765,9 +765,9 @@ static void *push_samples(void *arg)
     ef__item items[8];
     size_t queued;
     for (size_t i = 0; i < rp->n; i++)
-        items[i] = (ef__item){.status = EF_OK,
-                              .sample = ef_sample_new(
-                                  (ef_sample_id){.index = (int64_t)i})};
+        items[i] = (ef__item){
+            .status = EF_OK,
+            .sample = ef_sample_new((ef_sample_id){.index = (int64_t)i})};
     rp->rc = ef__queue_push_run(rp->q, items, rp->n, &queued, NULL);
     for (size_t i = queued; i < rp->n; i++)
         ef__item_clear(&items[i]);

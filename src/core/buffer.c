@@ -176,8 +176,7 @@ static int small_keep(ef_buffer *b)
     if (small_n == 0 && !small_list) {
         /* the key's value makes the thread's end call the destructor */
         pthread_once(&small_once, make_small_key);
-        if (!small_key_made ||
-            pthread_setspecific(small_key, &small_list) != 0)
+        if (!small_key_made || pthread_setspecific(small_key, &small_list) != 0)
             return 0;
     }
     b->user = small_list;

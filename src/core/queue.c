@@ -190,9 +190,7 @@ static int takes_a_run(const ef__queue *q)
 static size_t push_at_once(ef__queue *q, ef__item *items, size_t n, int *full)
 {
     pthread_mutex_lock(&q->mu);
-    size_t k = q->closed         ? 0
-               : takes_a_run(q) ? q->cap - q->count
-                                : room(q);
+    size_t k = q->closed ? 0 : takes_a_run(q) ? q->cap - q->count : room(q);
     if (k > n)
         k = n;
     *full = !q->closed && k == 0;

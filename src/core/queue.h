@@ -86,10 +86,11 @@ int ef__queue_push(ef__queue *q, ef__item *item, uint64_t *waited_ns);
 int ef__queue_push_charged(ef__queue *q, ef__item *item, uint64_t *waited_ns);
 /* Queues items[0..n) in order, as n pushes would, under one lock where
  * the run fits at once (the queue's room, or all of a queue at most half
- * full, and the budget's room, without waiting); n <= EF__RUN_MAX. EF_OK: the queue owns them all (an item's status may have
- * become EF_ENOMEM, as with push; then the run was cut after it and the
- * later items freed). EF_ECANCELED: the queue owns items[0..*queued) and
- * the caller the rest. */
+ * full, and the budget's room, without waiting); n <= EF__RUN_MAX.
+ * EF_OK: the queue owns them all (an item's status may have become
+ * EF_ENOMEM, as with push; then the run was cut after it and the later
+ * items freed). EF_ECANCELED: the queue owns items[0..*queued) and the
+ * caller the rest. */
 int ef__queue_push_run(ef__queue *q, ef__item *items, size_t n, size_t *queued,
                        uint64_t *waited_ns);
 /* Takes up to max items that are ready into items[], blocking while none
