@@ -57,7 +57,7 @@ struct ef_buffer {
 #define KEEP 32
 #endif
 #define SMALL 32 /* bytes of storage of every small buffer */
-#define SMALL_KEEP (KEEP ? 512 : 0)
+#define SMALL_KEEP 512 /* each thread's list at most; none where KEEP is 0 */
 #define KEEP_BYTES ((size_t)128 << 20)
 
 static pthread_mutex_t kept_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -195,7 +195,7 @@ ef_buffer *ef_buffer_new(size_t size)
     if (size > SIZE_MAX - sizeof(ef_buffer))
         return NULL;
     ef_buffer *b = size >= LARGE ? take_kept(size) : NULL;
-    if (size <= SMALL && SMALL_KEEP) {
+    if (size <= SMALL && KEEP) {
         b = small_take();
         if (!b && (b = ef__malloc(sizeof *b + SMALL)) != NULL)
             b->cap = SMALL;
@@ -277,7 +277,7 @@ void ef__buffer_release_n(ef_buffer *b, unsigned n)
         b->release(b->user);
     else if (b->cap >= LARGE && keep(b))
         return;
-    else if (SMALL_KEEP && b->cap == SMALL && small_keep(b))
+    else if (KEEP && b->cap == SMALL && small_keep(b))
         return;
     ef__free(b);
 }
