@@ -792,8 +792,9 @@ static void hand_out(ef__queue *q, ef__item *got, size_t from, size_t to)
 }
 
 /* A queue at most half full takes a whole run past its limit, so a fast
- * consumer wakes once per run; fuller, a run fills the room and waits
- * until the queue is half empty, then goes in whole, not item by item. */
+ * consumer wakes once per run; fuller, a run keeps to the limit and
+ * waits until the queue is half empty, then goes in whole, not item by
+ * item. */
 static void test_queue_takes_whole_runs(void **state)
 {
     (void)state;
@@ -817,12 +818,13 @@ static void test_queue_takes_whole_runs(void **state)
     for (size_t i = 0; i < n; i++)
         assert_int_equal(got[i].sample->id.index, (int64_t)i);
     assert_int_equal(pthread_create(&t, NULL, push_samples, &five), 0);
-    /* three held, more than half of 4: the run fills the room, no more */
+    /* three held, more than half of 4: the run keeps to the limit (it
+     * fills the room if it came after the hand-outs, else it sleeps
+     * until the queue is half empty) */
     hand_out(&q, got, 0, 3);
-    assert_true(queue_reaches(&q, 1));
     nanosleep(&(struct timespec){0, 20000000}, NULL);
-    assert_int_equal(ef__queue_count(&q), 1);
-    /* one held and one queued, half of 4: the rest goes in whole */
+    assert_true(ef__queue_count(&q) <= 1);
+    /* at most half full now: the rest goes in whole */
     hand_out(&q, got, 3, 5);
     whole = queue_reaches(&q, 5);
     if (!whole)
