@@ -56,7 +56,7 @@ struct ef_buffer {
 #ifndef KEEP
 #define KEEP 32
 #endif
-#define SMALL 32 /* bytes of storage of every small buffer */
+#define SMALL 32       /* bytes of storage of every small buffer */
 #define SMALL_KEEP 512 /* each thread's list at most; none where KEEP is 0 */
 #define KEEP_BYTES ((size_t)128 << 20)
 
@@ -135,6 +135,7 @@ static int keep(ef_buffer *b)
 
 static _Thread_local ef_buffer *small_list; /* linked through ->user */
 static _Thread_local unsigned small_n;
+static _Thread_local int small_registered; /* its end frees the list */
 static pthread_key_t small_key;
 static pthread_once_t small_once = PTHREAD_ONCE_INIT;
 static int small_key_made;
@@ -149,6 +150,7 @@ static void small_thread_ends(void *unused)
         ef__free(b);
     }
     small_n = 0;
+    small_registered = 0; /* a later keep registers again */
 }
 
 static void make_small_key(void)
@@ -173,11 +175,12 @@ static int small_keep(ef_buffer *b)
 {
     if (small_n >= SMALL_KEEP)
         return 0;
-    if (small_n == 0 && !small_list) {
+    if (!small_registered) {
         /* the key's value makes the thread's end call the destructor */
         pthread_once(&small_once, make_small_key);
         if (!small_key_made || pthread_setspecific(small_key, &small_list) != 0)
             return 0;
+        small_registered = 1;
     }
     b->user = small_list;
     small_list = b;
