@@ -1,8 +1,10 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Throughput of the pipeline engine and the echo stage's cost per item.
  *
- *   build/bench/bench_pipeline [ITEMS] [REPEATS]
+ *   build/bench/bench_pipeline [ITEMS] [REPEATS] [MATCH]
  *
+ * With MATCH, only the pipelines whose spec contains it run (for example
+ * `shuffle=` for the echo stage's copy spreading alone).
  * Every configuration runs REPEATS times in one process; the table shows
  * the median. The echo stage's own time per item is measured from the
  * stage stats: the time its downstream spent inside echo's next() minus
@@ -127,9 +129,10 @@ int main(int argc, char **argv)
 {
     long items = argc > 1 ? atol(argv[1]) : 2000000;
     int repeats = argc > 2 ? atoi(argv[2]) : 5;
-    if (items < 1000 || repeats < 1 || repeats > 64) {
-        fprintf(stderr,
-                "usage: bench_pipeline [ITEMS >= 1000] [REPEATS 1..64]\n");
+    const char *match = argc > 3 ? argv[3] : "";
+    if (items < 1000 || repeats < 1 || repeats > 64 || argc > 4) {
+        fprintf(stderr, "usage: bench_pipeline [ITEMS >= 1000] [REPEATS 1..64] "
+                        "[MATCH]\n");
         return 2;
     }
     enum { NSPECS = 7, NRUNS = 7 };
@@ -177,6 +180,8 @@ int main(int argc, char **argv)
            "echo self ns");
     for (int i = 0; i < NSPECS; i++) {
         double rate, echo_ns, first_s;
+        if (!strstr(specs[i], match))
+            continue;
         if (measure(specs[i], repeats, &rate, &echo_ns, &first_s) != 0)
             return 1;
         printf("%-62s %14.0f %12.1f ", specs[i], rate, 1e9 / rate);
@@ -192,6 +197,8 @@ int main(int argc, char **argv)
            "first batch ms");
     for (int i = 0; i < NRUNS; i++) {
         double rate, echo_ns, first_s;
+        if (!strstr(runs[i], match))
+            continue;
         if (measure(runs[i], repeats, &rate, &echo_ns, &first_s) != 0)
             return 1;
         printf("%-62s %14.0f %12.1f %14.2f\n", runs[i], rate, 1e9 / rate,
