@@ -120,11 +120,3 @@ int ef__budget_check(const ef__budget *b, uint64_t n, const char *what,
                        what, (unsigned long long)n,
                        (unsigned long long)b->limit);
 }
-
-uint64_t ef__sample_bytes(const ef_sample *s)
-{
-    uint64_t n = 0;
-    for (int i = 0; i < s->nfields; i++)
-        n += s->fields[i].nbytes;
-    return n;
-}

@@ -85,7 +85,4 @@ static inline int ef__budget_fits(const ef__budget *b, uint64_t n)
 int ef__budget_check(const ef__budget *b, uint64_t n, const char *what,
                      ef__err *err);
 
-/* Payload bytes of a sample: the sum of its fields' views. */
-uint64_t ef__sample_bytes(const ef_sample *s);
-
 #endif

@@ -20,6 +20,7 @@
 #include "core/alloc.h"
 #include "core/clock.h"
 #include "core/run_length.h"
+#include "core/sample.h"
 
 void ef__item_clear(ef__item *item)
 {

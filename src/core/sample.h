@@ -80,6 +80,16 @@ struct ef_sample {
     ef__field inline_fields[EF__INLINE_FIELDS];
 };
 
+/* Payload bytes of a sample: the sum of its fields' views. Inline: the
+ * budget checks it for every item a stage hands on. */
+static inline uint64_t ef__sample_bytes(const ef_sample *s)
+{
+    uint64_t n = 0;
+    for (int i = 0; i < s->nfields; i++)
+        n += s->fields[i].nbytes;
+    return n;
+}
+
 /* A free list of sample headers for one producer (the echo stage), so
  * that steady-state cloning allocates nothing. The owner takes headers
  * with ef__sample_pool_clone (one thread at a time); ef_sample_free, on

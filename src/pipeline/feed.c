@@ -9,6 +9,7 @@
 #include "core/alloc.h"
 #include "core/clock.h"
 #include "core/run_length.h"
+#include "core/sample.h"
 #include "pipeline/state.h"
 
 int ef__feed_init(ef__feed *p, ef__stage *owner, size_t depth, int nthreads,

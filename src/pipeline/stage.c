@@ -10,6 +10,7 @@
 
 #include "core/alloc.h"
 #include "core/clock.h"
+#include "core/sample.h"
 #include "pipeline/stage.h"
 #include "pipeline/state.h"
 

@@ -10,6 +10,7 @@
 
 #include "core/alloc.h"
 #include "core/rng.h"
+#include "core/sample.h"
 #include "pipeline/stage.h"
 
 typedef struct {

@@ -13,6 +13,7 @@
  * The consumer's thread does all of it; the queue is allocated at
  * AUTO_MAX items (a few dozen bytes each) and only its limit moves. */
 #include "core/alloc.h"
+#include "core/sample.h"
 #include "pipeline/feed.h"
 #include "pipeline/stage.h"
 

@@ -37,6 +37,7 @@
 #include "codec/tar.h"
 #include "codec/wds.h"
 #include "core/alloc.h"
+#include "core/sample.h"
 #include "io/stream.h"
 #include "stages/sources/reader_pool.h"
 #include "stages/sources/stream_options.h"
