@@ -127,6 +127,61 @@ static void test_budget_option_rules(void **state)
     ef_pipeline_destroy(p);
 }
 
+/* Items of 1,000 bytes, but item `big_at` of 9,000. */
+typedef struct {
+    int64_t next, n, big_at;
+} growing;
+
+static int growing_fn(void *user, int64_t epoch, int block, ef_sample **out)
+{
+    (void)block;
+    growing *g = user;
+    if (g->next == g->n)
+        return EF_END;
+    ef_sample *s =
+        ef_sample_new((ef_sample_id){.index = g->next, .epoch = epoch});
+    int64_t size = g->next == g->big_at ? 9000 : 1000;
+    void *v;
+    assert_int_equal(ef_sample_add_new(s, "bytes", EF_U8, 1, &size, &v),
+                     EF_OK);
+    memset(v, 0, (size_t)size);
+    g->next++;
+    *out = s;
+    return EF_OK;
+}
+
+/* A buffer already full, one item in and one out each call (the shuffle
+ * buffer's steady state), still refuses the item that passes the budget
+ * with what it holds, and hands out nothing. */
+static void test_full_buffer_refuses_what_passes_the_budget(void **state)
+{
+    (void)state;
+    const char *specs[] = {"shuffle:5", "echo:factor=1,shuffle=5"};
+    for (int k = 0; k < 2; k++) {
+        growing g = {.n = 100, .big_at = 40};
+        ef_pipeline *p = NULL;
+        assert_int_equal(ef_pipeline_create(&p), EF_OK);
+        assert_int_equal(ef_pipeline_set_memory_budget(p, 12000), EF_OK);
+        assert_int_equal(ef_pipeline_add_source(p, growing_fn, &g, NULL),
+                         EF_OK);
+        tu_parse(p, specs[k]);
+        ef_sample *s = NULL;
+        int n = 0, rc;
+        while ((rc = ef_pipeline_next(p, &s)) == EF_OK) {
+            ef_sample_free(s);
+            n++;
+        }
+        assert_int_equal(rc, EF_ENOMEM);
+        assert_null(s);
+        /* the buffer filled with items 0-4, then took one a call */
+        assert_int_equal(n, 40 - 4);
+        const char *msg = ef_pipeline_error(p);
+        assert_non_null(strstr(msg, "its buffer at 5 samples (of 5): 13000 "
+                                    "bytes, over the memory budget"));
+        ef_pipeline_destroy(p);
+    }
+}
+
 static void test_what_cannot_fit_is_an_error(void **state)
 {
     (void)state;
@@ -629,6 +684,7 @@ int main(void)
         cmocka_unit_test(test_queues_wait_for_room),
         cmocka_unit_test(test_budget_option_rules),
         cmocka_unit_test(test_what_cannot_fit_is_an_error),
+        cmocka_unit_test(test_full_buffer_refuses_what_passes_the_budget),
         cmocka_unit_test(test_tar_readers_share_the_budget),
         cmocka_unit_test(test_tar_readers_hold_one_sample_past_the_budget),
         cmocka_unit_test(test_tar_charges_come_back),

@@ -6,6 +6,7 @@
 
 #include "core/alloc.h"
 #include "core/clock.h"
+#include "core/sample.h"
 #include "pipeline/stage.h"
 #include "pipeline/state.h"
 
@@ -138,12 +139,17 @@ static ef_sample *take(ef__shufbuf *b, size_t i)
     return smp;
 }
 
-int ef__shufbuf_next(ef__shufbuf *b, ef__producer produce, void *arg,
-                     ef__rng *rng, ef_sample **out, ef__err *err)
+int ef__shufbuf_overflow(ef__shufbuf *b, ef_sample *x, ef__err *err)
+{
+    return hold(b, x, err);
+}
+
+int ef__shufbuf_fill_next(ef__shufbuf *b, ef__producer produce, void *arg,
+                          ef__rng *rng, ef_sample **out, ef__err *err)
 {
     *out = NULL;
     /* a fill from empty (a pass's first call) is watched, until it warns */
-    int watch = b->watcher && !b->warned && b->n == 0 && b->cap > 1;
+    int watch = b->n == 0 && b->watcher && !b->warned && b->cap > 1;
     uint64_t t0 = watch ? ef__timer_ns() : 0, t1 = 0;
     while (!b->ended && b->n < b->cap) {
         ef_sample *smp;

@@ -16,6 +16,7 @@
 #include "core/budget.h"
 #include "core/err.h"
 #include "core/rng.h"
+#include "core/sample.h"
 
 struct ef__state_out;
 struct ef__state_in;
@@ -52,11 +53,72 @@ void ef__shufbuf_watch(ef__shufbuf *b, struct ef__stage *watcher,
                        const char *label, const char *advice);
 /* Frees the samples still held. */
 void ef__shufbuf_destroy(ef__shufbuf *b);
+/* ef__shufbuf_next, off the steady state: the fills, the end. */
+int ef__shufbuf_fill_next(ef__shufbuf *b, ef__producer produce, void *arg,
+                          ef__rng *rng, ef_sample **out, ef__err *err);
+/* x would pass the budget with the buffer's contents: fails with the
+ * message, freeing x. */
+int ef__shufbuf_overflow(ef__shufbuf *b, ef_sample *x, ef__err *err);
+
+/* The steady state, a full buffer less the item handed out last: hold()
+ * of the new item x and take() of the item drawn in one step. take()
+ * moves the last item, x, into the drawn one's place; here x goes there
+ * directly (or out, when it is the one drawn). The same draws, the same
+ * items in the same places, the same budget charges. */
+static inline int ef__shufbuf_swap_in(ef__shufbuf *b, ef_sample *x,
+                                      ef__rng *rng, ef_sample **out,
+                                      ef__err *err)
+{
+    uint64_t n = ef__sample_bytes(x);
+    if (!ef__budget_fits(b->budget, b->bytes + n)) {
+        *out = NULL;
+        return ef__shufbuf_overflow(b, x, err);
+    }
+    b->bytes += n;
+    if (b->bytes > b->charged) {
+        uint64_t more = b->bytes - b->charged + b->step;
+        ef__budget_hold(b->budget, more);
+        b->charged += more;
+    }
+    size_t i = (size_t)ef__rng_below(rng, b->cap);
+    if (i == b->n) {
+        *out = x;
+        b->bytes -= n;
+    } else {
+        *out = b->items[i];
+        b->bytes -= b->sizes[i];
+        b->items[i] = x;
+        b->sizes[i] = n;
+    }
+    if (b->charged - b->bytes > 2 * b->step) {
+        uint64_t less = b->charged - b->bytes - b->step;
+        ef__budget_release(b->budget, less);
+        b->charged -= less;
+    }
+    return EF_OK;
+}
+
 /* Tops the buffer up from `produce`, then hands out a random item (the
  * caller owns it). EF_END once the producer has ended and the buffer is
- * empty; errors from the producer pass through. */
-int ef__shufbuf_next(ef__shufbuf *b, ef__producer produce, void *arg,
-                     ef__rng *rng, ef_sample **out, ef__err *err);
+ * empty; errors from the producer pass through. Inline in the steady
+ * state, one item in and one out: it is most of an echoed copy's cost. */
+static inline int ef__shufbuf_next(ef__shufbuf *b, ef__producer produce,
+                                   void *arg, ef__rng *rng, ef_sample **out,
+                                   ef__err *err)
+{
+    if (!b->ended && b->n + 1 == b->cap && b->step) {
+        ef_sample *x;
+        int rc = produce(arg, &x, err);
+        if (rc == EF_OK)
+            return ef__shufbuf_swap_in(b, x, rng, out, err);
+        if (rc != EF_END) {
+            *out = NULL;
+            return rc;
+        }
+        b->ended = 1;
+    }
+    return ef__shufbuf_fill_next(b, produce, arg, rng, out, err);
+}
 /* Ready for another pass: after EF_END, or mid-pass (what is still held
  * belongs to the pass that ended, and is dropped). */
 void ef__shufbuf_reset(ef__shufbuf *b);
