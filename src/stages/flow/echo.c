@@ -174,15 +174,14 @@ static int fixed_next(void *arg, ef_sample **out, ef__err *err)
         if (n > 1) {
             /* keep a header of our own for the echoes; the fresh one goes
              * downstream now */
-            st->held = ef__sample_pool_clone(st->headers, fresh);
+            st->held = ef__sample_pool_copy(st->headers, fresh);
             if (!st->held) {
                 ef_sample_free(fresh);
                 return ef__err_set(err, EF_ENOMEM, "echo: out of memory");
             }
-            /* the references of the n - 2 copies before the last (which
-             * takes the held header), in one add per field */
-            if (n > 2)
-                ef__sample_refs_add(st->held, (unsigned)(n - 2));
+            /* the references of the n - 1 echoes (the last takes the held
+             * header), in one atomic add per buffer */
+            ef__sample_refs_add(st->held, (unsigned)(n - 1));
             st->copies_left = n - 1;
             st->next_copy = 1;
         }
