@@ -768,6 +768,15 @@ typedef struct {
 EF_API ef_status ef_service_join(const ef_service_hello *hello,
                                  ef_service_info *info, char *err, size_t len);
 
+/* Trainers only, all of them together (a collective on their
+ * communicator): every trainer receives trainer 0's `len` bytes at `buf`,
+ * `len` being the same on every trainer. For a trainer that starts a
+ * collective library of its own among the trainers (torch.distributed
+ * from Python): trainer 0 tells the others where to meet. EF_ESTATE
+ * before ef_service_join() as a trainer, with the reason in err. */
+EF_API ef_status ef_service_trainers_bcast(void *buf, size_t len, char *err,
+                                           size_t errlen);
+
 /* A worker's work (echoflow serve). */
 typedef struct {
     size_t size;          /* sizeof(ef_serve_config): the struct may grow */

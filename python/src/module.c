@@ -91,6 +91,61 @@ static PyObject *mod_split_spec(PyObject *module, PyObject *arg)
     return parts;
 }
 
+static PyObject *mod_service_launched(PyObject *module, PyObject *unused)
+{
+    (void)module;
+    (void)unused;
+    return PyBool_FromLong(ef_service_launched());
+}
+
+/* Joins the service's mpirun job as a trainer (ef_service_join), for a
+ * trainer that needs its place before its pipeline reads the service. */
+static PyObject *mod_service_join_trainer(PyObject *module, PyObject *unused)
+{
+    (void)module;
+    (void)unused;
+    ef_service_hello hello = {.size = sizeof hello, .role = EF_SERVICE_TRAINER};
+    ef_service_info info = {.size = sizeof info};
+    char err[1024];
+    ef_status rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = ef_service_join(&hello, &info, err, sizeof err);
+    Py_END_ALLOW_THREADS
+    if (rc != EF_OK)
+        return pyef_raise(rc, err[0] ? err
+                                     : "service: the job's processes differ "
+                                       "(another rank says how)");
+    return Py_BuildValue("{s:i,s:i,s:i,s:i,s:i}", "rank", info.rank,
+                         "size_of_job", info.size_of_job, "trainers",
+                         info.trainers, "workers", info.workers, "role_rank",
+                         info.role_rank);
+}
+
+/* Trainer 0's bytes to every trainer (ef_service_trainers_bcast): each
+ * trainer passes bytes of the same length, and gets trainer 0's. */
+static PyObject *mod_service_trainers_bcast(PyObject *module, PyObject *arg)
+{
+    (void)module;
+    char *data;
+    Py_ssize_t n;
+    if (PyBytes_AsStringAndSize(arg, &data, &n) < 0)
+        return NULL;
+    PyObject *out = PyBytes_FromStringAndSize(data, n);
+    if (!out)
+        return NULL;
+    char *buf = PyBytes_AS_STRING(out);
+    char err[1024];
+    ef_status rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = ef_service_trainers_bcast(buf, (size_t)n, err, sizeof err);
+    Py_END_ALLOW_THREADS
+    if (rc != EF_OK) {
+        Py_DECREF(out);
+        return pyef_raise(rc, err);
+    }
+    return out;
+}
+
 static PyMethodDef module_methods[] = {
     {"_epoch_seed", mod_epoch_seed, METH_VARARGS,
      "_epoch_seed(seed, epoch, part) -> int: ef_epoch_seed(); see "
@@ -102,6 +157,17 @@ static PyMethodDef module_methods[] = {
      "stages() -> list of dicts: every stage, its help and its options "
      "(name, type, default, help, min, max), as `echoflow stages` lists "
      "them."},
+    {"_service_launched", mod_service_launched, METH_NOARGS,
+     "_service_launched() -> bool: whether mpirun (or another MPI "
+     "launcher) started this process (ef_service_launched)."},
+    {"_service_join_trainer", mod_service_join_trainer, METH_NOARGS,
+     "_service_join_trainer() -> dict: joins the service's job as a "
+     "trainer (ef_service_join) and returns this process's place: rank, "
+     "size_of_job, trainers, workers, role_rank."},
+    {"_service_trainers_bcast", mod_service_trainers_bcast, METH_O,
+     "_service_trainers_bcast(data: bytes) -> bytes: trainer 0's data on "
+     "every trainer, a collective of the trainers "
+     "(ef_service_trainers_bcast); the same length on each."},
     {"write_tokens", (PyCFunction)(void (*)(void))pyef_write_tokens,
      METH_VARARGS | METH_KEYWORDS,
      "write_tokens(spec, path, field='tokens', dtype='uint16', eos=None, *, "

@@ -28,6 +28,15 @@ ef_status ef_service_serve(const ef_serve_config *config,
     return EF_EUNSUPPORTED;
 }
 
+ef_status ef_service_trainers_bcast(void *buf, size_t len, char *err,
+                                    size_t errlen)
+{
+    (void)buf;
+    (void)len;
+    snprintf(err, errlen, "%s", NO_MPI);
+    return EF_EUNSUPPORTED;
+}
+
 void ef_service_leave(int status)
 {
     (void)status;

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* This process's place in the service's MPI job: joining (MPI started,
  * roles and settings compared, communicators made) and leaving. */
+#include <limits.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -337,6 +338,34 @@ ef_status ef_service_join(const ef_service_hello *hello, ef_service_info *info,
     }
     snprintf(errbuf, len, "%s", join_msg);
     pthread_mutex_unlock(&join_mu);
+    return rc;
+}
+
+ef_status ef_service_trainers_bcast(void *buf, size_t len, char *errbuf,
+                                    size_t errlen)
+{
+    ef__err err;
+    ef__err_clear(&err);
+    int rc = EF_OK;
+    pthread_mutex_lock(&join_mu);
+    int trainer = ef__service_job_get() && job.role == EF_SERVICE_TRAINER;
+    pthread_mutex_unlock(&join_mu);
+    if (!trainer)
+        rc = ef__err_set(&err, EF_ESTATE,
+                         "service: ef_service_trainers_bcast: this process "
+                         "has not joined the job as a trainer "
+                         "(ef_service_join first)");
+    else if (len > INT_MAX)
+        rc = ef__err_set(&err, EF_EINVAL,
+                         "service: ef_service_trainers_bcast: %zu bytes, "
+                         "expected at most %d",
+                         len, INT_MAX);
+    else {
+        int mpi = MPI_Bcast(buf, (int)len, MPI_BYTE, 0, job.role_comm);
+        if (mpi != MPI_SUCCESS)
+            rc = ef__service_mpi_error(mpi, "MPI_Bcast", &err);
+    }
+    snprintf(errbuf, errlen, "%s", rc ? err.msg : "");
     return rc;
 }
 
