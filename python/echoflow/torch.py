@@ -14,6 +14,11 @@ workers.
                 torch.save({"loader": loader.state_dict(), ...}, path)
 
     loader.load_state_dict(torch.load(path)["loader"])  # resume there
+
+Data-parallel jobs: init_distributed() starts torch.distributed for the
+trainers (under torchrun, or in the mpirun job of the preprocessing
+service), and save_checkpoint() / load_checkpoint() keep the model, the
+optimizer and every rank's Loader state in one file.
 """
 import operator
 import warnings
@@ -25,6 +30,13 @@ import torch.utils.data._utils.collate
 import torch.utils.dlpack
 
 import echoflow
+# the data-parallel helpers: torch.distributed for the trainers, and
+# checkpoints of the job with every rank's Loader state
+from echoflow._distributed import (  # noqa: F401 (re-exported)
+    init_distributed,
+    load_checkpoint,
+    save_checkpoint,
+)
 
 try:  # the C entry point of torch.from_dlpack, without its Python checks
     from_capsule = torch._C._from_dlpack

@@ -86,7 +86,8 @@ def test_the_wheel_installs_in_a_fresh_venv_and_runs_a_pipeline(source,
     names = set(zipfile.ZipFile(wheel).namelist())
     module = "echoflow/_echoflow" + sysconfig.get_config_var("EXT_SUFFIX")
     for f in (module, "echoflow/__init__.py", "echoflow/__init__.pyi",
-              "echoflow/torch.py", "echoflow/torch.pyi", "echoflow/py.typed"):
+              "echoflow/torch.py", "echoflow/torch.pyi",
+              "echoflow/_distributed.py", "echoflow/py.typed"):
         assert f in names, sorted(names)
 
     venv = tmp_path / "venv"
