@@ -89,3 +89,47 @@ def test_worker_error_reaches_python(fmnist_shards):
     # the worker reports its failure and exits 1 once the trainer left
     assert "rank 1 (a worker)" in proc.stderr, proc.stderr
     assert "Traceback" not in proc.stderr, proc.stderr
+
+
+TWO_TRAINERS = r"""
+import torch, torch.distributed as dist
+import echoflow, echoflow.torch
+rank, world = echoflow.torch.init_distributed()
+assert world == 2 and dist.get_world_size() == 2, world  # the trainers only
+t = torch.tensor([rank + 1])
+dist.all_reduce(t)
+assert t.item() == 3, t
+loader = echoflow.torch.Loader("service | batch:50")
+assert (loader.rank, loader.world_size) == (rank, 2)
+try:
+    echoflow.torch.save_checkpoint("job.ckpt", torch.nn.Linear(1, 1),
+                                   loaders=loader)
+    raise SystemExit("a Loader of the service was saved")
+except echoflow.UnsupportedError as e:
+    assert "save_checkpoint('job.ckpt'), rank %d of 2, loader 0 ('service "\
+        "| batch:50'): it reads the preprocessing service" % rank in str(e), e
+    assert "cannot be saved yet" in str(e), e
+# the epoch shared between the two trainers, each sample once
+n = torch.tensor([sum(len(b["index"]) for b in loader)])
+dist.all_reduce(n)
+assert n.item() == 1000, n
+print("trainer %d of 2: ok" % rank, flush=True)
+"""
+
+
+def test_torch_distributed_among_the_trainers(tmp_path):
+    """echoflow.torch.init_distributed() in the job with a worker: the
+    two Python trainers form torch.distributed's group (meeting where
+    trainer 0 said through MPI), the worker takes no part; a checkpoint
+    of their Loaders of the service is refused on both, saying why."""
+    cli = os.environ.get("ECHOFLOW_CLI", "echoflow")
+    proc = subprocess.run(
+        [MPIRUN, "--allow-run-as-root", "--bind-to", "none",
+         "--oversubscribe", "-np", "2", sys.executable, "-c", TWO_TRAINERS,
+         ":", "-np", "1", cli, "serve", "range:n=1000", "--splits", "4"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        timeout=300, cwd=str(tmp_path))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    for rank in (0, 1):
+        assert "trainer %d of 2: ok" % rank in proc.stdout, proc.stdout
+    assert not os.path.exists(tmp_path / "job.ckpt")
