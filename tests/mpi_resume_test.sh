@@ -41,8 +41,12 @@ spec() {
         "batch:32 | prefetch:4"
 }
 TEST="idx:images=$FMNIST/t10k-images-idx3-ubyte.gz,labels=$FMNIST/t10k-labels-idx1-ubyte.gz | take:2000 | batch:1000"
-# 48,000 fresh examples: 1,500 steps, 8 passes over each rank's 3,000
-OPTS=(--test-spec "$TEST" --threads 1 --max-fresh 48000 --eval-every 16000
+# 48,000 fresh examples: 1,500 steps, 8 passes over each rank's 3,000;
+# under a sanitizer (EF_SANITIZED), where a step takes up to 100 times
+# longer, 6,400: 200 steps, still past the first pass
+FRESH=48000 EVERY=10 LIMIT=120
+[ -n "${EF_SANITIZED:-}" ] && FRESH=6400 EVERY=5 LIMIT=500
+OPTS=(--test-spec "$TEST" --threads 1 --max-fresh "$FRESH" --eval-every 16000
       --seed 7)
 
 # run NAME NP ARGS...: `echoflow train ARGS` on NP processes (0: one, not
@@ -52,9 +56,9 @@ run() {
     local name=$1 np=$2
     shift 2
     if [ "$np" -eq 0 ]; then
-        timeout -k 10 120 "$CLI" train "$@" >"$TMP/$name.out" 2>"$TMP/$name.err"
+        timeout -k 10 "$LIMIT" "$CLI" train "$@" >"$TMP/$name.out" 2>"$TMP/$name.err"
     else
-        timeout -k 10 120 "${MPIRUN[@]}" -np "$np" "$CLI" train "$@" \
+        timeout -k 10 "$LIMIT" "${MPIRUN[@]}" -np "$np" "$CLI" train "$@" \
             >"$TMP/$name.out" 2>"$TMP/$name.err"
     fi
     rc=$?
@@ -87,13 +91,13 @@ pass "uninterrupted: $(tr '\n' ' ' <"$TMP/ref.fig")"
 # ---- killed and resumed -------------------------------------------------------
 CK="$TMP/run.ck"
 CKARGS=(--spec "$(spec train 2)" "${OPTS[@]}" --checkpoint "$CK"
-        --checkpoint-every 10 --resume)
+        --checkpoint-every "$EVERY" --resume)
 kills=0
 resumed_at=()
 for attempt in 1 2 3 4; do
     before=$(ck_id "$CK")
     # without --json, so that process 0 says where it resumed
-    timeout -k 10 120 "${MPIRUN[@]}" -np 2 "$CLI" train "${CKARGS[@]}" \
+    timeout -k 10 "$LIMIT" "${MPIRUN[@]}" -np 2 "$CLI" train "${CKARGS[@]}" \
         >"$TMP/attempt.out" 2>"$TMP/attempt.err" &
     launcher=$!
     # a kill once a new checkpoint is there lands in training, whatever
@@ -274,7 +278,7 @@ refused rank1_state 2 "$TMP/rank1" \
     -- "${SAME[@]}"
 
 # one process's checkpoint (format version 1) under mpirun
-SHORT=(--spec "$(spec train 2)" "${OPTS[@]}" --max-fresh 3200)
+SHORT=(--spec "$(spec train 2)" "${OPTS[@]}" --max-fresh 640)
 run single 0 "${SHORT[@]}" --checkpoint "$TMP/single.ck"
 if [ "$rc" -eq 0 ]; then
     refused from_one_process 2 "$TMP/single.ck" \
