@@ -118,9 +118,8 @@ static int parse(train_opts *o, int argc, char **argv)
         {"--save-model", ARG_STRING, &c->save_model, NULL, 0, 0, NULL, "PATH",
          "write the weights at the end (format:\n"
          "train/model.h)"},
-        {"checkpoints (under mpirun, of every process):",
-         ARG_HEADING, NULL, NULL, 0, 0, NULL,
-         NULL, NULL},
+        {"checkpoints (under mpirun, of every process):", ARG_HEADING, NULL,
+         NULL, 0, 0, NULL, NULL, NULL},
         {"--checkpoint", ARG_STRING, &c->checkpoint, NULL, 0, 0, NULL, "PATH",
          "save the run here (weights, optimiser, counters,\n"
          "the pipeline's position) at the start, every\n"

@@ -110,8 +110,10 @@ static int gather_bytes(void *user, const void *mine, size_t n, void **all,
     MPI_Comm_rank(trainers, &rank);
     MPI_Comm_size(trainers, &size);
     if (n > largest_part()) { /* sent as nothing: a part that failed */
-        snprintf(err, len, "checkpoint: a part of %zu bytes is more than "
-                           "MPI sends at once", n);
+        snprintf(err, len,
+                 "checkpoint: a part of %zu bytes is more than "
+                 "MPI sends at once",
+                 n);
         n = 0;
         failed = 1;
     }
@@ -123,16 +125,16 @@ static int gather_bytes(void *user, const void *mine, size_t n, void **all,
         icounts = calloc((size_t)size, sizeof *icounts);
         displs = calloc((size_t)size, sizeof *displs);
     }
-    int rc = mpi_check(MPI_Gather(&n64, 1, MPI_UINT64_T, sizes, 1,
-                                  MPI_UINT64_T, 0, trainers),
-                       "MPI_Gather", err, len);
+    int rc = mpi_check(
+        MPI_Gather(&n64, 1, MPI_UINT64_T, sizes, 1, MPI_UINT64_T, 0, trainers),
+        "MPI_Gather", err, len);
     size_t total = 0;
     for (int r = 0; rc == 0 && rank == 0 && r < size; r++) {
         counts[r] = (size_t)sizes[r];
         total += counts[r];
     }
-    if (rc == 0 && rank == 0 && (!sizes || !icounts || !displs ||
-                                 !(buf = malloc(total ? total : 1)))) {
+    if (rc == 0 && rank == 0 &&
+        (!sizes || !icounts || !displs || !(buf = malloc(total ? total : 1)))) {
         /* the others are in the next collective: end the job */
         snprintf(err, len, "checkpoint: out of memory for %zu bytes", total);
         rc = -1;
@@ -140,8 +142,8 @@ static int gather_bytes(void *user, const void *mine, size_t n, void **all,
     if (rc == 0 && rank == 0)
         offsets(counts, size, icounts, displs); /* each part fits */
     if (rc == 0)
-        rc = mpi_check(MPI_Gatherv(mine, (int)n, MPI_BYTE, buf, icounts,
-                                   displs, MPI_BYTE, 0, trainers),
+        rc = mpi_check(MPI_Gatherv(mine, (int)n, MPI_BYTE, buf, icounts, displs,
+                                   MPI_BYTE, 0, trainers),
                        "MPI_Gatherv", err, len);
     free(sizes);
     free(icounts);
@@ -208,12 +210,14 @@ static int broadcast_bytes(void *user, void *buf, size_t n, char *err,
 {
     (void)user;
     if (n > INT_MAX) {
-        snprintf(err, len, "MPI_Bcast of %zu bytes: more than MPI sends at "
-                           "once", n);
+        snprintf(err, len,
+                 "MPI_Bcast of %zu bytes: more than MPI sends at "
+                 "once",
+                 n);
         return -1;
     }
-    return mpi_check(MPI_Bcast(buf, (int)n, MPI_BYTE, 0, trainers),
-                     "MPI_Bcast", err, len);
+    return mpi_check(MPI_Bcast(buf, (int)n, MPI_BYTE, 0, trainers), "MPI_Bcast",
+                     err, len);
 }
 
 int train_mpi_start(eft_comm *comm, char *err, size_t len)

@@ -831,9 +831,8 @@ static void checkpoint_of_ranks(void **state)
                      -1);
     assert_non_null(strstr(err, "this run has one process outside mpirun"));
     /* one process's checkpoint (version 1) under mpirun */
-    assert_int_equal(eft_checkpoint_save(one, &id, m, &st, "xyz", 3, err,
-                                         sizeof err),
-                     0);
+    assert_int_equal(
+        eft_checkpoint_save(one, &id, m, &st, "xyz", 3, err, sizeof err), 0);
     assert_int_equal(eft_checkpoint_load_ranks(one, &id, 1, back, &got, &out,
                                                &out_n, err, sizeof err),
                      -1);

@@ -463,9 +463,9 @@ int eft_checkpoint_save(const char *path, const eft_run_id *id, eft_model *m,
 }
 
 int eft_checkpoint_save_ranks(const char *path, const eft_run_id *id,
-                              eft_model *m, const eft_run_state *st,
-                              int nranks, const unsigned char *parts,
-                              const size_t *part_n, char *err, size_t len)
+                              eft_model *m, const eft_run_state *st, int nranks,
+                              const unsigned char *parts, const size_t *part_n,
+                              char *err, size_t len)
 {
     assert(nranks >= 1);
     size_t total = 0;
@@ -718,14 +718,16 @@ static int check_envelope(const unsigned char *p, size_t n, const char *path,
 /* Whether the file (its header at p, checked) was saved by a run of the
  * kind that reads it: `nranks` processes under mpirun, or 0 for one
  * process outside it. 0, or -1 naming both. */
-static int check_processes(const unsigned char *p, const char *path,
-                           int nranks, char *err, size_t len)
+static int check_processes(const unsigned char *p, const char *path, int nranks,
+                           char *err, size_t len)
 {
     int ranks = le32(p + 8) == VERSION_RANKS;
     uint32_t saved = le32(p + 12);
     if (ranks && saved == 0)
-        return fail(err, len, "%s: corrupt: a data-parallel checkpoint of 0 "
-                              "processes", path);
+        return fail(err, len,
+                    "%s: corrupt: a data-parallel checkpoint of 0 "
+                    "processes",
+                    path);
     if (ranks ? saved == (uint32_t)nranks : nranks == 0)
         return 0;
     char was[64], now[64];
@@ -756,8 +758,8 @@ typedef struct {
 } tail;
 
 /* Reads the tail of r into t: version 1's state, or `nranks` parts. */
-static int read_tail(rbuf *r, int nranks, const char *path, tail *t,
-                     char *err, size_t len)
+static int read_tail(rbuf *r, int nranks, const char *path, tail *t, char *err,
+                     size_t len)
 {
     const size_t start = r->at;
     int count = nranks ? nranks : 1;
@@ -799,8 +801,7 @@ static int read_tail(rbuf *r, int nranks, const char *path, tail *t,
  * mpirun (0: one outside it), into m, *st and *t; as
  * eft_checkpoint_load. */
 static int load(const char *path, const eft_run_id *id, int nranks,
-                eft_model *m, eft_run_state *st, tail *t, char *err,
-                size_t len)
+                eft_model *m, eft_run_state *st, tail *t, char *err, size_t len)
 {
     unsigned char *data = NULL;
     size_t size = 0;
@@ -878,8 +879,8 @@ int eft_checkpoint_load(const char *path, const eft_run_id *id, eft_model *m,
 
 int eft_checkpoint_load_ranks(const char *path, const eft_run_id *id,
                               int nranks, eft_model *m, eft_run_state *st,
-                              unsigned char **parts, size_t **part_n,
-                              char *err, size_t len)
+                              unsigned char **parts, size_t **part_n, char *err,
+                              size_t len)
 {
     assert(nranks >= 1);
     tail t;

@@ -100,9 +100,9 @@ int eft_rank_part_decode(const void *bytes, size_t n, eft_rank_part *p);
  * part_n[r] bytes for rank r. Returns 0, or -1 with a message naming the
  * file in err. */
 int eft_checkpoint_save_ranks(const char *path, const eft_run_id *id,
-                              eft_model *m, const eft_run_state *st,
-                              int nranks, const unsigned char *parts,
-                              const size_t *part_n, char *err, size_t len);
+                              eft_model *m, const eft_run_state *st, int nranks,
+                              const unsigned char *parts, const size_t *part_n,
+                              char *err, size_t len);
 
 /* Reads the checkpoint of a data-parallel run of `nranks` processes at
  * `path` into m and *st, and its parts into *parts, one after another
@@ -113,8 +113,8 @@ int eft_checkpoint_save_ranks(const char *path, const eft_run_id *id,
  * processes (or by one outside mpirun), m and *st unchanged. */
 int eft_checkpoint_load_ranks(const char *path, const eft_run_id *id,
                               int nranks, eft_model *m, eft_run_state *st,
-                              unsigned char **parts, size_t **part_n,
-                              char *err, size_t len);
+                              unsigned char **parts, size_t **part_n, char *err,
+                              size_t len);
 
 /* Claims `path` for this run: an advisory lock (flock) on PATH.lock, so
  * that a second run given the same path is refused rather than both

@@ -58,8 +58,8 @@ int eft_dist_share_momentum(eft_dist *d, eft_model *m, char *err, size_t len)
         float *v, *g;
         size_t n;
         eft_model_param(m, i, &v, &g, &n);
-        if (d->comm->broadcast(d->comm->user, eft_model_momentum(m, i), n,
-                               err, len))
+        if (d->comm->broadcast(d->comm->user, eft_model_momentum(m, i), n, err,
+                               len))
             return -1;
     }
     return 0;

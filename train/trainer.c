@@ -400,9 +400,9 @@ static int encode_part(trainer *t, size_t n, unsigned char **part,
                        size_t *part_n, char *err, size_t errlen)
 {
     const eft_result *r = t->res;
-    const eft_rank_part p = {r->local_fresh, r->local_batches,
-                             r->feedback_values, r->samples_hash, t->state,
-                             n};
+    const eft_rank_part p = {r->local_fresh,     r->local_batches,
+                             r->feedback_values, r->samples_hash,
+                             t->state,           n};
     *part_n = EFT_RANK_PART_HEADER + n;
     if (!(*part = malloc(*part_n)))
         return fail(err, errlen, "%s: checkpoint: out of memory",
@@ -424,8 +424,8 @@ static int checkpoint_ranks(trainer *t, int failed, size_t n,
     if (!failed)
         failed = encode_part(t, n, &part, &part_n, err, errlen) != 0;
     void *all = NULL;
-    size_t *counts = c->rank == 0 ? calloc((size_t)c->size, sizeof *counts)
-                                  : NULL;
+    size_t *counts =
+        c->rank == 0 ? calloc((size_t)c->size, sizeof *counts) : NULL;
     if (c->rank == 0 && !counts && !failed)
         failed = fail(err, errlen, "%s: checkpoint: out of memory",
                       t->cfg->checkpoint) != 0;
@@ -438,16 +438,16 @@ static int checkpoint_ranks(trainer *t, int failed, size_t n,
         for (int r = 0; r < c->size; r++)
             whole &= counts[r] > 0;
         if (whole)
-            failed = eft_checkpoint_save_ranks(t->cfg->checkpoint, &t->id,
-                                               t->m, rs, c->size, all, counts,
-                                               err, errlen) != 0;
+            failed = eft_checkpoint_save_ranks(t->cfg->checkpoint, &t->id, t->m,
+                                               rs, c->size, all, counts, err,
+                                               errlen) != 0;
     }
     free(all);
     free(counts);
     if (rc)
         return -1;
-    return together(t, failed, "could not save its part of the checkpoint",
-                    err, errlen);
+    return together(t, failed, "could not save its part of the checkpoint", err,
+                    errlen);
 }
 
 /* Saves the run to cfg->checkpoint with the training pipeline's state;
@@ -479,8 +479,8 @@ static int checkpoint(trainer *t, int ended, char *err, size_t errlen)
 }
 
 /* Restores the training pipeline's position from n bytes of state. */
-static int restore_pipeline(trainer *t, const void *state, size_t n,
-                            char *err, size_t errlen)
+static int restore_pipeline(trainer *t, const void *state, size_t n, char *err,
+                            size_t errlen)
 {
     const char *path = t->cfg->checkpoint;
     ef_pipeline *train = t->job->train;
@@ -524,8 +524,8 @@ static int resume(trainer *t, char *err, size_t errlen)
     eft_run_state rs;
     void *state = NULL;
     size_t n = 0;
-    int rc = eft_checkpoint_load(t->cfg->checkpoint, &t->id, t->m, &rs,
-                                 &state, &n, err, errlen);
+    int rc = eft_checkpoint_load(t->cfg->checkpoint, &t->id, t->m, &rs, &state,
+                                 &n, err, errlen);
     if (rc != 0)
         return rc < 0 ? -1 : 0;
     rc = restore_pipeline(t, state, n, err, errlen);
@@ -539,10 +539,11 @@ static int resume(trainer *t, char *err, size_t errlen)
     return 0;
 }
 
-/* Process 0 reads the checkpoint of a data-parallel run (rank_status: 0
- * read, 1 none, -1 failed) and tells every process; with one read, its
- * model, momentum and run state go to every process and each process's
- * part to that process, into *part (allocated; the caller frees it). */
+/* Process 0 reads the checkpoint of a data-parallel run and tells every
+ * process how that went (*status: 0 read, 1 none there, -1 failed, its
+ * message on process 0); with one read, its model, momentum and run state
+ * *rs go to every process and each process's part to that process, into
+ * *part (allocated; the caller frees it). */
 static int deal_checkpoint(trainer *t, eft_run_state *rs, int32_t *status,
                            void **part, size_t *part_n, char *err,
                            size_t errlen)
@@ -551,16 +552,16 @@ static int deal_checkpoint(trainer *t, eft_run_state *rs, int32_t *status,
     unsigned char *parts = NULL;
     size_t *counts = NULL;
     if (c->rank == 0)
-        *status = (int32_t)eft_checkpoint_load_ranks(
-            t->cfg->checkpoint, &t->id, c->size, t->m, rs, &parts, &counts,
-            err, errlen);
+        *status = (int32_t)eft_checkpoint_load_ranks(t->cfg->checkpoint, &t->id,
+                                                     c->size, t->m, rs, &parts,
+                                                     &counts, err, errlen);
     int rc = c->broadcast_bytes(c->user, status, sizeof *status, err, errlen);
     if (rc == 0 && *status == 0)
-        rc = eft_dist_share_weights(&t->d, t->m, err, errlen) ||
-             eft_dist_share_momentum(&t->d, t->m, err, errlen) ||
-             c->broadcast_bytes(c->user, rs, sizeof *rs, err, errlen) ||
-             c->scatter_bytes(c->user, parts, counts, part, part_n, err,
-                              errlen);
+        rc =
+            eft_dist_share_weights(&t->d, t->m, err, errlen) ||
+            eft_dist_share_momentum(&t->d, t->m, err, errlen) ||
+            c->broadcast_bytes(c->user, rs, sizeof *rs, err, errlen) ||
+            c->scatter_bytes(c->user, parts, counts, part, part_n, err, errlen);
     free(parts);
     free(counts);
     return rc ? -1 : 0;
@@ -584,20 +585,22 @@ static int resume_ranks(trainer *t, char *err, size_t errlen)
     if (status < 0) {
         t->res->shared_failure = 1;
         if (t->cfg->comm->rank != 0)
-            fail(err, errlen, "%s: rank 0 could not read it (its own message "
-                              "says why)", t->cfg->checkpoint);
+            fail(err, errlen,
+                 "%s: rank 0 could not read it (its own message "
+                 "says why)",
+                 t->cfg->checkpoint);
         return -1;
     }
     eft_rank_part part;
-    int failed = eft_rank_part_decode(bytes, n, &part) != 0
-                     ? fail(err, errlen,
-                            "%s: corrupt: this process's part has %zu bytes",
-                            t->cfg->checkpoint, n)
-                     : restore_pipeline(t, part.state, part.state_n, err,
-                                        errlen);
+    int failed =
+        eft_rank_part_decode(bytes, n, &part) != 0
+            ? fail(err, errlen,
+                   "%s: corrupt: this process's part has %zu bytes",
+                   t->cfg->checkpoint, n)
+            : restore_pipeline(t, part.state, part.state_n, err, errlen);
     free(bytes);
-    if (together(t, failed != 0,
-                 "could not restore its part of the checkpoint", err, errlen))
+    if (together(t, failed != 0, "could not restore its part of the checkpoint",
+                 err, errlen))
         return -1;
     resumed_from(t, &rs, start);
     /* what is each process's own */
@@ -686,8 +689,8 @@ static int setup_checkpoints(trainer *t, char *err, size_t errlen)
         t->id.test_hash =
             eft_hash(h, test->y, (size_t)test->n * sizeof(int64_t));
     }
-    if (cfg->resume && (cfg->comm ? resume_ranks(t, err, errlen)
-                                  : resume(t, err, errlen)))
+    if (cfg->resume &&
+        (cfg->comm ? resume_ranks(t, err, errlen) : resume(t, err, errlen)))
         return -1;
     return t->res->resumed ? 0 : checkpoint(t, 0, err, errlen);
 }
