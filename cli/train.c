@@ -54,7 +54,8 @@ static const char about[] =
     "With --checkpoint PATH --resume, the same command run again after a\n"
     "kill goes on from the last checkpoint; with --threads 1 it ends with\n"
     "the weights the uninterrupted run would have (see the report's\n"
-    "samples_hash and weights_hash).\n"
+    "samples_hash and weights_hash). Under mpirun, one file holds every\n"
+    "process's part, and resumes on as many processes.\n"
     "With an echo policy (--echo ...,policy=NAME, or echo:policy=NAME in\n"
     "--spec), each step feeds every example's training loss back to the\n"
     "echo stage.\n";
@@ -117,8 +118,8 @@ static int parse(train_opts *o, int argc, char **argv)
         {"--save-model", ARG_STRING, &c->save_model, NULL, 0, 0, NULL, "PATH",
          "write the weights at the end (format:\n"
          "train/model.h)"},
-        {"checkpoints (one process):", ARG_HEADING, NULL, NULL, 0, 0, NULL,
-         NULL, NULL},
+        {"checkpoints (under mpirun, of every process):", ARG_HEADING, NULL,
+         NULL, 0, 0, NULL, NULL, NULL},
         {"--checkpoint", ARG_STRING, &c->checkpoint, NULL, 0, 0, NULL, "PATH",
          "save the run here (weights, optimiser, counters,\n"
          "the pipeline's position) at the start, every\n"
@@ -506,13 +507,6 @@ static int check_checkpoint(const train_opts *o)
                                        : "a device");
         return -1;
     }
-    if (c->comm) {
-        /* each process would need its own file, and all of them the same
-           step on resuming: not done yet */
-        fprintf(stderr, "echoflow train: --checkpoint is for one process; "
-                        "under mpirun it is not supported yet\n");
-        return -1;
-    }
     if (!c->resume && !o->print_spec && access(c->checkpoint, F_OK) == 0) {
         fprintf(stderr,
                 "echoflow train: %s exists: give --resume to go on from it, "
@@ -612,6 +606,10 @@ static int run(train_opts *o)
     }
     if (rc && comm)
         fprintf(stderr, "echoflow train: rank %d: %s\n", comm->rank, err);
+#ifdef EF_HAVE_MPI
+    if (rc && comm && r.shared_failure)
+        train_mpi_shared_failure(); /* printed: end in order */
+#endif
     else if (rc)
         fprintf(stderr, "echoflow train: %s\n", err);
     else if (lead)

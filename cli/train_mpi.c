@@ -6,7 +6,9 @@
  * return instead of aborting, so each names the call that failed. */
 #include "train_mpi.h"
 
+#include <limits.h>
 #include <mpi.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -77,6 +79,147 @@ static int gather(void *user, const double *mine, size_t n, double *all,
                      "MPI_Gather", err, len);
 }
 
+/* MPI counts bytes in ints: a part of a checkpoint that every process
+ * may send at once, the whole within INT_MAX. */
+static size_t largest_part(void)
+{
+    int size;
+    MPI_Comm_size(trainers, &size);
+    return (size_t)INT_MAX / (size_t)size;
+}
+
+/* Byte offsets of the parts from their sizes; 0, or -1 past INT_MAX. */
+static int offsets(const size_t *counts, int size, int *icounts, int *displs)
+{
+    size_t at = 0;
+    for (int r = 0; r < size; r++) {
+        if (counts[r] > (size_t)INT_MAX - at)
+            return -1;
+        icounts[r] = (int)counts[r];
+        displs[r] = (int)at;
+        at += counts[r];
+    }
+    return 0;
+}
+
+static int gather_bytes(void *user, const void *mine, size_t n, void **all,
+                        size_t *counts, char *err, size_t len)
+{
+    (void)user;
+    int rank, size, failed = 0;
+    MPI_Comm_rank(trainers, &rank);
+    MPI_Comm_size(trainers, &size);
+    if (n > largest_part()) { /* sent as nothing: a part that failed */
+        snprintf(err, len,
+                 "checkpoint: a part of %zu bytes is more than "
+                 "MPI sends at once",
+                 n);
+        n = 0;
+        failed = 1;
+    }
+    uint64_t n64 = n, *sizes = NULL;
+    int *icounts = NULL, *displs = NULL;
+    char *buf = NULL;
+    if (rank == 0) {
+        sizes = calloc((size_t)size, sizeof *sizes);
+        icounts = calloc((size_t)size, sizeof *icounts);
+        displs = calloc((size_t)size, sizeof *displs);
+    }
+    int rc = mpi_check(
+        MPI_Gather(&n64, 1, MPI_UINT64_T, sizes, 1, MPI_UINT64_T, 0, trainers),
+        "MPI_Gather", err, len);
+    size_t total = 0;
+    for (int r = 0; rc == 0 && rank == 0 && r < size; r++) {
+        counts[r] = (size_t)sizes[r];
+        total += counts[r];
+    }
+    if (rc == 0 && rank == 0 &&
+        (!sizes || !icounts || !displs || !(buf = malloc(total ? total : 1)))) {
+        /* the others are in the next collective: end the job */
+        snprintf(err, len, "checkpoint: out of memory for %zu bytes", total);
+        rc = -1;
+    }
+    if (rc == 0 && rank == 0)
+        offsets(counts, size, icounts, displs); /* each part fits */
+    if (rc == 0)
+        rc = mpi_check(MPI_Gatherv(mine, (int)n, MPI_BYTE, buf, icounts, displs,
+                                   MPI_BYTE, 0, trainers),
+                       "MPI_Gatherv", err, len);
+    free(sizes);
+    free(icounts);
+    free(displs);
+    if (rc == 0 && rank == 0)
+        *all = buf;
+    else
+        free(buf);
+    return rc ? rc : failed ? -1 : 0;
+}
+
+static int scatter_bytes(void *user, const void *all, const size_t *counts,
+                         void **mine, size_t *n, char *err, size_t len)
+{
+    (void)user;
+    int rank, size, rc = 0;
+    MPI_Comm_rank(trainers, &rank);
+    MPI_Comm_size(trainers, &size);
+    uint64_t *sizes = NULL, n64 = 0;
+    int *icounts = NULL, *displs = NULL;
+    if (rank == 0) {
+        sizes = calloc((size_t)size, sizeof *sizes);
+        icounts = calloc((size_t)size, sizeof *icounts);
+        displs = calloc((size_t)size, sizeof *displs);
+        if (!sizes || !icounts || !displs) {
+            snprintf(err, len, "checkpoint: out of memory");
+            rc = -1; /* the others are in the collective: end the job */
+        } else if (offsets(counts, size, icounts, displs)) {
+            /* each process then gets nothing, which it cannot restore */
+            memset(icounts, 0, (size_t)size * sizeof *icounts);
+            memset(displs, 0, (size_t)size * sizeof *displs);
+        }
+        for (int r = 0; rc == 0 && r < size; r++)
+            sizes[r] = (uint64_t)icounts[r];
+    }
+    if (rc == 0)
+        rc = mpi_check(MPI_Scatter(sizes, 1, MPI_UINT64_T, &n64, 1,
+                                   MPI_UINT64_T, 0, trainers),
+                       "MPI_Scatter", err, len);
+    char *buf = rc == 0 ? malloc(n64 ? (size_t)n64 : 1) : NULL;
+    if (rc == 0 && !buf) {
+        snprintf(err, len, "checkpoint: out of memory for %llu bytes",
+                 (unsigned long long)n64);
+        rc = -1;
+    }
+    if (rc == 0)
+        rc = mpi_check(MPI_Scatterv(all, icounts, displs, MPI_BYTE, buf,
+                                    (int)n64, MPI_BYTE, 0, trainers),
+                       "MPI_Scatterv", err, len);
+    free(sizes);
+    free(icounts);
+    free(displs);
+    if (rc == 0) {
+        *mine = buf;
+        *n = (size_t)n64;
+    } else {
+        free(buf);
+    }
+    return rc;
+}
+
+static int broadcast_bytes(void *user, void *buf, size_t n, char *err,
+                           size_t len)
+{
+    (void)user;
+    if (n > INT_MAX) {
+        snprintf(err, len,
+                 "MPI_Bcast of %zu bytes: more than MPI sends at "
+                 "once",
+                 n);
+        return -1;
+    }
+    return mpi_check(MPI_Bcast(buf, (int)n, MPI_BYTE, 0, trainers), "MPI_Bcast",
+                     err, len);
+}
+
 int train_mpi_start(eft_comm *comm, char *err, size_t len)
 {
     if (!ef_service_launched())
@@ -98,6 +241,9 @@ int train_mpi_start(eft_comm *comm, char *err, size_t len)
     comm->broadcast = broadcast;
     comm->agree = agree;
     comm->gather = gather;
+    comm->gather_bytes = gather_bytes;
+    comm->scatter_bytes = scatter_bytes;
+    comm->broadcast_bytes = broadcast_bytes;
     return 1;
 }
 
@@ -223,6 +369,11 @@ int train_mpi_same_settings(const char *const *names, const char *const *values,
     }
     free(all);
     return -1;
+}
+
+void train_mpi_shared_failure(void)
+{
+    orderly = 1;
 }
 
 void train_mpi_finish(int exit_code)

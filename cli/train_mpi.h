@@ -26,6 +26,12 @@ int train_mpi_start(eft_comm *comm, char *err, size_t len);
  * call fails. A collective: every process calls it. */
 int train_mpi_same_settings(const char *const *names, const char *const *values,
                             int n, char *err, size_t len);
+/* Marks the run's failure as one every process met at the same
+ * collective and knows of (eft_result.shared_failure), each with its
+ * message printed: train_mpi_finish() then ends MPI in order, every
+ * process exiting with its own status, rather than by MPI_Abort (which
+ * could end a process before it printed why). */
+void train_mpi_shared_failure(void);
 /* Ends MPI when train_mpi_start() started it: in order after a run that
  * succeeded or that every process knows failed (train_mpi_same_settings);
  * otherwise by MPI_Abort, so that no process that is still in a

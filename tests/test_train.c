@@ -743,6 +743,277 @@ static void checkpoint_resumes_exactly(void **state)
     free((void *)test.y);
 }
 
+/* ---- checkpoints of data-parallel runs ------------------------------- */
+
+/* A file's bytes (at most cap) into buf; returns how many. */
+static size_t read_all(const char *path, unsigned char *buf, size_t cap)
+{
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    size_t n = fread(buf, 1, cap, f);
+    fclose(f);
+    return n;
+}
+
+/* Two processes' parts (a part: the process's counters and its pipeline
+ * state) in one version-2 file read back as written, with process 0's
+ * model; a file is read only by a run of its kind and size, the message
+ * naming both. */
+static void checkpoint_of_ranks(void **state)
+{
+    (void)state;
+    char err[1024], dir[] = "/tmp/eft_ranks.XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char path[128], one[128];
+    snprintf(path, sizeof path, "%s/run.ck", dir);
+    snprintf(one, sizeof one, "%s/one.ck", dir);
+    eft_config cfg;
+    eft_config_defaults(&cfg);
+    const eft_run_id id = {&cfg, 0};
+    eft_model *m = eft_model_create(EFT_MLP, 8, 1, 1);
+    eft_model *back = eft_model_create(EFT_MLP, 8, 1, 2);
+    assert_int_not_equal(eft_model_hash(m), eft_model_hash(back));
+    eft_run_state st, got;
+    memset(&st, 0, sizeof st);
+    st.res.final.steps = 42;
+    st.res.final.fresh = 4096;
+
+    const eft_rank_part in[2] = {{100, 7, 3, 0x1234567890abcdefull, "abc", 3},
+                                 {200, 8, 0, 99, "defgh", 5}};
+    unsigned char parts[2 * EFT_RANK_PART_HEADER + 8];
+    size_t sizes[2] = {EFT_RANK_PART_HEADER + 3, EFT_RANK_PART_HEADER + 5};
+    eft_rank_part_encode(&in[0], parts);
+    eft_rank_part_encode(&in[1], parts + sizes[0]);
+    assert_int_equal(eft_checkpoint_save_ranks(path, &id, m, &st, 2, parts,
+                                               sizes, err, sizeof err),
+                     0);
+    unsigned char head[24];
+    assert_int_equal(read_all(path, head, sizeof head), sizeof head);
+    assert_int_equal(head[8], 2);  /* format version 2 */
+    assert_int_equal(head[12], 2); /* of two processes */
+
+    unsigned char *out = NULL;
+    size_t *out_n = NULL;
+    assert_int_equal(eft_checkpoint_load_ranks(path, &id, 2, back, &got, &out,
+                                               &out_n, err, sizeof err),
+                     0);
+    assert_int_equal(eft_model_hash(back), eft_model_hash(m));
+    assert_int_equal(got.res.final.steps, 42);
+    assert_int_equal(got.res.final.fresh, 4096);
+    assert_int_equal(out_n[0], sizes[0]);
+    assert_int_equal(out_n[1], sizes[1]);
+    assert_memory_equal(out, parts, sizes[0] + sizes[1]);
+    eft_rank_part p1;
+    assert_int_equal(eft_rank_part_decode(out + out_n[0], out_n[1], &p1), 0);
+    assert_int_equal(p1.local_fresh, 200);
+    assert_int_equal(p1.local_batches, 8);
+    assert_int_equal(p1.feedback_values, 0);
+    assert_int_equal(p1.samples_hash, 99);
+    assert_int_equal(p1.state_n, 5);
+    assert_memory_equal(p1.state, "defgh", 5);
+    /* a part whose state size disagrees with its bytes */
+    assert_int_equal(eft_rank_part_decode(out, out_n[0] - 1, &p1), -1);
+    assert_int_equal(eft_rank_part_decode(out, 10, &p1), -1);
+    free(out);
+    free(out_n);
+
+    /* on another number of processes, or one outside mpirun */
+    assert_int_equal(eft_checkpoint_load_ranks(path, &id, 3, back, &got, &out,
+                                               &out_n, err, sizeof err),
+                     -1);
+    assert_non_null(strstr(err, "run.ck: saved by a run of 2 processes under "
+                                "mpirun; this run has 3 processes under "
+                                "mpirun"));
+    void *pipe = NULL;
+    size_t pipe_n = 0;
+    assert_int_equal(eft_checkpoint_load(path, &id, back, &got, &pipe, &pipe_n,
+                                         err, sizeof err),
+                     -1);
+    assert_non_null(strstr(err, "this run has one process outside mpirun"));
+    /* one process's checkpoint (version 1) under mpirun */
+    assert_int_equal(
+        eft_checkpoint_save(one, &id, m, &st, "xyz", 3, err, sizeof err), 0);
+    assert_int_equal(eft_checkpoint_load_ranks(one, &id, 1, back, &got, &out,
+                                               &out_n, err, sizeof err),
+                     -1);
+    assert_non_null(strstr(err, "one.ck: saved by a run of one process "
+                                "outside mpirun; this run has 1 process "
+                                "under mpirun"));
+    assert_int_equal(eft_checkpoint_load(one, &id, back, &got, &pipe, &pipe_n,
+                                         err, sizeof err),
+                     0);
+    assert_int_equal(pipe_n, 3);
+    assert_memory_equal(pipe, "xyz", 3);
+    free(pipe);
+    /* none there: nothing to resume */
+    remove(path);
+    assert_int_equal(eft_checkpoint_load_ranks(path, &id, 2, back, &got, &out,
+                                               &out_n, err, sizeof err),
+                     1);
+    remove(one);
+    rmdir(dir);
+    eft_model_destroy(m);
+    eft_model_destroy(back);
+}
+
+/* The collectives of one process alone: each leaves its values as they
+ * are, as MPI's would with one rank. */
+static int one_sum_floats(void *u, float *v, size_t n, char *e, size_t l)
+{
+    (void)u, (void)v, (void)n, (void)e, (void)l;
+    return 0;
+}
+
+static int one_sum_doubles(void *u, double *v, size_t n, char *e, size_t l)
+{
+    (void)u, (void)v, (void)n, (void)e, (void)l;
+    return 0;
+}
+
+static int one_agree(void *u, uint64_t v, int *same, char *e, size_t l)
+{
+    (void)u, (void)v, (void)e, (void)l;
+    *same = 1;
+    return 0;
+}
+
+static int one_gather(void *u, const double *mine, size_t n, double *all,
+                      char *e, size_t l)
+{
+    (void)u, (void)e, (void)l;
+    memcpy(all, mine, n * sizeof *all);
+    return 0;
+}
+
+static int one_gather_bytes(void *u, const void *mine, size_t n, void **all,
+                            size_t *counts, char *e, size_t l)
+{
+    (void)u, (void)e, (void)l;
+    *all = malloc(n ? n : 1);
+    assert_non_null(*all);
+    if (n)
+        memcpy(*all, mine, n);
+    counts[0] = n;
+    return 0;
+}
+
+static int one_scatter_bytes(void *u, const void *all, const size_t *counts,
+                             void **mine, size_t *n, char *e, size_t l)
+{
+    (void)u, (void)e, (void)l;
+    *mine = malloc(counts[0] ? counts[0] : 1);
+    assert_non_null(*mine);
+    memcpy(*mine, all, counts[0]);
+    *n = counts[0];
+    return 0;
+}
+
+static int one_broadcast_bytes(void *u, void *buf, size_t n, char *e, size_t l)
+{
+    (void)u, (void)buf, (void)n, (void)e, (void)l;
+    return 0;
+}
+
+/* The data-parallel checkpoint's path through the trainer, on a run of
+ * one process: saved as version 2, resumed midway to the uninterrupted
+ * run's samples and weights, with this process's own counters; refused
+ * by a run outside mpirun; a failure to save, every process's. */
+static void checkpoint_of_one_rank(void **state)
+{
+    (void)state;
+    char err[1024], dir[] = "/tmp/eft_rank.XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char path[128], copy[128];
+    snprintf(path, sizeof path, "%s/run.ck", dir);
+    snprintf(copy, sizeof copy, "%s/mid.ck", dir);
+    const char *spec = "shuffle:1000 | echo:factor=2,shuffle=50 | batch:64";
+    const eft_comm comm = {.rank = 0,
+                           .size = 1,
+                           .sum_floats = one_sum_floats,
+                           .sum_doubles = one_sum_doubles,
+                           .broadcast = one_sum_floats,
+                           .agree = one_agree,
+                           .gather = one_gather,
+                           .gather_bytes = one_gather_bytes,
+                           .scatter_bytes = one_scatter_bytes,
+                           .broadcast_bytes = one_broadcast_bytes};
+    eft_dataset test;
+    load_small_test_set(&test);
+    eft_config cfg;
+    eft_config_defaults(&cfg);
+    cfg.batch = 64;
+    cfg.max_fresh = 1920;
+    cfg.eval_every = 1000;
+    cfg.comm = &comm;
+
+    eft_result full, r;
+    ef_pipeline *p = fmnist(spec, 3);
+    eft_job job = {.cfg = &cfg, .train = p, .test = &test};
+    assert_int_equal(eft_train(&job, &full, err, sizeof err), 0);
+    ef_pipeline_destroy(p);
+
+    cfg.checkpoint = path;
+    cfg.checkpoint_every = 5;
+    cfg.resume = 1;
+    ckpt_copier c = {path, copy, 22}; /* it holds step 20 then */
+    job.train = p = fmnist(spec, 3);
+    job.progress = copy_at_step;
+    job.progress_steps = 1;
+    job.user = &c;
+    assert_int_equal(eft_train(&job, &r, err, sizeof err), 0);
+    ef_pipeline_destroy(p);
+    assert_int_equal(r.weights_hash, full.weights_hash);
+    unsigned char head[24];
+    assert_int_equal(read_all(copy, head, sizeof head), sizeof head);
+    assert_int_equal(head[8], 2);
+    assert_int_equal(head[12], 1);
+
+    cfg.checkpoint = copy;
+    job.train = p = fmnist(spec, 3);
+    job.progress = NULL;
+    assert_int_equal(eft_train(&job, &r, err, sizeof err), 0);
+    ef_pipeline_destroy(p);
+    assert_true(r.resumed);
+    assert_int_equal(r.resumed_at_step, 20);
+    assert_int_equal(r.final.steps, full.final.steps);
+    assert_int_equal(r.final.fresh, full.final.fresh);
+    assert_int_equal(r.local_fresh, full.local_fresh);
+    assert_int_equal(r.local_batches, full.local_batches);
+    assert_int_equal(r.samples_hash, full.samples_hash);
+    assert_int_equal(r.weights_hash, full.weights_hash);
+
+    /* the same file, outside mpirun */
+    cfg.comm = NULL;
+    job.train = p = fmnist(spec, 3);
+    assert_int_equal(eft_train(&job, &r, err, sizeof err), -1);
+    ef_pipeline_destroy(p);
+    assert_non_null(strstr(err, "mid.ck: saved by a run of 1 process under "
+                                "mpirun; this run has one process outside "
+                                "mpirun"));
+    assert_false(r.shared_failure);
+    cfg.comm = &comm;
+
+    /* a pipeline whose position cannot be saved fails every process */
+    char fresh[128];
+    snprintf(fresh, sizeof fresh, "%s/fresh.ck", dir);
+    cfg.checkpoint = fresh;
+    job.train = p = fmnist("shuffle:100 | map:fn=noop,threads=2,ordered=false "
+                           "| batch:64",
+                           3);
+    assert_int_equal(eft_train(&job, &r, err, sizeof err), -1);
+    ef_pipeline_destroy(p);
+    assert_non_null(strstr(err, "fresh.ck: cannot save the training "
+                                "pipeline's position: "));
+    assert_true(r.shared_failure);
+    assert_int_equal(access(fresh, F_OK), -1);
+
+    remove(path);
+    remove(copy);
+    rmdir(dir);
+    free((void *)test.x);
+    free((void *)test.y);
+}
+
 /* Feeding values back: every example of every step, by identity, from the
  * step's own forward pass; to a pipeline with no policy that listens it
  * changes nothing, and a resumed run counts on from its checkpoint. */
@@ -819,6 +1090,8 @@ int main(void)
         cmocka_unit_test(crc32c_values),
         cmocka_unit_test(checkpoint_resumes_exactly),
         cmocka_unit_test(feedback_runs),
+        cmocka_unit_test(checkpoint_of_ranks),
+        cmocka_unit_test(checkpoint_of_one_rank),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

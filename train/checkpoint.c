@@ -17,7 +17,8 @@
 #include "crc32c.h"
 
 #define MAGIC "EFTCKPT" /* and its terminating zero: 8 bytes */
-#define VERSION 1
+#define VERSION_ONE 1   /* one process, outside mpirun */
+#define VERSION_RANKS 2 /* a data-parallel run: every rank's part */
 #define HEADER 24 /* magic, version, zero, payload bytes */
 #define TRAILER 4 /* the CRC */
 #define MAX_SETTINGS 64
@@ -242,15 +243,16 @@ static void put_counters(wbuf *b, const eft_run_state *st)
     put_u64(b, (uint64_t)st->finished);
 }
 
-/* The whole file's bytes into b. */
-static void encode(wbuf *b, const eft_run_id *id, eft_model *m,
-                   const eft_run_state *st, const void *pipe, size_t pipe_n)
+/* The header and the payload up to the model's end into b: what every
+ * version shares. `nranks`: 0 for version 1. */
+static void encode_head(wbuf *b, uint32_t version, int nranks,
+                        const eft_run_id *id, eft_model *m,
+                        const eft_run_state *st)
 {
     put_bytes(b, MAGIC, 8);
-    put_le(b, VERSION, 4);
-    put_le(b, 0, 4);
-    size_t at = b->len; /* the payload's size, filled in at the end */
-    put_u64(b, 0);
+    put_le(b, version, 4);
+    put_le(b, (uint64_t)nranks, 4);
+    put_u64(b, 0); /* the payload's size, filled in by seal() */
     setting set[MAX_SETTINGS];
     int nset = settings_of(id, set);
     put_le(b, (uint64_t)nset, 4);
@@ -275,14 +277,56 @@ static void encode(wbuf *b, const eft_run_id *id, eft_model *m,
         put_floats(b, v, n);
         put_floats(b, eft_model_momentum(m, i), n);
     }
-    put_u64(b, pipe_n);
-    put_bytes(b, pipe, pipe_n);
+}
+
+/* The payload's size into the header and the CRC after it. */
+static void seal(wbuf *b)
+{
     if (!b->p)
         return;
     uint64_t payload = b->len - HEADER;
     for (int i = 0; i < 8; i++)
-        b->p[at + (size_t)i] = (unsigned char)(payload >> (8 * i));
+        b->p[HEADER - 8 + i] = (unsigned char)(payload >> (8 * i));
     put_le(b, ef__crc32c(0, b->p, b->len), 4);
+}
+
+/* ---- a rank's part ------------------------------------------------------ */
+
+static void put_le_at(unsigned char *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        p[i] = (unsigned char)(v >> (8 * i));
+}
+
+static uint64_t le64(const unsigned char *p)
+{
+    return (uint64_t)le32(p) | (uint64_t)le32(p + 4) << 32;
+}
+
+void eft_rank_part_encode(const eft_rank_part *p, unsigned char *out)
+{
+    put_le_at(out, (uint64_t)(int64_t)p->local_fresh);
+    put_le_at(out + 8, (uint64_t)(int64_t)p->local_batches);
+    put_le_at(out + 16, p->samples_hash);
+    put_le_at(out + 24, (uint64_t)(int64_t)p->feedback_values);
+    put_le_at(out + 32, p->state_n);
+    if (p->state_n)
+        memcpy(out + EFT_RANK_PART_HEADER, p->state, p->state_n);
+}
+
+int eft_rank_part_decode(const void *bytes, size_t n, eft_rank_part *p)
+{
+    const unsigned char *b = bytes;
+    if (n < EFT_RANK_PART_HEADER ||
+        le64(b + 32) != (uint64_t)(n - EFT_RANK_PART_HEADER))
+        return -1;
+    p->local_fresh = (long)(int64_t)le64(b);
+    p->local_batches = (long)(int64_t)le64(b + 8);
+    p->samples_hash = le64(b + 16);
+    p->feedback_values = (long)(int64_t)le64(b + 24);
+    p->state = b + EFT_RANK_PART_HEADER;
+    p->state_n = n - EFT_RANK_PART_HEADER;
+    return 0;
 }
 
 /* ---- one run per path ------------------------------------------ */
@@ -357,16 +401,9 @@ static void commit_failure(const ef__atomic_file *a, char *err, size_t len)
     }
 }
 
-int eft_checkpoint_save(const char *path, const eft_run_id *id, eft_model *m,
-                        const eft_run_state *st, const void *pipe,
-                        size_t pipe_n, char *err, size_t len)
+/* A buffer with room for the model's values and momentum and `more`. */
+static wbuf buffer_for(eft_model *m, size_t more)
 {
-    /* this process's own temporary file: two runs saving to one path
-       must not write into, or rename away, each other's */
-    char tmp[4096];
-    if (snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid()) >=
-        (int)sizeof tmp)
-        return fail(err, len, "%s: checkpoint path too long", path);
     size_t weights = 0;
     for (int i = 0; i < eft_model_param_count(m); i++) {
         float *v, *g;
@@ -374,30 +411,75 @@ int eft_checkpoint_save(const char *path, const eft_run_id *id, eft_model *m,
         eft_model_param(m, i, &v, &g, &n);
         weights += n;
     }
-    wbuf b = {NULL, 0, weights * 8 + pipe_n + 4096};
+    wbuf b = {NULL, 0, weights * 8 + more + 4096};
     b.p = malloc(b.cap);
-    encode(&b, id, m, st, pipe, pipe_n);
-    if (!b.p)
+    return b;
+}
+
+/* Writes the sealed file in b to path, whole or not at all; frees b. */
+static int write_whole(const char *path, wbuf *b, char *err, size_t len)
+{
+    /* this process's own temporary file: two runs saving to one path
+       must not write into, or rename away, each other's */
+    char tmp[4096];
+    if (snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid()) >=
+        (int)sizeof tmp) {
+        free(b->p);
+        return fail(err, len, "%s: checkpoint path too long", path);
+    }
+    if (!b->p)
         return fail(err, len, "%s: checkpoint: out of memory", path);
     ef__atomic_file a;
     if (ef__atomic_open(&a, path, NULL) != 0) {
-        free(b.p);
+        free(b->p);
         fail(err, len, "%s: cannot create: %s", a.tmp ? a.tmp : tmp,
              strerror(a.error));
         ef__atomic_abort(&a);
         return -1;
     }
     int rc = 0;
-    if (fwrite(b.p, 1, b.len, a.f) != b.len) {
+    if (fwrite(b->p, 1, b->len, a.f) != b->len) {
         rc = -1;
         fail(err, len, "%s: cannot write: %s", a.tmp, strerror(errno));
     } else if (ef__atomic_commit(&a) != 0) {
         rc = -1;
         commit_failure(&a, err, len);
     }
-    free(b.p);
+    free(b->p);
     ef__atomic_abort(&a);
     return rc;
+}
+
+int eft_checkpoint_save(const char *path, const eft_run_id *id, eft_model *m,
+                        const eft_run_state *st, const void *pipe,
+                        size_t pipe_n, char *err, size_t len)
+{
+    wbuf b = buffer_for(m, pipe_n);
+    encode_head(&b, VERSION_ONE, 0, id, m, st);
+    put_u64(&b, pipe_n);
+    put_bytes(&b, pipe, pipe_n);
+    seal(&b);
+    return write_whole(path, &b, err, len);
+}
+
+int eft_checkpoint_save_ranks(const char *path, const eft_run_id *id,
+                              eft_model *m, const eft_run_state *st, int nranks,
+                              const unsigned char *parts, const size_t *part_n,
+                              char *err, size_t len)
+{
+    assert(nranks >= 1);
+    size_t total = 0;
+    for (int r = 0; r < nranks; r++)
+        total += part_n[r] + 8;
+    wbuf b = buffer_for(m, total);
+    encode_head(&b, VERSION_RANKS, nranks, id, m, st);
+    for (int r = 0; r < nranks; r++) {
+        put_u64(&b, part_n[r]);
+        put_bytes(&b, parts, part_n[r]);
+        parts += part_n[r];
+    }
+    seal(&b);
+    return write_whole(path, &b, err, len);
 }
 
 /* ---- reading ----------------------------------------------------------- */
@@ -610,11 +692,11 @@ static int check_envelope(const unsigned char *p, size_t n, const char *path,
                     "is %d",
                     path, n, HEADER);
     uint32_t version = le32(p + 8);
-    if (version != VERSION)
+    if (version != VERSION_ONE && version != VERSION_RANKS)
         return fail(err, len,
                     "%s: checkpoint format version %u; this build reads "
-                    "version %d",
-                    path, (unsigned)version, VERSION);
+                    "versions %d and %d",
+                    path, (unsigned)version, VERSION_ONE, VERSION_RANKS);
     uint64_t payload = (uint64_t)le32(p + 16) | (uint64_t)le32(p + 20) << 32;
     uint64_t whole = payload + HEADER + TRAILER; /* what the header says */
     if (payload > ((uint64_t)1 << 48))
@@ -633,16 +715,103 @@ static int check_envelope(const unsigned char *p, size_t n, const char *path,
     return 0;
 }
 
-int eft_checkpoint_load(const char *path, const eft_run_id *id, eft_model *m,
-                        eft_run_state *st, void **pipe, size_t *pipe_n,
-                        char *err, size_t len)
+/* Whether the file (its header at p, checked) was saved by a run of the
+ * kind that reads it: `nranks` processes under mpirun, or 0 for one
+ * process outside it. 0, or -1 naming both. */
+static int check_processes(const unsigned char *p, const char *path, int nranks,
+                           char *err, size_t len)
+{
+    int ranks = le32(p + 8) == VERSION_RANKS;
+    uint32_t saved = le32(p + 12);
+    if (ranks && saved == 0)
+        return fail(err, len,
+                    "%s: corrupt: a data-parallel checkpoint of 0 "
+                    "processes",
+                    path);
+    if (ranks ? saved == (uint32_t)nranks : nranks == 0)
+        return 0;
+    char was[64], now[64];
+    if (ranks)
+        snprintf(was, sizeof was, "%u process%s under mpirun", (unsigned)saved,
+                 saved == 1 ? "" : "es");
+    else
+        snprintf(was, sizeof was, "one process outside mpirun");
+    if (nranks)
+        snprintf(now, sizeof now, "%d process%s under mpirun", nranks,
+                 nranks == 1 ? "" : "es");
+    else
+        snprintf(now, sizeof now, "one process outside mpirun");
+    return fail(err, len,
+                "%s: saved by a run of %s; this run has %s: resume it on as "
+                "many processes as saved it (resuming on another number is "
+                "not supported yet)",
+                path, was, now);
+}
+
+/* What a checkpoint holds after the model: version 1's pipeline state, or
+ * version 2's parts, one after another (`bytes`, allocated), with their
+ * sizes (`part_n`, allocated; NULL for version 1). */
+typedef struct {
+    unsigned char *bytes;
+    size_t n;
+    size_t *part_n;
+} tail;
+
+/* Reads the tail of r into t: version 1's state, or `nranks` parts. */
+static int read_tail(rbuf *r, int nranks, const char *path, tail *t, char *err,
+                     size_t len)
+{
+    const size_t start = r->at;
+    int count = nranks ? nranks : 1;
+    if (nranks && !(t->part_n = calloc((size_t)nranks, sizeof *t->part_n)))
+        return fail(err, len, "%s: out of memory", path);
+    for (int k = 0; k < count && !r->bad; k++) {
+        uint64_t n = get_u64(r);
+        const unsigned char *part = take(r, (size_t)n);
+        eft_rank_part check;
+        if (nranks && part && eft_rank_part_decode(part, (size_t)n, &check))
+            return fail(err, len,
+                        "%s: corrupt: rank %d's part (%llu bytes) is not one",
+                        path, k, (unsigned long long)n);
+        if (nranks)
+            t->part_n[k] = (size_t)n;
+        t->n += (size_t)n;
+    }
+    if (r->bad || r->at != r->len)
+        return fail(err, len, "%s: corrupt: %s", path,
+                    r->bad ? "its contents end too soon"
+                           : "bytes after its contents");
+    t->bytes = malloc(t->n ? t->n : 1);
+    if (!t->bytes)
+        return fail(err, len, "%s: out of memory", path);
+    /* the states or parts without the sizes between them */
+    const unsigned char *at = r->p + start;
+    size_t out = 0;
+    for (int k = 0; k < count; k++) {
+        size_t n = (size_t)le64(at);
+        if (n)
+            memcpy(t->bytes + out, at + 8, n);
+        at += 8 + n;
+        out += n;
+    }
+    return 0;
+}
+
+/* Reads the checkpoint at path, of a run of `nranks` processes under
+ * mpirun (0: one outside it), into m, *st and *t; as
+ * eft_checkpoint_load. */
+static int load(const char *path, const eft_run_id *id, int nranks,
+                eft_model *m, eft_run_state *st, tail *t, char *err, size_t len)
 {
     unsigned char *data = NULL;
     size_t size = 0;
+    memset(t, 0, sizeof *t);
     int rc = read_file(path, &data, &size, err, len);
     if (rc != 0)
         return rc;
     rc = check_envelope(data, size, path, err, len);
+    if (rc == 0)
+        rc = check_processes(data, path, nranks, err, len);
     rbuf r = {data + HEADER, rc == 0 ? size - HEADER - TRAILER : 0, 0, 0};
     if (rc == 0)
         rc = check_settings(&r, path, id, err, len);
@@ -675,19 +844,8 @@ int eft_checkpoint_load(const char *path, const eft_run_id *id, eft_model *m,
             tensors[i][1] = take(&r, n * 4);
         }
     }
-    const unsigned char *state = NULL;
-    uint64_t state_n = 0;
-    if (rc == 0) {
-        state_n = get_u64(&r);
-        state = take(&r, (size_t)state_n);
-    }
-    if (rc == 0 && (r.bad || r.at != r.len))
-        rc = fail(err, len, "%s: corrupt: %s", path,
-                  r.bad ? "its contents end too soon"
-                        : "bytes after its contents");
-    void *copy = NULL;
-    if (rc == 0 && !(copy = malloc(state_n ? (size_t)state_n : 1)))
-        rc = fail(err, len, "%s: out of memory", path);
+    if (rc == 0)
+        rc = read_tail(&r, nranks, path, t, err, len);
     if (rc == 0) { /* every check passed: apply */
         for (int i = 0; i < nparams; i++) {
             float *v, *g;
@@ -696,12 +854,40 @@ int eft_checkpoint_load(const char *path, const eft_run_id *id, eft_model *m,
             get_floats(tensors[i][0], v, n);
             get_floats(tensors[i][1], eft_model_momentum(m, i), n);
         }
-        if (state_n)
-            memcpy(copy, state, (size_t)state_n);
-        *pipe = copy;
-        *pipe_n = (size_t)state_n;
         *st = got;
+    } else {
+        free(t->bytes);
+        free(t->part_n);
+        memset(t, 0, sizeof *t);
     }
     free(data);
+    return rc;
+}
+
+int eft_checkpoint_load(const char *path, const eft_run_id *id, eft_model *m,
+                        eft_run_state *st, void **pipe, size_t *pipe_n,
+                        char *err, size_t len)
+{
+    tail t;
+    int rc = load(path, id, 0, m, st, &t, err, len);
+    if (rc == 0) {
+        *pipe = t.bytes;
+        *pipe_n = t.n;
+    }
+    return rc;
+}
+
+int eft_checkpoint_load_ranks(const char *path, const eft_run_id *id,
+                              int nranks, eft_model *m, eft_run_state *st,
+                              unsigned char **parts, size_t **part_n, char *err,
+                              size_t len)
+{
+    assert(nranks >= 1);
+    tail t;
+    int rc = load(path, id, nranks, m, st, &t, err, len);
+    if (rc == 0) {
+        *parts = t.bytes;
+        *part_n = t.part_n;
+    }
     return rc;
 }

@@ -52,6 +52,39 @@ int eft_dist_share_weights(eft_dist *d, eft_model *m, char *err, size_t len)
     return 0;
 }
 
+int eft_dist_share_momentum(eft_dist *d, eft_model *m, char *err, size_t len)
+{
+    for (int i = 0; i < eft_model_param_count(m); i++) {
+        float *v, *g;
+        size_t n;
+        eft_model_param(m, i, &v, &g, &n);
+        if (d->comm->broadcast(d->comm->user, eft_model_momentum(m, i), n, err,
+                               len))
+            return -1;
+    }
+    return 0;
+}
+
+int eft_dist_first_failed(eft_dist *d, int failed, int *first, char *err,
+                          size_t len)
+{
+    const eft_comm *c = d->comm;
+    /* one slot a process: the sum says which failed, not only how many */
+    double *flags = calloc((size_t)c->size, sizeof *flags);
+    if (!flags) {
+        snprintf(err, len, "train: out of memory for %d flags", c->size);
+        return -1;
+    }
+    flags[c->rank] = failed != 0;
+    int rc = c->sum_doubles(c->user, flags, (size_t)c->size, err, len);
+    *first = -1;
+    for (int r = 0; rc == 0 && r < c->size && *first < 0; r++)
+        if (flags[r] > 0)
+            *first = r;
+    free(flags);
+    return rc;
+}
+
 int eft_dist_sum(eft_dist *d, double *v, size_t n, char *err, size_t len)
 {
     double t = now_s();

@@ -28,6 +28,14 @@ void eft_dist_free(eft_dist *d);
 /* Every process takes process 0's weights. */
 int eft_dist_share_weights(eft_dist *d, eft_model *m, char *err, size_t len);
 
+/* Every process takes process 0's momentum (a resumed run's). */
+int eft_dist_share_momentum(eft_dist *d, eft_model *m, char *err, size_t len);
+
+/* A collective over every process's `failed`: *first becomes the lowest
+ * rank that failed, or -1 when none did. */
+int eft_dist_first_failed(eft_dist *d, int failed, int *first, char *err,
+                          size_t len);
+
 /* Sums v[0..n) across processes. */
 int eft_dist_sum(eft_dist *d, double *v, size_t n, char *err, size_t len);
 

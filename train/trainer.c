@@ -353,28 +353,110 @@ static double train_time(const trainer *t)
            (res->final.eval_s - t->eval_base) - t->ckpt_s;
 }
 
-/* Saves the run to cfg->checkpoint with the training pipeline's state;
- * `ended`: it trains no further. Its time is kept out of training time. */
-static int checkpoint(trainer *t, int ended, char *err, size_t errlen)
+/* With comm: makes a failure of any process every process's, after the
+ * collective that tells them (-1 on all; 0 when none failed). A process
+ * that did not fail itself says which did, `what` (after the path); each
+ * that did keeps its own message. */
+static int together(trainer *t, int failed, const char *what, char *err,
+                    size_t errlen)
+{
+    int first;
+    if (eft_dist_first_failed(&t->d, failed, &first, err, errlen))
+        return -1;
+    if (first < 0)
+        return 0;
+    t->res->shared_failure = 1;
+    if (!failed)
+        fail(err, errlen, "%s: rank %d %s (its own message says why)",
+             t->cfg->checkpoint, first, what);
+    return -1;
+}
+
+/* The training pipeline's state into t->state; its size into *n. */
+static int save_pipeline(trainer *t, size_t *n, char *err, size_t errlen)
 {
     const char *path = t->cfg->checkpoint;
     ef_pipeline *train = t->job->train;
-    double start = now_s();
-    size_t n;
-    int st = ef_pipeline_save_state(train, NULL, 0, &n);
-    if (st == EF_OK && n > t->state_cap) {
-        void *b = realloc(t->state, n);
+    int st = ef_pipeline_save_state(train, NULL, 0, n);
+    if (st == EF_OK && *n > t->state_cap) {
+        void *b = realloc(t->state, *n);
         if (!b)
             return fail(err, errlen, "%s: checkpoint: out of memory", path);
         t->state = b;
-        t->state_cap = n;
+        t->state_cap = *n;
     }
     if (st == EF_OK)
-        st = ef_pipeline_save_state(train, t->state, t->state_cap, &n);
+        st = ef_pipeline_save_state(train, t->state, t->state_cap, n);
     if (st != EF_OK)
         return fail(err, errlen,
                     "%s: cannot save the training pipeline's position: %s",
                     path, ef_pipeline_error(train));
+    return 0;
+}
+
+/* This process's part of a data-parallel checkpoint (its pipeline state
+ * of n bytes in t->state): allocated into *part (the caller frees it). */
+static int encode_part(trainer *t, size_t n, unsigned char **part,
+                       size_t *part_n, char *err, size_t errlen)
+{
+    const eft_result *r = t->res;
+    const eft_rank_part p = {r->local_fresh,     r->local_batches,
+                             r->feedback_values, r->samples_hash,
+                             t->state,           n};
+    *part_n = EFT_RANK_PART_HEADER + n;
+    if (!(*part = malloc(*part_n)))
+        return fail(err, errlen, "%s: checkpoint: out of memory",
+                    t->cfg->checkpoint);
+    eft_rank_part_encode(&p, *part);
+    return 0;
+}
+
+/* A data-parallel checkpoint, from every process at the same step: each
+ * one's part goes to process 0, which writes the file alone; then every
+ * process learns whether all went well. `failed`: this process could not
+ * save its pipeline's state (its message in err). */
+static int checkpoint_ranks(trainer *t, int failed, size_t n,
+                            const eft_run_state *rs, char *err, size_t errlen)
+{
+    const eft_comm *c = t->cfg->comm;
+    unsigned char *part = NULL;
+    size_t part_n = 0; /* a process that failed sends nothing */
+    if (!failed)
+        failed = encode_part(t, n, &part, &part_n, err, errlen) != 0;
+    void *all = NULL;
+    size_t *counts =
+        c->rank == 0 ? calloc((size_t)c->size, sizeof *counts) : NULL;
+    if (c->rank == 0 && !counts && !failed)
+        failed = fail(err, errlen, "%s: checkpoint: out of memory",
+                      t->cfg->checkpoint) != 0;
+    size_t ignored[1];
+    int rc = c->gather_bytes(c->user, part, part_n, &all,
+                             counts ? counts : ignored, err, errlen);
+    free(part);
+    if (rc == 0 && c->rank == 0 && !failed) {
+        int whole = 1; /* no part is empty: none failed */
+        for (int r = 0; r < c->size; r++)
+            whole &= counts[r] > 0;
+        if (whole)
+            failed = eft_checkpoint_save_ranks(t->cfg->checkpoint, &t->id, t->m,
+                                               rs, c->size, all, counts, err,
+                                               errlen) != 0;
+    }
+    free(all);
+    free(counts);
+    if (rc)
+        return -1;
+    return together(t, failed, "could not save its part of the checkpoint", err,
+                    errlen);
+}
+
+/* Saves the run to cfg->checkpoint with the training pipeline's state;
+ * `ended`: it trains no further. Its time is kept out of training time. */
+static int checkpoint(trainer *t, int ended, char *err, size_t errlen)
+{
+    double start = now_s();
+    size_t n = 0;
+    int failed = save_pipeline(t, &n, err, errlen) != 0;
     eft_run_state rs;
     memset(&rs, 0, sizeof rs);
     rs.res = *t->res;
@@ -382,9 +464,13 @@ static int checkpoint(trainer *t, int ended, char *err, size_t errlen)
     rs.evaluated_at = t->evaluated_at;
     memcpy(rs.loss_window, t->loss_window, sizeof rs.loss_window);
     rs.finished = ended;
-    if (eft_checkpoint_save(path, &t->id, t->m, &rs, t->state, n, err,
-                            errlen))
+    if (t->cfg->comm) {
+        if (checkpoint_ranks(t, failed, n, &rs, err, errlen))
+            return -1;
+    } else if (failed || eft_checkpoint_save(t->cfg->checkpoint, &t->id, t->m,
+                                             &rs, t->state, n, err, errlen)) {
         return -1;
+    }
     double took = now_s() - start;
     t->res->checkpoints++;
     t->res->checkpoint_s += took;
@@ -392,23 +478,13 @@ static int checkpoint(trainer *t, int ended, char *err, size_t errlen)
     return 0;
 }
 
-/* Loads cfg->checkpoint when there is one: the model, the counters and
- * the training pipeline's position. Returns 0 (also when there is none:
- * the run starts afresh), or -1 with a message. */
-static int resume(trainer *t, char *err, size_t errlen)
+/* Restores the training pipeline's position from n bytes of state. */
+static int restore_pipeline(trainer *t, const void *state, size_t n, char *err,
+                            size_t errlen)
 {
     const char *path = t->cfg->checkpoint;
     ef_pipeline *train = t->job->train;
-    double start = now_s();
-    eft_run_state rs;
-    void *state = NULL;
-    size_t n = 0;
-    int rc = eft_checkpoint_load(path, &t->id, t->m, &rs, &state, &n, err,
-                                 errlen);
-    if (rc != 0)
-        return rc < 0 ? -1 : 0;
     int st = ef_pipeline_restore_state(train, state, n);
-    free(state);
     if (st == EF_ESPEC)
         return fail(err, errlen,
                     "%s: saved from another training pipeline: %s", path,
@@ -418,21 +494,120 @@ static int resume(trainer *t, char *err, size_t errlen)
                     "%s: cannot restore the training pipeline's position: "
                     "%s",
                     path, ef_pipeline_error(train));
-    *t->res = rs.res;
+    return 0;
+}
+
+/* Goes on from the loaded run state rs: the counters, the loop's state and
+ * the time before; `start`: when reading it began. */
+static void resumed_from(trainer *t, const eft_run_state *rs, double start)
+{
+    *t->res = rs->res;
     t->res->resumed = 1;
-    t->res->resumed_at_step = rs.res.final.steps;
-    t->next_eval = rs.next_eval;
-    t->evaluated_at = rs.evaluated_at;
-    memcpy(t->loss_window, rs.loss_window, sizeof t->loss_window);
-    t->finished = rs.finished;
-    /* a checkpoint is of one process, which fed back every example it
-       trained on: the count need not be saved */
-    t->res->feedback_values = t->ids ? rs.res.final.examples : 0;
-    t->train_base = rs.res.final.train_s;
-    t->eval_base = rs.res.final.eval_s;
+    t->res->resumed_at_step = rs->res.final.steps;
+    t->next_eval = rs->next_eval;
+    t->evaluated_at = rs->evaluated_at;
+    memcpy(t->loss_window, rs->loss_window, sizeof t->loss_window);
+    t->finished = rs->finished;
+    t->train_base = rs->res.final.train_s;
+    t->eval_base = rs->res.final.eval_s;
     t->res->resume_s = now_s() - start;
     if (t->job->resumed)
         t->job->resumed(t->job->user, &t->res->final);
+}
+
+/* Loads cfg->checkpoint when there is one: the model, the counters and
+ * the training pipeline's position. Returns 0 (also when there is none:
+ * the run starts afresh), or -1 with a message. */
+static int resume(trainer *t, char *err, size_t errlen)
+{
+    double start = now_s();
+    eft_run_state rs;
+    void *state = NULL;
+    size_t n = 0;
+    int rc = eft_checkpoint_load(t->cfg->checkpoint, &t->id, t->m, &rs, &state,
+                                 &n, err, errlen);
+    if (rc != 0)
+        return rc < 0 ? -1 : 0;
+    rc = restore_pipeline(t, state, n, err, errlen);
+    free(state);
+    if (rc)
+        return -1;
+    resumed_from(t, &rs, start);
+    /* a checkpoint is of one process, which fed back every example it
+       trained on: the count need not be saved */
+    t->res->feedback_values = t->ids ? rs.res.final.examples : 0;
+    return 0;
+}
+
+/* Process 0 reads the checkpoint of a data-parallel run and tells every
+ * process how that went (*status: 0 read, 1 none there, -1 failed, its
+ * message on process 0); with one read, its model, momentum and run state
+ * *rs go to every process and each process's part to that process, into
+ * *part (allocated; the caller frees it). */
+static int deal_checkpoint(trainer *t, eft_run_state *rs, int32_t *status,
+                           void **part, size_t *part_n, char *err,
+                           size_t errlen)
+{
+    const eft_comm *c = t->cfg->comm;
+    unsigned char *parts = NULL;
+    size_t *counts = NULL;
+    if (c->rank == 0)
+        *status = (int32_t)eft_checkpoint_load_ranks(t->cfg->checkpoint, &t->id,
+                                                     c->size, t->m, rs, &parts,
+                                                     &counts, err, errlen);
+    int rc = c->broadcast_bytes(c->user, status, sizeof *status, err, errlen);
+    if (rc == 0 && *status == 0)
+        rc =
+            eft_dist_share_weights(&t->d, t->m, err, errlen) ||
+            eft_dist_share_momentum(&t->d, t->m, err, errlen) ||
+            c->broadcast_bytes(c->user, rs, sizeof *rs, err, errlen) ||
+            c->scatter_bytes(c->user, parts, counts, part, part_n, err, errlen);
+    free(parts);
+    free(counts);
+    return rc ? -1 : 0;
+}
+
+/* resume() for a data-parallel run: process 0 reads the file, every
+ * process restores its own part, and a failure anywhere ends every
+ * process, the one that failed naming itself. */
+static int resume_ranks(trainer *t, char *err, size_t errlen)
+{
+    double start = now_s();
+    eft_run_state rs;
+    memset(&rs, 0, sizeof rs);
+    int32_t status = 0;
+    void *bytes = NULL;
+    size_t n = 0;
+    if (deal_checkpoint(t, &rs, &status, &bytes, &n, err, errlen))
+        return -1;
+    if (status == 1)
+        return 0; /* none yet: every process starts afresh */
+    if (status < 0) {
+        t->res->shared_failure = 1;
+        if (t->cfg->comm->rank != 0)
+            fail(err, errlen,
+                 "%s: rank 0 could not read it (its own message "
+                 "says why)",
+                 t->cfg->checkpoint);
+        return -1;
+    }
+    eft_rank_part part;
+    int failed =
+        eft_rank_part_decode(bytes, n, &part) != 0
+            ? fail(err, errlen,
+                   "%s: corrupt: this process's part has %zu bytes",
+                   t->cfg->checkpoint, n)
+            : restore_pipeline(t, part.state, part.state_n, err, errlen);
+    free(bytes);
+    if (together(t, failed != 0, "could not restore its part of the checkpoint",
+                 err, errlen))
+        return -1;
+    resumed_from(t, &rs, start);
+    /* what is each process's own */
+    t->res->local_fresh = part.local_fresh;
+    t->res->local_batches = part.local_batches;
+    t->res->samples_hash = part.samples_hash;
+    t->res->feedback_values = part.feedback_values;
     return 0;
 }
 
@@ -507,11 +682,6 @@ static int setup_checkpoints(trainer *t, char *err, size_t errlen)
 {
     const eft_config *cfg = t->cfg;
     const eft_dataset *test = t->job->test;
-    if (cfg->comm)
-        return fail(err, errlen,
-                    "%s: a checkpoint holds one process's run; this is "
-                    "one of %d",
-                    cfg->checkpoint, cfg->comm->size);
     t->id.cfg = cfg;
     if (test) {
         uint64_t h = eft_hash(0, &test->dim, sizeof test->dim);
@@ -519,7 +689,8 @@ static int setup_checkpoints(trainer *t, char *err, size_t errlen)
         t->id.test_hash =
             eft_hash(h, test->y, (size_t)test->n * sizeof(int64_t));
     }
-    if (cfg->resume && resume(t, err, errlen))
+    if (cfg->resume &&
+        (cfg->comm ? resume_ranks(t, err, errlen) : resume(t, err, errlen)))
         return -1;
     return t->res->resumed ? 0 : checkpoint(t, 0, err, errlen);
 }
@@ -555,10 +726,14 @@ int eft_train(const eft_job *job, eft_result *res, char *err, size_t errlen)
     else if (cfg->comm && (eft_dist_init(&t.d, cfg->comm, t.m, err, errlen) ||
                            eft_dist_share_weights(&t.d, t.m, err, errlen)))
         rc = -1;
-    int lock = -1; /* the checkpoint path is this run's alone */
-    if (rc == 0 && cfg->checkpoint &&
+    /* the checkpoint path is this run's alone; in a data-parallel run,
+     * process 0's, which alone writes it */
+    int lock = -1, locking = rc == 0 && cfg->checkpoint;
+    if (locking && (!cfg->comm || cfg->comm->rank == 0) &&
         (lock = eft_checkpoint_lock(cfg->checkpoint, err, errlen)) < 0)
         rc = -1;
+    if (locking && cfg->comm)
+        rc = together(&t, rc != 0, "could not lock it", err, errlen);
     if (rc == 0 && cfg->checkpoint)
         rc = setup_checkpoints(&t, err, errlen);
     if (rc == 0 && !t.finished)

@@ -33,6 +33,20 @@ typedef struct {
     /* process 0 gets every process's n values, by rank, in all[] */
     int (*gather)(void *user, const double *mine, size_t n, double *all,
                   char *err, size_t len);
+    /* Checkpoints. Process 0 gets every process's bytes (n at mine),
+     * one after another by rank, in *all (allocated; the caller frees
+     * it) and their sizes in counts[] (size entries, allocated by the
+     * caller); elsewhere *all and counts are left alone. */
+    int (*gather_bytes)(void *user, const void *mine, size_t n, void **all,
+                        size_t *counts, char *err, size_t len);
+    /* Each process gets its part of process 0's `all` (counts[r] bytes
+     * for rank r, one after another; read on process 0 only) in *mine
+     * (allocated; the caller frees it) and *n. */
+    int (*scatter_bytes)(void *user, const void *all, const size_t *counts,
+                         void **mine, size_t *n, char *err, size_t len);
+    /* n bytes at buf become process 0's on every process */
+    int (*broadcast_bytes)(void *user, void *buf, size_t n, char *err,
+                           size_t len);
 } eft_comm;
 
 typedef struct {
@@ -53,12 +67,15 @@ typedef struct {
                               process holds the same weights, bit for bit */
     const char *save_model; /* eft_model_save() the weights here at the
                                end (process 0 of a data-parallel run) */
-    /* Checkpoints (checkpoint.h; one process only): the run is saved to
-     * `checkpoint` before the first step (unless resumed), every
-     * `checkpoint_every` steps and at the end. With
-     * `resume`, a checkpoint already there is loaded first and the run
-     * goes on from it (the training pipeline restored before its first
-     * next()); without, it is overwritten. */
+    /* Checkpoints (checkpoint.h): the run is saved to `checkpoint`
+     * before the first step (unless resumed), every `checkpoint_every`
+     * steps and at the end. With `resume`, a checkpoint already there is
+     * loaded first and the run goes on from it (the training pipeline
+     * restored before its first next()); without, it is overwritten.
+     * With comm, process 0 alone locks, reads and writes the file: each
+     * process's pipeline state is gathered to it after the step's
+     * collective, and dealt back from it on resuming, on as many
+     * processes as saved it. */
     const char *checkpoint;
     long checkpoint_every; /* steps; 0: at the start and the end only */
     int resume;
@@ -103,6 +120,10 @@ typedef struct {
     double checkpoint_s;  /* time writing them (not training time) */
     double resume_s;      /* time reading one and restoring the pipeline */
     long feedback_values; /* values this process fed back (cfg.feedback) */
+    /* with comm, after a failure: every process failed at the same
+     * collective and knows it (each with its own message), so the job
+     * can end in order rather than be aborted */
+    int shared_failure;
 } eft_result;
 
 /* Called after every evaluation (evaluated = 1) and every `every_steps`

@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# The size and time of `echoflow train --checkpoint` with 1 process
+# outside mpirun and with 1, 2 and 3 processes under it: the checkpoint's
+# bytes, the part of them that is pipeline state per process, the time of
+# one checkpoint (the JSON's checkpoint_time_s over its checkpoints:
+# every process's state saved, gathered to process 0 and the file written
+# and fsync'd; process 0's clock) and of a resume (resume_time_s: read,
+# dealt to every process, pipelines restored).
+#
+#   bench/mpi_checkpoint_bench.sh [--quick] [path/to/echoflow]
+#
+# Settings: the Fashion-MNIST preset with --echo factor=2,shuffle=1000
+# (each process: its part of the training set behind shuffle:60000, an
+# echo buffer of 1000, a prefetch of 4), --threads 1, the MLP, 64,000
+# fresh examples (6,400 with --quick), a checkpoint every 50 steps. The
+# resume is of the finished run: it restores the last checkpoint, taken
+# at the end of the run. Prints a markdown table.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+quick=0
+[ "${1:-}" = "--quick" ] && { quick=1; shift; }
+cli=${1:-$here/../build/echoflow}
+[ -x "$cli" ] || { echo "mpi_checkpoint_bench: build echoflow first ($cli)" >&2; exit 1; }
+command -v mpirun >/dev/null ||
+    { echo "mpi_checkpoint_bench: apt-get install openmpi-bin" >&2; exit 1; }
+py=/usr/bin/python3
+mpirun=(mpirun --allow-run-as-root --bind-to none --oversubscribe)
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/ef_ckbench.XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
+fresh=$([ "$quick" = 1 ] && echo 6400 || echo 64000)
+args=(train --data fashion-mnist --echo factor=2,shuffle=1000 --threads 1
+      --max-fresh "$fresh" --eval-every 100000000 --checkpoint-every 50 --json)
+
+# the bytes of the pipeline states in checkpoint $1 (both versions)
+states() {
+    "$py" - "$1" <<'EOF'
+import struct, sys
+b = open(sys.argv[1], "rb").read()
+version, ranks, _ = struct.unpack_from("<IIQ", b, 8)
+at = 28
+for _ in range(struct.unpack_from("<I", b, 24)[0]):
+    at += 1 + b[at] + 9
+at += 70 * 8
+tensors, = struct.unpack_from("<I", b, at)
+at += 4
+for _ in range(tensors):
+    n, = struct.unpack_from("<Q", b, at)
+    at += 8 + 8 * n
+sizes = []
+for _ in range(ranks if version == 2 else 1):
+    n, = struct.unpack_from("<Q", b, at)
+    sizes.append(n - (40 if version == 2 else 0))
+    at += 8 + n
+print(" + ".join("%.0f" % (s / 1024) for s in sizes))
+EOF
+}
+
+echo "commit $(git -C "$here" rev-parse --short HEAD), $(nproc) cores, $(date -u +%F)"
+echo
+echo "| processes | checkpoint | pipeline states (KiB, per process) | checkpoints | ms each | resume s |"
+echo "| --- | ---: | ---: | ---: | ---: | ---: |"
+for np in 0 1 2 3; do
+    ck="$tmp/run$np.ck"
+    launch=()
+    [ "$np" -gt 0 ] && launch=("${mpirun[@]}" -np "$np")
+    "${launch[@]}" "$cli" "${args[@]}" --checkpoint "$ck" >"$tmp/run.json"
+    "${launch[@]}" "$cli" "${args[@]}" --checkpoint "$ck" --resume >"$tmp/again.json"
+    "$py" - "$tmp/run.json" "$tmp/again.json" "$np" "$(stat -c %s "$ck")" \
+        "$(states "$ck")" <<'EOF'
+import json, sys
+run, again = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+np = int(sys.argv[3])
+who = "1, outside mpirun" if np == 0 else "%d under mpirun" % np
+print("| %s | %.2f MB | %s | %d | %.1f | %.2f |" % (
+    who, int(sys.argv[4]) / 1e6, sys.argv[5], run["checkpoints"],
+    1e3 * run["checkpoint_time_s"] / run["checkpoints"],
+    again["resume_time_s"]))
+EOF
+done
