@@ -506,9 +506,10 @@ static int check_checkpoint(const train_opts *o)
                                        : "a device");
         return -1;
     }
-    if (c->comm) {
+    if (c->comm && c->comm->size > 1) {
         /* each process would need its own file, and all of them the same
-           step on resuming: not done yet */
+           step on resuming: not done yet (one trainer beside the service's
+           workers is one process) */
         fprintf(stderr, "echoflow train: --checkpoint is for one process; "
                         "under mpirun it is not supported yet\n");
         return -1;

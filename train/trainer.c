@@ -507,7 +507,7 @@ static int setup_checkpoints(trainer *t, char *err, size_t errlen)
 {
     const eft_config *cfg = t->cfg;
     const eft_dataset *test = t->job->test;
-    if (cfg->comm)
+    if (cfg->comm && cfg->comm->size > 1)
         return fail(err, errlen,
                     "%s: a checkpoint holds one process's run; this is "
                     "one of %d",
