@@ -68,7 +68,7 @@ static int forge(ef__chunk_out *c, int n, uint64_t claim)
                    : EF_ENOMEM;
         if (rc == EF_OK) {
             memset(data, 0, 16);
-            rc = ef__chunk_out_add(c, s, 0, &err);
+            rc = ef__chunk_out_add(c, s, 0, 0, i, &err);
         }
         ef_sample_free(s); /* the header keeps no reference */
         if (rc != EF_OK)

@@ -15,6 +15,7 @@
 #include <cmocka.h>
 
 #include "core/alloc.h"
+#include "core/sample.h"
 #include "ef_test_util.h"
 #include "pipeline/stage.h"
 #include "service/chunk.h"
@@ -70,7 +71,8 @@ static void test_round_trip(void **state)
     ef__err err;
     for (int i = 0; i < 5; i++) {
         in[i] = make(i);
-        assert_int_equal(ef__chunk_out_add(&c, in[i], 42, &err), EF_OK);
+        assert_int_equal(ef__chunk_out_add(&c, in[i], 42, 3, 10 + i, &err),
+                         EF_OK);
     }
     int64_t items;
     uint64_t payload;
@@ -100,6 +102,12 @@ static void test_round_trip(void **state)
         assert_int_equal(b.epoch, 42); /* the epoch the chunk was made for */
         assert_int_equal(b.echo_copy, a.echo_copy);
         assert_int_equal(b.fresh, a.fresh);
+        /* the split and the place in it become the origin's part and
+         * offset, by which a trainer's checkpoint names the sample */
+        ef__ident where = ef__ident_of(out[i]);
+        assert_int_equal(where.part, 3);
+        assert_int_equal(where.offset, 10 + i);
+        ef__ident_clear(&where);
         assert_int_equal(ef_sample_field_count(out[i]),
                          ef_sample_field_count(in[i]));
         for (int k = 0; k < ef_sample_field_count(in[i]); k++) {
@@ -140,7 +148,7 @@ static void test_cut_headers(void **state)
     ef__err err;
     ef_sample *s[2] = {make(0), make(1)};
     for (int i = 0; i < 2; i++)
-        assert_int_equal(ef__chunk_out_add(&c, s[i], 0, &err), EF_OK);
+        assert_int_equal(ef__chunk_out_add(&c, s[i], 0, 0, i, &err), EF_OK);
     ef_buffer *buf = transport(&c);
     for (size_t len = 0; len < c.head_len; len++) {
         unsigned char *head = ef__malloc(len ? len : 1);
@@ -165,7 +173,7 @@ static void test_bad_headers(void **state)
     ef__chunk_out_reset(&c);
     ef__err err;
     ef_sample *s = make(0);
-    assert_int_equal(ef__chunk_out_add(&c, s, 0, &err), EF_OK);
+    assert_int_equal(ef__chunk_out_add(&c, s, 0, 0, 0, &err), EF_OK);
     int64_t items;
     uint64_t payload;
     /* another program's message */

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "echoflow/echoflow.h"
 #include "ef_test_util.h"
@@ -461,6 +462,41 @@ static void test_map_bound_names(void **state)
     ef_pipeline_destroy(p);
 }
 
+/* trace appends each item's identities, a line per item (a batch's
+ * members), and names a path it cannot open */
+static void test_trace_lines(void **state)
+{
+    (void)state;
+    char path[] = "/tmp/ef_trace_XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    close(fd);
+    char spec[128];
+    snprintf(spec, sizeof spec, "range:n=5 | batch:2 | trace:path=%s", path);
+    ef_pipeline *p = tu_pipeline(spec, 0);
+    for (int i = 0; i < 3; i++)
+        ef_sample_free(tu_next(p));
+    tu_expect_end(p);
+    ef_pipeline_destroy(p);
+    char text[256] = "";
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    text[n] = '\0';
+    fclose(f);
+    unlink(path);
+    assert_string_equal(text, "0:0:0 0:1:0\n0:2:0 0:3:0\n0:4:0\n");
+
+    ef_pipeline *q = NULL;
+    assert_int_equal(ef_pipeline_create(&q), EF_OK);
+    assert_int_equal(
+        ef_pipeline_parse(q, "range:n=5 | trace:path=/nonexistent/dir/t.log"),
+        EF_EIO);
+    assert_non_null(strstr(ef_pipeline_error(q),
+                           "trace: cannot open /nonexistent/dir/t.log"));
+    ef_pipeline_destroy(q);
+}
+
 static void test_throttle_passes_items(void **state)
 {
     (void)state;
@@ -640,6 +676,7 @@ int main(void)
         cmocka_unit_test(test_map_callbacks),
         cmocka_unit_test(test_map_bound_names),
         cmocka_unit_test(test_throttle_passes_items),
+        cmocka_unit_test(test_trace_lines),
         cmocka_unit_test(test_pipeline_stats),
         cmocka_unit_test(test_stats_struct_sizes),
         cmocka_unit_test(test_restart_mid_pass),

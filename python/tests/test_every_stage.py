@@ -89,6 +89,7 @@ RUNS = {
     "throttle": lambda d: "range:n=4 | throttle:rate=1000",
     "select": lambda d: "range:n=4,bytes=2 | select:fields=index",
     "drop": lambda d: "range:n=4,bytes=2 | drop:fields=data",
+    "trace": lambda d: "range:n=4 | trace:path=%s" % (d / "trace.log"),
     "random_crop": lambda d: images(d) + " | random_crop",
     "flip": lambda d: images(d) + " | flip",
     "decode": images,

@@ -457,6 +457,9 @@ ef_status ef_pipeline_next(ef_pipeline *p, ef_sample **out)
     if (rc == EF_OK)
         rc = ef__stage_check_size(last, out, &p->err);
     if (rc == EF_OK) {
+        const ef__stage *src = p->stages[0];
+        if (src->def->delivered)
+            src->def->delivered(p->stages[0], *out);
         ef__stat_add(&p->items, 1);
         ef__stat_add(&last->items_out, 1);
         if (p->tuner.nauto)

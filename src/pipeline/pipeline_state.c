@@ -24,6 +24,17 @@ static void stage_opts(const ef__stage *s, char *buf)
 
 /* ---- saving ------------------------------------------------------ */
 
+/* Whether stage s restarts as built on a restore: a stage after a
+ * source that deals again what the consumer was not handed (the
+ * `service`), whose record names no item anyone holds. */
+static int restarts(const ef__stage *s)
+{
+    const ef__stage *src = s;
+    while (src->up)
+        src = src->up;
+    return s != src && src->def->delivered;
+}
+
 /* One stage: its name, options, pass, then its own record and the items
  * to take again from its upstream. */
 static int save_stage(ef__stage *s, ef__state_out *o, ef__err *err)
@@ -33,8 +44,8 @@ static int save_stage(ef__stage *s, ef__state_out *o, ef__err *err)
     /* the stage's record first: a stage that cannot be saved (an
      * unordered map) does not pause its threads, so it must refuse
      * before its fields, which those threads write, are read */
-    int rc = s->def->save ? s->def->save(s, &rec, err) : EF_OK;
-    if (rc == EF_OK && s->replay) /* still owed from a restore: after */
+    int rc = s->def->save && !restarts(s) ? s->def->save(s, &rec, err) : EF_OK;
+    if (rc == EF_OK && s->replay && !restarts(s)) /* owed from a restore */
         for (size_t i = s->replay->at; i < s->replay->n && rc == EF_OK; i++)
             rc = ef__idents_add(&replay, &s->replay->items[i]);
     if (rc == EF_OK) {
@@ -262,7 +273,7 @@ static int apply_stage(ef_pipeline *p, int i, ef__state_in *in, ef__err *err)
                         .where = where,
                         .err = err};
     s->epoch = r.epoch;
-    if (s->def->restore)
+    if (s->def->restore && !restarts(s))
         rc = s->def->restore(s, &rec, err);
     if (rc == EF_OK)
         rc = ef__state_in_done(&rec);

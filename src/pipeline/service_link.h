@@ -17,6 +17,12 @@
 /* One reader at a time per process reads an epoch (or every epoch) of
  * the service. */
 typedef struct ef__service_reader ef__service_reader;
+/* What a trainer had been handed when its checkpoint was saved, read
+ * back from the checkpoint and not yet attached. */
+typedef struct ef__progress ef__service_resume;
+
+struct ef__state_out;
+struct ef__state_in;
 
 /* This process's place in the job, once joined. */
 typedef struct {
@@ -40,10 +46,12 @@ typedef struct {
      * reader; its limit also sizes the workers' room, 0: none) until
      * their samples are taken; `credits` is the messages per worker; a
      * worker not heard from for `liveness_s` seconds fails the
-     * reading. */
+     * reading. With `from` (which it takes, also on failure), the reader
+     * goes on where a checkpoint stood: from its first epoch not handed
+     * out whole, the workers leaving out what was handed out. */
     int (*attach)(int endless, ef__budget *budget, int credits,
-                  double liveness_s, ef__service_reader **out, int64_t *epoch,
-                  ef__err *err);
+                  double liveness_s, ef__service_resume *from,
+                  ef__service_reader **out, int64_t *epoch, ef__err *err);
     /* The next sample: EF_OK, EF_END after the epoch's last, EF_AGAIN
      * when !block and none is ready, or an error (a worker's, with its
      * rank). */
@@ -56,6 +64,20 @@ typedef struct {
      * and the workers stop making it. */
     void (*detach)(ef__service_reader *r);
     void (*figures)(const ef__service_reader *r, ef__service_figures *out);
+    /* ---- checkpoints: what the consumer was handed ----
+     * The consumer was handed `s` (an item of the pipeline's last
+     * stage): its examples from the service count as delivered. */
+    void (*delivered)(ef__service_reader *r, const ef_sample *s);
+    /* Writes the record of reader r, or with r NULL of `pending` (a
+     * restored record not attached yet; NULL: nothing was read). */
+    int (*save)(ef__service_reader *r, const ef__service_resume *pending,
+                struct ef__state_out *o, ef__err *err);
+    /* Reads a record back into *out (freed with release, or taken by
+     * attach); EF_ESPEC when it was saved beside workers of other
+     * settings, naming the setting. */
+    int (*restore)(struct ef__state_in *in, ef__service_resume **out,
+                   ef__err *err);
+    void (*release)(ef__service_resume *p);
 } ef__service_link;
 
 /* The service's side; NULL in a build without MPI (service/none.c). */

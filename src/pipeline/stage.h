@@ -263,6 +263,12 @@ typedef struct {
     /* Sources whose items' index is (part << 32) + the position in that
      * part: messages about an item name the position in its file. */
     int index_in_part;
+    /* Sources whose state names what the consumer was handed, not what
+     * the stages after them hold (the `service`): ef_pipeline_next tells
+     * delivered() each item it hands out, and a restore deals everything
+     * else again from the source, so the stages after it save no record
+     * and restart as built (pipeline_state.c). */
+    void (*delivered)(ef__stage *s, const ef_sample *out);
 } ef__stage_def;
 
 /* A pass with no end (length() of repeat without a count). */

@@ -2,6 +2,7 @@
 /* Chunk headers (see chunk.h). The layout, native byte order:
  *   u32 magic, u32 zero, i64 items, u64 payload bytes
  *   per sample: i64 index, i64 epoch, i32 echo_copy, i32 fresh,
+ *               i64 split, i64 position (its place in the split's order),
  *               i32 fields
  *   per field:  u16 name length, the name, u8 dtype, u8 ndim,
  *               i64 shape[ndim], u64 offset, u64 nbytes,
@@ -13,8 +14,12 @@
 #include <string.h>
 
 #include "core/alloc.h"
+#include "core/sample.h"
 
-#define MAGIC 0x31434645u /* "EFC1" */
+#define MAGIC 0x32434645u /* "EFC2" */
+/* the fewest header bytes a sample takes: its identity, place and field
+ * count */
+#define SAMPLE_HEAD 44
 
 static int grow(void **p, size_t *cap, size_t need, size_t size)
 {
@@ -79,7 +84,7 @@ uint64_t ef__chunk_sample_bytes(const ef_sample *s)
 }
 
 int ef__chunk_out_add(ef__chunk_out *c, const ef_sample *s, int64_t epoch,
-                      ef__err *err)
+                      int64_t split, int64_t position, ef__err *err)
 {
     if (c->head_len == 0)
         return ef__err_set(err, EF_ENOMEM, "service: out of memory");
@@ -93,7 +98,8 @@ int ef__chunk_out_add(ef__chunk_out *c, const ef_sample *s, int64_t epoch,
                            (unsigned long long)EF__CHUNK_MAX_PAYLOAD);
     int32_t nfields = ef_sample_field_count(s);
     int rc = PUT(c, id.index) || PUT(c, epoch) || PUT(c, id.echo_copy) ||
-             PUT(c, id.fresh) || PUT(c, nfields);
+             PUT(c, id.fresh) || PUT(c, split) || PUT(c, position) ||
+             PUT(c, nfields);
     for (int i = 0; !rc && i < nfields; i++) {
         ef_tensor t;
         ef_sample_field(s, i, &t);
@@ -173,8 +179,7 @@ int ef__chunk_peek(const unsigned char *head, size_t len, int64_t *items,
     if (magic != MAGIC || zero != 0)
         return bad(&r, "no chunk header (another program, or another "
                        "version of echoflow?)");
-    /* each sample takes 28 bytes of header at least */
-    if (*items < 1 || (uint64_t)*items > len / 28)
+    if (*items < 1 || (uint64_t)*items > len / SAMPLE_HEAD)
         return bad(&r, "an impossible sample count");
     if (*payload > EF__CHUNK_MAX_PAYLOAD)
         return bad(&r, "a payload over 1 GiB");
@@ -220,7 +225,8 @@ static int take_field(reader *r, uint64_t payload, field_desc *f)
 
 /* Walks the header, calling fn on each field of each sample. */
 typedef int (*field_fn)(void *arg, int64_t item, const ef_sample_id *id,
-                        int32_t nfields, const field_desc *f);
+                        const int64_t place[2], int32_t nfields,
+                        const field_desc *f);
 
 static int walk(const unsigned char *head, size_t len, const char *from,
                 ef__err *err, field_fn fn, void *arg)
@@ -232,17 +238,22 @@ static int walk(const unsigned char *head, size_t len, const char *from,
     reader r = {head, len, 24, from, err};
     for (int64_t i = 0; i < items; i++) {
         ef_sample_id id;
+        int64_t place[2]; /* split, position */
         int32_t nfields;
         if (TAKE(&r, id.index) || TAKE(&r, id.epoch) ||
-            TAKE(&r, id.echo_copy) || TAKE(&r, id.fresh) || TAKE(&r, nfields))
+            TAKE(&r, id.echo_copy) || TAKE(&r, id.fresh) ||
+            TAKE(&r, place[0]) || TAKE(&r, place[1]) || TAKE(&r, nfields))
             return err->status;
         if (nfields < 0 || nfields > EF_MAX_FIELDS)
             return bad(&r, "a bad field count");
-        if (nfields == 0 && fn(arg, i, &id, 0, NULL))
+        if (place[0] < 0 || place[1] < 0)
+            return bad(&r, "a negative split or position");
+        if (nfields == 0 && fn(arg, i, &id, place, 0, NULL))
             return err->status;
         for (int32_t k = 0; k < nfields; k++) {
             field_desc f;
-            if (take_field(&r, payload, &f) || fn(arg, i, &id, nfields, &f))
+            if (take_field(&r, payload, &f) ||
+                fn(arg, i, &id, place, nfields, &f))
                 return err->status;
         }
     }
@@ -258,10 +269,12 @@ typedef struct {
 } block_list;
 
 static int add_block(void *arg, int64_t item, const ef_sample_id *id,
-                     int32_t nfields, const field_desc *f)
+                     const int64_t place[2], int32_t nfields,
+                     const field_desc *f)
 {
     (void)item;
     (void)id;
+    (void)place;
     (void)nfields;
     block_list *b = arg;
     if (!f || !f->nbytes)
@@ -299,7 +312,8 @@ typedef struct {
 } sample_maker;
 
 static int add_field(void *arg, int64_t item, const ef_sample_id *id,
-                     int32_t nfields, const field_desc *f)
+                     const int64_t place[2], int32_t nfields,
+                     const field_desc *f)
 {
     (void)nfields;
     sample_maker *m = arg;
@@ -307,6 +321,10 @@ static int add_field(void *arg, int64_t item, const ef_sample_id *id,
         m->out[item] = ef_sample_new(*id);
         if (!m->out[item])
             return ef__err_set(m->err, EF_ENOMEM, "service: out of memory");
+        /* where the sample lies in the service's epoch: the trainer's
+         * checkpoints name what it was handed by split and position */
+        m->out[item]->origin.part = place[0];
+        m->out[item]->origin.offset = place[1];
     }
     if (!f)
         return EF_OK;

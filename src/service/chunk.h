@@ -42,12 +42,15 @@ typedef struct {
 /* Starts an empty chunk (keeping the memory of the last). */
 void ef__chunk_out_reset(ef__chunk_out *c);
 void ef__chunk_out_free(ef__chunk_out *c);
-/* Appends sample `s` with `epoch` as its epoch. The sample must outlive
+/* Appends sample `s` with `epoch` as its epoch, from `split` of that
+ * epoch, where it is the sample at `position` (0 first) of the split's
+ * order; the receiver's sample has them as its origin's part and offset
+ * (the trainer's checkpoints name samples by them). The sample must outlive
  * the chunk's sending (its fields' bytes are read then). EF_ENOMEM, or
  * EF_ESHAPE for a sample the payload cannot carry (over
  * EF__CHUNK_MAX_PAYLOAD). */
 int ef__chunk_out_add(ef__chunk_out *c, const ef_sample *s, int64_t epoch,
-                      ef__err *err);
+                      int64_t split, int64_t position, ef__err *err);
 /* The payload's bytes `s` would add (fields and alignment). */
 uint64_t ef__chunk_sample_bytes(const ef_sample *s);
 

@@ -10,7 +10,14 @@
  * samples of e and an end-of-epoch mark to every trainer. Each split is
  * handed out once per epoch, so every sample reaches the trainers once
  * per epoch. When every trainer has left, every ask is answered FINISH;
- * the thread ends when every worker has said DONE. */
+ * the thread ends when every worker has said DONE.
+ *
+ * A trainer resumed from a checkpoint opens its first epoch with what
+ * it had been handed before (OPEN's resume records): the epochs before
+ * that one are done, and each split named is handed out again with its
+ * positions already delivered, which the worker leaves out (SKIP); a
+ * split whose every position was delivered is not handed out. The
+ * records of several trainers are joined (their positions ORed). */
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -20,11 +27,19 @@
 #include "core/rng.h"
 #include "service/service.h"
 
+/* What a resumed trainer had been handed of one split. */
+typedef struct {
+    uint64_t *words; /* bit p: position p was delivered */
+    int64_t nwords;
+    int64_t size; /* the positions the split has, or -1: not known */
+} split_skip;
+
 /* An epoch's progress. */
 typedef struct {
     int64_t *order; /* the splits in the order they are handed out */
     int64_t next;   /* how many were handed out */
     int cut;
+    split_skip *skips; /* per split, after a resume naming this epoch */
 } epoch_state;
 
 struct ef__dispatcher {
@@ -38,6 +53,11 @@ struct ef__dispatcher {
     int *left;        /* per trainer */
     int64_t *pending; /* per worker: the epoch it asked for, or -1 */
     int ntrainers_left, nworkers_done;
+    /* the epochs below this one were read before the checkpoint the
+     * trainers resumed from (0: none) */
+    int64_t resumed_from;
+    int64_t *msg; /* an OPEN being read, and its room */
+    int msg_cap;
     ef__err err;
 };
 
@@ -83,12 +103,45 @@ static int is_open(const ef__dispatcher *d, int64_t e)
 }
 
 static int reply(ef__dispatcher *d, int w, int64_t kind, int64_t e,
-                 int64_t split)
+                 int64_t split, const split_skip *skip)
 {
-    int64_t v[3] = {kind, e, split};
+    int64_t words = skip ? skip->nwords : 0;
+    int64_t v[4] = {kind, e, split, words};
     d->pending[w] = -1;
-    return ef__service_send(d->job->dispatch, d->job->workers[w], EF__TAG_REPLY,
-                            v, 3, &d->err);
+    int to = d->job->workers[w];
+    if (ef__service_send(d->job->dispatch, to, EF__TAG_REPLY, v, 4, &d->err))
+        return -1;
+    int rc = words ? MPI_Send(skip->words, (int)words, MPI_UINT64_T, to,
+                              EF__TAG_SKIP, d->job->dispatch)
+                   : MPI_SUCCESS;
+    return rc == MPI_SUCCESS ? 0
+                             : ef__service_mpi_error(rc, "MPI_Send", &d->err);
+}
+
+static int64_t ones(const uint64_t *w, int64_t n)
+{
+    int64_t k = 0;
+    for (int64_t i = 0; i < n; i++)
+        k += __builtin_popcountll(w[i]);
+    return k;
+}
+
+/* Split `split` of epoch st was delivered whole before the checkpoint. */
+static int delivered_whole(const epoch_state *st, int64_t split)
+{
+    const split_skip *k = st->skips ? &st->skips[split] : NULL;
+    return k && k->size >= 0 && ones(k->words, k->nwords) == k->size;
+}
+
+/* The next split of epoch e to hand out, skipping those delivered
+ * whole, or -1 when none is left. */
+static int64_t next_split(ef__dispatcher *d, int64_t e, epoch_state *st)
+{
+    if (st->cut || e < d->resumed_from)
+        return -1;
+    while (st->next < d->splits && delivered_whole(st, st->order[st->next]))
+        st->next++;
+    return st->next < d->splits ? st->order[st->next++] : -1;
 }
 
 /* Answers the asks that can be answered now. */
@@ -99,7 +152,7 @@ static int answer(ef__dispatcher *d)
         if (e < 0)
             continue;
         if (d->ntrainers_left == d->job->ntrainers) {
-            if (reply(d, w, EF__REPLY_FINISH, e, 0))
+            if (reply(d, w, EF__REPLY_FINISH, e, 0, NULL))
                 return -1;
             continue;
         }
@@ -108,11 +161,62 @@ static int answer(ef__dispatcher *d)
         epoch_state *st = epoch_of(d, e);
         if (!st)
             return ef__err_set(&d->err, EF_ENOMEM, "service: out of memory");
-        int rc = st->cut || st->next == d->splits
-                     ? reply(d, w, EF__REPLY_EPOCH_DONE, e, 0)
-                     : reply(d, w, EF__REPLY_SPLIT, e, st->order[st->next++]);
+        int64_t split = next_split(d, e, st);
+        int rc = split < 0 ? reply(d, w, EF__REPLY_EPOCH_DONE, e, 0, NULL)
+                           : reply(d, w, EF__REPLY_SPLIT, e, split,
+                                   st->skips ? &st->skips[split] : NULL);
         if (rc)
             return -1;
+    }
+    return 0;
+}
+
+/* Joins a resumed trainer's records (OPEN from `from`: v[0] its first
+ * epoch, then from v[2] the count of records and each one: epoch,
+ * split, size, words, the words). A record that does not fit this job
+ * fails the dispatcher: the trainer compared the workers' settings
+ * with its checkpoint's, so it is not ours. */
+static int resume(ef__dispatcher *d, int from, const int64_t *v, int n)
+{
+    if (d->resumed_from == 0 || v[0] < d->resumed_from)
+        d->resumed_from = v[0];
+    int64_t count = v[2];
+    int at = 3;
+    for (int64_t r = 0; r < count; r++) {
+        if (n - at < 4 || v[at + 3] < 0 || v[at + 3] > n - at - 4 ||
+            v[at] < v[0] || v[at + 1] < 0 || v[at + 1] >= d->splits)
+            return ef__err_set(&d->err, EF_EFORMAT,
+                               "service: rank %d resumed from a checkpoint "
+                               "whose record %lld does not fit this job's "
+                               "%lld splits",
+                               from, (long long)r, (long long)d->splits),
+                   -1;
+        epoch_state *st = epoch_of(d, v[at]);
+        if (st && !st->skips) {
+            st->skips = ef__calloc((size_t)d->splits, sizeof *st->skips);
+            for (int64_t k = 0; st->skips && k < d->splits; k++)
+                st->skips[k].size = -1;
+        }
+        if (!st || !st->skips)
+            return ef__err_set(&d->err, EF_ENOMEM, "service: out of memory"),
+                   -1;
+        split_skip *k = &st->skips[v[at + 1]];
+        int64_t words = v[at + 3];
+        if (words > k->nwords) {
+            uint64_t *w = ef__realloc(k->words, (size_t)words * sizeof *w);
+            if (!w)
+                return ef__err_set(&d->err, EF_ENOMEM,
+                                   "service: out of memory"),
+                       -1;
+            memset(w + k->nwords, 0, (size_t)(words - k->nwords) * sizeof *w);
+            k->words = w;
+            k->nwords = words;
+        }
+        for (int64_t i = 0; i < words; i++)
+            k->words[i] |= (uint64_t)v[at + 4 + i];
+        if (v[at + 2] > k->size)
+            k->size = v[at + 2];
+        at += 4 + (int)words;
     }
     return 0;
 }
@@ -128,8 +232,21 @@ static int take(ef__dispatcher *d, int tag)
         return ef__service_mpi_error(rc, "MPI_Iprobe", &d->err), -1;
     if (!flag)
         return 0;
-    int64_t v[2] = {0, 0};
-    rc = MPI_Recv(v, 2, MPI_INT64_T, st.MPI_SOURCE, tag, d->job->dispatch,
+    int n = 0;
+    MPI_Get_count(&st, MPI_INT64_T, &n);
+    if (n < 2)
+        n = 2;
+    if (n > d->msg_cap) {
+        int64_t *m = ef__realloc(d->msg, (size_t)n * sizeof *m);
+        if (!m)
+            return ef__err_set(&d->err, EF_ENOMEM, "service: out of memory"),
+                   -1;
+        d->msg = m;
+        d->msg_cap = n;
+    }
+    int64_t *v = d->msg;
+    v[0] = v[1] = 0;
+    rc = MPI_Recv(v, n, MPI_INT64_T, st.MPI_SOURCE, tag, d->job->dispatch,
                   MPI_STATUS_IGNORE);
     if (rc != MPI_SUCCESS)
         return ef__service_mpi_error(rc, "MPI_Recv", &d->err), -1;
@@ -139,8 +256,11 @@ static int take(ef__dispatcher *d, int tag)
         d->pending[w] = v[0] < 0 ? 0 : v[0];
     else if (tag == EF__TAG_DONE && w >= 0)
         d->nworkers_done++;
-    else if (tag == EF__TAG_OPEN && t >= 0)
+    else if (tag == EF__TAG_OPEN && t >= 0) {
         d->wanted[t] = v[1] ? INT64_MAX : v[0] + 1;
+        if (n > 2 && resume(d, st.MPI_SOURCE, v, n))
+            return -1;
+    }
     else if (tag == EF__TAG_CUT && t >= 0 && v[0] >= 0) {
         epoch_state *es = epoch_of(d, v[0]);
         if (!es)
@@ -230,8 +350,13 @@ void ef__dispatcher_join(ef__dispatcher *d)
     if (!d)
         return;
     pthread_join(d->thread, NULL);
-    for (int64_t e = 0; e < d->nepochs; e++)
+    for (int64_t e = 0; e < d->nepochs; e++) {
         ef__free(d->epochs[e].order);
+        for (int64_t k = 0; d->epochs[e].skips && k < d->splits; k++)
+            ef__free(d->epochs[e].skips[k].words);
+        ef__free(d->epochs[e].skips);
+    }
+    ef__free(d->msg);
     ef__free(d->epochs);
     ef__free(d->wanted);
     ef__free(d->left);

@@ -35,6 +35,7 @@
 #include "core/alloc.h"
 #include "core/clock.h"
 #include "core/queue.h"
+#include "core/sample.h"
 #include "service/chunk.h"
 #include "service/service.h"
 
@@ -63,6 +64,9 @@ struct ef__service_reader {
     pending_msg *fifo;
     size_t head, count, cap;
     ef__service_figures fig; /* rx.mu */
+    /* what its consumer was handed, for checkpoints (rx.mu) */
+    ef__progress *progress;
+    int resumed; /* progress was restored from a checkpoint */
 };
 
 static struct {
@@ -444,6 +448,10 @@ static int end_of_epoch(const ef__service_job *job, int source, int64_t e,
                         ef__err *err)
 {
     pthread_mutex_lock(&rx.mu);
+    ef__service_reader *reading = rx.reader;
+    /* out of memory fails the record's next save */
+    if (wants(reading, e))
+        (void)ef__progress_epoch_end(reading->progress, e, job->nworkers);
     if (rx.next_epoch == INT64_MAX) { /* an endless reader's */
         pthread_mutex_unlock(&rx.mu);
         return EF_OK;
@@ -477,6 +485,17 @@ static int end_of_epoch(const ef__service_job *job, int source, int64_t e,
     }
     pthread_mutex_unlock(&rx.mu);
     return EF_OK;
+}
+
+/* A worker's split ended, its order `size` samples long: recorded for
+ * the reader's checkpoints. */
+static void split_end(int64_t epoch, int64_t split, int64_t size)
+{
+    pthread_mutex_lock(&rx.mu);
+    ef__service_reader *r = rx.reader;
+    if (wants(r, epoch) && size >= 0)
+        (void)ef__progress_split_end(r->progress, epoch, split, size);
+    pthread_mutex_unlock(&rx.mu);
 }
 
 /* Receives one message the probe found. */
@@ -516,10 +535,10 @@ static int receive_one(const ef__service_job *job, const MPI_Status *st,
         fail(&e);
         return EF_OK;
     }
-    int64_t v[2] = {0, 0};
+    int64_t v[3] = {0, 0, 0};
     int n = 0;
     MPI_Get_count(st, MPI_INT64_T, &n);
-    if (n < 0 || n > 2) {
+    if (n < 0 || n > 3) {
         char from[96];
         ef__service_rank_name(st->MPI_SOURCE, from, sizeof from);
         return ef__err_set(err, EF_EFORMAT,
@@ -533,6 +552,8 @@ static int receive_one(const ef__service_job *job, const MPI_Status *st,
         return ef__service_mpi_error(mpi, "MPI_Recv", err);
     if (st->MPI_TAG == EF__TAG_EOE && n == 1 && w >= 0 && v[0] >= 0)
         return end_of_epoch(job, st->MPI_SOURCE, v[0], err);
+    if (st->MPI_TAG == EF__TAG_SPLIT_END && n == 3 && w >= 0)
+        split_end(v[0], v[1], v[2]);
     return EF_OK;
 }
 
@@ -636,6 +657,7 @@ static void drop_reader(ef__service_reader *r)
         rx.reader = NULL;
     pthread_mutex_unlock(&rx.mu);
     ef__queue_destroy(&r->q);
+    ef__progress_free(r->progress);
     ef__free(r);
 }
 
@@ -697,21 +719,44 @@ static int start_receiving(const ef__service_job *job, const ef__budget *budget,
     return rc;
 }
 
+/* Tells the dispatcher that r reads its epoch (or every one from it),
+ * with what a resumed reader was handed before. */
+static int open_epoch(const ef__service_job *job, ef__service_reader *r,
+                      ef__err *err)
+{
+    int64_t *msg = NULL;
+    int n = 0;
+    pthread_mutex_lock(&rx.mu);
+    int rc = ef__progress_open_msg(r->resumed ? r->progress : NULL, r->epoch,
+                                   r->endless, &msg, &n);
+    pthread_mutex_unlock(&rx.mu);
+    if (rc != EF_OK)
+        return ef__err_set(err, EF_ENOMEM, "service: out of memory");
+    rc = ef__service_send(job->dispatch, job->dispatcher, EF__TAG_OPEN, msg, n,
+                          err);
+    ef__free(msg);
+    return rc;
+}
+
 int ef__service_attach(int endless, ef__budget *budget, int credits,
-                       double liveness_s, ef__service_reader **out,
-                       int64_t *epoch, ef__err *err)
+                       double liveness_s, ef__service_resume *from,
+                       ef__service_reader **out, int64_t *epoch, ef__err *err)
 {
     const ef__service_job *job = ef__service_job_get();
-    if (!job || job->role != EF_SERVICE_TRAINER)
+    if (!job || job->role != EF_SERVICE_TRAINER) {
+        ef__progress_free(from);
         return ef__err_set(err, EF_ESTATE,
                            "service: this process has not joined the job as "
                            "a trainer");
-    if (job->nworkers == 0)
+    }
+    if (job->nworkers == 0) {
+        ef__progress_free(from);
         return ef__err_set(err, EF_ESTATE,
                            "service: no `echoflow serve` rank in this job; "
                            "start workers after a ':' in the mpirun command "
                            "(mpirun -np 1 TRAINER : -np 2 echoflow serve "
                            "SPEC)");
+    }
     pthread_mutex_lock(&rx.mu);
     /* room for every sample the credits let the workers send (those of
      * the first reader: credits are given once per process), and the
@@ -728,17 +773,26 @@ int ef__service_attach(int endless, ef__budget *budget, int credits,
         rc = start_receiving(job, budget, credits, err);
     if (rc == EF_OK) {
         r->epoch = rx.next_epoch;
+        /* a resumed reader goes on from its first epoch not handed out
+         * whole */
+        if (from && ef__progress_first(from) > r->epoch)
+            r->epoch = ef__progress_first(from);
+        r->progress = from ? from : ef__progress_new(r->epoch);
+        r->resumed = from != NULL;
+        from = NULL;
+        if (!r->progress)
+            rc = ef__err_set(err, EF_ENOMEM, "service: out of memory");
+    }
+    if (rc == EF_OK) {
         r->endless = endless;
         r->budget = budget;
         rx.next_epoch = endless ? INT64_MAX : r->epoch + 1;
         rx.reader = r;
     }
     pthread_mutex_unlock(&rx.mu);
-    if (rc == EF_OK) {
-        int64_t open[2] = {r->epoch, endless};
-        rc = ef__service_send(job->dispatch, job->dispatcher, EF__TAG_OPEN,
-                              open, 2, err);
-    }
+    ef__progress_free(from); /* not taken: attach failed before */
+    if (rc == EF_OK)
+        rc = open_epoch(job, r, err);
     if (rc != EF_OK) {
         drop_reader(r);
         return rc;
@@ -827,7 +881,57 @@ void ef__service_detach(ef__service_reader *r)
     }
     ef__queue_destroy(&r->q);
     ef__free(r->fifo);
+    ef__progress_free(r->progress);
     ef__free(r);
+}
+
+void ef__service_delivered(ef__service_reader *r, const ef_sample *s)
+{
+    ef__ident d = ef__ident_of(s);
+    size_t n;
+    const ef__ident *m = ef__ident_members(&d, &n);
+    if (!m) { /* an example alone */
+        m = &d;
+        n = 1;
+    }
+    pthread_mutex_lock(&rx.mu);
+    for (size_t i = 0; i < n; i++)
+        if (m[i].id.echo_copy == 0)
+            (void)ef__progress_delivered(r->progress, m[i].id.epoch,
+                                         m[i].part, m[i].offset);
+    pthread_mutex_unlock(&rx.mu);
+    ef__ident_clear(&d);
+}
+
+int ef__service_save(ef__service_reader *r, const ef__service_resume *pending,
+                     ef__state_out *o, ef__err *err)
+{
+    const ef__service_job *job = ef__service_job_get();
+    if (!job)
+        return ef__err_set(err, EF_ESTATE,
+                           "service: this process has not joined the job");
+    if (job->ntrainers > 1)
+        return ef__err_set(err, EF_EUNSUPPORTED,
+                           "service: a checkpoint of one of %d trainers is "
+                           "not supported yet (each holds a part of the "
+                           "epoch; one trainer can be saved)",
+                           job->ntrainers);
+    pthread_mutex_lock(&rx.mu);
+    /* a restored record not attached yet is saved as it was read */
+    ef__progress *p = r ? r->progress : (ef__progress *)pending;
+    int rc = ef__progress_save(p, job, o, err);
+    pthread_mutex_unlock(&rx.mu);
+    return rc;
+}
+
+static int restore_progress(ef__state_in *in, ef__service_resume **out,
+                            ef__err *err)
+{
+    const ef__service_job *job = ef__service_job_get();
+    if (!job)
+        return ef__err_set(err, EF_ESTATE,
+                           "service: this process has not joined the job");
+    return ef__progress_restore(in, job, out, err);
 }
 
 void ef__service_figures_get(const ef__service_reader *r,
@@ -906,5 +1010,9 @@ static const ef__service_link trainer_side = {
     .cancel = ef__service_cancel,
     .detach = ef__service_detach,
     .figures = ef__service_figures_get,
+    .delivered = ef__service_delivered,
+    .save = ef__service_save,
+    .restore = restore_progress,
+    .release = ef__progress_free,
 };
 const ef__service_link *const ef__service = &trainer_side;

@@ -77,13 +77,19 @@ typedef struct {
     /* the split being read */
     ef_pipeline *p;
     int64_t epoch, split;
+    int64_t position; /* of the split's next sample in its order */
+    /* the split's positions to leave out (bit p: position p), those that
+     * reached the trainers before a checkpoint; nskip words */
+    uint64_t *skip;
+    int64_t nskip;
+    size_t skip_cap;
     int cut; /* a trainer stopped reading the split's epoch */
     int64_t cuts[CUTS_KEPT];
     int ncuts;
     int64_t asking_epoch; /* the epoch whose splits it asks for */
     int asking, finished, failed;
     MPI_Request ask;
-    int64_t answer[3];
+    int64_t answer[4];
     uint64_t ask_t0;
     /* the chunk being filled */
     chunk cur;
@@ -419,7 +425,9 @@ static int reserve_held(worker *w, chunk *c)
     return EF_OK;
 }
 
-static int hold(worker *w, ef_sample *s)
+/* Sample `s`, at `position` of its split, into the chunk being
+ * filled. */
+static int hold(worker *w, ef_sample *s, int64_t position)
 {
     chunk *c = &w->cur;
     /* a chunk holds one epoch's samples; a big sample goes alone */
@@ -441,7 +449,8 @@ static int hold(worker *w, ef_sample *s)
     if (!c->nheld)
         w->chunk_t0 = ef__timer_ns();
     c->held[c->nheld++] = s;
-    if (ef__chunk_out_add(&c->out, s, w->epoch, &w->err)) {
+    if (ef__chunk_out_add(&c->out, s, w->epoch, w->split, position,
+                          &w->err)) {
         report_failure(w); /* a sample no message can carry */
         return EF_OK;
     }
@@ -485,6 +494,7 @@ static int open_split(worker *w)
         return EF_OK;
     }
     w->p = p;
+    w->position = 0;
     w->cut = was_cut(w, w->epoch);
     return EF_OK;
 }
@@ -529,11 +539,54 @@ static void report_failure(worker *w)
     close_split(w);
 }
 
+/* The positions of the split handed out to leave out: `words` words
+ * that the dispatcher sends after its answer (none: leave none out). */
+static int take_skip(worker *w, int64_t words)
+{
+    w->nskip = 0;
+    if (words <= 0)
+        return EF_OK;
+    if ((size_t)words > w->skip_cap) {
+        uint64_t *v = ef__realloc(w->skip, (size_t)words * sizeof *v);
+        if (!v)
+            return ef__err_set(&w->err, EF_ENOMEM, "service: out of memory");
+        w->skip = v;
+        w->skip_cap = (size_t)words;
+    }
+    int rc = MPI_Recv(w->skip, (int)words, MPI_UINT64_T, w->job->dispatcher,
+                      EF__TAG_SKIP, w->job->dispatch, MPI_STATUS_IGNORE);
+    if (rc != MPI_SUCCESS)
+        return ef__service_mpi_error(rc, "MPI_Recv", &w->err);
+    w->nskip = words;
+    return EF_OK;
+}
+
+/* Whether the split's sample at `position` reached the trainers before
+ * the checkpoint they resumed from. */
+static int skipped(const worker *w, int64_t position)
+{
+    int64_t word = position / 64;
+    return word < w->nskip && (w->skip[word] >> (position % 64) & 1);
+}
+
+/* Tells every trainer that the split ended and how many samples its
+ * order holds, those left out included: a trainer's checkpoint counts a
+ * split done when it was handed all of them. */
+static int say_split_end(worker *w)
+{
+    int64_t v[3] = {w->epoch, w->split, w->position};
+    for (int t = 0; t < w->job->ntrainers; t++)
+        if (w->alive[t] && ef__service_send(w->job->data, w->job->trainers[t],
+                                            EF__TAG_SPLIT_END, v, 3, &w->err))
+            return w->err.status;
+    return EF_OK;
+}
+
 /* One turn without a split: ask for the next, or act on the answer. */
 static int next_split(worker *w, unsigned *idle)
 {
     if (!w->asking) {
-        int rc = MPI_Irecv(w->answer, 3, MPI_INT64_T, w->job->dispatcher,
+        int rc = MPI_Irecv(w->answer, 4, MPI_INT64_T, w->job->dispatcher,
                            EF__TAG_REPLY, w->job->dispatch, &w->ask);
         if (rc != MPI_SUCCESS)
             return ef__service_mpi_error(rc, "MPI_Irecv", &w->err);
@@ -558,6 +611,8 @@ static int next_split(worker *w, unsigned *idle)
     if (w->answer[0] == EF__REPLY_SPLIT) {
         w->epoch = w->answer[1];
         w->split = w->answer[2];
+        if (take_skip(w, w->answer[3]))
+            return w->err.status;
         return open_split(w);
     }
     if (w->answer[0] == EF__REPLY_EPOCH_DONE) {
@@ -580,10 +635,17 @@ static int read_split(worker *w)
 {
     ef_sample *s = NULL;
     int rc = ef_pipeline_next(w->p, &s);
-    if (rc == EF_OK)
-        return hold(w, s);
+    if (rc == EF_OK) {
+        int64_t at = w->position++;
+        if (!skipped(w, at))
+            return hold(w, s, at);
+        ef_sample_free(s); /* the trainers had it before their checkpoint */
+        return EF_OK;
+    }
     if (rc == EF_END) {
         if (send_chunk(w))
+            return w->err.status;
+        if (!w->failed && !w->cut && say_split_end(w))
             return w->err.status;
         if (!w->failed) /* else reported, and closed */
             w->rep->splits++;
@@ -711,6 +773,7 @@ ef_status ef_service_serve(const ef_serve_config *c, ef_serve_report *rep,
     chunk_clear(&w.cur);
     ef__chunk_out_free(&w.cur.out);
     ef__free(w.cur.held);
+    ef__free(w.skip);
     ef__free(w.alive);
     ef__free(w.credits);
     ef__free(w.room_of);

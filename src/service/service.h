@@ -14,18 +14,23 @@
 #include "core/err.h"
 #include "echoflow/echoflow.h"
 #include "pipeline/service_link.h"
+#include "pipeline/state.h"
 
 /* Message tags. On the dispatch communicator, requests to the
  * dispatcher and its one kind of answer: */
 enum {
     EF__TAG_ASK = 1, /* worker: i64 epoch: its next split in that epoch */
-    EF__TAG_OPEN,    /* trainer: i64 {epoch, endless}: it reads that epoch
-                        (endless: and every later one) */
+    EF__TAG_OPEN,    /* trainer: i64 {epoch, endless, resume...}: it reads
+                        that epoch (endless: and every later one); after a
+                        checkpoint, what it was handed already (resume.c) */
     EF__TAG_CUT,     /* trainer: i64 epoch: it stopped reading that epoch
                         (also to every worker) */
     EF__TAG_LEAVE,   /* trainer: it has left */
     EF__TAG_DONE,    /* worker: it asks no more */
-    EF__TAG_REPLY,   /* -> worker: i64 {kind, epoch, split} */
+    EF__TAG_REPLY,   /* -> worker: i64 {kind, epoch, split, words} */
+    EF__TAG_SKIP,    /* -> worker, after a REPLY of words > 0: u64
+                        words[], bit p set: position p of the split
+                        reached the trainers before a checkpoint */
 };
 /* The kinds of reply. */
 enum {
@@ -47,6 +52,8 @@ enum {
                             of that epoch were sent */
     EF__TAG_ERROR,       /* worker -> trainer: "STATUS MESSAGE" (text) */
     EF__TAG_ALIVE,       /* worker -> trainer: nothing, but that it lives */
+    EF__TAG_SPLIT_END,   /* worker -> trainer: i64 {epoch, split, samples}:
+                            the split ended, its order this long */
 };
 
 /* A worker tells every trainer that it lives this often, whatever else
@@ -66,6 +73,11 @@ typedef struct {
     int *role_of, *index_of;
     int role_rank;
     int dispatcher; /* the rank that hands out splits: the first worker */
+    /* the workers' settings (their hello, which they share): each name
+     * and value with its zero, `worker_settings_len` bytes; a trainer's
+     * checkpoint holds them (progress.c) */
+    char *worker_settings;
+    int worker_settings_len;
 } ef__service_job;
 
 /* The job after a successful join; NULL before. */
@@ -98,8 +110,42 @@ void ef__dispatcher_join(ef__dispatcher *d);
 /* The trainer's receiving side (receive.c): the link's members, which
  * pipeline/service_link.h describes. */
 int ef__service_attach(int endless, ef__budget *budget, int credits,
-                       double liveness_s, ef__service_reader **out,
-                       int64_t *epoch, ef__err *err);
+                       double liveness_s, ef__service_resume *from,
+                       ef__service_reader **out, int64_t *epoch,
+                       ef__err *err);
+void ef__service_delivered(ef__service_reader *r, const ef_sample *s);
+int ef__service_save(ef__service_reader *r, const ef__service_resume *pending,
+                     ef__state_out *o, ef__err *err);
+
+/* A trainer's record of what the consumer was handed, epoch by epoch
+ * (progress.c): for each split, the positions of its order delivered
+ * (a sample reaches the consumer when ef_pipeline_next hands it out,
+ * fresh, alone or in a batch), the split's length once its worker said
+ * it, and each epoch's end marks. The ef__service_resume of the link is
+ * one, restored and not yet attached. */
+typedef struct ef__progress ef__progress;
+ef__progress *ef__progress_new(int64_t first);
+void ef__progress_free(ef__progress *p);
+int64_t ef__progress_first(const ef__progress *p);
+/* Each returns EF_OK or EF_ENOMEM (the record is then incomplete: the
+ * saves after it fail). */
+int ef__progress_delivered(ef__progress *p, int64_t epoch, int64_t split,
+                           int64_t position);
+int ef__progress_split_end(ef__progress *p, int64_t epoch, int64_t split,
+                           int64_t size);
+/* One worker's end of `epoch` (of nworkers). */
+int ef__progress_epoch_end(ef__progress *p, int64_t epoch, int nworkers);
+/* The record, after the workers' settings, into o. */
+int ef__progress_save(ef__progress *p, const ef__service_job *job,
+                      ef__state_out *o, ef__err *err);
+/* Reads a record saved by ef__progress_save, refusing one saved beside
+ * workers of other settings (EF_ESPEC naming the setting). */
+int ef__progress_restore(ef__state_in *in, const ef__service_job *job,
+                         ef__progress **out, ef__err *err);
+/* OPEN's message for a reader of `epoch` (endless or not) that resumes
+ * from p (NULL: none), into *msg (ef__free'd by the caller), *n values. */
+int ef__progress_open_msg(const ef__progress *p, int64_t epoch, int endless,
+                          int64_t **msg, int *n);
 int ef__service_take(ef__service_reader *r, int block, ef_sample **out,
                      ef__err *err);
 void ef__service_cancel(ef__service_reader *r);

@@ -202,6 +202,27 @@ static void compare(const int *head, const char *all, const int *displ,
     }
 }
 
+/* Keeps the first worker's settings (those every worker shares, once
+ * compared): the hello after its version. */
+static int keep_worker_settings(const int *head, const char *all,
+                                const int *displ, int size, ef__err *err)
+{
+    for (int r = 0; r < size; r++) {
+        if (head[3 * r] != EF_SERVICE_WORKER)
+            continue;
+        int at = displ[r], end = displ[r] + head[3 * r + 2];
+        next_string(all, &at, end); /* the version */
+        job.worker_settings = ef__malloc((size_t)(end - at) + 1);
+        if (!job.worker_settings)
+            return ef__err_set(err, EF_ENOMEM, "service: out of memory");
+        memcpy(job.worker_settings, all + at, (size_t)(end - at));
+        job.worker_settings[end - at] = '\0';
+        job.worker_settings_len = end - at;
+        return EF_OK;
+    }
+    return EF_OK;
+}
+
 static int make_comms(const int *head, int size, ef__err *err)
 {
     job.trainers = ef__calloc((size_t)size, sizeof(int));
@@ -278,6 +299,8 @@ static int meet(const ef_service_hello *h, ef__err *err)
     }
     if (!rc)
         rc = make_comms(head, job.size, err);
+    if (!rc)
+        rc = keep_worker_settings(head, all, displ, job.size, err);
     ef__free(mine);
     ef__free(head);
     ef__free(counts);

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/sample.h"
 #include "fuzz.h"
 #include "service/chunk.h"
 
@@ -21,6 +22,9 @@ static void same(const ef_sample *a, const ef_sample *b)
     ef_sample_id x = ef_sample_identity(a), y = ef_sample_identity(b);
     CHECK(x.index == y.index && x.epoch == y.epoch &&
           x.echo_copy == y.echo_copy && x.fresh == y.fresh);
+    /* the split and position: the origin's part and offset */
+    CHECK(a->origin.part == b->origin.part &&
+          a->origin.offset == b->origin.offset);
     CHECK(ef_sample_field_count(a) == ef_sample_field_count(b));
     for (int k = 0; k < ef_sample_field_count(a); k++) {
         ef_tensor ta, tb;
@@ -42,6 +46,7 @@ static void round_trip(ef_sample **s, int64_t n)
     ef__err err;
     for (int64_t i = 0; i < n; i++)
         CHECK(ef__chunk_out_add(&c, s[i], ef_sample_identity(s[i]).epoch,
+                                s[i]->origin.part, s[i]->origin.offset,
                                 &err) == EF_OK);
     ef_buffer *b = ef_buffer_new(c.payload ? c.payload : 1);
     CHECK(b != NULL);

@@ -5,10 +5,15 @@
  * follow (echo, shuffle, batch). It joins the job as a trainer when the
  * pipeline is built, and reads one epoch per pass (or, epochs=0, every
  * epoch without end) from the first sample asked for. It can be polled,
- * so echo:factor=auto echoes while the workers fall behind. */
+ * so echo:factor=auto echoes while the workers fall behind.
+ *
+ * Its state is what the consumer was handed (the service's progress.c):
+ * a restore has the workers send everything else of the epochs not
+ * handed out whole, so the stages after it restart empty. */
 #include "core/alloc.h"
 #include "pipeline/service_link.h"
 #include "pipeline/stage.h"
+#include "pipeline/state.h"
 
 typedef struct {
     int endless, credits;
@@ -16,6 +21,8 @@ typedef struct {
     ef__service_place place; /* once joined */
     ef__service_reader *r;
     int64_t epoch; /* the service's epoch this pass reads */
+    /* restored from a checkpoint, for the first reader to go on from */
+    ef__service_resume *resume;
 } service_state;
 
 static int service_create(ef__stage *s, const ef__opts *o, ef__err *err)
@@ -59,8 +66,10 @@ static int service_create(ef__stage *s, const ef__opts *o, ef__err *err)
 static int service_open(ef__stage *s, ef__err *err)
 {
     service_state *st = s->state;
+    ef__service_resume *from = st->resume;
+    st->resume = NULL; /* the reader takes it */
     return ef__service->attach(st->endless, &s->ctx->budget, st->credits,
-                               st->liveness, &st->r, &st->epoch, err);
+                               st->liveness, from, &st->r, &st->epoch, err);
 }
 
 static int service_take(ef__stage *s, int block, ef_sample **out, ef__err *err)
@@ -104,6 +113,8 @@ static void service_destroy(ef__stage *s)
     service_state *st = s->state;
     if (st && st->r)
         ef__service->detach(st->r);
+    if (st && st->resume)
+        ef__service->release(st->resume);
     ef__free(st);
 }
 
@@ -125,15 +136,26 @@ static void service_stats(const ef__stage *s, ef_stage_stats *out)
                     f.messages ? 1e6 * f.recv_s / (double)f.messages : 0);
 }
 
-/* Samples come from other ranks as they are ready: no position here
- * would make them again. */
+/* What the consumer was handed, by split and position (a position here
+ * would not make the workers' samples again: they come as they are
+ * ready). */
 static int service_save(ef__stage *s, ef__state_out *o, ef__err *err)
 {
-    (void)s;
-    (void)o;
-    return ef__err_set(err, EF_EUNSUPPORTED,
-                       "service: its position cannot be saved (the samples "
-                       "come from the workers' ranks as they are ready)");
+    service_state *st = s->state;
+    return ef__service->save(st->r, st->resume, o, err);
+}
+
+static int service_restore(ef__stage *s, ef__state_in *in, ef__err *err)
+{
+    service_state *st = s->state;
+    return ef__service->restore(in, &st->resume, err);
+}
+
+static void service_delivered(ef__stage *s, const ef_sample *out)
+{
+    service_state *st = s->state;
+    if (st->r)
+        ef__service->delivered(st->r, out);
 }
 
 static int service_length(ef__stage *s, int64_t up, int64_t *n, ef__err *err)
@@ -178,5 +200,7 @@ const ef__stage_def ef__stage_service = {
     .destroy = service_destroy,
     .stats = service_stats,
     .save = service_save,
+    .restore = service_restore,
+    .delivered = service_delivered,
     .length = service_length,
 };
