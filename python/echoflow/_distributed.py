@@ -141,14 +141,6 @@ def _unwrap(model):
     return model.module if isinstance(model, ddp) else model
 
 
-def _reads_service(loader):
-    """Whether a Loader's first stage is the preprocessing service."""
-    if getattr(loader, "source", None) is not None:
-        return False
-    first = echoflow.split_spec(getattr(loader, "spec", ""))[0]
-    return first.split(":", 1)[0].strip() == "service"
-
-
 def _placed(e, where):
     """Exception e again, of its type where it can be, its message led by
     `where` (the call, the rank, the loader)."""
@@ -188,14 +180,6 @@ def _loader_states(where, loaders):
     """Each loader's state_dict(), or the error that names it."""
     states = []
     for i, loader in enumerate(loaders):
-        if _reads_service(loader):
-            raise echoflow.UnsupportedError(
-                "%s, loader %d (%r): it reads the preprocessing service "
-                "(`service` source), whose position cannot be saved yet: "
-                "the samples come from the workers' ranks as they are "
-                "ready, and the service's own checkpoint (the splits "
-                "handed out) does not exist yet. Nothing was written"
-                % (where, i, loader.spec))
         try:
             states.append(loader.state_dict())
         except Exception as e:
@@ -219,8 +203,8 @@ def save_checkpoint(path, model, optimizer=None, loaders=None, extra=None):
     Rank 0 writes a temporary file beside `path`, flushes it to the disk
     (fsync) and renames it over `path`, so `path` is the previous
     checkpoint or this one, never a part of one. A Loader whose state
-    cannot be saved (one reading the `service` source, a pipeline with
-    tar:ordered=false) raises on every rank, naming the rank and the
+    cannot be saved (a pipeline with tar:ordered=false, one of several
+    trainers reading the `service` source mid-epoch) raises on every rank, naming the rank and the
     loader, and nothing is written; so does a write that fails on
     rank 0."""
     rank, world = _world()
