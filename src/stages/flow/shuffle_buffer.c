@@ -112,11 +112,7 @@ static int hold(ef__shufbuf *b, ef_sample *smp, ef__err *err)
                       ? b->budget->limit / 64 + 1
                       : STEP_MAX;
     b->bytes += n;
-    if (b->bytes > b->charged) { /* a step ahead */
-        uint64_t more = b->bytes - b->charged + b->step;
-        ef__budget_hold(b->budget, more);
-        b->charged += more;
-    }
+    ef__shufbuf_charge_up(b);
     b->sizes[b->n] = n;
     b->items[b->n++] = smp;
     return EF_OK;
@@ -131,11 +127,7 @@ static ef_sample *take(ef__shufbuf *b, size_t i)
     b->n--;
     b->items[i] = b->items[b->n];
     b->sizes[i] = b->sizes[b->n];
-    if (b->charged - b->bytes > 2 * b->step) {
-        uint64_t less = b->charged - b->bytes - b->step;
-        ef__budget_release(b->budget, less);
-        b->charged -= less;
-    }
+    ef__shufbuf_charge_down(b);
     return smp;
 }
 

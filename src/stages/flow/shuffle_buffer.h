@@ -60,6 +60,26 @@ int ef__shufbuf_fill_next(ef__shufbuf *b, ef__producer produce, void *arg,
  * message, freeing x. */
 int ef__shufbuf_overflow(ef__shufbuf *b, ef_sample *x, ef__err *err);
 
+/* The budget's charge follows the bytes held a step at a time: up a
+ * step ahead once the bytes pass it, down once it is two steps ahead. */
+static inline void ef__shufbuf_charge_up(ef__shufbuf *b)
+{
+    if (b->bytes > b->charged) {
+        uint64_t more = b->bytes - b->charged + b->step;
+        ef__budget_hold(b->budget, more);
+        b->charged += more;
+    }
+}
+
+static inline void ef__shufbuf_charge_down(ef__shufbuf *b)
+{
+    if (b->charged - b->bytes > 2 * b->step) {
+        uint64_t less = b->charged - b->bytes - b->step;
+        ef__budget_release(b->budget, less);
+        b->charged -= less;
+    }
+}
+
 /* The steady state, a full buffer less the item handed out last: hold()
  * of the new item x and take() of the item drawn in one step. take()
  * moves the last item, x, into the drawn one's place; here x goes there
@@ -75,11 +95,7 @@ static inline int ef__shufbuf_swap_in(ef__shufbuf *b, ef_sample *x,
         return ef__shufbuf_overflow(b, x, err);
     }
     b->bytes += n;
-    if (b->bytes > b->charged) {
-        uint64_t more = b->bytes - b->charged + b->step;
-        ef__budget_hold(b->budget, more);
-        b->charged += more;
-    }
+    ef__shufbuf_charge_up(b);
     size_t i = (size_t)ef__rng_below(rng, b->cap);
     if (i == b->n) {
         *out = x;
@@ -90,11 +106,7 @@ static inline int ef__shufbuf_swap_in(ef__shufbuf *b, ef_sample *x,
         b->items[i] = x;
         b->sizes[i] = n;
     }
-    if (b->charged - b->bytes > 2 * b->step) {
-        uint64_t less = b->charged - b->bytes - b->step;
-        ef__budget_release(b->budget, less);
-        b->charged -= less;
-    }
+    ef__shufbuf_charge_down(b);
     return EF_OK;
 }
 
