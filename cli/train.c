@@ -133,6 +133,12 @@ static int parse(train_opts *o, int argc, char **argv)
          "(else start afresh); it must be of this run:\n"
          "the same options but --threads"},
         {"pipelines:", ARG_HEADING, NULL, NULL, 0, 0, NULL, NULL, NULL},
+        {"--partitions", ARG_INT, &c->partitions, NULL, 1, 4096, NULL, "P",
+         "read the data as P partitions (shard=p/P), each\n"
+         "with its own pipeline, dealt to the processes in\n"
+         "turn: a multiple of their number (default: one\n"
+         "per process). A checkpoint resumes on any number\n"
+         "of processes that divides P"},
         CLI_PIPELINE_ARGS(&o->po),
         {"output:", ARG_HEADING, NULL, NULL, 0, 0, NULL, NULL, NULL},
         {"--json", ARG_FLAG, &o->json, NULL, 0, 0, NULL, NULL,
@@ -193,12 +199,43 @@ static int preset(train_opts *o)
     return 0;
 }
 
-/* A pipeline from `spec`; with `comm`, reading this process's part. */
+/* A pipeline from `spec` reading part `part` of `parts`. */
 static ef_pipeline *build(const train_opts *o, const char *spec,
-                          const char *what, const eft_comm *comm)
+                          const char *what, int part, int parts)
 {
-    return cli_pipeline("echoflow train", what, &o->po, spec,
-                        comm ? comm->rank : 0, comm ? comm->size : 1);
+    return cli_pipeline("echoflow train", what, &o->po, spec, part, parts);
+}
+
+/* The partitions' pipelines, built so far: k of them. */
+static void destroy_partitions(ef_pipeline **parts, int k)
+{
+    while (parts && k-- > 0)
+        ef_pipeline_destroy(parts[k]);
+    free(parts);
+}
+
+/* The pipelines of the partitions this process hosts (trainer.h's
+ * eft_job): rank, rank + N, ... of cfg.partitions; *n of them. NULL after
+ * a message. */
+static ef_pipeline **build_partitions(const train_opts *o, int *n)
+{
+    const eft_comm *comm = o->cfg.comm;
+    int ranks = comm ? comm->size : 1, rank = comm ? comm->rank : 0;
+    int partitions = o->cfg.partitions;
+    *n = partitions / ranks;
+    ef_pipeline **parts = calloc((size_t)*n, sizeof *parts);
+    if (!parts) {
+        fprintf(stderr, "echoflow train: out of memory\n");
+        return NULL;
+    }
+    for (int k = 0; k < *n; k++) {
+        parts[k] = build(o, o->spec, "training", rank + k * ranks, partitions);
+        if (!parts[k]) {
+            destroy_partitions(parts, k);
+            return NULL;
+        }
+    }
+    return parts;
 }
 
 /* The echo stage's stats, or -1 when the pipeline has none. */
@@ -212,8 +249,63 @@ static int echo_stage(const ef_pipeline *p, ef_stage_stats *st)
     return -1;
 }
 
+/* A stat of the echo stage that adds up over partitions: counts, rates
+ * and waits of pipelines that run side by side. */
+static int adds_up(const char *key)
+{
+    static const char *const keys[] = {
+        "fresh",         "echoed",          "feedback_matched", "feedback_stale",
+        "upstream_rate", "downstream_rate", "downstream_wait_s"};
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
+        if (!strcmp(key, keys[i]))
+            return 1;
+    return 0;
+}
+
+/* The echo stage's stats over the n partitions this process hosts: what
+ * adds up summed, the effective factor and fresh fraction of the sums,
+ * the other ratios' means; -1 when the pipelines have no echo stage. */
+static int echo_figures(ef_pipeline *const *parts, int n, ef_stage_stats *st)
+{
+    if (echo_stage(parts[0], st) < 0)
+        return -1;
+    for (int k = 1; k < n; k++) {
+        ef_stage_stats more;
+        echo_stage(parts[k], &more);
+        for (int i = 0; i < st->nextra && i < more.nextra; i++)
+            st->extra[i].value += more.extra[i].value;
+    }
+    double fresh = 0, echoed = 0;
+    ef_stage_stats_extra(st, "fresh", &fresh);
+    ef_stage_stats_extra(st, "echoed", &echoed);
+    for (int i = 0; i < st->nextra; i++) {
+        ef_stat_extra *e = &st->extra[i];
+        if (!strcmp(e->key, "effective_factor"))
+            e->value = fresh > 0 ? (fresh + echoed) / fresh : 0;
+        else if (!strcmp(e->key, "fresh_fraction"))
+            e->value = fresh + echoed > 0 ? fresh / (fresh + echoed) : 0;
+        else if (!adds_up(e->key))
+            e->value /= n;
+    }
+    return 0;
+}
+
+/* The fraction of the time the trainer waited for data: the sum of its
+ * partitions' pipelines', which it waits on one at a time. */
+static double wait_fraction(ef_pipeline *const *parts, int n)
+{
+    double f = 0;
+    for (int k = 0; k < n; k++) {
+        ef_pipeline_stats ps;
+        ef_pipeline_stats_get(parts[k], &ps);
+        f += ps.consumer_wait_fraction;
+    }
+    return f;
+}
+
 typedef struct {
-    ef_pipeline *p;
+    ef_pipeline *const *parts; /* the partitions this process hosts */
+    int nparts;
     int tty, quiet;
     const char *checkpoint;
 } progress_ctx;
@@ -231,41 +323,38 @@ static void on_resumed(void *user, const eft_progress *pr)
 static void on_progress(void *user, const eft_progress *pr, int evaluated)
 {
     progress_ctx *pc = user;
-    ef_pipeline_stats ps;
-    ef_stage_stats st;
-    ef_pipeline_stats_get(pc->p, &ps);
-    double factor = 1;
-    if (echo_stage(pc->p, &st) >= 0)
-        ef_stage_stats_extra(&st, "effective_factor", &factor);
     if (pc->quiet || (!evaluated && !pc->tty))
         return; /* plain lines only at evaluations */
+    ef_stage_stats st;
+    double factor = 1;
+    if (echo_figures(pc->parts, pc->nparts, &st) >= 0)
+        ef_stage_stats_extra(&st, "effective_factor", &factor);
     fprintf(stderr,
             "%sfresh %8ld  steps %6ld  train loss %.4f  test acc %s%.4f  "
             "echo %.2f  waited %4.1f%%  %6.1f s%s",
             pc->tty ? "\r" : "", pr->fresh, pr->steps, pr->train_loss,
             pr->evaluated ? "" : "~", pr->evaluated ? pr->accuracy : 0.0,
-            factor > 0 ? factor : 1, 100 * ps.consumer_wait_fraction,
+            factor > 0 ? factor : 1,
+            100 * wait_fraction(pc->parts, pc->nparts),
             pr->train_s, pc->tty ? (evaluated ? "\n" : "") : "\n");
 }
 
 /* What each process reports of its own part, gathered on process 0. */
 enum { F_FRESH, F_BATCHES, F_FACTOR, F_R, F_WAIT, F_FEEDBACK, F_COUNT };
 
-static void own_figures(const ef_pipeline *p, const eft_result *r,
-                        double out[F_COUNT])
+static void own_figures(ef_pipeline *const *parts, int nparts,
+                        const eft_result *r, double out[F_COUNT])
 {
-    ef_pipeline_stats ps;
     ef_stage_stats st;
-    ef_pipeline_stats_get(p, &ps);
     out[F_FRESH] = (double)r->local_fresh;
     out[F_BATCHES] = (double)r->local_batches;
     out[F_FACTOR] = 1;
     out[F_R] = 0;
-    if (echo_stage(p, &st) >= 0) {
+    if (echo_figures(parts, nparts, &st) >= 0) {
         ef_stage_stats_extra(&st, "effective_factor", &out[F_FACTOR]);
         ef_stage_stats_extra(&st, "r_estimate", &out[F_R]);
     }
-    out[F_WAIT] = ps.consumer_wait_fraction;
+    out[F_WAIT] = wait_fraction(parts, nparts);
     out[F_FEEDBACK] = (double)r->feedback_values;
 }
 
@@ -340,7 +429,7 @@ static void report_ranks_text(const eft_comm *c, const eft_result *r,
 /* What the report says beyond the trainer's result: the pipeline's and its
  * echo stage's figures, and the values fed back over every process. */
 typedef struct {
-    ef_pipeline_stats ps;
+    double wait_fraction;
     ef_stage_stats st; /* the echo stage's, when has_echo */
     int has_echo;
     double fed;
@@ -381,7 +470,7 @@ static void report_json(const train_opts *o, const eft_result *r,
     json_number(&w, "final_accuracy", r->final.accuracy);
     json_number(&w, "final_loss", r->final.loss);
     json_number(&w, "train_examples_per_s", r->train_examples_per_s);
-    json_number(&w, "consumer_wait_fraction", g->ps.consumer_wait_fraction);
+    json_number(&w, "consumer_wait_fraction", g->wait_fraction);
     char hex[17];
     snprintf(hex, sizeof hex, "%016llx", (unsigned long long)r->samples_hash);
     json_string(&w, "samples_hash", hex);
@@ -439,7 +528,7 @@ static void report_text(const train_opts *o, const eft_result *r,
            r->final.examples, r->final.fresh, r->final.train_s,
            r->train_examples_per_s, r->final.eval_s);
     printf("the trainer waited for data %.1f%% of the time\n",
-           100 * g->ps.consumer_wait_fraction);
+           100 * g->wait_fraction);
     if (r->resumed)
         printf("resumed from a checkpoint at step %ld\n", r->resumed_at_step);
     if (o->cfg.checkpoint)
@@ -461,12 +550,12 @@ static void report_text(const train_opts *o, const eft_result *r,
 }
 
 /* `all`: every process's figures, under mpirun; NULL otherwise. */
-static void report(const train_opts *o, const ef_pipeline *p,
+static void report(const train_opts *o, ef_pipeline *const *parts, int nparts,
                    const eft_result *r, const double *all, int json)
 {
     run_figures g;
-    ef_pipeline_stats_get(p, &g.ps);
-    g.has_echo = echo_stage(p, &g.st) >= 0;
+    g.wait_fraction = wait_fraction(parts, nparts);
+    g.has_echo = echo_figures(parts, nparts, &g.st) >= 0;
     /* every process feeds its own pipeline: the run's count is the sum */
     g.fed = (double)r->feedback_values;
     for (int i = 1; all && i < o->cfg.comm->size; i++)
@@ -549,6 +638,16 @@ static int setup(train_opts *o, int launched, int argc, char **argv)
     }
     if (check_checkpoint(o))
         return 2;
+    int ranks = o->cfg.comm ? o->comm.size : 1;
+    if (o->cfg.partitions == 0)
+        o->cfg.partitions = ranks;
+    if (o->cfg.partitions % ranks != 0) {
+        fprintf(stderr,
+                "echoflow train: --partitions %d cannot be dealt evenly to "
+                "%d processes: give a multiple of %d\n",
+                o->cfg.partitions, ranks, ranks);
+        return 2;
+    }
     return o->data && preset(o) ? 2 : 0;
 }
 
@@ -560,43 +659,47 @@ static int run(train_opts *o)
     /* the trainer's threads split each batch; BLAS stays on one */
     openblas_set_num_threads(1);
     /* every process evaluates its slice of the whole held-out set */
-    ef_pipeline *test_p = build(o, o->test_spec, "test", NULL);
-    ef_pipeline *train_p =
-        test_p ? build(o, o->spec, "training", comm) : NULL;
-    if (!train_p) {
+    ef_pipeline *test_p = build(o, o->test_spec, "test", 0, 1);
+    int nparts = 0;
+    ef_pipeline **parts = test_p ? build_partitions(o, &nparts) : NULL;
+    if (!parts) {
         ef_pipeline_destroy(test_p);
         return 2;
     }
     /* values are fed back only to a pipeline whose echo policy uses them,
      * so that runs without one stay exactly as they were */
     o->cfg.feedback =
-        ef_pipeline_wants_feedback(train_p, o->policy, sizeof o->policy);
+        ef_pipeline_wants_feedback(parts[0], o->policy, sizeof o->policy);
     char err[1024];
     eft_dataset test;
     if (eft_dataset_load(test_p, o->cfg.mean, o->cfg.std, &test, err,
                          sizeof err)) {
         fprintf(stderr, "echoflow train: %s\n", err);
         ef_pipeline_destroy(test_p);
-        ef_pipeline_destroy(train_p);
+        destroy_partitions(parts, nparts);
         return 1;
     }
     ef_pipeline_destroy(test_p);
-    if (!o->json && lead)
-        fprintf(stderr, "training on: %s%s\n", o->spec,
-                comm ? " (each process its part: shard=RANK/N)" : "");
+    if (!o->json && lead && o->cfg.partitions > 1)
+        fprintf(stderr,
+                "training on: %s (as %d partitions, shard=p/%d; each process "
+                "hosts %d)\n",
+                o->spec, o->cfg.partitions, o->cfg.partitions, nparts);
+    else if (!o->json && lead)
+        fprintf(stderr, "training on: %s\n", o->spec);
     /* --json keeps stderr for errors unless a person is watching */
-    progress_ctx pc = {train_p, isatty(2), !lead || (o->json && !isatty(2)),
-                       o->cfg.checkpoint};
+    progress_ctx pc = {parts, nparts, isatty(2),
+                       !lead || (o->json && !isatty(2)), o->cfg.checkpoint};
     if (!pc.quiet && o->cfg.resume && access(o->cfg.checkpoint, F_OK) != 0)
         fprintf(stderr, "no checkpoint at %s yet: starting afresh\n",
                 o->cfg.checkpoint);
     eft_result r;
-    const eft_job job = {&o->cfg, train_p, &test, on_progress, 20, &pc,
-                         on_resumed};
+    const eft_job job = {&o->cfg, NULL,      &test,  on_progress, 20,
+                         &pc,     on_resumed, parts, nparts};
     int rc = eft_train(&job, &r, err, sizeof err);
     double mine[F_COUNT], *all = NULL;
     if (rc == 0 && comm) {
-        own_figures(train_p, &r, mine);
+        own_figures(parts, nparts, &r, mine);
         all = calloc((size_t)comm->size * F_COUNT, sizeof *all);
         if (!all) {
             snprintf(err, sizeof err, "out of memory");
@@ -613,11 +716,11 @@ static int run(train_opts *o)
     else if (rc)
         fprintf(stderr, "echoflow train: %s\n", err);
     else if (lead)
-        report(o, train_p, &r, all, o->json);
+        report(o, parts, nparts, &r, all, o->json);
     free(all);
     free((void *)test.x);
     free((void *)test.y);
-    ef_pipeline_destroy(train_p);
+    destroy_partitions(parts, nparts);
     return rc ? 1 : 0;
 }
 
@@ -687,6 +790,7 @@ static int same_settings(const train_opts *o, int help)
     put_integer(&s, "--eval-every", (unsigned long long)c->eval_every);
     put_integer(&s, "--max-fresh", (unsigned long long)c->max_fresh);
     put_integer(&s, "--seed", (unsigned long long)o->po.seed);
+    put_integer(&s, "--partitions", (unsigned long long)o->cfg.partitions);
     put_text(&s, "--on-error", o->po.on_error ? o->po.on_error : "fail");
     put_text(&s, "--check-sync", o->check_sync ? "given" : "not given");
     char err[1024];

@@ -191,10 +191,10 @@ refused() {
 SAME=(--spec "$(spec train 2)" "${OPTS[@]}")
 
 refused three_ranks 3 "$GOOD" \
-    "saved by a run of 2 processes under mpirun; this run has 3 processes" \
+    "saved by a run of 2 partitions; this run has 3 partitions (--partitions, by default one per process)" \
     "rank 1: $TMP/three_ranks.ck: rank 0 could not read it" -- "${SAME[@]}"
 refused one_process 0 "$GOOD" \
-    "saved by a run of 2 processes under mpirun; this run has one process outside mpirun" \
+    "saved by a run of 2 partitions; this run has one process outside mpirun, one partition" \
     -- "${SAME[@]}"
 refused other_seed 2 "$GOOD" "seed 7 there, 8 here" -- "${SAME[@]}" --seed 8
 refused other_model 2 "$GOOD" "model mlp there, cnn here" -- "${SAME[@]}" --model cnn
@@ -282,7 +282,7 @@ SHORT=(--spec "$(spec train 2)" "${OPTS[@]}" --max-fresh 640)
 run single 0 "${SHORT[@]}" --checkpoint "$TMP/single.ck"
 if [ "$rc" -eq 0 ]; then
     refused from_one_process 2 "$TMP/single.ck" \
-        "saved by a run of one process outside mpirun; this run has 2 processes under mpirun" \
+        "saved by a run of one process outside mpirun, one partition; this run has 2 partitions" \
         -- "${SHORT[@]}"
 else
     fail "one process's checkpoint: rc $rc, $(cat "$TMP/single.err")"

@@ -778,13 +778,13 @@ static void checkpoint_of_ranks(void **state)
     st.res.final.steps = 42;
     st.res.final.fresh = 4096;
 
-    const eft_rank_part in[2] = {{100, 7, 3, 0x1234567890abcdefull, "abc", 3},
+    const eft_part in[2] = {{100, 7, 3, 0x1234567890abcdefull, "abc", 3},
                                  {200, 8, 0, 99, "defgh", 5}};
-    unsigned char parts[2 * EFT_RANK_PART_HEADER + 8];
-    size_t sizes[2] = {EFT_RANK_PART_HEADER + 3, EFT_RANK_PART_HEADER + 5};
-    eft_rank_part_encode(&in[0], parts);
-    eft_rank_part_encode(&in[1], parts + sizes[0]);
-    assert_int_equal(eft_checkpoint_save_ranks(path, &id, m, &st, 2, parts,
+    unsigned char parts[2 * EFT_PART_HEADER + 8];
+    size_t sizes[2] = {EFT_PART_HEADER + 3, EFT_PART_HEADER + 5};
+    eft_part_encode(&in[0], parts);
+    eft_part_encode(&in[1], parts + sizes[0]);
+    assert_int_equal(eft_checkpoint_save_parts(path, &id, m, &st, 2, parts,
                                                sizes, err, sizeof err),
                      0);
     unsigned char head[24];
@@ -794,7 +794,7 @@ static void checkpoint_of_ranks(void **state)
 
     unsigned char *out = NULL;
     size_t *out_n = NULL;
-    assert_int_equal(eft_checkpoint_load_ranks(path, &id, 2, back, &got, &out,
+    assert_int_equal(eft_checkpoint_load_parts(path, &id, 2, back, &got, &out,
                                                &out_n, err, sizeof err),
                      0);
     assert_int_equal(eft_model_hash(back), eft_model_hash(m));
@@ -803,27 +803,26 @@ static void checkpoint_of_ranks(void **state)
     assert_int_equal(out_n[0], sizes[0]);
     assert_int_equal(out_n[1], sizes[1]);
     assert_memory_equal(out, parts, sizes[0] + sizes[1]);
-    eft_rank_part p1;
-    assert_int_equal(eft_rank_part_decode(out + out_n[0], out_n[1], &p1), 0);
-    assert_int_equal(p1.local_fresh, 200);
-    assert_int_equal(p1.local_batches, 8);
+    eft_part p1;
+    assert_int_equal(eft_part_decode(out + out_n[0], out_n[1], &p1), 0);
+    assert_int_equal(p1.fresh, 200);
+    assert_int_equal(p1.batches, 8);
     assert_int_equal(p1.feedback_values, 0);
     assert_int_equal(p1.samples_hash, 99);
     assert_int_equal(p1.state_n, 5);
     assert_memory_equal(p1.state, "defgh", 5);
     /* a part whose state size disagrees with its bytes */
-    assert_int_equal(eft_rank_part_decode(out, out_n[0] - 1, &p1), -1);
-    assert_int_equal(eft_rank_part_decode(out, 10, &p1), -1);
+    assert_int_equal(eft_part_decode(out, out_n[0] - 1, &p1), -1);
+    assert_int_equal(eft_part_decode(out, 10, &p1), -1);
     free(out);
     free(out_n);
 
-    /* on another number of processes, or one outside mpirun */
-    assert_int_equal(eft_checkpoint_load_ranks(path, &id, 3, back, &got, &out,
+    /* with another number of partitions, or by one process outside mpirun */
+    assert_int_equal(eft_checkpoint_load_parts(path, &id, 3, back, &got, &out,
                                                &out_n, err, sizeof err),
                      -1);
-    assert_non_null(strstr(err, "run.ck: saved by a run of 2 processes under "
-                                "mpirun; this run has 3 processes under "
-                                "mpirun"));
+    assert_non_null(strstr(err, "run.ck: saved by a run of 2 partitions; this "
+                                "run has 3 partitions"));
     void *pipe = NULL;
     size_t pipe_n = 0;
     assert_int_equal(eft_checkpoint_load(path, &id, back, &got, &pipe, &pipe_n,
@@ -833,12 +832,12 @@ static void checkpoint_of_ranks(void **state)
     /* one process's checkpoint (version 1) under mpirun */
     assert_int_equal(
         eft_checkpoint_save(one, &id, m, &st, "xyz", 3, err, sizeof err), 0);
-    assert_int_equal(eft_checkpoint_load_ranks(one, &id, 1, back, &got, &out,
+    assert_int_equal(eft_checkpoint_load_parts(one, &id, 1, back, &got, &out,
                                                &out_n, err, sizeof err),
                      -1);
     assert_non_null(strstr(err, "one.ck: saved by a run of one process "
-                                "outside mpirun; this run has 1 process "
-                                "under mpirun"));
+                                "outside mpirun, one partition; this run has "
+                                "1 partition"));
     assert_int_equal(eft_checkpoint_load(one, &id, back, &got, &pipe, &pipe_n,
                                          err, sizeof err),
                      0);
@@ -847,7 +846,7 @@ static void checkpoint_of_ranks(void **state)
     free(pipe);
     /* none there: nothing to resume */
     remove(path);
-    assert_int_equal(eft_checkpoint_load_ranks(path, &id, 2, back, &got, &out,
+    assert_int_equal(eft_checkpoint_load_parts(path, &id, 2, back, &got, &out,
                                                &out_n, err, sizeof err),
                      1);
     remove(one);
@@ -987,9 +986,9 @@ static void checkpoint_of_one_rank(void **state)
     job.train = p = fmnist(spec, 3);
     assert_int_equal(eft_train(&job, &r, err, sizeof err), -1);
     ef_pipeline_destroy(p);
-    assert_non_null(strstr(err, "mid.ck: saved by a run of 1 process under "
-                                "mpirun; this run has one process outside "
-                                "mpirun"));
+    assert_non_null(strstr(err, "mid.ck: saved by a run of 1 partition; this "
+                                "run has one process outside mpirun, one "
+                                "partition"));
     assert_false(r.shared_failure);
     cfg.comm = &comm;
 

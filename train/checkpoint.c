@@ -17,9 +17,9 @@
 #include "crc32c.h"
 
 #define MAGIC "EFTCKPT" /* and its terminating zero: 8 bytes */
-#define VERSION_ONE 1   /* one process, outside mpirun */
-#define VERSION_RANKS 2 /* a data-parallel run: every rank's part */
-#define HEADER 24 /* magic, version, zero, payload bytes */
+#define VERSION_ONE 1   /* one process reading one partition */
+#define VERSION_PARTS 2 /* partitions: each one's part */
+#define HEADER 24 /* magic, version, partitions, payload bytes */
 #define TRAILER 4 /* the CRC */
 #define MAX_SETTINGS 64
 
@@ -244,14 +244,14 @@ static void put_counters(wbuf *b, const eft_run_state *st)
 }
 
 /* The header and the payload up to the model's end into b: what every
- * version shares. `nranks`: 0 for version 1. */
-static void encode_head(wbuf *b, uint32_t version, int nranks,
+ * version shares. `nparts`: 0 for version 1. */
+static void encode_head(wbuf *b, uint32_t version, int nparts,
                         const eft_run_id *id, eft_model *m,
                         const eft_run_state *st)
 {
     put_bytes(b, MAGIC, 8);
     put_le(b, version, 4);
-    put_le(b, (uint64_t)nranks, 4);
+    put_le(b, (uint64_t)nparts, 4);
     put_u64(b, 0); /* the payload's size, filled in by seal() */
     setting set[MAX_SETTINGS];
     int nset = settings_of(id, set);
@@ -290,7 +290,7 @@ static void seal(wbuf *b)
     put_le(b, ef__crc32c(0, b->p, b->len), 4);
 }
 
-/* ---- a rank's part ------------------------------------------------------ */
+/* ---- a partition's part ---------------------------------------------- */
 
 static void put_le_at(unsigned char *p, uint64_t v)
 {
@@ -303,30 +303,39 @@ static uint64_t le64(const unsigned char *p)
     return (uint64_t)le32(p) | (uint64_t)le32(p + 4) << 32;
 }
 
-void eft_rank_part_encode(const eft_rank_part *p, unsigned char *out)
+void eft_part_encode(const eft_part *p, unsigned char *out)
 {
-    put_le_at(out, (uint64_t)(int64_t)p->local_fresh);
-    put_le_at(out + 8, (uint64_t)(int64_t)p->local_batches);
+    put_le_at(out, (uint64_t)(int64_t)p->fresh);
+    put_le_at(out + 8, (uint64_t)(int64_t)p->batches);
     put_le_at(out + 16, p->samples_hash);
     put_le_at(out + 24, (uint64_t)(int64_t)p->feedback_values);
     put_le_at(out + 32, p->state_n);
     if (p->state_n)
-        memcpy(out + EFT_RANK_PART_HEADER, p->state, p->state_n);
+        memcpy(out + EFT_PART_HEADER, p->state, p->state_n);
 }
 
-int eft_rank_part_decode(const void *bytes, size_t n, eft_rank_part *p)
+int eft_part_decode(const void *bytes, size_t n, eft_part *p)
 {
     const unsigned char *b = bytes;
-    if (n < EFT_RANK_PART_HEADER ||
-        le64(b + 32) != (uint64_t)(n - EFT_RANK_PART_HEADER))
+    if (n < EFT_PART_HEADER ||
+        le64(b + 32) != (uint64_t)(n - EFT_PART_HEADER))
         return -1;
-    p->local_fresh = (long)(int64_t)le64(b);
-    p->local_batches = (long)(int64_t)le64(b + 8);
+    p->fresh = (long)(int64_t)le64(b);
+    p->batches = (long)(int64_t)le64(b + 8);
     p->samples_hash = le64(b + 16);
     p->feedback_values = (long)(int64_t)le64(b + 24);
-    p->state = b + EFT_RANK_PART_HEADER;
-    p->state_n = n - EFT_RANK_PART_HEADER;
+    p->state = b + EFT_PART_HEADER;
+    p->state_n = n - EFT_PART_HEADER;
     return 0;
+}
+
+size_t eft_part_size(const void *bytes, size_t n)
+{
+    const unsigned char *b = bytes;
+    if (n < EFT_PART_HEADER ||
+        le64(b + 32) > (uint64_t)(n - EFT_PART_HEADER))
+        return 0;
+    return EFT_PART_HEADER + (size_t)le64(b + 32);
 }
 
 /* ---- one run per path ------------------------------------------ */
@@ -462,18 +471,18 @@ int eft_checkpoint_save(const char *path, const eft_run_id *id, eft_model *m,
     return write_whole(path, &b, err, len);
 }
 
-int eft_checkpoint_save_ranks(const char *path, const eft_run_id *id,
-                              eft_model *m, const eft_run_state *st, int nranks,
+int eft_checkpoint_save_parts(const char *path, const eft_run_id *id,
+                              eft_model *m, const eft_run_state *st, int nparts,
                               const unsigned char *parts, const size_t *part_n,
                               char *err, size_t len)
 {
-    assert(nranks >= 1);
+    assert(nparts >= 1);
     size_t total = 0;
-    for (int r = 0; r < nranks; r++)
+    for (int r = 0; r < nparts; r++)
         total += part_n[r] + 8;
     wbuf b = buffer_for(m, total);
-    encode_head(&b, VERSION_RANKS, nranks, id, m, st);
-    for (int r = 0; r < nranks; r++) {
+    encode_head(&b, VERSION_PARTS, nparts, id, m, st);
+    for (int r = 0; r < nparts; r++) {
         put_u64(&b, part_n[r]);
         put_bytes(&b, parts, part_n[r]);
         parts += part_n[r];
@@ -692,11 +701,11 @@ static int check_envelope(const unsigned char *p, size_t n, const char *path,
                     "is %d",
                     path, n, HEADER);
     uint32_t version = le32(p + 8);
-    if (version != VERSION_ONE && version != VERSION_RANKS)
+    if (version != VERSION_ONE && version != VERSION_PARTS)
         return fail(err, len,
                     "%s: checkpoint format version %u; this build reads "
                     "versions %d and %d",
-                    path, (unsigned)version, VERSION_ONE, VERSION_RANKS);
+                    path, (unsigned)version, VERSION_ONE, VERSION_PARTS);
     uint64_t payload = (uint64_t)le32(p + 16) | (uint64_t)le32(p + 20) << 32;
     uint64_t whole = payload + HEADER + TRAILER; /* what the header says */
     if (payload > ((uint64_t)1 << 48))
@@ -716,35 +725,33 @@ static int check_envelope(const unsigned char *p, size_t n, const char *path,
 }
 
 /* Whether the file (its header at p, checked) was saved by a run of the
- * kind that reads it: `nranks` processes under mpirun, or 0 for one
- * process outside it. 0, or -1 naming both. */
-static int check_processes(const unsigned char *p, const char *path, int nranks,
-                           char *err, size_t len)
+ * kind that reads it: one of `nparts` partitions, or 0 for one process
+ * reading one (version 1). 0, or -1 naming both. */
+static int check_partitions(const unsigned char *p, const char *path,
+                            int nparts, char *err, size_t len)
 {
-    int ranks = le32(p + 8) == VERSION_RANKS;
+    int parts = le32(p + 8) == VERSION_PARTS;
     uint32_t saved = le32(p + 12);
-    if (ranks && saved == 0)
-        return fail(err, len,
-                    "%s: corrupt: a data-parallel checkpoint of 0 "
-                    "processes",
+    if (parts && saved == 0)
+        return fail(err, len, "%s: corrupt: a checkpoint of 0 partitions",
                     path);
-    if (ranks ? saved == (uint32_t)nranks : nranks == 0)
+    if (parts ? saved == (uint32_t)nparts : nparts == 0)
         return 0;
     char was[64], now[64];
-    if (ranks)
-        snprintf(was, sizeof was, "%u process%s under mpirun", (unsigned)saved,
-                 saved == 1 ? "" : "es");
+    if (parts)
+        snprintf(was, sizeof was, "%u partition%s", (unsigned)saved,
+                 saved == 1 ? "" : "s");
     else
-        snprintf(was, sizeof was, "one process outside mpirun");
-    if (nranks)
-        snprintf(now, sizeof now, "%d process%s under mpirun", nranks,
-                 nranks == 1 ? "" : "es");
+        snprintf(was, sizeof was, "one process outside mpirun, one partition");
+    if (nparts)
+        snprintf(now, sizeof now, "%d partition%s", nparts,
+                 nparts == 1 ? "" : "s");
     else
-        snprintf(now, sizeof now, "one process outside mpirun");
+        snprintf(now, sizeof now, "one process outside mpirun, one partition");
     return fail(err, len,
-                "%s: saved by a run of %s; this run has %s: resume it on as "
-                "many processes as saved it (resuming on another number is "
-                "not supported yet)",
+                "%s: saved by a run of %s; this run has %s (--partitions, by "
+                "default one per process): resume it with the partitions it "
+                "was saved with, on any number of processes that divides them",
                 path, was, now);
 }
 
@@ -757,23 +764,23 @@ typedef struct {
     size_t *part_n;
 } tail;
 
-/* Reads the tail of r into t: version 1's state, or `nranks` parts. */
-static int read_tail(rbuf *r, int nranks, const char *path, tail *t, char *err,
+/* Reads the tail of r into t: version 1's state, or `nparts` parts. */
+static int read_tail(rbuf *r, int nparts, const char *path, tail *t, char *err,
                      size_t len)
 {
     const size_t start = r->at;
-    int count = nranks ? nranks : 1;
-    if (nranks && !(t->part_n = calloc((size_t)nranks, sizeof *t->part_n)))
+    int count = nparts ? nparts : 1;
+    if (nparts && !(t->part_n = calloc((size_t)nparts, sizeof *t->part_n)))
         return fail(err, len, "%s: out of memory", path);
     for (int k = 0; k < count && !r->bad; k++) {
         uint64_t n = get_u64(r);
         const unsigned char *part = take(r, (size_t)n);
-        eft_rank_part check;
-        if (nranks && part && eft_rank_part_decode(part, (size_t)n, &check))
+        eft_part check;
+        if (nparts && part && eft_part_decode(part, (size_t)n, &check))
             return fail(err, len,
-                        "%s: corrupt: rank %d's part (%llu bytes) is not one",
+                        "%s: corrupt: partition %d's part (%llu bytes) is not one",
                         path, k, (unsigned long long)n);
-        if (nranks)
+        if (nparts)
             t->part_n[k] = (size_t)n;
         t->n += (size_t)n;
     }
@@ -797,10 +804,10 @@ static int read_tail(rbuf *r, int nranks, const char *path, tail *t, char *err,
     return 0;
 }
 
-/* Reads the checkpoint at path, of a run of `nranks` processes under
- * mpirun (0: one outside it), into m, *st and *t; as
+/* Reads the checkpoint at path, of a run of `nparts` partitions (0: one
+ * process reading one, version 1), into m, *st and *t; as
  * eft_checkpoint_load. */
-static int load(const char *path, const eft_run_id *id, int nranks,
+static int load(const char *path, const eft_run_id *id, int nparts,
                 eft_model *m, eft_run_state *st, tail *t, char *err, size_t len)
 {
     unsigned char *data = NULL;
@@ -811,7 +818,7 @@ static int load(const char *path, const eft_run_id *id, int nranks,
         return rc;
     rc = check_envelope(data, size, path, err, len);
     if (rc == 0)
-        rc = check_processes(data, path, nranks, err, len);
+        rc = check_partitions(data, path, nparts, err, len);
     rbuf r = {data + HEADER, rc == 0 ? size - HEADER - TRAILER : 0, 0, 0};
     if (rc == 0)
         rc = check_settings(&r, path, id, err, len);
@@ -845,7 +852,7 @@ static int load(const char *path, const eft_run_id *id, int nranks,
         }
     }
     if (rc == 0)
-        rc = read_tail(&r, nranks, path, t, err, len);
+        rc = read_tail(&r, nparts, path, t, err, len);
     if (rc == 0) { /* every check passed: apply */
         for (int i = 0; i < nparams; i++) {
             float *v, *g;
@@ -877,14 +884,14 @@ int eft_checkpoint_load(const char *path, const eft_run_id *id, eft_model *m,
     return rc;
 }
 
-int eft_checkpoint_load_ranks(const char *path, const eft_run_id *id,
-                              int nranks, eft_model *m, eft_run_state *st,
+int eft_checkpoint_load_parts(const char *path, const eft_run_id *id,
+                              int nparts, eft_model *m, eft_run_state *st,
                               unsigned char **parts, size_t **part_n, char *err,
                               size_t len)
 {
-    assert(nranks >= 1);
+    assert(nparts >= 1);
     tail t;
-    int rc = load(path, id, nranks, m, st, &t, err, len);
+    int rc = load(path, id, nparts, m, st, &t, err, len);
     if (rc == 0) {
         *parts = t.bytes;
         *part_n = t.part_n;

@@ -11,25 +11,29 @@
  * Reading refuses anything but a regular file, without blocking on a
  * named pipe. Layout, integers and floats
  * little-endian:
- *   "EFTCKPT\0" | u32 format version | u32 processes | u64 payload bytes |
+ *   "EFTCKPT\0" | u32 format version | u32 partitions | u64 payload bytes |
  *   payload | u32 CRC-32C of everything before it
  *   payload: the settings (u32 count; each a name (u8 length, bytes), a
  *            kind (u8: 0 integer, 1 float) and 8 bytes of value), the
  *            counters (eft_run_state, fixed order), the model (u32
  *            tensors; each a u64 count, its values, its momentum), then
- *            version 1 (one process, outside mpirun; processes 0): the
- *            pipeline state (u64 bytes, the bytes);
- *            version 2 (a data-parallel run of `processes` ranks): each
- *            rank's part (eft_rank_part) in rank order, each as u64
- *            bytes and the bytes.
+ *            version 1 (one process outside mpirun reading its data as
+ *            one partition; partitions 0): the pipeline state (u64
+ *            bytes, the bytes);
+ *            version 2 (a run of `partitions` partitions, under mpirun
+ *            or not): each partition's part (eft_part) in partition
+ *            order, each as u64 bytes and the bytes.
  * A run writes the version of its kind and reads only that kind with its
- * own number of processes: a checkpoint of another is refused naming
- * both counts (the parts are not dealt to other ranks yet).
+ * own number of partitions, on any number of processes that divides it
+ * (trainer.h says how partitions are dealt to processes): a checkpoint
+ * of another is refused naming both counts.
  * The settings are those of eft_config that shape the run (not threads,
  * a speed setting) and a hash of the held-out set: a checkpoint of
  * another run is refused, naming the setting and both values. In a
  * version 2 file, the counters and the model are process 0's: every
- * process applies the same summed update, so their models are equal. */
+ * process applies the same summed update, so their models are equal. The
+ * version 2 files of runs with one partition per process (before
+ * partitions could be chosen) read as they were written. */
 #ifndef EFT_CHECKPOINT_H
 #define EFT_CHECKPOINT_H
 
@@ -73,46 +77,49 @@ int eft_checkpoint_load(const char *path, const eft_run_id *id, eft_model *m,
                         eft_run_state *st, void **pipe, size_t *pipe_n,
                         char *err, size_t len);
 
-/* One process's part of a data-parallel run's checkpoint: what is its
- * own rather than the run's. Its bytes, little-endian: u64 local_fresh,
- * u64 local_batches, u64 samples_hash, u64 feedback_values, u64 state
- * bytes, the state. */
+/* One partition's part of a version 2 checkpoint: what is its own rather
+ * than the run's. Its bytes, little-endian: u64 fresh, u64 batches, u64
+ * samples_hash, u64 feedback_values, u64 state bytes, the state. */
 typedef struct {
-    long local_fresh, local_batches, feedback_values;
+    long fresh, batches, feedback_values;
     uint64_t samples_hash;
-    const void *state; /* its training pipeline's (ef_pipeline_save_state) */
+    const void *state; /* its pipeline's (ef_pipeline_save_state) */
     size_t state_n;
-} eft_rank_part;
+} eft_part;
 
-#define EFT_RANK_PART_HEADER 40 /* the bytes of a part before its state */
+#define EFT_PART_HEADER 40 /* the bytes of a part before its state */
 
-/* Writes p's EFT_RANK_PART_HEADER + p->state_n bytes to out. */
-void eft_rank_part_encode(const eft_rank_part *p, unsigned char *out);
+/* Writes p's EFT_PART_HEADER + p->state_n bytes to out. */
+void eft_part_encode(const eft_part *p, unsigned char *out);
 
 /* Reads the part in n bytes at `bytes` into *p, whose state then points
  * into them. Returns 0, or -1 when the bytes are not one part (too short,
  * or a state size that disagrees with n). */
-int eft_rank_part_decode(const void *bytes, size_t n, eft_rank_part *p);
+int eft_part_decode(const void *bytes, size_t n, eft_part *p);
 
-/* Writes the checkpoint of a data-parallel run of `nranks` processes
- * (format version 2): process 0's counters and model, and each process's
- * part as eft_rank_part_encode wrote it, one after another in `parts`,
- * part_n[r] bytes for rank r. Returns 0, or -1 with a message naming the
- * file in err. */
-int eft_checkpoint_save_ranks(const char *path, const eft_run_id *id,
-                              eft_model *m, const eft_run_state *st, int nranks,
+/* The size of the encoded part at the start of n bytes (several parts
+ * one after another), or 0 when they do not start with a whole one. */
+size_t eft_part_size(const void *bytes, size_t n);
+
+/* Writes the checkpoint of a run of `nparts` partitions (format version
+ * 2): process 0's counters and model, and each partition's part as
+ * eft_part_encode wrote it, one after another in `parts`, part_n[p]
+ * bytes for partition p. Returns 0, or -1 with a message naming the file
+ * in err. */
+int eft_checkpoint_save_parts(const char *path, const eft_run_id *id,
+                              eft_model *m, const eft_run_state *st, int nparts,
                               const unsigned char *parts, const size_t *part_n,
                               char *err, size_t len);
 
-/* Reads the checkpoint of a data-parallel run of `nranks` processes at
- * `path` into m and *st, and its parts into *parts, one after another
- * (the caller frees it), with their sizes in *part_n (nranks of them;
- * the caller frees it). Returns 0; 1 when there is no file at path; -1
- * with a message naming the file and what is wrong, as
- * eft_checkpoint_load, or that it was saved by another number of
- * processes (or by one outside mpirun), m and *st unchanged. */
-int eft_checkpoint_load_ranks(const char *path, const eft_run_id *id,
-                              int nranks, eft_model *m, eft_run_state *st,
+/* Reads the checkpoint of a run of `nparts` partitions at `path` into m
+ * and *st, and its parts into *parts, one after another (the caller
+ * frees it), with their sizes in *part_n (nparts of them; the caller
+ * frees it). Returns 0; 1 when there is no file at path; -1 with a
+ * message naming the file and what is wrong, as eft_checkpoint_load, or
+ * that it was saved with another number of partitions (or by one process
+ * reading one, version 1), m and *st unchanged. */
+int eft_checkpoint_load_parts(const char *path, const eft_run_id *id,
+                              int nparts, eft_model *m, eft_run_state *st,
                               unsigned char **parts, size_t **part_n, char *err,
                               size_t len);
 

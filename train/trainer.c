@@ -4,6 +4,7 @@
 
 #include "checkpoint.h"
 #include "distributed.h"
+#include "partitions.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -188,8 +189,13 @@ typedef struct {
     int finished; /* resumed from a checkpoint of a run that had ended */
     double ckpt_s; /* time writing checkpoints since t0 */
     eft_run_id id;
-    void *state; /* the training pipeline's state, for checkpoints */
+    void *state; /* a partition's pipeline state, for checkpoints */
     size_t state_cap;
+    /* the partitions this process hosts (eft_job), and the one that gave
+     * the step's batch */
+    eft_partition *parts;
+    int nparts, cur;
+    int partitions; /* of the run, on every process */
     /* with cfg->feedback, cfg->batch of each, allocated once: the batch's
      * identities and its examples' values */
     ef_sample_id *ids;
@@ -222,16 +228,24 @@ static uint64_t hash_batch(uint64_t h, const ef_sample *s, ef_sample_id id)
 static int next_batch(trainer *t, step_result *r, char *err, size_t errlen)
 {
     ef_sample *s;
-    int st = ef_pipeline_next(t->job->train, &s);
-    if (st == EF_END)
-        return 1;
+    eft_partition *part;
+    int st = EF_END;
+    while (st == EF_END) { /* the partition whose turn it is, or the next */
+        int k = eft_partition_turn(t->parts, t->nparts);
+        if (k < 0)
+            return 1;
+        part = &t->parts[k];
+        t->cur = k;
+        st = ef_pipeline_next(part->p, &s);
+        part->ended = st == EF_END;
+    }
     if (st != EF_OK)
-        return fail(err, errlen, "%s", ef_pipeline_error(t->job->train));
+        return fail(err, errlen, "%s", ef_pipeline_error(part->p));
     ef_sample_id id = ef_sample_identity(s);
     int rc = unpack(s, t->cfg->mean, t->cfg->std, t->cfg->batch, &t->dim,
                     t->x, t->y, &r->n, err, errlen);
     if (rc == 0)
-        t->res->samples_hash = hash_batch(t->res->samples_hash, s, id);
+        part->samples_hash = hash_batch(part->samples_hash, s, id);
     if (rc == 0 && t->ids) { /* before the free: the batch holds them */
         int64_t k = ef_sample_members(s, t->ids, t->cfg->batch);
         if (k != r->n)
@@ -242,6 +256,8 @@ static int next_batch(trainer *t, step_result *r, char *err, size_t errlen)
     }
     ef_sample_free(s);
     r->local_fresh = id.echo_copy == 0 ? id.fresh : 0;
+    part->fresh += r->local_fresh;
+    part->batches += r->n > 0;
     return rc;
 }
 
@@ -256,11 +272,12 @@ static int feed_back(trainer *t, int n, char *err, size_t errlen)
     for (int i = 0; i < n; i++)
         if (!isfinite(t->values[i]))
             return 0;
-    int st = ef_pipeline_feedback(t->job->train, t->ids, t->values, (size_t)n);
+    eft_partition *part = &t->parts[t->cur]; /* the batch's */
+    int st = ef_pipeline_feedback(part->p, t->ids, t->values, (size_t)n);
     if (st != EF_OK)
         return fail(err, errlen, "train: feedback to the pipeline: %s",
                     ef_strerror(st));
-    t->res->feedback_values += n;
+    part->feedback_values += n;
     return 0;
 }
 
@@ -372,12 +389,31 @@ static int together(trainer *t, int failed, const char *what, char *err,
     return -1;
 }
 
-/* The training pipeline's state into t->state; its size into *n. */
-static int save_pipeline(trainer *t, size_t *n, char *err, size_t errlen)
+/* What this process's partitions gave, into the run's result: their sums
+ * and one samples hash (the partition's own when it hosts one). */
+static void sum_parts(trainer *t)
+{
+    eft_result *r = t->res;
+    r->local_fresh = r->local_batches = r->feedback_values = 0;
+    r->samples_hash = t->nparts == 1 ? t->parts[0].samples_hash : 0;
+    for (int k = 0; k < t->nparts; k++) {
+        const eft_partition *part = &t->parts[k];
+        r->local_fresh += part->fresh;
+        r->local_batches += part->batches;
+        r->feedback_values += part->feedback_values;
+        if (t->nparts > 1)
+            r->samples_hash =
+                eft_hash(r->samples_hash, &part->samples_hash,
+                         sizeof part->samples_hash);
+    }
+}
+
+/* A pipeline's state into t->state; its size into *n. */
+static int save_pipeline(trainer *t, ef_pipeline *p, size_t *n, char *err,
+                         size_t errlen)
 {
     const char *path = t->cfg->checkpoint;
-    ef_pipeline *train = t->job->train;
-    int st = ef_pipeline_save_state(train, NULL, 0, n);
+    int st = ef_pipeline_save_state(p, NULL, 0, n);
     if (st == EF_OK && *n > t->state_cap) {
         void *b = realloc(t->state, *n);
         if (!b)
@@ -386,43 +422,82 @@ static int save_pipeline(trainer *t, size_t *n, char *err, size_t errlen)
         t->state_cap = *n;
     }
     if (st == EF_OK)
-        st = ef_pipeline_save_state(train, t->state, t->state_cap, n);
+        st = ef_pipeline_save_state(p, t->state, t->state_cap, n);
     if (st != EF_OK)
         return fail(err, errlen,
                     "%s: cannot save the training pipeline's position: %s",
-                    path, ef_pipeline_error(train));
+                    path, ef_pipeline_error(p));
     return 0;
 }
 
-/* This process's part of a data-parallel checkpoint (its pipeline state
- * of n bytes in t->state): allocated into *part (the caller frees it). */
-static int encode_part(trainer *t, size_t n, unsigned char **part,
-                       size_t *part_n, char *err, size_t errlen)
+/* The parts (eft_part) of the partitions this process hosts, one after
+ * another in the order it hosts them: allocated into *out (the caller
+ * frees it). */
+static int encode_parts(trainer *t, unsigned char **out, size_t *out_n,
+                        char *err, size_t errlen)
 {
-    const eft_result *r = t->res;
-    const eft_rank_part p = {r->local_fresh,     r->local_batches,
-                             r->feedback_values, r->samples_hash,
-                             t->state,           n};
-    *part_n = EFT_RANK_PART_HEADER + n;
-    if (!(*part = malloc(*part_n)))
-        return fail(err, errlen, "%s: checkpoint: out of memory",
-                    t->cfg->checkpoint);
-    eft_rank_part_encode(&p, *part);
-    return 0;
+    *out = NULL;
+    *out_n = 0;
+    for (int k = 0; k < t->nparts; k++) {
+        const eft_partition *part = &t->parts[k];
+        size_t n;
+        if (save_pipeline(t, part->p, &n, err, errlen))
+            break;
+        unsigned char *b = realloc(*out, *out_n + EFT_PART_HEADER + n);
+        if (!b) {
+            fail(err, errlen, "%s: checkpoint: out of memory",
+                 t->cfg->checkpoint);
+            break;
+        }
+        *out = b;
+        const eft_part e = {part->fresh,        part->batches,
+                            part->feedback_values, part->samples_hash,
+                            t->state,           n};
+        eft_part_encode(&e, *out + *out_n);
+        *out_n += EFT_PART_HEADER + n;
+        if (k == t->nparts - 1)
+            return 0;
+    }
+    free(*out);
+    *out = NULL;
+    *out_n = 0;
+    return -1;
+}
+
+/* Writes the checkpoint of a run of partitions from the processes' parts
+ * (rank r's counts[r] bytes at all, one after another). */
+static int save_parts(trainer *t, const eft_run_state *rs,
+                      const unsigned char *all, const size_t *counts,
+                      int ranks, char *err, size_t errlen)
+{
+    const char *path = t->cfg->checkpoint;
+    size_t *part_n = malloc((size_t)t->partitions * sizeof *part_n);
+    unsigned char *parts = NULL;
+    int rc = part_n ? eft_parts_from_ranks(all, counts, ranks, t->partitions,
+                                           &parts, part_n)
+                    : -1;
+    if (rc)
+        fail(err, errlen, "%s: checkpoint: %s", path,
+             part_n && part_n[0] ? "a process's part is not whole"
+                                 : "out of memory");
+    else
+        rc = eft_checkpoint_save_parts(path, &t->id, t->m, rs, t->partitions,
+                                       parts, part_n, err, errlen);
+    free(parts);
+    free(part_n);
+    return rc;
 }
 
 /* A data-parallel checkpoint, from every process at the same step: each
- * one's part goes to process 0, which writes the file alone; then every
- * process learns whether all went well. `failed`: this process could not
- * save its pipeline's state (its message in err). */
-static int checkpoint_ranks(trainer *t, int failed, size_t n,
-                            const eft_run_state *rs, char *err, size_t errlen)
+ * one's parts go to process 0, which writes the file alone; then every
+ * process learns whether all went well. */
+static int checkpoint_ranks(trainer *t, const eft_run_state *rs, char *err,
+                            size_t errlen)
 {
     const eft_comm *c = t->cfg->comm;
-    unsigned char *part = NULL;
-    size_t part_n = 0; /* a process that failed sends nothing */
-    if (!failed)
-        failed = encode_part(t, n, &part, &part_n, err, errlen) != 0;
+    unsigned char *mine = NULL;
+    size_t mine_n = 0; /* a process that failed sends nothing */
+    int failed = encode_parts(t, &mine, &mine_n, err, errlen) != 0;
     void *all = NULL;
     size_t *counts =
         c->rank == 0 ? calloc((size_t)c->size, sizeof *counts) : NULL;
@@ -430,17 +505,15 @@ static int checkpoint_ranks(trainer *t, int failed, size_t n,
         failed = fail(err, errlen, "%s: checkpoint: out of memory",
                       t->cfg->checkpoint) != 0;
     size_t ignored[1];
-    int rc = c->gather_bytes(c->user, part, part_n, &all,
+    int rc = c->gather_bytes(c->user, mine, mine_n, &all,
                              counts ? counts : ignored, err, errlen);
-    free(part);
+    free(mine);
     if (rc == 0 && c->rank == 0 && !failed) {
-        int whole = 1; /* no part is empty: none failed */
+        int whole = 1; /* no process sent nothing: none failed */
         for (int r = 0; r < c->size; r++)
             whole &= counts[r] > 0;
         if (whole)
-            failed = eft_checkpoint_save_ranks(t->cfg->checkpoint, &t->id, t->m,
-                                               rs, c->size, all, counts, err,
-                                               errlen) != 0;
+            failed = save_parts(t, rs, all, counts, c->size, err, errlen) != 0;
     }
     free(all);
     free(counts);
@@ -450,13 +523,12 @@ static int checkpoint_ranks(trainer *t, int failed, size_t n,
                     errlen);
 }
 
-/* Saves the run to cfg->checkpoint with the training pipeline's state;
- * `ended`: it trains no further. Its time is kept out of training time. */
+/* Saves the run to cfg->checkpoint with its partitions' states; `ended`:
+ * it trains no further. Its time is kept out of training time. */
 static int checkpoint(trainer *t, int ended, char *err, size_t errlen)
 {
     double start = now_s();
-    size_t n = 0;
-    int failed = save_pipeline(t, &n, err, errlen) != 0;
+    sum_parts(t);
     eft_run_state rs;
     memset(&rs, 0, sizeof rs);
     rs.res = *t->res;
@@ -465,11 +537,23 @@ static int checkpoint(trainer *t, int ended, char *err, size_t errlen)
     memcpy(rs.loss_window, t->loss_window, sizeof rs.loss_window);
     rs.finished = ended;
     if (t->cfg->comm) {
-        if (checkpoint_ranks(t, failed, n, &rs, err, errlen))
+        if (checkpoint_ranks(t, &rs, err, errlen))
             return -1;
-    } else if (failed || eft_checkpoint_save(t->cfg->checkpoint, &t->id, t->m,
-                                             &rs, t->state, n, err, errlen)) {
-        return -1;
+    } else if (t->partitions > 1) {
+        unsigned char *mine;
+        size_t n;
+        if (encode_parts(t, &mine, &n, err, errlen))
+            return -1;
+        int rc = save_parts(t, &rs, mine, &n, 1, err, errlen);
+        free(mine);
+        if (rc)
+            return -1;
+    } else {
+        size_t n = 0;
+        if (save_pipeline(t, t->parts[0].p, &n, err, errlen) ||
+            eft_checkpoint_save(t->cfg->checkpoint, &t->id, t->m, &rs,
+                                t->state, n, err, errlen))
+            return -1;
     }
     double took = now_s() - start;
     t->res->checkpoints++;
@@ -478,22 +562,51 @@ static int checkpoint(trainer *t, int ended, char *err, size_t errlen)
     return 0;
 }
 
-/* Restores the training pipeline's position from n bytes of state. */
-static int restore_pipeline(trainer *t, const void *state, size_t n, char *err,
-                            size_t errlen)
+/* Restores a pipeline's position from n bytes of state. */
+static int restore_pipeline(trainer *t, ef_pipeline *p, const void *state,
+                            size_t n, char *err, size_t errlen)
 {
     const char *path = t->cfg->checkpoint;
-    ef_pipeline *train = t->job->train;
-    int st = ef_pipeline_restore_state(train, state, n);
+    int st = ef_pipeline_restore_state(p, state, n);
     if (st == EF_ESPEC)
         return fail(err, errlen,
                     "%s: saved from another training pipeline: %s", path,
-                    ef_pipeline_error(train));
+                    ef_pipeline_error(p));
     if (st != EF_OK)
         return fail(err, errlen,
                     "%s: cannot restore the training pipeline's position: "
                     "%s",
-                    path, ef_pipeline_error(train));
+                    path, ef_pipeline_error(p));
+    return 0;
+}
+
+/* Restores the partitions this process hosts from their parts, n bytes
+ * one after another in the order it hosts them. */
+static int restore_parts(trainer *t, const unsigned char *bytes, size_t n,
+                         char *err, size_t errlen)
+{
+    for (int k = 0; k < t->nparts; k++) {
+        size_t size = eft_part_size(bytes, n);
+        eft_part e;
+        if (size == 0 || eft_part_decode(bytes, size, &e))
+            return fail(err, errlen,
+                        "%s: corrupt: the part of this process's partition "
+                        "%d is not whole",
+                        t->cfg->checkpoint, k);
+        eft_partition *part = &t->parts[k];
+        if (restore_pipeline(t, part->p, e.state, e.state_n, err, errlen))
+            return -1;
+        part->fresh = e.fresh;
+        part->batches = e.batches;
+        part->feedback_values = e.feedback_values;
+        part->samples_hash = e.samples_hash;
+        bytes += size;
+        n -= size;
+    }
+    if (n != 0)
+        return fail(err, errlen, "%s: corrupt: %zu bytes after this process's "
+                                 "parts",
+                    t->cfg->checkpoint, n);
     return 0;
 }
 
@@ -516,60 +629,85 @@ static void resumed_from(trainer *t, const eft_run_state *rs, double start)
 }
 
 /* Loads cfg->checkpoint when there is one: the model, the counters and
- * the training pipeline's position. Returns 0 (also when there is none:
- * the run starts afresh), or -1 with a message. */
+ * the partitions' positions. Returns 0 (also when there is none: the run
+ * starts afresh), or -1 with a message. */
 static int resume(trainer *t, char *err, size_t errlen)
 {
     double start = now_s();
     eft_run_state rs;
-    void *state = NULL;
-    size_t n = 0;
-    int rc = eft_checkpoint_load(t->cfg->checkpoint, &t->id, t->m, &rs, &state,
-                                 &n, err, errlen);
+    unsigned char *parts = NULL;
+    size_t *part_n = NULL, n = 0;
+    int one = t->partitions == 1, rc;
+    if (one)
+        rc = eft_checkpoint_load(t->cfg->checkpoint, &t->id, t->m, &rs,
+                                 (void **)&parts, &n, err, errlen);
+    else
+        rc = eft_checkpoint_load_parts(t->cfg->checkpoint, &t->id,
+                                       t->partitions, t->m, &rs, &parts,
+                                       &part_n, err, errlen);
     if (rc != 0)
         return rc < 0 ? -1 : 0;
-    rc = restore_pipeline(t, state, n, err, errlen);
-    free(state);
+    for (int p = 0; !one && p < t->partitions; p++)
+        n += part_n[p];
+    rc = one ? restore_pipeline(t, t->parts[0].p, parts, n, err, errlen)
+             : restore_parts(t, parts, n, err, errlen);
+    free(parts);
+    free(part_n);
     if (rc)
         return -1;
     resumed_from(t, &rs, start);
-    /* a checkpoint is of one process, which fed back every example it
-       trained on: the count need not be saved */
-    t->res->feedback_values = t->ids ? rs.res.final.examples : 0;
+    if (one) { /* version 1 keeps them in the run's counters */
+        eft_partition *part = &t->parts[0];
+        part->fresh = rs.res.local_fresh;
+        part->batches = rs.res.local_batches;
+        part->samples_hash = rs.res.samples_hash;
+        /* it fed back every example it trained on: the count need not be
+           saved */
+        part->feedback_values = t->ids ? rs.res.final.examples : 0;
+    }
     return 0;
 }
 
 /* Process 0 reads the checkpoint of a data-parallel run and tells every
  * process how that went (*status: 0 read, 1 none there, -1 failed, its
  * message on process 0); with one read, its model, momentum and run state
- * *rs go to every process and each process's part to that process, into
- * *part (allocated; the caller frees it). */
+ * *rs go to every process and the parts of the partitions each hosts to
+ * it, into *mine (allocated; the caller frees it). */
 static int deal_checkpoint(trainer *t, eft_run_state *rs, int32_t *status,
-                           void **part, size_t *part_n, char *err,
+                           void **mine, size_t *mine_n, char *err,
                            size_t errlen)
 {
     const eft_comm *c = t->cfg->comm;
-    unsigned char *parts = NULL;
-    size_t *counts = NULL;
-    if (c->rank == 0)
-        *status = (int32_t)eft_checkpoint_load_ranks(t->cfg->checkpoint, &t->id,
-                                                     c->size, t->m, rs, &parts,
-                                                     &counts, err, errlen);
+    unsigned char *parts = NULL, *by_rank = NULL;
+    size_t *part_n = NULL, *counts = NULL;
+    if (c->rank == 0) {
+        *status = (int32_t)eft_checkpoint_load_parts(
+            t->cfg->checkpoint, &t->id, t->partitions, t->m, rs, &parts,
+            &part_n, err, errlen);
+        counts = calloc((size_t)c->size, sizeof *counts);
+        if (*status == 0 &&
+            (!counts || eft_parts_to_ranks(parts, part_n, c->size,
+                                           t->partitions, &by_rank, counts)))
+            *status = fail(err, errlen, "%s: out of memory",
+                           t->cfg->checkpoint);
+    }
     int rc = c->broadcast_bytes(c->user, status, sizeof *status, err, errlen);
     if (rc == 0 && *status == 0)
-        rc =
-            eft_dist_share_weights(&t->d, t->m, err, errlen) ||
-            eft_dist_share_momentum(&t->d, t->m, err, errlen) ||
-            c->broadcast_bytes(c->user, rs, sizeof *rs, err, errlen) ||
-            c->scatter_bytes(c->user, parts, counts, part, part_n, err, errlen);
+        rc = eft_dist_share_weights(&t->d, t->m, err, errlen) ||
+             eft_dist_share_momentum(&t->d, t->m, err, errlen) ||
+             c->broadcast_bytes(c->user, rs, sizeof *rs, err, errlen) ||
+             c->scatter_bytes(c->user, by_rank, counts, mine, mine_n, err,
+                              errlen);
     free(parts);
+    free(part_n);
+    free(by_rank);
     free(counts);
     return rc ? -1 : 0;
 }
 
 /* resume() for a data-parallel run: process 0 reads the file, every
- * process restores its own part, and a failure anywhere ends every
- * process, the one that failed naming itself. */
+ * process restores the partitions it hosts, and a failure anywhere ends
+ * every process, the one that failed naming itself. */
 static int resume_ranks(trainer *t, char *err, size_t errlen)
 {
     double start = now_s();
@@ -591,23 +729,12 @@ static int resume_ranks(trainer *t, char *err, size_t errlen)
                  t->cfg->checkpoint);
         return -1;
     }
-    eft_rank_part part;
-    int failed =
-        eft_rank_part_decode(bytes, n, &part) != 0
-            ? fail(err, errlen,
-                   "%s: corrupt: this process's part has %zu bytes",
-                   t->cfg->checkpoint, n)
-            : restore_pipeline(t, part.state, part.state_n, err, errlen);
+    int failed = restore_parts(t, bytes, n, err, errlen);
     free(bytes);
     if (together(t, failed != 0, "could not restore its part of the checkpoint",
                  err, errlen))
         return -1;
     resumed_from(t, &rs, start);
-    /* what is each process's own */
-    t->res->local_fresh = part.local_fresh;
-    t->res->local_batches = part.local_batches;
-    t->res->samples_hash = part.samples_hash;
-    t->res->feedback_values = part.feedback_values;
     return 0;
 }
 
@@ -636,8 +763,6 @@ static int train_loop(trainer *t, eft_result *res, char *err, size_t errlen)
         }
         p->examples += (long)r.total_n;
         p->fresh += (long)r.total_fresh;
-        res->local_fresh += r.local_fresh;
-        res->local_batches += r.n > 0;
         int window =
             p->steps < EFT_LOSS_WINDOW ? (int)p->steps : EFT_LOSS_WINDOW;
         p->train_loss = 0;
@@ -695,6 +820,29 @@ static int setup_checkpoints(trainer *t, char *err, size_t errlen)
     return t->res->resumed ? 0 : checkpoint(t, 0, err, errlen);
 }
 
+/* The partitions this process hosts, from the job, into t; -1 with a
+ * message when they are not the rank's share of cfg->partitions. */
+static int host_partitions(trainer *t, char *err, size_t errlen)
+{
+    const eft_job *job = t->job;
+    const eft_comm *c = t->cfg->comm;
+    int ranks = c ? c->size : 1;
+    t->partitions = t->cfg->partitions > 0 ? t->cfg->partitions : ranks;
+    t->nparts = job->parts ? job->nparts : 1;
+    if (t->partitions % ranks != 0 || t->nparts != t->partitions / ranks)
+        return fail(err, errlen,
+                    "train: %d partitions on %d processes: each hosts %g, "
+                    "and this one was given %d pipelines",
+                    t->partitions, ranks, (double)t->partitions / ranks,
+                    t->nparts);
+    t->parts = calloc((size_t)t->nparts, sizeof *t->parts);
+    if (!t->parts)
+        return fail(err, errlen, "train: out of memory");
+    for (int k = 0; k < t->nparts; k++)
+        t->parts[k].p = job->parts ? job->parts[k] : job->train;
+    return 0;
+}
+
 int eft_train(const eft_job *job, eft_result *res, char *err, size_t errlen)
 {
     const eft_config *cfg = job->cfg;
@@ -719,6 +867,8 @@ int eft_train(const eft_job *job, eft_result *res, char *err, size_t errlen)
     }
     if (!t.m || !t.x || !t.y || !feedback_ok)
         rc = fail(err, errlen, "train: out of memory");
+    else if (host_partitions(&t, err, errlen))
+        rc = -1;
     else if (job->test && job->test->dim != t.dim)
         rc = fail(err, errlen,
                   "evaluation set: images of %zu values; the %s takes %zu",
@@ -751,6 +901,8 @@ int eft_train(const eft_job *job, eft_result *res, char *err, size_t errlen)
     res->comm_s = t.d.comm_s;
     if (rc == 0 && cfg->checkpoint && !t.finished)
         rc = checkpoint(&t, 1, err, errlen);
+    if (t.parts)
+        sum_parts(&t);
     eft_checkpoint_unlock(cfg->checkpoint, lock);
     if (t.m)
         res->weights_hash = eft_model_hash(t.m);
@@ -763,5 +915,6 @@ int eft_train(const eft_job *job, eft_result *res, char *err, size_t errlen)
     free(t.state);
     free(t.ids);
     free(t.values);
+    free(t.parts);
     return rc;
 }

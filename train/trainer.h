@@ -73,9 +73,9 @@ typedef struct {
      * loaded first and the run goes on from it (the training pipeline
      * restored before its first next()); without, it is overwritten.
      * With comm, process 0 alone locks, reads and writes the file: each
-     * process's pipeline state is gathered to it after the step's
-     * collective, and dealt back from it on resuming, on as many
-     * processes as saved it. */
+     * partition's pipeline state is gathered to it after the step's
+     * collective, and dealt back from it on resuming, on any number of
+     * processes that divides the partitions (see eft_job). */
     const char *checkpoint;
     long checkpoint_every; /* steps; 0: at the start and the end only */
     int resume;
@@ -84,6 +84,9 @@ typedef struct {
      * its loss in the step's forward pass. Off, nothing is fed back and
      * the run is what it was without. */
     int feedback;
+    /* The data's partitions (see eft_job): a multiple of the processes;
+     * 0 is one per process. */
+    int partitions;
 } eft_config;
 
 /* Set where config fields have no default of their own. */
@@ -144,10 +147,23 @@ typedef struct {
 int eft_dataset_load(ef_pipeline *p, double mean, double std, eft_dataset *out,
                      char *err, size_t errlen);
 
-/* What to train on and whom to tell. */
+/* What to train on and whom to tell.
+ *
+ * Partitions: the data is read as cfg->partitions partitions P, fixed for
+ * the run whatever the number of processes M. Partition p is one pipeline
+ * reading part p of P (shard=p/P), with its own shuffle and echo state;
+ * the process of rank r hosts the partitions p with p % M == r, and each
+ * step takes a batch from the one of them that has given the fewest
+ * batches (the lowest p among equals; one whose data has ended is passed
+ * over). So every partition's batches come in the same order whatever M,
+ * and every round of P batches takes one from each partition; a
+ * checkpoint holds each partition's state, and a run of P partitions
+ * resumes on any M that divides P, each partition going on exactly where
+ * it was saved. */
 typedef struct {
     const eft_config *cfg;
-    ef_pipeline *train;       /* batches of fields image and label */
+    ef_pipeline *train;       /* batches of fields image and label: the
+                                 one partition this process hosts */
     const eft_dataset *test;  /* the held-out set; NULL: no evaluations */
     eft_progress_fn progress; /* may be NULL */
     long progress_steps;      /* steps between progress calls besides
@@ -156,6 +172,11 @@ typedef struct {
     /* Called once a checkpoint is loaded, with the progress it holds;
      * may be NULL. */
     void (*resumed)(void *user, const eft_progress *p);
+    /* When this process hosts several partitions: their pipelines, nparts
+     * of them (P / M), partitions rank, rank + M, ... in that order;
+     * `train` is then unused. */
+    ef_pipeline *const *parts;
+    int nparts;
 } eft_job;
 
 /* Trains until the target or the budget. Returns 0, or -1 with a message
