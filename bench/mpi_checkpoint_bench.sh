@@ -15,7 +15,10 @@
 # echo buffer of 1000, a prefetch of 4), --threads 1, the MLP, 64,000
 # fresh examples (6,400 with --quick), a checkpoint every 50 steps. The
 # resume is of the finished run: it restores the last checkpoint, taken
-# at the end of the run. Prints a markdown table.
+# at the end of the run. Prints a markdown table; then a second one of
+# the same run read as 6 partitions (--partitions 6), saved on 1, 2 and 3
+# processes and each checkpoint resumed on 1, 2 and 3 (elastic resume:
+# the partitions' parts dealt to the processes that host them now).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 quick=0
@@ -48,7 +51,7 @@ for _ in range(tensors):
     n, = struct.unpack_from("<Q", b, at)
     at += 8 + 8 * n
 sizes = []
-for _ in range(ranks if version == 2 else 1):
+for _ in range(ranks if version == 2 else 1):  # partitions, in version 2
     n, = struct.unpack_from("<Q", b, at)
     sizes.append(n - (40 if version == 2 else 0))
     at += 8 + n
@@ -76,5 +79,35 @@ print("| %s | %.2f MB | %s | %d | %.1f | %.2f |" % (
     who, int(sys.argv[4]) / 1e6, sys.argv[5], run["checkpoints"],
     1e3 * run["checkpoint_time_s"] / run["checkpoints"],
     again["resume_time_s"]))
+EOF
+done
+
+echo
+echo "| --partitions 6 saved on | checkpoint | pipeline states (KiB, per partition) | ms each | resumed on 1: s | on 2: s | on 3: s |"
+echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"
+for np in 0 2 3; do
+    ck="$tmp/part$np.ck"
+    launch=()
+    [ "$np" -gt 0 ] && launch=("${mpirun[@]}" -np "$np")
+    "${launch[@]}" "$cli" "${args[@]}" --partitions 6 --checkpoint "$ck" >"$tmp/run.json"
+    resumes=()
+    for on in 0 2 3; do
+        cp "$ck" "$tmp/copy.ck"
+        again=()
+        [ "$on" -gt 0 ] && again=("${mpirun[@]}" -np "$on")
+        "${again[@]}" "$cli" "${args[@]}" --partitions 6 --checkpoint "$tmp/copy.ck" \
+            --resume >"$tmp/again$on.json"
+        resumes+=("$tmp/again$on.json")
+    done
+    "$py" - "$tmp/run.json" "$np" "$(stat -c %s "$ck")" "$(states "$ck")" \
+        "${resumes[@]}" <<'EOF'
+import json, sys
+run = json.load(open(sys.argv[1]))
+np = int(sys.argv[2])
+who = "1, outside mpirun" if np == 0 else "%d under mpirun" % np
+again = [json.load(open(p))["resume_time_s"] for p in sys.argv[5:]]
+print("| %s | %.2f MB | %s | %.1f | %.2f | %.2f | %.2f |" % (
+    who, int(sys.argv[3]) / 1e6, sys.argv[4],
+    1e3 * run["checkpoint_time_s"] / run["checkpoints"], *again))
 EOF
 done

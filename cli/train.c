@@ -134,11 +134,8 @@ static int parse(train_opts *o, int argc, char **argv)
          "the same options but --threads"},
         {"pipelines:", ARG_HEADING, NULL, NULL, 0, 0, NULL, NULL, NULL},
         {"--partitions", ARG_INT, &c->partitions, NULL, 1, 4096, NULL, "P",
-         "read the data as P partitions (shard=p/P), each\n"
-         "with its own pipeline, dealt to the processes in\n"
-         "turn: a multiple of their number (default: one\n"
-         "per process). A checkpoint resumes on any number\n"
-         "of processes that divides P"},
+         "the data as P partitions (default: one per\n"
+         "process); resumes on any process count dividing P"},
         CLI_PIPELINE_ARGS(&o->po),
         {"output:", ARG_HEADING, NULL, NULL, 0, 0, NULL, NULL, NULL},
         {"--json", ARG_FLAG, &o->json, NULL, 0, 0, NULL, NULL,

@@ -15,6 +15,7 @@
 #include "common/crc32c.h"
 #include "ef_test_util.h"
 #include "model.h"
+#include "partitions.h"
 #include "trainer.h"
 
 static uint64_t rng_state;
@@ -1069,6 +1070,79 @@ static void feedback_runs(void **state)
     free((void *)test.y);
 }
 
+/* Encodes partition p's part, its state p + 1 bytes of 'a' + p, at out;
+ * returns its size. */
+static size_t part_of(int p, unsigned char *out)
+{
+    char state[8];
+    memset(state, 'a' + p, sizeof state);
+    const eft_part e = {100 + p, p, 0, (uint64_t)p, state, (size_t)p + 1};
+    eft_part_encode(&e, out);
+    return EFT_PART_HEADER + (size_t)p + 1;
+}
+
+/* The parts of 6 partitions go from 2 processes to the file's order, and
+ * from it to 3 and back: process r hosts r, r + M, ...; bytes that are
+ * not whole parts are refused. The turn goes to the fewest batches. */
+static void partitions_dealt_to_processes(void **state)
+{
+    (void)state;
+    unsigned char file[6 * 64], by_two[6 * 64];
+    size_t part_n[6], used = 0, counts[3] = {0, 0, 0};
+    for (int p = 0; p < 6; p++)
+        used += part_n[p] = part_of(p, file + used);
+    /* what 2 processes send: 0, 2, 4 then 1, 3, 5 */
+    size_t two_n[2] = {0, 0}, at = 0;
+    for (int r = 0; r < 2; r++)
+        for (int p = r; p < 6; p += 2) {
+            size_t n = part_of(p, by_two + at);
+            at += n;
+            two_n[r] += n;
+        }
+    unsigned char *ordered;
+    size_t got_n[6];
+    assert_int_equal(eft_parts_from_ranks(by_two, two_n, 2, 6, &ordered, got_n),
+                     0);
+    assert_memory_equal(ordered, file, used);
+    assert_memory_equal(got_n, part_n, sizeof part_n);
+    free(ordered);
+
+    unsigned char *dealt;
+    assert_int_equal(eft_parts_to_ranks(file, part_n, 3, 6, &dealt, counts), 0);
+    assert_int_equal(counts[0], part_n[0] + part_n[3]);
+    assert_int_equal(counts[1], part_n[1] + part_n[4]);
+    assert_int_equal(counts[2], part_n[2] + part_n[5]);
+    eft_part e;
+    size_t n = eft_part_size(dealt + counts[0], counts[1]);
+    assert_int_equal(eft_part_decode(dealt + counts[0], n, &e), 0);
+    assert_int_equal(e.fresh, 101); /* process 1's first: partition 1 */
+    assert_int_equal(eft_part_decode(dealt + counts[0] + n, counts[1] - n, &e),
+                     0);
+    assert_int_equal(e.fresh, 104);
+    assert_memory_equal(e.state, "eeeee", 5);
+    /* and back from those 3 */
+    assert_int_equal(eft_parts_from_ranks(dealt, counts, 3, 6, &ordered, got_n),
+                     0);
+    assert_memory_equal(ordered, file, used);
+    free(ordered);
+    /* a process's bytes one short, or one part too few */
+    counts[2]--;
+    assert_int_equal(eft_parts_from_ranks(dealt, counts, 3, 6, &ordered, got_n),
+                     -1);
+    assert_null(ordered);
+    counts[2] = part_n[2];
+    assert_int_equal(eft_parts_from_ranks(dealt, counts, 3, 6, &ordered, got_n),
+                     -1);
+    free(dealt);
+
+    eft_partition parts[3] = {{.batches = 4}, {.batches = 3}, {.batches = 3}};
+    assert_int_equal(eft_partition_turn(parts, 3), 1);
+    parts[1].ended = 1;
+    assert_int_equal(eft_partition_turn(parts, 3), 2);
+    parts[0].ended = parts[2].ended = 1;
+    assert_int_equal(eft_partition_turn(parts, 3), -1);
+}
+
 int main(void)
 {
     /* BLAS threads are invisible to the thread sanitizer: keep it to one */
@@ -1090,6 +1164,7 @@ int main(void)
         cmocka_unit_test(checkpoint_resumes_exactly),
         cmocka_unit_test(feedback_runs),
         cmocka_unit_test(checkpoint_of_ranks),
+        cmocka_unit_test(partitions_dealt_to_processes),
         cmocka_unit_test(checkpoint_of_one_rank),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

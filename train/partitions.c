@@ -52,9 +52,8 @@ int eft_parts_from_ranks(const unsigned char *all, const size_t *counts,
 {
     const unsigned char **at = malloc((size_t)partitions * sizeof *at);
     int *order = malloc((size_t)partitions * sizeof *order);
-    int rc = at && order ? 0 : -1;
+    int rc = at && order ? 0 : -2;
     *out = NULL;
-    part_n[0] = 0;
     for (int r = 0; rc == 0 && r < ranks; r++) {
         size_t left = counts[r];
         for (int p = r; rc == 0 && p < partitions; p += ranks) {
@@ -72,7 +71,7 @@ int eft_parts_from_ranks(const unsigned char *all, const size_t *counts,
     if (rc == 0) {
         for (int p = 0; p < partitions; p++)
             order[p] = p;
-        rc = gather(at, part_n, order, partitions, out);
+        rc = gather(at, part_n, order, partitions, out) ? -2 : 0;
     }
     free(at);
     free(order);

@@ -28,9 +28,9 @@ int eft_partition_turn(const eft_partition *parts, int n);
  * partitions it hosts, r, r + ranks, ..., one after another as
  * eft_part_encode wrote them) to the same parts in partition order,
  * into *out (allocated; the caller frees it), with each one's size in
- * part_n[] (`partitions` entries, the caller's). Returns 0, or -1 when a
- * process's bytes are not partitions / ranks whole parts (*out NULL),
- * or there is no memory (*out NULL, part_n[0] 0). */
+ * part_n[] (`partitions` entries, the caller's). Returns 0; -1 when a
+ * process's bytes are not partitions / ranks whole parts, -2 without
+ * memory (*out NULL). */
 int eft_parts_from_ranks(const unsigned char *all, const size_t *counts,
                          int ranks, int partitions, unsigned char **out,
                          size_t *part_n);

@@ -475,11 +475,10 @@ static int save_parts(trainer *t, const eft_run_state *rs,
     unsigned char *parts = NULL;
     int rc = part_n ? eft_parts_from_ranks(all, counts, ranks, t->partitions,
                                            &parts, part_n)
-                    : -1;
+                    : -2;
     if (rc)
         fail(err, errlen, "%s: checkpoint: %s", path,
-             part_n && part_n[0] ? "a process's part is not whole"
-                                 : "out of memory");
+             rc == -1 ? "a process's parts are not whole" : "out of memory");
     else
         rc = eft_checkpoint_save_parts(path, &t->id, t->m, rs, t->partitions,
                                        parts, part_n, err, errlen);
