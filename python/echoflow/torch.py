@@ -30,6 +30,7 @@ import torch.utils.data._utils.collate
 import torch.utils.dlpack
 
 import echoflow
+from echoflow import _partitions
 # the data-parallel helpers: torch.distributed for the trainers, and
 # checkpoints of the job with every rank's Loader state
 from echoflow._distributed import (  # noqa: F401 (re-exported)
@@ -170,6 +171,27 @@ class Loader(torch.utils.data.IterableDataset):
     rank, world_size: this process's part of the data; by default those of
         torch.distributed when it is initialised, else 0 and 1. The source
         reads part rank of world_size (echoflow.Pipeline's shard).
+    partitions: None (one part per rank, as above), or P, the number of
+        parts of a job whose checkpoints resume on any number of ranks
+        that divides P. Partition p (0 <= p < P) is a pipeline of the
+        whole spec over part p of P of the data (shard=(p, P)), seeded
+        echoflow.epoch_seed(seed, epoch, p): its order, shuffle and echo
+        state its own, a function of seed, epoch and p only. Rank r hosts
+        the partitions p with p % world_size == r (world_size must divide
+        P: ValueError otherwise, naming the counts that work) and yields
+        from them in turn: each next item comes from the hosted partition
+        that has yielded the fewest items so far this epoch, the lowest p
+        among equals; a partition that has ended is passed over; the
+        epoch ends when all have. So each partition's items come in the
+        same order on any number of ranks, and each round of P items (one
+        from each partition) is the same items; only the rank that trains
+        on them changes. state_dict() then holds each hosted partition's
+        position and item count, and load_checkpoint() deals a job's
+        partitions to the ranks of another world size, each remaining
+        sample read once. Each partition has its own pipeline (threads,
+        shuffle buffer, echo pool), P / world_size of them per rank.
+        Not with source= (ValueError) nor inside DataLoader workers
+        (num_workers > 0: SpecError at the first item).
     As a DataLoader's dataset (DataLoader(loader, batch_size=None,
     num_workers=W)), each worker builds its own pipeline in its own process,
     on shard rank * W + worker of world_size * W. The pipeline already runs
@@ -207,7 +229,9 @@ class Loader(torch.utils.data.IterableDataset):
         ran out yields batches from the start of its part again, as
         DistributedSampler pads, until every rank's has run out, so every
         example is seen at least once; `padded` counts those batches.
-        "drop": every rank stops when the first runs out. Over several
+        "drop": every rank stops when the first runs out. With
+        partitions, a rank's part is the partitions it hosts, and "pad"
+        reads them again from their starts, by the same rule. Over several
         ranks, torch.distributed must be initialised, with this rank and
         world_size (StateError or ValueError here otherwise), and the
         Loader iterated with num_workers=0.
@@ -227,7 +251,8 @@ class Loader(torch.utils.data.IterableDataset):
     def __init__(self, spec, *, seed=0, rank=None, world_size=None,
                  on_error="fail", memory_budget=None, maps=None,
                  as_tuple=None, pin_memory=False, source=None, fields=None,
-                 unbatch=False, batched=None, even_steps=None):
+                 unbatch=False, batched=None, even_steps=None,
+                 partitions=None):
         super().__init__()
         if rank is None and world_size is None:
             dist = torch.distributed
@@ -242,6 +267,16 @@ class Loader(torch.utils.data.IterableDataset):
                              "world_size" % (rank, world_size))
         self.spec, self.seed = spec, _integer("seed", seed, 2**64 - 1)
         self.rank, self.world_size = rank, world_size
+        self.partitions = partitions
+        if partitions is not None:
+            self.partitions = _integer("partitions", partitions, 2**31 - 1)
+            _partitions.check(self.partitions, rank, world_size)
+            if source is not None:
+                raise ValueError(
+                    "partitions=%d deals parts of the spec's source to the "
+                    "ranks, and a source= iterable is read as it is given, "
+                    "not split in parts: give partitions=None with source="
+                    % self.partitions)
         self.on_error, self.maps = on_error, maps
         self.memory_budget = memory_budget
         self.source, self.fields, self.unbatch = source, fields, unbatch
@@ -253,6 +288,12 @@ class Loader(torch.utils.data.IterableDataset):
         # (epoch, Pipeline, padded): restored by load_state_dict(), for the
         # next iteration of that epoch
         self._resumed = None
+        # with partitions: the epoch's pass over the hosted partitions and
+        # the wrap-round of even_steps="pad" (_partitions.Pass), and the
+        # iteration in progress (a token its generator clears when it
+        # ends)
+        self._first = self._wrap = None
+        self._iteration = None
         self.as_tuple = _field_names(as_tuple)
         self.pin_memory = bool(pin_memory)
         self.even_steps = _even_steps_mode(even_steps)
@@ -273,7 +314,10 @@ class Loader(torch.utils.data.IterableDataset):
                           stacklevel=2)
         # Build once to raise a bad spec here rather than in a worker. No
         # thread starts before the first sample is asked for.
-        self._build(0, rank, world_size).close()
+        if self.partitions is None:
+            self._build(0, rank, world_size).close()
+        for p in self._hosted():
+            self._build_partition(0, p).close()
 
     def _build(self, epoch, part, parts):
         # a Python source reads what it is given: no shard of ours
@@ -290,16 +334,45 @@ class Loader(torch.utils.data.IterableDataset):
         ranks (even_steps over more than one rank)."""
         return self.even_steps is not None and self.world_size > 1
 
+    def _build_partition(self, epoch, p):
+        """The pipeline of partition p in `epoch`, at its start."""
+        try:
+            return self._build(epoch, p, self.partitions)
+        except echoflow.SpecError as e:
+            raise echoflow.SpecError("echoflow.torch.Loader: partition %d of "
+                                     "partitions=%d: %s"
+                                     % (p, self.partitions, e)) from e
+
+    def _hosted(self):
+        """The partitions this rank hosts (none without partitions)."""
+        if self.partitions is None:
+            return range(0)
+        return _partitions.hosted(self.partitions, self.rank,
+                                  self.world_size)
+
     def _drop_resumed(self):
-        if self._resumed is not None and self._resumed[1] is not None:
-            self._resumed[1].close()
+        # (epoch, Pipeline or None, padded), or with partitions (epoch,
+        # Pass, padded, Pass or None)
+        if self._resumed is not None:
+            for held in self._resumed[1:]:
+                if hasattr(held, "close"):
+                    held.close()
         self._resumed = None
 
     def _running(self):
         """The pipeline of an iteration in progress in this process, or
-        None."""
+        None; with partitions, that of the partition whose item was
+        handed out last."""
         p = self._pipeline
+        if self.partitions is not None and self._iteration is None:
+            return None
         return p if p is not None and not p.closed else None
+
+    def _in_iteration(self):
+        """Whether an iteration is in progress in this process."""
+        if self.partitions is not None:
+            return self._iteration is not None
+        return self._running() is not None
 
     def set_epoch(self, epoch):
         """Sets the epoch the next iteration reads, as DistributedSampler's
@@ -314,6 +387,9 @@ class Loader(torch.utils.data.IterableDataset):
         info = torch.utils.data.get_worker_info()
         worker, workers = (info.id, info.num_workers) if info else (0, 1)
         part = self.rank * workers + worker
+        if self.partitions is not None:
+            yield from self._iter_partitions(info)
+            return
         resumed = self._resumed
         if self.source is not None and info is not None:
             raise echoflow.SpecError(
@@ -359,6 +435,81 @@ class Loader(torch.utils.data.IterableDataset):
                 % (self.rank, self.world_size), resumed=from_state)
         finally:  # also when the ranks stop before it was read
             p.close()
+
+    def _iter_partitions(self, info):
+        """__iter__ with partitions: the hosted partitions' items by the
+        rule (_partitions), from their starts or from the state loaded
+        for this epoch; with even_steps, as many as every rank's."""
+        if info is not None:
+            raise echoflow.SpecError(
+                "echoflow.torch.Loader: partitions=%d: a rank reads its "
+                "partitions in turn in the process that iterates the "
+                "Loader, and DataLoader workers (num_workers > 0) would "
+                "each read them all: give the DataLoader num_workers=0 "
+                "(each partition's pipeline runs its stages on threads of "
+                "its own)" % self.partitions)
+        resumed = self._resumed
+        from_state = resumed is not None and resumed[0] == self.epoch
+        if from_state:
+            self._resumed = None
+            _, first, padded, wrap = resumed
+        else:
+            self._drop_resumed()
+            first, padded, wrap = self._new_pass(self.epoch), 0, None
+        pin = self.pin_memory and torch.cuda.is_available()
+        token = object()  # this iteration's, as the Loader's current one
+        self._first, self._wrap, self.padded = first, wrap, padded
+        self._iteration, self._epoch_of_pipeline = token, self.epoch
+        self._last = None
+
+        def handed(one_pass):
+            for pipeline, s in one_pass.items():
+                if self.as_tuple is not None or pin:
+                    s = _hand_out(s, self.as_tuple, pin)
+                # stats() and feedback() go to this item's partition
+                self._pipeline, self._last = pipeline, s
+                yield s
+
+        passes = [first] if wrap is None else [first, wrap]  # to close
+
+        def again():  # even_steps="pad": the partitions from their starts
+            passes[-1].close()
+            passes.append(self._new_pass(self.epoch))
+            if self._iteration is token:
+                self._wrap = passes[-1]
+            return handed(passes[-1])
+
+        try:
+            if not self._agrees():
+                yield from handed(first)
+                return
+            _check_group(self.even_steps, self.rank, self.world_size)
+            yield from _even_steps(
+                self.even_steps, self, None if padded else handed(first),
+                handed(wrap) if padded and wrap is not None else None, again,
+                "echoflow.torch.Loader (rank %d of world_size %d, "
+                "partitions=%d)" % (self.rank, self.world_size,
+                                    self.partitions), resumed=from_state)
+        finally:  # also when the ranks stop before it was read
+            for one_pass in passes:
+                one_pass.close()
+            if self._iteration is token:
+                self._iteration = None
+
+    def _new_pass(self, epoch):
+        """A pass over the hosted partitions of `epoch` from their
+        starts."""
+        return _partitions.Pass(
+            {p: (None, 0, False) for p in self._hosted()},
+            lambda p: self._build_partition(epoch, p), self._prepare)
+
+    def _prepare(self, pipeline):
+        """The pipeline made to hand out torch tensors, as _read's."""
+        pin = self.pin_memory and torch.cuda.is_available()
+        pipeline.convert_with(from_capsule,
+                              copy_shared=self._copy_shared and not pin,
+                              retype=_retype)
+        pipeline._warned = self._warned
 
     def _read(self, p, pin):
         """Yields what pipeline `p` yields, as the Loader hands it out,
@@ -444,13 +595,27 @@ class Loader(torch.utils.data.IterableDataset):
         other ranks' sources are not known here: their counts are equal
         only when the source is a DataLoader drawing from a
         DistributedSampler (which gives every rank as many examples),
-        and otherwise len() raises TypeError."""
+        and otherwise len() raises TypeError.
+
+        With partitions, the items of the partitions this rank hosts
+        (under even_steps, every rank's count as above, each the sum over
+        its partitions)."""
         info = torch.utils.data.get_worker_info()
+        if self.partitions is not None:
+            counts = [self._rank_len(r) for r in range(self.world_size)] \
+                if self._agrees() else [self._rank_len(self.rank)]
+            return max(counts) if self.even_steps == "pad" else min(counts)
         if self._agrees() and info is None:
             return self._even_len()
         worker, workers = (info.id, info.num_workers) if info else (0, 1)
         return self._part_len(self.rank * workers + worker,
                               self.world_size * workers)
+
+    def _rank_len(self, rank):
+        """With partitions: the items of the partitions rank hosts."""
+        return sum(self._part_len(p, self.partitions) for p in
+                   _partitions.hosted(self.partitions, rank,
+                                      self.world_size))
 
     def _part_len(self, part, parts):
         with self._build(self.epoch, part, parts) as p:
@@ -494,7 +659,18 @@ class Loader(torch.utils.data.IterableDataset):
         the epoch, read from its start by the next iteration; or the state
         loaded and not iterated yet. The spec is not in it: build the
         Loader alike; a pipeline or seed that differs is refused when the
-        state is loaded."""
+        state is loaded.
+
+        With partitions, "partitions" (P) and "parts" in place of
+        "pipeline": {p: {"pipeline": None or the state_dict() of partition
+        p's pipeline (None: at its start), "count": the items it has
+        yielded this epoch, "ended": bool}} for each partition this rank
+        hosts; with even_steps="pad", "wrap": the partitions' states in
+        the wrap-round pass while "padded" is not 0, else None. A state
+        holding every partition (load_checkpoint() gathers the ranks')
+        loads on any number of ranks that divides P."""
+        if self.partitions is not None:
+            return self._partitions_state()
         p = self._running()
         epoch, padded = self._epoch_of_pipeline, self.padded
         if p is None and self._resumed is not None:
@@ -509,6 +685,26 @@ class Loader(torch.utils.data.IterableDataset):
             state["padded"] = padded
         return state
 
+    def _partitions_state(self):
+        """state_dict() with partitions."""
+        if self._iteration is not None:
+            epoch, first = self._epoch_of_pipeline, self._first
+            padded, wrap = self.padded, self._wrap
+        elif self._resumed is not None:
+            epoch, first, padded, wrap = self._resumed
+        else:
+            epoch, first, padded, wrap = self.epoch, None, 0, None
+        state = {"version": _STATE_VERSION, "epoch": epoch,
+                 "rank": self.rank, "world_size": self.world_size,
+                 "seed": self.seed, "partitions": self.partitions,
+                 "parts": first.states() if first is not None else
+                 {p: _partitions.start_state() for p in self._hosted()}}
+        if self.even_steps == "pad":
+            state["padded"] = padded
+            state["wrap"] = wrap.states() if padded and wrap is not None \
+                else None
+        return state
+
     def load_state_dict(self, state):
         """Resumes from a state_dict(): sets the epoch, and the next
         iteration of that epoch continues where the saved one stood.
@@ -517,12 +713,23 @@ class Loader(torch.utils.data.IterableDataset):
         so a state of another spec, seed, rank or world_size raises
         SpecError (a ValueError), a corrupt one FormatError, with the
         library's message naming the stage, and the Loader stays as it
-        was. StateError during an iteration in progress."""
+        was. StateError during an iteration in progress.
+
+        With partitions, the state of a Loader of the same partitions,
+        from any rank count: it must hold the partitions this rank hosts
+        (SpecError naming them otherwise), and may hold more (those of a
+        whole job, as load_checkpoint() gathers them). The wrap-round of
+        even_steps="pad" comes back only on the rank that saved it (same
+        rank and world_size): on another world a rank whose partitions
+        have all ended pads from their starts. A state of another number
+        of partitions, or one saved without partitions, is refused
+        (SpecError naming both)."""
         if not isinstance(state, dict):
             raise TypeError("load_state_dict() takes the dict state_dict() "
                             "returned, not %s" % type(state).__name__)
         missing = [k for k in ("version", "epoch", "rank", "world_size",
-                               "pipeline") if k not in state]
+                               "parts" if "partitions" in state
+                               else "pipeline") if k not in state]
         if missing:
             raise echoflow.FormatError(
                 "state: no %s in the dict: not one that Loader.state_dict() "
@@ -535,8 +742,9 @@ class Loader(torch.utils.data.IterableDataset):
         if not isinstance(epoch, int) or epoch < 0:
             raise echoflow.FormatError(
                 "state: epoch %r, expected an int >= 0" % (epoch,))
-        if (state["rank"], state["world_size"]) != (self.rank,
-                                                    self.world_size):
+        self._check_partitions_of(state)
+        if self.partitions is None and (state["rank"], state["world_size"]) \
+                != (self.rank, self.world_size):
             raise echoflow.SpecError(
                 "state: saved by rank %r of world_size %r, this Loader is "
                 "rank %d of %d: each rank saves and loads a state of its own"
@@ -556,18 +764,21 @@ class Loader(torch.utils.data.IterableDataset):
                 or padded < 0:
             raise echoflow.FormatError(
                 "state: padded %r, expected an int >= 0" % (padded,))
-        if padded and (self.even_steps != "pad" or state["pipeline"] is None):
+        if padded and (self.even_steps != "pad" or (
+                self.partitions is None and state["pipeline"] is None)):
             raise echoflow.SpecError(
                 "state: saved while padding (%d batches of the wrap-round "
                 "of even_steps='pad'), and this Loader has even_steps=%r: "
                 "build it with even_steps='pad', as the saved one"
                 % (padded, self.even_steps))
-        if self._running() is not None:
+        if self._in_iteration():
             raise echoflow.StateError(
                 "state: an iteration of this Loader is in progress; load a "
                 "state before iterating, or between iterations")
         resumed = None
-        if state["pipeline"] is not None:
+        if self.partitions is not None:
+            resumed = self._restore_partitions(state, epoch, padded)
+        elif state["pipeline"] is not None:
             p = self._build(epoch, self.rank, self.world_size)
             try:
                 p.load_state_dict(state["pipeline"])
@@ -579,11 +790,80 @@ class Loader(torch.utils.data.IterableDataset):
         self._resumed = resumed
         self.epoch = epoch
 
+    def _check_partitions_of(self, state):
+        """Refuses a state of another number of partitions (SpecError
+        naming both), or one of a Loader with partitions that does not
+        hold every partition this one hosts."""
+        saved = state.get("partitions")
+        if saved != self.partitions:
+            if saved is None:
+                raise echoflow.SpecError(
+                    "state: saved by a Loader without partitions (rank %r "
+                    "of world_size %r, one part per rank), this Loader has "
+                    "partitions=%d: build it without partitions=, on %r "
+                    "ranks" % (state["rank"], state["world_size"],
+                               self.partitions, state["world_size"]))
+            raise echoflow.SpecError(
+                "state: saved by a Loader of partitions=%r, this Loader has "
+                "partitions=%s: build it with partitions=%r, as the saved "
+                "one (it then resumes on any number of ranks that divides "
+                "%r)" % (saved, "None (one part per rank: %d)"
+                         % self.world_size if self.partitions is None
+                         else self.partitions, saved, saved))
+        if saved is None:
+            return
+        parts = state["parts"]
+        if not isinstance(parts, dict):
+            raise echoflow.FormatError(
+                "state: parts %s, expected a dict of the partitions' states"
+                % type(parts).__name__)
+        lacking = [p for p in self._hosted() if p not in parts]
+        if lacking:
+            raise echoflow.SpecError(
+                "state: holds partitions %s of %d, and this Loader, rank %d "
+                "of world_size %d, hosts %s: give it a state that holds "
+                "them (load_checkpoint() gathers every rank's)"
+                % (", ".join(map(str, sorted(parts))) or "none",
+                   self.partitions, self.rank, self.world_size,
+                   ", ".join(map(str, self._hosted()))))
+
+    def _restore_partitions(self, state, epoch, padded):
+        """load_state_dict() with partitions: the hosted partitions'
+        pipelines built and restored, as (epoch, Pass, padded, Pass of
+        the wrap-round or None), or None for a state at the epoch's
+        start."""
+        def open_part(p):
+            return self._build_partition(epoch, p)
+
+        hosted = self._hosted()
+        first = _partitions.restore(state["parts"], hosted, open_part,
+                                    self._prepare)
+        wrap = None
+        own = (state["rank"], state["world_size"]) == (self.rank,
+                                                       self.world_size)
+        if not own:
+            padded = 0  # the saved rank's padding is not this one's
+        elif padded and state.get("wrap") is not None:
+            try:
+                if not isinstance(state["wrap"], dict) or any(
+                        p not in state["wrap"] for p in hosted):
+                    raise echoflow.FormatError(
+                        "state: wrap %r, expected the states of partitions "
+                        "%s" % (state["wrap"], ", ".join(map(str, hosted))))
+                wrap = _partitions.restore(state["wrap"], hosted, open_part,
+                                           self._prepare)
+            except BaseException:
+                first.close()
+                raise
+        if first.at_start() and not padded:
+            return None
+        return (epoch, first, padded, wrap)
+
     def __getstate__(self):
         # pickled for DataLoader workers (spawn): pipelines stay here; a
         # loaded state is marked, so that a worker refuses it
         d = self.__dict__.copy()
-        d["_pipeline"] = None
+        d["_pipeline"] = d["_first"] = d["_wrap"] = None
         if d["_resumed"] is not None:
             d["_resumed"] = (d["_resumed"][0], None, d["_resumed"][2])
         return d
@@ -603,7 +883,9 @@ class Loader(torch.utils.data.IterableDataset):
         0), whose pipelines run in the workers' processes, out of the
         Loader's reach (there is no channel back to them); use
         num_workers=0 there (the pipeline runs its stages on threads of
-        its own)."""
+        its own). With partitions, the feedback goes to the partition
+        whose item was handed out last: give it for a batch before the
+        next is asked for."""
         p = self._running()
         if p is None:
             raise echoflow.StateError(
@@ -618,14 +900,20 @@ class Loader(torch.utils.data.IterableDataset):
     def stats(self):
         """The stats of the pipeline of the current (or last) iteration in
         this process, as echoflow.Pipeline.stats(); None before the first.
-        With DataLoader workers, the pipelines live in the workers."""
+        With DataLoader workers, the pipelines live in the workers. With
+        partitions, the pipeline of the partition whose item was handed
+        out last (each partition has its own)."""
         return self._pipeline.stats() if self._pipeline else None
 
     def close(self):
         """Stops and frees the pipeline of an iteration still running, and
-        that of a state loaded and not iterated yet."""
+        that of a state loaded and not iterated yet (with partitions,
+        every hosted partition's)."""
         if self._pipeline:
             self._pipeline.close()
+        for one_pass in (self._first, self._wrap):
+            if one_pass is not None:
+                one_pass.close()
         self._drop_resumed()
 
 

@@ -20,6 +20,11 @@ class Loader(torch.utils.data.IterableDataset):
     seed: int
     rank: int
     world_size: int
+    # None (one part per rank), or the number of partitions of the data,
+    # dealt to the ranks: rank r hosts the partitions p with
+    # p % world_size == r, and the checkpoint resumes on any world_size
+    # that divides it
+    partitions: Optional[int]
     epoch: int
     def __init__(self, spec: str, *, seed: int = ..., rank: Optional[int] = ...,
                  world_size: Optional[int] = ..., on_error: str = ...,
@@ -31,7 +36,8 @@ class Loader(torch.utils.data.IterableDataset):
                  fields: Optional[Sequence[str]] = ...,
                  unbatch: bool = ...,
                  batched: Optional[bool] = ...,
-                 even_steps: Optional[str] = ...) -> None: ...
+                 even_steps: Optional[str] = ...,
+                 partitions: Optional[int] = ...) -> None: ...
     as_tuple: Optional[Tuple[str, ...]]
     pin_memory: bool
     # None, "pad" or "drop": every rank yields as many batches per epoch

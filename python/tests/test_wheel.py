@@ -87,7 +87,8 @@ def test_the_wheel_installs_in_a_fresh_venv_and_runs_a_pipeline(source,
     module = "echoflow/_echoflow" + sysconfig.get_config_var("EXT_SUFFIX")
     for f in (module, "echoflow/__init__.py", "echoflow/__init__.pyi",
               "echoflow/torch.py", "echoflow/torch.pyi",
-              "echoflow/_distributed.py", "echoflow/py.typed"):
+              "echoflow/_distributed.py", "echoflow/_partitions.py",
+              "echoflow/py.typed"):
         assert f in names, sorted(names)
 
     venv = tmp_path / "venv"
