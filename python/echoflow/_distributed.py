@@ -22,6 +22,11 @@ the same step. A failure on one rank (a state that cannot be saved, a
 file that cannot be read) is told to every rank, and every rank raises,
 naming the rank that failed, rather than leave the others waiting in a
 collective.
+
+A checkpoint of Loaders built with partitions=P holds every partition's
+state, and resumes on any number of ranks that divides P: each rank takes
+the partitions it now hosts (echoflow/_partitions.py says how they are
+dealt). Without partitions it resumes on the saved number of ranks only.
 """
 import builtins
 import datetime
@@ -32,7 +37,7 @@ import torch
 import torch.distributed as dist
 
 import echoflow
-from echoflow import _echoflow
+from echoflow import _echoflow, _partitions
 
 _FORMAT = "echoflow.torch checkpoint"
 _VERSION = 1  # of the checkpoint's layout
@@ -196,7 +201,9 @@ def save_checkpoint(path, model, optimizer=None, loaders=None, extra=None):
         every rank's alike; optimizer: likewise, or None.
     loaders: an echoflow.torch.Loader, a list of them (the same count on
         every rank), or None. Each rank's states are gathered to rank 0,
-        with each rank's torch random generator state.
+        with each rank's torch random generator state: with partitions,
+        every partition's state, so that the file resumes on other
+        numbers of ranks (load_checkpoint).
     extra: anything torch.save takes (the step, say), given back by
         load_checkpoint().
 
@@ -291,27 +298,61 @@ def _read(path, where):
     return checkpoint
 
 
-def _restore(where, checkpoint, rank, world, model, optimizer, loaders):
-    """Loads this rank's part of a read checkpoint: the loaders first (the
-    step that refuses another spec or seed), then the model, optimizer
-    and random generator."""
-    saved = checkpoint["world_size"]
-    if saved != world:
-        raise echoflow.SpecError(
-            "%s: saved by a job of %d ranks, and this job has %d: resume "
-            "it on %d ranks (resuming on another number of ranks, elastic "
-            "resume, is not supported yet)" % (where, saved, world, saved))
-    mine = checkpoint["ranks"][rank]
-    if len(mine["loaders"]) != len(loaders):
+def _holds_pipeline(state):
+    """Whether a Loader's state holds a pipeline's position (which the
+    library compares with the Loader's spec when it is loaded)."""
+    parts = state.get("parts")
+    return state.get("pipeline") is not None or (
+        isinstance(parts, dict) and any(
+            isinstance(v, dict) and v.get("pipeline") is not None
+            for v in parts.values()))
+
+
+def _states_for(where, checkpoint, rank, world, count):
+    """The state of each of `count` loaders for this rank: its own on the
+    saved number of ranks; on another, every rank's partitions gathered
+    into one state, from which the Loader takes those it now hosts. A
+    loader saved without partitions is refused there, naming both
+    counts."""
+    saved, ranks = checkpoint["world_size"], checkpoint["ranks"]
+    if len(ranks[0]["loaders"]) != count:
         raise echoflow.SpecError(
             "%s: holds the states of %d loaders per rank, and %d were "
             "given: give the loaders of the saved run, in its order"
-            % (where, len(mine["loaders"]), len(loaders)))
-    for i, (loader, state) in enumerate(zip(loaders, mine["loaders"])):
-        spec = mine["specs"][i]
+            % (where, len(ranks[0]["loaders"]), count))
+    if saved == world:
+        return ranks[rank]["loaders"]
+    states = []
+    for i in range(count):
+        every = [r["loaders"][i] for r in ranks]
+        if every[0].get("partitions") is None:
+            raise echoflow.SpecError(
+                "%s: saved by a job of %d ranks, and this job has %d: its "
+                "loader %d has no partitions (one part per rank), so it "
+                "resumes on %d ranks only. To resume on another number of "
+                "ranks, a job builds its Loaders with partitions=P from its "
+                "start (partitions=6 resumes on 1, 2, 3 or 6 ranks)"
+                % (where, saved, world, i, saved))
+        try:
+            states.append(_partitions.gather(every))
+        except Exception as e:
+            raise _placed(e, "%s, loader %d" % (where, i))
+    return states
+
+
+def _restore(where, checkpoint, rank, world, model, optimizer, loaders):
+    """Loads this rank's part of a read checkpoint: the loaders first (the
+    step that refuses another spec or seed), then the model, optimizer
+    and random generator (the saved rank's, on the saved number of
+    ranks only)."""
+    saved = checkpoint["world_size"]
+    states = _states_for(where, checkpoint, rank, world, len(loaders))
+    specs = checkpoint["ranks"][0]["specs"]
+    for i, (loader, state) in enumerate(zip(loaders, states)):
+        spec = specs[i]
         # a state at an epoch's start holds no pipeline for the library
         # to compare with the Loader's: the spec texts are compared
-        if state.get("pipeline") is None and spec != loader.spec:
+        if not _holds_pipeline(state) and spec != loader.spec:
             raise echoflow.SpecError(
                 "%s, loader %d: saved by a Loader of spec %r, this Loader "
                 "has spec %r: build it with the spec of the saved run"
@@ -327,24 +368,33 @@ def _restore(where, checkpoint, rank, world, model, optimizer, loaders):
                 "%s: holds no optimizer state (saved with optimizer=None)"
                 % where)
         optimizer.load_state_dict(checkpoint["optimizer"])
-    torch.set_rng_state(mine["torch_rng"])
+    if saved == world:  # on another count, no rank is a saved one
+        torch.set_rng_state(checkpoint["ranks"][rank]["torch_rng"])
 
 
 def load_checkpoint(path, model, optimizer=None, loaders=None):
     """Resumes from a save_checkpoint() file, a collective: every rank
     calls it before training, with what it gave save_checkpoint (the
-    Loaders built alike: same spec, seed, even_steps). Each rank reads
-    `path` (one host, or a shared file system) and loads the model, the
-    optimizer, its own Loader states and its random generator; returns
-    `extra`. Iterate each loader from its epoch on (loader.epoch; its
-    set_epoch() to that epoch keeps the state).
+    Loaders built alike: same spec, seed, even_steps, partitions). Each
+    rank reads `path` (one host, or a shared file system) and loads the
+    model, the optimizer, its own Loader states and its random generator;
+    returns `extra`. Iterate each loader from its epoch on (loader.epoch;
+    its set_epoch() to that epoch keeps the state).
+
+    Loaders with partitions=P resume on any number of ranks that divides
+    P: on the saved number, each rank takes its own state as above; on
+    another, every rank's partitions are gathered and each rank takes
+    those it now hosts, at their saved positions (each remaining sample
+    of the epoch is read once), and keeps its own random generator (the
+    saved ones were other ranks').
 
     Refused on every rank, naming the rank that failed, before the model
-    or optimizer changes: a checkpoint of another number of ranks
-    (SpecError naming both counts: resuming on another count is not
-    supported yet); a Loader of another spec or seed (the Loader's own
-    SpecError); a file that is not a whole checkpoint (FormatError);
-    a missing one (FileNotFoundError)."""
+    or optimizer changes: a checkpoint of Loaders without partitions on
+    another number of ranks (SpecError naming both counts, and saying
+    that a job resumes elsewhere with partitions=); a Loader of another
+    number of partitions (partitions=None is one per rank), spec or seed
+    (the Loader's own SpecError, naming both); a file that is not a
+    whole checkpoint (FormatError); a missing one (FileNotFoundError)."""
     rank, world = _world()
     where = "load_checkpoint(%r), rank %d of %d" % (path, rank, world)
     extra, error = None, None

@@ -1,8 +1,12 @@
 # SPDX-License-Identifier: Apache-2.0
 """echoflow.torch.save_checkpoint() / load_checkpoint() in one process (no
-torch.distributed: rank 0 of 1): what comes back, and what is refused. The
-2-process kill and resume is test_example_resume.py's; the mpirun job with
-service workers test_example_service.py's."""
+torch.distributed: rank 0 of 1): what comes back, and what is refused,
+also for a job of 2 ranks whose checkpoint is put together here and
+resumed on 1 (Loaders with partitions=6, and without). The 2-process kill
+and resume is test_example_resume.py's, on 3 and 1 processes
+test_example_elastic.py's; the mpirun job with service workers
+test_example_service.py's."""
+import collections
 import os
 
 import pytest
@@ -202,3 +206,125 @@ def test_trainers_bcast_needs_the_job():
                        match="has not joined the job as a trainer|built "
                        "without MPI"):
         _echoflow._service_trainers_bcast(b"x")
+
+
+# ---- partitions: one job's checkpoint on another number of ranks ----------
+
+def partition_of(batch):
+    """range splits its records by number: an example's partition of 6 is
+    its index % 6, and a batch is one partition's."""
+    parts = set((batch["index"] % 6).tolist())
+    assert len(parts) == 1
+    return parts.pop()
+
+
+def job_of_2_ranks(tmp_path, loaders, steps):
+    """The checkpoint of a job of 2 ranks, as rank 0 writes it, after each
+    rank's Loader (built for its rank of 2) took `steps` batches: each
+    rank's entry is what save_checkpoint saves of it in this process (no
+    torch.distributed here), put together. (path, batches taken)."""
+    model, opt = model_and_optimizer()
+    entries, taken = [], []
+    for rank, loader in enumerate(loaders):
+        loader.set_epoch(1)
+        it = iter(loader)
+        taken += [next(it)["index"].clone() for _ in range(steps)]
+        alone = str(tmp_path / ("rank%d.ckpt" % rank))
+        echoflow.torch.save_checkpoint(alone, model, opt, loader,
+                                       extra={"step": steps})
+        it.close()
+        entries.append(torch.load(alone)["ranks"][0])
+    job = torch.load(alone)
+    job.update(world_size=2, ranks=entries)
+    path = str(tmp_path / "job.ckpt")
+    torch.save(job, path)
+    return path, taken
+
+
+def partitioned(rank, world_size, partitions=6, **kw):
+    return echoflow.torch.Loader(SPEC, seed=5, rank=rank,
+                                 world_size=world_size,
+                                 partitions=partitions, **kw)
+
+
+def test_a_job_of_partitions_resumes_on_1_rank_each_batch_once(tmp_path):
+    path, taken = job_of_2_ranks(
+        tmp_path, [partitioned(r, 2) for r in range(2)], steps=5)
+    whole = partitioned(0, 1)
+    whole.set_epoch(1)
+    expected = collections.defaultdict(list)
+    for b in whole:
+        expected[partition_of(b)].append(b["index"].tolist())
+    model, opt = model_and_optimizer(seed=1)
+    loader = partitioned(0, 1)
+    assert echoflow.torch.load_checkpoint(path, model, opt,
+                                          loader) == {"step": 5}
+    assert loader.epoch == 1
+    got = collections.defaultdict(list)
+    for b in taken + [b["index"].clone() for b in loader]:
+        got[partition_of({"index": b})].append(b.tolist())
+    assert got == expected  # each partition's order, each batch once
+
+
+def test_another_number_of_partitions_is_refused_naming_both(tmp_path):
+    path, _ = job_of_2_ranks(tmp_path, [partitioned(r, 2) for r in range(2)],
+                             steps=2)
+    model, opt = model_and_optimizer()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    with pytest.raises(echoflow.SpecError) as e:
+        echoflow.torch.load_checkpoint(path, model, opt,
+                                       partitioned(0, 1, partitions=4))
+    assert "rank 0 of 1, loader 0: state: saved by a Loader of " \
+        "partitions=6, this Loader has partitions=4: build it with " \
+        "partitions=6" in str(e.value)
+    assert same(model.state_dict(), before)
+
+
+def test_a_loader_without_partitions_is_told_to_give_them(tmp_path):
+    path, _ = job_of_2_ranks(tmp_path, [partitioned(r, 2) for r in range(2)],
+                             steps=2)
+    model, opt = model_and_optimizer()
+    with pytest.raises(echoflow.SpecError) as e:
+        echoflow.torch.load_checkpoint(path, model, opt,
+                                       echoflow.torch.Loader(SPEC, seed=5))
+    assert "rank 0 of 1, loader 0: state: saved by a Loader of " \
+        "partitions=6, this Loader has partitions=None (one part per " \
+        "rank: 1): build it with partitions=6" in str(e.value)
+
+
+def test_a_job_without_partitions_resumes_on_its_own_count_only(tmp_path):
+    path, _ = job_of_2_ranks(
+        tmp_path, [echoflow.torch.Loader(SPEC, seed=5, rank=r, world_size=2)
+                   for r in range(2)], steps=2)
+    model, opt = model_and_optimizer()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    for loader in (echoflow.torch.Loader(SPEC, seed=5), partitioned(0, 1)):
+        with pytest.raises(echoflow.SpecError) as e:
+            echoflow.torch.load_checkpoint(path, model, opt, loader)
+        assert "rank 0 of 1: saved by a job of 2 ranks, and this job has " \
+            "1: its loader 0 has no partitions (one part per rank), so it " \
+            "resumes on 2 ranks only" in str(e.value)
+        assert "builds its Loaders with partitions=P" in str(e.value)
+    assert same(model.state_dict(), before)
+
+
+def test_a_number_of_ranks_that_does_not_divide_the_partitions():
+    # refused where the job starts, before any checkpoint is read
+    with pytest.raises(ValueError) as e:
+        partitioned(3, 4)
+    assert "partitions=6 over world_size 4" in str(e.value)
+    assert "1, 2, 3 or 6 ranks work (or give partitions a multiple of 4)" \
+        in str(e.value)
+
+
+def test_ranks_at_different_epochs_are_not_one_job(tmp_path):
+    path, _ = job_of_2_ranks(tmp_path, [partitioned(r, 2) for r in range(2)],
+                             steps=2)
+    job = torch.load(path)
+    job["ranks"][1]["loaders"][0]["epoch"] = 2
+    torch.save(job, path)
+    model, opt = model_and_optimizer()
+    with pytest.raises(echoflow.FormatError) as e:
+        echoflow.torch.load_checkpoint(path, model, opt, partitioned(0, 1))
+    assert "rank 0 of 1, loader 0: state: rank 0 saved its position in " \
+        "epoch 1 and rank 1 in epoch 2" in str(e.value)
