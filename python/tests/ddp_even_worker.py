@@ -38,14 +38,25 @@ def boom(sample):
     raise RuntimeError("boom on rank 1")
 
 
-MAPS = {"slow": slow, "boom": boom}
+def odd_short(sample):
+    # with on_error="skip": the odd partitions of 6 keep their examples
+    # below 24 only, so the rank hosting them runs out long before
+    i = int(sample["index"])
+    if i % 2 and i >= 24:
+        raise ValueError("skipped")
+    return {"index": sample["index"]}
+
+
+MAPS = {"slow": slow, "boom": boom, "odd_short": odd_short}
 
 
 def options(sc):
     # the option only where a scenario gives it: the naive loop runs on
     # an echoflow without it too
     mode = sc["even_steps"]
-    return {} if mode is None else {"even_steps": mode}
+    out = {} if mode is None else {"even_steps": mode}
+    out.update({k: sc[k] for k in ("partitions", "on_error") if k in sc})
+    return out
 
 
 def loader_of(sc, rank):

@@ -64,6 +64,16 @@ SCENARIOS = [
     # rank 1's part of range:n=1 is empty: nothing to wrap round with
     {"name": "loader_empty_part", "kind": "loader", "even_steps": "pad",
      "spec": "range:n={n} | batch:64", "n": [129, 1]},
+] + [
+    # 6 partitions of 16 examples at batch 4, the odd ones cut to 4
+    # examples: rank 0 hosts 0, 2, 4 (12 batches), rank 1 hosts 1, 3, 5
+    # (3 batches), and pads by reading them again from their starts
+    {"name": "partitions_" + name, "kind": "loader", "even_steps": mode,
+     "spec": "range:n=96 | map:fn=odd_short | batch:4", "partitions": 6,
+     "on_error": "skip", **more}
+    for name, mode, more in (("pad", "pad", {}), ("drop", "drop", {}),
+                             # broken off while rank 1 pads, and resumed
+                             ("pad_resumed", "pad", {"resume_at": 8}))
 ]
 
 
@@ -171,6 +181,34 @@ def test_a_padded_pass_resumes_from_its_state(job):
         whole = job[rank]["loader_wraps"]
         resumed = job[rank]["loader_wraps_resumed"]
         assert resumed["batches"] == 7
+        assert resumed["padding"] == whole["padding"]
+        assert resumed["examples"] == whole["examples"]
+
+
+def test_partitions_pad_by_reading_the_hosted_partitions_again(job):
+    runs = [job[r]["partitions_pad"] for r in (0, 1)]
+    assert [r["batches"] for r in runs] == [12, 12]
+    assert [r["padding"] for r in runs] == [0, 9]
+    own = [flat(runs[0]["examples"]), flat(runs[1]["examples"][:3])]
+    assert sorted(own[0]) == [i for i in range(96) if i % 6 in (0, 2, 4)]
+    assert sorted(own[1]) == [i for i in range(24) if i % 6 in (1, 3, 5)]
+    b = runs[1]["examples"]  # its 3 batches (one per partition), again
+    assert b[3:] == b[:3] * 3
+
+
+def test_partitions_drop_at_the_shortest_rank(job):
+    runs = [job[r]["partitions_drop"] for r in (0, 1)]
+    assert [r["batches"] for r in runs] == [3, 3]
+    assert [r["padding"] for r in runs] == [0, 0]
+    # the first item of each partition, by the rule
+    assert [{i % 6 for i in b} for b in runs[0]["examples"]] == [{0}, {2},
+                                                                 {4}]
+
+
+def test_partitions_resume_in_the_padding(job):
+    for rank in (0, 1):
+        whole = job[rank]["partitions_pad"]
+        resumed = job[rank]["partitions_pad_resumed"]
         assert resumed["padding"] == whole["padding"]
         assert resumed["examples"] == whole["examples"]
 
