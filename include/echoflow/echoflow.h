@@ -513,7 +513,12 @@ EF_API int ef_pipeline_wants_feedback(const ef_pipeline *p, char *buf,
  * exactly that many bytes. EF_EINVAL when cap is smaller than *size;
  * EF_EUNSUPPORTED for a pipeline with a stage whose position cannot be
  * saved (a C callback source, an unordered map or tar), the message
- * naming it; a failed pipeline gives its error.
+ * naming it; a failed pipeline gives its error. A pipeline reading the
+ * `service` with several trainers saves the job's record, which every
+ * trainer's saved state holds alike: each call is a collective among
+ * the trainers (but a save right after a size query, which gives the
+ * queried bytes), so every trainer saves at the same checkpoint, making
+ * the same calls.
  *
  * ef_pipeline_restore_state: on a pipeline built like the saved one (the
  * same stages, options and seed), before its first next(). The next

@@ -30,6 +30,7 @@ struct ef_pipeline {
     unsigned char *saved;
     size_t saved_size;
     uint64_t saved_items; /* items delivered when it was made */
+    int saved_asked;      /* made by a size query not yet followed */
     /* a state was applied: the stages hold its items, and a second one
      * would be applied on top of them */
     int restored;

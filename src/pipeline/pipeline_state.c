@@ -102,11 +102,18 @@ static int save_payload(ef_pipeline *p, ef__state_out *o, ef__err *err)
     return rc;
 }
 
-/* The state for the pipeline as it is, in p->saved. */
-static int make_state(ef_pipeline *p)
+/* The state for the pipeline as it is, in p->saved; `asking`: for a
+ * size query (buf NULL). */
+static int make_state(ef_pipeline *p, int asking)
 {
     uint64_t items = ef__stat_get(&p->items);
-    if (p->saved && p->saved_items == items)
+    /* a collective save is made at each call but the save after a size
+     * query, so that every process takes part in every checkpoint's */
+    int collective = p->stages[0]->def->save_collective;
+    int asked = p->saved_asked;
+    p->saved_asked = asking;
+    if (p->saved && p->saved_items == items &&
+        (!collective || (asked && !asking)))
         return EF_OK; /* no next() since: the same position */
     ef__state_out o = {0};
     ef__err err;
@@ -144,7 +151,7 @@ ef_status ef_pipeline_save_state(ef_pipeline *p, void *buf, size_t cap,
     if (p->nstages == 0)
         return ef__err_set(&p->err, EF_ESPEC,
                            "state: the pipeline has no stages");
-    int rc = make_state(p);
+    int rc = make_state(p, buf == NULL);
     if (rc != EF_OK)
         return rc;
     *size = p->saved_size;

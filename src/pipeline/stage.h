@@ -269,6 +269,12 @@ typedef struct {
      * else again from the source, so the stages after it save no record
      * and restart as built (pipeline_state.c). */
     void (*delivered)(ef__stage *s, const ef_sample *out);
+    /* Sources whose save may be a collective among processes (the
+     * `service` read by several trainers): each process must save at
+     * every checkpoint, even one that handed out nothing since its last,
+     * so a state is kept only from a size query to the save that follows
+     * it (pipeline_state.c). */
+    int save_collective;
 } ef__stage_def;
 
 /* A pass with no end (length() of repeat without a count). */

@@ -222,6 +222,38 @@ static int count_settings(const char *text, int len)
     return n / 2;
 }
 
+/* The epochs of the record into o: `first`, the epoch count, then each
+ * epoch (with its end marks when `ends`: a trainer's record for the
+ * others, ef__progress_pack) and its splits named. p NULL: none. */
+static void put_epochs(const ef__progress *p, ef__state_out *o, int ends)
+{
+    ef__put_u64(o, p ? (uint64_t)p->first : 0);
+    ef__put_u64(o, p ? (uint64_t)p->n : 0);
+    for (int64_t i = 0; p && i < p->n; i++) {
+        const epoch_rec *e = &p->epochs[i];
+        int64_t named = 0;
+        for (int64_t k = 0; k < e->nsplits; k++)
+            named += e->splits[k].size >= 0 || e->splits[k].count > 0;
+        ef__put_u64(o, (uint64_t)e->epoch);
+        if (ends)
+            ef__put_u64(o, (uint64_t)e->ends);
+        ef__put_u64(o, (uint64_t)named);
+        for (int64_t k = 0; k < e->nsplits; k++) {
+            const split_rec *s = &e->splits[k];
+            if (s->size < 0 && s->count == 0)
+                continue;
+            int64_t words = s->nwords;
+            while (words > 0 && s->words[words - 1] == 0)
+                words--;
+            ef__put_u64(o, (uint64_t)k);
+            ef__put_i64(o, s->size);
+            ef__put_u64(o, (uint64_t)words);
+            for (int64_t w = 0; w < words; w++)
+                ef__put_u64(o, s->words[w]);
+        }
+    }
+}
+
 int ef__progress_save(ef__progress *p, const ef__service_job *job,
                       ef__state_out *o, ef__err *err)
 {
@@ -239,29 +271,7 @@ int ef__progress_save(ef__progress *p, const ef__service_job *job,
     ef__put_u64(o, (uint64_t)job->nworkers);
     if (p)
         prune(p, job->nworkers);
-    ef__put_u64(o, p ? (uint64_t)p->first : 0);
-    ef__put_u64(o, p ? (uint64_t)p->n : 0);
-    for (int64_t i = 0; p && i < p->n; i++) {
-        const epoch_rec *e = &p->epochs[i];
-        int64_t named = 0;
-        for (int64_t k = 0; k < e->nsplits; k++)
-            named += e->splits[k].size >= 0 || e->splits[k].count > 0;
-        ef__put_u64(o, (uint64_t)e->epoch);
-        ef__put_u64(o, (uint64_t)named);
-        for (int64_t k = 0; k < e->nsplits; k++) {
-            const split_rec *s = &e->splits[k];
-            if (s->size < 0 && s->count == 0)
-                continue;
-            int64_t words = s->nwords;
-            while (words > 0 && s->words[words - 1] == 0)
-                words--;
-            ef__put_u64(o, (uint64_t)k);
-            ef__put_i64(o, s->size);
-            ef__put_u64(o, (uint64_t)words);
-            for (int64_t w = 0; w < words; w++)
-                ef__put_u64(o, s->words[w]);
-        }
-    }
+    put_epochs(p, o, 0);
     return o->failed ? ef__err_set(err, EF_ENOMEM, "state: out of memory")
                      : EF_OK;
 }
@@ -323,11 +333,15 @@ static int check_settings(ef__state_in *in, const ef__service_job *job)
     return EF_OK;
 }
 
-/* One epoch's record: its splits, each with its bitmap. */
-static int read_epoch(ef__state_in *in, ef__progress *p, int64_t before)
+/* One epoch's record: its end marks (with `ends`), its splits, each
+ * with its bitmap. */
+static int read_epoch(ef__state_in *in, ef__progress *p, int64_t before,
+                      int ends)
 {
-    uint64_t epoch, named;
+    uint64_t epoch, marks = 0, named;
     if (ef__get_u64(in, "an epoch", &epoch) ||
+        (ends && ef__get_count(in, "an epoch's end marks", INT32_MAX,
+                               &marks)) ||
         ef__get_count(in, "a split count", MAX_SPLITS, &named))
         return in->err->status;
     if ((int64_t)epoch < p->first || (int64_t)epoch <= before ||
@@ -337,6 +351,7 @@ static int read_epoch(ef__state_in *in, ef__progress *p, int64_t before)
     epoch_rec *e = epoch_at(p, (int64_t)epoch, 1);
     if (!e)
         return ef__err_set(in->err, EF_ENOMEM, "state: out of memory");
+    e->ends = (int)marks;
     for (uint64_t i = 0; i < named; i++) {
         uint64_t k, words;
         int64_t size;
@@ -368,13 +383,11 @@ static int read_epoch(ef__state_in *in, ef__progress *p, int64_t before)
     return EF_OK;
 }
 
-int ef__progress_restore(ef__state_in *in, const ef__service_job *job,
-                         ef__progress **out, ef__err *err)
+/* The epochs put_epochs() wrote into a new record, *out. */
+static int read_epochs(ef__state_in *in, int ends, ef__progress **out)
 {
-    (void)err; /* in->err */
     uint64_t first, n;
-    if (check_settings(in, job) ||
-        ef__get_count(in, "the first epoch", (uint64_t)INT64_MAX / 2,
+    if (ef__get_count(in, "the first epoch", (uint64_t)INT64_MAX / 2,
                       &first) ||
         ef__get_count(in, "the epoch count", MAX_EPOCHS, &n))
         return in->err->status;
@@ -383,13 +396,144 @@ int ef__progress_restore(ef__state_in *in, const ef__service_job *job,
         return ef__err_set(in->err, EF_ENOMEM, "state: out of memory");
     int64_t before = -1;
     for (uint64_t i = 0; i < n; i++) {
-        if (read_epoch(in, p, before)) {
+        if (read_epoch(in, p, before, ends)) {
             ef__progress_free(p);
             return in->err->status;
         }
         before = p->epochs[p->n - 1].epoch;
     }
     *out = p;
+    return EF_OK;
+}
+
+int ef__progress_restore(ef__state_in *in, const ef__service_job *job,
+                         ef__progress **out, ef__err *err)
+{
+    (void)err; /* in->err */
+    if (check_settings(in, job))
+        return in->err->status;
+    return read_epochs(in, 0, out);
+}
+
+/* ---- the trainers' records joined ---------------------------------- */
+
+int ef__progress_pack(const ef__progress *p, ef__state_out *o, ef__err *err)
+{
+    if (p && p->failed)
+        return ef__err_set(err, EF_ENOMEM,
+                           "service: out of memory while recording what "
+                           "the trainer was handed");
+    put_epochs(p, o, 1);
+    return o->failed ? ef__err_set(err, EF_ENOMEM, "state: out of memory")
+                     : EF_OK;
+}
+
+/* Joins split `from` of epoch e into `to`: lengths taken where unknown,
+ * positions ORed; a length the records disagree on, or more positions
+ * than the length, is refused. */
+static int merge_split(split_rec *to, const split_rec *from, int64_t e,
+                       int64_t k, ef__err *err)
+{
+    if (to->size >= 0 && from->size >= 0 && to->size != from->size)
+        return ef__err_set(err, EF_EFORMAT,
+                           "service: the trainers' records differ: split "
+                           "%lld of epoch %lld is %lld samples long in "
+                           "one, %lld in another",
+                           (long long)k, (long long)e, (long long)to->size,
+                           (long long)from->size);
+    if (to->size < 0)
+        to->size = from->size;
+    if (grow_words(to, from->nwords))
+        return ef__err_set(err, EF_ENOMEM, "service: out of memory");
+    to->count = 0;
+    for (int64_t w = 0; w < to->nwords; w++) {
+        if (w < from->nwords)
+            to->words[w] |= from->words[w];
+        to->count += __builtin_popcountll(to->words[w]);
+    }
+    if (to->size >= 0 && to->count > to->size)
+        return ef__err_set(err, EF_EFORMAT,
+                           "service: the trainers' records differ: split "
+                           "%lld of epoch %lld has %lld positions delivered "
+                           "of %lld",
+                           (long long)k, (long long)e, (long long)to->count,
+                           (long long)to->size);
+    return EF_OK;
+}
+
+int ef__progress_merge(ef__progress *into, const ef__progress *from,
+                       ef__err *err)
+{
+    if (into->failed || from->failed)
+        return ef__err_set(err, EF_ENOMEM, "service: out of memory");
+    /* an epoch before a record's first was delivered whole by that
+     * trainer alone, every position of it */
+    while (into->n > 0 && into->epochs[0].epoch < from->first) {
+        epoch_free(&into->epochs[0]);
+        memmove(&into->epochs[0], &into->epochs[1],
+                (size_t)(into->n - 1) * sizeof *into->epochs);
+        into->n--;
+    }
+    if (from->first > into->first)
+        into->first = from->first;
+    for (int64_t i = 0; i < from->n; i++) {
+        const epoch_rec *f = &from->epochs[i];
+        if (f->epoch < into->first)
+            continue;
+        epoch_rec *e = epoch_at(into, f->epoch, 1);
+        if (!e)
+            return ef__err_set(err, EF_ENOMEM, "service: out of memory");
+        /* each worker ends each epoch to every trainer */
+        if (f->ends > e->ends)
+            e->ends = f->ends;
+        for (int64_t k = 0; k < f->nsplits; k++) {
+            const split_rec *s = &f->splits[k];
+            if (s->size < 0 && s->count == 0)
+                continue;
+            split_rec *t = split_at(into, e, k);
+            if (!t)
+                return ef__err_set(err, EF_ENOMEM, "service: out of memory");
+            int rc = merge_split(t, s, f->epoch, k, err);
+            if (rc != EF_OK)
+                return rc;
+        }
+    }
+    return EF_OK;
+}
+
+int ef__progress_join(const unsigned char *all, const size_t *counts, int n,
+                      ef__progress **out, ef__err *err)
+{
+    ef__progress *job = NULL;
+    int rc = EF_OK;
+    size_t at = 0;
+    for (int t = 0; t < n && rc == EF_OK; t++) {
+        ef__state_in in = {.p = all + at, .len = counts[t], .err = err};
+        ef__progress *one = NULL;
+        rc = read_epochs(&in, 1, &one);
+        if (rc == EF_OK)
+            rc = ef__state_in_done(&in);
+        if (rc == EF_OK && job)
+            rc = ef__progress_merge(job, one, err);
+        if (rc == EF_OK && !job) {
+            job = one;
+            one = NULL;
+        }
+        ef__progress_free(one);
+        if (rc != EF_OK) { /* said again, naming the trainer */
+            char why[EF__ERR_MAX];
+            snprintf(why, sizeof why, "%s", err->msg);
+            ef__err_set(err, rc, "service: trainer %d's record: %s", t, why);
+        }
+        at += counts[t];
+    }
+    if (rc == EF_OK && !job && !(job = ef__progress_new(0)))
+        rc = ef__err_set(err, EF_ENOMEM, "service: out of memory");
+    if (rc != EF_OK) {
+        ef__progress_free(job);
+        return rc;
+    }
+    *out = job;
     return EF_OK;
 }
 

@@ -903,6 +903,97 @@ void ef__service_delivered(ef__service_reader *r, const ef_sample *s)
     ef__ident_clear(&d);
 }
 
+/* With several trainers, a save is a collective among them: `failed`
+ * (this trainer's status) becomes every trainer's, the first that
+ * failed named to the others; `what` says what it could not do. */
+static int trainers_agree(const ef__service_job *job, int failed,
+                          const char *what, ef__err *err)
+{
+    /* the lowest trainer that failed, and its status, in one value */
+    int64_t v = failed ? (int64_t)job->role_rank << 32 | (uint32_t)-failed
+                       : INT64_MAX;
+    int mpi = MPI_Allreduce(MPI_IN_PLACE, &v, 1, MPI_INT64_T, MPI_MIN,
+                            job->role_comm);
+    if (mpi != MPI_SUCCESS) /* every trainer fails it alike */
+        return ef__service_mpi_error(mpi, "MPI_Allreduce", err);
+    if (failed || v == INT64_MAX)
+        return failed;
+    char name[96];
+    ef__service_rank_name(job->trainers[v >> 32], name, sizeof name);
+    return ef__err_set(err, -(int)(uint32_t)v,
+                       "service: the trainers' checkpoint: %s could not %s "
+                       "(its own message says why)",
+                       name, what);
+}
+
+/* The job's record saved into o, made from every trainer's (a
+ * collective: each trainer calls it at the same checkpoint). `mine` is
+ * this trainer's packed record, or NULL when it failed (err says why). */
+static int save_job_record(const ef__service_job *job, ef__state_out *mine,
+                           int failed, ef__state_out *o, ef__err *err)
+{
+    int n = job->ntrainers;
+    /* first its size, so that each trainer makes room for all */
+    int64_t len = failed || mine->len > INT32_MAX ? -1 : (int64_t)mine->len;
+    if (!failed && len < 0)
+        failed = ef__err_set(err, EF_ENOMEM,
+                             "service: a record of %zu bytes, more than "
+                             "MPI sends at once",
+                             mine->len);
+    int64_t *lens = ef__malloc((size_t)n * sizeof *lens);
+    int *counts = ef__malloc((size_t)n * sizeof *counts);
+    int *displ = ef__malloc((size_t)n * sizeof *displ);
+    size_t *sizes = ef__malloc((size_t)n * sizeof *sizes);
+    if (!failed && (!lens || !counts || !displ || !sizes))
+        failed = ef__err_set(err, EF_ENOMEM, "service: out of memory");
+    int rc = trainers_agree(job, failed, "record what it was handed", err);
+    int mpi = MPI_SUCCESS;
+    if (rc == EF_OK)
+        mpi = MPI_Allgather(&len, 1, MPI_INT64_T, lens, 1, MPI_INT64_T,
+                            job->role_comm);
+    if (rc == EF_OK && mpi != MPI_SUCCESS)
+        rc = ef__service_mpi_error(mpi, "MPI_Allgather", err);
+    int64_t total = 0;
+    for (int t = 0; rc == EF_OK && t < n; t++) {
+        displ[t] = (int)total;
+        counts[t] = (int)lens[t];
+        sizes[t] = (size_t)lens[t];
+        total += lens[t];
+    }
+    /* every trainer knows the total: all refuse it alike */
+    if (rc == EF_OK && total > INT32_MAX)
+        rc = ef__err_set(err, EF_ENOMEM,
+                         "service: the trainers' records are %lld bytes, "
+                         "more than MPI sends at once",
+                         (long long)total);
+    unsigned char *all = NULL;
+    failed = EF_OK;
+    if (rc == EF_OK && !(all = ef__malloc(total ? (size_t)total : 1)))
+        failed = ef__err_set(err, EF_ENOMEM, "service: out of memory");
+    if (rc == EF_OK)
+        rc = trainers_agree(job, failed, "make room for the trainers' records",
+                            err);
+    if (rc == EF_OK &&
+        (mpi = MPI_Allgatherv(mine->buf, counts[job->role_rank], MPI_BYTE,
+                              all, counts, displ, MPI_BYTE,
+                              job->role_comm)) != MPI_SUCCESS)
+        rc = ef__service_mpi_error(mpi, "MPI_Allgatherv", err);
+    ef__progress *joined = NULL;
+    if (rc == EF_OK) {
+        failed = ef__progress_join(all, sizes, n, &joined, err);
+        if (failed == EF_OK)
+            failed = ef__progress_save(joined, job, o, err);
+        rc = trainers_agree(job, failed, "join the trainers' records", err);
+    }
+    ef__progress_free(joined);
+    ef__free(all);
+    ef__free(lens);
+    ef__free(counts);
+    ef__free(displ);
+    ef__free(sizes);
+    return rc;
+}
+
 int ef__service_save(ef__service_reader *r, const ef__service_resume *pending,
                      ef__state_out *o, ef__err *err)
 {
@@ -910,17 +1001,17 @@ int ef__service_save(ef__service_reader *r, const ef__service_resume *pending,
     if (!job)
         return ef__err_set(err, EF_ESTATE,
                            "service: this process has not joined the job");
-    if (job->ntrainers > 1)
-        return ef__err_set(err, EF_EUNSUPPORTED,
-                           "service: a checkpoint of one of %d trainers is "
-                           "not supported yet (each holds a part of the "
-                           "epoch; one trainer can be saved)",
-                           job->ntrainers);
     pthread_mutex_lock(&rx.mu);
     /* a restored record not attached yet is saved as it was read */
     ef__progress *p = r ? r->progress : (ef__progress *)pending;
-    int rc = ef__progress_save(p, job, o, err);
+    ef__state_out mine = {0};
+    int rc = job->ntrainers > 1 ? ef__progress_pack(p, &mine, err)
+                                : ef__progress_save(p, job, o, err);
     pthread_mutex_unlock(&rx.mu);
+    /* several trainers: the job's record, the same on every one */
+    if (job->ntrainers > 1)
+        rc = save_job_record(job, &mine, rc, o, err);
+    ef__state_out_free(&mine);
     return rc;
 }
 

@@ -142,6 +142,25 @@ int ef__progress_save(ef__progress *p, const ef__service_job *job,
  * workers of other settings (EF_ESPEC naming the setting). */
 int ef__progress_restore(ef__state_in *in, const ef__service_job *job,
                          ef__progress **out, ef__err *err);
+/* Several trainers: each delivers a part of every split, so a
+ * checkpoint holds the job's record, the union of theirs
+ * (ef__service_save). A trainer's record for the others, with each
+ * epoch's end marks, into o (after what o holds). */
+int ef__progress_pack(const ef__progress *p, ef__state_out *o, ef__err *err);
+/* Joins `from` into `into`: every position delivered in either, each
+ * split's length where one knows it, the later `first` (an epoch before
+ * a record's first was delivered whole by that trainer alone), the most
+ * end marks per epoch; an epoch leaves the joined record at its next
+ * save only when whole in it. EF_EFORMAT when they disagree on a
+ * split's length or the union holds more positions than it; EF_ENOMEM.
+ * `into` is then partly joined. */
+int ef__progress_merge(ef__progress *into, const ef__progress *from,
+                       ef__err *err);
+/* The job's record from n trainers' packed records, counts[t] bytes of
+ * trainer t one after another at `all`, into *out (the caller frees it;
+ * n 0: an empty record); errors name the trainer whose record failed. */
+int ef__progress_join(const unsigned char *all, const size_t *counts, int n,
+                      ef__progress **out, ef__err *err);
 /* OPEN's message for a reader of `epoch` (endless or not) that resumes
  * from p (NULL: none), into *msg (ef__free'd by the caller), *n values. */
 int ef__progress_open_msg(const ef__progress *p, int64_t epoch, int endless,

@@ -202,5 +202,6 @@ const ef__stage_def ef__stage_service = {
     .save = service_save,
     .restore = service_restore,
     .delivered = service_delivered,
+    .save_collective = 1,
     .length = service_length,
 };
