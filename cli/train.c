@@ -55,7 +55,9 @@ static const char about[] =
     "kill goes on from the last checkpoint; with --threads 1 it ends with\n"
     "the weights the uninterrupted run would have (see the report's\n"
     "samples_hash and weights_hash). Under mpirun, one file holds every\n"
-    "process's part, and resumes on as many processes.\n"
+    "process's part, and resumes on as many processes. A --spec reading\n"
+    "the `service` saves the job's record alike on every trainer: it\n"
+    "resumes on any number of trainers.\n"
     "With an echo policy (--echo ...,policy=NAME, or echo:policy=NAME in\n"
     "--spec), each step feeds every example's training loss back to the\n"
     "echo stage.\n";
@@ -233,6 +235,14 @@ static ef_pipeline **build_partitions(const train_opts *o, int *n)
         }
     }
     return parts;
+}
+
+/* Whether the pipeline's source is the `service`. */
+static int reads_service(const ef_pipeline *p)
+{
+    ef_stage_stats st;
+    ef_pipeline_stage_stats(p, 0, &st);
+    return !strcmp(st.name, "service");
 }
 
 /* The echo stage's stats, or -1 when the pipeline has none. */
@@ -663,6 +673,9 @@ static int run(train_opts *o)
         ef_pipeline_destroy(test_p);
         return 2;
     }
+    /* the service deals the data to the trainers, and each one's state
+     * is the job's: a checkpoint resumes on any number of them */
+    o->cfg.shared_state = reads_service(parts[0]);
     /* values are fed back only to a pipeline whose echo policy uses them,
      * so that runs without one stay exactly as they were */
     o->cfg.feedback =

@@ -497,6 +497,16 @@ static int checkpoint_ranks(trainer *t, const eft_run_state *rs, char *err,
     unsigned char *mine = NULL;
     size_t mine_n = 0; /* a process that failed sends nothing */
     int failed = encode_parts(t, &mine, &mine_n, err, errlen) != 0;
+    if (t->cfg->shared_state) { /* every part is the job's: process 0's */
+        if (c->rank == 0 && !failed)
+            failed = eft_checkpoint_save_parts(t->cfg->checkpoint, &t->id,
+                                               t->m, rs, 1, mine, &mine_n,
+                                               err, errlen) != 0;
+        free(mine);
+        return together(t, failed,
+                        "could not save its part of the checkpoint", err,
+                        errlen);
+    }
     void *all = NULL;
     size_t *counts =
         c->rank == 0 ? calloc((size_t)c->size, sizeof *counts) : NULL;
@@ -667,6 +677,28 @@ static int resume(trainer *t, char *err, size_t errlen)
     return 0;
 }
 
+/* The partitions a checkpoint of this run holds: one when their states
+ * are the job's (eft_config.shared_state). */
+static int file_parts(const trainer *t)
+{
+    return t->cfg->shared_state ? 1 : t->partitions;
+}
+
+/* The one part of a run whose states are the job's, n bytes, dealt to
+ * every one of `ranks` processes: into *out (allocated; the caller frees
+ * it) with each one's size in counts[]. Returns 0, or -1 without
+ * memory. */
+static int share_part(const unsigned char *part, size_t n, int ranks,
+                      unsigned char **out, size_t *counts)
+{
+    *out = malloc(n * (size_t)ranks + 1);
+    for (int r = 0; *out && r < ranks; r++) {
+        memcpy(*out + n * (size_t)r, part, n);
+        counts[r] = n;
+    }
+    return *out ? 0 : -1;
+}
+
 /* Process 0 reads the checkpoint of a data-parallel run and tells every
  * process how that went (*status: 0 read, 1 none there, -1 failed, its
  * message on process 0); with one read, its model, momentum and run state
@@ -681,12 +713,15 @@ static int deal_checkpoint(trainer *t, eft_run_state *rs, int32_t *status,
     size_t *part_n = NULL, *counts = NULL;
     if (c->rank == 0) {
         *status = (int32_t)eft_checkpoint_load_parts(
-            t->cfg->checkpoint, &t->id, t->partitions, t->m, rs, &parts,
+            t->cfg->checkpoint, &t->id, file_parts(t), t->m, rs, &parts,
             &part_n, err, errlen);
         counts = calloc((size_t)c->size, sizeof *counts);
         if (*status == 0 &&
-            (!counts || eft_parts_to_ranks(parts, part_n, c->size,
-                                           t->partitions, &by_rank, counts)))
+            (!counts ||
+             (t->cfg->shared_state
+                  ? share_part(parts, part_n[0], c->size, &by_rank, counts)
+                  : eft_parts_to_ranks(parts, part_n, c->size, t->partitions,
+                                       &by_rank, counts))))
             *status = fail(err, errlen, "%s: out of memory",
                            t->cfg->checkpoint);
     }
@@ -730,6 +765,12 @@ static int resume_ranks(trainer *t, char *err, size_t errlen)
     }
     int failed = restore_parts(t, bytes, n, err, errlen);
     free(bytes);
+    /* process 0's counters are not this one's: its own count from here */
+    for (int k = 0; t->cfg->shared_state && k < t->nparts; k++) {
+        eft_partition *part = &t->parts[k];
+        part->fresh = part->batches = part->feedback_values = 0;
+        part->samples_hash = 0;
+    }
     if (together(t, failed != 0, "could not restore its part of the checkpoint",
                  err, errlen))
         return -1;
@@ -828,6 +869,12 @@ static int host_partitions(trainer *t, char *err, size_t errlen)
     int ranks = c ? c->size : 1;
     t->partitions = t->cfg->partitions > 0 ? t->cfg->partitions : ranks;
     t->nparts = job->parts ? job->nparts : 1;
+    if (t->cfg->shared_state && t->partitions != ranks)
+        return fail(err, errlen,
+                    "train: %d partitions on %d processes: a pipeline whose "
+                    "state is the job's (the service, which deals the "
+                    "data) takes one partition per process",
+                    t->partitions, ranks);
     if (t->partitions % ranks != 0 || t->nparts != t->partitions / ranks)
         return fail(err, errlen,
                     "train: %d partitions on %d processes: each hosts %g, "

@@ -87,6 +87,14 @@ typedef struct {
     /* The data's partitions (see eft_job): a multiple of the processes;
      * 0 is one per process. */
     int partitions;
+    /* The pipelines' states are the job's, the same on every process (a
+     * `service` spec: each process's state is what every trainer was
+     * handed, the service deals the data): one partition per process,
+     * and a checkpoint keeps one part, process 0's, which every process
+     * restores, on any number of processes. Each process's own counters
+     * (local_fresh, local_batches, samples_hash) then count from the
+     * resume. */
+    int shared_state;
 } eft_config;
 
 /* Set where config fields have no default of their own. */
