@@ -69,7 +69,9 @@ typedef struct {
      * stage): its examples from the service count as delivered. */
     void (*delivered)(ef__service_reader *r, const ef_sample *s);
     /* Writes the record of reader r, or with r NULL of `pending` (a
-     * restored record not attached yet; NULL: nothing was read). */
+     * restored record not attached yet; NULL: nothing was read). With
+     * several trainers, a collective among them that writes the job's
+     * record, the union of theirs, on every one. */
     int (*save)(ef__service_reader *r, const ef__service_resume *pending,
                 struct ef__state_out *o, ef__err *err);
     /* Reads a record back into *out (freed with release, or taken by
