@@ -52,9 +52,10 @@ TAR="tar:urls=$TMP/train-{000000..000003}.tar"
 TEST="idx:images=$FMNIST/t10k-images-idx3-ubyte.gz,labels=$FMNIST/t10k-labels-idx1-ubyte.gz | take:500 | batch:500"
 # a path of its own per rank: each runs in its run's folder r<RANK>
 SPEC="service:epochs=0 | shuffle:100 | echo:factor=2 | batch:32 | trace:path=trace.log"
-# 3 epochs, a short shuffle so that each trainer's buffer holds no
-# sample of epoch 1 by the end; the workers throttled so that a run takes seconds, and a
-# checkpoint every 5 steps (under a sanitizer every 2: a step is slower)
+# 3 epochs, a short shuffle so that no trainer's buffer still holds a
+# sample of epoch 1 at the end; the workers throttled so that a run
+# takes seconds; a checkpoint every 5 steps (under a sanitizer every 2:
+# a step is slower)
 EVERY=5
 [ -n "${EF_SANITIZED:-}" ] && EVERY=2
 train_args() { # CHECKPOINT: into ARGS
@@ -110,7 +111,7 @@ check() {
             { fail "$chain: $r did not resume: $(tail -5 "$TMP/$r.err")"; return; }
     done
     if out=$("$PY" - "$TMP" "$*" "${steps[*]}" <<'PY' 2>&1
-import glob, os, sys, tarfile
+import glob, sys, tarfile
 tmp, runs, steps = sys.argv[1], sys.argv[2].split(), \
     [int(s) for s in sys.argv[3].split()]
 want = set()
@@ -161,8 +162,8 @@ PY
     fi
 }
 
-# run NAME ... then "did it end as it should"
-killed_ok() { # NAME
+# killed_ok NAME: the run was killed, and failed
+killed_ok() {
     if [ "$killed" != ended ] || [ "$rc" -eq 0 ]; then
         fail "$1: killed: $killed (rc $rc): $(tail -5 "$TMP/$1.err")"
         return 1
