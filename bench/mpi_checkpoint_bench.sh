@@ -35,28 +35,10 @@ fresh=$([ "$quick" = 1 ] && echo 6400 || echo 64000)
 args=(train --data fashion-mnist --echo factor=2,shuffle=1000 --threads 1
       --max-fresh "$fresh" --eval-every 100000000 --checkpoint-every 50 --json)
 
-# the bytes of the pipeline states in checkpoint $1 (both versions)
+# the KiB of the pipeline states in checkpoint $1, "a + b + ..."
 states() {
-    "$py" - "$1" <<'EOF'
-import struct, sys
-b = open(sys.argv[1], "rb").read()
-version, ranks, _ = struct.unpack_from("<IIQ", b, 8)
-at = 28
-for _ in range(struct.unpack_from("<I", b, 24)[0]):
-    at += 1 + b[at] + 9
-at += 70 * 8
-tensors, = struct.unpack_from("<I", b, at)
-at += 4
-for _ in range(tensors):
-    n, = struct.unpack_from("<Q", b, at)
-    at += 8 + 8 * n
-sizes = []
-for _ in range(ranks if version == 2 else 1):  # partitions, in version 2
-    n, = struct.unpack_from("<Q", b, at)
-    sizes.append(n - (40 if version == 2 else 0))
-    at += 8 + n
-print(" + ".join("%.0f" % (s / 1024) for s in sizes))
-EOF
+    "$py" "$here/checkpoint_parts.py" "$1" |
+        awk '{ printf "%s%.0f", (NR > 1 ? " + " : ""), $1 / 1024 }'
 }
 
 echo "commit $(git -C "$here" rev-parse --short HEAD), $(nproc) cores, $(date -u +%F)"

@@ -35,25 +35,14 @@ spec="service:epochs=0 | shuffle:1000 | echo:factor=2 | batch:32"
 serve=(-np 2 "$cli" serve "tar:urls=$tmp/train-{000000..000007}.tar | decode"
        --splits 8 --seed 3)
 
-# the bytes of the first part's pipeline state in a version 2 checkpoint
+# the bytes of the one part's pipeline state in a checkpoint (a service
+# spec's file keeps one part)
 state_bytes() {
-    "$py" - "$1" <<'EOF'
-import struct, sys
-b = open(sys.argv[1], "rb").read()
-version, parts, _ = struct.unpack_from("<IIQ", b, 8)
-at = 28
-for _ in range(struct.unpack_from("<I", b, 24)[0]):
-    at += 1 + b[at] + 9
-at += 70 * 8
-tensors, = struct.unpack_from("<I", b, at)
-at += 4
-for _ in range(tensors):
-    n, = struct.unpack_from("<Q", b, at)
-    at += 8 + 8 * n
-assert version == 2 and parts == 1, (version, parts)
-n, = struct.unpack_from("<Q", b, at)
-print(n - 40)
-EOF
+    local sizes
+    sizes=$("$py" "$here/checkpoint_parts.py" "$1")
+    [ "$(wc -l <<<"$sizes")" -eq 1 ] ||
+        { echo "service_checkpoint_bench: $1 has more than one part" >&2; exit 1; }
+    echo "$sizes"
 }
 
 echo "commit $(git -C "$here" rev-parse --short HEAD), $(nproc) cores, $(date -u +%F)"
