@@ -34,6 +34,15 @@ TMP=$(mktemp -d "${TMPDIR:-/tmp}/ef_service_el.XXXXXX")
 trap '[ -n "${EF_KEEP:-}" ] || rm -rf "$TMP"' EXIT
 command -v mpirun >/dev/null ||
     { echo "FAIL: mpirun missing (apt-get install openmpi-bin)" >&2; exit 1; }
+# Several trainers run collectives on their main thread while the
+# service's thread receives: Open MPI's progress engine, run by either,
+# fills the collective's buffer, and ThreadSanitizer, which cannot see
+# inside Open MPI, reports the gradients as written by the service's
+# thread (service_test.sh skips its two trainers alike).
+if [ "${EF_SANITIZED:-}" = thread ]; then
+    echo "skip: several trainers (ThreadSanitizer cannot see Open MPI hand a collective's buffer between threads)"
+    exit 0
+fi
 if ! "$CLI" train --help >/dev/null 2>&1; then
     echo "skip: this echoflow has no trainer (OpenBLAS missing)"
     exit 0
@@ -164,8 +173,8 @@ PY
 
 # killed_ok NAME: the run was killed, and failed
 killed_ok() {
-    if [ "$killed" != ended ] || [ "$rc" -eq 0 ]; then
-        fail "$1: killed: $killed (rc $rc): $(tail -5 "$TMP/$1.err")"
+    if [ "$killed" != ended ] || [ "${rc:-0}" -eq 0 ]; then
+        fail "$1: killed: $killed (rc ${rc:-none}): $(tail -5 "$TMP/$1.err")"
         return 1
     fi
 }
