@@ -18,32 +18,23 @@ int eft_partition_turn(const eft_partition *parts, int n)
 }
 
 /* Copies the parts at[p] (n[p] bytes each) into one buffer, in the order
- * `order` gives (partitions of them): *out, allocated. */
+ * `order` gives, or in partition order when it is NULL: *out, allocated. */
 static int gather(const unsigned char *const *at, const size_t *n,
                   const int *order, int partitions, unsigned char **out)
 {
     size_t total = 0;
-    for (int i = 0; i < partitions; i++)
-        total += n[order[i]];
+    for (int p = 0; p < partitions; p++)
+        total += n[p];
     *out = malloc(total ? total : 1);
     if (!*out)
         return -1;
     size_t used = 0;
     for (int i = 0; i < partitions; i++) {
-        memcpy(*out + used, at[order[i]], n[order[i]]);
-        used += n[order[i]];
+        int p = order ? order[i] : i;
+        memcpy(*out + used, at[p], n[p]);
+        used += n[p];
     }
     return 0;
-}
-
-/* order[i]: the partition that comes i-th when the parts are grouped by
- * the process hosting them (rank r's r, r + ranks, ...) */
-static void rank_order(int *order, int ranks, int partitions)
-{
-    int i = 0;
-    for (int r = 0; r < ranks; r++)
-        for (int p = r; p < partitions; p += ranks)
-            order[i++] = p;
 }
 
 int eft_parts_from_ranks(const unsigned char *all, const size_t *counts,
@@ -51,8 +42,7 @@ int eft_parts_from_ranks(const unsigned char *all, const size_t *counts,
                          size_t *part_n)
 {
     const unsigned char **at = malloc((size_t)partitions * sizeof *at);
-    int *order = malloc((size_t)partitions * sizeof *order);
-    int rc = at && order ? 0 : -2;
+    int rc = at ? 0 : -2;
     *out = NULL;
     for (int r = 0; rc == 0 && r < ranks; r++) {
         size_t left = counts[r];
@@ -68,13 +58,9 @@ int eft_parts_from_ranks(const unsigned char *all, const size_t *counts,
         if (left != 0)
             rc = -1;
     }
-    if (rc == 0) {
-        for (int p = 0; p < partitions; p++)
-            order[p] = p;
-        rc = gather(at, part_n, order, partitions, out) ? -2 : 0;
-    }
+    if (rc == 0)
+        rc = gather(at, part_n, NULL, partitions, out) ? -2 : 0;
     free(at);
-    free(order);
     return rc;
 }
 
@@ -91,11 +77,14 @@ int eft_parts_to_ranks(const unsigned char *parts, const size_t *part_n,
             at[p] = parts;
             parts += part_n[p];
         }
-        rank_order(order, ranks, partitions);
+        /* rank r's partitions r, r + ranks, ..., one rank after another */
+        int i = 0;
         for (int r = 0; r < ranks; r++) {
             counts[r] = 0;
-            for (int p = r; p < partitions; p += ranks)
+            for (int p = r; p < partitions; p += ranks) {
+                order[i++] = p;
                 counts[r] += part_n[p];
+            }
         }
         rc = gather(at, part_n, order, partitions, out);
     }
