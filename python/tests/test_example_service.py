@@ -140,7 +140,7 @@ first, path = sys.argv[1] == "first", sys.argv[2]
 rank, _ = echoflow.torch.init_distributed()
 model = torch.nn.Linear(1, 1)
 loader = echoflow.torch.Loader(
-    "service | shuffle:100 | echo:factor=2,shuffle=50 | batch:10", seed=3)
+    "service | shuffle:2000 | echo:factor=2,shuffle=50 | batch:10", seed=3)
 def fresh(batch):  # members: index, epoch, echo copy, ...
     return [m[0] for m in batch.members.tolist() if m[2] == 0]
 keys = []
@@ -156,28 +156,33 @@ pickle.dump(keys, open("%s.%d.%s" % (path, rank, sys.argv[1]), "wb"))
 """
 
 
-def test_one_trainer_saves_and_resumes_the_service(tmp_path):
-    """One Python trainer saves its Loader of the service mid-epoch with
-    save_checkpoint (shuffle and echo after the source), the job ends; a
-    new job resumes from it: every sample of the epoch reaches the
-    trainer once over the two jobs (docs/distributed.md, Checkpoints).
-    Two Python trainers' resume is not tested here: a resumed job of two
-    sometimes reads an empty epoch (docs/python.md)."""
-    trainers = 1
+@pytest.mark.parametrize("first, second", [((1, 2), (1, 2)), ((2, 2), (2, 2))])
+def test_trainers_save_and_resume_the_service(tmp_path, first, second):
+    """Python trainers save their Loaders of the service mid-epoch with
+    save_checkpoint (shuffle and echo after the source; with two, a
+    collective that joins their records), the job ends; a new job of
+    (trainers, workers) `second` resumes from it with load_checkpoint:
+    every sample of the epoch reaches the trainers once over the two
+    jobs (docs/distributed.md, Checkpoints). The shuffle buffer holds more
+    than the epoch, so each trainer's source had its epoch's end before
+    the first batch: what was not delivered comes again all the same."""
     cli = os.environ.get("ECHOFLOW_CLI", "echoflow")
     path = str(tmp_path / "job.ckpt")
-    for step in ("first", "second"):
+    for step, (trainers, workers) in (("first", first), ("second", second)):
         proc = subprocess.run(
             [MPIRUN, "--allow-run-as-root", "--bind-to", "none",
              "--oversubscribe", "-np", str(trainers), sys.executable, "-c",
-             TRAINERS, step, path, ":", "-np", "2", cli, "serve",
+             TRAINERS, step, path, ":", "-np", str(workers), cli, "serve",
              "range:n=1000", "--splits", "4"],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
             timeout=300, cwd=str(tmp_path))
         assert proc.returncode == 0, proc.stdout + proc.stderr
-    keys = {step: [k for r in range(trainers) for k in pickle.load(
-        open("%s.%d.%s" % (path, r, step), "rb"))]
-        for step in ("first", "second")}
-    before, after = keys["first"], keys["second"]
-    assert 0 < len(before) < 1000 and after, (len(before), len(after))
-    assert sorted(before + after) == list(range(1000))
+    keys = {step: {r: pickle.load(open("%s.%d.%s" % (path, r, step), "rb"))
+                   for r in range(counts[0])}
+            for step, counts in (("first", first), ("second", second))}
+    before = [k for r in keys["first"].values() for k in r]
+    after = [k for r in keys["second"].values() for k in r]
+    got = {step: {r: len(v) for r, v in by_rank.items()}
+           for step, by_rank in keys.items()}
+    assert 0 < len(before) < 1000 and after, got
+    assert sorted(before + after) == list(range(1000)), got

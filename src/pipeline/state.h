@@ -50,6 +50,10 @@ typedef struct ef__state_out {
     size_t len, cap;
     int failed; /* out of memory: every later put does nothing */
     ef__idents *replay; /* the stage's replay list (ef__state_replay) */
+    /* set by the save() of a source that deals again what was not
+     * delivered (the `service`): it has ended, but not everything it
+     * handed on was delivered, so a restore opens it again */
+    int reopen;
 } ef__state_out;
 
 /* A stage's save(): an item it took from its upstream and holds, to be

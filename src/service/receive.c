@@ -927,10 +927,12 @@ static int trainers_agree(const ef__service_job *job, int failed,
 }
 
 /* The job's record saved into o, made from every trainer's (a
- * collective: each trainer calls it at the same checkpoint). `mine` is
- * this trainer's packed record, or NULL when it failed (err says why). */
+ * collective: each trainer calls it at the same checkpoint), and its
+ * first epoch not delivered whole in *first. `mine` is this trainer's
+ * packed record, or NULL when it failed (err says why). */
 static int save_job_record(const ef__service_job *job, ef__state_out *mine,
-                           int failed, ef__state_out *o, ef__err *err)
+                           int failed, ef__state_out *o, int64_t *first,
+                           ef__err *err)
 {
     int n = job->ntrainers;
     /* first its size, so that each trainer makes room for all */
@@ -981,8 +983,10 @@ static int save_job_record(const ef__service_job *job, ef__state_out *mine,
     ef__progress *joined = NULL;
     if (rc == EF_OK) {
         failed = ef__progress_join(all, sizes, n, &joined, err);
-        if (failed == EF_OK)
+        if (failed == EF_OK) {
             failed = ef__progress_save(joined, job, o, err);
+            *first = ef__progress_first(joined);
+        }
         rc = trainers_agree(job, failed, "join the trainers' records", err);
     }
     ef__progress_free(joined);
@@ -1007,11 +1011,19 @@ int ef__service_save(ef__service_reader *r, const ef__service_resume *pending,
     ef__state_out mine = {0};
     int rc = job->ntrainers > 1 ? ef__progress_pack(p, &mine, err)
                                 : ef__progress_save(p, job, o, err);
+    /* a reader of one epoch (not one restored and not attached, saved
+     * as it was read) reopens unless the record holds that epoch whole */
+    int reads_one = r && !r->endless;
+    int64_t first = reads_one ? ef__progress_first(p) : 0;
+    int64_t epoch = reads_one ? r->epoch : 0;
     pthread_mutex_unlock(&rx.mu);
     /* several trainers: the job's record, the same on every one */
     if (job->ntrainers > 1)
-        rc = save_job_record(job, &mine, rc, o, err);
+        rc = save_job_record(job, &mine, rc, o, &first, err);
     ef__state_out_free(&mine);
+    /* samples of its epoch that were not delivered come again, also
+     * after the source had that epoch's end */
+    o->reopen = reads_one && first <= epoch;
     return rc;
 }
 
