@@ -26,7 +26,9 @@ collective.
 A checkpoint of Loaders built with partitions=P holds every partition's
 state, and resumes on any number of ranks that divides P: each rank takes
 the partitions it now hosts (echoflow/_partitions.py says how they are
-dealt). Without partitions it resumes on the saved number of ranks only.
+dealt). So does a checkpoint of the Python trainers of the service, on
+any number of trainers: each trainer's Loader state is the job's. Other
+Loaders without partitions resume on the saved number of ranks only.
 """
 import builtins
 import datetime
@@ -308,13 +310,15 @@ def _holds_pipeline(state):
             for v in parts.values()))
 
 
-def _states_for(where, checkpoint, rank, world, count):
-    """The state of each of `count` loaders for this rank: its own on the
-    saved number of ranks; on another, every rank's partitions gathered
-    into one state, from which the Loader takes those it now hosts. A
+def _states_for(where, checkpoint, rank, world, loaders):
+    """The state of each loader for this rank: its own on the saved
+    number of ranks; on another, every rank's partitions gathered into
+    one state, from which the Loader takes those it now hosts, or for a
+    Loader of the service, trainer 0's (each trainer's is the job's). A
     loader saved without partitions is refused there, naming both
     counts."""
     saved, ranks = checkpoint["world_size"], checkpoint["ranks"]
+    count = len(loaders)
     if len(ranks[0]["loaders"]) != count:
         raise echoflow.SpecError(
             "%s: holds the states of %d loaders per rank, and %d were "
@@ -325,6 +329,9 @@ def _states_for(where, checkpoint, rank, world, count):
     states = []
     for i in range(count):
         every = [r["loaders"][i] for r in ranks]
+        if getattr(loaders[i], "_service", False):
+            states.append(every[0])
+            continue
         if every[0].get("partitions") is None:
             raise echoflow.SpecError(
                 "%s: saved by a job of %d ranks, and this job has %d: its "
@@ -346,7 +353,7 @@ def _restore(where, checkpoint, rank, world, model, optimizer, loaders):
     and random generator (the saved rank's, on the saved number of
     ranks only)."""
     saved = checkpoint["world_size"]
-    states = _states_for(where, checkpoint, rank, world, len(loaders))
+    states = _states_for(where, checkpoint, rank, world, loaders)
     specs = checkpoint["ranks"][0]["specs"]
     for i, (loader, state) in enumerate(zip(loaders, states)):
         spec = specs[i]
@@ -386,12 +393,16 @@ def load_checkpoint(path, model, optimizer=None, loaders=None):
     another, every rank's partitions are gathered and each rank takes
     those it now hosts, at their saved positions (each remaining sample
     of the epoch is read once), and keeps its own random generator (the
-    saved ones were other ranks').
+    saved ones were other ranks'). Loaders of the service resume on any
+    number of trainers: each takes trainer 0's state, the job's record of
+    what every trainer was handed, and the samples not handed out come
+    from the workers, dealt among the trainers there are now.
 
     Refused on every rank, naming the rank that failed, before the model
     or optimizer changes: a checkpoint of Loaders without partitions on
     another number of ranks (SpecError naming both counts, and saying
-    that a job resumes elsewhere with partitions=); a Loader of another
+    that a job resumes elsewhere with partitions=; a Loader of the
+    service is not refused); a Loader of another
     number of partitions (partitions=None is one per rank), spec or seed
     (the Loader's own SpecError, naming both); a file that is not a
     whole checkpoint (FormatError); a missing one (FileNotFoundError)."""

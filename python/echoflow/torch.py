@@ -166,7 +166,11 @@ class Loader(torch.utils.data.IterableDataset):
     through (a spec with `repeat` never ends). Its seed is
     echoflow.epoch_seed(seed, epoch, part), with the epoch set by
     set_epoch() and this reader's part of the data, so every epoch and every
-    rank shuffles in an order of its own, the same on every rerun.
+    rank shuffles in an order of its own, the same on every rerun. A
+    Loader of the `service` source is seeded with part 0 on every
+    trainer: the service deals each trainer samples of its own, and a
+    trainer's state is the job's, loaded by any trainer of any number
+    (load_state_dict()).
 
     rank, world_size: this process's part of the data; by default those of
         torch.distributed when it is initialised, else 0 and 1. The source
@@ -266,6 +270,7 @@ class Loader(torch.utils.data.IterableDataset):
             raise ValueError("rank %d of world_size %d: expected 0 <= rank < "
                              "world_size" % (rank, world_size))
         self.spec, self.seed = spec, _integer("seed", seed, 2**64 - 1)
+        self._service = _reads_service(spec, source)
         self.rank, self.world_size = rank, world_size
         self.partitions = partitions
         if partitions is not None:
@@ -322,8 +327,12 @@ class Loader(torch.utils.data.IterableDataset):
     def _build(self, epoch, part, parts):
         # a Python source reads what it is given: no shard of ours
         shard = (part, parts) if self.source is None else None
+        # the trainers of the service are seeded alike: a state of one is
+        # the job's, which every trainer loads (load_state_dict)
+        seed = echoflow.epoch_seed(self.seed, epoch,
+                                   0 if self._service else part)
         return echoflow.Pipeline(
-            self.spec, seed=echoflow.epoch_seed(self.seed, epoch, part),
+            self.spec, seed=seed,
             epoch=epoch, on_error=self.on_error, shard=shard,
             memory_budget=self.memory_budget, maps=self.maps,
             source=self.source, fields=self.fields, unbatch=self.unbatch,
@@ -723,7 +732,14 @@ class Loader(torch.utils.data.IterableDataset):
         rank and world_size): on another world a rank whose partitions
         have all ended pads from their starts. A state of another number
         of partitions, or one saved without partitions, is refused
-        (SpecError naming both)."""
+        (SpecError naming both).
+
+        A Loader of the `service` source loads the state of any trainer,
+        of any number of trainers: every trainer saved the job's record
+        of what all of them were handed (docs/distributed.md, Several
+        trainers), and what the stages after the source held comes again
+        from the workers. But a state saved while padding (even_steps=
+        "pad") is its rank's."""
         if not isinstance(state, dict):
             raise TypeError("load_state_dict() takes the dict state_dict() "
                             "returned, not %s" % type(state).__name__)
@@ -743,7 +759,13 @@ class Loader(torch.utils.data.IterableDataset):
             raise echoflow.FormatError(
                 "state: epoch %r, expected an int >= 0" % (epoch,))
         self._check_partitions_of(state)
-        if self.partitions is None and (state["rank"], state["world_size"]) \
+        # a state of the service is the job's (every trainer saves the
+        # record of what all of them were handed, and the stages after the
+        # source restart empty): it loads on any trainer of any number,
+        # but for the wrap-round of even_steps="pad", which is the rank's
+        shared = self._service and not state.get("padded", 0)
+        if self.partitions is None and not shared and (
+                state["rank"], state["world_size"]) \
                 != (self.rank, self.world_size):
             raise echoflow.SpecError(
                 "state: saved by rank %r of world_size %r, this Loader is "
@@ -993,6 +1015,15 @@ def _check_group(even_steps, rank, world_size):
             "agree through, is rank %d of %d"
             % (even_steps, rank, world_size, dist.get_rank(),
                dist.get_world_size()))
+
+
+def _reads_service(spec, source):
+    """Whether a Loader of this spec and source reads the `service`
+    source: its first stage is the service's."""
+    if source is not None:
+        return False
+    stages = echoflow.split_spec(spec)
+    return bool(stages) and stages[0].split(":", 1)[0].strip() == "service"
 
 
 def _reads_once(iterable):

@@ -156,14 +156,16 @@ pickle.dump(keys, open("%s.%d.%s" % (path, rank, sys.argv[1]), "wb"))
 """
 
 
-@pytest.mark.parametrize("first, second", [((1, 2), (1, 2)), ((2, 2), (2, 2))])
+@pytest.mark.parametrize("first, second", [
+    ((1, 2), (1, 2)), ((2, 2), (2, 2)), ((2, 2), (1, 3)), ((2, 2), (3, 1))])
 def test_trainers_save_and_resume_the_service(tmp_path, first, second):
     """Python trainers save their Loaders of the service mid-epoch with
     save_checkpoint (shuffle and echo after the source; with two, a
     collective that joins their records), the job ends; a new job of
     (trainers, workers) `second` resumes from it with load_checkpoint:
     every sample of the epoch reaches the trainers once over the two
-    jobs (docs/distributed.md, Checkpoints). The shuffle buffer holds more
+    jobs, also on another number of trainers and workers
+    (docs/distributed.md, Checkpoints). The shuffle buffer holds more
     than the epoch, so each trainer's source had its epoch's end before
     the first batch: what was not delivered comes again all the same."""
     cli = os.environ.get("ECHOFLOW_CLI", "echoflow")
