@@ -135,24 +135,30 @@ def test_torch_distributed_among_the_trainers(tmp_path):
 
 
 TRAINERS = r"""
-import pickle, sys, torch, echoflow, echoflow.torch
+import os, pickle, signal, sys, torch, echoflow, echoflow.torch
 first, path = sys.argv[1] == "first", sys.argv[2]
-rank, _ = echoflow.torch.init_distributed()
+rank, world = echoflow.torch.init_distributed()
 model = torch.nn.Linear(1, 1)
 loader = echoflow.torch.Loader(
     "service | shuffle:2000 | echo:factor=2,shuffle=50 | batch:10", seed=3)
 def fresh(batch):  # members: index, epoch, echo copy, ...
     return [m[0] for m in batch.members.tolist() if m[2] == 0]
-keys = []
+def keep(keys):  # what this trainer trained on, up to the checkpoint
+    pickle.dump(keys, open("%s.%d.%s" % (path, rank, sys.argv[1]), "wb"))
 if first:
-    batches = iter(loader)
+    batches, keys = iter(loader), []
     for _ in range(40):
         keys += fresh(next(batches))
     echoflow.torch.save_checkpoint(path, model, loaders=loader)
+    keep(keys)
+    torch.distributed.barrier()
+    if rank == world - 1:  # killed mid-epoch, after the checkpoint
+        os.kill(os.getpid(), signal.SIGKILL)
+    for _ in batches:  # the others train on until mpirun ends the job
+        pass
 else:
     echoflow.torch.load_checkpoint(path, model, loaders=loader)
-    keys = [k for b in loader for k in fresh(b)]
-pickle.dump(keys, open("%s.%d.%s" % (path, rank, sys.argv[1]), "wb"))
+    keep([k for b in loader for k in fresh(b)])
 """
 
 
@@ -161,8 +167,9 @@ pickle.dump(keys, open("%s.%d.%s" % (path, rank, sys.argv[1]), "wb"))
 def test_trainers_save_and_resume_the_service(tmp_path, first, second):
     """Python trainers save their Loaders of the service mid-epoch with
     save_checkpoint (shuffle and echo after the source; with two, a
-    collective that joins their records), the job ends; a new job of
-    (trainers, workers) `second` resumes from it with load_checkpoint:
+    collective that joins their records), then one is killed with
+    SIGKILL and the job ends; a new job of (trainers, workers) `second`
+    resumes from it with load_checkpoint:
     every sample of the epoch reaches the trainers once over the two
     jobs, also on another number of trainers and workers
     (docs/distributed.md, Checkpoints). The shuffle buffer holds more
@@ -178,7 +185,10 @@ def test_trainers_save_and_resume_the_service(tmp_path, first, second):
              "range:n=1000", "--splits", "4"],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
             timeout=300, cwd=str(tmp_path))
-        assert proc.returncode == 0, proc.stdout + proc.stderr
+        # the first job ends as its last trainer is killed
+        killed = "exited on signal 9" in proc.stderr
+        assert (proc.returncode != 0, killed) == (step == "first",) * 2, \
+            proc.stdout + proc.stderr
     keys = {step: {r: pickle.load(open("%s.%d.%s" % (path, r, step), "rb"))
                    for r in range(counts[0])}
             for step, counts in (("first", first), ("second", second))}
