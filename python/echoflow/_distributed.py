@@ -212,10 +212,9 @@ def save_checkpoint(path, model, optimizer=None, loaders=None, extra=None):
     Rank 0 writes a temporary file beside `path`, flushes it to the disk
     (fsync) and renames it over `path`, so `path` is the previous
     checkpoint or this one, never a part of one. A Loader whose state
-    cannot be saved (a pipeline with tar:ordered=false, one of several
-    trainers reading the `service` source mid-epoch) raises on every rank, naming the rank and the
-    loader, and nothing is written; so does a write that fails on
-    rank 0."""
+    cannot be saved (a pipeline with tar:ordered=false) raises on every
+    rank, naming the rank and the loader, and nothing is written; so
+    does a write that fails on rank 0."""
     rank, world = _world()
     where = "save_checkpoint(%r), rank %d of %d" % (path, rank, world)
     mine, error = None, None
@@ -399,13 +398,13 @@ def load_checkpoint(path, model, optimizer=None, loaders=None):
     from the workers, dealt among the trainers there are now.
 
     Refused on every rank, naming the rank that failed, before the model
-    or optimizer changes: a checkpoint of Loaders without partitions on
-    another number of ranks (SpecError naming both counts, and saying
-    that a job resumes elsewhere with partitions=; a Loader of the
-    service is not refused); a Loader of another
-    number of partitions (partitions=None is one per rank), spec or seed
-    (the Loader's own SpecError, naming both); a file that is not a
-    whole checkpoint (FormatError); a missing one (FileNotFoundError)."""
+    or optimizer changes: a checkpoint of Loaders without partitions
+    (but those of the service) on another number of ranks (SpecError
+    naming both counts, and saying that a job resumes elsewhere with
+    partitions=); a Loader of another number of partitions
+    (partitions=None is one per rank), spec or seed (the Loader's own
+    SpecError, naming both); a file that is not a whole checkpoint
+    (FormatError); a missing one (FileNotFoundError)."""
     rank, world = _world()
     where = "load_checkpoint(%r), rank %d of %d" % (path, rank, world)
     extra, error = None, None

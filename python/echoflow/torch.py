@@ -759,10 +759,7 @@ class Loader(torch.utils.data.IterableDataset):
             raise echoflow.FormatError(
                 "state: epoch %r, expected an int >= 0" % (epoch,))
         self._check_partitions_of(state)
-        # a state of the service is the job's (every trainer saves the
-        # record of what all of them were handed, and the stages after the
-        # source restart empty): it loads on any trainer of any number,
-        # but for the wrap-round of even_steps="pad", which is the rank's
+        # a state of the service is the job's (see above)
         shared = self._service and not state.get("padded", 0)
         if self.partitions is None and not shared and (
                 state["rank"], state["world_size"]) \
