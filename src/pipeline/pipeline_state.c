@@ -55,7 +55,9 @@ static int save_stage(ef__stage *s, ef__state_out *o, ef__err *err)
         ef__put_str(o, opts);
         ef__put_i64(o, s->epoch);
         /* a stage that restarts does so as built, not ended */
-        ef__put_u64(o, (uint64_t)(s->ended && !rec.reopen && !restarts(s)));
+        int ended = rec.ends == EF__SAVE_AS_IS ? s->ended
+                                                : rec.ends == EF__SAVE_ENDED;
+        ef__put_u64(o, (uint64_t)(ended && !restarts(s)));
         ef__put_bytes(o, rec.buf, rec.len);
         ef__put_idents(o, replay.items, replay.n);
         if (rec.failed || o->failed)

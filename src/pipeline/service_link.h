@@ -40,8 +40,10 @@ typedef struct {
     /* Joins as a trainer with no settings of its own, once; *place is
      * this process's place in the job. */
     int (*join_trainer)(ef__service_place *place, ef__err *err);
-    /* Attaches a reader for the next epoch (endless: for every epoch
-     * from it); *epoch is its number. The messages received for it are
+    /* Attaches a reader for the next epoch, `first` or a later one
+     * (endless: for every epoch from it); *epoch is its number. The
+     * epochs before a trainer's first are done for it (a job that
+     * resumes one which read them). The messages received for it are
      * charged to `budget` (its pipeline's, which must outlive the
      * reader; its limit also sizes the workers' room, 0: none) until
      * their samples are taken; `credits` is the messages per worker; a
@@ -49,8 +51,8 @@ typedef struct {
      * reading. With `from` (which it takes, also on failure), the reader
      * goes on where a checkpoint stood: from its first epoch not handed
      * out whole, the workers leaving out what was handed out. */
-    int (*attach)(int endless, ef__budget *budget, int credits,
-                  double liveness_s, ef__service_resume *from,
+    int (*attach)(int endless, int64_t first, ef__budget *budget,
+                  int credits, double liveness_s, ef__service_resume *from,
                   ef__service_reader **out, int64_t *epoch, ef__err *err);
     /* The next sample: EF_OK, EF_END after the epoch's last, EF_AGAIN
      * when !block and none is ready, or an error (a worker's, with its

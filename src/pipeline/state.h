@@ -51,9 +51,10 @@ typedef struct ef__state_out {
     int failed; /* out of memory: every later put does nothing */
     ef__idents *replay; /* the stage's replay list (ef__state_replay) */
     /* set by the save() of a source that deals again what was not
-     * delivered (the `service`): it has ended, but not everything it
-     * handed on was delivered, so a restore opens it again */
-    int reopen;
+     * delivered (the `service`): whether a restore finds it ended, which
+     * is whether everything of its pass was delivered, not whether it
+     * had its pass's end (what the stages after it held comes again) */
+    enum { EF__SAVE_AS_IS, EF__SAVE_OPEN, EF__SAVE_ENDED } ends;
 } ef__state_out;
 
 /* A stage's save(): an item it took from its upstream and holds, to be

@@ -12,9 +12,10 @@
  * per epoch. When every trainer has left, every ask is answered FINISH;
  * the thread ends when every worker has said DONE.
  *
- * A trainer resumed from a checkpoint opens its first epoch with what
- * it had been handed before (OPEN's resume records): the epochs before
- * that one are done, and each split named is handed out again with its
+ * The epochs before the first that any trainer opens are done: a job
+ * that resumes one which read them. A trainer resumed from a checkpoint
+ * opens its first epoch with what it had been handed before (OPEN's
+ * resume records): each split named is handed out again with its
  * positions already delivered, which the worker leaves out (SKIP); a
  * split whose every position was delivered is not handed out. The
  * records of several trainers are joined (their positions ORed). */
@@ -51,11 +52,12 @@ struct ef__dispatcher {
     int64_t nepochs;
     int64_t *wanted;  /* per trainer: epochs below this one are open to it */
     int *left;        /* per trainer */
+    int *opened;      /* per trainer: it opened an epoch */
     int64_t *pending; /* per worker: the epoch it asked for, or -1 */
-    int ntrainers_left, nworkers_done;
-    /* the epochs below this one were read before the checkpoint the
-     * trainers resumed from (0: none) */
-    int64_t resumed_from;
+    int ntrainers_left, nworkers_done, nopened;
+    /* the epochs below this one were read before: the lowest first
+     * epoch the trainers opened */
+    int64_t done_below;
     int64_t *msg; /* an OPEN being read, and its room */
     int msg_cap;
     ef__err err;
@@ -137,7 +139,7 @@ static int delivered_whole(const epoch_state *st, int64_t split)
  * whole, or -1 when none is left. */
 static int64_t next_split(ef__dispatcher *d, int64_t e, epoch_state *st)
 {
-    if (st->cut || e < d->resumed_from)
+    if (st->cut || e < d->done_below)
         return -1;
     while (st->next < d->splits && delivered_whole(st, st->order[st->next]))
         st->next++;
@@ -178,8 +180,6 @@ static int answer(ef__dispatcher *d)
  * with its checkpoint's, so it is not ours. */
 static int resume(ef__dispatcher *d, int from, const int64_t *v, int n)
 {
-    if (d->resumed_from == 0 || v[0] < d->resumed_from)
-        d->resumed_from = v[0];
     int64_t count = v[2];
     int at = 3;
     for (int64_t r = 0; r < count; r++) {
@@ -258,6 +258,11 @@ static int take(ef__dispatcher *d, int tag)
         d->nworkers_done++;
     else if (tag == EF__TAG_OPEN && t >= 0) {
         d->wanted[t] = v[1] ? INT64_MAX : v[0] + 1;
+        /* a trainer's first epoch is its lowest: each reader opens a
+         * later one */
+        if (!d->opened[t] && (!d->nopened++ || v[0] < d->done_below))
+            d->done_below = v[0];
+        d->opened[t] = 1;
         if (n > 2 && resume(d, st.MPI_SOURCE, v, n))
             return -1;
     }
@@ -319,12 +324,15 @@ int ef__dispatcher_start(int64_t splits, uint64_t seed, ef__dispatcher **out,
         d->seed = seed;
         d->wanted = ef__calloc((size_t)job->ntrainers + 1, sizeof *d->wanted);
         d->left = ef__calloc((size_t)job->ntrainers + 1, sizeof *d->left);
+        d->opened =
+            ef__calloc((size_t)job->ntrainers + 1, sizeof *d->opened);
         d->pending = ef__malloc((size_t)job->nworkers * sizeof *d->pending);
     }
-    if (!d || !d->wanted || !d->left || !d->pending) {
+    if (!d || !d->wanted || !d->left || !d->opened || !d->pending) {
         if (d) {
             ef__free(d->wanted);
             ef__free(d->left);
+            ef__free(d->opened);
             ef__free(d->pending);
             ef__free(d);
         }
@@ -336,6 +344,7 @@ int ef__dispatcher_start(int64_t splits, uint64_t seed, ef__dispatcher **out,
     if (pthread_create(&d->thread, NULL, run, d)) {
         ef__free(d->wanted);
         ef__free(d->left);
+        ef__free(d->opened);
         ef__free(d->pending);
         ef__free(d);
         return ef__err_set(err, EF_ENOMEM,
@@ -360,6 +369,7 @@ void ef__dispatcher_join(ef__dispatcher *d)
     ef__free(d->epochs);
     ef__free(d->wanted);
     ef__free(d->left);
+    ef__free(d->opened);
     ef__free(d->pending);
     ef__free(d);
 }

@@ -738,9 +738,10 @@ static int open_epoch(const ef__service_job *job, ef__service_reader *r,
     return rc;
 }
 
-int ef__service_attach(int endless, ef__budget *budget, int credits,
-                       double liveness_s, ef__service_resume *from,
-                       ef__service_reader **out, int64_t *epoch, ef__err *err)
+int ef__service_attach(int endless, int64_t first, ef__budget *budget,
+                       int credits, double liveness_s,
+                       ef__service_resume *from, ef__service_reader **out,
+                       int64_t *epoch, ef__err *err)
 {
     const ef__service_job *job = ef__service_job_get();
     if (!job || job->role != EF_SERVICE_TRAINER) {
@@ -772,7 +773,7 @@ int ef__service_attach(int endless, ef__budget *budget, int credits,
     if (rc == EF_OK && !rx.running)
         rc = start_receiving(job, budget, credits, err);
     if (rc == EF_OK) {
-        r->epoch = rx.next_epoch;
+        r->epoch = rx.next_epoch > first ? rx.next_epoch : first;
         /* a resumed reader goes on from its first epoch not handed out
          * whole */
         if (from && ef__progress_first(from) > r->epoch)
@@ -1012,7 +1013,7 @@ int ef__service_save(ef__service_reader *r, const ef__service_resume *pending,
     int rc = job->ntrainers > 1 ? ef__progress_pack(p, &mine, err)
                                 : ef__progress_save(p, job, o, err);
     /* a reader of one epoch (not one restored and not attached, saved
-     * as it was read) reopens unless the record holds that epoch whole */
+     * as it was read) has ended when the record holds that epoch whole */
     int reads_one = r && !r->endless;
     int64_t first = reads_one ? ef__progress_first(p) : 0;
     int64_t epoch = reads_one ? r->epoch : 0;
@@ -1022,8 +1023,10 @@ int ef__service_save(ef__service_reader *r, const ef__service_resume *pending,
         rc = save_job_record(job, &mine, rc, o, &first, err);
     ef__state_out_free(&mine);
     /* samples of its epoch that were not delivered come again, also
-     * after the source had that epoch's end */
-    o->reopen = reads_one && first <= epoch;
+     * after the source had that epoch's end; once all were, a resumed
+     * pass ends there, also before the source had the end */
+    if (reads_one)
+        o->ends = first > epoch ? EF__SAVE_ENDED : EF__SAVE_OPEN;
     return rc;
 }
 

@@ -109,10 +109,10 @@ void ef__dispatcher_join(ef__dispatcher *d);
 
 /* The trainer's receiving side (receive.c): the link's members, which
  * pipeline/service_link.h describes. */
-int ef__service_attach(int endless, ef__budget *budget, int credits,
-                       double liveness_s, ef__service_resume *from,
-                       ef__service_reader **out, int64_t *epoch,
-                       ef__err *err);
+int ef__service_attach(int endless, int64_t first, ef__budget *budget,
+                       int credits, double liveness_s,
+                       ef__service_resume *from, ef__service_reader **out,
+                       int64_t *epoch, ef__err *err);
 void ef__service_delivered(ef__service_reader *r, const ef_sample *s);
 int ef__service_save(ef__service_reader *r, const ef__service_resume *pending,
                      ef__state_out *o, ef__err *err);

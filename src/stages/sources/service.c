@@ -17,6 +17,7 @@
 
 typedef struct {
     int endless, credits;
+    int64_t from_epoch; /* the first epoch a pass may read */
     double liveness;         /* seconds */
     ef__service_place place; /* once joined */
     ef__service_reader *r;
@@ -37,6 +38,7 @@ static int service_create(ef__stage *s, const ef__opts *o, ef__err *err)
         return EF_ENOMEM;
     st->endless = ef__opt_int(o, "epochs") == 0;
     st->credits = (int)ef__opt_int(o, "credits");
+    st->from_epoch = ef__opt_int(o, "from_epoch");
     st->liveness = ef__opt_float(o, "liveness");
     ef__shard sh;
     int rc = ef__shard_parse(s, o, &sh, err);
@@ -68,8 +70,9 @@ static int service_open(ef__stage *s, ef__err *err)
     service_state *st = s->state;
     ef__service_resume *from = st->resume;
     st->resume = NULL; /* the reader takes it */
-    return ef__service->attach(st->endless, &s->ctx->budget, st->credits,
-                               st->liveness, from, &st->r, &st->epoch, err);
+    return ef__service->attach(st->endless, st->from_epoch, &s->ctx->budget,
+                               st->credits, st->liveness, from, &st->r,
+                               &st->epoch, err);
 }
 
 static int service_take(ef__stage *s, int block, ef_sample **out, ef__err *err)
@@ -173,6 +176,10 @@ static const ef__option_def service_options[] = {
             "epochs of the service one pass reads: 1, or 0 for every epoch "
             "without end",
             0, 1),
+    EF__OPT("from_epoch", EF_OPT_INT, "0",
+            "the first epoch of the service a pass reads: the epochs before "
+            "it count as read (by a job this one resumes)",
+            0, 1e12),
     EF__OPT("credits", EF_OPT_INT, "4",
             "messages each worker may have on their way to this process", 1,
             64),
