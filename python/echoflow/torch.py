@@ -167,10 +167,11 @@ class Loader(torch.utils.data.IterableDataset):
     echoflow.epoch_seed(seed, epoch, part), with the epoch set by
     set_epoch() and this reader's part of the data, so every epoch and every
     rank shuffles in an order of its own, the same on every rerun. A
-    Loader of the `service` source is seeded with part 0 on every
-    trainer: the service deals each trainer samples of its own, and a
-    trainer's state is the job's, loaded by any trainer of any number
-    (load_state_dict()).
+    Loader of the `service` source reads the service's epoch of the
+    same number (service:from_epoch=epoch, also in a job that resumes
+    another), and is seeded with part 0 on every trainer: the service
+    deals each trainer samples of its own, and a trainer's state is the
+    job's, loaded by any trainer of any number (load_state_dict()).
 
     rank, world_size: this process's part of the data; by default those of
         torch.distributed when it is initialised, else 0 and 1. The source
@@ -327,12 +328,15 @@ class Loader(torch.utils.data.IterableDataset):
     def _build(self, epoch, part, parts):
         # a Python source reads what it is given: no shard of ours
         shard = (part, parts) if self.source is None else None
-        # the trainers of the service are seeded alike: a state of one is
-        # the job's, which every trainer loads (load_state_dict)
-        seed = echoflow.epoch_seed(self.seed, epoch,
-                                   0 if self._service else part)
+        spec, seed = self.spec, echoflow.epoch_seed(self.seed, epoch, part)
+        if self._service:
+            # the service's epoch is the Loader's, in a resumed job too;
+            # its samples carry it. Its trainers are seeded alike: a state
+            # of one is the job's, which every trainer loads
+            spec = _from_epoch(spec, epoch)
+            seed, epoch = echoflow.epoch_seed(self.seed, epoch, 0), 0
         return echoflow.Pipeline(
-            self.spec, seed=seed,
+            spec, seed=seed,
             epoch=epoch, on_error=self.on_error, shard=shard,
             memory_budget=self.memory_budget, maps=self.maps,
             source=self.source, fields=self.fields, unbatch=self.unbatch,
@@ -1021,6 +1025,17 @@ def _reads_service(spec, source):
         return False
     stages = echoflow.split_spec(spec)
     return bool(stages) and stages[0].split(":", 1)[0].strip() == "service"
+
+
+def _from_epoch(spec, epoch):
+    """A spec of the `service` source that reads the service's epoch
+    `epoch` (service:from_epoch), its other options as they are."""
+    stages = echoflow.split_spec(spec)
+    name, _, options = stages[0].partition(":")
+    options = [o for o in [options.strip()] if o]
+    stages[0] = "%s:%s" % (name.strip(),
+                           ",".join(options + ["from_epoch=%d" % epoch]))
+    return " | ".join(stages)
 
 
 def _reads_once(iterable):

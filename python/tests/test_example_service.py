@@ -198,3 +198,66 @@ def test_trainers_save_and_resume_the_service(tmp_path, first, second):
            for step, by_rank in keys.items()}
     assert 0 < len(before) < 1000 and after, got
     assert sorted(before + after) == list(range(1000)), got
+
+
+EPOCHS = r"""
+import pickle, sys, torch, echoflow, echoflow.torch
+step, path = sys.argv[1], sys.argv[2]
+echoflow.torch.init_distributed()
+model = torch.nn.Linear(1, 1)
+loader = echoflow.torch.Loader("service | batch:50", seed=5)
+def examples(batches):  # (epoch, index) of each example, in order
+    return [(m[1], m[0]) for b in batches for m in b.members.tolist()]
+def read(epoch):
+    loader.set_epoch(epoch)
+    return examples(loader)
+seen = []
+if step == "whole":
+    for epoch in range(3):
+        seen += read(epoch)
+elif step == "between":  # epoch 0 read, saved at epoch 1's start
+    seen = read(0)
+    loader.set_epoch(1)
+    echoflow.torch.save_checkpoint(path, model, loaders=loader)
+elif step == "last":  # saved in epoch 0's iteration, after its last batch
+    batches = iter(loader)
+    seen = examples(next(batches) for _ in range(6))
+    echoflow.torch.save_checkpoint(path, model, loaders=loader)
+else:  # resumed: the rest of the saved epoch, then the others to 3
+    echoflow.torch.load_checkpoint(path, model, loaders=loader)
+    seen = examples(loader)
+    for epoch in range(loader.epoch + 1, 3):
+        seen += read(epoch)
+pickle.dump(seen, open("%s.%s" % (path, step), "wb"))
+"""
+
+
+def test_epochs_of_a_resumed_job(tmp_path):
+    """A Loader of the service reads the service's epoch of its own
+    number, which its samples carry (0, 1, 2); a job saved at an epoch's
+    start, or after its last batch, resumes with the next epoch in the
+    order an uninterrupted run reads it (one worker: its order is the
+    splits' order, keyed by the seed and the epoch), not with the
+    service's epoch 0 again."""
+    cli = os.environ.get("ECHOFLOW_CLI", "echoflow")
+
+    def job(step, path):
+        proc = subprocess.run(
+            [MPIRUN, "--allow-run-as-root", "--bind-to", "none",
+             "--oversubscribe", "-np", "1", sys.executable, "-c", EPOCHS,
+             step, path, ":", "-np", "1", cli, "serve", "range:n=300",
+             "--splits", "6"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            timeout=300, cwd=str(tmp_path))
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        return pickle.load(open("%s.%s" % (path, step), "rb"))
+
+    whole = job("whole", str(tmp_path / "whole.ckpt"))
+    assert [e for e, _ in whole] == [0] * 300 + [1] * 300 + [2] * 300
+    for e in range(3):
+        assert sorted(i for f, i in whole if f == e) == list(range(300))
+    for saved_at in ("between", "last"):
+        path = str(tmp_path / ("%s.ckpt" % saved_at))
+        before, after = job(saved_at, path), job("resume", path)
+        assert len(before) == 300, (saved_at, len(before))
+        assert before + after == whole, saved_at
