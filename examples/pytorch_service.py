@@ -25,15 +25,34 @@ sum of each batch's identity.fresh), the echo stage's effective factor and
 the test accuracy on the t10k split, read here (examples/pytorch_train.py's
 model and evaluation). --target stops at a test accuracy.
 --json prints one JSON object at the end instead.
+
+--checkpoint PATH saves the model, the optimizer and the Loader's position
+every --every steps (echoflow.torch.save_checkpoint), and a job started
+again with the same command goes on from it: the samples of the cut
+epoch that this trainer had not trained on come again from the workers,
+each once (docs/distributed.md, Checkpoints).
+
+    mpirun ... examples/pytorch_service.py --checkpoint /tmp/s.ckpt \
+        --kill-at 300 : ...      # saved at step 200, then killed
+    mpirun ... examples/pytorch_service.py --checkpoint /tmp/s.ckpt : ...
+                                 # "resumed at step 200 (epoch 0)"
+
+--log-keys PATH appends a JSON line per batch trained on, the step and
+the (epoch, index) of its fresh examples (python/tests/
+test_example_service.py checks with them that each example of the cut
+epoch is trained on once over the two jobs).
 """
 import argparse
 import json
+import os
+import signal
 import sys
 import time
 
 import torch
 import torch.nn.functional as F
 
+import echoflow.torch
 from echoflow.torch import Loader
 
 # the CNN, its input and its evaluation, as examples/pytorch_train.py has
@@ -54,9 +73,18 @@ def parse_args(argv=None):
                     help="stop once the test accuracy reaches this")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--checkpoint", default=None, metavar="PATH",
+                    help="save here every --every steps; resume from it "
+                    "when it exists")
+    ap.add_argument("--every", type=int, default=200)
+    ap.add_argument("--kill-at", type=int, default=None, metavar="STEP",
+                    help="kill this process (SIGKILL) after this step")
+    ap.add_argument("--log-keys", default=None, metavar="PATH",
+                    help="append each batch's step and fresh (epoch, "
+                    "index) pairs here, a JSON line per batch")
     args = ap.parse_args(argv)
-    if args.epochs < 1 or args.batch_size < 1:
-        ap.error("--epochs and --batch-size must be >= 1")
+    if args.epochs < 1 or args.batch_size < 1 or args.every < 1:
+        ap.error("--epochs, --batch-size and --every must be >= 1")
     return args
 
 
@@ -64,6 +92,15 @@ def echo_factor(loader):
     stats = loader.stats() or {}
     echo = [s for s in stats.get("stages", []) if s["name"] == "echo"]
     return echo[0].get("effective_factor") if echo else None
+
+
+def log_keys(path, step, batch):
+    """Appends the line of the batch just trained on, in one write, so a
+    kill loses none that was written."""
+    keys = [[int(m[1]), int(m[0])] for m in batch.members if m[2] == 0]
+    line = json.dumps({"step": step, "keys": keys}) + "\n"
+    with open(path, "a") as f:
+        f.write(line)
 
 
 def main(argv=None):
@@ -78,9 +115,16 @@ def main(argv=None):
     model = make_model(args.seed)
     opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
     test = load_test_set(10000)
+    step = 0
+    if args.checkpoint and os.path.exists(args.checkpoint):
+        step = echoflow.torch.load_checkpoint(args.checkpoint, model, opt,
+                                              loader)["step"]
+        print("resumed at step %d (epoch %d) from %s"
+              % (step, loader.epoch, args.checkpoint), file=sys.stderr,
+              flush=True)
     epochs, reached, t0 = [], None, time.perf_counter()
-    for epoch in range(args.epochs):
-        loader.set_epoch(epoch)
+    for epoch in range(loader.epoch, args.epochs):
+        loader.set_epoch(epoch)  # keeps the position loaded for it
         batches = fresh = 0
         for batch in loader:
             images, labels = batch
@@ -91,6 +135,16 @@ def main(argv=None):
             loss.backward()
             opt.step()
             batches += 1
+            step += 1
+            if args.log_keys:
+                log_keys(args.log_keys, step, batch)
+            if args.checkpoint and step % args.every == 0:
+                echoflow.torch.save_checkpoint(args.checkpoint, model, opt,
+                                               loader, extra={"step": step})
+            if step == args.kill_at:
+                print("killed after step %d" % step, file=sys.stderr,
+                      flush=True)
+                os.kill(os.getpid(), signal.SIGKILL)
         accuracy = evaluate(model, test)
         row = {"epoch": epoch, "batches": batches,
                "fresh": fresh, "echo_factor": echo_factor(loader),

@@ -261,3 +261,46 @@ def test_epochs_of_a_resumed_job(tmp_path):
         before, after = job(saved_at, path), job("resume", path)
         assert len(before) == 300, (saved_at, len(before))
         assert before + after == whole, saved_at
+
+
+def test_pytorch_service_killed_and_resumed(examples_dir, fmnist_shards,
+                                            tmp_path):
+    """examples/pytorch_service.py --checkpoint, killed with SIGKILL after
+    step 30 (saved at step 20), mid-epoch, then started again with the
+    same command: it resumes at step 20, and over the two jobs each
+    example of the epoch (3,000: 500 of each shard) is trained on once
+    fresh, those of the first job's steps up to 20 and all the second's."""
+    folder, pattern = fmnist_shards
+    cli = os.environ.get("ECHOFLOW_CLI", "echoflow")
+    ckpt, keys = str(tmp_path / "s.ckpt"), str(tmp_path / "keys")
+    runs = []
+    for run in ("killed", "resumed"):
+        proc = subprocess.run(
+            [MPIRUN, "--allow-run-as-root", "--bind-to", "none",
+             "--oversubscribe", "-np", "1", sys.executable,
+             os.path.join(examples_dir, "pytorch_service.py"),
+             "--epochs", "1", "--json", "--checkpoint", ckpt,
+             "--every", "20", "--log-keys", "%s.%s" % (keys, run)]
+            + (["--kill-at", "30"] if run == "killed" else [])
+            + [":", "-np", "2", cli, "serve",
+               "tar:urls=%s/%s | take:500 | decode" % (folder, pattern),
+               "--splits", "6"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            timeout=300, cwd=str(tmp_path))
+        runs.append(proc)
+    killed, resumed = runs
+    assert killed.returncode != 0 and "killed after step 30" in \
+        killed.stderr, killed.stderr
+    assert resumed.returncode == 0, resumed.stderr
+    assert "resumed at step 20 (epoch 0)" in resumed.stderr, resumed.stderr
+    lines = {run: [json.loads(line) for line in open("%s.%s" % (keys, run))]
+             for run in ("killed", "resumed")}
+    assert [line["step"] for line in lines["killed"]] == list(range(1, 31))
+    assert lines["resumed"][0]["step"] == 21
+    trained = [tuple(k) for run, cut in (("killed", 20), ("resumed", None))
+               for line in lines[run] if cut is None or line["step"] <= cut
+               for k in line["keys"]]
+    assert len(trained) == len(set(trained)) == 3000, len(trained)
+    assert {e for e, _ in trained} == {0}
+    (epoch,) = json.loads(resumed.stdout)["epochs"]
+    assert epoch["test_accuracy"] > 0.3, epoch
