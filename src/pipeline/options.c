@@ -357,12 +357,12 @@ const char *ef_opt_type_name(ef_opt_type type)
     return "?";
 }
 
-/* Whether an option shapes what a stage emits: those flagged
- * EF__SPEED_ONLY on their rows do not, and a state saved with one value
- * of them restores under another. */
+/* Whether an option shapes what a stage emits from a state: those
+ * flagged EF__SPEED_ONLY or EF__START_ONLY on their rows do not, and a
+ * state saved with one value of them restores under another. */
 static int changes_output(const ef__option_def *d)
 {
-    return !(d->flags & EF__SPEED_ONLY);
+    return !(d->flags & (EF__SPEED_ONLY | EF__START_ONLY));
 }
 
 void ef__opts_format(const ef__opts *o, char *buf, size_t cap)

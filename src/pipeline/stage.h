@@ -40,6 +40,10 @@ enum {
      * (threads, queue depths, retries): ef__opts_format leaves it out,
      * so a state saved under one value restores under another. */
     EF__SPEED_ONLY = 1u << 0,
+    /* The option says where a fresh pipeline starts (the service's first
+     * epoch), which a restored state says itself: ef__opts_format leaves
+     * it out too. */
+    EF__START_ONLY = 1u << 1,
 };
 
 /* A row of an option table: EF__OPT(name, type, default, help, min, max)

@@ -179,7 +179,7 @@ static const ef__option_def service_options[] = {
     EF__OPT("from_epoch", EF_OPT_INT, "0",
             "the first epoch of the service a pass reads: the epochs before "
             "it count as read (by a job this one resumes)",
-            0, 1e12),
+            0, 1e12, EF__START_ONLY),
     EF__OPT("credits", EF_OPT_INT, "4",
             "messages each worker may have on their way to this process", 1,
             64),
