@@ -129,11 +129,12 @@ static void test_format_skips_speed_only_options(void **state)
     assert_string_equal(a, b);
 }
 
-/* Every stage's formatted options are exactly its unflagged ones. */
+/* Every stage's formatted options are exactly its unflagged ones: not
+ * speed-only, nor start-only (the service's from_epoch). */
 static void test_format_follows_the_flag_on_every_stage(void **state)
 {
     (void)state;
-    int flagged = 0;
+    int flagged = 0, start_only = 0;
     for (int i = 0; i < ef_stage_registry_count(); i++) {
         const ef__stage_def *def =
             ef__stage_find(ef_stage_registry_get(i)->name);
@@ -142,16 +143,18 @@ static void test_format_follows_the_flag_on_every_stage(void **state)
         ef__opts_format(&o, buf, sizeof buf);
         for (int k = 0; k < o.n; k++) {
             const ef__option_def *d = &o.defs[k];
-            int speed = (d->flags & EF__SPEED_ONLY) != 0;
-            flagged += speed;
-            if (has_field(buf, d->name) == speed)
-                fail_msg("%s: option %s is %sflagged speed-only, yet %s in "
-                         "'%s'",
-                         def->info.name, d->name, speed ? "" : "not ",
-                         speed ? "is" : "is not", buf);
+            int left = (d->flags & (EF__SPEED_ONLY | EF__START_ONLY)) != 0;
+            flagged += left;
+            start_only += (d->flags & EF__START_ONLY) != 0;
+            if (has_field(buf, d->name) == left)
+                fail_msg("%s: option %s is %sflagged speed- or start-only, "
+                         "yet %s in '%s'",
+                         def->info.name, d->name, left ? "" : "not ",
+                         left ? "is" : "is not", buf);
         }
     }
-    assert_true(flagged > 0);
+    assert_true(flagged > start_only);
+    assert_int_equal(start_only, 1);
 }
 
 /* The options that change only how fast a stage runs carry the flag
