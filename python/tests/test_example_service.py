@@ -4,7 +4,8 @@ PyTorch trainer reading Fashion-MNIST that `echoflow serve` workers decode
 on other ranks of one mpirun job (one epoch must hold the 60,000 examples
 once: each batch's identity.fresh counts its examples that are not
 echoes; and the CNN must learn from them), DataLoader workers refused,
-and a worker's failure raised in the trainer."""
+a worker's failure raised in the trainer, and checkpoints of the Python
+trainers, killed and resumed on other numbers of trainers and workers."""
 import json
 import pickle
 import os
