@@ -224,9 +224,15 @@ static int count_settings(const char *text, int len)
 
 /* The epochs of the record into o: `first`, the epoch count, then each
  * epoch (with its end marks when `ends`: a trainer's record for the
- * others, ef__progress_pack) and its splits named. p NULL: none. */
-static void put_epochs(const ef__progress *p, ef__state_out *o, int ends)
+ * others, ef__progress_pack) and its splits named. p NULL: none. A
+ * record that lost a delivery to memory is refused. */
+static int put_epochs(const ef__progress *p, ef__state_out *o, int ends,
+                      ef__err *err)
 {
+    if (p && p->failed)
+        return ef__err_set(err, EF_ENOMEM,
+                           "service: out of memory while recording what "
+                           "the trainer was handed");
     ef__put_u64(o, p ? (uint64_t)p->first : 0);
     ef__put_u64(o, p ? (uint64_t)p->n : 0);
     for (int64_t i = 0; p && i < p->n; i++) {
@@ -252,15 +258,13 @@ static void put_epochs(const ef__progress *p, ef__state_out *o, int ends)
                 ef__put_u64(o, s->words[w]);
         }
     }
+    return o->failed ? ef__err_set(err, EF_ENOMEM, "state: out of memory")
+                     : EF_OK;
 }
 
 int ef__progress_save(ef__progress *p, const ef__service_job *job,
                       ef__state_out *o, ef__err *err)
 {
-    if (p && p->failed)
-        return ef__err_set(err, EF_ENOMEM,
-                           "service: out of memory while recording what "
-                           "the trainer was handed");
     const char *t = job->worker_settings ? job->worker_settings : "";
     int len = job->worker_settings ? job->worker_settings_len : 0;
     ef__put_u64(o, (uint64_t)count_settings(t, len));
@@ -271,9 +275,7 @@ int ef__progress_save(ef__progress *p, const ef__service_job *job,
     ef__put_u64(o, (uint64_t)job->nworkers);
     if (p)
         prune(p, job->nworkers);
-    put_epochs(p, o, 0);
-    return o->failed ? ef__err_set(err, EF_ENOMEM, "state: out of memory")
-                     : EF_OK;
+    return put_epochs(p, o, 0, err);
 }
 
 /* The value of setting `name` in the job's workers' hello, or NULL. */
@@ -419,13 +421,7 @@ int ef__progress_restore(ef__state_in *in, const ef__service_job *job,
 
 int ef__progress_pack(const ef__progress *p, ef__state_out *o, ef__err *err)
 {
-    if (p && p->failed)
-        return ef__err_set(err, EF_ENOMEM,
-                           "service: out of memory while recording what "
-                           "the trainer was handed");
-    put_epochs(p, o, 1);
-    return o->failed ? ef__err_set(err, EF_ENOMEM, "state: out of memory")
-                     : EF_OK;
+    return put_epochs(p, o, 1, err);
 }
 
 /* Joins split `from` of epoch e into `to`: lengths taken where unknown,
