@@ -89,7 +89,6 @@ CK="$TMP/run.ck"
 TRACE="$TMP/job.trace"
 CKARGS=(--spec "$(spec "$TRACE")" "${OPTS[@]}" --checkpoint "$CK"
         --checkpoint-every "$EVERY" --resume)
-ck_id() { stat -c '%i %y %s' "$1" 2>/dev/null || echo none; }
 marks=()  # the trace's length when each run began
 steps=()  # where each run resumed
 for np in 2 3; do

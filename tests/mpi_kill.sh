@@ -7,7 +7,8 @@
 # `killed`: "never started", "still going" (LAUNCHER then killed) or
 # "ended"; `rc`: LAUNCHER's status once ended; `took`: seconds from the
 # signal to the end; `victim`: the rank's process. Sourced by the MPI
-# tests (mpi_test.sh, service_test.sh, service_limits.sh).
+# tests (mpi_test.sh, service_test.sh, service_limits.sh, and those of
+# checkpoints, which use ck_id and checkpoints_replaced below too).
 kill_rank() {
     local launcher=$1 rank=$2 signal=${3:-9} job="" pid t0
     victim=""
@@ -48,4 +49,20 @@ kill_rank() {
     killed=ended
     wait "$launcher"
     rc=$?
+}
+
+# ck_id FILE: what changes when FILE is replaced (its inode, time and
+# size), or "none".
+ck_id() { stat -c '%i %y %s' "$1" 2>/dev/null || echo none; }
+
+# checkpoints_replaced LAUNCHER FILE N: waits until FILE was replaced N
+# times from now, or LAUNCHER ended.
+checkpoints_replaced() {
+    local launcher=$1 ck=$2 n before
+    for ((n = 0; n < $3; n++)); do
+        before=$(ck_id "$ck")
+        while kill -0 "$launcher" 2>/dev/null && [ "$(ck_id "$ck")" = "$before" ]; do
+            sleep 0.01
+        done
+    done
 }

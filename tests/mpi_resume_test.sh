@@ -78,7 +78,6 @@ EOF
 }
 
 # the identity of the checkpoint file now: each save is a new file
-ck_id() { stat -c '%i %y %s' "$1" 2>/dev/null || echo none; }
 
 # ---- the uninterrupted run --------------------------------------------------
 run ref 2 --spec "$(spec train 2)" "${OPTS[@]}" --json --save-model "$TMP/ref.model"

@@ -49,14 +49,13 @@ TRAIN=(train --spec "$SPEC" --test-spec "$TEST" --max-fresh 12000
     --checkpoint-every 10 --resume)
 SERVE=(serve "$TAR | decode" --splits 4 --seed 3 --throttle 1500)
 
-ck_id() { stat -c '%i %y %s' "$1" 2>/dev/null || echo none; }
 lines() { if [ -f "$TRACE" ]; then wc -l <"$TRACE"; else echo 0; fi; }
 
 # run NAME VICTIM_RANK: the job, its trace lines from here on; with a
 # victim, that rank is killed once the run has replaced the checkpoint
 # 3 times (so at least 20 steps after its start, mid-epoch)
 run() {
-    local name=$1 victim=${2:-} before n
+    local name=$1 victim=${2:-}
     starts+=("$(lines)")
     "${MPIRUN[@]}" -np 1 "$CLI" "${TRAIN[@]}" : -np 2 "$CLI" "${SERVE[@]}" \
         >"$TMP/$name.out" 2>"$TMP/$name.err" &
@@ -66,12 +65,7 @@ run() {
         rc=$?
         return
     fi
-    for n in 1 2 3; do
-        before=$(ck_id "$CK")
-        while kill -0 "$job" 2>/dev/null && [ "$(ck_id "$CK")" = "$before" ]; do
-            sleep 0.01
-        done
-    done
+    checkpoints_replaced "$job" "$CK" 3
     KILL_AFTER=0 kill_rank "$job" "$victim"
 }
 
@@ -89,20 +83,14 @@ s3=$(step last)
 if [ "$k1" != ended ] || [ "$k2" != ended ] || [ "$rc1" -eq 0 ] ||
     [ "$rc2" -eq 0 ] || [ "$rc3" -ne 0 ] || [ -z "$s2" ] || [ -z "$s3" ]; then
     fail "the runs: worker killed: $k1 (rc $rc1), trainer killed: $k2 (rc $rc2), last rc $rc3, resumed at steps '${s2}' and '${s3}': $(cat "$TMP/second.err" "$TMP/last.err" | tail -20)"
-elif out=$("$PY" - "$TMP" "$TRACE" "${starts[@]}" "$s2" "$s3" <<'PY' 2>&1
-import sys, tarfile
-tmp, trace = sys.argv[1], sys.argv[2]
-starts = [int(v) for v in sys.argv[3:7]]
-s2, s3 = int(sys.argv[7]), int(sys.argv[8])
-want = set()
-for shard in range(4):  # a sample's index: its shard << 32, its place
-    with tarfile.open("%s/train-%06d.tar" % (tmp, shard)) as t:
-        keys = []
-        for m in t.getmembers():
-            k = m.name.split(".", 1)[0]
-            if not keys or keys[-1] != k:
-                keys.append(k)
-    want |= {shard << 32 | p for p in range(len(keys))}
+elif out=$("$PY" - "$HERE" "$TMP" "$TRACE" "${starts[@]}" "$s2" "$s3" <<'PY' 2>&1
+import sys
+sys.path.insert(0, sys.argv[1])
+from service_keys import fresh, once, packed
+tmp, trace = sys.argv[2], sys.argv[3]
+starts = [int(v) for v in sys.argv[4:8]]
+s2, s3 = int(sys.argv[8]), int(sys.argv[9])
+want = packed(tmp)
 assert len(want) == 4000, len(want)
 steps = [l.split() for l in open(trace)]
 runs = [steps[starts[i]:starts[i + 1]] for i in range(3)]
@@ -110,9 +98,6 @@ runs = [steps[starts[i]:starts[i + 1]] for i in range(3)]
 kept = [runs[0][:s2], runs[1][:s3 - s2], runs[2]]
 assert len(runs[0]) >= s2 and len(runs[1]) >= s3 - s2 > 0, \
     (len(runs[0]), s2, len(runs[1]), s3)
-def fresh(part):
-    return [tuple(map(int, e.split(":")[:2])) for l in part for e in l
-            if e.endswith(":0")]
 cut_epochs = set()
 for i, s in ((0, s2), (1, s3 - s2)):  # the epochs each kill cut
     before = {e for e, _ in fresh(kept[i][-1:])}
@@ -120,13 +105,7 @@ for i, s in ((0, s2), (1, s3 - s2)):  # the epochs each kill cut
     cut_epochs |= before & after
     assert before & after, "run %d's checkpoint cut no epoch: %r %r" % (
         i + 1, before, after)
-got = [f for part in kept for f in fresh(part)]
-for epoch in sorted(cut_epochs | {0, 1}):
-    idx = [i for e, i in got if e == epoch]
-    twice = len(idx) - len(set(idx))
-    assert not twice, "epoch %d: %d samples twice" % (epoch, twice)
-    assert set(idx) == want, "epoch %d: %d missing, %d not of the data" % (
-        epoch, len(want - set(idx)), len(set(idx) - want))
+once([f for part in kept for f in fresh(part)], cut_epochs | {0, 1}, want)
 print("epochs %s each exactly once; cut at steps %d and %d" % (
     sorted(cut_epochs), s2, s3))
 PY

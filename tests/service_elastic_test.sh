@@ -74,14 +74,12 @@ train_args() { # CHECKPOINT: into ARGS
 }
 SERVE=(serve "$TAR | decode" --splits 4 --seed 3 --throttle 1500)
 
-ck_id() { stat -c '%i %y %s' "$1" 2>/dev/null || echo none; }
-
 # run NAME CHECKPOINT TRAINERS WORKERS [kill]: the job, each trainer in
 # $TMP/NAME/r<RANK>; with kill, trainer rank 1 (rank 0 alone with one
 # trainer) is killed once the run has replaced the checkpoint twice
 # (mid-epoch)
 run() {
-    local name=$1 ck=$2 m=$3 w=$4 victim=${5:-} before n r
+    local name=$1 ck=$2 m=$3 w=$4 victim=${5:-} r
     local apps=()
     train_args "$ck"
     for ((r = 0; r < m; r++)); do
@@ -98,12 +96,7 @@ run() {
         killed=none
         return
     fi
-    for n in 1 2; do
-        before=$(ck_id "$ck")
-        while kill -0 "$job" 2>/dev/null && [ "$(ck_id "$ck")" = "$before" ]; do
-            sleep 0.01
-        done
-    done
+    checkpoints_replaced "$job" "$ck" 2
     KILL_AFTER=0 kill_rank "$job" $((m > 1 ? 1 : 0))
 }
 step() { sed -n 's/^resuming from .*: step \([0-9]*\),.*/\1/p' "$TMP/$1.err"; }
@@ -119,23 +112,14 @@ check() {
         [ -n "${steps[-1]}" ] ||
             { fail "$chain: $r did not resume: $(tail -5 "$TMP/$r.err")"; return; }
     done
-    if out=$("$PY" - "$TMP" "$*" "${steps[*]}" <<'PY' 2>&1
-import glob, sys, tarfile
-tmp, runs, steps = sys.argv[1], sys.argv[2].split(), \
-    [int(s) for s in sys.argv[3].split()]
-want = set()
-for shard in range(4):  # a sample's index: its shard << 32, its place
-    with tarfile.open("%s/train-%06d.tar" % (tmp, shard)) as t:
-        keys = []
-        for m in t.getmembers():
-            k = m.name.split(".", 1)[0]
-            if not keys or keys[-1] != k:
-                keys.append(k)
-    want |= {shard << 32 | p for p in range(len(keys))}
+    if out=$("$PY" - "$HERE" "$TMP" "$*" "${steps[*]}" <<'PY' 2>&1
+import glob, sys
+sys.path.insert(0, sys.argv[1])
+from service_keys import fresh, once, packed
+tmp, runs, steps = sys.argv[2], sys.argv[3].split(), \
+    [int(s) for s in sys.argv[4].split()]
+want = packed(tmp)
 assert len(want) == 4000, len(want)
-def fresh(lines):
-    return [tuple(map(int, e.split(":")[:2])) for l in lines for e in l
-            if e.endswith(":0")]
 # per run, per trainer: its steps (each a line), from the run's start
 traces = [[[l.split() for l in open(p)]
            for p in sorted(glob.glob("%s/%s/r*/trace.log" % (tmp, run)))]
@@ -155,12 +139,7 @@ for i, ranks in enumerate(traces):
         assert before & after, "%s's checkpoint cut no epoch: %r %r" % (
             runs[i], before, after)
         cut |= before & after
-for epoch in sorted(cut | {0, 1}):
-    idx = [i for e, i in kept if e == epoch]
-    twice = len(idx) - len(set(idx))
-    assert not twice, "epoch %d: %d samples twice" % (epoch, twice)
-    assert set(idx) == want, "epoch %d: %d missing, %d not of the data" % (
-        epoch, len(want - set(idx)), len(set(idx) - want))
+once(kept, cut | {0, 1}, want)
 print("epochs %s each exactly once; resumed at steps %s" % (
     sorted(cut | {0, 1}), steps))
 PY
